@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+// The tensors a DeepseekV4ForCausalLM checkpoint must hold, derived from its ModelConfig
+// (deepseek-v4-model.md §4.2-4.5), and the check of a Checkpoint against that list: which are
+// missing, which are unexpected, which have the wrong shape or dtype. Used by `inspect` and the loader.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "deepinfer/checkpoint.h"
+
+namespace deepinfer {
+
+enum class WeightKind : uint8_t {
+    kLinear,        // [out, in]: fp8 e4m3 + block `.scale`, or a dense float
+    kExpertLinear,  // [out, in]: fp4 packed (i8/u8 [out, in/2] or F4) + per-32 `.scale`, fp8 + `.scale`, or dense
+    kFloat,         // any float dtype (norm weights, embeddings, router, compressor projections)
+    kIndex,         // integer table (tid2eid)
+};
+
+struct ExpectedTensor {
+    std::string name;  // canonical, without the ".scale" companion
+    Shape shape;       // logical shape (unpacked)
+    WeightKind kind = WeightKind::kFloat;
+};
+
+// Every expected tensor, in checkpoint order. MTP blocks are included when `include_mtp`.
+std::vector<ExpectedTensor> expected_tensors(const ModelConfig& config, bool include_mtp = true);
+
+struct InventoryReport {
+    std::vector<std::string> missing;     // expected, not found (canonical names)
+    std::vector<std::string> unexpected;  // found, not expected (stored names)
+    std::vector<std::string> mismatched;  // found with the wrong shape or dtype: one message each
+    bool merged_experts = false;          // transformers' merged experts.gate_up_proj / down_proj
+    bool has_mtp = false;
+    int64_t num_parameters = 0;  // logical elements of weights (scales not counted)
+    int64_t num_scale_elements = 0;
+    std::map<std::string, uint64_t> bytes_by_dtype;   // dtype name -> bytes
+    std::map<std::string, int64_t> tensors_by_dtype;  // dtype name -> count
+    bool complete() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
+};
+
+// Checks `checkpoint` against `expected_tensors(config)`. MTP tensors are expected only when the
+// checkpoint has any (transformers does not save them).
+InventoryReport check_inventory(const Checkpoint& checkpoint, const ModelConfig& config);
+
+}  // namespace deepinfer

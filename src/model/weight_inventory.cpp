@@ -1,0 +1,210 @@
+// SPDX-License-Identifier: Apache-2.0
+// Expected tensor list of DeepseekV4ForCausalLM and the check of a checkpoint against it.
+// Shapes follow deepseek-v4-model.md §4.2-4.5 with every dimension read from ModelConfig.
+#include "deepinfer/weight_inventory.h"
+
+#include <set>
+
+#include "deepinfer/check.h"
+
+namespace deepinfer {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void add_block(std::vector<ExpectedTensor>& out, const ModelConfig& c, const std::string& p, int64_t layer,
+               bool is_mtp) {
+    const int64_t D = c.hidden_size, H = c.num_attention_heads, Dh = c.head_dim, hc = c.hc_mult;
+    const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size;
+    auto add = [&](std::string name, Shape shape, WeightKind kind) { out.push_back({p + name, shape, kind}); };
+    add("attn_norm.weight", {D}, WeightKind::kFloat);
+    add("ffn_norm.weight", {D}, WeightKind::kFloat);
+    for (const char* which : {"attn", "ffn"}) {
+        std::string w(which);
+        add("hc_" + w + "_fn", {(2 + hc) * hc, hc * D}, WeightKind::kFloat);
+        add("hc_" + w + "_base", {(2 + hc) * hc}, WeightKind::kFloat);
+        add("hc_" + w + "_scale", {3}, WeightKind::kFloat);
+    }
+    add("attn.attn_sink", {H}, WeightKind::kFloat);
+    add("attn.q_norm.weight", {c.q_lora_rank}, WeightKind::kFloat);
+    add("attn.kv_norm.weight", {Dh}, WeightKind::kFloat);
+    add("attn.wq_a.weight", {c.q_lora_rank, D}, WeightKind::kLinear);
+    add("attn.wq_b.weight", {H * Dh, c.q_lora_rank}, WeightKind::kLinear);
+    add("attn.wkv.weight", {Dh, D}, WeightKind::kLinear);
+    add("attn.wo_a.weight", {c.o_groups * c.o_lora_rank, H * Dh / c.o_groups}, WeightKind::kLinear);
+    add("attn.wo_b.weight", {D, c.o_groups * c.o_lora_rank}, WeightKind::kLinear);
+
+    const int64_t ratio = is_mtp ? 0 : c.compress_ratio(layer);
+    if (ratio != 0) {
+        const bool csa = c.layer_types[static_cast<size_t>(layer)] == AttentionType::kCsa;
+        const int64_t width = csa ? 2 * Dh : Dh;  // CSA's overlapping windows use two series
+        add("attn.compressor.wkv.weight", {width, D}, WeightKind::kFloat);
+        add("attn.compressor.wgate.weight", {width, D}, WeightKind::kFloat);
+        add("attn.compressor.ape", {ratio, width}, WeightKind::kFloat);
+        add("attn.compressor.norm.weight", {Dh}, WeightKind::kFloat);
+        if (csa) {
+            const int64_t ih = c.index_n_heads, id = c.index_head_dim;
+            add("attn.indexer.wq_b.weight", {ih * id, c.q_lora_rank}, WeightKind::kLinear);
+            add("attn.indexer.weights_proj.weight", {ih, D}, WeightKind::kFloat);
+            add("attn.indexer.compressor.wkv.weight", {2 * id, D}, WeightKind::kFloat);
+            add("attn.indexer.compressor.wgate.weight", {2 * id, D}, WeightKind::kFloat);
+            add("attn.indexer.compressor.ape", {ratio, 2 * id}, WeightKind::kFloat);
+            add("attn.indexer.compressor.norm.weight", {id}, WeightKind::kFloat);
+        }
+    }
+
+    add("ffn.gate.weight", {E, D}, WeightKind::kFloat);
+    const bool hash = !is_mtp && c.mlp_layer_types[static_cast<size_t>(layer)] == MlpType::kHashMoe;
+    if (hash) add("ffn.gate.tid2eid", {c.vocab_size, c.num_experts_per_tok}, WeightKind::kIndex);
+    else add("ffn.gate.bias", {E}, WeightKind::kFloat);
+    add("ffn.shared_experts.w1.weight", {I, D}, WeightKind::kLinear);
+    add("ffn.shared_experts.w3.weight", {I, D}, WeightKind::kLinear);
+    add("ffn.shared_experts.w2.weight", {D, I}, WeightKind::kLinear);
+    for (int64_t e = 0; e < E; ++e) {
+        std::string ep = "ffn.experts." + std::to_string(e) + ".";
+        add(ep + "w1.weight", {I, D}, WeightKind::kExpertLinear);
+        add(ep + "w3.weight", {I, D}, WeightKind::kExpertLinear);
+        add(ep + "w2.weight", {D, I}, WeightKind::kExpertLinear);
+    }
+    if (is_mtp) {
+        add("e_proj.weight", {D, D}, WeightKind::kLinear);
+        add("h_proj.weight", {D, D}, WeightKind::kLinear);
+        add("enorm.weight", {D}, WeightKind::kFloat);
+        add("hnorm.weight", {D}, WeightKind::kFloat);
+        add("norm.weight", {D}, WeightKind::kFloat);
+        add("hc_head_fn", {hc, hc * D}, WeightKind::kFloat);
+        add("hc_head_base", {hc}, WeightKind::kFloat);
+        add("hc_head_scale", {1}, WeightKind::kFloat);
+    }
+}
+
+std::string strip_weight(const std::string& name) {
+    const std::string suffix = ".weight";
+    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+        return name.substr(0, name.size() - suffix.size());
+    return name;
+}
+
+bool is_dense_float(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
+
+// Checks one expected tensor; records consumed names and problems.
+void check_one(const Checkpoint& ckpt, const ModelConfig& c, const ExpectedTensor& e, InventoryReport& report,
+               std::set<std::string>& consumed) {
+    const CheckpointTensor* t = ckpt.find(e.name);
+    if (!t) {
+        report.missing.push_back(e.name);
+        return;
+    }
+    consumed.insert(e.name);
+    const DType dt = t->info->dtype;
+    const Shape& shape = t->info->shape;
+    auto mismatch = [&](const std::string& why) {
+        report.mismatched.push_back(t->stored_name + ": " + why);
+    };
+    auto describe = [](DType d, const Shape& s) { return std::string(dtype_name(d)) + s.str(); };
+    auto check_scale = [&](Shape want, bool e8m0_only) {
+        const std::string scale_name = strip_weight(e.name) + ".scale";
+        const CheckpointTensor* s = ckpt.find(scale_name);
+        if (!s) {
+            report.missing.push_back(scale_name);
+            return;
+        }
+        consumed.insert(scale_name);
+        const DType sd = s->info->dtype;
+        const bool dtype_ok = e8m0_only ? sd == DType::kF8E8M0
+                                        : (sd == DType::kF8E8M0 || sd == DType::kF32 || sd == DType::kBF16);
+        if (!dtype_ok || !(s->info->shape == want))
+            report.mismatched.push_back(s->stored_name + ": is " + describe(sd, s->info->shape) + ", expected " +
+                                        (e8m0_only ? "ue8m0" : "ue8m0|f32") + want.str());
+    };
+    const int64_t br = c.quantization.weight_block_rows, bc = c.quantization.weight_block_cols;
+    switch (e.kind) {
+        case WeightKind::kFloat:
+            if (!is_dense_float(dt) || !(shape == e.shape))
+                mismatch("is " + describe(dt, shape) + ", expected a float tensor " + e.shape.str());
+            break;
+        case WeightKind::kIndex:
+            if (!(dt == DType::kI64 || dt == DType::kI32) || !(shape == e.shape))
+                mismatch("is " + describe(dt, shape) + ", expected i64|i32" + e.shape.str());
+            break;
+        case WeightKind::kLinear:
+        case WeightKind::kExpertLinear: {
+            const int64_t out = e.shape[0], in = e.shape[1];
+            if (dt == DType::kF8E4M3) {
+                if (!(shape == e.shape)) mismatch("is " + describe(dt, shape) + ", expected fp8_e4m3" + e.shape.str());
+                check_scale({ceil_div(out, br), ceil_div(in, bc)}, false);
+            } else if (e.kind == WeightKind::kExpertLinear && (dt == DType::kI8 || dt == DType::kU8 || dt == DType::kF4E2M1)) {
+                Shape want = dt == DType::kF4E2M1 ? e.shape : Shape{out, in / 2};
+                if (in % 32 != 0 || !(shape == want))
+                    mismatch("is " + describe(dt, shape) + ", expected packed fp4 " + want.str());
+                check_scale({out, in / 32}, true);
+            } else if (!is_dense_float(dt) || !(shape == e.shape)) {
+                mismatch("is " + describe(dt, shape) + ", expected " + e.shape.str() +
+                         (e.kind == WeightKind::kExpertLinear ? " (fp4, fp8 or float)" : " (fp8 or float)"));
+            }
+            break;
+        }
+    }
+}
+
+}  // namespace
+
+std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c, bool include_mtp) {
+    std::vector<ExpectedTensor> out;
+    const int64_t D = c.hidden_size, hc = c.hc_mult;
+    out.push_back({"embed.weight", {c.vocab_size, D}, WeightKind::kFloat});
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) add_block(out, c, "layers." + std::to_string(l) + ".", l, false);
+    out.push_back({"norm.weight", {D}, WeightKind::kFloat});
+    out.push_back({"head.weight", {c.vocab_size, D}, WeightKind::kFloat});
+    out.push_back({"hc_head_fn", {hc, hc * D}, WeightKind::kFloat});
+    out.push_back({"hc_head_base", {hc}, WeightKind::kFloat});
+    out.push_back({"hc_head_scale", {1}, WeightKind::kFloat});
+    if (include_mtp)
+        for (int64_t m = 0; m < c.num_nextn_predict_layers; ++m)
+            add_block(out, c, "mtp." + std::to_string(m) + ".", -1, true);
+    return out;
+}
+
+InventoryReport check_inventory(const Checkpoint& ckpt, const ModelConfig& c) {
+    InventoryReport report;
+    for (const CheckpointTensor& t : ckpt.tensors()) {
+        report.has_mtp |= t.name.rfind("mtp.", 0) == 0;
+        report.merged_experts |= t.name.find(".ffn.experts.gate_up_proj") != std::string::npos;
+    }
+    std::set<std::string> consumed;
+    for (const ExpectedTensor& e : expected_tensors(c, report.has_mtp)) {
+        // transformers' merged layout replaces every per-expert w1/w3/w2 of a layer by two tensors.
+        const size_t pos = e.name.find(".ffn.experts.");
+        if (pos != std::string::npos) {
+            const std::string layer = e.name.substr(0, pos);
+            const std::string merged_gate_up = layer + ".ffn.experts.gate_up_proj";
+            const std::string merged_down = layer + ".ffn.experts.down_proj";
+            if (ckpt.find(merged_gate_up) || ckpt.find(merged_down)) {
+                if (consumed.count(merged_gate_up) || consumed.count(merged_down)) continue;
+                const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size, D = c.hidden_size;
+                check_one(ckpt, c, {merged_gate_up, {E, 2 * I, D}, WeightKind::kFloat}, report, consumed);
+                check_one(ckpt, c, {merged_down, {E, D, I}, WeightKind::kFloat}, report, consumed);
+                continue;
+            }
+        }
+        check_one(ckpt, c, e, report, consumed);
+    }
+    for (const CheckpointTensor& t : ckpt.tensors()) {
+        const DType dt = t.info->dtype;
+        const bool is_scale = t.name.size() > 6 && t.name.compare(t.name.size() - 6, 6, ".scale") == 0;
+        int64_t elements = t.info->shape.numel();
+        if (dt == DType::kI8 || dt == DType::kU8) {
+            // Packed fp4 expert weights hold two parameters per byte.
+            if (t.name.find(".ffn.experts.") != std::string::npos && !is_scale) elements *= 2;
+        }
+        if (is_scale) report.num_scale_elements += elements;
+        else report.num_parameters += elements;
+        const std::string dn(dtype_name(dt));
+        report.bytes_by_dtype[dn] += t.info->end - t.info->begin;
+        report.tensors_by_dtype[dn] += 1;
+        if (!consumed.count(t.name)) report.unexpected.push_back(t.stored_name);
+    }
+    return report;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: Apache-2.0
+// Test helper: reads named tensors of the committed fixture files (tests/data/...), failing the
+// test with a clear message when a tensor is absent or has the wrong dtype.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "deepinfer/safetensors.h"
+
+namespace deepinfer::test {
+
+inline std::string data_path(const std::string& rel) { return std::string(DI_TEST_DATA_DIR) + "/" + rel; }
+
+inline TensorView fixture_tensor(const SafetensorsFile& f, const std::string& name, DType dtype) {
+    const SafetensorsTensorInfo* info = f.find(name);
+    if (!info) throw std::runtime_error("fixture " + f.path() + " has no tensor " + name);
+    if (info->dtype != dtype)
+        throw std::runtime_error("fixture tensor " + name + " is " + std::string(dtype_name(info->dtype)));
+    return f.view(*info);
+}
+
+template <typename T>
+std::vector<T> fixture_values(const SafetensorsFile& f, const std::string& name, DType dtype) {
+    TensorView v = fixture_tensor(f, name, dtype);
+    std::vector<T> out(static_cast<size_t>(v.nbytes() / sizeof(T)));
+    std::memcpy(out.data(), v.data(), v.nbytes());
+    return out;
+}
+
+// Bitwise equality of floats, with every NaN equal to every NaN.
+inline bool same_float(float a, float b) {
+    if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+    return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+}
+
+}  // namespace deepinfer::test

@@ -1,0 +1,16 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CLI's subcommands. Each registers its options on the app and returns the function to run.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace deepinfer::cli {
+
+using Command = std::function<int()>;
+
+// `deepinfer inspect --model DIR [--json]`
+Command register_inspect(CLI::App& app);
+
+}  // namespace deepinfer::cli
