@@ -27,7 +27,9 @@ constexpr std::array<Rewrite, 6> kTopLevel = {{
 }};
 
 // Layer-local renames, longest first where prefixes overlap.
-constexpr std::array<Rewrite, 36> kLayer = {{
+constexpr std::array<Rewrite, 37> kLayer = {{
+    // transformers 5.17 saves the main attention's kv_norm as attn.norm (not attn.compressor.norm).
+    {"attn.norm.", "attn.kv_norm."},
     {"self_attn.compressor.indexer.scorer.weights_proj.", "attn.indexer.weights_proj."},
     {"self_attn.compressor.indexer.weights_proj.", "attn.indexer.weights_proj."},
     {"self_attn.compressor.indexer.q_b_proj.", "attn.indexer.wq_b."},

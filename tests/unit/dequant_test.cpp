@@ -51,9 +51,14 @@ TEST_F(Dequant, Fp8BlockE8m0ScaleMatchesTorch) {
 TEST_F(Dequant, Fp8BlockExactMultiples) {
     TensorView w = fixture_tensor(fx, "fp8w2_weight", DType::kF8E4M3);
     TensorView s = fixture_tensor(fx, "fp8w2_scale_e8m0", DType::kF8E8M0);
-    Buffer out(DType::kF32, w.shape());
+    TensorView sf = fixture_tensor(fx, "fp8w2_scale_f32", DType::kF32);
+    Buffer out(DType::kF32, w.shape()), outf(DType::kF32, w.shape()), out16(DType::kBF16, w.shape());
     dequant_fp8_block({.weight = w, .scale = s, .out = out.view()});
-    expect_same_bytes(out, fixture_tensor(fx, "fp8w2_dequant_f32", DType::kF32), "256x384");
+    expect_same_bytes(out, fixture_tensor(fx, "fp8w2_dequant_e8m0_scale", DType::kF32), "256x384 e8m0");
+    dequant_fp8_block({.weight = w, .scale = s, .out = out16.view()});
+    expect_same_bytes(out16, fixture_tensor(fx, "fp8w2_dequant_e8m0_scale_bf16", DType::kBF16), "256x384 bf16");
+    dequant_fp8_block({.weight = w, .scale = sf, .out = outf.view()});
+    expect_same_bytes(outf, fixture_tensor(fx, "fp8w2_dequant_f32_scale", DType::kF32), "256x384 f32 scale");
 }
 
 TEST_F(Dequant, Fp4MatchesReference) {

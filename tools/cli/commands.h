@@ -12,5 +12,9 @@ using Command = std::function<int()>;
 
 // `deepinfer inspect --model DIR [--json]`
 Command register_inspect(CLI::App& app);
+// `deepinfer logits --model DIR --ids 5,17,3 --output FILE [--numerics exact|official]`
+Command register_logits(CLI::App& app);
+// `deepinfer generate --model DIR --ids 5,17,3 --max-tokens N [--temperature T] [--seed S]`
+Command register_generate(CLI::App& app);
 
 }  // namespace deepinfer::cli

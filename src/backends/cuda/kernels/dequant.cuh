@@ -47,9 +47,14 @@ __device__ __forceinline__ float e8m0_to_float(uint8_t b) {
     return ldexpf(1.0f, static_cast<int>(b) - 127);
 }
 
+// NaN is stored as the canonical quiet NaN (f32 0x7FC00000, bf16 0x7FC0), as the CPU reference and
+// PyTorch produce; GPU arithmetic would otherwise yield 0x7FFFFFFF.
 __device__ __forceinline__ void store_out(void* out, OutKind kind, int64_t i, float v) {
-    if (kind == OutKind::kF32) static_cast<float*>(out)[i] = v;
-    else static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
+    if (kind == OutKind::kF32) {
+        static_cast<float*>(out)[i] = isnan(v) ? __int_as_float(0x7FC00000) : v;
+    } else {
+        static_cast<__nv_bfloat16*>(out)[i] = isnan(v) ? __ushort_as_bfloat16(0x7FC0) : __float2bfloat16_rn(v);
+    }
 }
 
 __global__ void dequant_fp8_block_kernel(const __grid_constant__ DequantFp8Args a) {

@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+// CpuModel: the whole DeepseekV4ForCausalLM forward on the CPU backend (spec §2): embedding, HC
+// expansion, the layers (attention and MoE sub-blocks between HC pre/post), HC head, final norm
+// and LM head; plus the MTP block.
+#pragma once
+
+#include <memory>
+
+#include "backends/cpu/primitives.h"
+#include "deepinfer/checkpoint.h"
+#include "deepinfer/model.h"
+#include "model/block_context.h"
+#include "model/state.h"
+#include "model/weights.h"
+
+namespace deepinfer {
+
+class CpuModel final : public Model {
+public:
+    CpuModel(std::unique_ptr<Checkpoint> checkpoint, Numerics numerics);
+
+    const ModelConfig& config() const override { return config_; }
+    Numerics numerics() const override { return numerics_; }
+    Sequence new_sequence() const override;
+    std::vector<float> forward(Sequence& sequence, std::span<const int32_t> tokens, bool all_logits) const override;
+
+    // Runs the layers and returns the final HC streams [num_tokens, hc, D] (before the HC head).
+    std::vector<float> forward_streams(SequenceState& state, std::span<const int32_t> tokens) const;
+    // Logits [rows, vocab] from final streams [rows, hc, D] through `hc` head, `norm` and the LM head.
+    std::vector<float> logits_from_streams(const float* streams, int64_t rows, const HcWeights& hc,
+                                           const Vec& norm) const;
+    // MTP block `index`: hidden streams of positions p (from forward_streams) paired with the tokens at
+    // p+1 (`next_tokens`); advances the MTP layer state. Returns logits [num_tokens, vocab] for p+2.
+    std::vector<float> forward_mtp(SequenceState& state, int64_t index, const float* streams,
+                                   std::span<const int32_t> next_tokens, int64_t first_position) const;
+    const ModelWeights& weights() const { return weights_; }
+    BlockContext context() const { return {config_, numerics_, rope_main_, rope_compress_}; }
+
+private:
+    // One layer (attention + MoE with their HC) on streams x [S, hc, D], in place.
+    void run_layer(const LayerWeights& lw, LayerState& st, std::vector<float>& x, std::span<const int32_t> tokens,
+                   int64_t first_position) const;
+
+    std::unique_ptr<Checkpoint> checkpoint_;
+    ModelConfig config_;
+    Numerics numerics_;
+    ModelWeights weights_;
+    cpu::RopeTable rope_main_, rope_compress_;
+};
+
+}  // namespace deepinfer

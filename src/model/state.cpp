@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+// Construction and accounting of per-sequence state.
+#include "model/state.h"
+
+namespace deepinfer {
+namespace {
+CompressorState make_compressor(int64_t ratio, int64_t d, bool overlap) {
+    CompressorState s;
+    s.ratio = ratio;
+    s.head_dim = d;
+    s.overlap = overlap;
+    s.width = overlap ? 2 * d : d;
+    return s;
+}
+
+LayerState make_layer(const ModelConfig& c, AttentionType type, int64_t ratio) {
+    LayerState s;
+    s.window.assign(static_cast<size_t>(c.sliding_window * c.head_dim), 0.0f);
+    if (type != AttentionType::kSliding) {
+        const bool csa = type == AttentionType::kCsa;
+        s.compressor = make_compressor(ratio, c.head_dim, csa);
+        if (csa) s.indexer = make_compressor(ratio, c.index_head_dim, true);
+    }
+    return s;
+}
+
+size_t compressor_bytes(const CompressorState& s) {
+    return (s.open_kv.capacity() + s.open_gate.capacity() + s.prev_kv.capacity() + s.prev_gate.capacity() +
+            s.entries.capacity()) * sizeof(float);
+}
+}  // namespace
+
+SequenceState make_sequence_state(const ModelConfig& c, int64_t num_mtp_layers) {
+    SequenceState s;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+        s.layers.push_back(make_layer(c, c.layer_types[size_t(l)], c.compress_ratio(l)));
+    for (int64_t m = 0; m < num_mtp_layers; ++m) s.mtp_layers.push_back(make_layer(c, AttentionType::kSliding, 0));
+    return s;
+}
+
+size_t SequenceState::bytes() const {
+    size_t total = 0;
+    for (const auto* group : {&layers, &mtp_layers})
+        for (const LayerState& l : *group)
+            total += l.window.capacity() * sizeof(float) + compressor_bytes(l.compressor) + compressor_bytes(l.indexer);
+    return total;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: Apache-2.0
+// `deepinfer logits` and `deepinfer generate`: one sequence through the CPU model.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "commands.h"
+#include "deepinfer/check.h"
+#include "deepinfer/model.h"
+
+namespace deepinfer::cli {
+namespace {
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+    std::vector<int32_t> ids;
+    size_t i = 0;
+    while (i < text.size()) {
+        size_t j = text.find(',', i);
+        if (j == std::string::npos) j = text.size();
+        std::string tok = text.substr(i, j - i);
+        DI_CHECK(!tok.empty(), "--ids: empty entry at character ", i);
+        size_t used = 0;
+        long long v = 0;
+        try {
+            v = std::stoll(tok, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        DI_CHECK(used == tok.size() && v >= 0 && v <= INT32_MAX, "--ids: '", tok, "' at character ", i,
+                 " is not a token id");
+        ids.push_back(static_cast<int32_t>(v));
+        i = j + 1;
+    }
+    DI_CHECK(!ids.empty(), "--ids: no token ids");
+    return ids;
+}
+
+ModelOptions model_options(const std::string& numerics) {
+    ModelOptions o;
+    if (!numerics.empty()) {
+        o.numerics_from_checkpoint = false;
+        o.numerics = parse_numerics(numerics);
+    }
+    return o;
+}
+
+}  // namespace
+
+Command register_logits(CLI::App& app) {
+    struct Options {
+        std::string model, ids, output, numerics;
+        int64_t chunk = 0;
+    };
+    auto o = std::make_shared<Options>();
+    CLI::App* sub = app.add_subcommand("logits", "Write float32 logits [num_ids, vocab_size] for every position");
+    sub->add_option("--model", o->model, "Checkpoint directory")->required();
+    sub->add_option("--ids", o->ids, "Comma-separated token ids")->required();
+    sub->add_option("--output", o->output, "Output file (little-endian float32, no header)")->required();
+    sub->add_option("--numerics", o->numerics, "exact | official (default: official for FP8/FP4 checkpoints)");
+    sub->add_option("--chunk", o->chunk, "Prefill chunk size (0 = all at once)");
+    return [sub, o]() -> int {
+        if (!sub->parsed()) return -1;
+        std::vector<int32_t> ids = parse_ids(o->ids);
+        auto model = Model::load(o->model, model_options(o->numerics));
+        Sequence seq = model->new_sequence();
+        std::vector<float> logits;
+        const size_t chunk = o->chunk > 0 ? static_cast<size_t>(o->chunk) : ids.size();
+        for (size_t i = 0; i < ids.size(); i += chunk) {
+            std::span<const int32_t> part(ids.data() + i, std::min(chunk, ids.size() - i));
+            std::vector<float> l = model->forward(seq, part, /*all_logits=*/true);
+            logits.insert(logits.end(), l.begin(), l.end());
+        }
+        std::ofstream out(o->output, std::ios::binary | std::ios::trunc);
+        DI_CHECK(out.good(), o->output, ": cannot open for writing");
+        out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * 4));
+        DI_CHECK(out.good(), o->output, ": write failed");
+        return 0;
+    };
+}
+
+Command register_generate(CLI::App& app) {
+    struct Options {
+        std::string model, ids, numerics;
+        int64_t max_tokens = 16;
+        double temperature = 0.0;
+        uint64_t seed = 0;
+        bool ignore_eos = false;
+    };
+    auto o = std::make_shared<Options>();
+    CLI::App* sub = app.add_subcommand("generate", "Continue a token sequence; prints {\"token_ids\": [...]}");
+    sub->add_option("--model", o->model, "Checkpoint directory")->required();
+    sub->add_option("--ids", o->ids, "Comma-separated prompt token ids")->required();
+    sub->add_option("--max-tokens", o->max_tokens, "Tokens to generate")->required()->check(CLI::Range(1, 1 << 20));
+    sub->add_option("--temperature", o->temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
+    sub->add_option("--seed", o->seed, "Random seed for sampling");
+    sub->add_option("--numerics", o->numerics, "exact | official");
+    sub->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at the end-of-sequence token");
+    return [sub, o]() -> int {
+        if (!sub->parsed()) return -1;
+        std::vector<int32_t> ids = parse_ids(o->ids);
+        auto model = Model::load(o->model, model_options(o->numerics));
+        const ModelConfig& c = model->config();
+        Sequence seq = model->new_sequence();
+        std::mt19937_64 rng(o->seed);
+        std::vector<int32_t> generated;
+        std::vector<float> logits = model->forward(seq, ids, /*all_logits=*/false);
+        for (int64_t n = 0; n < o->max_tokens; ++n) {
+            int32_t next = 0;
+            if (o->temperature <= 0.0) {
+                // Greedy; ties go to the lowest id.
+                for (int64_t v = 1; v < c.vocab_size; ++v)
+                    if (logits[size_t(v)] > logits[size_t(next)]) next = static_cast<int32_t>(v);
+            } else {
+                double mx = -INFINITY;
+                for (float l : logits) mx = std::max(mx, double(l));
+                std::vector<double> p(logits.size());
+                double sum = 0;
+                for (size_t v = 0; v < logits.size(); ++v) sum += (p[v] = std::exp((logits[v] - mx) / o->temperature));
+                double r = std::uniform_real_distribution<double>(0.0, sum)(rng);
+                size_t v = 0;
+                for (; v + 1 < p.size() && r >= p[v]; ++v) r -= p[v];
+                next = static_cast<int32_t>(v);
+            }
+            generated.push_back(next);
+            const bool eos = std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), next) != c.eos_token_ids.end();
+            if ((eos && !o->ignore_eos) || n + 1 == o->max_tokens) break;
+            logits = model->forward(seq, std::span<const int32_t>(&generated.back(), 1), false);
+        }
+        std::string out = "{\"token_ids\": [";
+        for (size_t i = 0; i < generated.size(); ++i) out += (i ? ", " : "") + std::to_string(generated[i]);
+        out += "]}\n";
+        std::fwrite(out.data(), 1, out.size(), stdout);
+        return 0;
+    };
+}
+
+}  // namespace deepinfer::cli
