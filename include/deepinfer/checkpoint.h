@@ -18,8 +18,7 @@ namespace deepinfer {
 
 enum class NamingScheme : uint8_t {
     kDeepSeek,      // published layout: embed.weight, layers.N.attn.wq_a.weight, mtp.0.*
-    kTransformers,  // names written by transformers (model.layers.N.self_attn.q_a_proj.weight, ...)
-    kMixed,
+    kTransformers,  // names written by transformers (model.layers.N..., model.embed_tokens.weight, ...)
     kUnknown,
 };
 std::string_view naming_scheme_name(NamingScheme scheme);

@@ -21,7 +21,6 @@ std::string_view naming_scheme_name(NamingScheme scheme) {
     switch (scheme) {
         case NamingScheme::kDeepSeek: return "deepseek";
         case NamingScheme::kTransformers: return "transformers";
-        case NamingScheme::kMixed: return "mixed";
         case NamingScheme::kUnknown: return "unknown";
     }
     return "?";
@@ -87,10 +86,10 @@ Checkpoint::Checkpoint(const std::string& path) : path_(path) {
         any_ds |= n.was_deepseek;
         any_hf |= n.was_transformers;
     }
-    scheme_ = any_ds && any_hf ? NamingScheme::kMixed
-              : any_hf         ? NamingScheme::kTransformers
-              : any_ds         ? NamingScheme::kDeepSeek
-                               : NamingScheme::kUnknown;
+    // transformers writes some names exactly as DeepSeek does (head.weight), so any rewritten name
+    // marks the checkpoint as transformers-written.
+    (void)any_ds;
+    scheme_ = any_hf ? NamingScheme::kTransformers : tensors_.empty() ? NamingScheme::kUnknown : NamingScheme::kDeepSeek;
 }
 
 const ModelConfig& Checkpoint::config() const {

@@ -184,9 +184,8 @@ class TransformersFixture : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(TransformersFixture, InventoryComplete) {
     Checkpoint ckpt(test::data_path(GetParam()));
-    EXPECT_EQ(ckpt.naming_scheme() == NamingScheme::kDeepSeek || ckpt.naming_scheme() == NamingScheme::kTransformers ||
-                  ckpt.naming_scheme() == NamingScheme::kMixed,
-              true);
+    const bool upstream = std::string(GetParam()).find("upstream") != std::string::npos;
+    EXPECT_EQ(ckpt.naming_scheme(), upstream ? NamingScheme::kDeepSeek : NamingScheme::kTransformers);
     InventoryReport r = check_inventory(ckpt, ckpt.config());
     std::string problems;
     for (const auto& m : r.missing) problems += "missing " + m + "\n";
@@ -197,8 +196,8 @@ TEST_P(TransformersFixture, InventoryComplete) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, TransformersFixture,
-                         ::testing::Values("models/v4_tiny_a", "models/v4_tiny_a_sharded", "models/v4_tiny_b",
-                                           "models/v4_tiny_b_sharded"));
+                         ::testing::Values("models/v4_tiny_a", "models/v4_tiny_a_sharded", "models/v4_tiny_a_upstream",
+                                           "models/v4_tiny_b", "models/v4_tiny_b_sharded", "models/v4_tiny_b_upstream"));
 
 }  // namespace
 }  // namespace deepinfer
