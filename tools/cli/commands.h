@@ -17,4 +17,9 @@ Command register_logits(CLI::App& app);
 // `deepinfer generate --model DIR --ids 5,17,3 --max-tokens N [--temperature T] [--seed S]`
 Command register_generate(CLI::App& app);
 
+// `deepinfer tokenize --tokenizer FILE --input F.jsonl` (JSON strings in, {"ids": [...]} out)
+Command register_tokenize(CLI::App& app);
+// `deepinfer detokenize --tokenizer FILE --input F.jsonl` ({"ids": [...]} in, {"text": ...} out)
+Command register_detokenize(CLI::App& app);
+
 }  // namespace deepinfer::cli

@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
     app.add_option("--threads", threads, "CPU threads (0 = one per core)")->capture_default_str();
     std::vector<deepinfer::cli::Command> commands;
     commands.push_back(deepinfer::cli::register_inspect(app));
+    commands.push_back(deepinfer::cli::register_tokenize(app));
+    commands.push_back(deepinfer::cli::register_detokenize(app));
     commands.push_back(deepinfer::cli::register_logits(app));
     commands.push_back(deepinfer::cli::register_generate(app));
     try {
