@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libicu-dev
   python3 python3-venv python3-pip
 )
 
