@@ -36,15 +36,8 @@ void project(const BlockContext& ctx, const LinearWeight& w, const float* x, int
 // Per-head unweighted RMS normalization of q. Official: bf16 arithmetic throughout.
 void head_rms_norm(const BlockContext& ctx, float* q, int64_t dim) {
     const float eps = static_cast<float>(ctx.config.rms_norm_eps);
-    if (!ctx.official()) {
-        cpu::rms_norm(q, nullptr, eps, dim, q);
-        return;
-    }
-    float sum = 0;
-    for (int64_t i = 0; i < dim; ++i) sum += cpu::round_bf16(q[i] * q[i]);
-    const float mean = cpu::round_bf16(sum / static_cast<float>(dim));
-    const float r = cpu::round_bf16(1.0f / std::sqrt(cpu::round_bf16(mean + eps)));
-    for (int64_t i = 0; i < dim; ++i) q[i] = cpu::round_bf16(q[i] * r);
+    if (ctx.official()) cpu::rms_norm_bf16_arith(q, eps, dim);
+    else cpu::rms_norm(q, nullptr, eps, dim, q);
 }
 
 }  // namespace

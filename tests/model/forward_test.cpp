@@ -149,3 +149,51 @@ INSTANTIATE_TEST_SUITE_P(Tiny, ForwardReference,
 
 }  // namespace
 }  // namespace deepinfer
+
+// ---- MTP block: against a reference assembled from transformers' own modules -----------------
+// (tools/reference/make_mtp_reference.py: enorm/hnorm/e_proj/h_proj around a DeepseekV4DecoderLayer,
+// then HyperHead, norm and the LM head; state of position i paired with token i+1).
+#include "model/forward.h"
+
+namespace deepinfer {
+namespace {
+
+TEST(Mtp, BlockMatchesReferenceAndChunksEqual) {
+    const std::string dir = test::data_path("models/v4_tiny_a_mtp");
+    auto model = Model::load(dir, exact());
+    auto* cpu = dynamic_cast<const CpuModel*>(model.get());
+    ASSERT_NE(cpu, nullptr);
+    ASSERT_EQ(cpu->weights().mtp.size(), 1u);
+    std::ifstream in(dir + "/mtp_ref.json");
+    json ref = json::parse(in);
+    std::vector<int32_t> ids = ref["prompt"].get<std::vector<int32_t>>();
+    const int64_t S = static_cast<int64_t>(ids.size()), V = model->config().vocab_size;
+    const int64_t row = model->config().hc_mult * model->config().hidden_size;
+    std::vector<float> want = read_f32(dir + "/mtp_logits.f32");
+    ASSERT_EQ(want.size(), size_t((S - 1) * V));
+
+    Sequence seq = model->new_sequence();
+    std::vector<float> streams = cpu->forward_streams(seq.state(), ids);
+    std::span<const int32_t> next(ids.data() + 1, size_t(S - 1));
+    std::vector<float> got = cpu->forward_mtp(seq.state(), 0, streams.data(), next, 0);
+    ASSERT_EQ(got.size(), want.size());
+    float max_logit = 0, max_err = 0;
+    for (size_t k = 0; k < got.size(); ++k) {
+        max_logit = std::max(max_logit, std::fabs(want[k]));
+        max_err = std::max(max_err, std::fabs(got[k] - want[k]));
+    }
+    EXPECT_LE(max_err, 1e-4f * max_logit);
+
+    // Token by token through the MTP block's own window state: identical to the chunk.
+    Sequence seq2 = model->new_sequence();
+    cpu->forward_streams(seq2.state(), ids);
+    for (int64_t i = 0; i + 1 < S; i += 37) {
+        const int64_t n = std::min<int64_t>(37, S - 1 - i);
+        std::vector<float> part = cpu->forward_mtp(seq2.state(), 0, streams.data() + i * row,
+                                                   std::span<const int32_t>(ids.data() + i + 1, size_t(n)), i);
+        EXPECT_TRUE(std::equal(part.begin(), part.end(), got.begin() + i * V)) << "chunk at " << i;
+    }
+}
+
+}  // namespace
+}  // namespace deepinfer

@@ -16,6 +16,8 @@ Command register_inspect(CLI::App& app);
 Command register_logits(CLI::App& app);
 // `deepinfer generate --model DIR --ids 5,17,3 --max-tokens N [--temperature T] [--seed S]`
 Command register_generate(CLI::App& app);
+// `deepinfer bench (--model DIR | --synthetic flash-csa|flash-hca|flash-sliding) [--prefill N] [--decode M]`
+Command register_bench(CLI::App& app);
 
 // `deepinfer tokenize --tokenizer FILE --input F.jsonl` (JSON strings in, {"ids": [...]} out)
 Command register_tokenize(CLI::App& app);

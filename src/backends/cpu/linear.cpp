@@ -31,6 +31,23 @@ inline float hsum(v8f v) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Decode tables (immutable after first use): every e4m3 byte and every packed fp4 byte (two values).
+struct DecodeTables {
+    float e4m3[256];
+    float fp4_pair[256][2];
+    DecodeTables() {
+        for (int c = 0; c < 256; ++c) {
+            e4m3[c] = e4m3_to_f32(static_cast<uint8_t>(c));
+            fp4_pair[c][0] = e2m1_to_f32(static_cast<uint8_t>(c & 0xF));
+            fp4_pair[c][1] = e2m1_to_f32(static_cast<uint8_t>(c >> 4));
+        }
+    }
+};
+const DecodeTables& tables() {
+    static const DecodeTables t;
+    return t;
+}
+
 float read_scale(const TensorView& s, int64_t i) {
     const auto* p = static_cast<const uint8_t*>(s.data());
     switch (s.dtype()) {
@@ -182,23 +199,27 @@ void dequantize_rows(const LinearWeight& w, int64_t r0, int64_t r1, float* out) 
             for (int64_t r = r0; r < r1; ++r) {
                 const uint8_t* row = base + r * K;
                 float* o = out + (r - r0) * K;
+                const float* lut = tables().e4m3;
                 for (int64_t kb = 0; kb < scale_cols; ++kb) {
                     const float s = read_scale(w.scale, (r / w.block_rows) * scale_cols + kb);
                     const int64_t k_end = std::min(K, (kb + 1) * w.block_cols);
-                    for (int64_t k = kb * w.block_cols; k < k_end; ++k) o[k] = e4m3_to_f32(row[k]) * s;
+                    for (int64_t k = kb * w.block_cols; k < k_end; ++k) o[k] = lut[row[k]] * s;
                 }
             }
             return;
         }
         case WeightFormat::kFp4: {
             const auto* sc = static_cast<const uint8_t*>(w.scale.data());
+            const auto& pair = tables().fp4_pair;
             for (int64_t r = r0; r < r1; ++r) {
                 const uint8_t* row = base + r * (K / 2);
                 float* o = out + (r - r0) * K;
-                for (int64_t k = 0; k < K; k += 2) {
-                    const float s = e8m0_to_f32(sc[r * (K / 32) + k / 32]);
-                    o[k] = e2m1_to_f32(row[k / 2] & 0xF) * s;
-                    o[k + 1] = e2m1_to_f32(row[k / 2] >> 4) * s;
+                for (int64_t kb = 0; kb < K; kb += 32) {
+                    const float s = e8m0_to_f32(sc[r * (K / 32) + kb / 32]);
+                    for (int64_t k = kb; k < kb + 32; k += 2) {
+                        o[k] = pair[row[k / 2]][0] * s;
+                        o[k + 1] = pair[row[k / 2]][1] * s;
+                    }
                 }
             }
             return;

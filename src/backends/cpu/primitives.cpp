@@ -18,6 +18,14 @@ void rms_norm(const float* x, const float* weight, float eps, int64_t n, float* 
     }
 }
 
+void rms_norm_bf16_arith(float* x, float eps, int64_t n) {
+    float sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += round_bf16(x[i] * x[i]);
+    const float mean = round_bf16(sum / static_cast<float>(n));
+    const float r = round_bf16(1.0f / std::sqrt(round_bf16(mean + eps)));
+    for (int64_t i = 0; i < n; ++i) x[i] = round_bf16(x[i] * r);
+}
+
 void round_bf16_inplace(float* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] = round_bf16(x[i]);
 }

@@ -15,6 +15,10 @@ namespace deepinfer::cpu {
 // out = x · rsqrt(mean(x²) + eps) [· weight]. `weight` may be null (unweighted). out may alias x.
 void rms_norm(const float* x, const float* weight, float eps, int64_t n, float* out);
 
+// Unweighted RMS norm in bf16 arithmetic, as DeepSeek's official code normalizes each query head:
+// squares rounded to bf16, mean rounded to bf16, + eps in bf16, rsqrt rounded to bf16, product rounded.
+void rms_norm_bf16_arith(float* x, float eps, int64_t n);
+
 inline float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 void round_bf16_inplace(float* x, int64_t n);
 

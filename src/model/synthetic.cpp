@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: Apache-2.0
+// Synthetic checkpoint writer: enumerates expected_tensors(config), lays out a safetensors header,
+// then streams each tensor's random bytes (no whole-checkpoint buffer; a full-width layer is GBs).
+#include "deepinfer/synthetic.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "deepinfer/check.h"
+#include "deepinfer/float_formats.h"
+#include "deepinfer/weight_inventory.h"
+
+namespace deepinfer {
+namespace {
+
+// splitmix64: small, fast, deterministic.
+struct Rng {
+    uint64_t s;
+    uint64_t next() {
+        uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    float uniform() { return static_cast<float>((next() >> 40) * (1.0 / 16777216.0)); }  // [0, 1)
+    // Approximately N(0, 1): sum of 4 uniforms, rescaled (fast, deterministic).
+    float normal() { return (uniform() + uniform() + uniform() + uniform() - 2.0f) * 1.7320508f; }
+};
+
+struct Planned {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    uint64_t bytes;
+    // how to fill
+    enum Fill { kFp8, kFp8Scale, kFp4, kFp4Scale, kBf16Normal, kBf16Norm, kF32Small, kTid2eid } fill;
+    float std = 1.0f;
+};
+
+uint64_t numel(const std::vector<int64_t>& s) {
+    uint64_t n = 1;
+    for (int64_t d : s) n *= static_cast<uint64_t>(d);
+    return n;
+}
+
+bool is_residual_out(const std::string& name) {
+    return name.find("attn.wo_b") != std::string::npos || name.find(".w2.") != std::string::npos;
+}
+
+void fill(std::ofstream& out, const Planned& p, Rng& rng, const ModelConfig& c) {
+    constexpr size_t kChunk = 1 << 20;
+    std::vector<uint8_t> buf;
+    buf.reserve(kChunk);
+    uint64_t remaining = p.bytes, index = 0;
+    auto flush = [&] {
+        out.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
+        buf.clear();
+    };
+    auto put16 = [&](uint16_t v) {
+        buf.push_back(static_cast<uint8_t>(v & 0xFF));
+        buf.push_back(static_cast<uint8_t>(v >> 8));
+    };
+    auto put32 = [&](float f) {
+        uint32_t v;
+        std::memcpy(&v, &f, 4);
+        for (int i = 0; i < 4; ++i) buf.push_back(static_cast<uint8_t>(v >> (8 * i)));
+    };
+    const int64_t K = c.num_experts_per_tok;
+    while (remaining > 0) {
+        switch (p.fill) {
+            case Planned::kFp8: buf.push_back(f32_to_e4m3_satfinite(rng.normal() * 64.0f)); remaining -= 1; break;
+            case Planned::kFp4: {
+                uint8_t lo = f32_to_e2m1(rng.normal() * 2.0f), hi = f32_to_e2m1(rng.normal() * 2.0f);
+                buf.push_back(static_cast<uint8_t>(lo | (hi << 4)));
+                remaining -= 1;
+                break;
+            }
+            case Planned::kFp8Scale:  // e4m3 values ~ N(0, 64^2): scale = std / 64
+            case Planned::kFp4Scale: {  // e2m1 values ~ N(0, 2^2) (saturating at 6): scale = std / 2
+                const float div = p.fill == Planned::kFp8Scale ? 64.0f : 2.0f;
+                buf.push_back(e8m0_from_exponent(static_cast<int>(std::lround(std::log2(p.std / div)))));
+                remaining -= 1;
+                break;
+            }
+            case Planned::kBf16Normal: put16(f32_to_bf16(rng.normal() * p.std)); remaining -= 2; break;
+            case Planned::kBf16Norm: put16(f32_to_bf16(1.0f + 0.1f * rng.normal())); remaining -= 2; break;
+            case Planned::kF32Small: put32(p.std * rng.normal()); remaining -= 4; break;
+            case Planned::kTid2eid: {
+                // Row of K distinct experts.
+                std::vector<int64_t> row;
+                while (static_cast<int64_t>(row.size()) < K) {
+                    int64_t e = static_cast<int64_t>(rng.next() % static_cast<uint64_t>(c.n_routed_experts));
+                    if (std::find(row.begin(), row.end(), e) == row.end()) row.push_back(e);
+                }
+                for (int64_t e : row)
+                    for (int i = 0; i < 8; ++i) buf.push_back(static_cast<uint8_t>(static_cast<uint64_t>(e) >> (8 * i)));
+                remaining -= static_cast<uint64_t>(8 * K);
+                break;
+            }
+        }
+        ++index;
+        if (buf.size() >= kChunk) flush();
+    }
+    flush();
+}
+
+}  // namespace
+
+void write_synthetic_checkpoint(const std::string& dir, const std::string& config_json,
+                                const SyntheticCheckpointOptions& o) {
+    const ModelConfig c = parse_model_config(config_json, dir + "/config.json");
+    std::filesystem::create_directories(dir);
+    {
+        std::ofstream cfg(dir + "/config.json", std::ios::trunc);
+        cfg << config_json;
+        DI_CHECK(cfg.good(), dir, "/config.json: write failed");
+    }
+    const int64_t br = c.quantization.weight_block_rows, bc = c.quantization.weight_block_cols;
+    std::vector<Planned> plan;
+    for (const ExpectedTensor& e : expected_tensors(c, true)) {
+        std::vector<int64_t> shape;
+        for (int i = 0; i < e.shape.ndim(); ++i) shape.push_back(e.shape[i]);
+        const std::string base = e.name.substr(0, e.name.rfind(".weight"));
+        const float damp = is_residual_out(e.name) ? static_cast<float>(o.residual_damping) : 1.0f;
+        const float std = damp / std::sqrt(static_cast<float>(shape.back()));
+        const bool expert = e.kind == WeightKind::kExpertLinear;
+        if ((e.kind == WeightKind::kLinear || expert) && expert && o.fp4_experts) {
+            std::vector<int64_t> packed{shape[0], shape[1] / 2}, scale{shape[0], shape[1] / 32};
+            plan.push_back({e.name, DType::kI8, packed, numel(packed), Planned::kFp4, std});
+            plan.push_back({base + ".scale", DType::kF8E8M0, scale, numel(scale), Planned::kFp4Scale, std});
+        } else if ((e.kind == WeightKind::kLinear || expert) && o.fp8_linears) {
+            std::vector<int64_t> scale{(shape[0] + br - 1) / br, (shape[1] + bc - 1) / bc};
+            plan.push_back({e.name, DType::kF8E4M3, shape, numel(shape), Planned::kFp8, std});
+            plan.push_back({base + ".scale", DType::kF8E8M0, scale, numel(scale), Planned::kFp8Scale, std});
+        } else if (e.kind == WeightKind::kLinear || expert) {
+            plan.push_back({e.name, DType::kBF16, shape, 2 * numel(shape), Planned::kBf16Normal, std});
+        } else if (e.kind == WeightKind::kIndex) {
+            plan.push_back({e.name, DType::kI64, shape, 8 * numel(shape), Planned::kTid2eid});
+        } else if (e.name.find("norm.weight") != std::string::npos) {
+            plan.push_back({e.name, DType::kBF16, shape, 2 * numel(shape), Planned::kBf16Norm});
+        } else if (e.name.find("hc_") != std::string::npos || e.name.find("attn_sink") != std::string::npos ||
+                   e.name.find(".ape") != std::string::npos || e.name.find("gate.bias") != std::string::npos) {
+            // hc_*_fn are matrices: scale them like one; other vectors 0.3 N(0,1).
+            const bool fn = e.name.find("_fn") != std::string::npos;
+            plan.push_back({e.name, DType::kF32, shape, 4 * numel(shape), Planned::kF32Small, fn ? std : 0.3f});
+        } else {
+            plan.push_back({e.name, DType::kBF16, shape, 2 * numel(shape), Planned::kBf16Normal,
+                            e.name == "embed.weight" ? 1.0f : std});
+        }
+    }
+    nlohmann::ordered_json header = nlohmann::ordered_json::object();
+    header["__metadata__"] = {{"format", "pt"}, {"generator", "deepinfer synthetic"},
+                              {"seed", std::to_string(o.seed)}};
+    uint64_t offset = 0;
+    for (const Planned& p : plan) {
+        header[p.name] = {{"dtype", std::string(dtype_safetensors_name(p.dtype))},
+                          {"shape", p.shape},
+                          {"data_offsets", {offset, offset + p.bytes}}};
+        offset += p.bytes;
+    }
+    std::string h = header.dump();
+    while (h.size() % 8) h.push_back(' ');
+    std::ofstream out(dir + "/model.safetensors", std::ios::binary | std::ios::trunc);
+    DI_CHECK(out.good(), dir, "/model.safetensors: cannot open for writing");
+    const uint64_t n = h.size();
+    for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xFF));
+    out.write(h.data(), static_cast<std::streamsize>(h.size()));
+    Rng rng{o.seed};
+    for (const Planned& p : plan) fill(out, p, rng, c);
+    DI_CHECK(out.good(), dir, "/model.safetensors: write failed (disk full?)");
+}
+
+}  // namespace deepinfer

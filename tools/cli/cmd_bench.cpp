@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: Apache-2.0
+// `deepinfer bench`: CPU prefill and decode throughput of a model (a checkpoint directory or a
+// synthetic full-width V4-Flash layer), beside the CPU GEMM throughput measured in the same run.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+
+#include "backends/cpu/linear.h"
+#include "commands.h"
+#include "deepinfer/check.h"
+#include "deepinfer/model.h"
+#include "deepinfer/parallel.h"
+#include "deepinfer/synthetic.h"
+
+namespace deepinfer::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// One full-width V4-Flash layer (spec §1.1 values), vocabulary cut to 1024 so the LM head does not
+// dominate; kind: csa | hca | sliding.
+std::string flash_layer_config(const std::string& kind) {
+    const int ratio = kind == "csa" ? 4 : kind == "hca" ? 128 : 0;
+    DI_CHECK(kind == "csa" || kind == "hca" || kind == "sliding", "--synthetic: unknown layer kind '", kind,
+             "' (expected flash-csa, flash-hca or flash-sliding)");
+    nlohmann::json j = {
+        {"architectures", {"DeepseekV4ForCausalLM"}}, {"model_type", "deepseek_v4"}, {"vocab_size", 1024},
+        {"hidden_size", 4096}, {"moe_intermediate_size", 2048}, {"num_hidden_layers", 1},
+        {"num_attention_heads", 64}, {"num_key_value_heads", 1}, {"head_dim", 512}, {"qk_rope_head_dim", 64},
+        {"q_lora_rank", 1024}, {"o_groups", 8}, {"o_lora_rank", 1024}, {"sliding_window", 128},
+        {"compress_ratios", {ratio, 0}}, {"num_hash_layers", 0}, {"n_routed_experts", 256},
+        {"n_shared_experts", 1}, {"num_experts_per_tok", 6}, {"scoring_func", "sqrtsoftplus"},
+        {"routed_scaling_factor", 1.5}, {"swiglu_limit", 10.0}, {"rms_norm_eps", 1e-6}, {"hc_mult", 4},
+        {"hc_sinkhorn_iters", 20}, {"hc_eps", 1e-6}, {"rope_theta", 10000}, {"compress_rope_theta", 160000},
+        {"rope_scaling", {{"type", "yarn"}, {"factor", 16}, {"original_max_position_embeddings", 65536},
+                          {"beta_fast", 32}, {"beta_slow", 1}}},
+        {"index_n_heads", 64}, {"index_head_dim", 128}, {"index_topk", 512}, {"num_nextn_predict_layers", 0},
+        {"max_position_embeddings", 1048576}, {"expert_dtype", "fp4"},
+        {"quantization_config", {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"weight_block_size", {128, 128}},
+                                 {"scale_fmt", "ue8m0"}, {"activation_scheme", "dynamic"}}}};
+    return j.dump(2);
+}
+
+// f32 GEMM throughput of the CPU linear kernel at [tokens, 4096] x [4096, 4096]ᵀ (GFLOP/s).
+double gemm_gflops(int64_t tokens) {
+    const int64_t K = 4096, N = 4096;
+    std::vector<float> w(size_t(N * K)), x(size_t(tokens * K)), y(size_t(tokens * N));
+    std::mt19937 rng(1);
+    std::normal_distribution<float> nd;
+    for (float& v : w) v = nd(rng);
+    for (float& v : x) v = nd(rng);
+    cpu::LinearWeight lw = cpu::make_linear_weight(TensorView(w.data(), DType::kF32, {N, K}), {}, N, K);
+    auto run = [&] {
+        cpu::linear({.x = TensorView(x.data(), DType::kF32, {tokens, K}), .weight = &lw,
+                     .y = TensorView(y.data(), DType::kF32, {tokens, N})});
+    };
+    run();
+    int iters = 0;
+    auto t0 = Clock::now();
+    while (seconds_since(t0) < 1.0 || iters < 2) {
+        run();
+        ++iters;
+    }
+    return 2.0 * double(tokens) * double(K) * double(N) * iters / seconds_since(t0) / 1e9;
+}
+
+// Multiply-adds per token of the layers' linears (attention, compressors, indexer, routed top-k
+// experts and shared expert, router), from the config.
+double active_flops_per_token(const ModelConfig& c) {
+    const double D = double(c.hidden_size), H = double(c.num_attention_heads), Dh = double(c.head_dim);
+    double total = 0;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        double a = D * c.q_lora_rank + c.q_lora_rank * H * Dh + D * Dh + H * Dh * c.o_lora_rank +
+                   double(c.o_groups * c.o_lora_rank) * D;
+        if (c.layer_types[size_t(l)] == AttentionType::kCsa)
+            a += 2 * D * 2 * Dh + 2 * D * 2 * c.index_head_dim + c.q_lora_rank * double(c.index_n_heads * c.index_head_dim) +
+                 D * c.index_n_heads;
+        if (c.layer_types[size_t(l)] == AttentionType::kHca) a += 2 * D * Dh;
+        const double moe = double(c.num_experts_per_tok + c.n_shared_experts) * 3.0 * D * c.moe_intermediate_size +
+                           D * c.n_routed_experts;
+        total += a + moe;
+    }
+    return 2.0 * total;
+}
+
+}  // namespace
+
+Command register_bench(CLI::App& app) {
+    struct Options {
+        std::string model, synthetic, numerics, dir, output;
+        int64_t prefill = 128, decode = 16;
+        uint64_t seed = 1;
+    };
+    auto o = std::make_shared<Options>();
+    CLI::App* sub = app.add_subcommand("bench", "CPU prefill/decode throughput beside measured GEMM throughput");
+    auto* src = sub->add_option_group("source");
+    src->add_option("--model", o->model, "Checkpoint directory");
+    src->add_option("--synthetic", o->synthetic, "flash-csa | flash-hca | flash-sliding: one full-width V4-Flash layer");
+    src->require_option(1);
+    sub->add_option("--synthetic-dir", o->dir, "Where the synthetic checkpoint is written (reused if present)");
+    sub->add_option("--prefill", o->prefill, "Prompt tokens")->check(CLI::Range(1, 1 << 20));
+    sub->add_option("--decode", o->decode, "Decode steps")->check(CLI::Range(0, 1 << 20));
+    sub->add_option("--numerics", o->numerics, "exact | official");
+    sub->add_option("--output", o->output, "Append the JSON result line to this file");
+    return [sub, o]() -> int {
+        if (!sub->parsed()) return -1;
+        std::string dir = o->model;
+        if (!o->synthetic.empty()) {
+            const std::string kind = o->synthetic.rfind("flash-", 0) == 0 ? o->synthetic.substr(6) : o->synthetic;
+            const std::string config = flash_layer_config(kind);
+            dir = o->dir.empty() ? (std::filesystem::temp_directory_path() / ("deepinfer-bench-" + o->synthetic)).string()
+                                 : o->dir;
+            std::string existing;
+            if (std::ifstream in(dir + "/config.json"); in) existing.assign(std::istreambuf_iterator<char>(in), {});
+            if (existing != config || !std::filesystem::exists(dir + "/model.safetensors")) {
+                std::fprintf(stderr, "writing synthetic checkpoint to %s ...\n", dir.c_str());
+                auto t0 = Clock::now();
+                write_synthetic_checkpoint(dir, config, {.seed = o->seed, .residual_damping = 0.25});
+                std::fprintf(stderr, "  done in %.1f s\n", seconds_since(t0));
+            }
+        }
+        ModelOptions mo;
+        if (!o->numerics.empty()) {
+            mo.numerics_from_checkpoint = false;
+            mo.numerics = parse_numerics(o->numerics);
+        }
+        auto t_load = Clock::now();
+        auto model = Model::load(dir, mo);
+        const double load_s = seconds_since(t_load);
+        const ModelConfig& c = model->config();
+        std::mt19937 rng(static_cast<uint32_t>(o->seed));
+        std::vector<int32_t> ids(static_cast<size_t>(o->prefill));
+        for (int32_t& t : ids) t = static_cast<int32_t>(rng() % uint32_t(c.vocab_size));
+        Sequence seq = model->new_sequence();
+        auto t0 = Clock::now();
+        std::vector<float> logits = model->forward(seq, ids, false);
+        const double prefill_s = seconds_since(t0);
+        t0 = Clock::now();
+        for (int64_t i = 0; i < o->decode; ++i) {
+            int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+            logits = model->forward(seq, std::span<const int32_t>(&next, 1), false);
+        }
+        const double decode_s = seconds_since(t0);
+        const double flops = active_flops_per_token(c);
+        const double g_prefill = gemm_gflops(std::min<int64_t>(o->prefill, 256));
+        const double g_decode = gemm_gflops(1);
+        nlohmann::json r = {
+            {"model", o->synthetic.empty() ? o->model : o->synthetic}, {"numerics", numerics_name(model->numerics())},
+            {"threads", cpu_num_threads()}, {"layers", c.num_hidden_layers}, {"hidden_size", c.hidden_size},
+            {"load_s", load_s}, {"prefill_tokens", o->prefill}, {"prefill_s", prefill_s},
+            {"prefill_tok_s", double(o->prefill) / prefill_s}, {"decode_steps", o->decode}, {"decode_s", decode_s},
+            {"decode_tok_s", o->decode ? double(o->decode) / decode_s : 0.0},
+            {"linear_gflop_per_token", flops / 1e9},
+            {"prefill_gflop_s", flops * double(o->prefill) / prefill_s / 1e9},
+            {"decode_gflop_s", o->decode ? flops * double(o->decode) / decode_s / 1e9 : 0.0},
+            {"cpu_gemm_f32_gflop_s_prefill_shape", g_prefill}, {"cpu_gemm_f32_gflop_s_decode_shape", g_decode},
+            {"state_bytes", seq.state_bytes()}};
+        std::string line = r.dump() + "\n";
+        std::fwrite(line.data(), 1, line.size(), stdout);
+        if (!o->output.empty()) {
+            std::ofstream out(o->output, std::ios::app);
+            out << line;
+        }
+        return 0;
+    };
+}
+
+}  // namespace deepinfer::cli
