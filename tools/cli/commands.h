@@ -23,5 +23,7 @@ Command register_bench(CLI::App& app);
 Command register_tokenize(CLI::App& app);
 // `deepinfer detokenize --tokenizer FILE --input F.jsonl` ({"ids": [...]} in, {"text": ...} out)
 Command register_detokenize(CLI::App& app);
+// `deepinfer render --family v4|v41 --request FILE` ({"prompt": ..., "ids": [...]})
+Command register_render(CLI::App& app);
 
 }  // namespace deepinfer::cli
