@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// `deepinfer render`: a Chat Completions request body -> {"prompt": ..., "ids": [...]} for
-// DeepSeek-V4 (v4) or V4.1 (v41). With --requests F.jsonl it renders one request per line and
-// writes one line each ({"error": ...} for an invalid request), in order.
+// The chat-format commands, for DeepSeek-V4 (v4) and V4.1 (v41):
+//   `deepinfer render`: a Chat Completions request body -> {"prompt": ..., "ids": [...]}; with
+//     --requests F.jsonl one request per line, one output line each ({"error": ...} if invalid).
+//   `deepinfer parse`: generated ids -> the assistant message {content, reasoning_content,
+//     tool_calls, finish_reason} as JSON.
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -12,6 +15,7 @@
 
 #include "commands.h"
 #include "deepinfer/chat.h"
+#include "deepinfer/chat_parser.h"
 #include "deepinfer/check.h"
 #include "deepinfer/tokenizer.h"
 
@@ -97,6 +101,114 @@ Command register_render(CLI::App& app) {
                 print_line(render_one(line, family, tok.get(), copts));
             } catch (const Error& e) {
                 print_line(json{{"error", e.message()}});
+            }
+        }
+        return 0;
+    };
+}
+
+namespace {
+
+std::vector<int32_t> parse_id_list(const std::string& text) {
+    std::vector<int32_t> ids;
+    std::stringstream ss(text);
+    for (std::string item; std::getline(ss, item, ',');) {
+        if (item.find_first_not_of(" \t") == std::string::npos) continue;
+        size_t used = 0;
+        long long v = 0;
+        try {
+            v = std::stoll(item, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        DI_CHECK(used > 0 && item.find_first_not_of(" \t", used) == std::string::npos, "--ids: \"", item,
+                 "\" is not an integer");
+        ids.push_back(static_cast<int32_t>(v));
+    }
+    return ids;
+}
+
+std::optional<BackendFinish> parse_finish(const std::string& name) {
+    if (name.empty()) return std::nullopt;
+    if (name == "stop") return BackendFinish::kStop;
+    if (name == "length") return BackendFinish::kLength;
+    DI_CHECK(name == "content_filter", "unknown finish reason \"", name, "\" (stop, length, content_filter)");
+    return BackendFinish::kContentFilter;
+}
+
+}  // namespace
+
+Command register_parse(CLI::App& app) {
+    struct ParseCliOptions : ChatCliOptions {
+        std::string ids;
+        std::string inputs;
+        std::string thinking = "on";
+        std::string finish;
+        std::string response_id = "deepinfer";
+        bool no_tools = false;
+    };
+    auto o = std::make_shared<ParseCliOptions>();
+    CLI::App* sub = app.add_subcommand(
+        "parse", "Parse generated ids into the assistant message (content, reasoning_content, tool_calls, "
+                 "finish_reason); the end-of-sentence id ends the output");
+    add_family_and_tokenizer(sub, *o);
+    auto* ids_opt = sub->add_option("--ids", o->ids, "Generated token ids, comma-separated");
+    auto* inputs_opt = sub->add_option("--inputs", o->inputs,
+                                       "JSONL, one {\"ids\": [...], \"request\": {...}, \"finish\": ...} per line");
+    ids_opt->excludes(inputs_opt);
+    sub->add_option("--request", o->request,
+                    "The request the ids answer (sets thinking, tools, tool_choice, response_format, stop)");
+    sub->add_option("--thinking", o->thinking, "Without a request: did the prompt end with <think>?")
+        ->check(CLI::IsMember({"on", "off"}))
+        ->capture_default_str();
+    sub->add_flag("--no-tools", o->no_tools, "Without a request: do not parse DSML tool calls");
+    sub->add_option("--finish", o->finish,
+                    "Why generation ended: stop, length or content_filter (default: stop if the "
+                    "end-of-sentence id is present, else length)")
+        ->check(CLI::IsMember({"stop", "length", "content_filter"}));
+    sub->add_option("--response-id", o->response_id, "Response id the tool-call ids derive from")
+        ->capture_default_str();
+    return [sub, o]() -> int {
+        if (!sub->parsed()) return -1;
+        DI_CHECK(!o->ids.empty() || !o->inputs.empty(), "parse needs --ids 1,2,3 or --inputs F.jsonl");
+        parse_chat_family(o->family);  // validates; both DSML spellings are parsed either way
+        const Tokenizer tok = Tokenizer::from_file(o->tokenizer);
+        ChatParseOptions defaults;
+        defaults.start = o->thinking == "on" ? OutputStart::kReasoning : OutputStart::kContent;
+        defaults.parse_tool_calls = !o->no_tools;
+        defaults.response_id = o->response_id;
+        auto options_for = [&](const std::string& request_body) {
+            if (request_body.empty()) return defaults;
+            ChatParseOptions p = parse_options_for(parse_chat_request(request_body));
+            p.response_id = o->response_id;
+            return p;
+        };
+        auto write = [](const std::string& s) {
+            const std::string line = s + "\n";
+            std::fwrite(line.data(), 1, line.size(), stdout);
+        };
+        if (!o->ids.empty()) {
+            const auto popts = options_for(o->request.empty() ? std::string() : read_file(o->request));
+            write(parse_chat_output_ids(parse_id_list(o->ids), tok, popts, parse_finish(o->finish)).to_json());
+            return 0;
+        }
+        std::ifstream in(o->inputs, std::ios::binary);
+        DI_CHECK(in.good(), "cannot open ", o->inputs);
+        size_t line_no = 0;
+        for (std::string line; std::getline(in, line);) {
+            ++line_no;
+            try {
+                const nlohmann::json j = nlohmann::json::parse(line);
+                DI_CHECK(j.is_object() && j.contains("ids") && j["ids"].is_array(), "expected {\"ids\": [...]}");
+                const std::vector<int32_t> ids = j["ids"].get<std::vector<int32_t>>();
+                const std::string body = j.contains("request") ? j["request"].dump() : std::string();
+                const std::string finish = j.contains("finish") ? j["finish"].get<std::string>() : o->finish;
+                write(parse_chat_output_ids(ids, tok, options_for(body), parse_finish(finish)).to_json());
+            } catch (const std::exception& e) {
+                const Error* err = dynamic_cast<const Error*>(&e);
+                write(json{{"error", o->inputs + ":" + std::to_string(line_no) + ": " +
+                                         (err != nullptr ? err->message() : std::string(e.what()))}}
+                          .dump(-1, ' ', false, json::error_handler_t::replace));
             }
         }
         return 0;

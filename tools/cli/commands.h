@@ -25,5 +25,7 @@ Command register_tokenize(CLI::App& app);
 Command register_detokenize(CLI::App& app);
 // `deepinfer render --family v4|v41 --request FILE` ({"prompt": ..., "ids": [...]})
 Command register_render(CLI::App& app);
+// `deepinfer parse --family v4|v41 --ids 1,2,3` (the assistant message as JSON)
+Command register_parse(CLI::App& app);
 
 }  // namespace deepinfer::cli

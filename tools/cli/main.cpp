@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
     commands.push_back(deepinfer::cli::register_tokenize(app));
     commands.push_back(deepinfer::cli::register_detokenize(app));
     commands.push_back(deepinfer::cli::register_render(app));
+    commands.push_back(deepinfer::cli::register_parse(app));
     commands.push_back(deepinfer::cli::register_logits(app));
     commands.push_back(deepinfer::cli::register_generate(app));
     commands.push_back(deepinfer::cli::register_bench(app));
