@@ -45,6 +45,13 @@ private:
     std::unique_ptr<SequenceState> state_;
 };
 
+// One sequence's part of a batched forward: `tokens` continue `sequence` at its next position.
+struct SequenceChunk {
+    Sequence* sequence = nullptr;
+    std::span<const int32_t> tokens;
+    bool all_logits = false;  // logits for every token, else for the last one only
+};
+
 class Model {
 public:
     static std::unique_ptr<Model> load(const std::string& checkpoint_dir, const ModelOptions& options = {});
@@ -57,6 +64,11 @@ public:
     // [tokens.size(), vocab_size] row-major when `all_logits`, else the last row only [1, vocab_size].
     virtual std::vector<float> forward(Sequence& sequence, std::span<const int32_t> tokens,
                                        bool all_logits) const = 0;
+    // Several sequences in one pass (linears and MoE run over all rows together). Each chunk's logits
+    // are bit-identical to running it alone: every kernel's reduction order is independent of the
+    // batch. Returns one logits block per chunk ([rows, vocab_size], rows = tokens or 1). The sequences
+    // must be distinct.
+    virtual std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const = 0;
 };
 
 }  // namespace deepinfer

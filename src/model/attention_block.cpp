@@ -58,15 +58,18 @@ void attention_block(const BlockContext& ctx, const AttentionBlockParams& p) {
     const ModelConfig& c = ctx.config;
     const LayerWeights& lw = *p.layer;
     const AttentionWeights& w = lw.attn;
-    LayerState& st = *p.state;
-    const int64_t S = p.num_tokens, H = c.num_attention_heads, Dh = c.head_dim;
-    const int64_t W = c.sliding_window, P0 = p.first_position, QL = c.q_lora_rank;
+    const int64_t S = p.num_tokens, H = c.num_attention_heads, Dh = c.head_dim, D = c.hidden_size;
+    const int64_t W = c.sliding_window, QL = c.q_lora_rank;
     const float eps = static_cast<float>(c.rms_norm_eps);
     const bool compressed = lw.attention_type != AttentionType::kSliding;
     const cpu::RopeTable& rope = compressed ? ctx.rope_compress : ctx.rope_main;
     const int64_t R = rope.rope_dim();
+    // Position of every row (rows of a segment are consecutive positions of one sequence).
+    std::vector<int64_t> position(static_cast<size_t>(S));
+    for (const Segment& seg : p.segments)
+        for (int64_t r = 0; r < seg.num_rows; ++r) position[size_t(seg.row_begin + r)] = seg.first_position + r;
 
-    // ---- Q path: qr = q_norm(wq_a a); q = head_norm(wq_b qr); RoPE ----
+    // ---- Q path (all rows): qr = q_norm(wq_a a); q = head_norm(wq_b qr); RoPE ----
     std::vector<float> qr(static_cast<size_t>(S * QL)), q(static_cast<size_t>(S * H * Dh));
     project(ctx, w.wq_a, p.a, S, qr.data());
     for (int64_t t = 0; t < S; ++t) {
@@ -74,116 +77,132 @@ void attention_block(const BlockContext& ctx, const AttentionBlockParams& p) {
         if (ctx.official()) cpu::round_bf16_inplace(qr.data() + t * QL, QL);
     }
     project(ctx, w.wq_b, qr.data(), S, q.data());
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (S * H * Dh > (1 << 16))
     for (int64_t i = 0; i < S * H; ++i) {
         float* qh = q.data() + i * Dh;
         head_rms_norm(ctx, qh, Dh);
-        rope.apply(qh, Dh, P0 + i / H);
+        rope.apply(qh, Dh, position[size_t(i / H)]);
         if (ctx.official()) cpu::round_bf16_inplace(qh + Dh - R, R);
     }
 
-    // ---- KV path: kv = kv_norm(wkv a); RoPE; FP8 simulation of the nope dims (official) ----
+    // ---- KV path (all rows): kv = kv_norm(wkv a); RoPE; FP8 simulation of the nope dims (official) ----
     std::vector<float> kv(static_cast<size_t>(S * Dh));
     project(ctx, w.wkv, p.a, S, kv.data());
     for (int64_t t = 0; t < S; ++t) {
         float* row = kv.data() + t * Dh;
         cpu::rms_norm(row, w.kv_norm.ptr(), eps, Dh, row);
         if (ctx.official()) cpu::round_bf16_inplace(row, Dh);
-        rope.apply(row, Dh, P0 + t);
+        rope.apply(row, Dh, position[size_t(t)]);
         if (ctx.official()) {
             cpu::round_bf16_inplace(row + Dh - R, R);
             fp8_simulate_nope(row, Dh - R);
         }
     }
 
-    // ---- Compressors: emit every entry completed inside this chunk ----
-    std::vector<std::vector<int32_t>> selected(static_cast<size_t>(S));  // CSA picks per query
-    if (compressed) {
-        compressor_update(ctx, {.weights = &*w.compressor, .state = &st.compressor, .a = p.a, .num_tokens = S,
-                                .first_position = P0, .qat = CompressorQat::kFp8Kv});
-    }
+    // ---- Indexer queries and head weights (all rows) ----
+    const int64_t IH = c.index_n_heads, ID = c.index_head_dim;
+    std::vector<float> qi, hw;
     if (w.indexer) {
-        const IndexerWeights& ix = *w.indexer;
-        compressor_update(ctx, {.weights = &ix.compressor, .state = &st.indexer, .a = p.a, .num_tokens = S,
-                                .first_position = P0, .qat = CompressorQat::kHadamardFp4});
-        const int64_t IH = c.index_n_heads, ID = c.index_head_dim;
-        std::vector<float> qi(static_cast<size_t>(S * IH * ID)), hw(static_cast<size_t>(S * IH));
-        project(ctx, ix.wq_b, qr.data(), S, qi.data());
-        project(ctx, ix.weights_proj, p.a, S, hw.data());
-        const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(ID));
-        const float weights_scale = 1.0f / std::sqrt(static_cast<float>(IH));
-        const int64_t m = lw.compress_ratio;
-        const float* keys = st.indexer.entries.data();
-#pragma omp parallel for schedule(dynamic)
-        for (int64_t t = 0; t < S; ++t) {
-            const int64_t pos = P0 + t;
-            for (int64_t h = 0; h < IH; ++h) {
-                float* qh = qi.data() + (t * IH + h) * ID;
-                ctx.rope_compress.apply(qh, ID, pos);
-                if (ctx.official()) hadamard_fp4_simulate(qh, ID);
-            }
-            const int64_t visible = std::min(st.indexer.num_entries, (pos + 1) / m);
-            std::vector<float> score(static_cast<size_t>(visible), 0.0f);
-            for (int64_t i = 0; i < visible; ++i) {
-                float s = 0;
-                for (int64_t h = 0; h < IH; ++h) {
-                    float dp = cpu::dot(qi.data() + (t * IH + h) * ID, keys + i * ID, ID);
-                    if (ctx.official()) {
-                        // bf16 einsum result, bf16 ReLU * weight, bf16 head sum.
-                        const float wgt = cpu::round_bf16(hw[size_t(t * IH + h)] * softmax_scale * weights_scale);
-                        s = cpu::round_bf16(s + cpu::round_bf16(std::max(cpu::round_bf16(dp), 0.0f) * wgt));
-                    } else {
-                        s += (std::max(dp, 0.0f) * softmax_scale) * (hw[size_t(t * IH + h)] * weights_scale);
-                    }
-                }
-                score[size_t(i)] = s;
-            }
-            selected[size_t(t)] = topk_lowest_index(score.data(), visible, c.index_topk);
+        qi.resize(static_cast<size_t>(S * IH * ID));
+        hw.resize(static_cast<size_t>(S * IH));
+        project(ctx, w.indexer->wq_b, qr.data(), S, qi.data());
+        project(ctx, w.indexer->weights_proj, p.a, S, hw.data());
+#pragma omp parallel for schedule(static) if (S * IH * ID > (1 << 16))
+        for (int64_t i = 0; i < S * IH; ++i) {
+            float* qh = qi.data() + i * ID;
+            ctx.rope_compress.apply(qh, ID, position[size_t(i / IH)]);
+            if (ctx.official()) hadamard_fp4_simulate(qh, ID);
         }
     }
 
-    // ---- Sparse attention with sink over window + compressed candidates ----
     std::vector<float> o(static_cast<size_t>(S * H * Dh));
-    const float scale = 1.0f / std::sqrt(static_cast<float>(Dh));
-#pragma omp parallel for schedule(dynamic)
-    for (int64_t t = 0; t < S; ++t) {
-        const int64_t pos = P0 + t;
-        std::vector<const float*> cand;
-        for (int64_t q_pos = std::max<int64_t>(0, pos - W + 1); q_pos <= pos; ++q_pos)
-            cand.push_back(q_pos >= P0 ? kv.data() + (q_pos - P0) * Dh : st.window.data() + (q_pos % W) * Dh);
-        if (lw.attention_type == AttentionType::kHca) {
-            const int64_t visible = std::min(st.compressor.num_entries, (pos + 1) / lw.compress_ratio);
-            for (int64_t i = 0; i < visible; ++i) cand.push_back(st.compressor.entries.data() + i * Dh);
-        } else if (lw.attention_type == AttentionType::kCsa) {
-            for (int32_t i : selected[size_t(t)]) cand.push_back(st.compressor.entries.data() + int64_t(i) * Dh);
+    for (const Segment& seg : p.segments) {
+        LayerState& st = *seg.state;
+        const int64_t P0 = seg.first_position, n = seg.num_rows, r0 = seg.row_begin;
+        const float* a_seg = p.a + r0 * D;
+        // ---- Compressors: emit every entry completed inside this segment ----
+        if (compressed) {
+            compressor_update(ctx, {.weights = &*w.compressor, .state = &st.compressor, .a = a_seg, .num_tokens = n,
+                                    .first_position = P0, .qat = CompressorQat::kFp8Kv});
         }
-        std::vector<float> sc(cand.size());
-        for (int64_t h = 0; h < H; ++h) {
-            const float* qh = q.data() + (t * H + h) * Dh;
-            float mx = -std::numeric_limits<float>::infinity();
-            for (size_t j = 0; j < cand.size(); ++j) {
-                sc[j] = cpu::dot(qh, cand[j], Dh) * scale;
-                mx = std::max(mx, sc[j]);
+        std::vector<std::vector<int32_t>> selected(static_cast<size_t>(n));  // CSA picks per query
+        if (w.indexer) {
+            compressor_update(ctx, {.weights = &w.indexer->compressor, .state = &st.indexer, .a = a_seg,
+                                    .num_tokens = n, .first_position = P0, .qat = CompressorQat::kHadamardFp4});
+            const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(ID));
+            const float weights_scale = 1.0f / std::sqrt(static_cast<float>(IH));
+            const int64_t m = lw.compress_ratio;
+            const float* keys = st.indexer.entries.data();
+#pragma omp parallel for schedule(dynamic) if (n * st.indexer.num_entries * IH * ID > (1 << 18))
+            for (int64_t t = 0; t < n; ++t) {
+                const int64_t pos = P0 + t, row = r0 + t;
+                const int64_t visible = std::min(st.indexer.num_entries, (pos + 1) / m);
+                std::vector<float> score(static_cast<size_t>(visible), 0.0f);
+                for (int64_t i = 0; i < visible; ++i) {
+                    float s = 0;
+                    for (int64_t h = 0; h < IH; ++h) {
+                        const float dp = cpu::dot(qi.data() + (row * IH + h) * ID, keys + i * ID, ID);
+                        if (ctx.official()) {
+                            // bf16 einsum result, bf16 ReLU * weight, bf16 head sum.
+                            const float wgt = cpu::round_bf16(hw[size_t(row * IH + h)] * softmax_scale * weights_scale);
+                            s = cpu::round_bf16(s + cpu::round_bf16(std::max(cpu::round_bf16(dp), 0.0f) * wgt));
+                        } else {
+                            s += (std::max(dp, 0.0f) * softmax_scale) * (hw[size_t(row * IH + h)] * weights_scale);
+                        }
+                    }
+                    score[size_t(i)] = s;
+                }
+                selected[size_t(t)] = topk_lowest_index(score.data(), visible, c.index_topk);
             }
-            const float sink = w.sink.ptr()[h];
-            float den = std::exp(sink - mx);
-            for (size_t j = 0; j < cand.size(); ++j) den += (sc[j] = std::exp(sc[j] - mx));
-            float* oh = o.data() + (t * H + h) * Dh;
-            std::fill(oh, oh + Dh, 0.0f);
-            for (size_t j = 0; j < cand.size(); ++j) {
-                // Official: probabilities rounded to bf16 before P·V; the denominator keeps fp32.
-                const float pj = ctx.official() ? cpu::round_bf16(sc[j]) : sc[j];
-                const float* v = cand[j];
-                for (int64_t d = 0; d < Dh; ++d) oh[d] += pj * v[d];
-            }
-            for (int64_t d = 0; d < Dh; ++d) oh[d] /= den;
-            if (ctx.official()) cpu::round_bf16_inplace(oh, Dh);
-            rope.apply(oh, Dh, pos, /*inverse=*/true);
-            if (ctx.official()) cpu::round_bf16_inplace(oh + Dh - R, R);
         }
+
+        // ---- Sparse attention with sink over window + compressed candidates ----
+        const float scale = 1.0f / std::sqrt(static_cast<float>(Dh));
+        const float* kv_seg = kv.data() + r0 * Dh;
+#pragma omp parallel for schedule(dynamic) if (n * H * Dh * (W + st.compressor.num_entries) > (1 << 18))
+        for (int64_t t = 0; t < n; ++t) {
+            const int64_t pos = P0 + t, row = r0 + t;
+            std::vector<const float*> cand;
+            for (int64_t q_pos = std::max<int64_t>(0, pos - W + 1); q_pos <= pos; ++q_pos)
+                cand.push_back(q_pos >= P0 ? kv_seg + (q_pos - P0) * Dh : st.window.data() + (q_pos % W) * Dh);
+            if (lw.attention_type == AttentionType::kHca) {
+                const int64_t visible = std::min(st.compressor.num_entries, (pos + 1) / lw.compress_ratio);
+                for (int64_t i = 0; i < visible; ++i) cand.push_back(st.compressor.entries.data() + i * Dh);
+            } else if (lw.attention_type == AttentionType::kCsa) {
+                for (int32_t i : selected[size_t(t)]) cand.push_back(st.compressor.entries.data() + int64_t(i) * Dh);
+            }
+            std::vector<float> sc(cand.size());
+            for (int64_t h = 0; h < H; ++h) {
+                const float* qh = q.data() + (row * H + h) * Dh;
+                float mx = -std::numeric_limits<float>::infinity();
+                for (size_t j = 0; j < cand.size(); ++j) {
+                    sc[j] = cpu::dot(qh, cand[j], Dh) * scale;
+                    mx = std::max(mx, sc[j]);
+                }
+                const float sink = w.sink.ptr()[h];
+                float den = std::exp(sink - mx);
+                for (size_t j = 0; j < cand.size(); ++j) den += (sc[j] = std::exp(sc[j] - mx));
+                float* oh = o.data() + (row * H + h) * Dh;
+                std::fill(oh, oh + Dh, 0.0f);
+                for (size_t j = 0; j < cand.size(); ++j) {
+                    // Official: probabilities rounded to bf16 before P·V; the denominator keeps fp32.
+                    const float pj = ctx.official() ? cpu::round_bf16(sc[j]) : sc[j];
+                    const float* v = cand[j];
+                    for (int64_t d = 0; d < Dh; ++d) oh[d] += pj * v[d];
+                }
+                for (int64_t d = 0; d < Dh; ++d) oh[d] /= den;
+                if (ctx.official()) cpu::round_bf16_inplace(oh, Dh);
+                rope.apply(oh, Dh, pos, /*inverse=*/true);
+                if (ctx.official()) cpu::round_bf16_inplace(oh + Dh - R, R);
+            }
+        }
+
+        // ---- Sliding window ring: keep the last W positions ----
+        for (int64_t t = std::max<int64_t>(0, n - W); t < n; ++t)
+            std::copy_n(kv_seg + t * Dh, Dh, st.window.begin() + ((P0 + t) % W) * Dh);
     }
 
-    // ---- Grouped output projection: wo_a per group on the flattened heads, then wo_b ----
+    // ---- Grouped output projection (all rows): wo_a per group on the flattened heads, then wo_b ----
     const int64_t G = c.o_groups, OL = c.o_lora_rank, GW = H * Dh / G;
     std::vector<float> grp(static_cast<size_t>(S * GW)), u(static_cast<size_t>(S * G * OL)),
         ug(static_cast<size_t>(S * OL));
@@ -196,10 +215,6 @@ void attention_block(const BlockContext& ctx, const AttentionBlockParams& p) {
         for (int64_t t = 0; t < S; ++t) std::copy_n(ug.begin() + t * OL, OL, u.begin() + t * G * OL + g * OL);
     }
     project(ctx, w.wo_b, u.data(), S, p.out);
-
-    // ---- Sliding window ring: keep the last W positions ----
-    for (int64_t t = std::max<int64_t>(0, S - W); t < S; ++t)
-        std::copy_n(kv.begin() + t * Dh, Dh, st.window.begin() + ((P0 + t) % W) * Dh);
 }
 
 }  // namespace deepinfer

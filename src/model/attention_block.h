@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "model/block_context.h"
 #include "model/state.h"
@@ -12,12 +14,19 @@
 
 namespace deepinfer {
 
+// A run of consecutive rows of the batch that belong to one sequence.
+struct Segment {
+    LayerState* state = nullptr;  // this layer's state of the sequence
+    int64_t row_begin = 0;        // first row in the batch
+    int64_t num_rows = 0;
+    int64_t first_position = 0;   // position of the first row in its sequence
+};
+
 struct AttentionBlockParams {
     const LayerWeights* layer = nullptr;
-    LayerState* state = nullptr;
-    const float* a = nullptr;  // [num_tokens, D] input after attn_norm
+    std::span<const Segment> segments;  // in row order, covering every row
+    const float* a = nullptr;           // [num_tokens, D] input after attn_norm (all segments)
     int64_t num_tokens = 0;
-    int64_t first_position = 0;
     float* out = nullptr;  // [num_tokens, D]
 };
 void attention_block(const BlockContext& ctx, const AttentionBlockParams& p);

@@ -51,8 +51,8 @@ Sequence CpuModel::new_sequence() const {
         make_sequence_state(config_, static_cast<int64_t>(weights_.mtp.size()))));
 }
 
-void CpuModel::run_layer(const LayerWeights& lw, LayerState& st, std::vector<float>& x,
-                         std::span<const int32_t> tokens, int64_t P0) const {
+void CpuModel::run_layer(const LayerWeights& lw, std::span<const Segment> segments, std::vector<float>& x,
+                         std::span<const int32_t> tokens) const {
     const BlockContext ctx = context();
     const int64_t S = static_cast<int64_t>(tokens.size()), D = config_.hidden_size, hc = config_.hc_mult;
     const float eps = static_cast<float>(config_.rms_norm_eps);
@@ -78,8 +78,7 @@ void CpuModel::run_layer(const LayerWeights& lw, LayerState& st, std::vector<flo
     };
     pre(lw.hc_attn);
     norm(lw.attn_norm);
-    attention_block(ctx, {.layer = &lw, .state = &st, .a = a.data(), .num_tokens = S, .first_position = P0,
-                          .out = out.data()});
+    attention_block(ctx, {.layer = &lw, .segments = segments, .a = a.data(), .num_tokens = S, .out = out.data()});
     post_mix();
     pre(lw.hc_ffn);
     norm(lw.ffn_norm);
@@ -89,23 +88,43 @@ void CpuModel::run_layer(const LayerWeights& lw, LayerState& st, std::vector<flo
 }
 
 std::vector<float> CpuModel::forward_streams(SequenceState& st, std::span<const int32_t> tokens) const {
-    const int64_t S = static_cast<int64_t>(tokens.size()), D = config_.hidden_size, hc = config_.hc_mult;
-    DI_CHECK(S > 0, "forward: no tokens");
-    const int64_t P0 = st.num_tokens;
-    DI_CHECK(P0 + S <= config_.max_position_embeddings, "sequence of ", P0 + S, " tokens exceeds max_position_embeddings ",
-             config_.max_position_embeddings);
+    SequenceState* states[] = {&st};
+    std::span<const int32_t> toks[] = {tokens};
+    return forward_streams_batch(states, toks);
+}
+
+std::vector<float> CpuModel::forward_streams_batch(std::span<SequenceState* const> states,
+                                                   std::span<const std::span<const int32_t>> tokens) const {
+    DI_ICHECK(states.size() == tokens.size());
+    const int64_t D = config_.hidden_size, hc = config_.hc_mult;
+    std::vector<int32_t> all;
+    std::vector<Segment> segments;
+    for (size_t i = 0; i < states.size(); ++i) {
+        const int64_t n = static_cast<int64_t>(tokens[i].size());
+        DI_CHECK(n > 0, "forward: chunk ", i, " has no tokens");
+        const int64_t P0 = states[i]->num_tokens;
+        DI_CHECK(P0 + n <= config_.max_position_embeddings, "sequence of ", P0 + n,
+                 " tokens exceeds max_position_embeddings ", config_.max_position_embeddings);
+        for (size_t j = 0; j < i; ++j) DI_CHECK(states[j] != states[i], "forward: a sequence appears twice in a batch");
+        segments.push_back({nullptr, static_cast<int64_t>(all.size()), n, P0});
+        all.insert(all.end(), tokens[i].begin(), tokens[i].end());
+    }
+    const int64_t S = static_cast<int64_t>(all.size());
     std::vector<float> x(static_cast<size_t>(S * hc * D));
     std::vector<float> row(static_cast<size_t>(D));
     for (int64_t t = 0; t < S; ++t) {
-        const int32_t tok = tokens[size_t(t)];
+        const int32_t tok = all[size_t(t)];
         DI_CHECK(tok >= 0 && tok < config_.vocab_size, "token id ", tok, " at index ", t, " is outside [0, ",
                  config_.vocab_size, ")");
         cpu::dequantize_rows(weights_.embed, tok, tok + 1, row.data());
         if (numerics_ == Numerics::kOfficial) cpu::round_bf16_inplace(row.data(), D);
         for (int64_t j = 0; j < hc; ++j) std::copy(row.begin(), row.end(), x.begin() + (t * hc + j) * D);
     }
-    for (size_t l = 0; l < weights_.layers.size(); ++l) run_layer(weights_.layers[l], st.layers[l], x, tokens, P0);
-    st.num_tokens += S;
+    for (size_t l = 0; l < weights_.layers.size(); ++l) {
+        for (size_t i = 0; i < states.size(); ++i) segments[i].state = &states[i]->layers[l];
+        run_layer(weights_.layers[l], segments, x, all);
+    }
+    for (size_t i = 0; i < states.size(); ++i) states[i]->num_tokens += static_cast<int64_t>(tokens[i].size());
     return x;
 }
 
@@ -128,10 +147,41 @@ std::vector<float> CpuModel::logits_from_streams(const float* streams, int64_t r
 }
 
 std::vector<float> CpuModel::forward(Sequence& seq, std::span<const int32_t> tokens, bool all_logits) const {
-    std::vector<float> x = forward_streams(seq.state(), tokens);
-    const int64_t S = static_cast<int64_t>(tokens.size()), row = config_.hc_mult * config_.hidden_size;
-    if (all_logits) return logits_from_streams(x.data(), S, weights_.hc_head, weights_.norm);
-    return logits_from_streams(x.data() + (S - 1) * row, 1, weights_.hc_head, weights_.norm);
+    SequenceChunk chunk{&seq, tokens, all_logits};
+    return std::move(forward_batch(std::span<const SequenceChunk>(&chunk, 1))[0]);
+}
+
+std::vector<std::vector<float>> CpuModel::forward_batch(std::span<const SequenceChunk> chunks) const {
+    std::vector<SequenceState*> states;
+    std::vector<std::span<const int32_t>> tokens;
+    for (const SequenceChunk& c : chunks) {
+        DI_CHECK(c.sequence != nullptr, "forward_batch: chunk without a sequence");
+        states.push_back(&c.sequence->state());
+        tokens.push_back(c.tokens);
+    }
+    std::vector<float> x = forward_streams_batch(states, tokens);
+    const int64_t row = config_.hc_mult * config_.hidden_size;
+    // Rows whose logits are wanted, gathered so the LM head runs once for the whole batch.
+    std::vector<float> picked;
+    std::vector<int64_t> counts;
+    int64_t offset = 0;
+    for (const SequenceChunk& c : chunks) {
+        const int64_t n = static_cast<int64_t>(c.tokens.size());
+        const int64_t first = c.all_logits ? offset : offset + n - 1;
+        picked.insert(picked.end(), x.begin() + first * row, x.begin() + (offset + n) * row);
+        counts.push_back(c.all_logits ? n : 1);
+        offset += n;
+    }
+    const int64_t rows = static_cast<int64_t>(picked.size()) / row;
+    std::vector<float> logits = logits_from_streams(picked.data(), rows, weights_.hc_head, weights_.norm);
+    std::vector<std::vector<float>> out;
+    const int64_t V = config_.vocab_size;
+    int64_t r = 0;
+    for (int64_t n : counts) {
+        out.emplace_back(logits.begin() + r * V, logits.begin() + (r + n) * V);
+        r += n;
+    }
+    return out;
 }
 
 std::vector<float> CpuModel::forward_mtp(SequenceState& st, int64_t index, const float* streams,
@@ -172,7 +222,8 @@ std::vector<float> CpuModel::forward_mtp(SequenceState& st, int64_t index, const
                 x[size_t((t * hc + j) * D + d)] = off ? cpu::round_bf16(v) : v;
             }
     (void)ctx;
-    run_layer(mw.block, st.mtp_layers[size_t(index)], x, next_tokens, P0);
+    const Segment seg{&st.mtp_layers[size_t(index)], 0, S, P0};
+    run_layer(mw.block, std::span<const Segment>(&seg, 1), x, next_tokens);
     return logits_from_streams(x.data(), S, mw.hc_head, mw.norm);
 }
 

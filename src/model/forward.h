@@ -9,6 +9,7 @@
 #include "backends/cpu/primitives.h"
 #include "deepinfer/checkpoint.h"
 #include "deepinfer/model.h"
+#include "model/attention_block.h"
 #include "model/block_context.h"
 #include "model/state.h"
 #include "model/weights.h"
@@ -23,9 +24,13 @@ public:
     Numerics numerics() const override { return numerics_; }
     Sequence new_sequence() const override;
     std::vector<float> forward(Sequence& sequence, std::span<const int32_t> tokens, bool all_logits) const override;
+    std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const override;
 
     // Runs the layers and returns the final HC streams [num_tokens, hc, D] (before the HC head).
     std::vector<float> forward_streams(SequenceState& state, std::span<const int32_t> tokens) const;
+    // Same over several sequences; rows in chunk order; advances every state.
+    std::vector<float> forward_streams_batch(std::span<SequenceState* const> states,
+                                             std::span<const std::span<const int32_t>> tokens) const;
     // Logits [rows, vocab] from final streams [rows, hc, D] through `hc` head, `norm` and the LM head.
     std::vector<float> logits_from_streams(const float* streams, int64_t rows, const HcWeights& hc,
                                            const Vec& norm) const;
@@ -37,9 +42,10 @@ public:
     BlockContext context() const { return {config_, numerics_, rope_main_, rope_compress_}; }
 
 private:
-    // One layer (attention + MoE with their HC) on streams x [S, hc, D], in place.
-    void run_layer(const LayerWeights& lw, LayerState& st, std::vector<float>& x, std::span<const int32_t> tokens,
-                   int64_t first_position) const;
+    // One layer (attention + MoE with their HC) on streams x [S, hc, D], in place; `segments` say which
+    // rows belong to which sequence (and that sequence's state of this layer).
+    void run_layer(const LayerWeights& lw, std::span<const Segment> segments, std::vector<float>& x,
+                   std::span<const int32_t> tokens) const;
 
     std::unique_ptr<Checkpoint> checkpoint_;
     ModelConfig config_;

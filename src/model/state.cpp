@@ -47,3 +47,20 @@ size_t SequenceState::bytes() const {
 }
 
 }  // namespace deepinfer
+
+namespace deepinfer {
+uint64_t estimate_state_bytes(const ModelConfig& c, int64_t n) {
+    uint64_t total = 0;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        total += uint64_t(c.sliding_window * c.head_dim) * 4;
+        const int64_t m = c.compress_ratio(l);
+        if (m == 0) continue;
+        const bool csa = c.layer_types[size_t(l)] == AttentionType::kCsa;
+        const int64_t width = csa ? 2 * c.head_dim : c.head_dim;
+        total += uint64_t(2 * m * width + (csa ? 2 * m * c.head_dim : 0)) * 4;  // open rows + previous halves
+        total += uint64_t(n / m * c.head_dim) * 4;
+        if (csa) total += uint64_t(2 * m * 2 * c.index_head_dim + 2 * m * c.index_head_dim + n / m * c.index_head_dim) * 4;
+    }
+    return total;
+}
+}  // namespace deepinfer

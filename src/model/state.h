@@ -45,3 +45,8 @@ struct SequenceState {
 SequenceState make_sequence_state(const ModelConfig& config, int64_t num_mtp_layers);
 
 }  // namespace deepinfer
+
+namespace deepinfer {
+// Bytes of the state of a sequence of `num_tokens` tokens (for admission before it exists).
+uint64_t estimate_state_bytes(const ModelConfig& config, int64_t num_tokens);
+}  // namespace deepinfer

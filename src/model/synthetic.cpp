@@ -32,6 +32,28 @@ struct Rng {
     float normal() { return (uniform() + uniform() + uniform() + uniform() - 2.0f) * 1.7320508f; }
 };
 
+// Codes whose values follow N(0, sd²) approximately: code[u] = format(sd · Φ⁻¹((u + 0.5) / 256)).
+// One random byte then picks one code (a table lookup instead of per-value float work: a
+// full-width layer has billions of values).
+struct CodeTables {
+    uint8_t e4m3[256];
+    uint8_t e2m1[256];
+    CodeTables() {
+        for (int u = 0; u < 256; ++u) {
+            // Inverse normal CDF by bisection on erf (build time only).
+            const double p = (u + 0.5) / 256.0;
+            double lo = -8, hi = 8;
+            for (int it = 0; it < 60; ++it) {
+                const double mid = 0.5 * (lo + hi);
+                (0.5 * std::erfc(-mid / std::sqrt(2.0)) < p ? lo : hi) = mid;
+            }
+            const float z = static_cast<float>(0.5 * (lo + hi));
+            e4m3[u] = f32_to_e4m3_satfinite(z * 64.0f);
+            e2m1[u] = f32_to_e2m1(z * 2.0f);
+        }
+    }
+};
+
 struct Planned {
     std::string name;
     DType dtype;
@@ -52,11 +74,11 @@ bool is_residual_out(const std::string& name) {
     return name.find("attn.wo_b") != std::string::npos || name.find(".w2.") != std::string::npos;
 }
 
-void fill(std::ofstream& out, const Planned& p, Rng& rng, const ModelConfig& c) {
+void fill(std::ofstream& out, const Planned& p, Rng& rng, const ModelConfig& c, const CodeTables& codes) {
     constexpr size_t kChunk = 1 << 20;
     std::vector<uint8_t> buf;
     buf.reserve(kChunk);
-    uint64_t remaining = p.bytes, index = 0;
+    uint64_t remaining = p.bytes;
     auto flush = [&] {
         out.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
         buf.clear();
@@ -73,11 +95,16 @@ void fill(std::ofstream& out, const Planned& p, Rng& rng, const ModelConfig& c) 
     const int64_t K = c.num_experts_per_tok;
     while (remaining > 0) {
         switch (p.fill) {
-            case Planned::kFp8: buf.push_back(f32_to_e4m3_satfinite(rng.normal() * 64.0f)); remaining -= 1; break;
+            case Planned::kFp8: {
+                uint64_t r = rng.next();
+                for (int i = 0; i < 8 && remaining > 0; ++i, --remaining) buf.push_back(codes.e4m3[(r >> (8 * i)) & 0xFF]);
+                break;
+            }
             case Planned::kFp4: {
-                uint8_t lo = f32_to_e2m1(rng.normal() * 2.0f), hi = f32_to_e2m1(rng.normal() * 2.0f);
-                buf.push_back(static_cast<uint8_t>(lo | (hi << 4)));
-                remaining -= 1;
+                uint64_t r = rng.next();
+                for (int i = 0; i < 4 && remaining > 0; ++i, --remaining)
+                    buf.push_back(static_cast<uint8_t>(codes.e2m1[(r >> (16 * i)) & 0xFF] |
+                                                       (codes.e2m1[(r >> (16 * i + 8)) & 0xFF] << 4)));
                 break;
             }
             case Planned::kFp8Scale:  // e4m3 values ~ N(0, 64^2): scale = std / 64
@@ -103,7 +130,6 @@ void fill(std::ofstream& out, const Planned& p, Rng& rng, const ModelConfig& c) 
                 break;
             }
         }
-        ++index;
         if (buf.size() >= kChunk) flush();
     }
     flush();
@@ -171,7 +197,8 @@ void write_synthetic_checkpoint(const std::string& dir, const std::string& confi
     for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xFF));
     out.write(h.data(), static_cast<std::streamsize>(h.size()));
     Rng rng{o.seed};
-    for (const Planned& p : plan) fill(out, p, rng, c);
+    const CodeTables codes;
+    for (const Planned& p : plan) fill(out, p, rng, c, codes);
     DI_CHECK(out.good(), dir, "/model.safetensors: write failed (disk full?)");
 }
 

@@ -95,7 +95,7 @@ double active_flops_per_token(const ModelConfig& c) {
 Command register_bench(CLI::App& app) {
     struct Options {
         std::string model, synthetic, numerics, dir, output;
-        int64_t prefill = 128, decode = 16;
+        int64_t prefill = 128, decode = 16, warmup = 1;
         uint64_t seed = 1;
     };
     auto o = std::make_shared<Options>();
@@ -109,6 +109,8 @@ Command register_bench(CLI::App& app) {
     sub->add_option("--decode", o->decode, "Decode steps")->check(CLI::Range(0, 1 << 20));
     sub->add_option("--numerics", o->numerics, "exact | official");
     sub->add_option("--output", o->output, "Append the JSON result line to this file");
+    sub->add_option("--warmup", o->warmup, "Untimed prefill+decode passes first (pages the weights in)")
+        ->check(CLI::Range(0, 100));
     return [sub, o]() -> int {
         if (!sub->parsed()) return -1;
         std::string dir = o->model;
@@ -138,6 +140,14 @@ Command register_bench(CLI::App& app) {
         std::mt19937 rng(static_cast<uint32_t>(o->seed));
         std::vector<int32_t> ids(static_cast<size_t>(o->prefill));
         for (int32_t& t : ids) t = static_cast<int32_t>(rng() % uint32_t(c.vocab_size));
+        for (int64_t w = 0; w < o->warmup; ++w) {
+            Sequence warm = model->new_sequence();
+            std::vector<float> l = model->forward(warm, ids, false);
+            for (int64_t i = 0; i < std::min<int64_t>(o->decode, 2); ++i) {
+                int32_t next = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+                l = model->forward(warm, std::span<const int32_t>(&next, 1), false);
+            }
+        }
         Sequence seq = model->new_sequence();
         auto t0 = Clock::now();
         std::vector<float> logits = model->forward(seq, ids, false);

@@ -18,6 +18,8 @@ Command register_logits(CLI::App& app);
 Command register_generate(CLI::App& app);
 // `deepinfer bench (--model DIR | --synthetic flash-csa|flash-hca|flash-sliding) [--prefill N] [--decode M]`
 Command register_bench(CLI::App& app);
+// `deepinfer run [--model DIR] --input requests.jsonl --output results.jsonl [--resume]`
+Command register_run(CLI::App& app);
 
 // `deepinfer tokenize --tokenizer FILE --input F.jsonl` (JSON strings in, {"ids": [...]} out)
 Command register_tokenize(CLI::App& app);

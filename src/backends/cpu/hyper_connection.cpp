@@ -21,7 +21,7 @@ void mix_logits(const float* x, const float* fn, int64_t outputs, int64_t flat, 
 
 void hc_pre(const HcPreParams& p) {
     const int64_t hc = p.hc, D = p.hidden, flat = hc * D, outputs = (2 + hc) * hc;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (p.num_tokens * flat * outputs > (1 << 20))
     for (int64_t t = 0; t < p.num_tokens; ++t) {
         std::vector<float> mix(static_cast<size_t>(outputs));
         const float* x = p.x + t * flat;
@@ -72,7 +72,7 @@ void hc_pre(const HcPreParams& p) {
 
 void hc_post(const HcPostParams& p) {
     const int64_t hc = p.hc, D = p.hidden;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (p.num_tokens * hc * hc * D > (1 << 20))
     for (int64_t t = 0; t < p.num_tokens; ++t) {
         const float* o = p.out + t * D;
         const float* x = p.x + t * hc * D;
@@ -91,7 +91,7 @@ void hc_post(const HcPostParams& p) {
 
 void hc_head(const HcHeadParams& p) {
     const int64_t hc = p.hc, D = p.hidden, flat = hc * D;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (p.num_tokens * flat * hc > (1 << 20))
     for (int64_t t = 0; t < p.num_tokens; ++t) {
         std::vector<float> mix(static_cast<size_t>(hc));
         const float* x = p.x + t * flat;

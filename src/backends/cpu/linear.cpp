@@ -253,7 +253,7 @@ void linear(const LinearParams& p) {
         x = xo;
     }
     const int64_t num_panels = ceil_div(N, kPanelRows);
-#pragma omp parallel
+#pragma omp parallel if (T * N * K > (1 << 20) && num_panels > 1)
     {
         std::vector<float> panel(static_cast<size_t>(kPanelRows * K));
 #pragma omp for schedule(static)

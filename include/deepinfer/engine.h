@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: Apache-2.0
+// The offline engine: requests of token ids in, completions out. Continuous batching with a token
+// budget per step, chunked prefill mixed with decode, admission and preemption by a state-memory
+// budget, a prefix cache, deterministic sampling. Not thread-safe: one thread drives `step()`.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "deepinfer/model.h"
+
+namespace deepinfer {
+
+class Tokenizer;
+
+struct SamplingParams {
+    double temperature = 1.0;  // 0 = greedy
+    int64_t top_k = 0;         // 0 = off
+    double top_p = 1.0;
+    double min_p = 0.0;
+    double repetition_penalty = 1.0;  // > 1 discourages tokens already in prompt or output
+    double presence_penalty = 0.0;    // OpenAI semantics, on generated tokens
+    double frequency_penalty = 0.0;
+    std::vector<std::pair<int32_t, float>> logit_bias;
+    std::vector<std::string> stop;         // stop strings (matched on detokenized text)
+    std::vector<int32_t> stop_token_ids;   // besides the model's end-of-sequence ids
+    int64_t max_tokens = 16;
+    int64_t n = 1;
+    int64_t logprobs = -1;  // -1: none; k >= 0: the sampled token's logprob and the top k alternatives
+    std::optional<uint64_t> seed;  // default: derived from the job seed and the request id
+    bool ignore_eos = false;
+};
+
+// Every switch of the engine (style.md §7).
+struct EngineConfig {
+    int64_t max_num_seqs = 256;           // sequences in a step
+    int64_t max_num_batched_tokens = 2048;  // token budget per step (decode tokens + prefill chunks)
+    int64_t max_prefill_chunk = 512;      // largest prefill chunk of one sequence in one step
+    uint64_t state_memory_bytes = uint64_t{8} << 30;  // budget for sequence state (running + prefix cache)
+    bool prefix_caching = true;
+    int64_t prefix_block = 64;            // prefix-cache granularity in tokens
+    double prefix_cache_fraction = 0.5;   // share of state_memory_bytes the prefix cache may keep
+    bool async_scheduling = true;         // overlap output processing with the next forward
+    uint64_t job_seed = 0;
+};
+
+struct TokenLogprob {
+    int32_t token = 0;
+    float logprob = 0;
+    std::vector<std::pair<int32_t, float>> top;  // top alternatives, most likely first
+};
+
+struct CompletionOutput {
+    int64_t index = 0;
+    std::vector<int32_t> token_ids;
+    std::string text;           // detokenized, truncated at a matched stop string
+    std::string finish_reason;  // "stop" | "length"
+    std::vector<TokenLogprob> logprobs;
+};
+
+struct RequestOutput {
+    std::string request_id;
+    int64_t prompt_tokens = 0;
+    int64_t cached_prompt_tokens = 0;  // served from the prefix cache
+    std::vector<CompletionOutput> completions;
+};
+
+struct EngineMetrics {
+    int64_t steps = 0;
+    int64_t prompt_tokens = 0;
+    int64_t prefix_cache_hit_tokens = 0;  // prompt tokens whose state came from the prefix cache
+    int64_t generated_tokens = 0;
+    int64_t preemptions = 0;
+    uint64_t state_bytes_in_use = 0;
+    uint64_t state_bytes_peak = 0;
+    uint64_t prefix_cache_bytes = 0;
+    int64_t prefix_cache_entries = 0;
+    double forward_seconds = 0;  // time inside the model forward
+    double step_seconds = 0;     // wall time of the steps
+    double prefix_hit_rate() const { return prompt_tokens ? double(prefix_cache_hit_tokens) / double(prompt_tokens) : 0; }
+};
+
+class Engine {
+public:
+    // `tokenizer` may be null (then stop strings and text are unavailable).
+    Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer, EngineConfig config);
+    ~Engine();
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    // Queues a request; throws on invalid input (empty prompt, unknown ids, prompt too long).
+    void add_request(std::string request_id, std::vector<int32_t> prompt, SamplingParams sampling);
+    bool has_unfinished() const;
+    int64_t num_unfinished() const;
+    // One step: schedule, run the model once, sample, account. Returns the requests that finished.
+    std::vector<RequestOutput> step();
+    // Runs until every queued request is finished, calling `on_finished` as each completes.
+    void run_until_done(const std::function<void(RequestOutput&&)>& on_finished);
+    const EngineMetrics& metrics() const;
+    const EngineConfig& config() const;
+
+    struct Impl;
+
+private:
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deepinfer

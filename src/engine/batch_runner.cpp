@@ -1,0 +1,362 @@
+// SPDX-License-Identifier: Apache-2.0
+// Batch runner: input lines -> engine requests -> output lines, with resume and progress.
+#include "engine/batch_runner.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <unordered_map>
+
+#include "deepinfer/check.h"
+#include "deepinfer/log.h"
+#include "deepinfer/tokenizer.h"
+
+namespace deepinfer {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::string hex_id(const std::string& s) {
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+    return buf;
+}
+
+// Appends whole lines to the output and flushes each one (a kill loses nothing already written).
+class OutputFile {
+public:
+    OutputFile(const std::string& path, bool append) {
+        f_ = std::fopen(path.c_str(), append ? "ab" : "wb");
+        DI_CHECK(f_ != nullptr, path, ": cannot open for writing");
+    }
+    ~OutputFile() {
+        if (f_) std::fclose(f_);
+    }
+    void write_line(const json& j) {
+        std::string line = j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+        DI_CHECK(std::fwrite(line.data(), 1, line.size(), f_) == line.size() && std::fflush(f_) == 0,
+                 "output write failed (disk full?)");
+    }
+
+private:
+    std::FILE* f_ = nullptr;
+};
+
+// Reads the custom_ids (and the line numbers of error records without one) already in an output
+// file, and cuts off a torn last line.
+struct ResumeState {
+    std::set<std::string> done_ids;
+    std::set<int64_t> done_lines;
+};
+
+ResumeState scan_output(const std::string& path) {
+    ResumeState st;
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return st;
+    std::ifstream in(path, std::ios::binary);
+    std::string content((std::istreambuf_iterator<char>(in)), {});
+    const size_t last_nl = content.rfind('\n');
+    const size_t keep = last_nl == std::string::npos ? 0 : last_nl + 1;
+    if (keep < content.size()) {
+        DI_LOG_WARN("{}: dropping a torn last line of {} bytes (the run was killed mid-write)", path,
+                    content.size() - keep);
+        std::filesystem::resize_file(path, keep);
+    }
+    size_t pos = 0;
+    while (pos < keep) {
+        const size_t nl = content.find('\n', pos);
+        std::string_view line(content.data() + pos, nl - pos);
+        pos = nl + 1;
+        json j = json::parse(line, nullptr, false);
+        if (!j.is_object()) continue;
+        if (j.contains("custom_id") && j["custom_id"].is_string()) st.done_ids.insert(j["custom_id"].get<std::string>());
+        else if (j.contains("error") && j["error"].is_object() && j["error"].contains("line"))
+            st.done_lines.insert(j["error"]["line"].get<int64_t>());
+    }
+    return st;
+}
+
+int64_t count_lines(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    DI_CHECK(in.good(), path, ": cannot open the input");
+    int64_t n = 0;
+    std::string line;
+    while (std::getline(in, line))
+        if (line.find_first_not_of(" \t\r") != std::string::npos) ++n;
+    return n;
+}
+
+// ---- request parsing ---------------------------------------------------------------------------
+
+double num(const json& body, const char* key, double def, double lo, double hi) {
+    if (!body.contains(key) || body[key].is_null()) return def;
+    DI_CHECK(body[key].is_number(), "body.", key, " must be a number, got ", body[key].dump());
+    const double v = body[key].get<double>();
+    DI_CHECK(v >= lo && v <= hi, "body.", key, " = ", v, " is out of range [", lo, ", ", hi, "]");
+    return v;
+}
+
+SamplingParams sampling_from_body(const json& body, int64_t default_max_tokens) {
+    SamplingParams p;
+    p.temperature = num(body, "temperature", 1.0, 0.0, 2.0);
+    p.top_p = num(body, "top_p", 1.0, 0.0, 1.0);
+    DI_CHECK(p.top_p > 0, "body.top_p must be > 0");
+    p.top_k = static_cast<int64_t>(num(body, "top_k", 0, -1, 1e9));
+    if (p.top_k < 0) p.top_k = 0;
+    p.min_p = num(body, "min_p", 0.0, 0.0, 1.0);
+    p.repetition_penalty = num(body, "repetition_penalty", 1.0, 0.01, 100.0);
+    p.presence_penalty = num(body, "presence_penalty", 0.0, -2.0, 2.0);
+    p.frequency_penalty = num(body, "frequency_penalty", 0.0, -2.0, 2.0);
+    const double mt = body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null()
+                          ? num(body, "max_completion_tokens", 0, 1, 1e9)
+                          : num(body, "max_tokens", double(default_max_tokens), 1, 1e9);
+    p.max_tokens = static_cast<int64_t>(mt);
+    p.n = static_cast<int64_t>(num(body, "n", 1, 1, 128));
+    if (body.contains("seed") && !body["seed"].is_null()) {
+        DI_CHECK(body["seed"].is_number_integer(), "body.seed must be an integer");
+        p.seed = static_cast<uint64_t>(body["seed"].get<int64_t>());
+    }
+    p.ignore_eos = body.value("ignore_eos", false);
+    if (body.contains("logit_bias") && !body["logit_bias"].is_null()) {
+        DI_CHECK(body["logit_bias"].is_object(), "body.logit_bias must be an object of token id -> bias");
+        for (auto it = body["logit_bias"].begin(); it != body["logit_bias"].end(); ++it) {
+            char* end = nullptr;
+            const long id = std::strtol(it.key().c_str(), &end, 10);
+            DI_CHECK(end && *end == '\0' && id >= 0, "body.logit_bias key '", it.key(), "' is not a token id");
+            DI_CHECK(it.value().is_number(), "body.logit_bias['", it.key(), "'] must be a number");
+            p.logit_bias.emplace_back(static_cast<int32_t>(id), std::clamp(it.value().get<float>(), -100.0f, 100.0f));
+        }
+    }
+    if (body.contains("stop") && !body["stop"].is_null()) {
+        const json& s = body["stop"];
+        if (s.is_string()) p.stop.push_back(s.get<std::string>());
+        else {
+            DI_CHECK(s.is_array() && s.size() <= 16, "body.stop must be a string or a list of at most 16 strings");
+            for (const json& e : s) {
+                DI_CHECK(e.is_string(), "body.stop entries must be strings");
+                p.stop.push_back(e.get<std::string>());
+            }
+        }
+    }
+    if (body.contains("stop_token_ids") && body["stop_token_ids"].is_array())
+        for (const json& e : body["stop_token_ids"]) p.stop_token_ids.push_back(e.get<int32_t>());
+    // Chat: logprobs is a bool + top_logprobs; completions: logprobs is an integer.
+    if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+        if (body["logprobs"].is_boolean()) {
+            if (body["logprobs"].get<bool>()) p.logprobs = static_cast<int64_t>(num(body, "top_logprobs", 0, 0, 20));
+        } else {
+            p.logprobs = static_cast<int64_t>(num(body, "logprobs", 0, 0, 20));
+        }
+    }
+    return p;
+}
+
+// The assistant message from generated text: reasoning up to "</think>" when thinking was on.
+// NOTE: tool calls (DSML) are not parsed here yet; the text stays in content.
+json assistant_message(const std::string& text, bool thinking) {
+    json m = {{"role", "assistant"}};
+    const std::string end_think = "</think>";
+    const size_t at = thinking ? text.find(end_think) : std::string::npos;
+    if (thinking && at != std::string::npos) {
+        m["reasoning_content"] = text.substr(0, at);
+        m["content"] = text.substr(at + end_think.size());
+    } else if (thinking) {
+        m["reasoning_content"] = text;
+        m["content"] = "";
+    } else {
+        m["content"] = text;
+    }
+    return m;
+}
+
+json logprobs_json(const CompletionOutput& c, const Tokenizer* tok) {
+    json content = json::array();
+    for (const TokenLogprob& lp : c.logprobs) {
+        auto piece = [&](int32_t id) { return tok ? tok->decode(std::span<const int32_t>(&id, 1)) : std::to_string(id); };
+        json top = json::array();
+        for (const auto& [id, l] : lp.top) top.push_back({{"token", piece(id)}, {"logprob", l}, {"id", id}});
+        content.push_back({{"token", piece(lp.token)}, {"logprob", lp.logprob}, {"id", lp.token}, {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+}
+
+struct Pending {
+    std::string custom_id;
+    std::string url;
+    bool thinking = false;
+    int64_t line = 0;
+};
+
+}  // namespace
+
+BatchRunSummary run_batch(const BatchRunOptions& o, std::shared_ptr<const Model> model,
+                          std::shared_ptr<const Tokenizer> tokenizer, const EngineConfig& ecfg) {
+    const auto t0 = Clock::now();
+    BatchRunSummary sum;
+    DI_CHECK(tokenizer != nullptr, "deepinfer run needs a tokenizer");
+    std::error_code ec;
+    const bool exists = std::filesystem::exists(o.output_path, ec) && std::filesystem::file_size(o.output_path, ec) > 0;
+    DI_CHECK(o.resume || !exists, o.output_path, ": the output file exists; pass --resume to continue it, or remove it");
+    ResumeState resume = o.resume ? scan_output(o.output_path) : ResumeState{};
+    sum.lines = count_lines(o.input_path);
+    OutputFile out(o.output_path, o.resume);
+    std::ifstream in(o.input_path, std::ios::binary);
+    DI_CHECK(in.good(), o.input_path, ": cannot open the input");
+
+    Engine engine(model, tokenizer, ecfg);
+    std::unordered_map<std::string, Pending> pending;
+    std::set<std::string> seen;
+    const int64_t cap = o.max_in_flight > 0 ? o.max_in_flight : 4 * ecfg.max_num_seqs;
+    int64_t line_no = 0, done_lines = 0;
+    bool eof = false;
+    const std::string model_name = o.model_name;
+    const bool tty = o.progress == BatchRunOptions::Progress::kAlways ||
+                     (o.progress == BatchRunOptions::Progress::kAuto && ::isatty(STDERR_FILENO));
+    auto last_report = Clock::now();
+
+    auto error_record = [&](const std::string& custom_id, int64_t line, const std::string& code, const std::string& msg) {
+        json e = {{"id", "batch_req_" + hex_id(custom_id.empty() ? std::to_string(line) : custom_id)},
+                  {"custom_id", custom_id.empty() ? json(nullptr) : json(custom_id)},
+                  {"response", nullptr},
+                  {"error", {{"code", code}, {"message", msg}, {"line", line}}}};
+        out.write_line(e);
+        ++sum.errors;
+        ++done_lines;
+    };
+
+    auto feed_one = [&]() -> bool {
+        std::string line;
+        while (std::getline(in, line)) {
+            ++line_no;
+            if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+            const std::string where = o.input_path + ":" + std::to_string(line_no);
+            json j = json::parse(line, nullptr, false);
+            std::string custom_id;
+            if (j.is_object() && j.contains("custom_id") && j["custom_id"].is_string())
+                custom_id = j["custom_id"].get<std::string>();
+            if (!custom_id.empty() ? resume.done_ids.count(custom_id) : resume.done_lines.count(line_no)) {
+                ++sum.skipped_done;
+                ++done_lines;
+                seen.insert(custom_id);
+                continue;
+            }
+            try {
+                DI_CHECK(!j.is_discarded(), "invalid JSON");
+                DI_CHECK(j.is_object(), "the line must be a JSON object");
+                DI_CHECK(!custom_id.empty(), "missing or non-string field 'custom_id'");
+                DI_CHECK(seen.insert(custom_id).second, "duplicate custom_id '", custom_id, "'");
+                DI_CHECK(!j.contains("method") || j["method"] == "POST", "field 'method' must be \"POST\"");
+                DI_CHECK(j.contains("url") && j["url"].is_string(), "missing or non-string field 'url'");
+                const std::string url = j["url"].get<std::string>();
+                DI_CHECK(url == "/v1/chat/completions" || url == "/v1/completions", "unsupported url '", url,
+                         "' (expected /v1/chat/completions or /v1/completions)");
+                DI_CHECK(j.contains("body") && j["body"].is_object(), "missing or non-object field 'body'");
+                const json& body = j["body"];
+                SamplingParams sp = sampling_from_body(body, o.default_max_tokens);
+                std::vector<int32_t> prompt;
+                bool thinking = false;
+                if (url == "/v1/chat/completions") {
+                    ChatRequest req = parse_chat_request(body.dump());
+                    thinking = req.thinking;
+                    if (sp.stop.empty()) sp.stop = req.stop;
+                    prompt = encode_chat_prompt(render_chat(req, o.family), *tokenizer);
+                } else {
+                    DI_CHECK(body.contains("prompt"), "body.prompt is required for /v1/completions");
+                    const json& pr = body["prompt"];
+                    if (pr.is_string()) prompt = tokenizer->encode(pr.get<std::string>());
+                    else {
+                        DI_CHECK(pr.is_array() && !pr.empty(), "body.prompt must be a string or a list of token ids");
+                        for (const json& t : pr) {
+                            DI_CHECK(t.is_number_integer(), "body.prompt token lists must hold integers");
+                            prompt.push_back(t.get<int32_t>());
+                        }
+                    }
+                }
+                engine.add_request(custom_id, std::move(prompt), std::move(sp));
+                pending[custom_id] = {custom_id, url, thinking, line_no};
+                return true;
+            } catch (const Error& e) {
+                error_record(custom_id, line_no, "invalid_request", where + ": " + e.message());
+            }
+        }
+        eof = true;
+        return false;
+    };
+
+    auto write_result = [&](RequestOutput&& r) {
+        Pending p = std::move(pending.at(r.request_id));
+        pending.erase(r.request_id);
+        json choices = json::array();
+        int64_t completion_tokens = 0;
+        const bool chat = p.url == "/v1/chat/completions";
+        for (CompletionOutput& c : r.completions) {
+            completion_tokens += static_cast<int64_t>(c.token_ids.size());
+            json choice = {{"index", c.index}, {"finish_reason", c.finish_reason}};
+            if (chat) choice["message"] = assistant_message(c.text, p.thinking);
+            else choice["text"] = c.text;
+            choice["logprobs"] = c.logprobs.empty() ? json(nullptr) : logprobs_json(c, tokenizer.get());
+            choices.push_back(std::move(choice));
+        }
+        const std::string rid = "batch_req_" + hex_id(p.custom_id);
+        json body = {{"id", (chat ? "chatcmpl-" : "cmpl-") + hex_id(p.custom_id)},
+                     {"object", chat ? "chat.completion" : "text_completion"},
+                     {"created", static_cast<int64_t>(std::time(nullptr))},
+                     {"model", model_name},
+                     {"choices", choices},
+                     {"usage", {{"prompt_tokens", r.prompt_tokens},
+                                {"completion_tokens", completion_tokens},
+                                {"total_tokens", r.prompt_tokens + completion_tokens},
+                                {"prompt_tokens_details", {{"cached_tokens", r.cached_prompt_tokens}}}}}};
+        out.write_line({{"id", rid},
+                        {"custom_id", p.custom_id},
+                        {"response", {{"status_code", 200}, {"request_id", rid}, {"body", body}}},
+                        {"error", nullptr}});
+        ++sum.completed;
+        ++done_lines;
+        sum.prompt_tokens += r.prompt_tokens;
+        sum.completion_tokens += completion_tokens;
+    };
+
+    auto report = [&](bool final) {
+        const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+        const double tps = secs > 0 ? double(sum.completion_tokens) / secs : 0;
+        const double rps = secs > 0 ? double(done_lines - sum.skipped_done) / secs : 0;
+        const int64_t left = sum.lines - done_lines;
+        const double eta = rps > 0 ? double(left) / rps : 0;
+        if (tty) {
+            const int width = 30;
+            const int filled = sum.lines ? static_cast<int>(double(width) * done_lines / sum.lines) : width;
+            std::fprintf(stderr, "\r[%-*s] %lld/%lld requests  %.1f tok/s  ETA %.0fs   %s",
+                         width, std::string(size_t(std::min(filled, width)), '#').c_str(), (long long)done_lines,
+                         (long long)sum.lines, tps, eta, final ? "\n" : "");
+        } else {
+            DI_LOG_INFO("{}/{} requests done, {} errors, {:.1f} completion tok/s, ETA {:.0f}s", done_lines, sum.lines,
+                        sum.errors, tps, eta);
+        }
+    };
+
+    while (true) {
+        while (!eof && engine.num_unfinished() < cap) feed_one();
+        if (!engine.has_unfinished()) break;
+        for (RequestOutput& r : engine.step()) write_result(std::move(r));
+        const double since = std::chrono::duration<double>(Clock::now() - last_report).count();
+        if (o.progress != BatchRunOptions::Progress::kNever && since >= (tty ? 0.1 : o.log_interval_seconds)) {
+            report(false);
+            last_report = Clock::now();
+        }
+    }
+    if (o.progress != BatchRunOptions::Progress::kNever) report(true);
+    sum.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    sum.engine = engine.metrics();
+    return sum;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: Apache-2.0
+// `deepinfer run`: an OpenAI Batch API input file through the engine into an OpenAI batch output
+// file. Lines are read as the engine has room (millions of requests need not fit in memory); every
+// finished request is appended and flushed at once, so a killed run loses nothing already written,
+// and --resume skips custom_ids already in the output (a torn last line is cut off first). A bad
+// line gets its own error record and the job goes on.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "deepinfer/chat.h"
+#include "deepinfer/engine.h"
+
+namespace deepinfer {
+
+struct BatchRunOptions {
+    std::string input_path;
+    std::string output_path;
+    std::string model_name;   // reported in response bodies
+    bool resume = false;
+    ChatFamily family = ChatFamily::kV4;
+    int64_t default_max_tokens = 256;  // when a body gives none
+    enum class Progress { kAuto, kAlways, kNever } progress = Progress::kAuto;
+    double log_interval_seconds = 10.0;  // plain progress lines when not on a terminal
+    int64_t max_in_flight = 0;           // requests queued in the engine at once (0: 4 x max_num_seqs)
+};
+
+struct BatchRunSummary {
+    int64_t lines = 0;
+    int64_t skipped_done = 0;  // already in the output (--resume)
+    int64_t completed = 0;
+    int64_t errors = 0;
+    int64_t prompt_tokens = 0;
+    int64_t completion_tokens = 0;
+    double seconds = 0;
+    EngineMetrics engine;
+};
+
+BatchRunSummary run_batch(const BatchRunOptions& options, std::shared_ptr<const Model> model,
+                          std::shared_ptr<const Tokenizer> tokenizer, const EngineConfig& engine_config);
+
+}  // namespace deepinfer

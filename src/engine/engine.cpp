@@ -1,0 +1,410 @@
+// SPDX-License-Identifier: Apache-2.0
+// The engine: one step = schedule -> run the model once over every scheduled chunk -> sample ->
+// account -> post-process (detokenize, stop strings). With async scheduling the next step's forward
+// is launched before this step's post-processing, on a worker thread; a sequence that a stop string
+// ends meanwhile has its extra token discarded (batch invariance makes that invisible to others).
+#include "deepinfer/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <future>
+#include <set>
+
+#include "deepinfer/check.h"
+#include "deepinfer/tokenizer.h"
+#include "engine/prefix_cache.h"
+#include "engine/sampler.h"
+#include "engine/stop_matcher.h"
+#include "model/state.h"
+
+namespace deepinfer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+enum class Status { kWaiting, kForkPending, kRunning, kFinished };
+
+struct Request;
+
+struct Completion {
+    Request* request = nullptr;
+    int64_t index = 0;
+    Status status = Status::kWaiting;
+    std::unique_ptr<Sequence> seq;
+    int64_t num_computed = 0;  // tokens of prompt+generated whose state is in seq
+    std::vector<int32_t> generated;
+    std::vector<TokenLogprob> logprobs;
+    std::unique_ptr<IncrementalDecoder> decoder;
+    std::unique_ptr<StopMatcher> stop;
+    std::string text;
+    std::string finish_reason;
+    bool token_finished = false;  // EOS / stop id / length decided at sampling time
+    int64_t admitted = -1;        // admission order (preemption victim = latest)
+    std::vector<float> last_logits;  // completion 0's prefill logits, for forked siblings
+};
+
+struct Request {
+    std::string id;
+    std::vector<int32_t> prompt;
+    SamplingParams params;
+    uint64_t seed = 0;
+    std::vector<Completion> completions;
+    int64_t cached_tokens = 0;
+    int64_t num_finished = 0;
+};
+
+struct Scheduled {
+    Completion* completion = nullptr;
+    std::vector<int32_t> tokens;  // a copy: the worker thread reads it while the engine thread moves on
+};
+
+struct Plan {
+    std::vector<Scheduled> items;
+    std::future<std::vector<std::vector<float>>> logits;
+    Clock::time_point launched;
+};
+
+int64_t total_tokens(const Completion& c) {
+    return static_cast<int64_t>(c.request->prompt.size() + c.generated.size());
+}
+int32_t token_at(const Completion& c, int64_t i) {
+    const auto& p = c.request->prompt;
+    return i < static_cast<int64_t>(p.size()) ? p[size_t(i)] : c.generated[size_t(i) - p.size()];
+}
+
+}  // namespace
+
+struct Engine::Impl {
+    std::shared_ptr<const Model> model;
+    std::shared_ptr<const Tokenizer> tokenizer;
+    EngineConfig cfg;
+    EngineMetrics metrics;
+    PrefixCache prefix;
+    std::deque<std::unique_ptr<Request>> requests;  // unfinished, in arrival order
+    std::deque<Completion*> waiting;                // admission queue (preempted first)
+    std::vector<Completion*> running;
+    std::optional<Plan> pending;  // launched, not yet collected (async)
+    std::vector<RequestOutput> finished_outputs;
+    int64_t admissions = 0;
+
+    Impl(std::shared_ptr<const Model> m, std::shared_ptr<const Tokenizer> t, EngineConfig c)
+        : model(std::move(m)),
+          tokenizer(std::move(t)),
+          cfg(c),
+          prefix(static_cast<uint64_t>(double(c.state_memory_bytes) * c.prefix_cache_fraction), std::max<int64_t>(1, c.prefix_block)) {
+        DI_CHECK(cfg.max_num_seqs > 0 && cfg.max_num_batched_tokens > 0 && cfg.max_prefill_chunk > 0,
+                 "engine: max_num_seqs, max_num_batched_tokens and max_prefill_chunk must be positive");
+    }
+
+    uint64_t running_bytes() const {
+        uint64_t b = 0;
+        for (const Completion* c : running) b += c->seq ? c->seq->state_bytes() : 0;
+        return b;
+    }
+
+    // ---- scheduling ----
+    Plan schedule() {
+        Plan plan;
+        int64_t budget = cfg.max_num_batched_tokens;
+        const ModelConfig& mc = model->config();
+        std::vector<Completion*> order = running;
+        std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->admitted < b->admitted; });
+        // Memory after this step, if every running sequence advances (decode first).
+        auto projected = [&](const Completion* c, int64_t take) {
+            return estimate_state_bytes(mc, c->num_computed + take);
+        };
+        uint64_t limit = cfg.state_memory_bytes;
+        auto chunk_size = [&](const Completion* c, int64_t budget_left) {
+            const int64_t rem = total_tokens(*c) - c->num_computed;
+            int64_t take = std::min({rem, cfg.max_prefill_chunk, budget_left});
+            const int64_t prompt_len = static_cast<int64_t>(c->request->prompt.size());
+            if (cfg.prefix_caching && take > 1 && c->num_computed < prompt_len) {
+                // End prefill chunks on prefix-block boundaries so their state can be cached.
+                const int64_t next_boundary = (c->num_computed / prefix.block() + 1) * prefix.block();
+                if (next_boundary < c->num_computed + take && next_boundary <= prompt_len)
+                    take = next_boundary - c->num_computed;
+            }
+            return take;
+        };
+        std::vector<std::pair<Completion*, int64_t>> advance;  // every running completion and its take
+        for (Completion* c : order) {
+            const int64_t rem = total_tokens(*c) - c->num_computed;
+            int64_t take = rem == 1 ? (budget > 0 ? 1 : 0) : chunk_size(c, budget);
+            if (static_cast<int64_t>(plan.items.size()) >= cfg.max_num_seqs) take = 0;
+            advance.emplace_back(c, std::max<int64_t>(take, 0));
+            if (take <= 0) continue;
+            budget -= take;
+            Scheduled s{c, {}};
+            for (int64_t i = 0; i < take; ++i) s.tokens.push_back(token_at(*c, c->num_computed + i));
+            plan.items.push_back(std::move(s));
+        }
+        auto total_use = [&] {
+            uint64_t u = 0;
+            for (const auto& [c, take] : advance) u += projected(c, take);
+            return u;
+        };
+        uint64_t use = total_use();
+        // Out of memory: shrink the prefix cache, then preempt the latest admitted (recomputed later;
+        // the recomputed state is bit-identical, so the output does not change).
+        if (use + prefix.bytes() > limit) prefix.set_max_bytes(limit > use ? limit - use : 0);
+        while (use > limit && advance.size() > 1) {
+            auto victim_it = std::max_element(advance.begin(), advance.end(),
+                                              [](const auto& a, const auto& b) { return a.first->admitted < b.first->admitted; });
+            Completion* victim = victim_it->first;
+            budget += victim_it->second;
+            advance.erase(victim_it);
+            std::erase_if(plan.items, [&](const Scheduled& s) { return s.completion == victim; });
+            std::erase(running, victim);
+            victim->seq.reset();
+            victim->num_computed = 0;
+            victim->status = Status::kWaiting;
+            waiting.push_front(victim);
+            ++metrics.preemptions;
+            use = total_use();
+        }
+        // Admit waiting completions while budget, slots and memory allow.
+        while (!waiting.empty() && budget > 0 && static_cast<int64_t>(plan.items.size()) < cfg.max_num_seqs) {
+            Completion* c = waiting.front();
+            Request& r = *c->request;
+            PrefixCache::Hit hit;
+            if (cfg.prefix_caching) hit = prefix.lookup(r.prompt, static_cast<int64_t>(r.prompt.size()) - 1);
+            const int64_t start = hit.length;
+            const int64_t rem = total_tokens(*c) - start;
+            const int64_t take_est = std::min({rem, cfg.max_prefill_chunk, budget});
+            const uint64_t need = estimate_state_bytes(mc, start + take_est);
+            if (use + need > limit) {
+                if (running.empty() && plan.items.empty())
+                    DI_THROW("request '", r.id, "' needs ", need, " bytes of state, more than the engine's budget of ",
+                             limit, " (raise state_memory_bytes)");
+                break;
+            }
+            waiting.pop_front();
+            c->seq = hit.state ? std::make_unique<Sequence>(std::make_unique<SequenceState>(*hit.state))
+                               : std::make_unique<Sequence>(model->new_sequence());
+            c->num_computed = start;
+            if (c->index == 0 && r.cached_tokens == 0) r.cached_tokens = start;
+            metrics.prefix_cache_hit_tokens += c->index == 0 ? start : 0;
+            c->status = Status::kRunning;
+            c->admitted = admissions++;
+            running.push_back(c);
+            const int64_t take = chunk_size(c, budget);
+            use += estimate_state_bytes(mc, start + take);
+            budget -= take;
+            Scheduled s{c, {}};
+            for (int64_t i = 0; i < take; ++i) s.tokens.push_back(token_at(*c, c->num_computed + i));
+            plan.items.push_back(std::move(s));
+        }
+        return plan;
+    }
+
+    void launch(Plan& plan) {
+        std::vector<SequenceChunk> chunks;
+        for (Scheduled& s : plan.items) chunks.push_back({s.completion->seq.get(), s.tokens, false});
+        plan.launched = Clock::now();
+        auto run = [m = model, chunks = std::move(chunks)]() { return m->forward_batch(chunks); };
+        plan.logits = std::async(cfg.async_scheduling ? std::launch::async : std::launch::deferred, std::move(run));
+    }
+
+    // ---- sampling and accounting (engine thread, no forward in flight) ----
+    std::vector<Completion*> sample_and_account(Plan& plan) {
+        std::vector<std::vector<float>> logits = plan.logits.get();
+        metrics.forward_seconds += since(plan.launched);
+        std::vector<Completion*> advanced;
+        const ModelConfig& mc = model->config();
+        for (size_t i = 0; i < plan.items.size(); ++i) {
+            Completion* c = plan.items[i].completion;
+            Request& r = *c->request;
+            c->num_computed += static_cast<int64_t>(plan.items[i].tokens.size());
+            if (c->status != Status::kRunning) continue;  // ended by a stop string meanwhile: discard
+            const int64_t prompt_len = static_cast<int64_t>(r.prompt.size());
+            if (cfg.prefix_caching && c->num_computed <= prompt_len && c->num_computed % prefix.block() == 0)
+                prefix.insert(std::span<const int32_t>(r.prompt).first(size_t(c->num_computed)), c->seq->state());
+            if (c->num_computed < total_tokens(*c)) continue;  // mid-prefill
+            if (c->index == 0 && c->generated.empty()) metrics.prompt_tokens += prompt_len;
+            sample_into(*c, logits[i], mc);
+            advanced.push_back(c);
+            // n > 1: siblings fork from completion 0's prompt state and sample from the same logits.
+            if (c->index == 0 && c->generated.size() == 1) {
+                for (Completion& sib : r.completions) {
+                    if (sib.index == 0 || sib.status != Status::kForkPending) continue;
+                    sib.seq = std::make_unique<Sequence>(std::make_unique<SequenceState>(c->seq->state()));
+                    // The state holds the prompt only: c's sampled token has not been fed yet.
+                    sib.num_computed = prompt_len;
+                    sib.status = Status::kRunning;
+                    sib.admitted = admissions++;
+                    running.push_back(&sib);
+                    sample_into(sib, logits[i], mc);
+                    advanced.push_back(&sib);
+                }
+            }
+        }
+        return advanced;
+    }
+
+    void sample_into(Completion& c, const std::vector<float>& logits, const ModelConfig& mc) {
+        const Request& r = *c.request;
+        SampleResult s = sample({.logits = logits, .params = &r.params, .prompt = r.prompt, .generated = c.generated,
+                                 .seed = r.seed, .stream = static_cast<uint64_t>(c.index)});
+        c.generated.push_back(s.token);
+        if (r.params.logprobs >= 0) c.logprobs.push_back(std::move(s.logprob));
+        ++metrics.generated_tokens;
+        const bool eos = std::find(mc.eos_token_ids.begin(), mc.eos_token_ids.end(), s.token) != mc.eos_token_ids.end();
+        const bool stop_id = std::find(r.params.stop_token_ids.begin(), r.params.stop_token_ids.end(), s.token) !=
+                             r.params.stop_token_ids.end();
+        if ((eos && !r.params.ignore_eos) || stop_id) {
+            c.token_finished = true;
+            c.finish_reason = "stop";
+        } else if (static_cast<int64_t>(c.generated.size()) >= r.params.max_tokens) {
+            c.token_finished = true;
+            c.finish_reason = "length";
+        }
+        if (c.token_finished) std::erase(running, &c);  // no further scheduling
+    }
+
+    // ---- post-processing: detokenize, stop strings, finished requests ----
+    void postprocess(const std::vector<Completion*>& advanced) {
+        for (Completion* c : advanced) {
+            if (c->status != Status::kRunning) continue;
+            bool stopped = false;
+            if (c->decoder) {
+                const int32_t tok = c->generated.back();
+                // Stop ids and EOS are not part of the text.
+                const bool is_stop_token = c->token_finished && c->finish_reason == "stop";
+                std::string piece = is_stop_token ? std::string() : c->decoder->push(tok);
+                if (c->token_finished) piece += c->decoder->finish();
+                if (auto at = c->stop->feed(piece)) {
+                    c->text = c->stop->text().substr(0, *at);
+                    c->finish_reason = "stop";
+                    stopped = true;
+                } else {
+                    c->text = c->stop->text();
+                }
+            }
+            if (stopped && !c->token_finished) std::erase(running, c);
+            if (stopped || c->token_finished) finish(*c);
+        }
+    }
+
+    void finish(Completion& c) {
+        c.status = Status::kFinished;
+        Request& r = *c.request;
+        if (++r.num_finished < static_cast<int64_t>(r.completions.size())) return;
+        RequestOutput out;
+        out.request_id = r.id;
+        out.prompt_tokens = static_cast<int64_t>(r.prompt.size());
+        out.cached_prompt_tokens = r.cached_tokens;
+        for (Completion& k : r.completions)
+            out.completions.push_back({k.index, std::move(k.generated), std::move(k.text), std::move(k.finish_reason),
+                                       std::move(k.logprobs)});
+        finished_outputs.push_back(std::move(out));
+    }
+
+    // Frees the state of finished completions and drops finished requests (no forward in flight).
+    void collect_garbage() {
+        for (auto& r : requests)
+            for (Completion& c : r->completions)
+                if (c.status == Status::kFinished) c.seq.reset();
+        std::erase_if(requests, [](const std::unique_ptr<Request>& r) {
+            return r->num_finished == static_cast<int64_t>(r->completions.size());
+        });
+    }
+
+    std::vector<RequestOutput> step() {
+        const auto t0 = Clock::now();
+        if (!pending) {
+            collect_garbage();
+            if (requests.empty()) return {};
+            Plan plan = schedule();
+            DI_CHECK(!plan.items.empty(), "engine: ", requests.size(), " requests remain but none can be scheduled");
+            launch(plan);
+            pending = std::move(plan);
+        }
+        Plan current = std::move(*pending);
+        pending.reset();
+        std::vector<Completion*> advanced = sample_and_account(current);
+        const uint64_t bytes = running_bytes();
+        metrics.state_bytes_in_use = bytes;
+        metrics.state_bytes_peak = std::max(metrics.state_bytes_peak, bytes);
+        if (cfg.async_scheduling) {
+            collect_garbage();
+            Plan next = schedule();
+            if (!next.items.empty()) {
+                launch(next);
+                pending = std::move(next);
+            }
+        }
+        postprocess(advanced);
+        if (!cfg.async_scheduling) collect_garbage();
+        ++metrics.steps;
+        metrics.step_seconds += since(t0);
+        metrics.prefix_cache_bytes = prefix.bytes();
+        metrics.prefix_cache_entries = prefix.entries();
+        std::vector<RequestOutput> out = std::move(finished_outputs);
+        finished_outputs.clear();
+        return out;
+    }
+};
+
+Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer, EngineConfig config)
+    : impl_(std::make_unique<Impl>(std::move(model), std::move(tokenizer), config)) {}
+
+Engine::~Engine() {
+    if (impl_ && impl_->pending && impl_->pending->logits.valid()) impl_->pending->logits.wait();
+}
+
+void Engine::add_request(std::string id, std::vector<int32_t> prompt, SamplingParams params) {
+    const ModelConfig& mc = impl_->model->config();
+    DI_CHECK(!prompt.empty(), "request '", id, "': empty prompt");
+    for (size_t i = 0; i < prompt.size(); ++i)
+        DI_CHECK(prompt[i] >= 0 && prompt[i] < mc.vocab_size, "request '", id, "': prompt token ", i, " = ", prompt[i],
+                 " is outside the vocabulary [0, ", mc.vocab_size, ")");
+    DI_CHECK(params.max_tokens >= 1, "request '", id, "': max_tokens must be >= 1, got ", params.max_tokens);
+    DI_CHECK(static_cast<int64_t>(prompt.size()) + params.max_tokens <= mc.max_position_embeddings, "request '", id,
+             "': prompt (", prompt.size(), " tokens) + max_tokens (", params.max_tokens,
+             ") exceeds the model's context of ", mc.max_position_embeddings);
+    DI_CHECK(params.n >= 1 && params.n <= 128, "request '", id, "': n must be in [1, 128], got ", params.n);
+    DI_CHECK(params.temperature >= 0, "request '", id, "': temperature must be >= 0");
+    DI_CHECK(params.top_p > 0 && params.top_p <= 1, "request '", id, "': top_p must be in (0, 1]");
+    DI_CHECK(params.min_p >= 0 && params.min_p <= 1, "request '", id, "': min_p must be in [0, 1]");
+    DI_CHECK(params.top_k >= 0, "request '", id, "': top_k must be >= 0");
+    DI_CHECK(params.repetition_penalty > 0, "request '", id, "': repetition_penalty must be > 0");
+    DI_CHECK(params.logprobs <= 20, "request '", id, "': logprobs must be <= 20");
+    DI_CHECK(params.stop.empty() || impl_->tokenizer, "request '", id, "': stop strings need a tokenizer");
+    auto r = std::make_unique<Request>();
+    r->id = std::move(id);
+    r->prompt = std::move(prompt);
+    r->params = std::move(params);
+    r->seed = r->params.seed ? *r->params.seed : derive_seed(impl_->cfg.job_seed, r->id);
+    r->completions.resize(static_cast<size_t>(r->params.n));
+    for (int64_t i = 0; i < r->params.n; ++i) {
+        Completion& c = r->completions[size_t(i)];
+        c.request = r.get();
+        c.index = i;
+        c.status = i == 0 ? Status::kWaiting : Status::kForkPending;
+        if (impl_->tokenizer) {
+            c.decoder = std::make_unique<IncrementalDecoder>(*impl_->tokenizer);
+            c.stop = std::make_unique<StopMatcher>(r->params.stop);
+        }
+    }
+    impl_->waiting.push_back(&r->completions[0]);
+    impl_->requests.push_back(std::move(r));
+}
+
+bool Engine::has_unfinished() const { return num_unfinished() > 0; }
+int64_t Engine::num_unfinished() const {
+    int64_t n = 0;
+    for (const auto& r : impl_->requests) n += r->num_finished < static_cast<int64_t>(r->completions.size());
+    return n;
+}
+std::vector<RequestOutput> Engine::step() { return impl_->step(); }
+const EngineMetrics& Engine::metrics() const { return impl_->metrics; }
+const EngineConfig& Engine::config() const { return impl_->cfg; }
+
+void Engine::run_until_done(const std::function<void(RequestOutput&&)>& on_finished) {
+    while (has_unfinished())
+        for (RequestOutput& o : step()) on_finished(std::move(o));
+}
+
+}  // namespace deepinfer

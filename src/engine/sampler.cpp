@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: Apache-2.0
+// Sampler. Order: logit_bias -> penalties -> (logprobs taken here) -> temperature -> top-k -> top-p ->
+// min-p -> draw. Greedy (temperature 0) takes the highest logit, ties to the lowest id. Candidates are
+// sorted by (logit desc, id asc), so the draw is deterministic for equal logits too.
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <unordered_map>
+
+#include "deepinfer/check.h"
+
+namespace deepinfer {
+namespace {
+uint64_t splitmix(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+}  // namespace
+
+double counter_uniform(uint64_t seed, uint64_t stream, uint64_t counter) {
+    const uint64_t h = splitmix(splitmix(splitmix(seed) ^ stream) ^ counter);
+    return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
+}
+
+uint64_t derive_seed(uint64_t job_seed, const std::string& request_id) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the id
+    for (unsigned char ch : request_id) h = (h ^ ch) * 1099511628211ull;
+    return splitmix(job_seed ^ splitmix(h));
+}
+
+SampleResult sample(const SampleInput& in) {
+    const SamplingParams& p = *in.params;
+    const int64_t V = static_cast<int64_t>(in.logits.size());
+    std::vector<float> l(in.logits.begin(), in.logits.end());
+    for (const auto& [tok, bias] : p.logit_bias)
+        if (tok >= 0 && tok < V) l[size_t(tok)] += bias;
+    if (p.repetition_penalty != 1.0) {
+        const float rp = static_cast<float>(p.repetition_penalty);
+        std::vector<bool> seen(size_t(V), false);
+        for (int32_t t : in.prompt) seen[size_t(t)] = true;
+        for (int32_t t : in.generated) seen[size_t(t)] = true;
+        for (int64_t v = 0; v < V; ++v)
+            if (seen[size_t(v)]) l[size_t(v)] = l[size_t(v)] > 0 ? l[size_t(v)] / rp : l[size_t(v)] * rp;
+    }
+    if (p.presence_penalty != 0.0 || p.frequency_penalty != 0.0) {
+        std::unordered_map<int32_t, int64_t> counts;
+        for (int32_t t : in.generated) ++counts[t];
+        for (const auto& [tok, cnt] : counts)
+            l[size_t(tok)] -= static_cast<float>(p.presence_penalty + p.frequency_penalty * double(cnt));
+    }
+    SampleResult out;
+    if (p.logprobs >= 0) {
+        // Log-softmax of the processed logits (before temperature and truncation).
+        const float mx = *std::max_element(l.begin(), l.end());
+        double den = 0;
+        for (float v : l) den += std::exp(double(v) - mx);
+        const double lse = mx + std::log(den);
+        const int64_t k = std::min<int64_t>(p.logprobs, V);
+        std::vector<int32_t> idx(static_cast<size_t>(V));
+        std::iota(idx.begin(), idx.end(), 0);
+        std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+            return l[size_t(a)] != l[size_t(b)] ? l[size_t(a)] > l[size_t(b)] : a < b;
+        });
+        for (int64_t i = 0; i < k; ++i)
+            out.logprob.top.emplace_back(idx[size_t(i)], static_cast<float>(l[size_t(idx[size_t(i)])] - lse));
+        // The sampled token's logprob is filled after the draw.
+        out.logprob.logprob = static_cast<float>(lse);  // temporarily the log-normalizer
+    }
+    int32_t chosen = 0;
+    if (p.temperature <= 0.0) {
+        for (int64_t v = 1; v < V; ++v)
+            if (l[size_t(v)] > l[size_t(chosen)]) chosen = static_cast<int32_t>(v);
+    } else {
+        const double inv_t = 1.0 / p.temperature;
+        std::vector<int32_t> cand(static_cast<size_t>(V));
+        std::iota(cand.begin(), cand.end(), 0);
+        const auto by_logit = [&](int32_t a, int32_t b) {
+            return l[size_t(a)] != l[size_t(b)] ? l[size_t(a)] > l[size_t(b)] : a < b;
+        };
+        int64_t keep = V;
+        if (p.top_k > 0 && p.top_k < V) {
+            keep = p.top_k;
+            std::partial_sort(cand.begin(), cand.begin() + keep, cand.end(), by_logit);
+            cand.resize(size_t(keep));
+        } else {
+            std::sort(cand.begin(), cand.end(), by_logit);
+        }
+        const double mx = l[size_t(cand[0])];
+        std::vector<double> prob(cand.size());
+        double den = 0;
+        for (size_t i = 0; i < cand.size(); ++i) den += (prob[i] = std::exp((double(l[size_t(cand[i])]) - mx) * inv_t));
+        for (double& q : prob) q /= den;
+        size_t n = cand.size();
+        if (p.top_p < 1.0) {
+            double cum = 0;
+            size_t i = 0;
+            for (; i < n; ++i) {
+                cum += prob[i];
+                if (cum >= p.top_p) break;
+            }
+            n = std::min(n, i + 1);
+        }
+        if (p.min_p > 0.0) {
+            const double floor_p = p.min_p * prob[0];
+            size_t i = 1;
+            while (i < n && prob[i] >= floor_p) ++i;
+            n = i;
+        }
+        double total = 0;
+        for (size_t i = 0; i < n; ++i) total += prob[i];
+        double u = counter_uniform(in.seed, in.stream, in.generated.size()) * total;
+        size_t pick = 0;
+        for (; pick + 1 < n; ++pick) {
+            if (u < prob[pick]) break;
+            u -= prob[pick];
+        }
+        chosen = cand[pick];
+    }
+    out.token = chosen;
+    if (p.logprobs >= 0) {
+        out.logprob.token = chosen;
+        out.logprob.logprob = static_cast<float>(double(l[size_t(chosen)]) - double(out.logprob.logprob));
+    }
+    return out;
+}
+
+}  // namespace deepinfer

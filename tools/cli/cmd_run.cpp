@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: Apache-2.0
+// `deepinfer run`: the main job. OpenAI Batch API input -> engine -> OpenAI batch output.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "deepinfer/check.h"
+#include "deepinfer/embedded.h"
+#include "deepinfer/log.h"
+#include "deepinfer/model.h"
+#include "deepinfer/tokenizer.h"
+#include "engine/batch_runner.h"
+
+namespace deepinfer::cli {
+
+std::string default_cache_dir() {
+    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/deepinfer";
+    if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/deepinfer";
+    return (std::filesystem::temp_directory_path() / "deepinfer-cache").string();
+}
+
+// The tokenizer: --tokenizer, else the model directory's tokenizer.json, else the DeepSeek V4
+// tokenizer shipped in assets/ (the embedded model's).
+std::string resolve_tokenizer(const std::string& flag, const std::string& model_dir) {
+    if (!flag.empty()) return flag;
+    if (!model_dir.empty() && std::filesystem::exists(model_dir + "/tokenizer.json")) return model_dir + "/tokenizer.json";
+    for (const std::string& dir : {std::string(DI_ASSETS_DIR), std::string("assets")}) {
+        const std::string p = dir + "/tokenizer/deepseek-v4/tokenizer.json";
+        if (std::filesystem::exists(p)) return p;
+    }
+    DI_THROW("no tokenizer found: pass --tokenizer FILE (tokenizer.json)");
+}
+
+Command register_run(CLI::App& app) {
+    struct Options {
+        std::string model, tokenizer, input, output, family = "v4", numerics, progress = "auto", cache_dir;
+        bool resume = false, no_async = false, no_prefix_cache = false;
+        int64_t max_num_seqs = 64, max_batched_tokens = 2048, max_prefill_chunk = 512, default_max_tokens = 256;
+        double state_memory_gib = 4.0;
+        uint64_t seed = 0;
+    };
+    auto o = std::make_shared<Options>();
+    CLI::App* sub = app.add_subcommand("run", "Run an OpenAI Batch API file (JSONL) and write the batch output file");
+    sub->add_option("--model", o->model, "Checkpoint directory (default: the built-in tiny random-weight model)");
+    sub->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the model's, else the bundled DeepSeek one)");
+    sub->add_option("--input", o->input, "Input JSONL: {custom_id, method, url, body} per line")->required();
+    sub->add_option("--output", o->output, "Output JSONL: {id, custom_id, response, error} per request")->required();
+    sub->add_flag("--resume", o->resume, "Continue an interrupted run: skip custom_ids already in the output");
+    sub->add_option("--family", o->family, "Chat format: v4 | v41")->capture_default_str();
+    sub->add_option("--numerics", o->numerics, "exact | official (default: official for FP8/FP4 checkpoints)");
+    sub->add_option("--max-num-seqs", o->max_num_seqs, "Sequences per step")->capture_default_str()->check(CLI::Range(1, 65536));
+    sub->add_option("--max-batched-tokens", o->max_batched_tokens, "Token budget per step")->capture_default_str()
+        ->check(CLI::Range(1, 1 << 24));
+    sub->add_option("--max-prefill-chunk", o->max_prefill_chunk, "Largest prefill chunk")->capture_default_str()
+        ->check(CLI::Range(1, 1 << 24));
+    sub->add_option("--state-memory-gib", o->state_memory_gib, "Sequence-state memory budget")->capture_default_str();
+    sub->add_option("--default-max-tokens", o->default_max_tokens, "max_tokens when a body has none")->capture_default_str();
+    sub->add_option("--seed", o->seed, "Job seed (requests without a seed derive theirs from it and custom_id)");
+    sub->add_flag("--no-async", o->no_async, "Synchronous scheduling (same results, less overlap)");
+    sub->add_flag("--no-prefix-cache", o->no_prefix_cache, "Disable prefix sharing (same results)");
+    sub->add_option("--progress", o->progress, "auto | always | never")->capture_default_str();
+    sub->add_option("--cache-dir", o->cache_dir, "Where the built-in model is generated (default ~/.cache/deepinfer)");
+    return [sub, o]() -> int {
+        if (!sub->parsed()) return -1;
+        std::string dir = o->model, name = o->model;
+        if (dir.empty()) {
+            dir = ensure_embedded_model(o->cache_dir.empty() ? default_cache_dir() : o->cache_dir);
+            name = kEmbeddedModelName;
+            DI_LOG_INFO("using the built-in tiny random-weight model ({}): its text is random by design", dir);
+        }
+        ModelOptions mo;
+        if (!o->numerics.empty()) {
+            mo.numerics_from_checkpoint = false;
+            mo.numerics = parse_numerics(o->numerics);
+        }
+        std::shared_ptr<const Model> model = Model::load(dir, mo);
+        auto tok = std::make_shared<const Tokenizer>(Tokenizer::from_file(resolve_tokenizer(o->tokenizer, o->model)));
+        DI_CHECK(tok->vocab_size() <= model->config().vocab_size, "the tokenizer has ", tok->vocab_size(),
+                 " ids but the model's vocabulary is ", model->config().vocab_size);
+        EngineConfig ec;
+        ec.max_num_seqs = o->max_num_seqs;
+        ec.max_num_batched_tokens = o->max_batched_tokens;
+        ec.max_prefill_chunk = o->max_prefill_chunk;
+        ec.state_memory_bytes = static_cast<uint64_t>(o->state_memory_gib * double(uint64_t{1} << 30));
+        ec.prefix_caching = !o->no_prefix_cache;
+        ec.async_scheduling = !o->no_async;
+        ec.job_seed = o->seed;
+        BatchRunOptions ro;
+        ro.input_path = o->input;
+        ro.output_path = o->output;
+        ro.model_name = name;
+        ro.resume = o->resume;
+        ro.family = parse_chat_family(o->family);
+        ro.default_max_tokens = o->default_max_tokens;
+        ro.progress = o->progress == "always" ? BatchRunOptions::Progress::kAlways
+                      : o->progress == "never" ? BatchRunOptions::Progress::kNever
+                                               : BatchRunOptions::Progress::kAuto;
+        BatchRunSummary s = run_batch(ro, model, tok, ec);
+        const EngineMetrics& m = s.engine;
+        std::fprintf(stderr,
+                     "summary: %lld requests (%lld completed, %lld errors, %lld already done), %lld prompt tokens, "
+                     "%lld completion tokens, %.2f s, %.1f completion tok/s, %.1f total tok/s, prefix-cache hit rate "
+                     "%.1f%%, %lld preemptions, peak state %.1f MiB, forward share of step time %.1f%%\n",
+                     (long long)s.lines, (long long)s.completed, (long long)s.errors, (long long)s.skipped_done,
+                     (long long)s.prompt_tokens, (long long)s.completion_tokens, s.seconds,
+                     s.seconds > 0 ? double(s.completion_tokens) / s.seconds : 0.0,
+                     s.seconds > 0 ? double(s.prompt_tokens + s.completion_tokens) / s.seconds : 0.0,
+                     100.0 * m.prefix_hit_rate(), (long long)m.preemptions, double(m.state_bytes_peak) / (1 << 20),
+                     m.step_seconds > 0 ? 100.0 * m.forward_seconds / m.step_seconds : 0.0);
+        return 0;
+    };
+}
+
+}  // namespace deepinfer::cli
