@@ -12,6 +12,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "deepinfer/chat_parser.h"
 #include "deepinfer/check.h"
 #include "deepinfer/log.h"
 #include "deepinfer/tokenizer.h"
@@ -159,22 +160,19 @@ SamplingParams sampling_from_body(const json& body, int64_t default_max_tokens) 
     return p;
 }
 
-// The assistant message from generated text: reasoning up to "</think>" when thinking was on.
-// NOTE: tool calls (DSML) are not parsed here yet; the text stays in content.
-json assistant_message(const std::string& text, bool thinking) {
-    json m = {{"role", "assistant"}};
-    const std::string end_think = "</think>";
-    const size_t at = thinking ? text.find(end_think) : std::string::npos;
-    if (thinking && at != std::string::npos) {
-        m["reasoning_content"] = text.substr(0, at);
-        m["content"] = text.substr(at + end_think.size());
-    } else if (thinking) {
-        m["reasoning_content"] = text;
-        m["content"] = "";
-    } else {
-        m["content"] = text;
-    }
-    return m;
+// The assistant message of one completion: the recipe's parser splits reasoning, content and DSML
+// tool calls (a malformed tool call stays in content, with a parse_error).
+json assistant_message(const std::string& text, const std::string& finish_reason, ChatParseOptions options,
+                       int64_t index) {
+    options.stop.clear();  // the engine already cut the text at the stop string
+    options.response_id.append(1, '-').append(std::to_string(index));
+    ParsedMessage m = parse_chat_output(text, options, finish_reason == "length" ? BackendFinish::kLength
+                                                                                 : BackendFinish::kStop);
+    json out = json::parse(m.to_json());
+    out.erase("finish_reason");
+    out["role"] = "assistant";
+    out["__finish_reason"] = m.finish_reason;
+    return out;
 }
 
 json logprobs_json(const CompletionOutput& c, const Tokenizer* tok) {
@@ -191,7 +189,7 @@ json logprobs_json(const CompletionOutput& c, const Tokenizer* tok) {
 struct Pending {
     std::string custom_id;
     std::string url;
-    bool thinking = false;
+    ChatParseOptions parse;  // chat only
     int64_t line = 0;
 };
 
@@ -262,10 +260,11 @@ BatchRunSummary run_batch(const BatchRunOptions& o, std::shared_ptr<const Model>
                 const json& body = j["body"];
                 SamplingParams sp = sampling_from_body(body, o.default_max_tokens);
                 std::vector<int32_t> prompt;
-                bool thinking = false;
+                ChatParseOptions parse;
                 if (url == "/v1/chat/completions") {
                     ChatRequest req = parse_chat_request(body.dump());
-                    thinking = req.thinking;
+                    parse = parse_options_for(req);
+                    parse.response_id = "chatcmpl-" + hex_id(custom_id);
                     if (sp.stop.empty()) sp.stop = req.stop;
                     prompt = encode_chat_prompt(render_chat(req, o.family), *tokenizer);
                 } else {
@@ -281,7 +280,7 @@ BatchRunSummary run_batch(const BatchRunOptions& o, std::shared_ptr<const Model>
                     }
                 }
                 engine.add_request(custom_id, std::move(prompt), std::move(sp));
-                pending[custom_id] = {custom_id, url, thinking, line_no};
+                pending[custom_id] = {custom_id, url, std::move(parse), line_no};
                 return true;
             } catch (const Error& e) {
                 error_record(custom_id, line_no, "invalid_request", where + ": " + e.message());
@@ -300,8 +299,14 @@ BatchRunSummary run_batch(const BatchRunOptions& o, std::shared_ptr<const Model>
         for (CompletionOutput& c : r.completions) {
             completion_tokens += static_cast<int64_t>(c.token_ids.size());
             json choice = {{"index", c.index}, {"finish_reason", c.finish_reason}};
-            if (chat) choice["message"] = assistant_message(c.text, p.thinking);
-            else choice["text"] = c.text;
+            if (chat) {
+                json message = assistant_message(c.text, c.finish_reason, p.parse, c.index);
+                choice["finish_reason"] = message["__finish_reason"];
+                message.erase("__finish_reason");
+                choice["message"] = std::move(message);
+            } else {
+                choice["text"] = c.text;
+            }
             choice["logprobs"] = c.logprobs.empty() ? json(nullptr) : logprobs_json(c, tokenizer.get());
             choices.push_back(std::move(choice));
         }

@@ -75,6 +75,20 @@ SampleResult sample(const SampleInput& in) {
     if (p.temperature <= 0.0) {
         for (int64_t v = 1; v < V; ++v)
             if (l[size_t(v)] > l[size_t(chosen)]) chosen = static_cast<int32_t>(v);
+    } else if (p.top_k == 0 && p.top_p >= 1.0 && p.min_p <= 0.0) {
+        // Untruncated: one pass in id order, no sort.
+        const double inv_t = 1.0 / p.temperature;
+        const double mx = *std::max_element(l.begin(), l.end());
+        std::vector<double> prob(l.size());
+        double total = 0;
+        for (size_t v = 0; v < l.size(); ++v) total += (prob[v] = std::exp((double(l[v]) - mx) * inv_t));
+        double u = counter_uniform(in.seed, in.stream, in.generated.size()) * total;
+        size_t pick = 0;
+        for (; pick + 1 < prob.size(); ++pick) {
+            if (u < prob[pick]) break;
+            u -= prob[pick];
+        }
+        chosen = static_cast<int32_t>(pick);
     } else {
         const double inv_t = 1.0 / p.temperature;
         std::vector<int32_t> cand(static_cast<size_t>(V));

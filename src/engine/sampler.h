@@ -23,13 +23,12 @@ struct SampleResult {
 };
 
 struct SampleInput {
-    std::span<const float> logits;          // [vocab] raw model logits of this position
+    std::span<const float> logits = {};     // [vocab] raw model logits of this position
     const SamplingParams* params = nullptr;
-    std::span<const int32_t> prompt;        // for the repetition penalty
-    std::span<const int32_t> generated;     // tokens generated so far by this completion
+    std::span<const int32_t> prompt = {};     // for the repetition penalty
+    std::span<const int32_t> generated = {};  // tokens generated so far by this completion
     uint64_t seed = 0;
     uint64_t stream = 0;                    // completion index
-    bool allow_eos = true;                  // false while min-length style rules forbid it (unused)
 };
 
 SampleResult sample(const SampleInput& in);

@@ -1,0 +1,270 @@
+// SPDX-License-Identifier: Apache-2.0
+// Engine: batch invariance of logits, deterministic sampling independent of batch composition,
+// chunk size, prefix sharing, async scheduling and preemption; n > 1; stop strings; sampler rules.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include "deepinfer/check.h"
+#include "deepinfer/embedded.h"
+#include "deepinfer/engine.h"
+#include "deepinfer/tokenizer.h"
+#include "engine/sampler.h"
+#include "unit/fixtures.h"
+
+namespace deepinfer {
+namespace {
+
+ModelOptions exact() {
+    ModelOptions o;
+    o.numerics_from_checkpoint = false;
+    o.numerics = Numerics::kExact;
+    return o;
+}
+
+std::shared_ptr<const Model> tiny_model() {
+    static std::shared_ptr<const Model> m = Model::load(test::data_path("models/v4_tiny_a"), exact());
+    return m;
+}
+
+std::vector<int32_t> random_prompt(std::mt19937& rng, int64_t len, int64_t vocab) {
+    std::vector<int32_t> p(static_cast<size_t>(len));
+    for (int32_t& t : p) t = static_cast<int32_t>(rng() % uint32_t(vocab));
+    return p;
+}
+
+TEST(BatchInvariance, LogitsAloneEqualInsideBatchesOf7And64) {
+    auto model = tiny_model();
+    const int64_t V = model->config().vocab_size;
+    std::mt19937 rng(7);
+    const std::vector<int32_t> target = random_prompt(rng, 150, V);
+    Sequence alone = model->new_sequence();
+    const std::vector<float> want = model->forward(alone, target, true);
+    for (int neighbours : {7, 64}) {
+        std::vector<std::vector<int32_t>> prompts;
+        for (int i = 0; i < neighbours; ++i) prompts.push_back(random_prompt(rng, 1 + rng() % 40, V));
+        std::vector<Sequence> seqs;
+        for (int i = 0; i <= neighbours; ++i) seqs.push_back(model->new_sequence());
+        // The target goes in the middle of the batch.
+        std::vector<SequenceChunk> chunks;
+        for (int i = 0; i <= neighbours; ++i) {
+            if (i == neighbours / 2) chunks.push_back({&seqs[size_t(i)], target, true});
+            else chunks.push_back({&seqs[size_t(i)], prompts[size_t(i < neighbours / 2 ? i : i - 1)], true});
+        }
+        std::vector<std::vector<float>> got = model->forward_batch(chunks);
+        EXPECT_TRUE(got[size_t(neighbours / 2)] == want) << neighbours << " neighbours";
+    }
+}
+
+struct RunResult {
+    std::map<std::string, RequestOutput> outputs;
+    EngineMetrics metrics;
+};
+
+RunResult run(const EngineConfig& cfg, const std::vector<std::pair<std::string, std::vector<int32_t>>>& reqs,
+              const SamplingParams& sp) {
+    Engine engine(tiny_model(), nullptr, cfg);
+    for (const auto& [id, prompt] : reqs) engine.add_request(id, prompt, sp);
+    RunResult r;
+    engine.run_until_done([&](RequestOutput&& o) { r.outputs.emplace(o.request_id, std::move(o)); });
+    r.metrics = engine.metrics();
+    return r;
+}
+
+void expect_same(const RequestOutput& a, const RequestOutput& b, const std::string& what) {
+    ASSERT_EQ(a.completions.size(), b.completions.size()) << what;
+    for (size_t i = 0; i < a.completions.size(); ++i) {
+        EXPECT_EQ(a.completions[i].token_ids, b.completions[i].token_ids) << what;
+        EXPECT_EQ(a.completions[i].finish_reason, b.completions[i].finish_reason) << what;
+        ASSERT_EQ(a.completions[i].logprobs.size(), b.completions[i].logprobs.size()) << what;
+        for (size_t k = 0; k < a.completions[i].logprobs.size(); ++k) {
+            EXPECT_EQ(a.completions[i].logprobs[k].logprob, b.completions[i].logprobs[k].logprob) << what;
+            EXPECT_EQ(a.completions[i].logprobs[k].top, b.completions[i].logprobs[k].top) << what;
+        }
+    }
+}
+
+TEST(EngineDeterminism, SameTokensAloneAndInAnyBatchChunkingCacheAndScheduling) {
+    const int64_t V = tiny_model()->config().vocab_size;
+    std::mt19937 rng(11);
+    const std::vector<int32_t> shared = random_prompt(rng, 96, V);  // a common "system prompt"
+    auto with_prefix = [&](int64_t extra) {
+        std::vector<int32_t> p = shared;
+        std::vector<int32_t> tail = random_prompt(rng, extra, V);
+        p.insert(p.end(), tail.begin(), tail.end());
+        return p;
+    };
+    const std::vector<int32_t> target = with_prefix(37);
+    SamplingParams sp;
+    sp.temperature = 0.9;
+    sp.top_p = 0.95;
+    sp.max_tokens = 12;
+    sp.logprobs = 3;
+    sp.ignore_eos = true;
+    EngineConfig base;
+    base.max_num_seqs = 128;
+    const RequestOutput alone = run(base, {{"target", target}}, sp).outputs.at("target");
+    ASSERT_EQ(alone.completions[0].token_ids.size(), 12u);
+
+    for (int neighbours : {7, 64}) {
+        std::vector<std::pair<std::string, std::vector<int32_t>>> reqs;
+        for (int i = 0; i < neighbours; ++i)
+            reqs.emplace_back("n" + std::to_string(i), i % 2 ? with_prefix(1 + rng() % 50) : random_prompt(rng, 5 + rng() % 60, V));
+        reqs.insert(reqs.begin() + neighbours / 2, {"target", target});
+        struct Variant {
+            const char* name;
+            EngineConfig cfg;
+        };
+        std::vector<Variant> variants;
+        EngineConfig c = base;
+        variants.push_back({"default", c});
+        c.max_prefill_chunk = 7;
+        c.max_num_batched_tokens = 96;
+        variants.push_back({"chunk 7, budget 96", c});
+        c = base;
+        c.prefix_caching = false;
+        variants.push_back({"no prefix cache", c});
+        c = base;
+        c.async_scheduling = false;
+        variants.push_back({"sync", c});
+        c = base;
+        c.max_num_seqs = 5;
+        c.prefix_block = 32;
+        variants.push_back({"5 seqs, block 32", c});
+        c = base;
+        c.state_memory_bytes = 3 << 20;  // tight: forces preemption and recompute
+        c.prefix_cache_fraction = 0.1;
+        variants.push_back({"tight memory", c});
+        for (const Variant& v : variants) {
+            RunResult r = run(v.cfg, reqs, sp);
+            expect_same(r.outputs.at("target"), alone, std::string(v.name) + ", " + std::to_string(neighbours) + " neighbours");
+            const std::string name = v.name;
+            if (name == "5 seqs, block 32" || (name == "default" && neighbours == 64)) {
+                EXPECT_GT(r.metrics.prefix_hit_rate(), 0.0) << name;  // later admissions reuse the shared prefix
+            }
+            if (name == "no prefix cache") {
+                EXPECT_EQ(r.metrics.prefix_cache_hit_tokens, 0);
+            }
+            if (name == "tight memory" && neighbours == 64) {
+                EXPECT_GT(r.metrics.preemptions, 0);
+            }
+        }
+    }
+}
+
+TEST(Engine, NCompletionsAreDistinctAndReproducible) {
+    std::mt19937 rng(3);
+    const auto prompt = random_prompt(rng, 20, tiny_model()->config().vocab_size);
+    SamplingParams sp;
+    sp.temperature = 1.0;
+    sp.max_tokens = 10;
+    sp.n = 3;
+    sp.seed = 42;
+    sp.ignore_eos = true;
+    RunResult a = run({}, {{"r", prompt}}, sp), b = run({}, {{"r", prompt}}, sp);
+    const auto& ca = a.outputs.at("r").completions;
+    ASSERT_EQ(ca.size(), 3u);
+    EXPECT_NE(ca[0].token_ids, ca[1].token_ids);
+    EXPECT_NE(ca[1].token_ids, ca[2].token_ids);
+    expect_same(a.outputs.at("r"), b.outputs.at("r"), "rerun");
+    // Completion 0 of n = 3 equals the single completion with the same seed.
+    sp.n = 1;
+    RunResult one = run({}, {{"r", prompt}}, sp);
+    EXPECT_EQ(one.outputs.at("r").completions[0].token_ids, ca[0].token_ids);
+}
+
+TEST(Engine, RejectsBadRequests) {
+    Engine engine(tiny_model(), nullptr, {});
+    EXPECT_THROW(engine.add_request("a", {}, {}), Error);
+    EXPECT_THROW(engine.add_request("b", {1, 99999}, {}), Error);
+    SamplingParams sp;
+    sp.max_tokens = 1 << 30;
+    EXPECT_THROW(engine.add_request("c", {1, 2}, sp), Error);
+    sp = {};
+    sp.stop = {"x"};
+    EXPECT_THROW(engine.add_request("d", {1, 2}, sp), Error);  // stop strings need a tokenizer
+}
+
+TEST(Sampler, Rules) {
+    std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f};
+    SamplingParams p;
+    p.temperature = 0;
+    EXPECT_EQ(sample({.logits = logits, .params = &p}).token, 1);  // tie -> lowest id
+    p.logit_bias = {{4, 10.0f}};
+    EXPECT_EQ(sample({.logits = logits, .params = &p}).token, 4);
+    p = {};
+    p.temperature = 1.0;
+    p.top_k = 1;
+    for (uint64_t s = 0; s < 20; ++s) EXPECT_EQ(sample({.logits = logits, .params = &p, .seed = s}).token, 1);
+    p = {};
+    p.temperature = 0;
+    p.repetition_penalty = 2.0;
+    std::vector<int32_t> gen = {1, 3};
+    EXPECT_EQ(sample({.logits = logits, .params = &p, .generated = gen}).token, 2);  // 3/2 < 2
+    p = {};
+    p.temperature = 0;
+    p.presence_penalty = 1.5;
+    EXPECT_EQ(sample({.logits = logits, .params = &p, .generated = gen}).token, 2);  // 3-1.5 < 2
+    p = {};
+    p.temperature = 1.0;
+    p.logprobs = 2;
+    SampleResult r = sample({.logits = logits, .params = &p, .seed = 1});
+    ASSERT_EQ(r.logprob.top.size(), 2u);
+    EXPECT_EQ(r.logprob.top[0].first, 1);
+    EXPECT_NEAR(r.logprob.top[0].second, r.logprob.top[1].second, 1e-6);
+    double total = 0;
+    for (float l : logits) total += std::exp(double(l) - 3.0);
+    EXPECT_NEAR(r.logprob.top[0].second, -std::log(total), 1e-5);
+    // min_p keeps only tokens within the ratio of the best.
+    p = {};
+    p.temperature = 1.0;
+    p.min_p = 0.9;
+    for (uint64_t s = 0; s < 50; ++s) {
+        int32_t t = sample({.logits = logits, .params = &p, .seed = s}).token;
+        EXPECT_TRUE(t == 1 || t == 3) << t;
+    }
+    // The stream is a pure function of (seed, stream, counter).
+    EXPECT_EQ(counter_uniform(5, 1, 9), counter_uniform(5, 1, 9));
+    EXPECT_NE(counter_uniform(5, 1, 9), counter_uniform(5, 2, 9));
+    EXPECT_NE(derive_seed(0, "a"), derive_seed(0, "b"));
+}
+
+TEST(Engine, StopStringsAcrossTokenBoundaries) {
+    const std::string cache = (std::filesystem::temp_directory_path() / "deepinfer_test_embedded").string();
+    auto model = std::shared_ptr<const Model>(Model::load(ensure_embedded_model(cache), exact()));
+    auto tok = std::make_shared<const Tokenizer>(Tokenizer::from_file(std::string(DI_ASSETS_DIR) +
+                                                                      "/tokenizer/deepseek-v4/tokenizer.json"));
+    const std::vector<int32_t> prompt = tok->encode("Hello there, tell me a story about a lighthouse.");
+    SamplingParams sp;
+    sp.temperature = 0;
+    sp.max_tokens = 24;
+    sp.ignore_eos = true;
+    auto go = [&](const SamplingParams& s) {
+        Engine e(model, tok, {});
+        e.add_request("r", prompt, s);
+        std::vector<RequestOutput> out;
+        e.run_until_done([&](RequestOutput&& o) { out.push_back(std::move(o)); });
+        return out.at(0).completions.at(0);
+    };
+    CompletionOutput full = go(sp);
+    ASSERT_EQ(full.finish_reason, "length");
+    EXPECT_EQ(full.text, tok->decode(full.token_ids));
+    // A stop string that starts inside one token's text and ends inside a later one.
+    std::string first = tok->decode(std::span<const int32_t>(full.token_ids.data(), 5));
+    std::string upto = tok->decode(std::span<const int32_t>(full.token_ids.data(), 8));
+    ASSERT_GT(upto.size(), first.size() + 2);
+    const size_t start = first.size() - 1;
+    const std::string stop = upto.substr(start, upto.size() - start - 1);
+    ASSERT_EQ(full.text.find(stop), start) << "chosen stop string occurs earlier";
+    sp.stop = {stop};
+    CompletionOutput stopped = go(sp);
+    EXPECT_EQ(stopped.finish_reason, "stop");
+    EXPECT_EQ(stopped.text, full.text.substr(0, start));
+    EXPECT_LT(stopped.token_ids.size(), full.token_ids.size());
+}
+
+}  // namespace
+}  // namespace deepinfer
