@@ -9,11 +9,13 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <string>
 
 #include "backends/cpu/linear.h"
 #include "commands.h"
 #include "deepinfer/check.h"
+#include "deepinfer/engine.h"
 #include "deepinfer/model.h"
 #include "deepinfer/parallel.h"
 #include "deepinfer/synthetic.h"
@@ -96,6 +98,8 @@ Command register_bench(CLI::App& app) {
     struct Options {
         std::string model, synthetic, numerics, dir, output;
         int64_t prefill = 128, decode = 16, warmup = 1;
+        std::string engine_batches;  // "1,8,64,256": offline engine throughput at these batch sizes
+        bool no_async = false;
         uint64_t seed = 1;
     };
     auto o = std::make_shared<Options>();
@@ -109,6 +113,10 @@ Command register_bench(CLI::App& app) {
     sub->add_option("--decode", o->decode, "Decode steps")->check(CLI::Range(0, 1 << 20));
     sub->add_option("--numerics", o->numerics, "exact | official");
     sub->add_option("--output", o->output, "Append the JSON result line to this file");
+    sub->add_option("--engine-batches", o->engine_batches,
+                    "Offline engine mode: comma-separated batch sizes (requests of --prefill prompt tokens and "
+                    "--decode new tokens each)");
+    sub->add_flag("--no-async", o->no_async, "Engine mode: synchronous scheduling");
     sub->add_option("--warmup", o->warmup, "Untimed prefill+decode passes first (pages the weights in)")
         ->check(CLI::Range(0, 100));
     return [sub, o]() -> int {
@@ -138,6 +146,44 @@ Command register_bench(CLI::App& app) {
         const double load_s = seconds_since(t_load);
         const ModelConfig& c = model->config();
         std::mt19937 rng(static_cast<uint32_t>(o->seed));
+        if (!o->engine_batches.empty()) {
+            std::shared_ptr<const Model> shared(std::move(model));
+            std::stringstream list(o->engine_batches);
+            for (std::string item; std::getline(list, item, ',');) {
+                const int64_t batch = std::stoll(item);
+                EngineConfig ec;
+                ec.max_num_seqs = batch;
+                ec.max_num_batched_tokens = std::max<int64_t>(2048, batch);
+                ec.async_scheduling = !o->no_async;
+                ec.prefix_caching = false;
+                Engine engine(shared, nullptr, ec);
+                SamplingParams sp;
+                sp.temperature = 0.8;
+                sp.max_tokens = o->decode;
+                sp.ignore_eos = true;
+                for (int64_t r = 0; r < batch; ++r) {
+                    std::vector<int32_t> prompt(static_cast<size_t>(o->prefill));
+                    for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % uint32_t(c.vocab_size));
+                    engine.add_request("r" + std::to_string(r), std::move(prompt), sp);
+                }
+                auto t0 = Clock::now();
+                engine.run_until_done([](RequestOutput&&) {});
+                const double secs = seconds_since(t0);
+                const EngineMetrics& m = engine.metrics();
+                nlohmann::json r = {{"mode", "engine"}, {"model", dir}, {"batch", batch}, {"async", !o->no_async},
+                                    {"prompt_tokens", m.prompt_tokens}, {"generated_tokens", m.generated_tokens},
+                                    {"seconds", secs}, {"generated_tok_s", double(m.generated_tokens) / secs},
+                                    {"total_tok_s", double(m.generated_tokens + m.prompt_tokens) / secs},
+                                    {"steps", m.steps}, {"forward_s", m.forward_seconds}, {"step_s", m.step_seconds},
+                                    {"outside_forward_share", o->no_async ? nlohmann::json(1.0 - m.forward_seconds / m.step_seconds)
+                                                                          : nlohmann::json(nullptr)},
+                                    {"threads", cpu_num_threads()}};
+                std::string line = r.dump() + "\n";
+                std::fwrite(line.data(), 1, line.size(), stdout);
+                if (!o->output.empty()) std::ofstream(o->output, std::ios::app) << line;
+            }
+            return 0;
+        }
         std::vector<int32_t> ids(static_cast<size_t>(o->prefill));
         for (int32_t& t : ids) t = static_cast<int32_t>(rng() % uint32_t(c.vocab_size));
         for (int64_t w = 0; w < o->warmup; ++w) {
