@@ -11,8 +11,11 @@
 
 namespace deepinfer {
 
+// Rust regex's \w: Alphabetic, marks, decimal digits, connector punctuation, joiners. L, Nl and M
+// are listed although Alphabetic covers them, so that the Unicode-version widening of general
+// categories (unicode_compat.h) reaches letters newer than PCRE2's tables.
 AddedVocabulary::AddedVocabulary(std::span<const AddedToken> tokens)
-    : tokens_(tokens.begin(), tokens.end()), word_char_(R"(^[\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}])") {
+    : tokens_(tokens.begin(), tokens.end()), word_char_(R"(^[\p{Alphabetic}\p{L}\p{Nl}\p{M}\p{Nd}\p{Pc}\p{Join_Control}])") {
     std::vector<size_t> raw, normalized;
     for (size_t i = 0; i < tokens_.size(); ++i) {
         if (tokens_[i].content.empty()) continue;

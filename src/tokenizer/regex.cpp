@@ -8,6 +8,7 @@
 
 #include "deepinfer/check.h"
 #include "deepinfer/tokenizer.h"
+#include "tokenizer/unicode_compat.h"
 
 namespace deepinfer {
 
@@ -52,7 +53,8 @@ Regex::Regex(const std::string& pattern, bool literal) : pattern_(pattern) {
     uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK;
     if (literal) options |= PCRE2_LITERAL;
     DI_CHECK(is_valid_utf8(pattern), "regex pattern is not valid UTF-8");
-    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+    const std::string source = literal ? pattern : widen_unicode_properties(pattern);
+    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(source.data()), source.size(),
                                      options, &error_code, &error_offset, nullptr);
     DI_CHECK(code != nullptr, "cannot compile regex /", pattern, "/ at offset ", error_offset, ": ",
              pcre2_message(error_code));

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // A compiled PCRE2 pattern (UTF-8, Unicode properties, JIT) that finds successive matches in a
 // subject. The pre-tokenizer's Split rules run through it. Subjects must be valid UTF-8 (the
-// tokenizer sanitizes its input first), so matching skips PCRE2's per-call UTF check.
+// tokenizer sanitizes its input first), so matching skips PCRE2's per-call UTF check. General-
+// category properties are widened to the reference's newer Unicode tables (unicode_compat.h).
 #pragma once
 
 #include <cstddef>

@@ -181,3 +181,15 @@ def test_tokenize_reads_stdin_and_objects(deepinfer_bin):
                   stdin='"Hello"\n{"text": "<think>"}\n'.encode())
     assert out.returncode == 0, out.stderr
     assert out.stdout.decode().splitlines() == ['{"ids":[19923]}', '{"ids":[128821]}']
+
+
+def test_every_code_point_matches_hf(deepinfer_bin, tmp_path):
+    """All 1,112,064 Unicode scalar values, in runs of 256 consecutive code points: unassigned
+    ones, ones newer than PCRE2's Unicode tables, controls, private use, noncharacters."""
+    hf = tokenizers.Tokenizer.from_file(str(V4_TOKENIZER))
+    scalars = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    docs = ["".join(scalars[i:i + 256]) for i in range(0, len(scalars), 256)]
+    expected = [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]
+    ours = cli_encode(deepinfer_bin, V4_TOKENIZER, docs, tmp_path)
+    bad, detail = first_mismatches(docs, ours, expected)
+    assert not bad, f"{len(bad)}/{len(docs)} runs encode differently, e.g. {detail}"

@@ -5,18 +5,12 @@ Every script the issue names (CJK, kana, Hangul, Arabic, Devanagari, Cyrillic, .
 sequences and skin tones, combining marks, digit runs in several numeral systems, whitespace runs
 with tabs and CR/LF, code, URLs, strings that contain added-token text, and very long words.
 
-Characters first assigned after Unicode 14.0 are excluded: the pre-tokenizer's regex classes come
-from PCRE2's Unicode tables (14.0 in Debian 12's PCRE2 10.42), Hugging Face's from Oniguruma's
-(15.x), and a character one library knows and the other does not may split differently.
-`unicodedata` of Python 3.11 is Unicode 14.0, so "assigned in Python's table, or unassigned in
-both" is the filter.
+Characters assigned after Unicode 14.0 are included on purpose (new emoji, Kawi, Garay, ...):
+PCRE2's tables stop at 14.0 while Hugging Face's Oniguruma has 16.0, and deepinfer widens its regex
+classes with the newer code points (src/tokenizer/unicode_compat.h) so both split them alike.
 """
 import random
-import unicodedata
 
-# Python 3.11 ships Unicode 14.0.0; on a newer Python the filter below is still conservative
-# only if the tables match, so record it.
-UNICODE_VERSION = unicodedata.unidata_version
 
 # Code point ranges per script (inclusive).
 SCRIPTS = {
@@ -38,6 +32,9 @@ SCRIPTS = {
     "emoji": [(0x1F300, 0x1F5FF), (0x1F600, 0x1F64F), (0x1F680, 0x1F6FF), (0x1F900, 0x1F9FF)],
     "controls": [(0x0000, 0x001F), (0x007F, 0x009F)],
     "private_use": [(0xE000, 0xE0FF)],
+    # Assigned after Unicode 14.0: Kawi (15.0), Garay and Todhri (16.0), new symbols and emoji.
+    "newer": [(0x11F00, 0x11F59), (0x10D40, 0x10D8F), (0x105C0, 0x105F3), (0x1FA70, 0x1FAFF), (0x2427, 0x2429),
+              (0x1CC00, 0x1CCF9)],
 }
 
 DIGIT_SETS = ["0123456789", "٠١٢٣٤٥٦٧٨٩", "۰۱۲۳۴۵۶۷۸۹", "०१२३४५६७८९", "０１２３４５６７８９",
@@ -45,7 +42,7 @@ DIGIT_SETS = ["0123456789", "٠١٢٣٤٥٦٧٨٩", "۰۱۲۳۴۵۶۷۸۹", "०
 WHITESPACE = [" ", "  ", "\t", "\n", "\r\n", "\r", "\n\n", " \n", "\t\t", "\u00a0", "\u3000",
               "\u2028", "\u2029", "\u200b", "\u000b", "\u000c", "\u0085", "\u2003", "\u202f", "\ufeff"]
 EMOJI = ["👨‍👩‍👧‍👦", "👩🏽‍💻", "🧑🏿‍🤝‍🧑🏻", "👍🏽", "👋🏻", "🇺🇸", "🇯🇵🇰🇷", "1️⃣", "#️⃣", "❤️", "🏳️‍🌈",
-         "🏴󠁧󠁢󠁳󠁣󠁴󠁿", "😀", "🤖", "✊🏿", "🫠", "👁️‍🗨️", "🧔‍♂️", "🐈‍⬛"]
+         "🏴󠁧󠁢󠁳󠁣󠁴󠁿", "😀", "🤖", "✊🏿", "🫠", "👁️‍🗨️", "🧔‍♂️", "🐈‍⬛", "🫨", "🩷", "🐦‍🔥", "🫩", "🫆", "🪾"]
 COMBINING = ["e\u0301", "a\u0308\u0304", "n\u0303", "Z\u0351\u0362\u036b\u0300\u0301", "ก\u0e34\u0e48",
              "क\u094d\u0937", "ब\u093f\u0902", "ل\u064e\u0651", "각\u0301", "\u0301\u0301start"]
 CODE = [
@@ -85,13 +82,8 @@ def _chars(ranges):
 
 
 def _alphabet():
-    alpha = {}
-    for name, ranges in SCRIPTS.items():
-        chars = _chars(ranges)
-        # Unassigned code points are kept only inside ranges where both libraries agree they are
-        # unassigned; that cannot be known for newer Unicode, so drop them all.
-        alpha[name] = [c for c in chars if unicodedata.category(c) != "Cn"]
-    return alpha
+    # Unassigned code points stay in: both tokenizers must agree on them too.
+    return {name: _chars(ranges) for name, ranges in SCRIPTS.items()}
 
 
 ALPHABET = _alphabet()

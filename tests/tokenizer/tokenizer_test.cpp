@@ -13,6 +13,7 @@
 #include "deepinfer/check.h"
 #include "deepinfer/parallel.h"
 #include "deepinfer/tokenizer.h"
+#include "tokenizer/unicode_compat.h"
 
 namespace deepinfer {
 namespace {
@@ -41,6 +42,18 @@ TEST(Utf8, SanitizeReplacesMaximalSubpartsLikePython) {
     EXPECT_EQ(sanitize_utf8("ok"), "ok");
     EXPECT_TRUE(is_valid_utf8("héllo 😀"));
     EXPECT_FALSE(is_valid_utf8("\xED\xA0\x80"));  // a surrogate
+}
+
+// ---- Unicode tables newer than PCRE2's ---------------------------------------------------------
+
+TEST(UnicodeCompat, WidensGeneralCategoriesOnly) {
+    const std::string alone = widen_unicode_properties("\\p{L}+");
+    EXPECT_EQ(alone.rfind("[\\p{L}", 0), 0u) << alone;  // wrapped in a class of its own
+    EXPECT_NE(alone.find("\\x{11F04}"), std::string::npos);  // Kawi (Unicode 15.0), a letter
+    const std::string inside = widen_unicode_properties("[^\\r\\n\\p{L}\\p{P}]");
+    EXPECT_EQ(inside.rfind("[^\\r\\n\\p{L}\\x{", 0), 0u) << inside;  // extended in place
+    EXPECT_EQ(widen_unicode_properties("\\s+(?!\\S)|[a-z]"), "\\s+(?!\\S)|[a-z]");
+    EXPECT_EQ(widen_unicode_properties("\\p{Alphabetic}"), "\\p{Alphabetic}");
 }
 
 // ---- A tiny tokenizer.json ---------------------------------------------------------------------
@@ -153,6 +166,10 @@ TEST(DeepSeekV4, KnownVectors) {
               (Ids{0, 3476, 477, 260, 11502, 22896, 16, 128803, 19923, 128804, 128822}));
     EXPECT_EQ(tok.encode("<｜User｜>你好<｜Assistant｜><think>推理</think>答案<｜end▁of▁sentence｜>"),
               (Ids{128803, 30594, 128804, 128821, 36101, 128822, 7624, 1}));
+    // Characters newer than PCRE2's Unicode 14.0 tables split as in tokenizers (Oniguruma, 16.0):
+    // U+1FAE8 (15.0) and U+1FAE9 (16.0) are symbols, U+11F32 (Kawi, 15.0) a letter.
+    EXPECT_EQ(tok.encode(" \U0001FAE8!"), (Ids{7351, 107, 104, 3}));
+    EXPECT_EQ(tok.encode("a\U00011F32b \U0001FAE9"), (Ids{67, 175, 242, 123, 113, 68, 7351, 107, 105}));
     // Special-token text as plain text (§1.3: what the official API does with user content).
     EXPECT_EQ(tok.encode_ordinary("<｜User｜>"), (Ids{30, 28217, 6756, 28217, 32}));
     EXPECT_EQ(tok.encode_ordinary("<think>"), (Ids{30, 37947, 32}));
