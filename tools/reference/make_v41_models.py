@@ -98,7 +98,7 @@ MODELS = {
     # entries); index_topk 4 (<= 2*4 - 3). Engram at 1 (window-only) and 2 (Full), all three n-gram sizes.
     "v41_tiny_a": dict(
         seed=4101,
-        prompt_lengths=[37, 130, 75],
+        prompt_lengths=[37, 96, 61],
         sharded=True,
         text=dict(
             vocab_size=512,
@@ -156,7 +156,7 @@ MODELS = {
     # Full), and a SwiGLU clamp that bites.
     "v41_tiny_b": dict(
         seed=4202,
-        prompt_lengths=[37, 130, 75],
+        prompt_lengths=[37, 96, 61],
         sharded=False,
         text=dict(
             vocab_size=512,
@@ -312,10 +312,45 @@ def write_keys(model_dir):
     return hdr
 
 
-def make_prompts(seed, lengths, vocab):
+MAX_PROMPT_ATTEMPTS = 100
+CONDITION_RTOL = 4e-6  # fp32-vs-fp64 logits bound for a prompt to be kept (relative to max |logit|)
+MIN_TOPK_GAP = 1e-5  # smallest router gap / relative indexer gap a kept prompt may have
+
+
+@torch.no_grad()
+def make_prompts(model, seed, lengths, vocab):
+    """Random prompts (ids 3..vocab-1: no bos, eos or pad, so every n-gram position is a real token) that are
+    well conditioned: the model's QAT fake quantizers (FP8/FP4 roundings, power-of-two scales) are
+    discontinuous, and a prompt where one of their decisions sits within fp32 noise of a rounding boundary
+    gives logits that change by up to O(1) between two correct fp32 implementations (transformers' own fp32
+    and fp64 runs differ by 2.2 on such a prompt). A prompt is kept only if transformers' fp32 and fp64
+    prefills of prompt + its 16 greedy tokens agree within CONDITION_RTOL x max|logit| and no indexer (relative)
+    or router top-k decision of that prefill is within MIN_TOPK_GAP of a tie."""
+    import copy
+
+    m64 = copy.deepcopy(model).double()
+    m64.model.engram_hash_state = copy.deepcopy(model.model.engram_hash_state)
     rng = np.random.Generator(np.random.PCG64(seed))
-    # ids 3..vocab-1: no bos (0), eos (1) or pad (2), so every n-gram position is a real token
-    return [[int(v) for v in rng.integers(3, vocab, n)] for n in lengths]
+    prompts, info = [], []
+    for n in lengths:
+        for attempt in range(1, MAX_PROMPT_ATTEMPTS + 1):
+            ids = [int(v) for v in rng.integers(3, vocab, n)]
+            toks, _ = greedy(model, ids, "cpu")
+            REC.index_gaps.clear()
+            REC.router_gaps.clear()
+            REC.active = True
+            a = prefill(model, ids + toks, "cpu")
+            REC.active = False
+            b = prefill(m64, ids + toks, "cpu").float()
+            diff = float((a - b).abs().max())
+            gaps = [g for _, _, g in REC.index_gaps] + REC.router_gaps
+            if diff <= CONDITION_RTOL * float(a.abs().max()) and min(gaps, default=1.0) >= MIN_TOPK_GAP:
+                prompts.append(ids)
+                info.append({"length": n, "attempts": attempt, "fp32_vs_fp64_max_abs_diff": diff})
+                break
+        else:
+            sys.exit(f"no well-conditioned prompt of length {n} in {MAX_PROMPT_ATTEMPTS} attempts")
+    return prompts, info
 
 
 def load_tokenizer(path):
@@ -680,7 +715,7 @@ def main(argv=None):
         model, kinds = build_model(spec, tokenizer)
         cfg = model.config
         d, ds, size, nshards, hdr = save_model(model, args.out, name, spec["sharded"])
-        prompts = make_prompts(spec["seed"] + 1, spec["prompt_lengths"], cfg.vocab_size)
+        prompts, prompt_info = make_prompts(model, spec["seed"] + 1, spec["prompt_lengths"], cfg.vocab_size)
         du = save_upstream(args.out, name)
         for p in [d] + ([ds] if ds else []):
             check_reload(model, p, prompts[0], tokenizer)
@@ -722,6 +757,9 @@ def main(argv=None):
             "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
             "weight_seed": spec["seed"],
             "prompt_seed": spec["seed"] + 1,
+            "prompt_selection": {"rule": f"fp32 vs fp64 prefill of prompt + greedy <= {CONDITION_RTOL} x max|logit|, "
+                                         f"top-k gaps >= {MIN_TOPK_GAP}",
+                                 "prompts": prompt_info},
             "vocab_size": cfg.vocab_size,
             "tokenizer": os.path.relpath(os.path.abspath(args.tokenizer), ROOT),
             "logits_files": [{"file": f"ref_logits_{i}.f32", "shape": [len(p), cfg.vocab_size], "dtype": "float32-le",

@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+// The DeepSeek-V4.1 text backbone on the CPU (issue 6), exact numerics: f32 everywhere with the
+// model's QAT cache formats (FP8 window KV, FP4 compressed KV, MXFP4 index keys/queries) applied as
+// fake quantization, i.e. transformers' DeepseekV41ForCausalLM in fp32. One-shot forward from
+// position 0; decode state and the `official` numerics mode come next.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "deepinfer/model_config_v41.h"
+
+namespace deepinfer {
+
+// Intermediate values of one forward, for tests and debugging (each vector row-major).
+struct V41ForwardTrace {
+    std::map<int64_t, std::vector<int32_t>> indexer_topk;  // index source -> [S, index_topk] ascending, -1 padded
+    std::map<int64_t, std::vector<float>> layer_out;       // layer -> [S, hc, D] streams after the layer
+    std::map<int64_t, std::vector<float>> attn_out;        // layer -> [S, D] attention output
+    std::map<int64_t, std::vector<float>> compressed_kv;   // KV source -> [entries, head_dim]
+    std::map<int64_t, std::vector<float>> index_keys;      // KV source -> [entries, index_head_dim]
+};
+
+class V41Model {
+public:
+    // `dir`: a checkpoint directory (config.json + safetensors, transformers' or the published
+    // names). `tokenizer_json`: the tokenizer the Engram token map is derived from (verified against
+    // engram_compressed_vocab_size, and against the published SHA-256 for the DeepSeek tokenizer).
+    static std::unique_ptr<V41Model> load(const std::string& dir, const std::string& tokenizer_json);
+    ~V41Model();
+
+    const V41ModelConfig& config() const;
+    // Logits of every position, [ids.size(), vocab_size] f32 row-major.
+    std::vector<float> forward(std::span<const int32_t> ids, V41ForwardTrace* trace = nullptr) const;
+
+private:
+    V41Model();
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deepinfer

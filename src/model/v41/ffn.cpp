@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: Apache-2.0
+// transformers' DeepseekV41SparseMoeBlock / DeepseekV41Engram in f32.
+#include "model/v41/ffn.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "backends/cpu/linear.h"
+#include "backends/cpu/primitives.h"
+#include "deepinfer/check.h"
+
+namespace deepinfer::v41 {
+namespace {
+
+void run_linear(const LinearWeight& w, const float* x, int64_t rows, float* y) {
+    cpu::LinearParams lp;
+    lp.x = TensorView(const_cast<float*>(x), DType::kF32, Shape{rows, w.in_features});
+    lp.weight = &w;
+    lp.y = TensorView(y, DType::kF32, Shape{rows, w.out_features});
+    cpu::linear(lp);
+}
+
+// SwiGLU expert on one token; `weight` multiplies the activation before w2 (1 for the shared expert).
+void expert(const V41TextConfig& c, const ExpertWeights& e, const float* x, float weight, float* y) {
+    const int64_t I = c.moe_intermediate_size;
+    std::vector<float> g(static_cast<size_t>(I)), u(static_cast<size_t>(I));
+    run_linear(e.w1, x, 1, g.data());
+    run_linear(e.w3, x, 1, u.data());
+    const float limit = float(c.swiglu_limit);
+    for (int64_t i = 0; i < I; ++i) {
+        float gi = g[size_t(i)], ui = u[size_t(i)];
+        if (limit > 0) {
+            ui = std::clamp(ui, -limit, limit);
+            gi = std::min(gi, limit);
+        }
+        g[size_t(i)] = weight * (cpu::silu(gi) * ui);
+    }
+    run_linear(e.w2, g.data(), 1, y);
+}
+
+float score_fn(const std::string& fn, float logit) {
+    if (fn == "sqrtsoftplus") return std::sqrt(cpu::softplus(logit));
+    if (fn == "sigmoid") return cpu::sigmoid(logit);
+    DI_THROW("scoring_func ", fn, " is not supported by the V4.1 CPU forward");
+}
+
+}  // namespace
+
+void moe_forward(const V41TextConfig& c, const MoeParams& p) {
+    const MoeWeights& w = *p.weights;
+    const int64_t S = p.num_tokens, D = c.hidden_size, E = c.n_routed_experts, K = c.num_experts_per_tok;
+    std::vector<float> logits(size_t(S * E));
+    run_linear(w.gate, p.x, S, logits.data());
+    std::vector<float> y(static_cast<size_t>(D)), acc(static_cast<size_t>(D));
+    std::vector<float> scores(static_cast<size_t>(E)), biased(static_cast<size_t>(E));
+    std::vector<int64_t> order(static_cast<size_t>(E));
+    for (int64_t t = 0; t < S; ++t) {
+        const Vec& bias = p.image_mask && p.image_mask[t] ? w.bias_vl : w.bias;
+        for (int64_t e = 0; e < E; ++e) {
+            scores[size_t(e)] = score_fn(c.scoring_func, logits[size_t(t * E + e)] / float(c.gate_temp));
+            biased[size_t(e)] = scores[size_t(e)] + bias[size_t(e)];
+        }
+        std::iota(order.begin(), order.end(), 0);
+        std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int64_t a, int64_t b) {
+            return biased[size_t(a)] > biased[size_t(b)] || (biased[size_t(a)] == biased[size_t(b)] && a < b);
+        });
+        std::vector<int64_t> chosen(order.begin(), order.begin() + K);
+        float sum = 0.0f;
+        for (int64_t e : chosen) sum += scores[size_t(e)];
+        std::vector<float> weight(static_cast<size_t>(K));
+        for (int64_t k = 0; k < K; ++k) {
+            float wk = scores[size_t(chosen[size_t(k)])];
+            if (c.norm_topk_prob && K > 1) wk = wk / (sum + 1e-20f);
+            weight[size_t(k)] = wk * float(c.routed_scaling_factor);
+        }
+        // Accumulate in ascending expert id, then the shared expert.
+        std::vector<int64_t> by_id(static_cast<size_t>(K));
+        std::iota(by_id.begin(), by_id.end(), 0);
+        std::sort(by_id.begin(), by_id.end(), [&](int64_t a, int64_t b) { return chosen[size_t(a)] < chosen[size_t(b)]; });
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        const float* xt = p.x + t * D;
+        for (int64_t k : by_id) {
+            expert(c, w.experts[size_t(chosen[size_t(k)])], xt, weight[size_t(k)], y.data());
+            for (int64_t d = 0; d < D; ++d) acc[size_t(d)] += y[size_t(d)];
+        }
+        expert(c, w.shared, xt, 1.0f, y.data());
+        for (int64_t d = 0; d < D; ++d) p.out[t * D + d] = acc[size_t(d)] + y[size_t(d)];
+    }
+}
+
+void engram_forward(const V41TextConfig& c, const EngramParams& p) {
+    const EngramWeights& w = *p.weights;
+    const int64_t S = p.num_tokens, D = c.hidden_size, hc = c.hc_mult, cols = c.engram_num_hash_cols();
+    const int64_t ehd = c.engram_head_dim;
+    const float eps = float(c.rms_norm_eps), inv_sqrt_d = 1.0f / std::sqrt(float(D));
+    std::vector<float> e(size_t(cols * ehd)), kv(size_t((hc + 1) * D));
+    for (int64_t t = 0; t < S; ++t) {
+        for (int64_t col = 0; col < cols; ++col) {
+            const int64_t row = p.rows[t * cols + col];
+            DI_CHECK(row >= 0 && row < w.table.out_features, "engram row ", row, " out of range");
+            cpu::dequantize_rows(w.table, row, row + 1, e.data() + col * ehd);
+        }
+        run_linear(w.wkv, e.data(), 1, kv.data());
+        const float* value = kv.data() + hc * D;
+        for (int64_t j = 0; j < hc; ++j) {
+            float* h = p.streams + (t * hc + j) * D;
+            const float* key = kv.data() + j * D;
+            const float* gw = w.gate_weight.data() + j * D;
+            float hh = 0.0f, kk = 0.0f, dot = 0.0f;
+            for (int64_t d = 0; d < D; ++d) {
+                hh += h[d] * h[d];
+                kk += key[d] * key[d];
+                dot += h[d] * gw[d] * key[d];
+            }
+            const float rstd = (1.0f / std::sqrt(hh / float(D) + eps)) * (1.0f / std::sqrt(kk / float(D) + eps));
+            const float dd = dot * rstd * inv_sqrt_d;
+            float gate = cpu::sigmoid(std::copysign(std::sqrt(std::max(std::fabs(dd), 1e-6f)), dd));
+            if (p.gate_off && p.gate_off[t]) gate = 0.0f;
+            for (int64_t d = 0; d < D; ++d) h[d] += gate * value[d];
+        }
+    }
+}
+
+}  // namespace deepinfer::v41
