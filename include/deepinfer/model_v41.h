@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The DeepSeek-V4.1 text backbone on the CPU (issue 6), exact numerics: f32 everywhere with the
 // model's QAT cache formats (FP8 window KV, FP4 compressed KV, MXFP4 index keys/queries) applied as
-// fake quantization, i.e. transformers' DeepseekV41ForCausalLM in fp32. One-shot forward from
-// position 0; decode state and the `official` numerics mode come next.
+// fake quantization, i.e. transformers' DeepseekV41ForCausalLM in fp32. A V41Sequence carries the
+// decode state, so a sequence may be fed in chunks of any size (chunked prefill, token-by-token
+// decode) with the same results as one forward. The `official` numerics mode comes next.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,25 @@
 #include "deepinfer/model_config_v41.h"
 
 namespace deepinfer {
+
+namespace v41 {
+struct SequenceState;
+}
+
+// The decode state of one sequence (window KV of every layer, compressed caches, compressor pending
+// rows, Engram history). Not thread-safe; use one per sequence.
+class V41Sequence {
+public:
+    V41Sequence();
+    ~V41Sequence();
+    V41Sequence(V41Sequence&&) noexcept;
+    V41Sequence& operator=(V41Sequence&&) noexcept;
+    int64_t num_tokens() const;  // positions processed so far
+
+private:
+    friend class V41Model;
+    std::unique_ptr<v41::SequenceState> state_;
+};
 
 // Intermediate values of one forward, for tests and debugging (each vector row-major).
 struct V41ForwardTrace {
@@ -34,8 +54,11 @@ public:
     ~V41Model();
 
     const V41ModelConfig& config() const;
-    // Logits of every position, [ids.size(), vocab_size] f32 row-major.
+    // Logits of every position of a fresh sequence, [ids.size(), vocab_size] f32 row-major.
     std::vector<float> forward(std::span<const int32_t> ids, V41ForwardTrace* trace = nullptr) const;
+    // Appends `ids` to `sequence` (positions sequence.num_tokens() ..) and returns their logits.
+    std::vector<float> forward(std::span<const int32_t> ids, V41Sequence& sequence,
+                               V41ForwardTrace* trace = nullptr) const;
 
 private:
     V41Model();

@@ -15,6 +15,7 @@
 #include "model/v41/attention.h"
 #include "model/v41/ffn.h"
 #include "model/v41/mhc.h"
+#include "model/v41/state.h"
 #include "model/v41/weights.h"
 
 namespace deepinfer {
@@ -27,6 +28,12 @@ struct V41Model::Impl {
     EngramLayout engram_layout;
     int64_t engram_pad = 0;  // compressed id of engram_pad_id
 };
+
+V41Sequence::V41Sequence() : state_(std::make_unique<v41::SequenceState>()) {}
+V41Sequence::~V41Sequence() = default;
+V41Sequence::V41Sequence(V41Sequence&&) noexcept = default;
+V41Sequence& V41Sequence::operator=(V41Sequence&&) noexcept = default;
+int64_t V41Sequence::num_tokens() const { return state_->num_tokens; }
 
 V41Model::V41Model() : impl_(std::make_unique<Impl>()) {}
 V41Model::~V41Model() = default;
@@ -58,13 +65,22 @@ std::unique_ptr<V41Model> V41Model::load(const std::string& dir, const std::stri
 const V41ModelConfig& V41Model::config() const { return impl_->config; }
 
 std::vector<float> V41Model::forward(std::span<const int32_t> ids, V41ForwardTrace* trace) const {
+    V41Sequence sequence;
+    return forward(ids, sequence, trace);
+}
+
+std::vector<float> V41Model::forward(std::span<const int32_t> ids, V41Sequence& sequence,
+                                     V41ForwardTrace* trace) const {
     const Impl& m = *impl_;
+    v41::SequenceState& st = *sequence.state_;
     const V41TextConfig& c = m.config.text;
     const v41::Weights& w = *m.weights;
     const int64_t S = int64_t(ids.size()), D = c.hidden_size, hc = c.hc_mult, V = c.vocab_size;
     DI_CHECK(S > 0, "V41Model::forward: empty input");
     for (int32_t id : ids) DI_CHECK(id >= 0 && id < V, "token id ", id, " out of range [0, ", V, ")");
     const float eps = float(c.rms_norm_eps);
+    const int64_t P0 = st.num_tokens;
+    if (st.layers.empty()) st.layers.resize(static_cast<size_t>(c.num_hidden_layers));
 
     // Embedding, copied into every stream.
     std::vector<float> X(size_t(S * hc * D)), X2(size_t(S * hc * D));
@@ -74,14 +90,14 @@ std::vector<float> V41Model::forward(std::span<const int32_t> ids, V41ForwardTra
         for (int64_t j = 0; j < hc; ++j) std::copy(row.begin(), row.end(), X.begin() + (t * hc + j) * D);
     }
 
-    // Engram row ids of every position and Engram layer.
+    // Engram row ids of every new position and Engram layer (look-back into the sequence's history).
     const int64_t n_engram = m.engram_layout.num_layers(), cols = m.engram_layout.num_cols();
-    std::vector<int64_t> engram_rows(size_t(n_engram * S * cols));
+    std::vector<int64_t> engram_rows(static_cast<size_t>(n_engram * S * cols));
     if (n_engram > 0) {
-        std::vector<int64_t> history(static_cast<size_t>(S)), tokens(size_t(c.engram_max_ngram_size)), r(static_cast<size_t>(cols));
-        for (int64_t t = 0; t < S; ++t) history[size_t(t)] = m.token_map.compressed_ids[size_t(ids[size_t(t)])];
+        std::vector<int64_t> tokens(static_cast<size_t>(c.engram_max_ngram_size)), r(static_cast<size_t>(cols));
+        for (int64_t t = 0; t < S; ++t) st.engram_history.push_back(m.token_map.compressed_ids[size_t(ids[size_t(t)])]);
         for (int64_t t = 0; t < S; ++t) {
-            engram_lookback(history, t, m.engram_pad, tokens);
+            engram_lookback(st.engram_history, P0 + t, m.engram_pad, tokens);
             for (int64_t l = 0; l < n_engram; ++l) {
                 m.engram_layout.rows(l, tokens, r);
                 std::copy(r.begin(), r.end(), engram_rows.begin() + (l * S + t) * cols);
@@ -118,14 +134,14 @@ std::vector<float> V41Model::forward(std::span<const int32_t> ids, V41ForwardTra
             }
             if (site == 0) {
                 v41::attention_forward(ctx, {.layer = l, .weights = &lw.attn, .x = x.data(), .num_tokens = S,
-                                             .out = o.data()},
+                                             .position_begin = P0, .state = &st.layers[size_t(l)], .out = o.data()},
                                        shared);
                 if (trace) {
                     trace->attn_out[l] = o;
                     if (lw.attn.has_indexer && shared.has_topk) trace->indexer_topk[l] = shared.topk;
                     if (lw.attn.has_compressor) {
-                        trace->compressed_kv[l] = shared.compressed;
-                        trace->index_keys[l] = shared.index_keys;
+                        trace->compressed_kv[l] = st.layers[size_t(l)].compressed;
+                        trace->index_keys[l] = st.layers[size_t(l)].index_keys;
                     }
                 }
             } else {
@@ -146,6 +162,7 @@ std::vector<float> V41Model::forward(std::span<const int32_t> ids, V41ForwardTra
         v41::hc_collapse(X.data() + t * hc * D, pre_mix.data() + t * hc, hc, D, x.data() + t * D);
         cpu::rms_norm(x.data() + t * D, w.norm.data(), eps, D, x.data() + t * D);
     }
+    st.num_tokens += S;
     std::vector<float> logits(size_t(S * V));
     cpu::LinearParams lp;
     lp.x = TensorView(x.data(), DType::kF32, Shape{S, D});
