@@ -145,6 +145,18 @@ TEST_P(V41Forward, ChunkedPrefillAndDecodeEqualOneForward) {
                 double(max_err), double(max_logit));
 }
 
+// The same weights under the published names with a composite (text_config) config.json give the
+// same logits bit for bit.
+TEST(V41Forward, PublishedLayoutEqualsTransformersLayout) {
+    const auto hf = V41Model::load(kV41Data + "/v41_tiny_b", DI_TOKENIZER_JSON);
+    const auto upstream = V41Model::load(kV41Data + "/v41_tiny_b_upstream", DI_TOKENIZER_JSON);
+    EXPECT_EQ(hf->config().model_type, "deepseek_v41_text");
+    EXPECT_EQ(upstream->config().model_type, "deepseek_v41");
+    std::ifstream in(kV41Data + "/v41_tiny_b/ref.json");
+    const std::vector<int32_t> prompt = nlohmann::json::parse(in)["prompts"][0].get<std::vector<int32_t>>();
+    EXPECT_EQ(hf->forward(prompt), upstream->forward(prompt));
+}
+
 INSTANTIATE_TEST_SUITE_P(V41, V41Forward, ::testing::Values("v41_tiny_a", "v41_tiny_b"));
 
 }  // namespace

@@ -318,14 +318,15 @@ MIN_TOPK_GAP = 1e-5  # smallest router gap / relative indexer gap a kept prompt 
 
 
 @torch.no_grad()
-def make_prompts(model, seed, lengths, vocab):
+def make_prompts(model, seed, lengths, vocab, device):
     """Random prompts (ids 3..vocab-1: no bos, eos or pad, so every n-gram position is a real token) that are
     well conditioned: the model's QAT fake quantizers (FP8/FP4 roundings, power-of-two scales) are
     discontinuous, and a prompt where one of their decisions sits within fp32 noise of a rounding boundary
     gives logits that change by up to O(1) between two correct fp32 implementations (transformers' own fp32
     and fp64 runs differ by 2.2 on such a prompt). A prompt is kept only if transformers' fp32 and fp64
-    prefills of prompt + its 16 greedy tokens agree within CONDITION_RTOL x max|logit| and no indexer (relative)
-    or router top-k decision of that prefill is within MIN_TOPK_GAP of a tie."""
+    prefills of prompt + its 16 greedy tokens agree within CONDITION_RTOL x max|logit| (the fp32 prefill run on
+    the CPU and, when `device` is CUDA, on the GPU too; fp64 on the CPU) and no indexer (relative) or router
+    top-k decision of the CPU prefill is within MIN_TOPK_GAP of a tie."""
     import copy
 
     m64 = copy.deepcopy(model).double()
@@ -343,6 +344,10 @@ def make_prompts(model, seed, lengths, vocab):
             REC.active = False
             b = prefill(m64, ids + toks, "cpu").float()
             diff = float((a - b).abs().max())
+            if device != "cpu":
+                model.to(device)
+                diff = max(diff, float((prefill(model, ids + toks, device).cpu() - b).abs().max()))
+                model.to("cpu")
             gaps = [g for _, _, g in REC.index_gaps] + REC.router_gaps
             if diff <= CONDITION_RTOL * float(a.abs().max()) and min(gaps, default=1.0) >= MIN_TOPK_GAP:
                 prompts.append(ids)
@@ -715,7 +720,7 @@ def main(argv=None):
         model, kinds = build_model(spec, tokenizer)
         cfg = model.config
         d, ds, size, nshards, hdr = save_model(model, args.out, name, spec["sharded"])
-        prompts, prompt_info = make_prompts(model, spec["seed"] + 1, spec["prompt_lengths"], cfg.vocab_size)
+        prompts, prompt_info = make_prompts(model, spec["seed"] + 1, spec["prompt_lengths"], cfg.vocab_size, device)
         du = save_upstream(args.out, name)
         for p in [d] + ([ds] if ds else []):
             check_reload(model, p, prompts[0], tokenizer)
@@ -757,7 +762,8 @@ def main(argv=None):
             "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
             "weight_seed": spec["seed"],
             "prompt_seed": spec["seed"] + 1,
-            "prompt_selection": {"rule": f"fp32 vs fp64 prefill of prompt + greedy <= {CONDITION_RTOL} x max|logit|, "
+            "prompt_selection": {"rule": f"fp32 (cpu and {device}) vs fp64 prefill of prompt + greedy <= "
+                                         f"{CONDITION_RTOL} x max|logit|, "
                                          f"top-k gaps >= {MIN_TOPK_GAP}",
                                  "prompts": prompt_info},
             "vocab_size": cfg.vocab_size,
