@@ -57,8 +57,12 @@ public:
     // Logits of every position of a fresh sequence, [ids.size(), vocab_size] f32 row-major.
     std::vector<float> forward(std::span<const int32_t> ids, V41ForwardTrace* trace = nullptr) const;
     // Appends `ids` to `sequence` (positions sequence.num_tokens() ..) and returns their logits.
-    std::vector<float> forward(std::span<const int32_t> ids, V41Sequence& sequence,
-                               V41ForwardTrace* trace = nullptr) const;
+    // `image_span` (empty, or one flag per id): 1 marks a position inside an image span (the seam for the
+    // vision tower, spec §5/§6.2): its Engram history entry is DEAD (n-grams never span it), its Engram
+    // gate is 0 and its router selects with bias_vl. (Its embedding is still the token's: the aligner
+    // rows and image delimiters are the vision tower's job.)
+    std::vector<float> forward(std::span<const int32_t> ids, V41Sequence& sequence, V41ForwardTrace* trace = nullptr,
+                               std::span<const uint8_t> image_span = {}) const;
 
 private:
     V41Model();

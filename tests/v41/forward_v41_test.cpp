@@ -145,6 +145,33 @@ TEST_P(V41Forward, ChunkedPrefillAndDecodeEqualOneForward) {
                 double(max_err), double(max_logit));
 }
 
+// Image-span positions (the vision seam): chunking still gives identical results, the flagged
+// positions change the logits (bias_vl routing, Engram gate 0, DEAD n-gram history), and positions
+// before the span are untouched.
+TEST(V41Forward, ImageSpanSeam) {
+    const auto model = V41Model::load(kV41Data + "/v41_tiny_a", DI_TOKENIZER_JSON);
+    const size_t V = size_t(model->config().text.vocab_size);
+    std::ifstream in(kV41Data + "/v41_tiny_a/ref.json");
+    const std::vector<int32_t> prompt = nlohmann::json::parse(in)["prompts"][0].get<std::vector<int32_t>>();
+    std::vector<uint8_t> image(prompt.size(), 0);
+    for (size_t t = 10; t < 15; ++t) image[t] = 1;
+    V41Sequence whole;
+    const std::vector<float> with_image = model->forward(prompt, whole, nullptr, image);
+    V41Sequence chunked;
+    std::vector<float> got = model->forward(std::span<const int32_t>(prompt.data(), 12), chunked, nullptr,
+                                            std::span<const uint8_t>(image.data(), 12));
+    const std::vector<float> rest = model->forward(std::span<const int32_t>(prompt.data() + 12, prompt.size() - 12),
+                                                   chunked, nullptr,
+                                                   std::span<const uint8_t>(image.data() + 12, prompt.size() - 12));
+    got.insert(got.end(), rest.begin(), rest.end());
+    EXPECT_EQ(got, with_image);
+    const std::vector<float> text_only = model->forward(prompt);
+    EXPECT_TRUE(std::equal(text_only.begin(), text_only.begin() + 10 * V, with_image.begin()));
+    EXPECT_FALSE(std::equal(text_only.begin() + 10 * V, text_only.begin() + 11 * V, with_image.begin() + 10 * V));
+    V41Sequence bad;
+    EXPECT_ANY_THROW(model->forward(prompt, bad, nullptr, std::span<const uint8_t>(image.data(), 3)));
+}
+
 // The same weights under the published names with a composite (text_config) config.json give the
 // same logits bit for bit.
 TEST(V41Forward, PublishedLayoutEqualsTransformersLayout) {

@@ -69,8 +69,8 @@ std::vector<float> V41Model::forward(std::span<const int32_t> ids, V41ForwardTra
     return forward(ids, sequence, trace);
 }
 
-std::vector<float> V41Model::forward(std::span<const int32_t> ids, V41Sequence& sequence,
-                                     V41ForwardTrace* trace) const {
+std::vector<float> V41Model::forward(std::span<const int32_t> ids, V41Sequence& sequence, V41ForwardTrace* trace,
+                                     std::span<const uint8_t> image_span) const {
     const Impl& m = *impl_;
     v41::SequenceState& st = *sequence.state_;
     const V41TextConfig& c = m.config.text;
@@ -78,6 +78,9 @@ std::vector<float> V41Model::forward(std::span<const int32_t> ids, V41Sequence& 
     const int64_t S = int64_t(ids.size()), D = c.hidden_size, hc = c.hc_mult, V = c.vocab_size;
     DI_CHECK(S > 0, "V41Model::forward: empty input");
     for (int32_t id : ids) DI_CHECK(id >= 0 && id < V, "token id ", id, " out of range [0, ", V, ")");
+    DI_CHECK(image_span.empty() || image_span.size() == ids.size(), "image_span has ", image_span.size(),
+             " flags for ", ids.size(), " tokens");
+    const uint8_t* image = image_span.empty() ? nullptr : image_span.data();
     const float eps = float(c.rms_norm_eps);
     const int64_t P0 = st.num_tokens;
     if (st.layers.empty()) st.layers.resize(static_cast<size_t>(c.num_hidden_layers));
@@ -95,7 +98,9 @@ std::vector<float> V41Model::forward(std::span<const int32_t> ids, V41Sequence& 
     std::vector<int64_t> engram_rows(static_cast<size_t>(n_engram * S * cols));
     if (n_engram > 0) {
         std::vector<int64_t> tokens(static_cast<size_t>(c.engram_max_ngram_size)), r(static_cast<size_t>(cols));
-        for (int64_t t = 0; t < S; ++t) st.engram_history.push_back(m.token_map.compressed_ids[size_t(ids[size_t(t)])]);
+        for (int64_t t = 0; t < S; ++t)
+            st.engram_history.push_back(image && image[t] ? kEngramDead
+                                                          : m.token_map.compressed_ids[size_t(ids[size_t(t)])]);
         for (int64_t t = 0; t < S; ++t) {
             engram_lookback(st.engram_history, P0 + t, m.engram_pad, tokens);
             for (int64_t l = 0; l < n_engram; ++l) {
@@ -116,7 +121,7 @@ std::vector<float> V41Model::forward(std::span<const int32_t> ids, V41Sequence& 
         const v41::LayerWeights& lw = w.layers[size_t(l)];
         if (lw.engram) {
             const int64_t ei = c.engram_index(l);
-            v41::engram_forward(c, {.weights = &*lw.engram, .rows = engram_rows.data() + ei * S * cols, .gate_off = nullptr,
+            v41::engram_forward(c, {.weights = &*lw.engram, .rows = engram_rows.data() + ei * S * cols, .gate_off = image,
                                .num_tokens = S, .streams = X.data()});
         }
         for (int site = 0; site < 2; ++site) {
@@ -145,7 +150,7 @@ std::vector<float> V41Model::forward(std::span<const int32_t> ids, V41Sequence& 
                     }
                 }
             } else {
-                v41::moe_forward(c, {.weights = &lw.ffn, .x = x.data(), .image_mask = nullptr, .num_tokens = S,
+                v41::moe_forward(c, {.weights = &lw.ffn, .x = x.data(), .image_mask = image, .num_tokens = S,
                                      .out = o.data()});
             }
             for (int64_t t = 0; t < S; ++t)
