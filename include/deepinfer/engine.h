@@ -79,6 +79,11 @@ struct EngineMetrics {
     uint64_t state_bytes_in_use = 0;
     uint64_t state_bytes_peak = 0;
     uint64_t prefix_cache_bytes = 0;
+    // The paged state pool (compressed KV and indexer keys of every sequence and prefix snapshot).
+    uint64_t pool_pages_in_use = 0;
+    uint64_t pool_pages_peak = 0;
+    uint64_t pool_pages_capacity = 0;
+    uint64_t pool_page_bytes = 0;
     int64_t prefix_cache_entries = 0;
     double forward_seconds = 0;  // time inside the model forward
     double step_seconds = 0;     // wall time of the steps

@@ -29,6 +29,7 @@ struct ModelOptions {
 };
 
 struct SequenceState;
+class StatePool;
 
 // The decode state of one sequence (opaque).
 class Sequence {
@@ -60,6 +61,8 @@ public:
     virtual const ModelConfig& config() const = 0;
     virtual Numerics numerics() const = 0;
     virtual Sequence new_sequence() const = 0;
+    // A sequence whose growing state is paged in `pool` (shared with copies of it).
+    virtual Sequence new_sequence(std::shared_ptr<StatePool> pool) const = 0;
     // Runs `tokens` at positions sequence.num_tokens().. and advances the sequence. Returns logits
     // [tokens.size(), vocab_size] row-major when `all_logits`, else the last row only [1, vocab_size].
     virtual std::vector<float> forward(Sequence& sequence, std::span<const int32_t> tokens,

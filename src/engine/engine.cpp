@@ -16,6 +16,7 @@
 #include "engine/prefix_cache.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
+#include "model/paged_rows.h"
 #include "model/state.h"
 
 namespace deepinfer {
@@ -81,6 +82,7 @@ struct Engine::Impl {
     std::shared_ptr<const Tokenizer> tokenizer;
     EngineConfig cfg;
     EngineMetrics metrics;
+    std::shared_ptr<StatePool> pool;  // pages of every sequence's growing state (and of prefix snapshots)
     PrefixCache prefix;
     std::deque<std::unique_ptr<Request>> requests;  // unfinished, in arrival order
     std::deque<Completion*> waiting;                // admission queue (preempted first)
@@ -93,6 +95,7 @@ struct Engine::Impl {
         : model(std::move(m)),
           tokenizer(std::move(t)),
           cfg(c),
+          pool(std::make_shared<StatePool>(c.state_memory_bytes)),
           prefix(static_cast<uint64_t>(double(c.state_memory_bytes) * c.prefix_cache_fraction), std::max<int64_t>(1, c.prefix_block)) {
         DI_CHECK(cfg.max_num_seqs > 0 && cfg.max_num_batched_tokens > 0 && cfg.max_prefill_chunk > 0,
                  "engine: max_num_seqs, max_num_batched_tokens and max_prefill_chunk must be positive");
@@ -113,7 +116,7 @@ struct Engine::Impl {
         std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->admitted < b->admitted; });
         // Memory after this step, if every running sequence advances (decode first).
         auto projected = [&](const Completion* c, int64_t take) {
-            return estimate_state_bytes(mc, c->num_computed + take);
+            return estimate_state_bytes(mc, c->num_computed + take, pool->page_bytes());
         };
         uint64_t limit = cfg.state_memory_bytes;
         auto chunk_size = [&](const Completion* c, int64_t budget_left) {
@@ -173,7 +176,7 @@ struct Engine::Impl {
             const int64_t start = hit.length;
             const int64_t rem = total_tokens(*c) - start;
             const int64_t take_est = std::min({rem, cfg.max_prefill_chunk, budget});
-            const uint64_t need = estimate_state_bytes(mc, start + take_est);
+            const uint64_t need = estimate_state_bytes(mc, start + take_est, pool->page_bytes());
             if (use + need > limit) {
                 if (running.empty() && plan.items.empty())
                     DI_THROW("request '", r.id, "' needs ", need, " bytes of state, more than the engine's budget of ",
@@ -182,7 +185,7 @@ struct Engine::Impl {
             }
             waiting.pop_front();
             c->seq = hit.state ? std::make_unique<Sequence>(std::make_unique<SequenceState>(*hit.state))
-                               : std::make_unique<Sequence>(model->new_sequence());
+                               : std::make_unique<Sequence>(model->new_sequence(pool));
             c->num_computed = start;
             if (c->index == 0 && r.cached_tokens == 0) r.cached_tokens = start;
             metrics.prefix_cache_hit_tokens += c->index == 0 ? start : 0;
@@ -190,7 +193,7 @@ struct Engine::Impl {
             c->admitted = admissions++;
             running.push_back(c);
             const int64_t take = chunk_size(c, budget);
-            use += estimate_state_bytes(mc, start + take);
+            use += estimate_state_bytes(mc, start + take, pool->page_bytes());
             budget -= take;
             Scheduled s{c, {}};
             for (int64_t i = 0; i < take; ++i) s.tokens.push_back(token_at(*c, c->num_computed + i));
@@ -340,6 +343,10 @@ struct Engine::Impl {
         ++metrics.steps;
         metrics.step_seconds += since(t0);
         metrics.prefix_cache_bytes = prefix.bytes();
+        metrics.pool_pages_in_use = pool->pages_in_use();
+        metrics.pool_pages_peak = pool->peak_pages();
+        metrics.pool_pages_capacity = pool->capacity_pages();
+        metrics.pool_page_bytes = pool->page_bytes();
         metrics.prefix_cache_entries = prefix.entries();
         std::vector<RequestOutput> out = std::move(finished_outputs);
         finished_outputs.clear();

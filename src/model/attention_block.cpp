@@ -132,16 +132,16 @@ void attention_block(const BlockContext& ctx, const AttentionBlockParams& p) {
             const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(ID));
             const float weights_scale = 1.0f / std::sqrt(static_cast<float>(IH));
             const int64_t m = lw.compress_ratio;
-            const float* keys = st.indexer.entries.data();
-#pragma omp parallel for schedule(dynamic) if (n * st.indexer.num_entries * IH * ID > (1 << 18))
+            const PagedRows& keys = st.indexer.entries;
+#pragma omp parallel for schedule(dynamic) if (n * keys.size() * IH * ID > (1 << 18))
             for (int64_t t = 0; t < n; ++t) {
                 const int64_t pos = P0 + t, row = r0 + t;
-                const int64_t visible = std::min(st.indexer.num_entries, (pos + 1) / m);
+                const int64_t visible = std::min(keys.size(), (pos + 1) / m);
                 std::vector<float> score(static_cast<size_t>(visible), 0.0f);
                 for (int64_t i = 0; i < visible; ++i) {
                     float s = 0;
                     for (int64_t h = 0; h < IH; ++h) {
-                        const float dp = cpu::dot(qi.data() + (row * IH + h) * ID, keys + i * ID, ID);
+                        const float dp = cpu::dot(qi.data() + (row * IH + h) * ID, keys.row(i), ID);
                         if (ctx.official()) {
                             // bf16 einsum result, bf16 ReLU * weight, bf16 head sum.
                             const float wgt = cpu::round_bf16(hw[size_t(row * IH + h)] * softmax_scale * weights_scale);
@@ -159,17 +159,17 @@ void attention_block(const BlockContext& ctx, const AttentionBlockParams& p) {
         // ---- Sparse attention with sink over window + compressed candidates ----
         const float scale = 1.0f / std::sqrt(static_cast<float>(Dh));
         const float* kv_seg = kv.data() + r0 * Dh;
-#pragma omp parallel for schedule(dynamic) if (n * H * Dh * (W + st.compressor.num_entries) > (1 << 18))
+#pragma omp parallel for schedule(dynamic) if (n * H * Dh * (W + st.compressor.num_entries()) > (1 << 18))
         for (int64_t t = 0; t < n; ++t) {
             const int64_t pos = P0 + t, row = r0 + t;
             std::vector<const float*> cand;
             for (int64_t q_pos = std::max<int64_t>(0, pos - W + 1); q_pos <= pos; ++q_pos)
                 cand.push_back(q_pos >= P0 ? kv_seg + (q_pos - P0) * Dh : st.window.data() + (q_pos % W) * Dh);
             if (lw.attention_type == AttentionType::kHca) {
-                const int64_t visible = std::min(st.compressor.num_entries, (pos + 1) / lw.compress_ratio);
-                for (int64_t i = 0; i < visible; ++i) cand.push_back(st.compressor.entries.data() + i * Dh);
+                const int64_t visible = std::min(st.compressor.num_entries(), (pos + 1) / lw.compress_ratio);
+                for (int64_t i = 0; i < visible; ++i) cand.push_back(st.compressor.entries.row(i));
             } else if (lw.attention_type == AttentionType::kCsa) {
-                for (int32_t i : selected[size_t(t)]) cand.push_back(st.compressor.entries.data() + int64_t(i) * Dh);
+                for (int32_t i : selected[size_t(t)]) cand.push_back(st.compressor.entries.row(i));
             }
             std::vector<float> sc(cand.size());
             for (int64_t h = 0; h < H; ++h) {

@@ -108,14 +108,13 @@ void compressor_update(const BlockContext& ctx, const CompressorUpdateParams& p)
         if (ctx.official()) cpu::round_bf16_inplace(entry.data(), d);
         cpu::rms_norm(entry.data(), w.norm.ptr(), static_cast<float>(ctx.config.rms_norm_eps), d, entry.data());
         if (ctx.official()) cpu::round_bf16_inplace(entry.data(), d);
-        ctx.rope_compress.apply(entry.data(), d, st.num_entries * m);
+        ctx.rope_compress.apply(entry.data(), d, st.num_entries() * m);
         if (ctx.official()) {
             cpu::round_bf16_inplace(entry.data(), d);
             if (p.qat == CompressorQat::kFp8Kv) fp8_simulate_nope(entry.data(), d - ctx.rope_compress.rope_dim());
             if (p.qat == CompressorQat::kHadamardFp4) hadamard_fp4_simulate(entry.data(), d);
         }
-        st.entries.insert(st.entries.end(), entry.begin(), entry.end());
-        ++st.num_entries;
+        st.entries.append(entry.data());
         if (w.overlap) {
             st.prev_kv.assign(static_cast<size_t>(m * d), 0.0f);
             st.prev_gate.assign(static_cast<size_t>(m * d), 0.0f);

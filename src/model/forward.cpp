@@ -46,9 +46,11 @@ CpuModel::CpuModel(std::unique_ptr<Checkpoint> checkpoint, Numerics numerics)
       rope_main_(config_.rope_main, config_.qk_rope_head_dim),
       rope_compress_(config_.rope_compress, config_.qk_rope_head_dim) {}
 
-Sequence CpuModel::new_sequence() const {
+Sequence CpuModel::new_sequence() const { return new_sequence(nullptr); }
+
+Sequence CpuModel::new_sequence(std::shared_ptr<StatePool> pool) const {
     return Sequence(std::make_unique<SequenceState>(
-        make_sequence_state(config_, static_cast<int64_t>(weights_.mtp.size()))));
+        make_sequence_state(config_, static_cast<int64_t>(weights_.mtp.size()), std::move(pool))));
 }
 
 void CpuModel::run_layer(const LayerWeights& lw, std::span<const Segment> segments, std::vector<float>& x,

@@ -23,6 +23,7 @@ public:
     const ModelConfig& config() const override { return config_; }
     Numerics numerics() const override { return numerics_; }
     Sequence new_sequence() const override;
+    Sequence new_sequence(std::shared_ptr<StatePool> pool) const override;
     std::vector<float> forward(Sequence& sequence, std::span<const int32_t> tokens, bool all_logits) const override;
     std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const override;
 

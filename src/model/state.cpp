@@ -4,37 +4,38 @@
 
 namespace deepinfer {
 namespace {
-CompressorState make_compressor(int64_t ratio, int64_t d, bool overlap) {
+CompressorState make_compressor(int64_t ratio, int64_t d, bool overlap, const std::shared_ptr<StatePool>& pool) {
     CompressorState s;
     s.ratio = ratio;
     s.head_dim = d;
     s.overlap = overlap;
     s.width = overlap ? 2 * d : d;
+    s.entries = PagedRows(d, pool);
     return s;
 }
 
-LayerState make_layer(const ModelConfig& c, AttentionType type, int64_t ratio) {
+LayerState make_layer(const ModelConfig& c, AttentionType type, int64_t ratio, const std::shared_ptr<StatePool>& pool) {
     LayerState s;
     s.window.assign(static_cast<size_t>(c.sliding_window * c.head_dim), 0.0f);
     if (type != AttentionType::kSliding) {
         const bool csa = type == AttentionType::kCsa;
-        s.compressor = make_compressor(ratio, c.head_dim, csa);
-        if (csa) s.indexer = make_compressor(ratio, c.index_head_dim, true);
+        s.compressor = make_compressor(ratio, c.head_dim, csa, pool);
+        if (csa) s.indexer = make_compressor(ratio, c.index_head_dim, true, pool);
     }
     return s;
 }
 
-size_t compressor_bytes(const CompressorState& s) {
-    return (s.open_kv.capacity() + s.open_gate.capacity() + s.prev_kv.capacity() + s.prev_gate.capacity() +
-            s.entries.capacity()) * sizeof(float);
+size_t compressor_fixed_bytes(const CompressorState& s) {
+    return (s.open_kv.capacity() + s.open_gate.capacity() + s.prev_kv.capacity() + s.prev_gate.capacity()) *
+           sizeof(float);
 }
 }  // namespace
 
-SequenceState make_sequence_state(const ModelConfig& c, int64_t num_mtp_layers) {
+SequenceState make_sequence_state(const ModelConfig& c, int64_t num_mtp_layers, std::shared_ptr<StatePool> pool) {
     SequenceState s;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-        s.layers.push_back(make_layer(c, c.layer_types[size_t(l)], c.compress_ratio(l)));
-    for (int64_t m = 0; m < num_mtp_layers; ++m) s.mtp_layers.push_back(make_layer(c, AttentionType::kSliding, 0));
+        s.layers.push_back(make_layer(c, c.layer_types[size_t(l)], c.compress_ratio(l), pool));
+    for (int64_t m = 0; m < num_mtp_layers; ++m) s.mtp_layers.push_back(make_layer(c, AttentionType::kSliding, 0, pool));
     return s;
 }
 
@@ -42,14 +43,25 @@ size_t SequenceState::bytes() const {
     size_t total = 0;
     for (const auto* group : {&layers, &mtp_layers})
         for (const LayerState& l : *group)
-            total += l.window.capacity() * sizeof(float) + compressor_bytes(l.compressor) + compressor_bytes(l.indexer);
+            total += l.window.capacity() * sizeof(float) + compressor_fixed_bytes(l.compressor) +
+                     compressor_fixed_bytes(l.indexer) + l.compressor.entries.bytes() + l.indexer.entries.bytes();
+    return total;
+}
+
+size_t SequenceState::unshared_bytes() const {
+    size_t total = 0;
+    for (const auto* group : {&layers, &mtp_layers})
+        for (const LayerState& l : *group)
+            total += l.window.capacity() * sizeof(float) + compressor_fixed_bytes(l.compressor) +
+                     compressor_fixed_bytes(l.indexer) + l.compressor.entries.unshared_bytes() +
+                     l.indexer.entries.unshared_bytes();
     return total;
 }
 
 }  // namespace deepinfer
 
 namespace deepinfer {
-uint64_t estimate_state_bytes(const ModelConfig& c, int64_t n) {
+uint64_t estimate_state_bytes(const ModelConfig& c, int64_t n, uint64_t page_bytes) {
     uint64_t total = 0;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
         total += uint64_t(c.sliding_window * c.head_dim) * 4;
@@ -58,8 +70,10 @@ uint64_t estimate_state_bytes(const ModelConfig& c, int64_t n) {
         const bool csa = c.layer_types[size_t(l)] == AttentionType::kCsa;
         const int64_t width = csa ? 2 * c.head_dim : c.head_dim;
         total += uint64_t(2 * m * width + (csa ? 2 * m * c.head_dim : 0)) * 4;  // open rows + previous halves
-        total += uint64_t(n / m * c.head_dim) * 4;
-        if (csa) total += uint64_t(2 * m * 2 * c.index_head_dim + 2 * m * c.index_head_dim + n / m * c.index_head_dim) * 4;
+        total += paged_bytes(n / m, c.head_dim, page_bytes);
+        if (csa)
+            total += uint64_t(2 * m * 2 * c.index_head_dim + 2 * m * c.index_head_dim) * 4 +
+                     paged_bytes(n / m, c.index_head_dim, page_bytes);
     }
     return total;
 }

@@ -148,6 +148,8 @@ TEST(EngineDeterminism, SameTokensAloneAndInAnyBatchChunkingCacheAndScheduling) 
             if (name == "no prefix cache") {
                 EXPECT_EQ(r.metrics.prefix_cache_hit_tokens, 0);
             }
+            EXPECT_GT(r.metrics.pool_pages_peak, 0u) << name;  // compressed entries live in the paged pool
+            EXPECT_LE(r.metrics.pool_pages_peak * r.metrics.pool_page_bytes, v.cfg.state_memory_bytes) << name;
             if (name == "tight memory" && neighbours == 64) {
                 EXPECT_GT(r.metrics.preemptions, 0);
             }
