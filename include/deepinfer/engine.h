@@ -45,7 +45,10 @@ struct EngineConfig {
     bool prefix_caching = true;
     int64_t prefix_block = 64;            // prefix-cache granularity in tokens
     double prefix_cache_fraction = 0.5;   // share of state_memory_bytes the prefix cache may keep
-    bool async_scheduling = true;         // overlap output processing with the next forward
+    // Overlap output processing with the next forward (a long-lived forward thread). Off by default on
+    // the CPU backend: the overlap competes with the forward's own threads for the same cores
+    // (bench/results/cpu-engine-*: slower on 2 cores); it pays when the forward runs on a GPU.
+    bool async_scheduling = false;
     uint64_t job_seed = 0;
 };
 

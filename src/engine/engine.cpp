@@ -8,7 +8,11 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <condition_variable>
+#include <functional>
 #include <future>
+#include <mutex>
+#include <thread>
 #include <set>
 
 #include "deepinfer/check.h"
@@ -75,6 +79,52 @@ int32_t token_at(const Completion& c, int64_t i) {
     return i < static_cast<int64_t>(p.size()) ? p[size_t(i)] : c.generated[size_t(i) - p.size()];
 }
 
+// One long-lived thread that runs forwards (async scheduling). Long-lived matters on the CPU
+// backend: OpenMP keeps one thread team per calling thread, and a fresh thread per step would build
+// a new team every step.
+class ForwardWorker {
+public:
+    ForwardWorker() : thread_([this] { loop(); }) {}
+    ~ForwardWorker() {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            stop_ = true;
+        }
+        cv_.notify_one();
+        thread_.join();
+    }
+    std::future<std::vector<std::vector<float>>> submit(std::function<std::vector<std::vector<float>>()> fn) {
+        std::packaged_task<std::vector<std::vector<float>>()> task(std::move(fn));
+        auto fut = task.get_future();
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            tasks_.push_back(std::move(task));
+        }
+        cv_.notify_one();
+        return fut;
+    }
+
+private:
+    void loop() {
+        while (true) {
+            std::packaged_task<std::vector<std::vector<float>>()> task;
+            {
+                std::unique_lock<std::mutex> lock(mu_);
+                cv_.wait(lock, [this] { return stop_ || !tasks_.empty(); });
+                if (stop_ && tasks_.empty()) return;
+                task = std::move(tasks_.front());
+                tasks_.pop_front();
+            }
+            task();
+        }
+    }
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<std::packaged_task<std::vector<std::vector<float>>()>> tasks_;
+    bool stop_ = false;
+    std::thread thread_;
+};
+
 }  // namespace
 
 struct Engine::Impl {
@@ -88,6 +138,7 @@ struct Engine::Impl {
     std::deque<Completion*> waiting;                // admission queue (preempted first)
     std::vector<Completion*> running;
     std::optional<Plan> pending;  // launched, not yet collected (async)
+    std::unique_ptr<ForwardWorker> worker;  // async scheduling only
     std::vector<RequestOutput> finished_outputs;
     int64_t admissions = 0;
 
@@ -207,7 +258,12 @@ struct Engine::Impl {
         for (Scheduled& s : plan.items) chunks.push_back({s.completion->seq.get(), s.tokens, false});
         plan.launched = Clock::now();
         auto run = [m = model, chunks = std::move(chunks)]() { return m->forward_batch(chunks); };
-        plan.logits = std::async(cfg.async_scheduling ? std::launch::async : std::launch::deferred, std::move(run));
+        if (cfg.async_scheduling) {
+            if (!worker) worker = std::make_unique<ForwardWorker>();
+            plan.logits = worker->submit(std::move(run));
+        } else {
+            plan.logits = std::async(std::launch::deferred, std::move(run));
+        }
     }
 
     // ---- sampling and accounting (engine thread, no forward in flight) ----

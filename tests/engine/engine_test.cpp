@@ -128,8 +128,8 @@ TEST(EngineDeterminism, SameTokensAloneAndInAnyBatchChunkingCacheAndScheduling) 
         c.prefix_caching = false;
         variants.push_back({"no prefix cache", c});
         c = base;
-        c.async_scheduling = false;
-        variants.push_back({"sync", c});
+        c.async_scheduling = true;
+        variants.push_back({"async", c});
         c = base;
         c.max_num_seqs = 5;
         c.prefix_block = 32;

@@ -120,7 +120,7 @@ def test_async_and_prefix_cache_do_not_change_results(deepinfer_bin, cache_dir, 
     inp.write_text("".join(json.dumps(chat_line(f"q{i}", "shared question " * (i % 3), max_tokens=12)) + "\n"
                            for i in range(24)))
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    pa = run(deepinfer_bin, cache_dir, inp, a, "--max-num-seqs", "3")
+    pa = run(deepinfer_bin, cache_dir, inp, a, "--max-num-seqs", "3", "--async")
     run(deepinfer_bin, cache_dir, inp, b, "--max-num-seqs", "8", "--no-async", "--no-prefix-cache",
         "--max-prefill-chunk", "5")
     ra = {r["custom_id"]: choices(r) for r in read_out(a)}

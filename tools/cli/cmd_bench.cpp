@@ -99,7 +99,7 @@ Command register_bench(CLI::App& app) {
         std::string model, synthetic, numerics, dir, output;
         int64_t prefill = 128, decode = 16, warmup = 1;
         std::string engine_batches;  // "1,8,64,256": offline engine throughput at these batch sizes
-        bool no_async = false;
+        bool no_async = false, async = false;
         uint64_t seed = 1;
     };
     auto o = std::make_shared<Options>();
@@ -116,7 +116,8 @@ Command register_bench(CLI::App& app) {
     sub->add_option("--engine-batches", o->engine_batches,
                     "Offline engine mode: comma-separated batch sizes (requests of --prefill prompt tokens and "
                     "--decode new tokens each)");
-    sub->add_flag("--no-async", o->no_async, "Engine mode: synchronous scheduling");
+    sub->add_flag("--no-async", o->no_async, "Engine mode: synchronous scheduling (the default)");
+    sub->add_flag("--async", o->async, "Engine mode: asynchronous scheduling");
     sub->add_option("--warmup", o->warmup, "Untimed prefill+decode passes first (pages the weights in)")
         ->check(CLI::Range(0, 100));
     return [sub, o]() -> int {
@@ -154,7 +155,7 @@ Command register_bench(CLI::App& app) {
                 EngineConfig ec;
                 ec.max_num_seqs = batch;
                 ec.max_num_batched_tokens = std::max<int64_t>(2048, batch);
-                ec.async_scheduling = !o->no_async;
+                ec.async_scheduling = o->async && !o->no_async;
                 ec.prefix_caching = false;
                 Engine engine(shared, nullptr, ec);
                 SamplingParams sp;
@@ -170,12 +171,12 @@ Command register_bench(CLI::App& app) {
                 engine.run_until_done([](RequestOutput&&) {});
                 const double secs = seconds_since(t0);
                 const EngineMetrics& m = engine.metrics();
-                nlohmann::json r = {{"mode", "engine"}, {"model", dir}, {"batch", batch}, {"async", !o->no_async},
+                nlohmann::json r = {{"mode", "engine"}, {"model", dir}, {"batch", batch}, {"async", ec.async_scheduling},
                                     {"prompt_tokens", m.prompt_tokens}, {"generated_tokens", m.generated_tokens},
                                     {"seconds", secs}, {"generated_tok_s", double(m.generated_tokens) / secs},
                                     {"total_tok_s", double(m.generated_tokens + m.prompt_tokens) / secs},
                                     {"steps", m.steps}, {"forward_s", m.forward_seconds}, {"step_s", m.step_seconds},
-                                    {"outside_forward_share", o->no_async ? nlohmann::json(1.0 - m.forward_seconds / m.step_seconds)
+                                    {"outside_forward_share", !ec.async_scheduling ? nlohmann::json(1.0 - m.forward_seconds / m.step_seconds)
                                                                           : nlohmann::json(nullptr)},
                                     {"threads", cpu_num_threads()}};
                 std::string line = r.dump() + "\n";

@@ -37,7 +37,7 @@ std::string resolve_tokenizer(const std::string& flag, const std::string& model_
 Command register_run(CLI::App& app) {
     struct Options {
         std::string model, tokenizer, input, output, family = "v4", numerics, progress = "auto", cache_dir;
-        bool resume = false, no_async = false, no_prefix_cache = false;
+        bool resume = false, async = false, no_async = false, no_prefix_cache = false;
         int64_t max_num_seqs = 64, max_batched_tokens = 2048, max_prefill_chunk = 512, default_max_tokens = 256;
         double state_memory_gib = 4.0;
         uint64_t seed = 0;
@@ -59,7 +59,9 @@ Command register_run(CLI::App& app) {
     sub->add_option("--state-memory-gib", o->state_memory_gib, "Sequence-state memory budget")->capture_default_str();
     sub->add_option("--default-max-tokens", o->default_max_tokens, "max_tokens when a body has none")->capture_default_str();
     sub->add_option("--seed", o->seed, "Job seed (requests without a seed derive theirs from it and custom_id)");
-    sub->add_flag("--no-async", o->no_async, "Synchronous scheduling (same results, less overlap)");
+    sub->add_flag("--async", o->async, "Asynchronous scheduling: post-process a step while the next forward runs "
+                                        "(same results; off by default on the CPU backend, where it competes for cores)");
+    sub->add_flag("--no-async", o->no_async, "Synchronous scheduling (the default on the CPU backend)");
     sub->add_flag("--no-prefix-cache", o->no_prefix_cache, "Disable prefix sharing (same results)");
     sub->add_option("--progress", o->progress, "auto | always | never")->capture_default_str();
     sub->add_option("--cache-dir", o->cache_dir, "Where the built-in model is generated (default ~/.cache/deepinfer)");
@@ -86,7 +88,7 @@ Command register_run(CLI::App& app) {
         ec.max_prefill_chunk = o->max_prefill_chunk;
         ec.state_memory_bytes = static_cast<uint64_t>(o->state_memory_gib * double(uint64_t{1} << 30));
         ec.prefix_caching = !o->no_prefix_cache;
-        ec.async_scheduling = !o->no_async;
+        ec.async_scheduling = o->async && !o->no_async;
         ec.job_seed = o->seed;
         BatchRunOptions ro;
         ro.input_path = o->input;
