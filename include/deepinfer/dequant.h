@@ -30,6 +30,9 @@ struct DequantFp4Params {
 };
 void dequant_fp4(const DequantFp4Params& p);
 
+// Element i of a float-typed buffer (f32, bf16, f16, fp8_e4m3, ue8m0) as f32; unaligned-safe.
+float load_float(const void* base, DType dtype, int64_t i);
+
 // Elementwise cast between float dtypes (f32, f16, bf16, fp8_e4m3 -> f32, f16, bf16), rounding to
 // nearest-even. Shapes must have the same element count.
 void convert_float(const TensorView& src, const TensorView& dst);

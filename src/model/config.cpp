@@ -12,101 +12,16 @@
 #include <sstream>
 
 #include "deepinfer/check.h"
+#include "model/config_json.h"
 
 namespace deepinfer {
 namespace {
 
 using nlohmann::json;
 
-std::string short_value(const json& v) {
-    std::string s = v.dump();
-    if (s.size() > 80) s = s.substr(0, 77) + "...";
-    return s;
-}
-
-// Typed access to one JSON object with aliases: each field lists its Hugging Face key first and
-// DeepSeek's inference key second. Values found under two aliases must be equal.
-class Reader {
-public:
-    Reader(const json& obj, std::string_view source, std::string prefix = "")
-        : obj_(obj), source_(source), prefix_(std::move(prefix)) {}
-
-    // The value under the first alias present; checks that other aliases present agree.
-    const json* find(std::initializer_list<std::string_view> keys) const {
-        const json* found = nullptr;
-        std::string_view found_key;
-        for (std::string_view k : keys) {
-            auto it = obj_.find(std::string(k));
-            if (it == obj_.end() || it->is_null()) continue;
-            if (found == nullptr) {
-                found = &*it;
-                found_key = k;
-            } else {
-                DI_CHECK(*found == *it, source_, ": keys '", prefix_, found_key, "' (", short_value(*found),
-                         ") and '", prefix_, k, "' (", short_value(*it), ") disagree");
-            }
-        }
-        return found;
-    }
-
-    std::optional<int64_t> opt_int(std::initializer_list<std::string_view> keys) const {
-        const json* v = find(keys);
-        if (!v) return std::nullopt;
-        return as_int(*v, *keys.begin());
-    }
-    int64_t get_int(std::initializer_list<std::string_view> keys, std::optional<int64_t> def = std::nullopt) const {
-        auto v = opt_int(keys);
-        if (v) return *v;
-        DI_CHECK(def.has_value(), source_, ": missing required key '", prefix_, *keys.begin(), "'");
-        return *def;
-    }
-    double get_double(std::initializer_list<std::string_view> keys, double def) const {
-        const json* v = find(keys);
-        if (!v) return def;
-        DI_CHECK(v->is_number(), source_, ": key '", prefix_, *keys.begin(), "' must be a number, got ",
-                 short_value(*v));
-        double d = v->get<double>();
-        DI_CHECK(std::isfinite(d), source_, ": key '", prefix_, *keys.begin(), "' must be finite, got ",
-                 short_value(*v));
-        return d;
-    }
-    bool get_bool(std::initializer_list<std::string_view> keys, bool def) const {
-        const json* v = find(keys);
-        if (!v) return def;
-        DI_CHECK(v->is_boolean(), source_, ": key '", prefix_, *keys.begin(), "' must be true or false, got ",
-                 short_value(*v));
-        return v->get<bool>();
-    }
-    std::string get_string(std::initializer_list<std::string_view> keys, std::string def) const {
-        const json* v = find(keys);
-        if (!v) return def;
-        DI_CHECK(v->is_string(), source_, ": key '", prefix_, *keys.begin(), "' must be a string, got ",
-                 short_value(*v));
-        return v->get<std::string>();
-    }
-
-    int64_t as_int(const json& v, std::string_view key) const {
-        if (v.is_number_integer()) return v.get<int64_t>();
-        if (v.is_number_float()) {
-            double d = v.get<double>();
-            if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) return static_cast<int64_t>(d);
-        }
-        DI_THROW(source_, ": key '", prefix_, key, "' must be an integer, got ", short_value(v));
-    }
-
-    std::string_view source() const { return source_; }
-    const std::string& prefix() const { return prefix_; }
-
-private:
-    const json& obj_;
-    std::string_view source_;
-    std::string prefix_;
-};
-
-void require_range(std::string_view source, std::string_view key, int64_t value, int64_t lo, int64_t hi) {
-    DI_CHECK(value >= lo && value <= hi, source, ": key '", key, "' = ", value, " is out of range [", lo, ", ",
-             hi, "]");
-}
+using config_json::Reader;
+using config_json::require_range;
+using config_json::short_value;
 
 AttentionType attention_type_from_name(const std::string& name, std::string_view source) {
     if (name == "sliding_attention") return AttentionType::kSliding;
@@ -116,23 +31,7 @@ AttentionType attention_type_from_name(const std::string& name, std::string_view
              "\" is not one of sliding_attention, compressed_sparse_attention, heavily_compressed_attention");
 }
 
-// Reads one RoPE parameter set from a JSON object with HF ("rope_type", "factor", ...) or legacy
-// ("type") keys; `theta` is used when the object has no rope_theta of its own.
-RopeParams read_rope(const json& obj, std::string_view source, const std::string& prefix, double theta) {
-    Reader r(obj, source, prefix);
-    RopeParams p;
-    p.rope_theta = r.get_double({"rope_theta", "base"}, theta);
-    p.rope_type = r.get_string({"rope_type", "type"}, "default");
-    DI_CHECK(p.rope_type == "default" || p.rope_type == "yarn", source, ": key '", prefix,
-             "rope_type' = \"", p.rope_type, "\" is not supported (expected \"default\" or \"yarn\")");
-    if (p.is_yarn()) {
-        p.factor = r.get_double({"factor"}, 1.0);
-        p.original_max_position_embeddings = r.get_int({"original_max_position_embeddings"}, int64_t{0});
-        p.beta_fast = r.get_double({"beta_fast"}, 32.0);
-        p.beta_slow = r.get_double({"beta_slow"}, 1.0);
-    }
-    return p;
-}
+using config_json::read_rope;
 
 }  // namespace
 

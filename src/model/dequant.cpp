@@ -11,10 +11,9 @@
 #include "deepinfer/float_formats.h"
 
 namespace deepinfer {
-namespace {
 
-// Reads element i of a float-typed tensor as f32 (unaligned-safe).
-float load_float(const uint8_t* base, DType dtype, int64_t i) {
+float load_float(const void* base_ptr, DType dtype, int64_t i) {
+    const auto* base = static_cast<const uint8_t*>(base_ptr);
     switch (dtype) {
         case DType::kF32: {
             float v;
@@ -36,6 +35,8 @@ float load_float(const uint8_t* base, DType dtype, int64_t i) {
         default: DI_THROW("cannot read ", dtype_name(dtype), " as a float");
     }
 }
+
+namespace {
 
 void store_float(uint8_t* base, DType dtype, int64_t i, float v) {
     switch (dtype) {

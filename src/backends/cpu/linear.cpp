@@ -49,21 +49,9 @@ const DecodeTables& tables() {
 }
 
 float read_scale(const TensorView& s, int64_t i) {
-    const auto* p = static_cast<const uint8_t*>(s.data());
-    switch (s.dtype()) {
-        case DType::kF32: {
-            float v;
-            std::memcpy(&v, p + 4 * i, 4);
-            return v;
-        }
-        case DType::kBF16: {
-            uint16_t v;
-            std::memcpy(&v, p + 2 * i, 2);
-            return bf16_to_f32(v);
-        }
-        case DType::kF8E8M0: return e8m0_to_f32(p[i]);
-        default: DI_THROW("unsupported scale dtype ", s.describe());
-    }
+    DI_CHECK(s.dtype() == DType::kF32 || s.dtype() == DType::kBF16 || s.dtype() == DType::kF8E8M0,
+             "unsupported scale dtype ", s.describe());
+    return load_float(s.data(), s.dtype(), i);
 }
 
 // 4 dot products sharing x.
