@@ -164,7 +164,8 @@ void attention_block(const BlockContext& ctx, const AttentionBlockParams& p) {
             const int64_t pos = P0 + t, row = r0 + t;
             std::vector<const float*> cand;
             for (int64_t q_pos = std::max<int64_t>(0, pos - W + 1); q_pos <= pos; ++q_pos)
-                cand.push_back(q_pos >= P0 ? kv_seg + (q_pos - P0) * Dh : st.window.data() + (q_pos % W) * Dh);
+                cand.push_back(q_pos >= P0 ? kv_seg + (q_pos - P0) * Dh
+                                           : st.window.data() + (q_pos % st.window_rows) * Dh);
             if (lw.attention_type == AttentionType::kHca) {
                 const int64_t visible = std::min(st.compressor.num_entries(), (pos + 1) / lw.compress_ratio);
                 for (int64_t i = 0; i < visible; ++i) cand.push_back(st.compressor.entries.row(i));
@@ -197,9 +198,9 @@ void attention_block(const BlockContext& ctx, const AttentionBlockParams& p) {
             }
         }
 
-        // ---- Sliding window ring: keep the last W positions ----
-        for (int64_t t = std::max<int64_t>(0, n - W); t < n; ++t)
-            std::copy_n(kv_seg + t * Dh, Dh, st.window.begin() + ((P0 + t) % W) * Dh);
+        // ---- Sliding window ring (position-keyed): keep the last window_rows positions ----
+        for (int64_t t = std::max<int64_t>(0, n - st.window_rows); t < n; ++t)
+            std::copy_n(kv_seg + t * Dh, Dh, st.window.begin() + ((P0 + t) % st.window_rows) * Dh);
     }
 
     // ---- Grouped output projection (all rows): wo_a per group on the flattened heads, then wo_b ----

@@ -76,22 +76,27 @@ void compressor_update(const BlockContext& ctx, const CompressorUpdateParams& p)
         const int64_t pos = p.first_position + t;
         const float* ape = w.ape.ptr() + (pos % m) * width;
         for (int64_t i = 0; i < width; ++i) z[size_t(t * width + i)] += ape[i];
-        st.open_kv.insert(st.open_kv.end(), c.begin() + t * width, c.begin() + (t + 1) * width);
-        st.open_gate.insert(st.open_gate.end(), z.begin() + t * width, z.begin() + (t + 1) * width);
-        if (st.open_rows() < m) continue;
-        DI_ICHECK((pos + 1) % m == 0);
-        // Slots: overlap -> [previous window's first halves (m rows) | this window's second halves (m rows)].
+        const int64_t slot = pos % st.ring_rows;
+        std::copy_n(c.begin() + t * width, width, st.ring_kv.begin() + slot * width);
+        std::copy_n(z.begin() + t * width, width, st.ring_gate.begin() + slot * width);
+        if ((pos + 1) % m != 0) continue;
+        const int64_t window = (pos + 1) / m - 1;  // entry index; its rows are positions window*m .. pos
+        DI_ICHECK(st.entries.size() == window);
+        // Slots: overlap -> [previous window's first halves (m rows) | this window's second halves (m rows)];
+        // window 0 has no previous window (weight 0). Rows are read by position from the ring.
         const int64_t slots = w.overlap ? 2 * m : m;
         slot_kv.assign(static_cast<size_t>(slots * d), 0.0f);
         slot_gate.assign(static_cast<size_t>(slots * d), kNegInf);
         for (int64_t r = 0; r < m; ++r) {
             const int64_t dst = w.overlap ? m + r : r;
             const int64_t off = w.overlap ? d : 0;
-            std::copy_n(st.open_kv.begin() + r * width + off, d, slot_kv.begin() + dst * d);
-            std::copy_n(st.open_gate.begin() + r * width + off, d, slot_gate.begin() + dst * d);
-            if (w.overlap && st.has_prev) {
-                std::copy_n(st.prev_kv.begin() + r * d, d, slot_kv.begin() + r * d);
-                std::copy_n(st.prev_gate.begin() + r * d, d, slot_gate.begin() + r * d);
+            const int64_t cur = ((window * m + r) % st.ring_rows) * width;
+            std::copy_n(st.ring_kv.begin() + cur + off, d, slot_kv.begin() + dst * d);
+            std::copy_n(st.ring_gate.begin() + cur + off, d, slot_gate.begin() + dst * d);
+            if (w.overlap && window > 0) {
+                const int64_t prev = (((window - 1) * m + r) % st.ring_rows) * width;
+                std::copy_n(st.ring_kv.begin() + prev, d, slot_kv.begin() + r * d);
+                std::copy_n(st.ring_gate.begin() + prev, d, slot_gate.begin() + r * d);
             }
         }
         // Per-channel softmax over the slots, then the weighted sum (slot order).
@@ -115,17 +120,6 @@ void compressor_update(const BlockContext& ctx, const CompressorUpdateParams& p)
             if (p.qat == CompressorQat::kHadamardFp4) hadamard_fp4_simulate(entry.data(), d);
         }
         st.entries.append(entry.data());
-        if (w.overlap) {
-            st.prev_kv.assign(static_cast<size_t>(m * d), 0.0f);
-            st.prev_gate.assign(static_cast<size_t>(m * d), 0.0f);
-            for (int64_t r = 0; r < m; ++r) {
-                std::copy_n(st.open_kv.begin() + r * width, d, st.prev_kv.begin() + r * d);
-                std::copy_n(st.open_gate.begin() + r * width, d, st.prev_gate.begin() + r * d);
-            }
-            st.has_prev = true;
-        }
-        st.open_kv.clear();
-        st.open_gate.clear();
     }
 }
 

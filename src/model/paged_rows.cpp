@@ -75,6 +75,12 @@ void PagedRows::append(const float* row) {
     ++size_;
 }
 
+void PagedRows::truncate(int64_t rows) {
+    DI_ICHECK(rows >= 0 && rows <= size_);
+    size_ = rows;
+    pages_.resize(static_cast<size_t>((rows + rows_per_page_ - 1) / rows_per_page_));
+}
+
 uint64_t PagedRows::unshared_bytes() const {
     uint64_t n = 0;
     for (const auto& p : pages_) n += p.use_count() == 1 ? page_bytes_ : 0;

@@ -52,6 +52,8 @@ public:
         return pages_[static_cast<size_t>(i / rows_per_page_)].get() + (i % rows_per_page_) * width_;
     }
     void append(const float* row);
+    // Keeps the first `rows` rows; pages past them are released.
+    void truncate(int64_t rows);
     // Bytes of the pages this list references (shared pages counted in full).
     uint64_t bytes() const { return pages_.size() * page_bytes_; }
     // Bytes of the pages only this list holds.

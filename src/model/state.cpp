@@ -2,6 +2,8 @@
 // Construction and accounting of per-sequence state.
 #include "model/state.h"
 
+#include "deepinfer/check.h"
+
 namespace deepinfer {
 namespace {
 CompressorState make_compressor(int64_t ratio, int64_t d, bool overlap, const std::shared_ptr<StatePool>& pool) {
@@ -10,13 +12,17 @@ CompressorState make_compressor(int64_t ratio, int64_t d, bool overlap, const st
     s.head_dim = d;
     s.overlap = overlap;
     s.width = overlap ? 2 * d : d;
+    s.ring_rows = (overlap ? 2 : 1) * ratio + kRingHeadroom;
+    s.ring_kv.assign(static_cast<size_t>(s.ring_rows * s.width), 0.0f);
+    s.ring_gate.assign(static_cast<size_t>(s.ring_rows * s.width), 0.0f);
     s.entries = PagedRows(d, pool);
     return s;
 }
 
 LayerState make_layer(const ModelConfig& c, AttentionType type, int64_t ratio, const std::shared_ptr<StatePool>& pool) {
     LayerState s;
-    s.window.assign(static_cast<size_t>(c.sliding_window * c.head_dim), 0.0f);
+    s.window_rows = c.sliding_window + kRingHeadroom;
+    s.window.assign(static_cast<size_t>(s.window_rows * c.head_dim), 0.0f);
     if (type != AttentionType::kSliding) {
         const bool csa = type == AttentionType::kCsa;
         s.compressor = make_compressor(ratio, c.head_dim, csa, pool);
@@ -26,8 +32,7 @@ LayerState make_layer(const ModelConfig& c, AttentionType type, int64_t ratio, c
 }
 
 size_t compressor_fixed_bytes(const CompressorState& s) {
-    return (s.open_kv.capacity() + s.open_gate.capacity() + s.prev_kv.capacity() + s.prev_gate.capacity()) *
-           sizeof(float);
+    return (s.ring_kv.capacity() + s.ring_gate.capacity()) * sizeof(float);
 }
 }  // namespace
 
@@ -48,6 +53,15 @@ size_t SequenceState::bytes() const {
     return total;
 }
 
+void SequenceState::truncate(int64_t n) {
+    DI_CHECK(n >= 0 && n <= num_tokens, "truncate to ", n, " tokens of a sequence of ", num_tokens);
+    num_tokens = n;
+    for (auto* group : {&layers, &mtp_layers})
+        for (LayerState& l : *group)
+            for (CompressorState* c : {&l.compressor, &l.indexer})
+                if (c->ratio > 0 && c->entries.size() > n / c->ratio) c->entries.truncate(n / c->ratio);
+}
+
 size_t SequenceState::unshared_bytes() const {
     size_t total = 0;
     for (const auto* group : {&layers, &mtp_layers})
@@ -64,15 +78,15 @@ namespace deepinfer {
 uint64_t estimate_state_bytes(const ModelConfig& c, int64_t n, uint64_t page_bytes) {
     uint64_t total = 0;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-        total += uint64_t(c.sliding_window * c.head_dim) * 4;
+        total += uint64_t((c.sliding_window + kRingHeadroom) * c.head_dim) * 4;
         const int64_t m = c.compress_ratio(l);
         if (m == 0) continue;
         const bool csa = c.layer_types[size_t(l)] == AttentionType::kCsa;
         const int64_t width = csa ? 2 * c.head_dim : c.head_dim;
-        total += uint64_t(2 * m * width + (csa ? 2 * m * c.head_dim : 0)) * 4;  // open rows + previous halves
+        total += uint64_t(2 * ((csa ? 2 : 1) * m + kRingHeadroom) * width) * 4;  // position-keyed compressor rows
         total += paged_bytes(n / m, c.head_dim, page_bytes);
         if (csa)
-            total += uint64_t(2 * m * 2 * c.index_head_dim + 2 * m * c.index_head_dim) * 4 +
+            total += uint64_t(2 * (2 * m + kRingHeadroom) * 2 * c.index_head_dim) * 4 +
                      paged_bytes(n / m, c.index_head_dim, page_bytes);
     }
     return total;

@@ -16,23 +16,29 @@
 
 namespace deepinfer {
 
+// Rows a single forward pass may write beyond what later queries still need: the headroom that lets a
+// speculative verify pass write rows that are then rejected, with no undo (speculative-decoding.md
+// §7.3: a ring of R >= n + W - 1 slots never serves a stale row to a pass of n rows).
+inline constexpr int64_t kRingHeadroom = 16;
+
 struct CompressorState {
     int64_t ratio = 0;
     int64_t head_dim = 0;  // d
     int64_t width = 0;     // d or 2d
     bool overlap = false;
-    std::vector<float> open_kv;    // [rows in the open window, width]  c_t
-    std::vector<float> open_gate;  // [rows in the open window, width]  z_t + ape
-    std::vector<float> prev_kv;    // [ratio, d] first halves of the last complete window (overlap only)
-    std::vector<float> prev_gate;  // [ratio, d]
-    bool has_prev = false;
+    // Position-keyed rings: the projected row of position p lives in slot p % ring_rows. Pooling a
+    // window reads its rows (and, for CSA, the previous window's first halves) by position.
+    int64_t ring_rows = 0;          // (overlap ? 2 : 1) * ratio + kRingHeadroom
+    std::vector<float> ring_kv;     // [ring_rows, width]  c_p
+    std::vector<float> ring_gate;   // [ring_rows, width]  z_p + ape[p % ratio]
     PagedRows entries;  // [num_entries, d] finalized compressed entries, paged
     int64_t num_entries() const { return entries.size(); }
-    int64_t open_rows() const { return width ? static_cast<int64_t>(open_kv.size()) / width : 0; }
+
 };
 
 struct LayerState {
-    std::vector<float> window;  // [sliding_window, head_dim] ring; position p in slot p % sliding_window
+    int64_t window_rows = 0;    // sliding_window + kRingHeadroom
+    std::vector<float> window;  // [window_rows, head_dim] ring; position p in slot p % window_rows
     CompressorState compressor;  // CSA / HCA main compressor
     CompressorState indexer;     // CSA indexer compressor (keys)
 };
@@ -41,6 +47,9 @@ struct SequenceState {
     int64_t num_tokens = 0;  // tokens consumed; the next token's position
     std::vector<LayerState> layers;
     std::vector<LayerState> mtp_layers;
+    // Forgets every token from position `num_tokens` on (rejected speculative rows): O(layers), no
+    // undo of ring contents, because later passes overwrite those slots before any query reads them.
+    void truncate(int64_t num_tokens);
     size_t bytes() const;           // memory referenced (shared pages counted in full)
     size_t unshared_bytes() const;  // memory held by this state alone
 };

@@ -197,3 +197,38 @@ TEST(Mtp, BlockMatchesReferenceAndChunksEqual) {
 
 }  // namespace
 }  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+// Speculative decoding writes rows that may be rejected: after a verify pass of k draft tokens, the
+// sequence is truncated to the accepted length and continues. Position-keyed rings with headroom make
+// that exact without undoing anything (speculative-decoding.md §7.3).
+TEST(SpeculativeRollback, TruncateAfterRejectedRowsEqualsStraightRun) {
+    auto model = Model::load(test::data_path("models/v4_tiny_a"), exact());
+    const std::vector<int32_t> ids = read_reference(test::data_path("models/v4_tiny_a")).prompts[1];
+    const int64_t V = model->config().vocab_size;
+    Sequence straight = model->new_sequence();
+    const std::vector<float> want = model->forward(straight, ids, true);
+    for (int64_t k : {1, 5, 16}) {
+        Sequence seq = model->new_sequence();
+        std::vector<float> got;
+        size_t pos = 0;
+        uint32_t salt = 1;
+        while (pos < ids.size()) {
+            // Verify pass: the true next token plus k-1 garbage drafts, then keep only the first.
+            std::vector<int32_t> pass = {ids[pos]};
+            for (int64_t j = 1; j < k && pos + size_t(j) < ids.size(); ++j)
+                pass.push_back(static_cast<int32_t>((ids[pos + size_t(j)] + 7 * salt++) % V));
+            std::vector<float> l = model->forward(seq, pass, true);
+            got.insert(got.end(), l.begin(), l.begin() + V);
+            seq.state().truncate(static_cast<int64_t>(pos) + 1);
+            ++pos;
+        }
+        ASSERT_EQ(got.size(), want.size());
+        EXPECT_TRUE(got == want) << "verify width " << k;
+    }
+}
+
+}  // namespace
+}  // namespace deepinfer
