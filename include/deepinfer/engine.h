@@ -42,6 +42,7 @@ struct EngineConfig {
     int64_t max_num_batched_tokens = 2048;  // token budget per step (decode tokens + prefill chunks)
     int64_t max_prefill_chunk = 512;      // largest prefill chunk of one sequence in one step
     uint64_t state_memory_bytes = uint64_t{8} << 30;  // budget for sequence state (running + prefix cache)
+    uint64_t state_page_bytes = 16 << 10;             // page of the state pool (a row must fit one page)
     bool prefix_caching = true;
     int64_t prefix_block = 64;            // prefix-cache granularity in tokens
     double prefix_cache_fraction = 0.5;   // share of state_memory_bytes the prefix cache may keep

@@ -146,7 +146,7 @@ struct Engine::Impl {
         : model(std::move(m)),
           tokenizer(std::move(t)),
           cfg(c),
-          pool(std::make_shared<StatePool>(c.state_memory_bytes)),
+          pool(std::make_shared<StatePool>(c.state_memory_bytes, c.state_page_bytes)),
           prefix(static_cast<uint64_t>(double(c.state_memory_bytes) * c.prefix_cache_fraction), std::max<int64_t>(1, c.prefix_block)) {
         DI_CHECK(cfg.max_num_seqs > 0 && cfg.max_num_batched_tokens > 0 && cfg.max_prefill_chunk > 0,
                  "engine: max_num_seqs, max_num_batched_tokens and max_prefill_chunk must be positive");

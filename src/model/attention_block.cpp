@@ -164,8 +164,7 @@ void attention_block(const BlockContext& ctx, const AttentionBlockParams& p) {
             const int64_t pos = P0 + t, row = r0 + t;
             std::vector<const float*> cand;
             for (int64_t q_pos = std::max<int64_t>(0, pos - W + 1); q_pos <= pos; ++q_pos)
-                cand.push_back(q_pos >= P0 ? kv_seg + (q_pos - P0) * Dh
-                                           : st.window.data() + (q_pos % st.window_rows) * Dh);
+                cand.push_back(q_pos >= P0 ? kv_seg + (q_pos - P0) * Dh : st.window.row(q_pos % st.window_rows));
             if (lw.attention_type == AttentionType::kHca) {
                 const int64_t visible = std::min(st.compressor.num_entries(), (pos + 1) / lw.compress_ratio);
                 for (int64_t i = 0; i < visible; ++i) cand.push_back(st.compressor.entries.row(i));
@@ -200,7 +199,7 @@ void attention_block(const BlockContext& ctx, const AttentionBlockParams& p) {
 
         // ---- Sliding window ring (position-keyed): keep the last window_rows positions ----
         for (int64_t t = std::max<int64_t>(0, n - st.window_rows); t < n; ++t)
-            std::copy_n(kv_seg + t * Dh, Dh, st.window.begin() + ((P0 + t) % st.window_rows) * Dh);
+            std::copy_n(kv_seg + t * Dh, Dh, st.window.mutable_row((P0 + t) % st.window_rows));
     }
 
     // ---- Grouped output projection (all rows): wo_a per group on the flattened heads, then wo_b ----

@@ -77,8 +77,8 @@ void compressor_update(const BlockContext& ctx, const CompressorUpdateParams& p)
         const float* ape = w.ape.ptr() + (pos % m) * width;
         for (int64_t i = 0; i < width; ++i) z[size_t(t * width + i)] += ape[i];
         const int64_t slot = pos % st.ring_rows;
-        std::copy_n(c.begin() + t * width, width, st.ring_kv.begin() + slot * width);
-        std::copy_n(z.begin() + t * width, width, st.ring_gate.begin() + slot * width);
+        std::copy_n(c.begin() + t * width, width, st.ring_kv.mutable_row(slot));
+        std::copy_n(z.begin() + t * width, width, st.ring_gate.mutable_row(slot));
         if ((pos + 1) % m != 0) continue;
         const int64_t window = (pos + 1) / m - 1;  // entry index; its rows are positions window*m .. pos
         DI_ICHECK(st.entries.size() == window);
@@ -90,13 +90,13 @@ void compressor_update(const BlockContext& ctx, const CompressorUpdateParams& p)
         for (int64_t r = 0; r < m; ++r) {
             const int64_t dst = w.overlap ? m + r : r;
             const int64_t off = w.overlap ? d : 0;
-            const int64_t cur = ((window * m + r) % st.ring_rows) * width;
-            std::copy_n(st.ring_kv.begin() + cur + off, d, slot_kv.begin() + dst * d);
-            std::copy_n(st.ring_gate.begin() + cur + off, d, slot_gate.begin() + dst * d);
+            const int64_t cur = (window * m + r) % st.ring_rows;
+            std::copy_n(st.ring_kv.row(cur) + off, d, slot_kv.begin() + dst * d);
+            std::copy_n(st.ring_gate.row(cur) + off, d, slot_gate.begin() + dst * d);
             if (w.overlap && window > 0) {
-                const int64_t prev = (((window - 1) * m + r) % st.ring_rows) * width;
-                std::copy_n(st.ring_kv.begin() + prev, d, slot_kv.begin() + r * d);
-                std::copy_n(st.ring_gate.begin() + prev, d, slot_gate.begin() + r * d);
+                const int64_t prev = ((window - 1) * m + r) % st.ring_rows;
+                std::copy_n(st.ring_kv.row(prev), d, slot_kv.begin() + r * d);
+                std::copy_n(st.ring_gate.row(prev), d, slot_gate.begin() + r * d);
             }
         }
         // Per-channel softmax over the slots, then the weighted sum (slot order).

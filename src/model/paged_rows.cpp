@@ -87,6 +87,39 @@ uint64_t PagedRows::unshared_bytes() const {
     return n;
 }
 
+PagedRing::PagedRing(int64_t rows, int64_t width, std::shared_ptr<StatePool> pool, uint64_t heap_page_bytes)
+    : rows_(rows), width_(width), pool_(std::move(pool)) {
+    page_bytes_ = pool_ ? pool_->page_bytes() : heap_page_bytes;
+    DI_CHECK(width > 0 && static_cast<uint64_t>(width) * sizeof(float) <= page_bytes_, "paged ring: a row of ", width,
+             " floats does not fit a page of ", page_bytes_, " bytes");
+    rows_per_page_ = static_cast<int64_t>(page_bytes_ / (static_cast<uint64_t>(width) * sizeof(float)));
+    for (int64_t r = 0; r < rows; r += rows_per_page_) {
+        pages_.push_back(new_page());
+        std::memset(pages_.back().get(), 0, page_bytes_);
+    }
+}
+
+std::shared_ptr<float> PagedRing::new_page() {
+    if (pool_) return pool_->allocate();
+    return std::shared_ptr<float>(new float[page_bytes_ / sizeof(float)], std::default_delete<float[]>());
+}
+
+float* PagedRing::mutable_row(int64_t slot) {
+    std::shared_ptr<float>& page = pages_[static_cast<size_t>(slot / rows_per_page_)];
+    if (page.use_count() > 1) {
+        std::shared_ptr<float> copy = new_page();
+        std::memcpy(copy.get(), page.get(), page_bytes_);
+        page = std::move(copy);
+    }
+    return page.get() + (slot % rows_per_page_) * width_;
+}
+
+uint64_t PagedRing::unshared_bytes() const {
+    uint64_t n = 0;
+    for (const auto& p : pages_) n += p.use_count() == 1 ? page_bytes_ : 0;
+    return n;
+}
+
 uint64_t paged_bytes(int64_t rows, int64_t width, uint64_t page_bytes) {
     const int64_t per_page = std::max<int64_t>(1, static_cast<int64_t>(page_bytes / (uint64_t(width) * 4)));
     return static_cast<uint64_t>((rows + per_page - 1) / per_page) * page_bytes;

@@ -70,6 +70,33 @@ private:
     std::vector<std::shared_ptr<float>> pages_;
 };
 
+// A fixed-size ring of `rows` rows in pages of the pool (allocated and zeroed at construction).
+// Copies share pages; writing a row of a shared page copies that page first (copy-on-write), so a
+// prefix snapshot and the sequence started from it share the ring until one of them writes.
+class PagedRing {
+public:
+    PagedRing() = default;
+    PagedRing(int64_t rows, int64_t width, std::shared_ptr<StatePool> pool, uint64_t heap_page_bytes = 16 << 10);
+
+    int64_t rows() const { return rows_; }
+    const float* row(int64_t slot) const {
+        return pages_[static_cast<size_t>(slot / rows_per_page_)].get() + (slot % rows_per_page_) * width_;
+    }
+    float* mutable_row(int64_t slot);
+    uint64_t bytes() const { return pages_.size() * page_bytes_; }
+    uint64_t unshared_bytes() const;
+
+private:
+    std::shared_ptr<float> new_page();
+
+    int64_t rows_ = 0;
+    int64_t width_ = 0;
+    int64_t rows_per_page_ = 1;
+    uint64_t page_bytes_ = 0;
+    std::shared_ptr<StatePool> pool_;
+    std::vector<std::shared_ptr<float>> pages_;
+};
+
 // Pages needed for `rows` rows of `width` floats with pages of `page_bytes`.
 uint64_t paged_bytes(int64_t rows, int64_t width, uint64_t page_bytes);
 

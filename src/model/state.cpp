@@ -13,8 +13,8 @@ CompressorState make_compressor(int64_t ratio, int64_t d, bool overlap, const st
     s.overlap = overlap;
     s.width = overlap ? 2 * d : d;
     s.ring_rows = (overlap ? 2 : 1) * ratio + kRingHeadroom;
-    s.ring_kv.assign(static_cast<size_t>(s.ring_rows * s.width), 0.0f);
-    s.ring_gate.assign(static_cast<size_t>(s.ring_rows * s.width), 0.0f);
+    s.ring_kv = PagedRing(s.ring_rows, s.width, pool);
+    s.ring_gate = PagedRing(s.ring_rows, s.width, pool);
     s.entries = PagedRows(d, pool);
     return s;
 }
@@ -22,7 +22,7 @@ CompressorState make_compressor(int64_t ratio, int64_t d, bool overlap, const st
 LayerState make_layer(const ModelConfig& c, AttentionType type, int64_t ratio, const std::shared_ptr<StatePool>& pool) {
     LayerState s;
     s.window_rows = c.sliding_window + kRingHeadroom;
-    s.window.assign(static_cast<size_t>(s.window_rows * c.head_dim), 0.0f);
+    s.window = PagedRing(s.window_rows, c.head_dim, pool);
     if (type != AttentionType::kSliding) {
         const bool csa = type == AttentionType::kCsa;
         s.compressor = make_compressor(ratio, c.head_dim, csa, pool);
@@ -31,8 +31,9 @@ LayerState make_layer(const ModelConfig& c, AttentionType type, int64_t ratio, c
     return s;
 }
 
-size_t compressor_fixed_bytes(const CompressorState& s) {
-    return (s.ring_kv.capacity() + s.ring_gate.capacity()) * sizeof(float);
+size_t compressor_ring_bytes(const CompressorState& s) { return s.ring_kv.bytes() + s.ring_gate.bytes(); }
+size_t compressor_ring_unshared(const CompressorState& s) {
+    return s.ring_kv.unshared_bytes() + s.ring_gate.unshared_bytes();
 }
 }  // namespace
 
@@ -48,8 +49,8 @@ size_t SequenceState::bytes() const {
     size_t total = 0;
     for (const auto* group : {&layers, &mtp_layers})
         for (const LayerState& l : *group)
-            total += l.window.capacity() * sizeof(float) + compressor_fixed_bytes(l.compressor) +
-                     compressor_fixed_bytes(l.indexer) + l.compressor.entries.bytes() + l.indexer.entries.bytes();
+            total += l.window.bytes() + compressor_ring_bytes(l.compressor) + compressor_ring_bytes(l.indexer) +
+                     l.compressor.entries.bytes() + l.indexer.entries.bytes();
     return total;
 }
 
@@ -66,8 +67,8 @@ size_t SequenceState::unshared_bytes() const {
     size_t total = 0;
     for (const auto* group : {&layers, &mtp_layers})
         for (const LayerState& l : *group)
-            total += l.window.capacity() * sizeof(float) + compressor_fixed_bytes(l.compressor) +
-                     compressor_fixed_bytes(l.indexer) + l.compressor.entries.unshared_bytes() +
+            total += l.window.unshared_bytes() + compressor_ring_unshared(l.compressor) +
+                     compressor_ring_unshared(l.indexer) + l.compressor.entries.unshared_bytes() +
                      l.indexer.entries.unshared_bytes();
     return total;
 }
@@ -78,15 +79,15 @@ namespace deepinfer {
 uint64_t estimate_state_bytes(const ModelConfig& c, int64_t n, uint64_t page_bytes) {
     uint64_t total = 0;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-        total += uint64_t((c.sliding_window + kRingHeadroom) * c.head_dim) * 4;
+        total += paged_bytes(c.sliding_window + kRingHeadroom, c.head_dim, page_bytes);
         const int64_t m = c.compress_ratio(l);
         if (m == 0) continue;
         const bool csa = c.layer_types[size_t(l)] == AttentionType::kCsa;
         const int64_t width = csa ? 2 * c.head_dim : c.head_dim;
-        total += uint64_t(2 * ((csa ? 2 : 1) * m + kRingHeadroom) * width) * 4;  // position-keyed compressor rows
+        total += 2 * paged_bytes((csa ? 2 : 1) * m + kRingHeadroom, width, page_bytes);  // compressor rows
         total += paged_bytes(n / m, c.head_dim, page_bytes);
         if (csa)
-            total += uint64_t(2 * (2 * m + kRingHeadroom) * 2 * c.index_head_dim) * 4 +
+            total += 2 * paged_bytes(2 * m + kRingHeadroom, 2 * c.index_head_dim, page_bytes) +
                      paged_bytes(n / m, c.index_head_dim, page_bytes);
     }
     return total;

@@ -28,9 +28,9 @@ struct CompressorState {
     bool overlap = false;
     // Position-keyed rings: the projected row of position p lives in slot p % ring_rows. Pooling a
     // window reads its rows (and, for CSA, the previous window's first halves) by position.
-    int64_t ring_rows = 0;          // (overlap ? 2 : 1) * ratio + kRingHeadroom
-    std::vector<float> ring_kv;     // [ring_rows, width]  c_p
-    std::vector<float> ring_gate;   // [ring_rows, width]  z_p + ape[p % ratio]
+    int64_t ring_rows = 0;  // (overlap ? 2 : 1) * ratio + kRingHeadroom
+    PagedRing ring_kv;      // [ring_rows, width]  c_p
+    PagedRing ring_gate;    // [ring_rows, width]  z_p + ape[p % ratio]
     PagedRows entries;  // [num_entries, d] finalized compressed entries, paged
     int64_t num_entries() const { return entries.size(); }
 
@@ -38,7 +38,7 @@ struct CompressorState {
 
 struct LayerState {
     int64_t window_rows = 0;    // sliding_window + kRingHeadroom
-    std::vector<float> window;  // [window_rows, head_dim] ring; position p in slot p % window_rows
+    PagedRing window;           // [window_rows, head_dim] ring; position p in slot p % window_rows
     CompressorState compressor;  // CSA / HCA main compressor
     CompressorState indexer;     // CSA indexer compressor (keys)
 };

@@ -136,6 +136,7 @@ TEST(EngineDeterminism, SameTokensAloneAndInAnyBatchChunkingCacheAndScheduling) 
         variants.push_back({"5 seqs, block 32", c});
         c = base;
         c.state_memory_bytes = 3 << 20;  // tight: forces preemption and recompute
+        c.state_page_bytes = 1024;       // small pages: state grows page by page as tokens arrive
         c.prefix_cache_fraction = 0.1;
         variants.push_back({"tight memory", c});
         for (const Variant& v : variants) {
