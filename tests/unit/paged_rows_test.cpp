@@ -3,6 +3,7 @@
 // pages returned to the pool, exhaustion as an error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "deepinfer/check.h"
@@ -60,6 +61,25 @@ TEST(PagedRows, HeapPagesWithoutPool) {
     for (int i = 0; i < 5; ++i) a.append(row(8, float(i)).data());
     EXPECT_EQ(a.bytes(), 3u * 64);
     EXPECT_EQ(a.row(4)[7], 4.0f);
+}
+
+TEST(PagedRing, SharedUntilWrittenThenCopied) {
+    auto pool = std::make_shared<StatePool>(16 * 256, 256);
+    PagedRing a(10, 16, pool);  // 4 rows per page: 3 pages
+    EXPECT_EQ(pool->pages_in_use(), 3u);
+    for (int64_t s = 0; s < 10; ++s) std::fill_n(a.mutable_row(s), 16, float(s));
+    EXPECT_EQ(pool->pages_in_use(), 3u);
+    PagedRing b = a;  // snapshot
+    EXPECT_EQ(pool->pages_in_use(), 3u);
+    std::fill_n(b.mutable_row(5), 16, 50.0f);  // page 1 is copied for b
+    EXPECT_EQ(pool->pages_in_use(), 4u);
+    EXPECT_EQ(a.row(5)[0], 5.0f);
+    EXPECT_EQ(b.row(5)[0], 50.0f);
+    EXPECT_EQ(b.row(4)[0], 4.0f);  // the copied page kept its other rows
+    EXPECT_EQ(b.row(9)[3], 9.0f);  // untouched pages still shared
+    EXPECT_EQ(a.unshared_bytes(), 256u);
+    b = PagedRing();
+    EXPECT_EQ(pool->pages_in_use(), 3u);
 }
 
 }  // namespace
