@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <memory>
 #include <random>
 #include <string>
@@ -10,6 +12,8 @@
 #include "commands.h"
 #include "deepinfer/check.h"
 #include "deepinfer/model.h"
+#include "deepinfer/model_config_v41.h"
+#include "deepinfer/model_v41.h"
 
 namespace deepinfer::cli {
 namespace {
@@ -38,6 +42,21 @@ std::vector<int32_t> parse_ids(const std::string& text) {
     return ids;
 }
 
+// A V4.1 checkpoint (DeepseekV41ForCausalLM)? Its config is the composite text_config layout.
+bool is_v41_dir(const std::string& dir) {
+    std::ifstream in(dir + "/config.json", std::ios::binary);
+    if (!in) return false;
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    return is_v41_config(text);
+}
+
+// The tokenizer.json that V4.1's Engram token map is built from: the checkpoint's, else the bundled one.
+std::string v41_tokenizer(const std::string& flag, const std::string& dir) {
+    if (!flag.empty()) return flag;
+    if (std::ifstream(dir + "/tokenizer.json")) return dir + "/tokenizer.json";
+    return std::string(DI_ASSETS_DIR) + "/tokenizer/deepseek-v4/tokenizer.json";
+}
+
 ModelOptions model_options(const std::string& numerics) {
     ModelOptions o;
     if (!numerics.empty()) {
@@ -51,7 +70,7 @@ ModelOptions model_options(const std::string& numerics) {
 
 Command register_logits(CLI::App& app) {
     struct Options {
-        std::string model, ids, output, numerics;
+        std::string model, ids, output, numerics, tokenizer;
         int64_t chunk = 0;
     };
     auto o = std::make_shared<Options>();
@@ -61,17 +80,29 @@ Command register_logits(CLI::App& app) {
     sub->add_option("--output", o->output, "Output file (little-endian float32, no header)")->required();
     sub->add_option("--numerics", o->numerics, "exact | official (default: official for FP8/FP4 checkpoints)");
     sub->add_option("--chunk", o->chunk, "Prefill chunk size (0 = all at once)");
+    sub->add_option("--tokenizer", o->tokenizer, "V4.1: tokenizer.json for the Engram token map (default: the bundled one)");
     return [sub, o]() -> int {
         if (!sub->parsed()) return -1;
         std::vector<int32_t> ids = parse_ids(o->ids);
-        auto model = Model::load(o->model, model_options(o->numerics));
-        Sequence seq = model->new_sequence();
         std::vector<float> logits;
         const size_t chunk = o->chunk > 0 ? static_cast<size_t>(o->chunk) : ids.size();
-        for (size_t i = 0; i < ids.size(); i += chunk) {
-            std::span<const int32_t> part(ids.data() + i, std::min(chunk, ids.size() - i));
-            std::vector<float> l = model->forward(seq, part, /*all_logits=*/true);
-            logits.insert(logits.end(), l.begin(), l.end());
+        if (is_v41_dir(o->model)) {
+            DI_CHECK(o->numerics.empty() || o->numerics == "exact", "V4.1 supports --numerics exact only so far");
+            auto model = V41Model::load(o->model, v41_tokenizer(o->tokenizer, o->model));
+            V41Sequence seq;
+            for (size_t i = 0; i < ids.size(); i += chunk) {
+                std::vector<float> l =
+                    model->forward(std::span<const int32_t>(ids.data() + i, std::min(chunk, ids.size() - i)), seq);
+                logits.insert(logits.end(), l.begin(), l.end());
+            }
+        } else {
+            auto model = Model::load(o->model, model_options(o->numerics));
+            Sequence seq = model->new_sequence();
+            for (size_t i = 0; i < ids.size(); i += chunk) {
+                std::span<const int32_t> part(ids.data() + i, std::min(chunk, ids.size() - i));
+                std::vector<float> l = model->forward(seq, part, /*all_logits=*/true);
+                logits.insert(logits.end(), l.begin(), l.end());
+            }
         }
         std::ofstream out(o->output, std::ios::binary | std::ios::trunc);
         DI_CHECK(out.good(), o->output, ": cannot open for writing");
@@ -101,17 +132,37 @@ Command register_generate(CLI::App& app) {
     return [sub, o]() -> int {
         if (!sub->parsed()) return -1;
         std::vector<int32_t> ids = parse_ids(o->ids);
-        auto model = Model::load(o->model, model_options(o->numerics));
-        const ModelConfig& c = model->config();
-        Sequence seq = model->new_sequence();
+        // One next-token step: feed `tokens`, return the last position's logits. V4 and V4.1 differ here.
+        std::function<std::vector<float>(std::span<const int32_t>)> step;
+        std::vector<int64_t> eos_ids;
+        std::unique_ptr<Model> v4;
+        std::unique_ptr<V41Model> v41;
+        std::optional<Sequence> seq4;
+        V41Sequence seq41;
+        if (is_v41_dir(o->model)) {
+            DI_CHECK(o->numerics.empty() || o->numerics == "exact", "V4.1 supports --numerics exact only so far");
+            v41 = V41Model::load(o->model, v41_tokenizer("", o->model));
+            eos_ids = v41->config().eos_token_ids;
+            const int64_t V = v41->config().text.vocab_size;
+            step = [&, V](std::span<const int32_t> t) {
+                std::vector<float> all = v41->forward(t, seq41);
+                return std::vector<float>(all.end() - V, all.end());
+            };
+        } else {
+            v4 = Model::load(o->model, model_options(o->numerics));
+            eos_ids = v4->config().eos_token_ids;
+            seq4.emplace(v4->new_sequence());
+            step = [&](std::span<const int32_t> t) { return v4->forward(*seq4, t, /*all_logits=*/false); };
+        }
         std::mt19937_64 rng(o->seed);
         std::vector<int32_t> generated;
-        std::vector<float> logits = model->forward(seq, ids, /*all_logits=*/false);
+        std::vector<float> logits = step(ids);
+        const int64_t vocab = static_cast<int64_t>(logits.size());
         for (int64_t n = 0; n < o->max_tokens; ++n) {
             int32_t next = 0;
             if (o->temperature <= 0.0) {
                 // Greedy; ties go to the lowest id.
-                for (int64_t v = 1; v < c.vocab_size; ++v)
+                for (int64_t v = 1; v < vocab; ++v)
                     if (logits[size_t(v)] > logits[size_t(next)]) next = static_cast<int32_t>(v);
             } else {
                 double mx = -INFINITY;
@@ -125,9 +176,9 @@ Command register_generate(CLI::App& app) {
                 next = static_cast<int32_t>(v);
             }
             generated.push_back(next);
-            const bool eos = std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), next) != c.eos_token_ids.end();
+            const bool eos = std::find(eos_ids.begin(), eos_ids.end(), next) != eos_ids.end();
             if ((eos && !o->ignore_eos) || n + 1 == o->max_tokens) break;
-            logits = model->forward(seq, std::span<const int32_t>(&generated.back(), 1), false);
+            logits = step(std::span<const int32_t>(&generated.back(), 1));
         }
         std::string out = "{\"token_ids\": [";
         for (size_t i = 0; i < generated.size(); ++i) out += (i ? ", " : "") + std::to_string(generated[i]);
