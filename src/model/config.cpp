@@ -301,13 +301,7 @@ ModelConfig parse_model_config(std::string_view json_text, std::string_view sour
 }
 
 ModelConfig load_model_config(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    DI_CHECK(in.good(), path, ": cannot open the model config");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    std::string text = ss.str();
-    DI_CHECK(text.size() <= (16u << 20), path, ": config file is ", text.size(), " bytes, over the 16 MiB limit");
-    return parse_model_config(text, path);
+    return parse_model_config(config_json::read_config_file(path), path);
 }
 
 void validate_model_config(const ModelConfig& c, std::string_view source) {

@@ -3,6 +3,8 @@
 #include "model/config_json.h"
 
 #include <cmath>
+#include <fstream>
+#include <sstream>
 
 #include "deepinfer/check.h"
 
@@ -93,6 +95,16 @@ std::vector<int64_t> Reader::get_int_list(std::initializer_list<std::string_view
     auto v = opt_int_list(keys);
     DI_CHECK(v.has_value(), source_, ": missing required key '", key(*keys.begin()), "'");
     return *v;
+}
+
+std::string read_config_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    DI_CHECK(in.good(), path, ": cannot open the model config");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str();
+    DI_CHECK(text.size() <= (16u << 20), path, ": config file is ", text.size(), " bytes, over the 16 MiB limit");
+    return text;
 }
 
 void require_range(std::string_view source, std::string_view key, int64_t value, int64_t lo, int64_t hi) {

@@ -48,6 +48,9 @@ private:
     std::string prefix_;
 };
 
+// The text of a config file (at most 16 MiB); errors name the path.
+std::string read_config_file(const std::string& path);
+
 void require_range(std::string_view source, std::string_view key, int64_t value, int64_t lo, int64_t hi);
 
 // One RoPE parameter set (HF "rope_type"/"factor"/... or legacy "type"/"rope_factor"/"original_seq_len");

@@ -47,18 +47,34 @@ uint64_t StatePool::peak_pages() const {
     return peak_;
 }
 
+namespace {
+// Rows of `width` floats per page; a row must fit a page.
+int64_t rows_per_page(int64_t width, uint64_t page_bytes) {
+    DI_CHECK(width > 0 && static_cast<uint64_t>(width) * sizeof(float) <= page_bytes, "paged state: a row of ", width,
+             " floats does not fit a page of ", page_bytes, " bytes");
+    return static_cast<int64_t>(page_bytes / (static_cast<uint64_t>(width) * sizeof(float)));
+}
+
+// A page from the pool, or from the heap when there is no pool.
+std::shared_ptr<float> allocate_page(const std::shared_ptr<StatePool>& pool, uint64_t page_bytes) {
+    if (pool) return pool->allocate();
+    return std::shared_ptr<float>(new float[page_bytes / sizeof(float)], std::default_delete<float[]>());
+}
+// Bytes of the pages no other holder shares.
+uint64_t unshared_page_bytes(const std::vector<std::shared_ptr<float>>& pages, uint64_t page_bytes) {
+    uint64_t n = 0;
+    for (const auto& p : pages) n += p.use_count() == 1 ? page_bytes : 0;
+    return n;
+}
+}  // namespace
+
 PagedRows::PagedRows(int64_t width, std::shared_ptr<StatePool> pool, uint64_t heap_page_bytes)
     : width_(width), pool_(std::move(pool)) {
     page_bytes_ = pool_ ? pool_->page_bytes() : heap_page_bytes;
-    DI_CHECK(width > 0 && static_cast<uint64_t>(width) * sizeof(float) <= page_bytes_, "paged rows: a row of ", width,
-             " floats does not fit a page of ", page_bytes_, " bytes");
-    rows_per_page_ = static_cast<int64_t>(page_bytes_ / (static_cast<uint64_t>(width) * sizeof(float)));
+    rows_per_page_ = rows_per_page(width, page_bytes_);
 }
 
-std::shared_ptr<float> PagedRows::new_page() {
-    if (pool_) return pool_->allocate();
-    return std::shared_ptr<float>(new float[page_bytes_ / sizeof(float)], std::default_delete<float[]>());
-}
+std::shared_ptr<float> PagedRows::new_page() { return allocate_page(pool_, page_bytes_); }
 
 void PagedRows::append(const float* row) {
     DI_ICHECK(width_ > 0);
@@ -81,28 +97,19 @@ void PagedRows::truncate(int64_t rows) {
     pages_.resize(static_cast<size_t>((rows + rows_per_page_ - 1) / rows_per_page_));
 }
 
-uint64_t PagedRows::unshared_bytes() const {
-    uint64_t n = 0;
-    for (const auto& p : pages_) n += p.use_count() == 1 ? page_bytes_ : 0;
-    return n;
-}
+uint64_t PagedRows::unshared_bytes() const { return unshared_page_bytes(pages_, page_bytes_); }
 
 PagedRing::PagedRing(int64_t rows, int64_t width, std::shared_ptr<StatePool> pool, uint64_t heap_page_bytes)
     : rows_(rows), width_(width), pool_(std::move(pool)) {
     page_bytes_ = pool_ ? pool_->page_bytes() : heap_page_bytes;
-    DI_CHECK(width > 0 && static_cast<uint64_t>(width) * sizeof(float) <= page_bytes_, "paged ring: a row of ", width,
-             " floats does not fit a page of ", page_bytes_, " bytes");
-    rows_per_page_ = static_cast<int64_t>(page_bytes_ / (static_cast<uint64_t>(width) * sizeof(float)));
+    rows_per_page_ = rows_per_page(width, page_bytes_);
     for (int64_t r = 0; r < rows; r += rows_per_page_) {
         pages_.push_back(new_page());
         std::memset(pages_.back().get(), 0, page_bytes_);
     }
 }
 
-std::shared_ptr<float> PagedRing::new_page() {
-    if (pool_) return pool_->allocate();
-    return std::shared_ptr<float>(new float[page_bytes_ / sizeof(float)], std::default_delete<float[]>());
-}
+std::shared_ptr<float> PagedRing::new_page() { return allocate_page(pool_, page_bytes_); }
 
 float* PagedRing::mutable_row(int64_t slot) {
     std::shared_ptr<float>& page = pages_[static_cast<size_t>(slot / rows_per_page_)];
@@ -114,11 +121,7 @@ float* PagedRing::mutable_row(int64_t slot) {
     return page.get() + (slot % rows_per_page_) * width_;
 }
 
-uint64_t PagedRing::unshared_bytes() const {
-    uint64_t n = 0;
-    for (const auto& p : pages_) n += p.use_count() == 1 ? page_bytes_ : 0;
-    return n;
-}
+uint64_t PagedRing::unshared_bytes() const { return unshared_page_bytes(pages_, page_bytes_); }
 
 uint64_t paged_bytes(int64_t rows, int64_t width, uint64_t page_bytes) {
     const int64_t per_page = std::max<int64_t>(1, static_cast<int64_t>(page_bytes / (uint64_t(width) * 4)));

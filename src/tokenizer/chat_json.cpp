@@ -63,10 +63,7 @@ std::string format_float(double value, ChatFamily family) {
     return out;
 }
 
-namespace {
-
-void dump_string(const std::string& s, std::string& out) {
-    out.push_back('"');
+void append_json_escaped(std::string_view s, std::string& out) {
     for (unsigned char c : s) {
         switch (c) {
             case '"': out += "\\\""; break;
@@ -86,6 +83,13 @@ void dump_string(const std::string& s, std::string& out) {
                 }
         }
     }
+}
+
+namespace {
+
+void dump_string(const std::string& s, std::string& out) {
+    out.push_back('"');
+    append_json_escaped(s, out);
     out.push_back('"');
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +19,8 @@ using OrderedJson = nlohmann::ordered_json;
 // 1e-5 up are positional (0.00001) and exponents are not zero-padded (1e-6).
 std::string dump_prompt_json(const OrderedJson& value, ChatFamily family);
 std::string format_float(double value, ChatFamily family);
+// Appends `s` JSON-escaped (", \, control characters; other bytes as they are) without quotes.
+void append_json_escaped(std::string_view s, std::string& out);
 
 // A tool's parameters in OpenAI strict mode, rebuilt the way DeepSeek's reference does: the top
 // level must be an object; every object gets "additionalProperties": false and "required": all

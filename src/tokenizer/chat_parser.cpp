@@ -8,6 +8,7 @@
 // The only chunking-dependent behaviour of the reference (JSON mode turns every released run into
 // one space, so a run released in two pieces gave two spaces) is removed: a run gives one space.
 #include "deepinfer/chat_parser.h"
+#include "tokenizer/chat_json.h"
 
 #include <array>
 #include <cstdio>
@@ -157,27 +158,6 @@ std::string tool_call_id(const std::string& response_id, int index) {
     return id;
 }
 
-void append_json_escaped(std::string_view s, std::string& out) {
-    for (unsigned char c : s) {
-        switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            case '\b': out += "\\b"; break;
-            case '\f': out += "\\f"; break;
-            default:
-                if (c < 0x20) {
-                    char b[8];
-                    std::snprintf(b, sizeof(b), "\\u%04x", c);
-                    out += b;
-                } else {
-                    out.push_back(static_cast<char>(c));
-                }
-        }
-    }
-}
 
 }  // namespace
 

@@ -18,7 +18,6 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 import tempfile
 

@@ -41,9 +41,7 @@ import datetime
 import json
 import math
 import os
-import re
 import shutil
-import struct
 import sys
 import time
 
@@ -51,6 +49,9 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fixture_common import safetensors_header, set_determinism  # noqa: E402
 
 import transformers  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
@@ -233,14 +234,6 @@ def versions():
     }
 
 
-def set_determinism():
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.set_float32_matmul_precision("highest")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cudnn.benchmark = False
-
-
 def engram_rows(text):
     """engram_num_embeddings from transformers' own prime layout (spec §5.3)."""
     cfg = mdv41.DeepseekV41TextConfig(**{**text, "engram_num_embeddings": [1] * len(text["engram_layer_ids"])})
@@ -295,12 +288,6 @@ def randomize(model, seed):
             t.copy_(0.3 * torch.randn(t.shape, generator=g))
     assert set(kinds) == set(model.state_dict())
     return kinds
-
-
-def safetensors_header(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        return json.loads(f.read(n))
 
 
 def write_keys(model_dir):

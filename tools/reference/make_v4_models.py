@@ -29,7 +29,6 @@ import math
 import os
 import re
 import shutil
-import struct
 import sys
 import time
 
@@ -37,6 +36,9 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fixture_common import safetensors_header, set_determinism  # noqa: E402
 
 import transformers  # noqa: E402
 from transformers import DeepseekV4Config, DeepseekV4ForCausalLM  # noqa: E402
@@ -162,14 +164,6 @@ def versions():
     }
 
 
-def set_determinism():
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.set_float32_matmul_precision("highest")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cudnn.benchmark = False
-
-
 def make_config(spec):
     # experts_implementation: transformers 5.17 defaults to "grouped_mm" (torch grouped GEMM, top-k-order
     # sum). "eager" loops over experts in ascending id and index_adds each one: the official accumulation order.
@@ -219,12 +213,6 @@ def randomize(model, seed):
     # every persistent tensor must have been overwritten
     assert set(kinds) == set(model.state_dict())
     return kinds
-
-
-def safetensors_header(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        return json.loads(f.read(n))
 
 
 def write_keys(model_dir):

@@ -107,6 +107,12 @@ __attribute__((target_clones("avx2", "default"))) void panel_product(const float
 
 }  // namespace
 
+void linear_rows(const LinearWeight& w, const float* x, int64_t rows, float* y) {
+    linear({.x = TensorView(const_cast<float*>(x), DType::kF32, {rows, w.in_features}),
+            .weight = &w,
+            .y = TensorView(y, DType::kF32, {rows, w.out_features})});
+}
+
 float dot(const float* a, const float* b, int64_t n) {
     v8f acc = {};
     int64_t k = 0;

@@ -48,6 +48,9 @@ struct LinearParams {
 };
 void linear(const LinearParams& p);
 
+// y[rows, out] = x[rows, in] · Wᵀ for contiguous f32 rows, no rounding options (a shorthand for linear()).
+void linear_rows(const LinearWeight& w, const float* x, int64_t rows, float* y);
+
 // Dot product of two f32 vectors with the fixed reduction order used by `linear`.
 float dot(const float* a, const float* b, int64_t n);
 

@@ -16,13 +16,6 @@
 namespace deepinfer::v41 {
 namespace {
 
-void run_linear(const LinearWeight& w, const float* x, int64_t rows, float* y) {
-    cpu::LinearParams lp;
-    lp.x = TensorView(const_cast<float*>(x), DType::kF32, Shape{rows, w.in_features});
-    lp.weight = &w;
-    lp.y = TensorView(y, DType::kF32, Shape{rows, w.out_features});
-    cpu::linear(lp);
-}
 
 void norm_rows(float* x, const Vec& weight, float eps, int64_t rows, int64_t n) {
     for (int64_t r = 0; r < rows; ++r) cpu::rms_norm(x + r * n, weight.data(), eps, n, x + r * n);
@@ -40,11 +33,11 @@ int64_t compress(const Context& ctx, const AttentionWeights& w, int64_t ratio, c
     if (ratio == 1) {
         groups = S;
         latent.resize(static_cast<size_t>(S * hd));
-        run_linear(w.compressor_wkv, x, S, latent.data());
+        cpu::linear_rows(w.compressor_wkv, x, S, latent.data());
     } else {
         std::vector<float> kv(static_cast<size_t>(S * hd)), gate(static_cast<size_t>(S * hd));
-        run_linear(w.compressor_wkv, x, S, kv.data());
-        run_linear(w.compressor_wgate, x, S, gate.data());
+        cpu::linear_rows(w.compressor_wkv, x, S, kv.data());
+        cpu::linear_rows(w.compressor_wgate, x, S, gate.data());
         st.pending_kv.insert(st.pending_kv.end(), kv.begin(), kv.end());
         st.pending_gate.insert(st.pending_gate.end(), gate.begin(), gate.end());
         st.num_pending += S;
@@ -84,8 +77,8 @@ void index(const Context& ctx, const AttentionParams& p, int64_t ratio, const fl
     if (src == nullptr || src->num_entries == 0) return;  // transformers publishes nothing then
     const int64_t S = p.num_tokens, n = src->num_entries, IH = c.index_n_heads, ID = c.index_head_dim;
     std::vector<float> q(static_cast<size_t>(S * IH * ID)), hw(static_cast<size_t>(S * IH));
-    run_linear(w.indexer_wq_b, qr, S, q.data());
-    run_linear(w.indexer_weights_proj, p.x, S, hw.data());
+    cpu::linear_rows(w.indexer_wq_b, qr, S, q.data());
+    cpu::linear_rows(w.indexer_weights_proj, p.x, S, hw.data());
     const float softmax_scale = 1.0f / std::sqrt(float(ID)), heads_scale = 1.0f / std::sqrt(float(IH));
     for (int64_t t = 0; t < S; ++t)
         for (int64_t h = 0; h < IH; ++h) {
@@ -165,16 +158,16 @@ void attention_forward(const Context& ctx, const AttentionParams& p, SharedState
     const float eps = float(c.rms_norm_eps);
 
     std::vector<float> qr(static_cast<size_t>(S * c.q_lora_rank)), q(static_cast<size_t>(S * H * hd));
-    run_linear(w.wq_a, p.x, S, qr.data());
+    cpu::linear_rows(w.wq_a, p.x, S, qr.data());
     norm_rows(qr.data(), w.q_norm, eps, S, c.q_lora_rank);
-    run_linear(w.wq_b, qr.data(), S, q.data());
+    cpu::linear_rows(w.wq_b, qr.data(), S, q.data());
     // Window K=V of this call appended after the cached ones: kv rows [num_window + S, hd], row r holds
     // position P0 - num_window + r.
     const int64_t cached = st.num_window;
     std::vector<float> kv(static_cast<size_t>((cached + S) * hd));
     std::copy(st.window.begin(), st.window.end(), kv.begin());
     float* kv_new = kv.data() + cached * hd;
-    run_linear(w.wkv, p.x, S, kv_new);
+    cpu::linear_rows(w.wkv, p.x, S, kv_new);
     norm_rows(kv_new, w.kv_norm, eps, S, hd);
     for (int64_t t = 0; t < S; ++t) {
         for (int64_t h = 0; h < H; ++h) rope.apply(q.data() + (t * H + h) * hd, hd, P0 + t);
@@ -191,7 +184,7 @@ void attention_forward(const Context& ctx, const AttentionParams& p, SharedState
             if (w.has_index_keys) {
                 const int64_t ID = c.index_head_dim;
                 std::vector<float> keys(static_cast<size_t>(groups * ID));
-                run_linear(w.indexer_wk, latent.data(), groups, keys.data());
+                cpu::linear_rows(w.indexer_wk, latent.data(), groups, keys.data());
                 norm_rows(keys.data(), w.indexer_k_norm, eps, groups, ID);
                 for (int64_t g = 0; g < groups; ++g) {
                     ctx.rope_compress.apply(keys.data() + g * ID, ID, (first + g) * ratio);
@@ -257,10 +250,10 @@ void attention_forward(const Context& ctx, const AttentionParams& p, SharedState
     for (int64_t g = 0; g < G; ++g) {
         for (int64_t t = 0; t < S; ++t) std::copy_n(o.data() + t * H * hd + g * gin, gin, group_in.data() + t * gin);
         const LinearWeight wg = w.wo_a.rows(g * R, (g + 1) * R);
-        run_linear(wg, group_in.data(), S, group_out.data());
+        cpu::linear_rows(wg, group_in.data(), S, group_out.data());
         for (int64_t t = 0; t < S; ++t) std::copy_n(group_out.data() + t * R, R, u.data() + t * G * R + g * R);
     }
-    run_linear(w.wo_b, u.data(), S, p.out);
+    cpu::linear_rows(w.wo_b, u.data(), S, p.out);
 }
 
 }  // namespace deepinfer::v41

@@ -14,20 +14,13 @@
 namespace deepinfer::v41 {
 namespace {
 
-void run_linear(const LinearWeight& w, const float* x, int64_t rows, float* y) {
-    cpu::LinearParams lp;
-    lp.x = TensorView(const_cast<float*>(x), DType::kF32, Shape{rows, w.in_features});
-    lp.weight = &w;
-    lp.y = TensorView(y, DType::kF32, Shape{rows, w.out_features});
-    cpu::linear(lp);
-}
 
 // SwiGLU expert on one token; `weight` multiplies the activation before w2 (1 for the shared expert).
 void expert(const V41TextConfig& c, const ExpertWeights& e, const float* x, float weight, float* y) {
     const int64_t I = c.moe_intermediate_size;
     std::vector<float> g(static_cast<size_t>(I)), u(static_cast<size_t>(I));
-    run_linear(e.w1, x, 1, g.data());
-    run_linear(e.w3, x, 1, u.data());
+    cpu::linear_rows(e.w1, x, 1, g.data());
+    cpu::linear_rows(e.w3, x, 1, u.data());
     const float limit = float(c.swiglu_limit);
     for (int64_t i = 0; i < I; ++i) {
         float gi = g[size_t(i)], ui = u[size_t(i)];
@@ -37,7 +30,7 @@ void expert(const V41TextConfig& c, const ExpertWeights& e, const float* x, floa
         }
         g[size_t(i)] = weight * (cpu::silu(gi) * ui);
     }
-    run_linear(e.w2, g.data(), 1, y);
+    cpu::linear_rows(e.w2, g.data(), 1, y);
 }
 
 float score_fn(const std::string& fn, float logit) {
@@ -52,7 +45,7 @@ void moe_forward(const V41TextConfig& c, const MoeParams& p) {
     const MoeWeights& w = *p.weights;
     const int64_t S = p.num_tokens, D = c.hidden_size, E = c.n_routed_experts, K = c.num_experts_per_tok;
     std::vector<float> logits(size_t(S * E));
-    run_linear(w.gate, p.x, S, logits.data());
+    cpu::linear_rows(w.gate, p.x, S, logits.data());
     std::vector<float> y(static_cast<size_t>(D)), acc(static_cast<size_t>(D));
     std::vector<float> scores(static_cast<size_t>(E)), biased(static_cast<size_t>(E));
     std::vector<int64_t> order(static_cast<size_t>(E));
@@ -102,7 +95,7 @@ void engram_forward(const V41TextConfig& c, const EngramParams& p) {
             DI_CHECK(row >= 0 && row < w.table.out_features, "engram row ", row, " out of range");
             cpu::dequantize_rows(w.table, row, row + 1, e.data() + col * ehd);
         }
-        run_linear(w.wkv, e.data(), 1, kv.data());
+        cpu::linear_rows(w.wkv, e.data(), 1, kv.data());
         const float* value = kv.data() + hc * D;
         for (int64_t j = 0; j < hc; ++j) {
             float* h = p.streams + (t * hc + j) * D;

@@ -169,11 +169,7 @@ std::vector<float> V41Model::forward(std::span<const int32_t> ids, V41Sequence& 
     }
     st.num_tokens += S;
     std::vector<float> logits(size_t(S * V));
-    cpu::LinearParams lp;
-    lp.x = TensorView(x.data(), DType::kF32, Shape{S, D});
-    lp.weight = &w.head;
-    lp.y = TensorView(logits.data(), DType::kF32, Shape{S, V});
-    cpu::linear(lp);
+    cpu::linear_rows(w.head, x.data(), S, logits.data());
     return logits;
 }
 
