@@ -17,6 +17,7 @@
 
 #include "deepinfer/check.h"
 #include "deepinfer/tokenizer.h"
+#include "engine/forward_worker.h"
 #include "engine/prefix_cache.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
@@ -78,52 +79,6 @@ int32_t token_at(const Completion& c, int64_t i) {
     const auto& p = c.request->prompt;
     return i < static_cast<int64_t>(p.size()) ? p[size_t(i)] : c.generated[size_t(i) - p.size()];
 }
-
-// One long-lived thread that runs forwards (async scheduling). Long-lived matters on the CPU
-// backend: OpenMP keeps one thread team per calling thread, and a fresh thread per step would build
-// a new team every step.
-class ForwardWorker {
-public:
-    ForwardWorker() : thread_([this] { loop(); }) {}
-    ~ForwardWorker() {
-        {
-            std::lock_guard<std::mutex> lock(mu_);
-            stop_ = true;
-        }
-        cv_.notify_one();
-        thread_.join();
-    }
-    std::future<std::vector<std::vector<float>>> submit(std::function<std::vector<std::vector<float>>()> fn) {
-        std::packaged_task<std::vector<std::vector<float>>()> task(std::move(fn));
-        auto fut = task.get_future();
-        {
-            std::lock_guard<std::mutex> lock(mu_);
-            tasks_.push_back(std::move(task));
-        }
-        cv_.notify_one();
-        return fut;
-    }
-
-private:
-    void loop() {
-        while (true) {
-            std::packaged_task<std::vector<std::vector<float>>()> task;
-            {
-                std::unique_lock<std::mutex> lock(mu_);
-                cv_.wait(lock, [this] { return stop_ || !tasks_.empty(); });
-                if (stop_ && tasks_.empty()) return;
-                task = std::move(tasks_.front());
-                tasks_.pop_front();
-            }
-            task();
-        }
-    }
-    std::mutex mu_;
-    std::condition_variable cv_;
-    std::deque<std::packaged_task<std::vector<std::vector<float>>()>> tasks_;
-    bool stop_ = false;
-    std::thread thread_;
-};
 
 }  // namespace
 

@@ -21,17 +21,6 @@ namespace {
 using cpu::linear;
 
 TensorView view2(float* p, int64_t rows, int64_t cols) { return TensorView(p, DType::kF32, {rows, cols}); }
-TensorView view2(const float* p, int64_t rows, int64_t cols) { return view2(const_cast<float*>(p), rows, cols); }
-
-bool quantized(const LinearWeight& w) {
-    return w.format == cpu::WeightFormat::kFp8Block || w.format == cpu::WeightFormat::kFp4;
-}
-
-// Linear with the official rounding points when asked: act_quant for FP8/FP4 weights, bf16 output.
-void project(const BlockContext& ctx, const LinearWeight& w, const float* x, int64_t rows, float* y) {
-    linear({.x = view2(x, rows, w.in_features), .weight = &w, .y = view2(y, rows, w.out_features),
-            .quantize_activations = ctx.official() && quantized(w), .round_output_bf16 = ctx.official()});
-}
 
 // Per-head unweighted RMS normalization of q. Official: bf16 arithmetic throughout.
 void head_rms_norm(const BlockContext& ctx, float* q, int64_t dim) {

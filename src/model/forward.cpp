@@ -208,14 +208,8 @@ std::vector<float> CpuModel::forward_mtp(SequenceState& st, int64_t index, const
         cpu::round_bf16_inplace(e.data(), S * D);
         cpu::round_bf16_inplace(hs.data(), S * hc * D);
     }
-    auto proj = [&](const LinearWeight& w, const float* in, int64_t rows, float* out) {
-        const bool q = w.format == cpu::WeightFormat::kFp8Block || w.format == cpu::WeightFormat::kFp4;
-        cpu::linear({.x = TensorView(const_cast<float*>(in), DType::kF32, {rows, D}), .weight = &w,
-                     .y = TensorView(out, DType::kF32, {rows, D}), .quantize_activations = off && q,
-                     .round_output_bf16 = off});
-    };
-    proj(mw.e_proj, e.data(), S, ep.data());
-    proj(mw.h_proj, hs.data(), S * hc, hp.data());
+    project(ctx, mw.e_proj, e.data(), S, ep.data());
+    project(ctx, mw.h_proj, hs.data(), S * hc, hp.data());
     std::vector<float> x(static_cast<size_t>(S * hc * D));
     for (int64_t t = 0; t < S; ++t)
         for (int64_t j = 0; j < hc; ++j)
@@ -223,7 +217,6 @@ std::vector<float> CpuModel::forward_mtp(SequenceState& st, int64_t index, const
                 const float v = ep[size_t(t * D + d)] + hp[size_t((t * hc + j) * D + d)];
                 x[size_t((t * hc + j) * D + d)] = off ? cpu::round_bf16(v) : v;
             }
-    (void)ctx;
     const Segment seg{&st.mtp_layers[size_t(index)], 0, S, P0};
     run_layer(mw.block, std::span<const Segment>(&seg, 1), x, next_tokens);
     return logits_from_streams(x.data(), S, mw.hc_head, mw.norm);

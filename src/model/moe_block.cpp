@@ -16,15 +16,6 @@
 namespace deepinfer {
 namespace {
 
-using cpu::linear;
-
-TensorView view2(const float* p, int64_t rows, int64_t cols) {
-    return TensorView(const_cast<float*>(p), DType::kF32, {rows, cols});
-}
-
-bool quantized(const LinearWeight& w) {
-    return w.format == cpu::WeightFormat::kFp8Block || w.format == cpu::WeightFormat::kFp4;
-}
 
 // SwiGLU expert on `rows` tokens: y = w2(silu(min(g, L)) * clamp(u, -L, L) [* weight]).
 // `row_weight` (may be null) multiplies the activation before w2 (official) or the output after (exact,
@@ -34,10 +25,8 @@ void expert_forward(const BlockContext& ctx, const ExpertWeights& e, const float
     const int64_t I = e.w1.out_features, D = e.w2.out_features;
     const bool off = ctx.official();
     std::vector<float> g(static_cast<size_t>(rows * I)), u(static_cast<size_t>(rows * I));
-    linear({.x = view2(x, rows, D), .weight = &e.w1, .y = view2(g.data(), rows, I),
-            .quantize_activations = off && quantized(e.w1), .round_output_bf16 = off});
-    linear({.x = view2(x, rows, D), .weight = &e.w3, .y = view2(u.data(), rows, I),
-            .quantize_activations = off && quantized(e.w3), .round_output_bf16 = off});
+    project(ctx, e.w1, x, rows, g.data());
+    project(ctx, e.w3, x, rows, u.data());
     const float L = static_cast<float>(ctx.config.swiglu_limit);
     for (int64_t r = 0; r < rows; ++r) {
         for (int64_t i = 0; i < I; ++i) {
@@ -51,8 +40,7 @@ void expert_forward(const BlockContext& ctx, const ExpertWeights& e, const float
             g[size_t(r * I + i)] = off ? cpu::round_bf16(h) : h;
         }
     }
-    linear({.x = view2(g.data(), rows, I), .weight = &e.w2, .y = view2(y, rows, D),
-            .quantize_activations = off && quantized(e.w2), .round_output_bf16 = off});
+    project(ctx, e.w2, g.data(), rows, y);
     if (!off && row_weight)
         for (int64_t r = 0; r < rows; ++r)
             for (int64_t d = 0; d < D; ++d) y[r * D + d] *= row_weight[r];
@@ -65,7 +53,7 @@ void route(const BlockContext& ctx, const MoeBlockParams& p, int32_t* ids, float
     const MoeWeights& w = *p.weights;
     const int64_t S = p.num_tokens, E = c.n_routed_experts, K = c.num_experts_per_tok;
     std::vector<float> logits(static_cast<size_t>(S * E));
-    linear({.x = view2(p.x, S, c.hidden_size), .weight = &w.gate, .y = view2(logits.data(), S, E)});
+    cpu::linear_rows(w.gate, p.x, S, logits.data());
     for (int64_t t = 0; t < S; ++t) {
         float* s = logits.data() + t * E;
         if (c.scoring_func == "sqrtsoftplus") {
