@@ -1,0 +1,332 @@
+// SPDX-License-Identifier: Apache-2.0
+// IR -> per-rule NFA (Thompson) -> per-rule DFA (subset construction over bytes and rule refs) ->
+// the flat Automaton, plus nullable and FOLLOW analysis.
+#include "grammar/automaton.h"
+
+#include <algorithm>
+#include <map>
+
+#include "deepinfer/grammar.h"
+#include "grammar/utf8_ranges.h"
+
+namespace deepinfer::grammar {
+namespace {
+
+struct NfaState {
+    std::vector<int32_t> eps;
+    std::vector<std::array<int32_t, 3>> bytes;  // lo, hi, target
+    std::vector<std::pair<int32_t, int32_t>> rules;  // rule, target
+};
+
+class NfaBuilder {
+public:
+    NfaBuilder(const Grammar& g, int64_t limit) : g_(g), limit_(limit) {}
+    std::vector<NfaState> states;
+
+    int32_t add() {
+        if (static_cast<int64_t>(states.size()) >= limit_)
+            throw GrammarError("grammar", "rule '" + rule_name_ + "'",
+                               "the grammar is too large (more than " + std::to_string(limit_) +
+                                   " automaton states; reduce repetition counts such as maxLength or maxItems)");
+        states.emplace_back();
+        return static_cast<int32_t>(states.size() - 1);
+    }
+    void set_rule_name(std::string n) { rule_name_ = std::move(n); }
+
+    // Builds `id` starting at `from`; returns the end state.
+    int32_t build(ExprId id, int32_t from) {
+        const Expr& e = g_.expr(id);
+        switch (e.kind) {
+            case ExprKind::kEmpty: return from;
+            case ExprKind::kBytes: {
+                int32_t cur = from;
+                for (unsigned char c : e.bytes) {
+                    const int32_t nxt = add();
+                    states[size_t(cur)].bytes.push_back({c, c, nxt});
+                    cur = nxt;
+                }
+                return cur;
+            }
+            case ExprKind::kByteClass: {
+                const int32_t end = add();
+                for (const auto& [a, b] : e.ranges) states[size_t(from)].bytes.push_back({int32_t(a), int32_t(b), end});
+                return end;
+            }
+            case ExprKind::kCharClass: {
+                const int32_t end = add();
+                std::vector<ByteRangeSeq> seqs;
+                for (const auto& [a, b] : e.ranges) utf8_sequences(a, b, seqs);
+                for (const ByteRangeSeq& s : seqs) {
+                    int32_t cur = from;
+                    for (size_t i = 0; i < s.size(); ++i) {
+                        const int32_t nxt = i + 1 == s.size() ? end : add();
+                        states[size_t(cur)].bytes.push_back({s[i].first, s[i].second, nxt});
+                        cur = nxt;
+                    }
+                }
+                return end;
+            }
+            case ExprKind::kSeq: {
+                int32_t cur = from;
+                for (ExprId c : e.children) cur = build(c, cur);
+                return cur;
+            }
+            case ExprKind::kAlt: {
+                const int32_t end = add();
+                for (ExprId c : e.children) {
+                    const int32_t s = add();
+                    states[size_t(from)].eps.push_back(s);
+                    const int32_t t = build(c, s);
+                    states[size_t(t)].eps.push_back(end);
+                }
+                return end;
+            }
+            case ExprKind::kRepeat: {
+                int32_t cur = from;
+                for (int32_t i = 0; i < e.min; ++i) {
+                    const int32_t s = add();
+                    states[size_t(cur)].eps.push_back(s);
+                    cur = build(e.children[0], s);
+                }
+                if (e.max < 0) {
+                    const int32_t loop = add();
+                    states[size_t(cur)].eps.push_back(loop);
+                    const int32_t s = add();
+                    states[size_t(loop)].eps.push_back(s);
+                    const int32_t t = build(e.children[0], s);
+                    states[size_t(t)].eps.push_back(loop);
+                    return loop;
+                }
+                const int32_t end = add();
+                states[size_t(cur)].eps.push_back(end);
+                for (int32_t i = e.min; i < e.max; ++i) {
+                    const int32_t s = add();
+                    states[size_t(cur)].eps.push_back(s);
+                    cur = build(e.children[0], s);
+                    states[size_t(cur)].eps.push_back(end);
+                }
+                return end;
+            }
+            case ExprKind::kRuleRef: {
+                const int32_t end = add();
+                states[size_t(from)].rules.emplace_back(e.rule, end);
+                return end;
+            }
+        }
+        return from;
+    }
+
+private:
+    const Grammar& g_;
+    int64_t limit_;
+    std::string rule_name_;
+};
+
+void closure(const std::vector<NfaState>& nfa, std::vector<int32_t>& set, std::vector<uint32_t>& mark, uint32_t stamp) {
+    for (int32_t s : set) mark[size_t(s)] = stamp;
+    for (size_t i = 0; i < set.size(); ++i)
+        for (int32_t t : nfa[size_t(set[i])].eps)
+            if (mark[size_t(t)] != stamp) {
+                mark[size_t(t)] = stamp;
+                set.push_back(t);
+            }
+    std::sort(set.begin(), set.end());
+}
+
+}  // namespace
+
+Automaton build_automaton(const Grammar& g, const AutomatonLimits& limits) {
+    Automaton a;
+    const auto& rules = g.rules();
+    DI_ICHECK(g.root() >= 0);
+    const int32_t num_rules = static_cast<int32_t>(rules.size());
+    a.root = g.root();
+    a.rule_start.assign(size_t(num_rules), -1);
+    for (const Rule& r : rules) {
+        a.rule_names.push_back(r.name);
+        if (r.body < 0) throw GrammarError("grammar", "rule '" + r.name + "'", "rule '" + r.name + "' is used but never defined");
+    }
+    NfaBuilder nb(g, limits.max_nfa_states);
+    std::vector<uint32_t> mark;
+    uint32_t stamp = 0;
+    std::vector<std::pair<int32_t, int32_t>> nfa_edges_scratch;
+    for (int32_t r = 0; r < num_rules; ++r) {
+        nb.states.clear();
+        nb.set_rule_name(rules[size_t(r)].name);
+        const int32_t start = nb.add();
+        const int32_t end = nb.build(rules[size_t(r)].body, start);
+        const auto& nfa = nb.states;
+        mark.assign(nfa.size(), 0);
+        stamp = 0;
+        // Subset construction.
+        std::map<std::vector<int32_t>, int32_t> ids;
+        std::vector<std::vector<int32_t>> work;
+        auto intern = [&](std::vector<int32_t> set) -> int32_t {
+            closure(nfa, set, mark, ++stamp);
+            auto it = ids.find(set);
+            if (it != ids.end()) return it->second;
+            const int32_t id = a.num_states();
+            if (id >= limits.max_dfa_states)
+                throw GrammarError("grammar", "rule '" + rules[size_t(r)].name + "'",
+                                   "the grammar is too large (more than " + std::to_string(limits.max_dfa_states) +
+                                       " automaton states)");
+            a.state_rule.push_back(r);
+            a.state_final.push_back(std::binary_search(set.begin(), set.end(), end) ? 1 : 0);
+            a.state_bytes.push_back({0, 0, 0, 0});
+            a.next.resize(a.next.size() + 256, -1);
+            ids.emplace(set, id);
+            work.push_back(std::move(set));
+            return id;
+        };
+        std::vector<std::vector<std::pair<int32_t, int32_t>>> rule_edges_of;  // per DFA state, local
+        const int32_t first = a.num_states();
+        a.rule_start[size_t(r)] = intern({start});
+        size_t done = 0;
+        while (done < work.size()) {
+            const std::vector<int32_t> set = work[done];
+            const int32_t sid = first + static_cast<int32_t>(done);
+            ++done;
+            // Byte transitions: split 0..255 at every range boundary.
+            std::vector<int32_t> cuts = {0, 256};
+            std::map<int32_t, std::vector<int32_t>> by_rule;
+            for (int32_t s : set) {
+                for (const auto& br : nfa[size_t(s)].bytes) {
+                    cuts.push_back(br[0]);
+                    cuts.push_back(br[1] + 1);
+                }
+                for (const auto& [rule, t] : nfa[size_t(s)].rules) by_rule[rule].push_back(t);
+            }
+            std::sort(cuts.begin(), cuts.end());
+            cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+            for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+                const int32_t lo = cuts[k], hi = cuts[k + 1] - 1;
+                std::vector<int32_t> tgt;
+                for (int32_t s : set)
+                    for (const auto& br : nfa[size_t(s)].bytes)
+                        if (br[0] <= lo && br[1] >= hi) tgt.push_back(br[2]);
+                if (tgt.empty()) continue;
+                std::sort(tgt.begin(), tgt.end());
+                tgt.erase(std::unique(tgt.begin(), tgt.end()), tgt.end());
+                const int32_t t = intern(std::move(tgt));
+                for (int32_t b = lo; b <= hi; ++b) {
+                    a.next[size_t(sid) * 256 + size_t(b)] = t;
+                    byteset_add(a.state_bytes[size_t(sid)], uint8_t(b));
+                }
+            }
+            rule_edges_of.resize(size_t(sid - first + 1));
+            for (auto& [rule, tgts] : by_rule) {
+                std::sort(tgts.begin(), tgts.end());
+                tgts.erase(std::unique(tgts.begin(), tgts.end()), tgts.end());
+                const int32_t t = intern(std::move(tgts));
+                rule_edges_of[size_t(sid - first)].emplace_back(rule, t);
+            }
+        }
+        for (auto& es : rule_edges_of) {
+            if (a.edge_begin.empty()) a.edge_begin.push_back(0);
+            for (auto& e : es) a.edges.push_back(e);
+            a.edge_begin.push_back(static_cast<int32_t>(a.edges.size()));
+        }
+    }
+    if (a.edge_begin.empty()) a.edge_begin.push_back(0);
+    DI_ICHECK(a.edge_begin.size() == size_t(a.num_states()) + 1);
+
+    const int32_t S = a.num_states();
+    // Productive states can still complete their rule; prune every transition into an unproductive
+    // state or through an unproductive rule, so that no live parse ever reaches a dead end.
+    {
+        std::vector<uint8_t> prod(size_t(S), 0), rprod(size_t(num_rules), 0);
+        for (bool changed = true; changed;) {
+            changed = false;
+            for (int32_t s = S - 1; s >= 0; --s) {
+                if (prod[size_t(s)]) continue;
+                bool p = a.state_final[size_t(s)];
+                for (int b = 0; !p && b < 256; ++b) {
+                    const int32_t t = a.next[size_t(s) * 256 + size_t(b)];
+                    p = t >= 0 && prod[size_t(t)];
+                }
+                for (int32_t e = a.edge_begin[size_t(s)]; !p && e < a.edge_begin[size_t(s) + 1]; ++e)
+                    p = rprod[size_t(a.edges[size_t(e)].first)] && prod[size_t(a.edges[size_t(e)].second)];
+                if (p) {
+                    prod[size_t(s)] = 1;
+                    changed = true;
+                    const int32_t r = a.state_rule[size_t(s)];
+                    if (a.rule_start[size_t(r)] == s) rprod[size_t(r)] = 1;
+                }
+            }
+        }
+        if (!rprod[size_t(a.root)])
+            throw GrammarError("grammar", "rule '" + a.rule_names[size_t(a.root)] + "'", "the grammar admits no complete output");
+        for (int32_t s = 0; s < S; ++s) {
+            for (int b = 0; b < 256; ++b) {
+                int32_t& t = a.next[size_t(s) * 256 + size_t(b)];
+                if (t >= 0 && !prod[size_t(t)]) {
+                    t = -1;
+                    a.state_bytes[size_t(s)][size_t(b >> 6)] &= ~(uint64_t{1} << (b & 63));
+                }
+            }
+        }
+        std::vector<std::pair<int32_t, int32_t>> kept;
+        std::vector<int32_t> begin = {0};
+        for (int32_t s = 0; s < S; ++s) {
+            for (int32_t e = a.edge_begin[size_t(s)]; e < a.edge_begin[size_t(s) + 1]; ++e)
+                if (rprod[size_t(a.edges[size_t(e)].first)] && prod[size_t(a.edges[size_t(e)].second)]) kept.push_back(a.edges[size_t(e)]);
+            begin.push_back(static_cast<int32_t>(kept.size()));
+        }
+        a.edges = std::move(kept);
+        a.edge_begin = std::move(begin);
+    }
+    // Nullable: a state can reach a final state through nullable rule edges only.
+    std::vector<uint8_t> st_null(size_t(S), 0);
+    a.rule_nullable.assign(size_t(num_rules), 0);
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int32_t s = S - 1; s >= 0; --s) {
+            if (st_null[size_t(s)]) continue;
+            bool n = a.state_final[size_t(s)];
+            for (int32_t e = a.edge_begin[size_t(s)]; !n && e < a.edge_begin[size_t(s) + 1]; ++e)
+                n = a.rule_nullable[size_t(a.edges[size_t(e)].first)] && st_null[size_t(a.edges[size_t(e)].second)];
+            if (n) {
+                st_null[size_t(s)] = 1;
+                changed = true;
+                if (a.rule_start[size_t(a.state_rule[size_t(s)])] == s) a.rule_nullable[size_t(a.state_rule[size_t(s)])] = 1;
+            }
+        }
+    }
+    // FIRST of states and rules, then FOLLOW of rules.
+    std::vector<ByteSet> first(size_t(S), ByteSet{0, 0, 0, 0});
+    std::vector<ByteSet> rfirst(size_t(num_rules), ByteSet{0, 0, 0, 0});
+    auto merge = [](ByteSet& d, const ByteSet& s) {
+        bool ch = false;
+        for (int i = 0; i < 4; ++i) {
+            const uint64_t v = d[size_t(i)] | s[size_t(i)];
+            ch |= v != d[size_t(i)];
+            d[size_t(i)] = v;
+        }
+        return ch;
+    };
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int32_t s = S - 1; s >= 0; --s) {
+            changed |= merge(first[size_t(s)], a.state_bytes[size_t(s)]);
+            for (int32_t e = a.edge_begin[size_t(s)]; e < a.edge_begin[size_t(s) + 1]; ++e) {
+                const auto [rule, t] = a.edges[size_t(e)];
+                changed |= merge(first[size_t(s)], rfirst[size_t(rule)]);
+                if (a.rule_nullable[size_t(rule)]) changed |= merge(first[size_t(s)], first[size_t(t)]);
+            }
+        }
+        for (int32_t r = 0; r < num_rules; ++r) changed |= merge(rfirst[size_t(r)], first[size_t(a.rule_start[size_t(r)])]);
+    }
+    a.rule_follow.assign(size_t(num_rules), ByteSet{0, 0, 0, 0});
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int32_t s = 0; s < S; ++s)
+            for (int32_t e = a.edge_begin[size_t(s)]; e < a.edge_begin[size_t(s) + 1]; ++e) {
+                const auto [rule, t] = a.edges[size_t(e)];
+                changed |= merge(a.rule_follow[size_t(rule)], first[size_t(t)]);
+                if (st_null[size_t(t)]) changed |= merge(a.rule_follow[size_t(rule)], a.rule_follow[size_t(a.state_rule[size_t(s)])]);
+            }
+    }
+    return a;
+}
+
+}  // namespace deepinfer::grammar

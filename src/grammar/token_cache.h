@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: Apache-2.0
+// Per-state token caches (the "adaptive token mask cache" idea of xgrammar, rebuilt here): for
+// every automaton state that scans bytes, the tokens a parse at that state accepts without
+// looking at the stack (a path inside the state's rule consumes the whole token), and the
+// "uncertain" tokens whose fate depends on the parent rules (the rule can end inside the token,
+// followed by a byte in the rule's FOLLOW set). Every other token is rejected there. At run time
+// the mask is the union of the accepted sets of the live states plus a re-check of the uncertain
+// ones against the full parse, which is exact.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "grammar/automaton.h"
+#include "grammar/vocabulary.h"
+
+namespace deepinfer::grammar {
+
+struct StateTokens {
+    bool computed = false;
+    std::vector<int32_t> accepted_ids;    // token ids, when few
+    std::vector<uint64_t> accepted_bits;  // [bitmask words] when many
+    std::vector<int32_t> uncertain;       // sorted-order indices (TokenVocabulary::Impl::sorted), ascending
+    int64_t num_accepted = 0;
+};
+
+// Computes the cache of one state (thread-safe: only reads its arguments).
+StateTokens compute_state_tokens(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state);
+
+// Every state that scans bytes, on the CPU threads.
+std::vector<StateTokens> compute_all_state_tokens(const Automaton& a, const TokenVocabulary::Impl& v);
+
+}  // namespace deepinfer::grammar
