@@ -30,12 +30,18 @@ struct CheckpointTensor {
     const SafetensorsTensorInfo* info = nullptr;
 };
 
+struct CheckpointOptions {
+    // Parse config.json as a DeepSeek-V4 config (config() then serves it). Off for other families
+    // (V4.1), whose loaders read the config themselves; the tensors are opened either way.
+    bool read_v4_config = true;
+};
+
 class Checkpoint {
 public:
     // `path` is a directory (with config.json and *.safetensors) or a single .safetensors file.
     // Validates every file's header, the index (file names confined to the directory, every listed
     // tensor present in its shard, no tensor in two shards) and the uniqueness of canonical names.
-    explicit Checkpoint(const std::string& path);
+    explicit Checkpoint(const std::string& path, const CheckpointOptions& options = {});
 
     const std::string& path() const { return path_; }
     bool has_config() const { return has_config_; }

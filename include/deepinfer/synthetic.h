@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace deepinfer {
 
@@ -18,10 +19,29 @@ struct SyntheticCheckpointOptions {
     // Multiplies the residual branches' output projections (wo_b, expert and shared w2), which keeps
     // official-numerics runs of random models stable (testing-notes.md §3).
     double residual_damping = 1.0;
+    // V4.1: also write the DSpark drafter (mtp.0..) and the vision tower, and shard the checkpoint as
+    // the release does (one shard per layer, the Engram tables apart, model.safetensors.index.json).
+    bool include_drafter = true;
+    bool include_vision = false;
+    bool sharded = false;
 };
 
 // Writes `dir`/config.json (the given text) and `dir`/model.safetensors.
 void write_synthetic_checkpoint(const std::string& dir, const std::string& config_json,
                                 const SyntheticCheckpointOptions& options = {});
+
+struct ExpectedTensor;
+
+// The writer behind both families: random tensors for `expected` in the published formats (FP8 with
+// `block_rows` x `block_cols` ue8m0 scales, packed FP4 experts per 32, FP8 lookup tables with per-row
+// per-32 scales), grouped into shards by `shard_of(name)` (one file: model.safetensors; several:
+// named shards plus model.safetensors.index.json). `routed_experts`/`experts_per_token` size tid2eid.
+struct SyntheticLayout {
+    int64_t block_rows = 128, block_cols = 128;
+    int64_t routed_experts = 0, experts_per_token = 0;
+    std::string (*shard_of)(const std::string& canonical_name) = nullptr;  // null: one file
+};
+void write_synthetic_tensors(const std::string& dir, const std::vector<ExpectedTensor>& expected,
+                             const SyntheticLayout& layout, const SyntheticCheckpointOptions& options);
 
 }  // namespace deepinfer

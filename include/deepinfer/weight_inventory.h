@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@ enum class WeightKind : uint8_t {
     kExpertLinear,  // [out, in]: fp4 packed (i8/u8 [out, in/2] or F4) + per-32 `.scale`, fp8 + `.scale`, or dense
     kFloat,         // any float dtype (norm weights, embeddings, router, compressor projections)
     kIndex,         // integer table (tid2eid)
+    kRowTable,      // [rows, cols] lookup table: fp8 e4m3 + `.scale` ue8m0 [rows, cols/32] (V4.1 Engram), or a
+                    // dense float with an optional float `.scale` [rows, 1 | cols/32]
 };
 
 struct ExpectedTensor {
@@ -35,6 +38,7 @@ struct InventoryReport {
     std::vector<std::string> mismatched;  // found with the wrong shape or dtype: one message each
     bool merged_experts = false;          // transformers' merged experts.gate_up_proj / down_proj
     bool has_mtp = false;
+    bool has_vision = false;  // V4.1: the vision tower, aligner or image delimiters are present
     int64_t num_parameters = 0;  // logical elements of weights (scales not counted)
     int64_t num_scale_elements = 0;
     std::map<std::string, uint64_t> bytes_by_dtype;   // dtype name -> bytes
@@ -45,5 +49,24 @@ struct InventoryReport {
 // Checks `checkpoint` against `expected_tensors(config)`. MTP tensors are expected only when the
 // checkpoint has any (transformers does not save them).
 InventoryReport check_inventory(const Checkpoint& checkpoint, const ModelConfig& config);
+
+// The family-independent part of the check: each expected tensor's presence, dtype and shape (fp8
+// linears in `block_rows` x `block_cols` scale blocks, fp4 experts per 32), then, in finish(), the
+// accounting of every tensor of the checkpoint (parameters, bytes by dtype, the unexpected ones).
+class InventoryChecker {
+public:
+    InventoryChecker(const Checkpoint& checkpoint, int64_t block_rows, int64_t block_cols);
+    void check(const ExpectedTensor& expected);
+    bool consumed(const std::string& canonical_name) const { return consumed_.count(canonical_name) > 0; }
+    InventoryReport& report() { return report_; }
+    InventoryReport finish();
+
+private:
+    void check_scale(const ExpectedTensor& e, const Shape& want, bool e8m0_only);
+    const Checkpoint& ckpt_;
+    int64_t block_rows_, block_cols_;
+    InventoryReport report_;
+    std::set<std::string> consumed_;
+};
 
 }  // namespace deepinfer

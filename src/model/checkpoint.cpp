@@ -45,7 +45,7 @@ void check_shard_name(const std::string& index_path, const std::string& name) {
 }
 }  // namespace
 
-Checkpoint::Checkpoint(const std::string& path) : path_(path) {
+Checkpoint::Checkpoint(const std::string& path, const CheckpointOptions& options) : path_(path) {
     fs::path p(path);
     std::error_code ec;
     DI_CHECK(fs::exists(p, ec), path, ": no such file or directory");
@@ -55,7 +55,7 @@ Checkpoint::Checkpoint(const std::string& path) : path_(path) {
     } else {
         DI_CHECK(fs::is_directory(p, ec), path, ": neither a directory nor a file");
         fs::path config = p / "config.json";
-        if (fs::exists(config, ec)) {
+        if (options.read_v4_config && fs::exists(config, ec)) {
             config_ = load_model_config(config.string());
             has_config_ = true;
         }

@@ -29,24 +29,8 @@ std::string human_bytes(uint64_t b) {
 
 }  // namespace
 
-std::string inspect_text(const Checkpoint& ckpt) {
-    const ModelConfig& c = ckpt.config();
-    const InventoryReport r = check_inventory(ckpt, c);
+std::string inspect_inventory_text(const Checkpoint& ckpt, const InventoryReport& r) {
     std::string out;
-    out += fmt::format("checkpoint          {}\n", ckpt.path());
-    out += fmt::format("files               {} safetensors file(s), {} tensors, naming: {}\n", ckpt.files().size(),
-                       ckpt.tensors().size(), naming_scheme_name(ckpt.naming_scheme()));
-    out += describe_model_config(c);
-    out += "\nlayer schedule\n";
-    out += fmt::format("  {:>5}  {:<8} {:>5}  {:<28} {}\n", "layer", "attn", "ratio", "rope", "mlp");
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-        out += fmt::format("  {:>5}  {:<8} {:>5}  {:<28} {}\n", l, attention_type_name(c.layer_types[size_t(l)]),
-                           c.compress_ratio(l), rope_label(c, l), mlp_type_name(c.mlp_layer_types[size_t(l)]));
-    }
-    for (int64_t m = 0; m < c.num_nextn_predict_layers; ++m)
-        out += fmt::format("  {:>5}  {:<8} {:>5}  {:<28} {}{}\n", fmt::format("mtp.{}", m), "sliding", 0,
-                           fmt::format("main(theta={:g})", c.rope_main.rope_theta), "moe",
-                           r.has_mtp ? "" : "  (not in checkpoint)");
     out += "\nparameters\n";
     out += fmt::format("  total               {} ({:.3f} B)\n", r.num_parameters, double(r.num_parameters) / 1e9);
     out += fmt::format("  scale elements      {}\n", r.num_scale_elements);
@@ -69,6 +53,41 @@ std::string inspect_text(const Checkpoint& ckpt) {
     for (const auto& n : r.mismatched) out += fmt::format("    mismatched  {}\n", n);
     out += fmt::format("  complete    {}\n", r.complete() ? "yes" : "no");
     return out;
+}
+
+std::string inspect_text(const Checkpoint& ckpt) {
+    const ModelConfig& c = ckpt.config();
+    const InventoryReport r = check_inventory(ckpt, c);
+    std::string out;
+    out += fmt::format("checkpoint          {}\n", ckpt.path());
+    out += fmt::format("files               {} safetensors file(s), {} tensors, naming: {}\n", ckpt.files().size(),
+                       ckpt.tensors().size(), naming_scheme_name(ckpt.naming_scheme()));
+    out += describe_model_config(c);
+    out += "\nlayer schedule\n";
+    out += fmt::format("  {:>5}  {:<8} {:>5}  {:<28} {}\n", "layer", "attn", "ratio", "rope", "mlp");
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        out += fmt::format("  {:>5}  {:<8} {:>5}  {:<28} {}\n", l, attention_type_name(c.layer_types[size_t(l)]),
+                           c.compress_ratio(l), rope_label(c, l), mlp_type_name(c.mlp_layer_types[size_t(l)]));
+    }
+    for (int64_t m = 0; m < c.num_nextn_predict_layers; ++m)
+        out += fmt::format("  {:>5}  {:<8} {:>5}  {:<28} {}{}\n", fmt::format("mtp.{}", m), "sliding", 0,
+                           fmt::format("main(theta={:g})", c.rope_main.rope_theta), "moe",
+                           r.has_mtp ? "" : "  (not in checkpoint)");
+    out += inspect_inventory_text(ckpt, r);
+    return out;
+}
+
+void inspect_inventory_json(const InventoryReport& r, nlohmann::json& j) {
+    j["num_parameters"] = r.num_parameters;
+    j["num_scale_elements"] = r.num_scale_elements;
+    j["bytes_by_dtype"] = r.bytes_by_dtype;
+    j["tensors_by_dtype"] = r.tensors_by_dtype;
+    j["merged_experts"] = r.merged_experts;
+    j["has_mtp"] = r.has_mtp;
+    j["missing"] = r.missing;
+    j["unexpected"] = r.unexpected;
+    j["mismatched"] = r.mismatched;
+    j["complete"] = r.complete();
 }
 
 std::string inspect_json(const Checkpoint& ckpt) {
@@ -100,16 +119,7 @@ std::string inspect_json(const Checkpoint& ckpt) {
                           {"yarn", c.compress_ratio(l) != 0 && c.rope_compress.is_yarn()},
                           {"mlp", mlp_type_name(c.mlp_layer_types[size_t(l)])}});
     j["layers"] = layers;
-    j["num_parameters"] = r.num_parameters;
-    j["num_scale_elements"] = r.num_scale_elements;
-    j["bytes_by_dtype"] = r.bytes_by_dtype;
-    j["tensors_by_dtype"] = r.tensors_by_dtype;
-    j["merged_experts"] = r.merged_experts;
-    j["has_mtp"] = r.has_mtp;
-    j["missing"] = r.missing;
-    j["unexpected"] = r.unexpected;
-    j["mismatched"] = r.mismatched;
-    j["complete"] = r.complete();
+    inspect_inventory_json(r, j);
     return j.dump(2);
 }
 

@@ -7,7 +7,10 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fmt/format.h>
+
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -62,6 +65,7 @@ struct Planned {
     // how to fill
     enum Fill { kFp8, kFp8Scale, kFp4, kFp4Scale, kBf16Normal, kBf16Norm, kF32Small, kTid2eid } fill;
     float std = 1.0f;
+    std::string shard = {};
 };
 
 uint64_t numel(const std::vector<int64_t>& s) {
@@ -74,7 +78,7 @@ bool is_residual_out(const std::string& name) {
     return name.find("attn.wo_b") != std::string::npos || name.find(".w2.") != std::string::npos;
 }
 
-void fill(std::ofstream& out, const Planned& p, Rng& rng, const ModelConfig& c, const CodeTables& codes) {
+void fill(std::ofstream& out, const Planned& p, Rng& rng, const SyntheticLayout& layout, const CodeTables& codes) {
     constexpr size_t kChunk = 1 << 20;
     std::vector<uint8_t> buf;
     buf.reserve(kChunk);
@@ -92,7 +96,7 @@ void fill(std::ofstream& out, const Planned& p, Rng& rng, const ModelConfig& c, 
         std::memcpy(&v, &f, 4);
         for (int i = 0; i < 4; ++i) buf.push_back(static_cast<uint8_t>(v >> (8 * i)));
     };
-    const int64_t K = c.num_experts_per_tok;
+    const int64_t K = layout.experts_per_token;
     while (remaining > 0) {
         switch (p.fill) {
             case Planned::kFp8: {
@@ -121,7 +125,7 @@ void fill(std::ofstream& out, const Planned& p, Rng& rng, const ModelConfig& c, 
                 // Row of K distinct experts.
                 std::vector<int64_t> row;
                 while (static_cast<int64_t>(row.size()) < K) {
-                    int64_t e = static_cast<int64_t>(rng.next() % static_cast<uint64_t>(c.n_routed_experts));
+                    int64_t e = static_cast<int64_t>(rng.next() % static_cast<uint64_t>(layout.routed_experts));
                     if (std::find(row.begin(), row.end(), e) == row.end()) row.push_back(e);
                 }
                 for (int64_t e : row)
@@ -135,7 +139,117 @@ void fill(std::ofstream& out, const Planned& p, Rng& rng, const ModelConfig& c, 
     flush();
 }
 
+
+bool is_norm_weight(const std::string& name) {
+    return name.find("norm.weight") != std::string::npos || name.find("norm1.weight") != std::string::npos ||
+           name.find("norm2.weight") != std::string::npos;
+}
+
+std::vector<Planned> plan_tensors(const std::vector<ExpectedTensor>& expected, const SyntheticLayout& layout,
+                                  const SyntheticCheckpointOptions& o) {
+    const int64_t br = layout.block_rows, bc = layout.block_cols;
+    std::vector<Planned> plan;
+    for (const ExpectedTensor& e : expected) {
+        std::vector<int64_t> shape;
+        for (int i = 0; i < e.shape.ndim(); ++i) shape.push_back(e.shape[i]);
+        const std::string base = e.name.ends_with(".weight") ? e.name.substr(0, e.name.size() - 7) : e.name;
+        const float damp = is_residual_out(e.name) ? static_cast<float>(o.residual_damping) : 1.0f;
+        const float std = damp / std::sqrt(static_cast<float>(shape.back()));
+        const bool expert = e.kind == WeightKind::kExpertLinear;
+        const bool linear = e.kind == WeightKind::kLinear || expert;
+        const size_t first = plan.size();
+        if (expert && o.fp4_experts) {
+            std::vector<int64_t> packed{shape[0], shape[1] / 2}, scale{shape[0], shape[1] / 32};
+            plan.push_back({e.name, DType::kI8, packed, numel(packed), Planned::kFp4, std});
+            plan.push_back({base + ".scale", DType::kF8E8M0, scale, numel(scale), Planned::kFp4Scale, std});
+        } else if (linear && o.fp8_linears) {
+            std::vector<int64_t> scale{(shape[0] + br - 1) / br, (shape[1] + bc - 1) / bc};
+            plan.push_back({e.name, DType::kF8E4M3, shape, numel(shape), Planned::kFp8, std});
+            plan.push_back({base + ".scale", DType::kF8E8M0, scale, numel(scale), Planned::kFp8Scale, std});
+        } else if (e.kind == WeightKind::kRowTable) {
+            // Lookup rows ~ N(0, 1): FP8 codes with one ue8m0 scale per row and 32 columns.
+            std::vector<int64_t> scale{shape[0], (shape[1] + 31) / 32};
+            plan.push_back({e.name, DType::kF8E4M3, shape, numel(shape), Planned::kFp8, 1.0f});
+            plan.push_back({base + ".scale", DType::kF8E8M0, scale, numel(scale), Planned::kFp8Scale, 1.0f});
+        } else if (linear) {
+            plan.push_back({e.name, DType::kBF16, shape, 2 * numel(shape), Planned::kBf16Normal, std});
+        } else if (e.kind == WeightKind::kIndex) {
+            plan.push_back({e.name, DType::kI64, shape, 8 * numel(shape), Planned::kTid2eid});
+        } else if (is_norm_weight(e.name)) {
+            plan.push_back({e.name, DType::kBF16, shape, 2 * numel(shape), Planned::kBf16Norm});
+        } else if (e.name.find("hc_") != std::string::npos || e.name.find("attn_sink") != std::string::npos ||
+                   e.name.find(".ape") != std::string::npos || e.name.find("gate.bias") != std::string::npos) {
+            // hc_*_fn are matrices: scale them like one; other vectors 0.3 N(0,1).
+            const bool fn = e.name.find("_fn") != std::string::npos;
+            plan.push_back({e.name, DType::kF32, shape, 4 * numel(shape), Planned::kF32Small, fn ? std : 0.3f});
+        } else {
+            const bool bias = e.name.ends_with(".bias");
+            plan.push_back({e.name, DType::kBF16, shape, 2 * numel(shape), Planned::kBf16Normal,
+                            e.name == "embed.weight" ? 1.0f : bias ? 0.02f : std});
+        }
+        const std::string shard = layout.shard_of ? layout.shard_of(e.name) : "model.safetensors";
+        for (size_t i = first; i < plan.size(); ++i) plan[i].shard = shard;
+    }
+    return plan;
+}
+
+// Writes one safetensors file holding `plan` (in order); the random stream continues across files.
+void write_file(const std::string& path, const std::vector<const Planned*>& plan, uint64_t seed, Rng& rng,
+                const SyntheticLayout& layout, const CodeTables& codes) {
+    nlohmann::ordered_json header = nlohmann::ordered_json::object();
+    header["__metadata__"] = {{"format", "pt"}, {"generator", "deepinfer synthetic"}, {"seed", std::to_string(seed)}};
+    uint64_t offset = 0;
+    for (const Planned* p : plan) {
+        header[p->name] = {{"dtype", std::string(dtype_safetensors_name(p->dtype))},
+                           {"shape", p->shape},
+                           {"data_offsets", {offset, offset + p->bytes}}};
+        offset += p->bytes;
+    }
+    std::string h = header.dump();
+    while (h.size() % 8) h.push_back(' ');
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    DI_CHECK(out.good(), path, ": cannot open for writing");
+    const uint64_t n = h.size();
+    for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xFF));
+    out.write(h.data(), static_cast<std::streamsize>(h.size()));
+    for (const Planned* p : plan) fill(out, *p, rng, layout, codes);
+    DI_CHECK(out.good(), path, ": write failed (disk full?)");
+}
+
 }  // namespace
+
+void write_synthetic_tensors(const std::string& dir, const std::vector<ExpectedTensor>& expected,
+                             const SyntheticLayout& layout, const SyntheticCheckpointOptions& o) {
+    std::filesystem::create_directories(dir);
+    const std::vector<Planned> plan = plan_tensors(expected, layout, o);
+    std::vector<std::string> shards;  // in order of first appearance
+    std::map<std::string, std::vector<const Planned*>> by_shard;
+    for (const Planned& p : plan) {
+        auto& list = by_shard[p.shard];
+        if (list.empty()) shards.push_back(p.shard);
+        list.push_back(&p);
+    }
+    Rng rng{o.seed};
+    const CodeTables codes;
+    if (!layout.shard_of) {
+        write_file(dir + "/model.safetensors", by_shard.begin()->second, o.seed, rng, layout, codes);
+        return;
+    }
+    // Shards are renamed model-0000i-of-0000n.safetensors, as the release names them.
+    nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+    uint64_t total = 0;
+    for (size_t i = 0; i < shards.size(); ++i) {
+        const std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
+        for (const Planned* p : by_shard[shards[i]]) {
+            weight_map[p->name] = file;
+            total += p->bytes;
+        }
+        write_file(dir + "/" + file, by_shard[shards[i]], o.seed, rng, layout, codes);
+    }
+    std::ofstream index(dir + "/model.safetensors.index.json", std::ios::trunc);
+    index << nlohmann::ordered_json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2);
+    DI_CHECK(index.good(), dir, "/model.safetensors.index.json: write failed");
+}
 
 void write_synthetic_checkpoint(const std::string& dir, const std::string& config_json,
                                 const SyntheticCheckpointOptions& o) {
@@ -146,60 +260,11 @@ void write_synthetic_checkpoint(const std::string& dir, const std::string& confi
         cfg << config_json;
         DI_CHECK(cfg.good(), dir, "/config.json: write failed");
     }
-    const int64_t br = c.quantization.weight_block_rows, bc = c.quantization.weight_block_cols;
-    std::vector<Planned> plan;
-    for (const ExpectedTensor& e : expected_tensors(c, true)) {
-        std::vector<int64_t> shape;
-        for (int i = 0; i < e.shape.ndim(); ++i) shape.push_back(e.shape[i]);
-        const std::string base = e.name.substr(0, e.name.rfind(".weight"));
-        const float damp = is_residual_out(e.name) ? static_cast<float>(o.residual_damping) : 1.0f;
-        const float std = damp / std::sqrt(static_cast<float>(shape.back()));
-        const bool expert = e.kind == WeightKind::kExpertLinear;
-        if ((e.kind == WeightKind::kLinear || expert) && expert && o.fp4_experts) {
-            std::vector<int64_t> packed{shape[0], shape[1] / 2}, scale{shape[0], shape[1] / 32};
-            plan.push_back({e.name, DType::kI8, packed, numel(packed), Planned::kFp4, std});
-            plan.push_back({base + ".scale", DType::kF8E8M0, scale, numel(scale), Planned::kFp4Scale, std});
-        } else if ((e.kind == WeightKind::kLinear || expert) && o.fp8_linears) {
-            std::vector<int64_t> scale{(shape[0] + br - 1) / br, (shape[1] + bc - 1) / bc};
-            plan.push_back({e.name, DType::kF8E4M3, shape, numel(shape), Planned::kFp8, std});
-            plan.push_back({base + ".scale", DType::kF8E8M0, scale, numel(scale), Planned::kFp8Scale, std});
-        } else if (e.kind == WeightKind::kLinear || expert) {
-            plan.push_back({e.name, DType::kBF16, shape, 2 * numel(shape), Planned::kBf16Normal, std});
-        } else if (e.kind == WeightKind::kIndex) {
-            plan.push_back({e.name, DType::kI64, shape, 8 * numel(shape), Planned::kTid2eid});
-        } else if (e.name.find("norm.weight") != std::string::npos) {
-            plan.push_back({e.name, DType::kBF16, shape, 2 * numel(shape), Planned::kBf16Norm});
-        } else if (e.name.find("hc_") != std::string::npos || e.name.find("attn_sink") != std::string::npos ||
-                   e.name.find(".ape") != std::string::npos || e.name.find("gate.bias") != std::string::npos) {
-            // hc_*_fn are matrices: scale them like one; other vectors 0.3 N(0,1).
-            const bool fn = e.name.find("_fn") != std::string::npos;
-            plan.push_back({e.name, DType::kF32, shape, 4 * numel(shape), Planned::kF32Small, fn ? std : 0.3f});
-        } else {
-            plan.push_back({e.name, DType::kBF16, shape, 2 * numel(shape), Planned::kBf16Normal,
-                            e.name == "embed.weight" ? 1.0f : std});
-        }
-    }
-    nlohmann::ordered_json header = nlohmann::ordered_json::object();
-    header["__metadata__"] = {{"format", "pt"}, {"generator", "deepinfer synthetic"},
-                              {"seed", std::to_string(o.seed)}};
-    uint64_t offset = 0;
-    for (const Planned& p : plan) {
-        header[p.name] = {{"dtype", std::string(dtype_safetensors_name(p.dtype))},
-                          {"shape", p.shape},
-                          {"data_offsets", {offset, offset + p.bytes}}};
-        offset += p.bytes;
-    }
-    std::string h = header.dump();
-    while (h.size() % 8) h.push_back(' ');
-    std::ofstream out(dir + "/model.safetensors", std::ios::binary | std::ios::trunc);
-    DI_CHECK(out.good(), dir, "/model.safetensors: cannot open for writing");
-    const uint64_t n = h.size();
-    for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xFF));
-    out.write(h.data(), static_cast<std::streamsize>(h.size()));
-    Rng rng{o.seed};
-    const CodeTables codes;
-    for (const Planned& p : plan) fill(out, p, rng, c, codes);
-    DI_CHECK(out.good(), dir, "/model.safetensors: write failed (disk full?)");
+    SyntheticLayout layout{.block_rows = c.quantization.weight_block_rows,
+                           .block_cols = c.quantization.weight_block_cols,
+                           .routed_experts = c.n_routed_experts,
+                           .experts_per_token = c.num_experts_per_tok};
+    write_synthetic_tensors(dir, expected_tensors(c, o.include_drafter), layout, o);
 }
 
 }  // namespace deepinfer

@@ -87,65 +87,7 @@ std::string strip_weight(const std::string& name) {
 
 bool is_dense_float(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
 
-// Checks one expected tensor; records consumed names and problems.
-void check_one(const Checkpoint& ckpt, const ModelConfig& c, const ExpectedTensor& e, InventoryReport& report,
-               std::set<std::string>& consumed) {
-    const CheckpointTensor* t = ckpt.find(e.name);
-    if (!t) {
-        report.missing.push_back(e.name);
-        return;
-    }
-    consumed.insert(e.name);
-    const DType dt = t->info->dtype;
-    const Shape& shape = t->info->shape;
-    auto mismatch = [&](const std::string& why) {
-        report.mismatched.push_back(t->stored_name + ": " + why);
-    };
-    auto describe = [](DType d, const Shape& s) { return std::string(dtype_name(d)) + s.str(); };
-    auto check_scale = [&](Shape want, bool e8m0_only) {
-        const std::string scale_name = strip_weight(e.name) + ".scale";
-        const CheckpointTensor* s = ckpt.find(scale_name);
-        if (!s) {
-            report.missing.push_back(scale_name);
-            return;
-        }
-        consumed.insert(scale_name);
-        const DType sd = s->info->dtype;
-        const bool dtype_ok = e8m0_only ? sd == DType::kF8E8M0
-                                        : (sd == DType::kF8E8M0 || sd == DType::kF32 || sd == DType::kBF16);
-        if (!dtype_ok || !(s->info->shape == want))
-            report.mismatched.push_back(s->stored_name + ": is " + describe(sd, s->info->shape) + ", expected " +
-                                        (e8m0_only ? "ue8m0" : "ue8m0|f32") + want.str());
-    };
-    const int64_t br = c.quantization.weight_block_rows, bc = c.quantization.weight_block_cols;
-    switch (e.kind) {
-        case WeightKind::kFloat:
-            if (!is_dense_float(dt) || !(shape == e.shape))
-                mismatch("is " + describe(dt, shape) + ", expected a float tensor " + e.shape.str());
-            break;
-        case WeightKind::kIndex:
-            if (!(dt == DType::kI64 || dt == DType::kI32) || !(shape == e.shape))
-                mismatch("is " + describe(dt, shape) + ", expected i64|i32" + e.shape.str());
-            break;
-        case WeightKind::kLinear:
-        case WeightKind::kExpertLinear: {
-            const int64_t out = e.shape[0], in = e.shape[1];
-            if (dt == DType::kF8E4M3) {
-                if (!(shape == e.shape)) mismatch("is " + describe(dt, shape) + ", expected fp8_e4m3" + e.shape.str());
-                check_scale({ceil_div(out, br), ceil_div(in, bc)}, false);
-            } else if (e.kind == WeightKind::kExpertLinear && (dt == DType::kI8 || dt == DType::kU8 || dt == DType::kF4E2M1)) {
-                Shape want = dt == DType::kF4E2M1 ? e.shape : Shape{out, in / 2};
-                if (in % 32 != 0 || !(shape == want))
-                    mismatch("is " + describe(dt, shape) + ", expected packed fp4 " + want.str());
-                check_scale({out, in / 32}, true);
-            } else if (!is_dense_float(dt) || !(shape == e.shape)) {
-                mismatch("is " + describe(dt, shape) + ", expected " + e.shape.str() +
-                         (e.kind == WeightKind::kExpertLinear ? " (fp4, fp8 or float)" : " (fp8 or float)"));
-            }
-            break;
-        }
-    }
-}
+std::string describe(DType d, const Shape& s) { return std::string(dtype_name(d)) + s.str(); }
 
 }  // namespace
 
@@ -165,13 +107,111 @@ std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c, bool include_
     return out;
 }
 
+InventoryChecker::InventoryChecker(const Checkpoint& checkpoint, int64_t block_rows, int64_t block_cols)
+    : ckpt_(checkpoint), block_rows_(block_rows), block_cols_(block_cols) {}
+
+void InventoryChecker::check_scale(const ExpectedTensor& e, const Shape& want, bool e8m0_only) {
+    const std::string scale_name = strip_weight(e.name) + ".scale";
+    const CheckpointTensor* s = ckpt_.find(scale_name);
+    if (!s) {
+        report_.missing.push_back(scale_name);
+        return;
+    }
+    consumed_.insert(scale_name);
+    const DType sd = s->info->dtype;
+    const bool dtype_ok =
+        e8m0_only ? sd == DType::kF8E8M0 : (sd == DType::kF8E8M0 || sd == DType::kF32 || sd == DType::kBF16);
+    if (!dtype_ok || !(s->info->shape == want))
+        report_.mismatched.push_back(s->stored_name + ": is " + describe(sd, s->info->shape) + ", expected " +
+                                     (e8m0_only ? "ue8m0" : "ue8m0|f32") + want.str());
+}
+
+void InventoryChecker::check(const ExpectedTensor& e) {
+    const CheckpointTensor* t = ckpt_.find(e.name);
+    if (!t) {
+        report_.missing.push_back(e.name);
+        return;
+    }
+    consumed_.insert(e.name);
+    const DType dt = t->info->dtype;
+    const Shape& shape = t->info->shape;
+    auto mismatch = [&](const std::string& why) { report_.mismatched.push_back(t->stored_name + ": " + why); };
+    switch (e.kind) {
+        case WeightKind::kFloat:
+            if (!is_dense_float(dt) || !(shape == e.shape))
+                mismatch("is " + describe(dt, shape) + ", expected a float tensor " + e.shape.str());
+            break;
+        case WeightKind::kIndex:
+            if (!(dt == DType::kI64 || dt == DType::kI32) || !(shape == e.shape))
+                mismatch("is " + describe(dt, shape) + ", expected i64|i32" + e.shape.str());
+            break;
+        case WeightKind::kRowTable: {
+            const int64_t rows = e.shape[0], cols = e.shape[1];
+            if (dt == DType::kF8E4M3) {
+                if (!(shape == e.shape)) mismatch("is " + describe(dt, shape) + ", expected fp8_e4m3" + e.shape.str());
+                check_scale(e, {rows, ceil_div(cols, 32)}, true);
+            } else if (!is_dense_float(dt) || !(shape == e.shape)) {
+                mismatch("is " + describe(dt, shape) + ", expected " + e.shape.str() + " (fp8 or float)");
+            } else if (const CheckpointTensor* s = ckpt_.find(strip_weight(e.name) + ".scale")) {
+                // A float table may carry its (unit) row scales, as transformers saves them.
+                consumed_.insert(s->name);
+                const Shape& ss = s->info->shape;
+                const bool ok = is_dense_float(s->info->dtype) && ss.ndim() == 2 && ss[0] == rows &&
+                                (ss[1] == 1 || ss[1] == ceil_div(cols, 32));
+                if (!ok)
+                    report_.mismatched.push_back(s->stored_name + ": is " + describe(s->info->dtype, ss) +
+                                                 ", expected a float [" + std::to_string(rows) + ", 1|" +
+                                                 std::to_string(ceil_div(cols, 32)) + "]");
+            }
+            break;
+        }
+        case WeightKind::kLinear:
+        case WeightKind::kExpertLinear: {
+            const int64_t out = e.shape[0], in = e.shape[1];
+            if (dt == DType::kF8E4M3) {
+                if (!(shape == e.shape)) mismatch("is " + describe(dt, shape) + ", expected fp8_e4m3" + e.shape.str());
+                check_scale(e, {ceil_div(out, block_rows_), ceil_div(in, block_cols_)}, false);
+            } else if (e.kind == WeightKind::kExpertLinear &&
+                       (dt == DType::kI8 || dt == DType::kU8 || dt == DType::kF4E2M1)) {
+                Shape want = dt == DType::kF4E2M1 ? e.shape : Shape{out, in / 2};
+                if (in % 32 != 0 || !(shape == want))
+                    mismatch("is " + describe(dt, shape) + ", expected packed fp4 " + want.str());
+                check_scale(e, {out, in / 32}, true);
+            } else if (!is_dense_float(dt) || !(shape == e.shape)) {
+                mismatch("is " + describe(dt, shape) + ", expected " + e.shape.str() +
+                         (e.kind == WeightKind::kExpertLinear ? " (fp4, fp8 or float)" : " (fp8 or float)"));
+            }
+            break;
+        }
+    }
+}
+
+InventoryReport InventoryChecker::finish() {
+    for (const CheckpointTensor& t : ckpt_.tensors()) {
+        const DType dt = t.info->dtype;
+        const bool is_scale = t.name.size() > 6 && t.name.compare(t.name.size() - 6, 6, ".scale") == 0;
+        int64_t elements = t.info->shape.numel();
+        if (dt == DType::kI8 || dt == DType::kU8) {
+            // Packed fp4 expert weights hold two parameters per byte.
+            if (t.name.find(".ffn.experts.") != std::string::npos && !is_scale) elements *= 2;
+        }
+        if (is_scale) report_.num_scale_elements += elements;
+        else report_.num_parameters += elements;
+        const std::string dn(dtype_name(dt));
+        report_.bytes_by_dtype[dn] += t.info->end - t.info->begin;
+        report_.tensors_by_dtype[dn] += 1;
+        if (!consumed_.count(t.name)) report_.unexpected.push_back(t.stored_name);
+    }
+    return std::move(report_);
+}
+
 InventoryReport check_inventory(const Checkpoint& ckpt, const ModelConfig& c) {
-    InventoryReport report;
+    InventoryChecker checker(ckpt, c.quantization.weight_block_rows, c.quantization.weight_block_cols);
+    InventoryReport& report = checker.report();
     for (const CheckpointTensor& t : ckpt.tensors()) {
         report.has_mtp |= t.name.rfind("mtp.", 0) == 0;
         report.merged_experts |= t.name.find(".ffn.experts.gate_up_proj") != std::string::npos;
     }
-    std::set<std::string> consumed;
     for (const ExpectedTensor& e : expected_tensors(c, report.has_mtp)) {
         // transformers' merged layout replaces every per-expert w1/w3/w2 of a layer by two tensors.
         const size_t pos = e.name.find(".ffn.experts.");
@@ -180,31 +220,16 @@ InventoryReport check_inventory(const Checkpoint& ckpt, const ModelConfig& c) {
             const std::string merged_gate_up = layer + ".ffn.experts.gate_up_proj";
             const std::string merged_down = layer + ".ffn.experts.down_proj";
             if (ckpt.find(merged_gate_up) || ckpt.find(merged_down)) {
-                if (consumed.count(merged_gate_up) || consumed.count(merged_down)) continue;
+                if (checker.consumed(merged_gate_up) || checker.consumed(merged_down)) continue;
                 const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size, D = c.hidden_size;
-                check_one(ckpt, c, {merged_gate_up, {E, 2 * I, D}, WeightKind::kFloat}, report, consumed);
-                check_one(ckpt, c, {merged_down, {E, D, I}, WeightKind::kFloat}, report, consumed);
+                checker.check({merged_gate_up, {E, 2 * I, D}, WeightKind::kFloat});
+                checker.check({merged_down, {E, D, I}, WeightKind::kFloat});
                 continue;
             }
         }
-        check_one(ckpt, c, e, report, consumed);
+        checker.check(e);
     }
-    for (const CheckpointTensor& t : ckpt.tensors()) {
-        const DType dt = t.info->dtype;
-        const bool is_scale = t.name.size() > 6 && t.name.compare(t.name.size() - 6, 6, ".scale") == 0;
-        int64_t elements = t.info->shape.numel();
-        if (dt == DType::kI8 || dt == DType::kU8) {
-            // Packed fp4 expert weights hold two parameters per byte.
-            if (t.name.find(".ffn.experts.") != std::string::npos && !is_scale) elements *= 2;
-        }
-        if (is_scale) report.num_scale_elements += elements;
-        else report.num_parameters += elements;
-        const std::string dn(dtype_name(dt));
-        report.bytes_by_dtype[dn] += t.info->end - t.info->begin;
-        report.tensors_by_dtype[dn] += 1;
-        if (!consumed.count(t.name)) report.unexpected.push_back(t.stored_name);
-    }
-    return report;
+    return checker.finish();
 }
 
 }  // namespace deepinfer
