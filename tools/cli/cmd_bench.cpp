@@ -13,6 +13,7 @@
 #include <string>
 
 #include "backends/cpu/linear.h"
+#include "bench_v41_layers.h"
 #include "commands.h"
 #include "deepinfer/check.h"
 #include "deepinfer/engine.h"
@@ -106,7 +107,9 @@ Command register_bench(CLI::App& app) {
     CLI::App* sub = app.add_subcommand("bench", "CPU prefill/decode throughput beside measured GEMM throughput");
     auto* src = sub->add_option_group("source");
     src->add_option("--model", o->model, "Checkpoint directory");
-    src->add_option("--synthetic", o->synthetic, "flash-csa | flash-hca | flash-sliding: one full-width V4-Flash layer");
+    src->add_option("--synthetic", o->synthetic,
+                    "flash-csa | flash-hca | flash-sliding: one full-width V4-Flash layer; v41-layers: one "
+                    "full-width V4.1-Flash layer of each kind");
     src->require_option(1);
     sub->add_option("--synthetic-dir", o->dir, "Where the synthetic checkpoint is written (reused if present)");
     sub->add_option("--prefill", o->prefill, "Prompt tokens")->check(CLI::Range(1, 1 << 20));
@@ -123,6 +126,10 @@ Command register_bench(CLI::App& app) {
     return [sub, o]() -> int {
         if (!sub->parsed()) return -1;
         std::string dir = o->model;
+        if (o->synthetic == "v41-layers")
+            return run_v41_layer_bench({.dir = o->dir, .tokenizer = DI_ASSETS_DIR "/tokenizer/deepseek-v4/tokenizer.json",
+                                        .output = o->output, .prefill = o->prefill, .decode = o->decode,
+                                        .seed = o->seed});
         if (!o->synthetic.empty()) {
             const std::string kind = o->synthetic.rfind("flash-", 0) == 0 ? o->synthetic.substr(6) : o->synthetic;
             const std::string config = flash_layer_config(kind);
