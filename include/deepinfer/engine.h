@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "deepinfer/grammar.h"
 #include "deepinfer/model.h"
 
 namespace deepinfer {
@@ -34,6 +35,10 @@ struct SamplingParams {
     int64_t logprobs = -1;  // -1: none; k >= 0: the sampled token's logprob and the top k alternatives
     std::optional<uint64_t> seed;  // default: derived from the job seed and the request id
     bool ignore_eos = false;
+    // Structured output: the completion is constrained to this grammar (EBNF, regex, JSON Schema,
+    // json_object); an invalid constraint makes add_request throw GrammarError. A grammar that is
+    // complete ends the completion at its end token even with ignore_eos.
+    std::optional<GrammarSpec> grammar;
 };
 
 // Every switch of the engine (style.md §7).

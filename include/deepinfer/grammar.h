@@ -38,13 +38,15 @@ private:
 
 // How JSON output may be spaced (between tokens, and around the value).
 enum class JsonWhitespace {
-    kFlexible,  // any run of [ \t\n\r] of at most `max_whitespace` bytes
+    kFlexible,  // any run of [ \t\n\r] (at most `max_whitespace` bytes when that is >= 0)
     kCompact,   // none at all: {"a":1,"b":[2,3]}
 };
 
 struct JsonOptions {
     JsonWhitespace whitespace = JsonWhitespace::kFlexible;
-    int32_t max_whitespace = 20;  // longest whitespace run (kFlexible)
+    // Longest whitespace run (kFlexible); -1: unbounded (xgrammar's default). A bound costs compile
+    // time in proportion (every position of the run is an automaton state with a token cache).
+    int32_t max_whitespace = -1;
     // OpenAI `strict` semantics: objects admit no properties beyond `properties` unless the schema
     // says `additionalProperties`; without strict, a missing additionalProperties means "allowed".
     bool strict = true;

@@ -14,6 +14,7 @@
 
 #include "deepinfer/chat_parser.h"
 #include "deepinfer/check.h"
+#include "deepinfer/grammar.h"
 #include "deepinfer/log.h"
 #include "deepinfer/tokenizer.h"
 
@@ -160,6 +161,61 @@ SamplingParams sampling_from_body(const json& body, int64_t default_max_tokens) 
     return p;
 }
 
+// Structured output from the body: response_format (json_schema / json_object), or the extensions
+// `regex` and `ebnf`; `json_whitespace` ("flexible" | "compact") and `max_whitespace` tune JSON
+// spacing. Chat in thinking mode constrains only the answer (after </think>); offered tools stay
+// callable (a DSML block ends the constraint).
+std::optional<GrammarSpec> grammar_from_body(const json& body, const ChatParseOptions* chat, const std::string& line) {
+    // The schema's text with its key order (property order is the output order).
+    std::string schema_text;
+    {
+        const auto ordered = nlohmann::ordered_json::parse(line, nullptr, false);
+        const auto ptr = nlohmann::ordered_json::json_pointer("/body/response_format/json_schema/schema");
+        if (!ordered.is_discarded() && ordered.contains(ptr)) schema_text = ordered.at(ptr).dump();
+    }
+    std::optional<GrammarSpec> spec;
+    auto set = [&](GrammarSpec::Kind kind, std::string text, const char* what) {
+        DI_CHECK(!spec, "only one structured-output constraint per request (", what, " given with another)");
+        spec = GrammarSpec{};
+        spec->kind = kind;
+        spec->text = std::move(text);
+    };
+    if (body.contains("response_format") && body["response_format"].is_object()) {
+        const json& rf = body["response_format"];
+        const std::string type = rf.value("type", "text");
+        if (type == "json_object") {
+            set(GrammarSpec::Kind::kJsonObject, "", "response_format");
+            spec->json.strict = false;
+        } else if (type == "json_schema") {
+            DI_CHECK(rf.contains("json_schema") && rf["json_schema"].is_object() && rf["json_schema"].contains("schema"),
+                     "response_format.json_schema.schema is required");
+            const json& js = rf["json_schema"];
+            set(GrammarSpec::Kind::kJsonSchema, schema_text.empty() ? js["schema"].dump() : schema_text, "response_format");
+            spec->json.strict = js.contains("strict") && js["strict"].is_boolean() && js["strict"].get<bool>();
+        } else {
+            DI_CHECK(type == "text", "body.response_format.type must be text, json_object or json_schema");
+        }
+    }
+    for (const char* key : {"regex", "ebnf"})
+        if (body.contains(key) && !body[key].is_null()) {
+            DI_CHECK(body[key].is_string(), "body.", key, " must be a string");
+            set(std::string(key) == "regex" ? GrammarSpec::Kind::kRegex : GrammarSpec::Kind::kEbnf, body[key].get<std::string>(), key);
+        }
+    if (!spec) return spec;
+    if (body.contains("json_whitespace") && !body["json_whitespace"].is_null()) {
+        const json& w = body["json_whitespace"];
+        DI_CHECK(w == "flexible" || w == "compact", "body.json_whitespace must be \"flexible\" or \"compact\"");
+        spec->json.whitespace = w == "compact" ? JsonWhitespace::kCompact : JsonWhitespace::kFlexible;
+    }
+    spec->json.max_whitespace = static_cast<int32_t>(num(body, "max_whitespace", spec->json.max_whitespace, -1, 256));
+    if (chat) {
+        DI_CHECK(!chat->starts_in_tool_calls, "structured output cannot be combined with tool_choice required or a named tool");
+        if (chat->thinking()) spec->start_after = "</think>";
+        if (chat->parse_tool_calls) spec->tool_call_prefix = "<\xEF\xBD\x9C" "DSML" "\xEF\xBD\x9C";
+    }
+    return spec;
+}
+
 // The assistant message of one completion: the recipe's parser splits reasoning, content and DSML
 // tool calls (a malformed tool call stays in content, with a parse_error).
 json assistant_message(const std::string& text, const std::string& finish_reason, ChatParseOptions options,
@@ -267,8 +323,10 @@ BatchRunSummary run_batch(const BatchRunOptions& o, std::shared_ptr<const Model>
                     parse.response_id = "chatcmpl-" + hex_id(custom_id);
                     if (sp.stop.empty()) sp.stop = req.stop;
                     prompt = encode_chat_prompt(render_chat(req, o.family), *tokenizer);
+                    sp.grammar = grammar_from_body(body, &parse, line);
                 } else {
                     DI_CHECK(body.contains("prompt"), "body.prompt is required for /v1/completions");
+                    sp.grammar = grammar_from_body(body, nullptr, line);
                     const json& pr = body["prompt"];
                     if (pr.is_string()) prompt = tokenizer->encode(pr.get<std::string>());
                     else {
@@ -282,6 +340,8 @@ BatchRunSummary run_batch(const BatchRunOptions& o, std::shared_ptr<const Model>
                 engine.add_request(custom_id, std::move(prompt), std::move(sp));
                 pending[custom_id] = {custom_id, url, std::move(parse), line_no};
                 return true;
+            } catch (const GrammarError& e) {
+                error_record(custom_id, line_no, "invalid_grammar", where + ": " + e.message());
             } catch (const Error& e) {
                 error_record(custom_id, line_no, "invalid_request", where + ": " + e.message());
             }

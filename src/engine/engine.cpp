@@ -16,6 +16,7 @@
 #include <set>
 
 #include "deepinfer/check.h"
+#include "deepinfer/grammar.h"
 #include "deepinfer/tokenizer.h"
 #include "engine/forward_worker.h"
 #include "engine/prefix_cache.h"
@@ -49,6 +50,11 @@ struct Completion {
     bool token_finished = false;  // EOS / stop id / length decided at sampling time
     int64_t admitted = -1;        // admission order (preemption victim = latest)
     std::vector<float> last_logits;  // completion 0's prefill logits, for forked siblings
+    // Structured output: the constraint's state and the mask of the next sample ([words] u64),
+    // computed while the forward that produces its logits runs.
+    std::unique_ptr<ConstrainedDecoder> grammar;
+    std::vector<uint64_t> mask;
+    bool mask_ready = false;
 };
 
 struct Request {
@@ -69,6 +75,7 @@ struct Scheduled {
 struct Plan {
     std::vector<Scheduled> items;
     std::future<std::vector<std::vector<float>>> logits;
+    std::future<void> masks;  // structured output: next-token masks, overlapped with the forward
     Clock::time_point launched;
 };
 
@@ -96,6 +103,7 @@ struct Engine::Impl {
     std::unique_ptr<ForwardWorker> worker;  // async scheduling only
     std::vector<RequestOutput> finished_outputs;
     int64_t admissions = 0;
+    std::unique_ptr<GrammarCompiler> grammars;  // created with the first constrained request
 
     Impl(std::shared_ptr<const Model> m, std::shared_ptr<const Tokenizer> t, EngineConfig c)
         : model(std::move(m)),
@@ -212,6 +220,22 @@ struct Engine::Impl {
         std::vector<SequenceChunk> chunks;
         for (Scheduled& s : plan.items) chunks.push_back({s.completion->seq.get(), s.tokens, false});
         plan.launched = Clock::now();
+        // Masks of the completions this forward will sample, computed while it runs.
+        std::vector<Completion*> constrained;
+        for (Scheduled& s : plan.items) {
+            Completion* c = s.completion;
+            if (c->grammar && c->num_computed + static_cast<int64_t>(s.tokens.size()) == total_tokens(*c)) {
+                c->mask_ready = false;
+                constrained.push_back(c);
+            }
+        }
+        if (!constrained.empty())
+            plan.masks = std::async(std::launch::async, [constrained] {
+                for (Completion* c : constrained) {
+                    c->grammar->fill_next_token_bitmask(c->mask);
+                    c->mask_ready = true;
+                }
+            });
         auto run = [m = model, chunks = std::move(chunks)]() { return m->forward_batch(chunks); };
         if (cfg.async_scheduling) {
             if (!worker) worker = std::make_unique<ForwardWorker>();
@@ -225,6 +249,7 @@ struct Engine::Impl {
     std::vector<Completion*> sample_and_account(Plan& plan) {
         std::vector<std::vector<float>> logits = plan.logits.get();
         metrics.forward_seconds += since(plan.launched);
+        if (plan.masks.valid()) plan.masks.get();
         std::vector<Completion*> advanced;
         const ModelConfig& mc = model->config();
         for (size_t i = 0; i < plan.items.size(); ++i) {
@@ -259,15 +284,24 @@ struct Engine::Impl {
 
     void sample_into(Completion& c, const std::vector<float>& logits, const ModelConfig& mc) {
         const Request& r = *c.request;
+        if (c.grammar && !c.mask_ready) c.grammar->fill_next_token_bitmask(c.mask);  // forked siblings
+        c.mask_ready = false;
         SampleResult s = sample({.logits = logits, .params = &r.params, .prompt = r.prompt, .generated = c.generated,
-                                 .seed = r.seed, .stream = static_cast<uint64_t>(c.index)});
+                                 .seed = r.seed, .stream = static_cast<uint64_t>(c.index),
+                                 .allowed = c.grammar ? std::span<const uint64_t>(c.mask) : std::span<const uint64_t>()});
+        bool grammar_done = false;
+        if (c.grammar) {
+            DI_CHECK(c.grammar->accept_token(s.token), "request '", r.id, "': sampled token ", s.token,
+                     " is outside the structured-output mask");
+            grammar_done = c.grammar->is_terminated();
+        }
         c.generated.push_back(s.token);
         if (r.params.logprobs >= 0) c.logprobs.push_back(std::move(s.logprob));
         ++metrics.generated_tokens;
         const bool eos = std::find(mc.eos_token_ids.begin(), mc.eos_token_ids.end(), s.token) != mc.eos_token_ids.end();
         const bool stop_id = std::find(r.params.stop_token_ids.begin(), r.params.stop_token_ids.end(), s.token) !=
                              r.params.stop_token_ids.end();
-        if ((eos && !r.params.ignore_eos) || stop_id) {
+        if ((eos && (!r.params.ignore_eos || grammar_done)) || stop_id) {
             c.token_finished = true;
             c.finish_reason = "stop";
         } else if (static_cast<int64_t>(c.generated.size()) >= r.params.max_tokens) {
@@ -390,6 +424,16 @@ void Engine::add_request(std::string id, std::vector<int32_t> prompt, SamplingPa
     DI_CHECK(params.repetition_penalty > 0, "request '", id, "': repetition_penalty must be > 0");
     DI_CHECK(params.logprobs <= 20, "request '", id, "': logprobs must be <= 20");
     DI_CHECK(params.stop.empty() || impl_->tokenizer, "request '", id, "': stop strings need a tokenizer");
+    std::optional<CompiledGrammar> compiled;
+    if (params.grammar) {
+        DI_CHECK(impl_->tokenizer, "request '", id, "': structured output needs a tokenizer");
+        if (!impl_->grammars)
+            impl_->grammars = std::make_unique<GrammarCompiler>(std::make_shared<TokenVocabulary>(
+                *impl_->tokenizer, static_cast<int32_t>(mc.vocab_size),
+                std::vector<int32_t>(mc.eos_token_ids.begin(), mc.eos_token_ids.end()),
+                std::vector<std::string>{"\xEF\xBD\x9C" "DSML" "\xEF\xBD\x9C"}));  // the DSML tool-call token
+        compiled = impl_->grammars->compile(*params.grammar);  // GrammarError names the problem
+    }
     auto r = std::make_unique<Request>();
     r->id = std::move(id);
     r->prompt = std::move(prompt);
@@ -401,6 +445,10 @@ void Engine::add_request(std::string id, std::vector<int32_t> prompt, SamplingPa
         c.request = r.get();
         c.index = i;
         c.status = i == 0 ? Status::kWaiting : Status::kForkPending;
+        if (compiled) {
+            c.grammar = std::make_unique<ConstrainedDecoder>(*compiled, *r->params.grammar);
+            c.mask.assign(size_t((mc.vocab_size + 63) / 64), 0);
+        }
         if (impl_->tokenizer) {
             c.decoder = std::make_unique<IncrementalDecoder>(*impl_->tokenizer);
             c.stop = std::make_unique<StopMatcher>(r->params.stop);

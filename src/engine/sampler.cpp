@@ -37,6 +37,10 @@ SampleResult sample(const SampleInput& in) {
     const SamplingParams& p = *in.params;
     const int64_t V = static_cast<int64_t>(in.logits.size());
     std::vector<float> l(in.logits.begin(), in.logits.end());
+    if (!in.allowed.empty()) {
+        for (int64_t v = 0; v < V; ++v)
+            if (!((in.allowed[size_t(v >> 6)] >> (v & 63)) & 1)) l[size_t(v)] = -std::numeric_limits<float>::infinity();
+    }
     for (const auto& [tok, bias] : p.logit_bias)
         if (tok >= 0 && tok < V) l[size_t(tok)] += bias;
     if (p.repetition_penalty != 1.0) {
@@ -83,8 +87,10 @@ SampleResult sample(const SampleInput& in) {
         double total = 0;
         for (size_t v = 0; v < l.size(); ++v) total += (prob[v] = std::exp((double(l[v]) - mx) * inv_t));
         double u = counter_uniform(in.seed, in.stream, in.generated.size()) * total;
+        size_t last = prob.size() - 1;  // the last token with a nonzero probability (masked tails)
+        while (last > 0 && prob[last] == 0) --last;
         size_t pick = 0;
-        for (; pick + 1 < prob.size(); ++pick) {
+        for (; pick < last; ++pick) {
             if (u < prob[pick]) break;
             u -= prob[pick];
         }
@@ -125,6 +131,7 @@ SampleResult sample(const SampleInput& in) {
             while (i < n && prob[i] >= floor_p) ++i;
             n = i;
         }
+        while (n > 1 && prob[n - 1] == 0) --n;  // masked tokens never drawn
         double total = 0;
         for (size_t i = 0; i < n; ++i) total += prob[i];
         double u = counter_uniform(in.seed, in.stream, in.generated.size()) * total;

@@ -29,6 +29,9 @@ struct SampleInput {
     std::span<const int32_t> generated = {};  // tokens generated so far by this completion
     uint64_t seed = 0;
     uint64_t stream = 0;                    // completion index
+    // Structured output: [ceil(vocab / 64)] u64 bitmask of the allowed tokens (bit t % 64 of word
+    // t / 64); empty = all allowed. Disallowed tokens get -inf before everything else.
+    std::span<const uint64_t> allowed = {};
 };
 
 SampleResult sample(const SampleInput& in);

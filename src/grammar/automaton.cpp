@@ -133,6 +133,74 @@ void closure(const std::vector<NfaState>& nfa, std::vector<int32_t>& set, std::v
     std::sort(set.begin(), set.end());
 }
 
+
+// Merges equivalent states (Moore's partition refinement): same rule, same finality, and
+// transitions (bytes and rule edges) into equivalent states. Subset construction leaves many
+// equivalent states behind (for example the tails of a key-exclusion trie), and every state
+// costs a token-cache walk.
+void minimize(Automaton& a) {
+    const int32_t S = a.num_states();
+    std::vector<int32_t> cls(static_cast<size_t>(S));
+    {
+        std::map<std::pair<int32_t, int32_t>, int32_t> init;
+        for (int32_t s = 0; s < S; ++s)
+            cls[size_t(s)] = init.emplace(std::make_pair(a.state_rule[size_t(s)], int32_t(a.state_final[size_t(s)])), int32_t(init.size())).first->second;
+    }
+    size_t num_classes = 0;
+    std::vector<int32_t> sig;
+    while (true) {
+        std::map<std::vector<int32_t>, int32_t> ids;
+        std::vector<int32_t> next_cls(static_cast<size_t>(S));
+        for (int32_t s = 0; s < S; ++s) {
+            sig.clear();
+            sig.push_back(cls[size_t(s)]);
+            for (int b = 0; b < 256; ++b) {
+                const int32_t t = a.next[size_t(s) * 256 + size_t(b)];
+                sig.push_back(t < 0 ? -1 : cls[size_t(t)]);
+            }
+            for (int32_t e = a.edge_begin[size_t(s)]; e < a.edge_begin[size_t(s) + 1]; ++e) {
+                sig.push_back(a.edges[size_t(e)].first);
+                sig.push_back(cls[size_t(a.edges[size_t(e)].second)]);
+            }
+            next_cls[size_t(s)] = ids.emplace(sig, int32_t(ids.size())).first->second;
+        }
+        cls = std::move(next_cls);
+        if (ids.size() == num_classes) break;
+        num_classes = ids.size();
+    }
+    if (num_classes == size_t(S)) return;
+    // Representative per class (the lowest state), in order of first appearance.
+    std::vector<int32_t> rep(num_classes, -1), new_id(num_classes, -1);
+    int32_t n = 0;
+    for (int32_t s = 0; s < S; ++s)
+        if (rep[size_t(cls[size_t(s)])] < 0) {
+            rep[size_t(cls[size_t(s)])] = s;
+            new_id[size_t(cls[size_t(s)])] = n++;
+        }
+    Automaton m;
+    m.root = a.root;
+    m.rule_names = a.rule_names;
+    for (int32_t st : a.rule_start) m.rule_start.push_back(new_id[size_t(cls[size_t(st)])]);
+    m.next.assign(size_t(n) * 256, -1);
+    m.edge_begin.push_back(0);
+    std::vector<int32_t> order(static_cast<size_t>(n));
+    for (size_t k = 0; k < num_classes; ++k) order[size_t(new_id[k])] = rep[k];
+    for (int32_t i = 0; i < n; ++i) {
+        const int32_t s = order[size_t(i)];
+        m.state_rule.push_back(a.state_rule[size_t(s)]);
+        m.state_final.push_back(a.state_final[size_t(s)]);
+        m.state_bytes.push_back(a.state_bytes[size_t(s)]);
+        for (int b = 0; b < 256; ++b) {
+            const int32_t t = a.next[size_t(s) * 256 + size_t(b)];
+            m.next[size_t(i) * 256 + size_t(b)] = t < 0 ? -1 : new_id[size_t(cls[size_t(t)])];
+        }
+        for (int32_t e = a.edge_begin[size_t(s)]; e < a.edge_begin[size_t(s) + 1]; ++e)
+            m.edges.emplace_back(a.edges[size_t(e)].first, new_id[size_t(cls[size_t(a.edges[size_t(e)].second)])]);
+        m.edge_begin.push_back(static_cast<int32_t>(m.edges.size()));
+    }
+    a = std::move(m);
+}
+
 }  // namespace
 
 Automaton build_automaton(const Grammar& g, const AutomatonLimits& limits) {
@@ -230,7 +298,7 @@ Automaton build_automaton(const Grammar& g, const AutomatonLimits& limits) {
     if (a.edge_begin.empty()) a.edge_begin.push_back(0);
     DI_ICHECK(a.edge_begin.size() == size_t(a.num_states()) + 1);
 
-    const int32_t S = a.num_states();
+    int32_t S = a.num_states();
     // Productive states can still complete their rule; prune every transition into an unproductive
     // state or through an unproductive rule, so that no live parse ever reaches a dead end.
     {
@@ -275,6 +343,8 @@ Automaton build_automaton(const Grammar& g, const AutomatonLimits& limits) {
         a.edges = std::move(kept);
         a.edge_begin = std::move(begin);
     }
+    minimize(a);
+    S = a.num_states();
     // Nullable: a state can reach a final state through nullable rule edges only.
     std::vector<uint8_t> st_null(size_t(S), 0);
     a.rule_nullable.assign(size_t(num_rules), 0);

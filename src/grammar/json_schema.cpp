@@ -118,7 +118,10 @@ std::string int_range_regex(std::optional<int64_t> lo, std::optional<int64_t> hi
 class SchemaConverter {
 public:
     SchemaConverter(const Json& root, const JsonOptions& o) : root_(root), o_(o) {
-        ws_ = o.whitespace == JsonWhitespace::kCompact ? g_.empty() : g_.repeat(g_.byte_class({{' ', ' '}, {'\t', '\t'}, {'\n', '\n'}, {'\r', '\r'}}), 0, std::max(0, o.max_whitespace));
+        const ExprId ws_char = g_.byte_class({{' ', ' '}, {'\t', '\t'}, {'\n', '\n'}, {'\r', '\r'}});
+        ws_ = o.whitespace == JsonWhitespace::kCompact ? g_.empty()
+              : o.max_whitespace < 0                   ? g_.star(ws_char)
+                                                       : g_.repeat(ws_char, 0, o.max_whitespace);
     }
 
     Grammar convert_root() {
@@ -451,7 +454,7 @@ private:
         if (f == "uuid") return "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}";
         if (f == "ipv4") return "(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])\\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])";
         if (f == "email")
-            return "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.)+[A-Za-z](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+            return "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\\.)+[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z0-9])?";
         if (f == "uri")
             return "[A-Za-z][A-Za-z0-9+.-]*://(?:[A-Za-z0-9._~!$&'()*+,;=:-]|%[0-9A-Fa-f]{2})*(?:/(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})*)*(?:\\?(?:[A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*)?(?:#(?:[A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*)?";
         return nullptr;
