@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "deepinfer/dequant.h"
 #include "deepinfer/safetensors.h"
+#include "deepinfer/tensor.h"
 #include "model/v41/qat.h"
 
 namespace deepinfer::v41 {
@@ -80,6 +82,26 @@ TEST_P(QatV41, FakeQuantAndCodesAreBitExact) {
 INSTANTIATE_TEST_SUITE_P(Formats, QatV41,
                          ::testing::Values(Case{"fp8_window", 32, 0}, Case{"fp4_kv", 16, 1}, Case{"fp4_index", 32, 2}),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
+
+}  // namespace
+}  // namespace deepinfer::v41
+
+namespace deepinfer::v41 {
+namespace {
+
+// The official FP8 GEMMs' activation quantization with V4.1's 32-wide blocks (spec §6.3).
+TEST(ActQuantV41, Block32CodesAndScalesAreBitExact) {
+    const SafetensorsFile f(std::string(DI_V41_DATA_DIR) + "/qat_ops.safetensors");
+    int64_t rows = 0, n = 0;
+    const std::vector<float> x = read<float>(f, "act_quant32.x", &rows, &n);
+    const std::vector<uint8_t> want_codes = read<uint8_t>(f, "act_quant32.codes");
+    const std::vector<uint8_t> want_scales = read<uint8_t>(f, "act_quant32.scales");
+    Buffer q(DType::kF8E4M3, {rows, n}), s(DType::kF8E8M0, {rows, n / 32});
+    act_quant({.x = TensorView(const_cast<float*>(x.data()), DType::kF32, {rows, n}), .q = q.view(), .scale = s.view(),
+               .block = 32});
+    EXPECT_EQ(std::memcmp(q.data(), want_codes.data(), want_codes.size()), 0);
+    EXPECT_EQ(std::memcmp(s.data(), want_scales.data(), want_scales.size()), 0);
+}
 
 }  // namespace
 }  // namespace deepinfer::v41

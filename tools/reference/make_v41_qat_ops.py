@@ -142,6 +142,14 @@ def main():
         tensors[f"{name}.codes"] = codes
         tensors[f"{name}.scales"] = scales.reshape(x.shape[0], -1)
         print(f"{name}: {x.shape[0]} rows x {x.shape[1]}, transformers == ml_dtypes bit for bit")
+    # act_quant per 32 (the official FP8 GEMMs' activation quantization with V4.1's block, spec §6.3 and
+    # V4 §5.2): amax floored at 1e-4, ue8m0 scale from amax * fp32(1/448), e4m3 RNE of x / s.
+    x = inputs(rng, 32, fp8_grid, False)
+    _, codes, scales = ref_fp8(x, 32)
+    tensors["act_quant32.x"] = x
+    tensors["act_quant32.codes"] = codes
+    tensors["act_quant32.scales"] = scales.reshape(x.shape[0], -1)
+    print(f"act_quant32: {x.shape[0]} rows x {x.shape[1]} (ml_dtypes)")
     import transformers
     meta = {"generator": "tools/reference/make_v41_qat_ops.py", "torch": torch.__version__,
             "transformers": transformers.__version__, "ml_dtypes": ml_dtypes.__version__, "numpy": np.__version__}
