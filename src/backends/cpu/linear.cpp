@@ -235,15 +235,16 @@ void linear(const LinearParams& p) {
     if (p.quantize_activations) {
         // act_quant then dequantize: x' = e4m3(x/s)·s is exact in f32, and the per-block scaling of the
         // official GEMM equals the product with x' up to the order of the fp32 additions.
-        DI_CHECK(K % 128 == 0, "linear: activation quantization needs in_features % 128 == 0, got ", K);
-        Buffer q(DType::kF8E4M3, {T, K}), s(DType::kF32, {T, K / 128});
-        act_quant({.x = p.x, .q = q.view(), .scale = s.view()});
+        const int64_t B = p.activation_block;
+        DI_CHECK(B > 0 && K % B == 0, "linear: activation quantization needs in_features % ", B, " == 0, got ", K);
+        Buffer q(DType::kF8E4M3, {T, K}), s(DType::kF32, {T, K / B});
+        act_quant({.x = p.x, .q = q.view(), .scale = s.view(), .block = B});
         xq_buf = Buffer(DType::kF32, {T, K});
         TensorView xq = xq_buf.view();
         const auto* qp = static_cast<const uint8_t*>(q.data());
         const float* sp = s.view().data_as<const float>();
         float* xo = xq.data_as<float>();
-        for (int64_t i = 0; i < T * K; ++i) xo[i] = e4m3_to_f32(qp[i]) * sp[(i / K) * (K / 128) + (i % K) / 128];
+        for (int64_t i = 0; i < T * K; ++i) xo[i] = e4m3_to_f32(qp[i]) * sp[(i / K) * (K / B) + (i % K) / B];
         x = xo;
     }
     const int64_t num_panels = ceil_div(N, kPanelRows);

@@ -41,8 +41,10 @@ struct LinearParams {
     TensorView x;               // [num_tokens, in_features]  f32 (contiguous)
     const LinearWeight* weight = nullptr;
     TensorView y;               // [num_tokens, out_features] f32 (contiguous)
-    // official numerics: quantize x per 128 to e4m3 with ue8m0 scales before the product (act_quant)
+    // official numerics: quantize x per `activation_block` to e4m3 with ue8m0 scales before the product
+    // (act_quant; 128 for V4, 32 for V4.1)
     bool quantize_activations = false;
+    int64_t activation_block = 128;
     // official numerics: round y to bf16 (kept in f32 storage)
     bool round_output_bf16 = false;
 };
