@@ -311,6 +311,10 @@ private:
             if (!all.is_array() || all.empty()) fail(path + "/allOf", "allOf must be a non-empty array");
             Json acc = schema;
             acc.erase("allOf");
+            // additionalProperties sees only its own schema's properties: merging would change it.
+            bool has_ap = acc.contains("additionalProperties");
+            for (const Json& part : all) has_ap |= part.is_object() && part.contains("additionalProperties");
+            if (has_ap) fail(path + "/allOf", "allOf together with additionalProperties is not supported");
             for (size_t i = 0; i < all.size(); ++i) {
                 Json part = deref(all[i], path + "/allOf/" + std::to_string(i));
                 if (part.is_boolean()) {
@@ -331,6 +335,7 @@ private:
             base.erase(comb);
             bool base_empty = true;
             for (auto it = base.begin(); it != base.end(); ++it) base_empty &= annotation_keywords().count(it.key()) > 0;
+            if (std::string(comb) == "oneOf") check_disjoint(alts, path);
             std::vector<ExprId> out;
             for (size_t i = 0; i < alts.size(); ++i) {
                 const std::string p = path + "/" + comb + "/" + std::to_string(i);
@@ -392,6 +397,63 @@ private:
             else fail(path + "/type", "unknown type '" + t + "'");
         }
         return g_.alt(std::move(alts));
+    }
+
+    // oneOf is compiled as anyOf, which is exact only when no value matches two branches. Accepted
+    // when every pair of branches is provably disjoint: disjoint explicit types, or objects that
+    // require a common property with disjoint const/enum values (a discriminator).
+    void check_disjoint(const Json& alts, const std::string& path) {
+        auto types = [](const Json& b) -> std::optional<std::set<std::string>> {
+            if (!b.is_object() || !b.contains("type")) {
+                if (b.is_object() && b.contains("const")) return std::set<std::string>{"const"};
+                return std::nullopt;
+            }
+            std::set<std::string> t;
+            if (b["type"].is_string()) t.insert(b["type"].get<std::string>());
+            else for (const Json& x : b["type"]) t.insert(x.get<std::string>());
+            if (t.count("number")) t.insert("integer");
+            return t;
+        };
+        auto values = [](const Json& b, const std::string& p) -> std::optional<std::vector<Json>> {
+            if (!b.is_object() || !b.contains("properties") || !b["properties"].contains(p)) return std::nullopt;
+            const Json& ps = b["properties"][p];
+            if (ps.contains("const")) return std::vector<Json>{ps["const"]};
+            if (ps.contains("enum") && ps["enum"].is_array()) return std::vector<Json>(ps["enum"].begin(), ps["enum"].end());
+            return std::nullopt;
+        };
+        auto required = [](const Json& b) {
+            std::set<std::string> r;
+            if (b.is_object() && b.contains("required") && b["required"].is_array())
+                for (const Json& x : b["required"]) if (x.is_string()) r.insert(x.get<std::string>());
+            return r;
+        };
+        for (size_t i = 0; i < alts.size(); ++i)
+            for (size_t j = i + 1; j < alts.size(); ++j) {
+                const Json a = deref(alts[i], path), b = deref(alts[j], path);
+                const auto ta = types(a), tb = types(b);
+                bool disjoint = false;
+                if (ta && tb && !ta->count("const") && !tb->count("const")) {
+                    disjoint = true;
+                    for (const auto& t : *ta) disjoint &= !tb->count(t);
+                }
+                if (!disjoint && a.is_object() && b.is_object() && a.contains("const") && b.contains("const"))
+                    disjoint = a["const"] != b["const"];
+                if (!disjoint)
+                    for (const std::string& p : required(a)) {
+                        if (!required(b).count(p)) continue;
+                        const auto va = values(a, p), vb = values(b, p);
+                        if (!va || !vb) continue;
+                        bool overlap = false;
+                        for (const Json& x : *va) overlap |= std::find(vb->begin(), vb->end(), x) != vb->end();
+                        if (!overlap) {
+                            disjoint = true;
+                            break;
+                        }
+                    }
+                if (!disjoint)
+                    fail(path + "/oneOf", "oneOf branches " + std::to_string(i) + " and " + std::to_string(j) +
+                                              " may both match (only disjoint types or a const/enum discriminator are supported)");
+            }
     }
 
     static bool type_allows(const Json& schema, const Json& v) {
