@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// The DeepSeek-V4 model on the CPU backend: load a checkpoint directory, open sequences, run chunks
-// of tokens (prefill of any chunk size, then decode token by token) and read logits. A Model is
-// immutable after load and may serve many sequences; a Sequence is used by one thread at a time.
+// A model of the DeepSeek-V4 family on the CPU backend, behind one interface: load a checkpoint
+// directory (DeepSeek-V4 or DeepSeek-V4.1; Model::load recognizes the family from config.json), open
+// sequences, run chunks of tokens (prefill of any chunk size, then decode token by token) and read
+// logits. A Model is immutable after load and may serve many sequences; a Sequence is used by one
+// thread at a time. The engine (engine.h) and `deepinfer run` see only this interface.
 #pragma once
 
 #include <cstdint>
@@ -10,8 +12,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include "deepinfer/model_config.h"
 
 namespace deepinfer {
 
@@ -22,16 +22,49 @@ enum class Numerics : uint8_t {
 Numerics parse_numerics(std::string_view name);  // "exact" | "official"
 std::string_view numerics_name(Numerics numerics);
 
+// Every switch of model loading (style.md §7).
 struct ModelOptions {
     // nullopt-like default: official for FP8/FP4 checkpoints, exact otherwise.
     bool numerics_from_checkpoint = true;
     Numerics numerics = Numerics::kExact;
+    // DeepSeek-V4.1: the tokenizer.json its Engram token map is derived from. Empty: the checkpoint's
+    // own tokenizer.json, else the bundled DeepSeek tokenizer (assets/tokenizer/deepseek-v4).
+    std::string tokenizer_json;
+    // DeepSeek-V4.1, approximate and off by default: "SWA bounded replay" prefill (spec
+    // deepseek-v41-model.md §2.3). A chunk of more than sliding_window tokens whose logits are wanted
+    // for its last token only runs the decoder half (from the first ratio-1 layer on) on its last
+    // sliding_window tokens, with their window attention truncated to those tokens; the earlier rows
+    // run the encoder and the first decoder layer's compressor and index keys only. Results then
+    // depend on how a prompt is chunked (docs/v41-bounded-replay.md gives the measured error).
+    bool v41_bounded_replay = false;
 };
 
-struct SequenceState;
+// What the engine and the CLI need to know about any model of the family.
+struct ModelInfo {
+    std::string family;  // "deepseek_v4" | "deepseek_v41"
+    int64_t vocab_size = 0;
+    std::vector<int64_t> eos_token_ids;
+    int64_t max_position_embeddings = 0;
+};
+
 class StatePool;
 
-// The decode state of one sequence (opaque).
+// The decode state of one sequence; each family derives its own. Its growing parts live in pages of
+// a StatePool (model/paged_rows.h) that copies share, copy-on-write.
+class SequenceState {
+public:
+    virtual ~SequenceState() = default;
+    virtual int64_t num_tokens() const = 0;  // tokens consumed; the next token's position
+    // A copy that shares every page with this state (copy-on-write): prefix snapshots and forks.
+    virtual std::unique_ptr<SequenceState> clone() const = 0;
+    // Forgets every token from position `num_tokens` on (rejected speculative rows): no undo of ring
+    // contents, because later passes overwrite those slots before any query reads them.
+    virtual void truncate(int64_t num_tokens) = 0;
+    virtual size_t bytes() const = 0;           // memory referenced (shared pages counted in full)
+    virtual size_t unshared_bytes() const = 0;  // memory held by this state alone
+};
+
+// The decode state of one sequence (opaque to callers).
 class Sequence {
 public:
     explicit Sequence(std::unique_ptr<SequenceState> state);
@@ -40,7 +73,12 @@ public:
     Sequence& operator=(Sequence&&) noexcept;
     int64_t num_tokens() const;  // tokens consumed so far (the next position)
     size_t state_bytes() const;
+    // A copy sharing the state's pages (copy-on-write): continues independently of this one.
+    Sequence fork() const;
+    // Forgets every token from position `num_tokens` on (speculative rollback).
+    void truncate(int64_t num_tokens);
     SequenceState& state() { return *state_; }
+    const SequenceState& state() const { return *state_; }
 
 private:
     std::unique_ptr<SequenceState> state_;
@@ -51,15 +89,24 @@ struct SequenceChunk {
     Sequence* sequence = nullptr;
     std::span<const int32_t> tokens;
     bool all_logits = false;  // logits for every token, else for the last one only
+    // The seam for a vision tower (DeepSeek-V4.1): empty for text, else one flag per token, 1 for a
+    // position inside an image span (its Engram n-gram history entry is DEAD, its Engram gate 0 and its
+    // router selects with bias_vl; spec deepseek-v41-model.md §5, §6.2, §9). Models without vision
+    // reject a non-empty span.
+    std::span<const uint8_t> image_span = {};
 };
 
 class Model {
 public:
+    // A DeepSeek-V4 or DeepSeek-V4.1 checkpoint directory (recognized from config.json).
     static std::unique_ptr<Model> load(const std::string& checkpoint_dir, const ModelOptions& options = {});
     virtual ~Model() = default;
 
-    virtual const ModelConfig& config() const = 0;
+    virtual const ModelInfo& info() const = 0;
     virtual Numerics numerics() const = 0;
+    // Bytes of the state of a sequence of `num_tokens` tokens with pool pages of `page_bytes` (for
+    // admission before the sequence exists): what state_bytes() reports for such a sequence.
+    virtual uint64_t estimate_state_bytes(int64_t num_tokens, uint64_t page_bytes) const = 0;
     virtual Sequence new_sequence() const = 0;
     // A sequence whose growing state is paged in `pool` (shared with copies of it).
     virtual Sequence new_sequence(std::shared_ptr<StatePool> pool) const = 0;
@@ -70,7 +117,7 @@ public:
     // Several sequences in one pass (linears and MoE run over all rows together). Each chunk's logits
     // are bit-identical to running it alone: every kernel's reduction order is independent of the
     // batch. Returns one logits block per chunk ([rows, vocab_size], rows = tokens or 1). The sequences
-    // must be distinct.
+    // must be distinct and belong to this model.
     virtual std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const = 0;
 };
 

@@ -4,6 +4,10 @@
 // fake quantization, i.e. transformers' DeepseekV41ForCausalLM in fp32. A V41Sequence carries the
 // decode state, so a sequence may be fed in chunks of any size (chunked prefill, token-by-token
 // decode) with the same results as one forward. The `official` numerics mode comes next.
+//
+// V41Model is a `Model` (model.h): Model::load returns one for a V4.1 checkpoint, and the engine
+// runs it through forward_batch (several sequences in one pass, linears and MoE over all rows, each
+// chunk's logits bit-identical to running it alone) with its state paged in the engine's StatePool.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "deepinfer/model.h"
 #include "deepinfer/model_config_v41.h"
 
 namespace deepinfer {
@@ -45,15 +50,30 @@ struct V41ForwardTrace {
     std::map<int64_t, std::vector<float>> index_keys;      // KV source -> [entries, index_head_dim]
 };
 
-class V41Model {
+class V41Model final : public Model {
 public:
     // `dir`: a checkpoint directory (config.json + safetensors, transformers' or the published
     // names). `tokenizer_json`: the tokenizer the Engram token map is derived from (verified against
     // engram_compressed_vocab_size, and against the published SHA-256 for the DeepSeek tokenizer).
     static std::unique_ptr<V41Model> load(const std::string& dir, const std::string& tokenizer_json);
-    ~V41Model();
+    // Same with every loading switch (options.tokenizer_json must be set; numerics: exact only so far).
+    static std::unique_ptr<V41Model> load(const std::string& dir, const ModelOptions& options);
+    ~V41Model() override;
 
     const V41ModelConfig& config() const;
+
+    // ---- Model ----
+    const ModelInfo& info() const override;
+    Numerics numerics() const override { return Numerics::kExact; }
+    uint64_t estimate_state_bytes(int64_t num_tokens, uint64_t page_bytes) const override;
+    Sequence new_sequence() const override;
+    Sequence new_sequence(std::shared_ptr<StatePool> pool) const override;
+    std::vector<float> forward(Sequence& sequence, std::span<const int32_t> tokens, bool all_logits) const override;
+    // Chunks may carry an image span (the vision seam, see forward() below). With
+    // ModelOptions::v41_bounded_replay, a chunk of more than sliding_window tokens that wants its last
+    // logits only is prefilled approximately (model.h).
+    std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const override;
+
     // Logits of every position of a fresh sequence, [ids.size(), vocab_size] f32 row-major.
     std::vector<float> forward(std::span<const int32_t> ids, V41ForwardTrace* trace = nullptr) const;
     // Appends `ids` to `sequence` (positions sequence.num_tokens() ..) and returns their logits.

@@ -23,7 +23,6 @@
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
 #include "model/paged_rows.h"
-#include "model/state.h"
 
 namespace deepinfer {
 namespace {
@@ -125,12 +124,11 @@ struct Engine::Impl {
     Plan schedule() {
         Plan plan;
         int64_t budget = cfg.max_num_batched_tokens;
-        const ModelConfig& mc = model->config();
         std::vector<Completion*> order = running;
         std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->admitted < b->admitted; });
         // Memory after this step, if every running sequence advances (decode first).
         auto projected = [&](const Completion* c, int64_t take) {
-            return estimate_state_bytes(mc, c->num_computed + take, pool->page_bytes());
+            return model->estimate_state_bytes(c->num_computed + take, pool->page_bytes());
         };
         uint64_t limit = cfg.state_memory_bytes;
         auto chunk_size = [&](const Completion* c, int64_t budget_left) {
@@ -190,7 +188,7 @@ struct Engine::Impl {
             const int64_t start = hit.length;
             const int64_t rem = total_tokens(*c) - start;
             const int64_t take_est = std::min({rem, cfg.max_prefill_chunk, budget});
-            const uint64_t need = estimate_state_bytes(mc, start + take_est, pool->page_bytes());
+            const uint64_t need = model->estimate_state_bytes(start + take_est, pool->page_bytes());
             if (use + need > limit) {
                 if (running.empty() && plan.items.empty())
                     DI_THROW("request '", r.id, "' needs ", need, " bytes of state, more than the engine's budget of ",
@@ -198,7 +196,7 @@ struct Engine::Impl {
                 break;
             }
             waiting.pop_front();
-            c->seq = hit.state ? std::make_unique<Sequence>(std::make_unique<SequenceState>(*hit.state))
+            c->seq = hit.state ? std::make_unique<Sequence>(hit.state->clone())
                                : std::make_unique<Sequence>(model->new_sequence(pool));
             c->num_computed = start;
             if (c->index == 0 && r.cached_tokens == 0) r.cached_tokens = start;
@@ -207,7 +205,7 @@ struct Engine::Impl {
             c->admitted = admissions++;
             running.push_back(c);
             const int64_t take = chunk_size(c, budget);
-            use += estimate_state_bytes(mc, start + take, pool->page_bytes());
+            use += model->estimate_state_bytes(start + take, pool->page_bytes());
             budget -= take;
             Scheduled s{c, {}};
             for (int64_t i = 0; i < take; ++i) s.tokens.push_back(token_at(*c, c->num_computed + i));
@@ -251,7 +249,7 @@ struct Engine::Impl {
         metrics.forward_seconds += since(plan.launched);
         if (plan.masks.valid()) plan.masks.get();
         std::vector<Completion*> advanced;
-        const ModelConfig& mc = model->config();
+        const ModelInfo& mc = model->info();
         for (size_t i = 0; i < plan.items.size(); ++i) {
             Completion* c = plan.items[i].completion;
             Request& r = *c->request;
@@ -268,7 +266,7 @@ struct Engine::Impl {
             if (c->index == 0 && c->generated.size() == 1) {
                 for (Completion& sib : r.completions) {
                     if (sib.index == 0 || sib.status != Status::kForkPending) continue;
-                    sib.seq = std::make_unique<Sequence>(std::make_unique<SequenceState>(c->seq->state()));
+                    sib.seq = std::make_unique<Sequence>(c->seq->fork());
                     // The state holds the prompt only: c's sampled token has not been fed yet.
                     sib.num_computed = prompt_len;
                     sib.status = Status::kRunning;
@@ -282,7 +280,7 @@ struct Engine::Impl {
         return advanced;
     }
 
-    void sample_into(Completion& c, const std::vector<float>& logits, const ModelConfig& mc) {
+    void sample_into(Completion& c, const std::vector<float>& logits, const ModelInfo& mc) {
         const Request& r = *c.request;
         if (c.grammar && !c.mask_ready) c.grammar->fill_next_token_bitmask(c.mask);  // forked siblings
         c.mask_ready = false;
@@ -407,7 +405,7 @@ Engine::~Engine() {
 }
 
 void Engine::add_request(std::string id, std::vector<int32_t> prompt, SamplingParams params) {
-    const ModelConfig& mc = impl_->model->config();
+    const ModelInfo& mc = impl_->model->info();
     DI_CHECK(!prompt.empty(), "request '", id, "': empty prompt");
     for (size_t i = 0; i < prompt.size(); ++i)
         DI_CHECK(prompt[i] >= 0 && prompt[i] < mc.vocab_size, "request '", id, "': prompt token ", i, " = ", prompt[i],

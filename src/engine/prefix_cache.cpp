@@ -21,7 +21,7 @@ PrefixCache::Hit PrefixCache::lookup(std::span<const int32_t> tokens, int64_t ma
             auto entry = it->second;
             if (entry->tokens.size() == prefix.size() && std::equal(prefix.begin(), prefix.end(), entry->tokens.begin())) {
                 lru_.splice(lru_.begin(), lru_, entry);
-                return {&entry->state, len};
+                return {entry->state.get(), len};
             }
         }
     }
@@ -40,7 +40,7 @@ void PrefixCache::insert(std::span<const int32_t> tokens, const SequenceState& s
     const uint64_t bytes = state.bytes() + tokens.size() * sizeof(int32_t);
     if (bytes > max_bytes_) return;
     evict(max_bytes_ - bytes);
-    lru_.push_front(Entry{std::vector<int32_t>(tokens.begin(), tokens.end()), state, bytes, key});
+    lru_.push_front(Entry{std::vector<int32_t>(tokens.begin(), tokens.end()), state.clone(), bytes, key});
     index_.emplace(key, lru_.begin());
     bytes_ += bytes;
 }

@@ -3,8 +3,7 @@
 // token prefix. A new sequence whose prompt starts with a cached prefix starts from a copy of that
 // state instead of recomputing it; because every kernel is chunking-invariant, the continuation is
 // bit-identical to a full recompute. LRU eviction within a byte budget. Engine thread only.
-// NOTE: snapshots are copies (compute is shared, memory is not); the paged, reference-counted
-// state pool that also shares memory is future work.
+// Snapshots share the pages of the state they were taken from (copy-on-write, model/paged_rows.h).
 #pragma once
 
 #include <cstdint>
@@ -14,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "model/state.h"
+#include "deepinfer/model.h"
 
 namespace deepinfer {
 
@@ -23,7 +22,7 @@ public:
     PrefixCache(uint64_t max_bytes, int64_t block) : max_bytes_(max_bytes), block_(block) {}
 
     struct Hit {
-        const SequenceState* state = nullptr;
+        const SequenceState* state = nullptr;  // fork it (clone()) to continue from it
         int64_t length = 0;
     };
     // Longest cached prefix of `tokens` of length <= max_length (a multiple of the block).
@@ -38,7 +37,7 @@ public:
 private:
     struct Entry {
         std::vector<int32_t> tokens;
-        SequenceState state;
+        std::unique_ptr<SequenceState> state;
         uint64_t bytes = 0;
         uint64_t key = 0;
     };

@@ -23,10 +23,12 @@ Sequence::Sequence(std::unique_ptr<SequenceState> state) : state_(std::move(stat
 Sequence::~Sequence() = default;
 Sequence::Sequence(Sequence&&) noexcept = default;
 Sequence& Sequence::operator=(Sequence&&) noexcept = default;
-int64_t Sequence::num_tokens() const { return state_->num_tokens; }
+int64_t Sequence::num_tokens() const { return state_->num_tokens(); }
 size_t Sequence::state_bytes() const { return state_->bytes(); }
+Sequence Sequence::fork() const { return Sequence(state_->clone()); }
+void Sequence::truncate(int64_t n) { state_->truncate(n); }
 
-std::unique_ptr<Model> Model::load(const std::string& dir, const ModelOptions& options) {
+std::unique_ptr<Model> load_v4_model(const std::string& dir, const ModelOptions& options) {
     auto ckpt = std::make_unique<Checkpoint>(dir);
     Numerics n = options.numerics;
     if (options.numerics_from_checkpoint) {
@@ -41,15 +43,26 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const ModelOptions& o
 CpuModel::CpuModel(std::unique_ptr<Checkpoint> checkpoint, Numerics numerics)
     : checkpoint_(std::move(checkpoint)),
       config_(checkpoint_->config()),
+      info_{"deepseek_v4", config_.vocab_size, config_.eos_token_ids, config_.max_position_embeddings},
       numerics_(numerics),
       weights_(load_model_weights(*checkpoint_, config_)),
       rope_main_(config_.rope_main, config_.qk_rope_head_dim),
       rope_compress_(config_.rope_compress, config_.qk_rope_head_dim) {}
 
+uint64_t CpuModel::estimate_state_bytes(int64_t num_tokens, uint64_t page_bytes) const {
+    return deepinfer::estimate_state_bytes(config_, num_tokens, page_bytes);
+}
+
+V4SequenceState& CpuModel::state_of(Sequence& sequence) {
+    auto* s = dynamic_cast<V4SequenceState*>(&sequence.state());
+    DI_CHECK(s != nullptr, "a sequence of another model was passed to the DeepSeek-V4 model");
+    return *s;
+}
+
 Sequence CpuModel::new_sequence() const { return new_sequence(nullptr); }
 
 Sequence CpuModel::new_sequence(std::shared_ptr<StatePool> pool) const {
-    return Sequence(std::make_unique<SequenceState>(
+    return Sequence(std::make_unique<V4SequenceState>(
         make_sequence_state(config_, static_cast<int64_t>(weights_.mtp.size()), std::move(pool))));
 }
 
@@ -89,13 +102,13 @@ void CpuModel::run_layer(const LayerWeights& lw, std::span<const Segment> segmen
     post_mix();
 }
 
-std::vector<float> CpuModel::forward_streams(SequenceState& st, std::span<const int32_t> tokens) const {
-    SequenceState* states[] = {&st};
+std::vector<float> CpuModel::forward_streams(V4SequenceState& st, std::span<const int32_t> tokens) const {
+    V4SequenceState* states[] = {&st};
     std::span<const int32_t> toks[] = {tokens};
     return forward_streams_batch(states, toks);
 }
 
-std::vector<float> CpuModel::forward_streams_batch(std::span<SequenceState* const> states,
+std::vector<float> CpuModel::forward_streams_batch(std::span<V4SequenceState* const> states,
                                                    std::span<const std::span<const int32_t>> tokens) const {
     DI_ICHECK(states.size() == tokens.size());
     const int64_t D = config_.hidden_size, hc = config_.hc_mult;
@@ -104,7 +117,7 @@ std::vector<float> CpuModel::forward_streams_batch(std::span<SequenceState* cons
     for (size_t i = 0; i < states.size(); ++i) {
         const int64_t n = static_cast<int64_t>(tokens[i].size());
         DI_CHECK(n > 0, "forward: chunk ", i, " has no tokens");
-        const int64_t P0 = states[i]->num_tokens;
+        const int64_t P0 = states[i]->length;
         DI_CHECK(P0 + n <= config_.max_position_embeddings, "sequence of ", P0 + n,
                  " tokens exceeds max_position_embeddings ", config_.max_position_embeddings);
         for (size_t j = 0; j < i; ++j) DI_CHECK(states[j] != states[i], "forward: a sequence appears twice in a batch");
@@ -126,7 +139,7 @@ std::vector<float> CpuModel::forward_streams_batch(std::span<SequenceState* cons
         for (size_t i = 0; i < states.size(); ++i) segments[i].state = &states[i]->layers[l];
         run_layer(weights_.layers[l], segments, x, all);
     }
-    for (size_t i = 0; i < states.size(); ++i) states[i]->num_tokens += static_cast<int64_t>(tokens[i].size());
+    for (size_t i = 0; i < states.size(); ++i) states[i]->length += static_cast<int64_t>(tokens[i].size());
     return x;
 }
 
@@ -149,16 +162,17 @@ std::vector<float> CpuModel::logits_from_streams(const float* streams, int64_t r
 }
 
 std::vector<float> CpuModel::forward(Sequence& seq, std::span<const int32_t> tokens, bool all_logits) const {
-    SequenceChunk chunk{&seq, tokens, all_logits};
+    SequenceChunk chunk{&seq, tokens, all_logits, {}};
     return std::move(forward_batch(std::span<const SequenceChunk>(&chunk, 1))[0]);
 }
 
 std::vector<std::vector<float>> CpuModel::forward_batch(std::span<const SequenceChunk> chunks) const {
-    std::vector<SequenceState*> states;
+    std::vector<V4SequenceState*> states;
     std::vector<std::span<const int32_t>> tokens;
     for (const SequenceChunk& c : chunks) {
         DI_CHECK(c.sequence != nullptr, "forward_batch: chunk without a sequence");
-        states.push_back(&c.sequence->state());
+        DI_CHECK(c.image_span.empty(), "DeepSeek-V4 has no vision input: a chunk carries an image span");
+        states.push_back(&state_of(*c.sequence));
         tokens.push_back(c.tokens);
     }
     std::vector<float> x = forward_streams_batch(states, tokens);
@@ -186,7 +200,7 @@ std::vector<std::vector<float>> CpuModel::forward_batch(std::span<const Sequence
     return out;
 }
 
-std::vector<float> CpuModel::forward_mtp(SequenceState& st, int64_t index, const float* streams,
+std::vector<float> CpuModel::forward_mtp(V4SequenceState& st, int64_t index, const float* streams,
                                          std::span<const int32_t> next_tokens, int64_t P0) const {
     DI_CHECK(index >= 0 && index < static_cast<int64_t>(weights_.mtp.size()), "MTP block ", index,
              " is not in the checkpoint");

@@ -16,30 +16,37 @@
 
 namespace deepinfer {
 
+// Model::load for a DeepSeek-V4 checkpoint directory.
+std::unique_ptr<Model> load_v4_model(const std::string& dir, const ModelOptions& options);
+
 class CpuModel final : public Model {
 public:
     CpuModel(std::unique_ptr<Checkpoint> checkpoint, Numerics numerics);
 
-    const ModelConfig& config() const override { return config_; }
+    const ModelInfo& info() const override { return info_; }
+    const ModelConfig& config() const { return config_; }
     Numerics numerics() const override { return numerics_; }
+    uint64_t estimate_state_bytes(int64_t num_tokens, uint64_t page_bytes) const override;
     Sequence new_sequence() const override;
     Sequence new_sequence(std::shared_ptr<StatePool> pool) const override;
     std::vector<float> forward(Sequence& sequence, std::span<const int32_t> tokens, bool all_logits) const override;
     std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const override;
 
     // Runs the layers and returns the final HC streams [num_tokens, hc, D] (before the HC head).
-    std::vector<float> forward_streams(SequenceState& state, std::span<const int32_t> tokens) const;
+    std::vector<float> forward_streams(V4SequenceState& state, std::span<const int32_t> tokens) const;
     // Same over several sequences; rows in chunk order; advances every state.
-    std::vector<float> forward_streams_batch(std::span<SequenceState* const> states,
+    std::vector<float> forward_streams_batch(std::span<V4SequenceState* const> states,
                                              std::span<const std::span<const int32_t>> tokens) const;
     // Logits [rows, vocab] from final streams [rows, hc, D] through `hc` head, `norm` and the LM head.
     std::vector<float> logits_from_streams(const float* streams, int64_t rows, const HcWeights& hc,
                                            const Vec& norm) const;
     // MTP block `index`: hidden streams of positions p (from forward_streams) paired with the tokens at
     // p+1 (`next_tokens`); advances the MTP layer state. Returns logits [num_tokens, vocab] for p+2.
-    std::vector<float> forward_mtp(SequenceState& state, int64_t index, const float* streams,
+    std::vector<float> forward_mtp(V4SequenceState& state, int64_t index, const float* streams,
                                    std::span<const int32_t> next_tokens, int64_t first_position) const;
     const ModelWeights& weights() const { return weights_; }
+    // This model's state of `sequence` (an error if another model opened it).
+    static V4SequenceState& state_of(Sequence& sequence);
     BlockContext context() const { return {config_, numerics_, rope_main_, rope_compress_}; }
 
 private:
@@ -50,6 +57,7 @@ private:
 
     std::unique_ptr<Checkpoint> checkpoint_;
     ModelConfig config_;
+    ModelInfo info_;
     Numerics numerics_;
     ModelWeights weights_;
     cpu::RopeTable rope_main_, rope_compress_;

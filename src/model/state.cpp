@@ -37,15 +37,15 @@ size_t compressor_ring_unshared(const CompressorState& s) {
 }
 }  // namespace
 
-SequenceState make_sequence_state(const ModelConfig& c, int64_t num_mtp_layers, std::shared_ptr<StatePool> pool) {
-    SequenceState s;
+V4SequenceState make_sequence_state(const ModelConfig& c, int64_t num_mtp_layers, std::shared_ptr<StatePool> pool) {
+    V4SequenceState s;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l)
         s.layers.push_back(make_layer(c, c.layer_types[size_t(l)], c.compress_ratio(l), pool));
     for (int64_t m = 0; m < num_mtp_layers; ++m) s.mtp_layers.push_back(make_layer(c, AttentionType::kSliding, 0, pool));
     return s;
 }
 
-size_t SequenceState::bytes() const {
+size_t V4SequenceState::bytes() const {
     size_t total = 0;
     for (const auto* group : {&layers, &mtp_layers})
         for (const LayerState& l : *group)
@@ -54,16 +54,16 @@ size_t SequenceState::bytes() const {
     return total;
 }
 
-void SequenceState::truncate(int64_t n) {
-    DI_CHECK(n >= 0 && n <= num_tokens, "truncate to ", n, " tokens of a sequence of ", num_tokens);
-    num_tokens = n;
+void V4SequenceState::truncate(int64_t n) {
+    DI_CHECK(n >= 0 && n <= length, "truncate to ", n, " tokens of a sequence of ", length);
+    length = n;
     for (auto* group : {&layers, &mtp_layers})
         for (LayerState& l : *group)
             for (CompressorState* c : {&l.compressor, &l.indexer})
                 if (c->ratio > 0 && c->entries.size() > n / c->ratio) c->entries.truncate(n / c->ratio);
 }
 
-size_t SequenceState::unshared_bytes() const {
+size_t V4SequenceState::unshared_bytes() const {
     size_t total = 0;
     for (const auto* group : {&layers, &mtp_layers})
         for (const LayerState& l : *group)

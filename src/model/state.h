@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "deepinfer/model.h"
 #include "deepinfer/model_config.h"
 #include "model/paged_rows.h"
 
@@ -43,19 +44,21 @@ struct LayerState {
     CompressorState indexer;     // CSA indexer compressor (keys)
 };
 
-struct SequenceState {
-    int64_t num_tokens = 0;  // tokens consumed; the next token's position
+struct V4SequenceState final : SequenceState {
+    int64_t length = 0;  // tokens consumed; the next token's position
     std::vector<LayerState> layers;
     std::vector<LayerState> mtp_layers;
-    // Forgets every token from position `num_tokens` on (rejected speculative rows): O(layers), no
-    // undo of ring contents, because later passes overwrite those slots before any query reads them.
-    void truncate(int64_t num_tokens);
-    size_t bytes() const;           // memory referenced (shared pages counted in full)
-    size_t unshared_bytes() const;  // memory held by this state alone
+
+    int64_t num_tokens() const override { return length; }
+    std::unique_ptr<SequenceState> clone() const override { return std::make_unique<V4SequenceState>(*this); }
+    // O(layers): drops compressed entries whose group ends at or after `num_tokens`; rings need no undo.
+    void truncate(int64_t num_tokens) override;
+    size_t bytes() const override;
+    size_t unshared_bytes() const override;
 };
 
 // `pool` may be null (pages from the heap).
-SequenceState make_sequence_state(const ModelConfig& config, int64_t num_mtp_layers,
+V4SequenceState make_sequence_state(const ModelConfig& config, int64_t num_mtp_layers,
                                   std::shared_ptr<StatePool> pool = nullptr);
 
 }  // namespace deepinfer

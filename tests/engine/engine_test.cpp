@@ -38,7 +38,7 @@ std::vector<int32_t> random_prompt(std::mt19937& rng, int64_t len, int64_t vocab
 
 TEST(BatchInvariance, LogitsAloneEqualInsideBatchesOf7And64) {
     auto model = tiny_model();
-    const int64_t V = model->config().vocab_size;
+    const int64_t V = model->info().vocab_size;
     std::mt19937 rng(7);
     const std::vector<int32_t> target = random_prompt(rng, 150, V);
     Sequence alone = model->new_sequence();
@@ -88,7 +88,7 @@ void expect_same(const RequestOutput& a, const RequestOutput& b, const std::stri
 }
 
 TEST(EngineDeterminism, SameTokensAloneAndInAnyBatchChunkingCacheAndScheduling) {
-    const int64_t V = tiny_model()->config().vocab_size;
+    const int64_t V = tiny_model()->info().vocab_size;
     std::mt19937 rng(11);
     const std::vector<int32_t> shared = random_prompt(rng, 96, V);  // a common "system prompt"
     auto with_prefix = [&](int64_t extra) {
@@ -160,7 +160,7 @@ TEST(EngineDeterminism, SameTokensAloneAndInAnyBatchChunkingCacheAndScheduling) 
 
 TEST(Engine, NCompletionsAreDistinctAndReproducible) {
     std::mt19937 rng(3);
-    const auto prompt = random_prompt(rng, 20, tiny_model()->config().vocab_size);
+    const auto prompt = random_prompt(rng, 20, tiny_model()->info().vocab_size);
     SamplingParams sp;
     sp.temperature = 1.0;
     sp.max_tokens = 10;

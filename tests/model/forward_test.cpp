@@ -76,7 +76,7 @@ protected:
 
 TEST_P(ForwardReference, ExactLogitsMatchTransformersAtEveryPosition) {
     auto model = Model::load(checkpoint(), exact());
-    const int64_t V = model->config().vocab_size;
+    const int64_t V = model->info().vocab_size;
     Reference ref = reference();
     ASSERT_GE(ref.prompts.size(), 2u);
     for (size_t i = 0; i < ref.prompts.size(); ++i) {
@@ -95,7 +95,7 @@ TEST_P(ForwardReference, ExactLogitsMatchTransformersAtEveryPosition) {
 
 TEST_P(ForwardReference, GreedyContinuationsIdentical) {
     auto model = Model::load(checkpoint(), exact());
-    const ModelConfig& c = model->config();
+    const ModelInfo& c = model->info();
     Reference ref = reference();
     for (size_t i = 0; i < ref.prompts.size(); ++i) {
         Sequence seq = model->new_sequence();
@@ -161,21 +161,21 @@ namespace {
 TEST(Mtp, BlockMatchesReferenceAndChunksEqual) {
     const std::string dir = test::data_path("models/v4_tiny_a_mtp");
     auto model = Model::load(dir, exact());
-    auto* cpu = dynamic_cast<const CpuModel*>(model.get());
+    auto* cpu = dynamic_cast<const CpuModel*>(model.get());  // the MTP block is V4's
     ASSERT_NE(cpu, nullptr);
     ASSERT_EQ(cpu->weights().mtp.size(), 1u);
     std::ifstream in(dir + "/mtp_ref.json");
     json ref = json::parse(in);
     std::vector<int32_t> ids = ref["prompt"].get<std::vector<int32_t>>();
-    const int64_t S = static_cast<int64_t>(ids.size()), V = model->config().vocab_size;
-    const int64_t row = model->config().hc_mult * model->config().hidden_size;
+    const int64_t S = static_cast<int64_t>(ids.size()), V = model->info().vocab_size;
+    const int64_t row = cpu->config().hc_mult * cpu->config().hidden_size;
     std::vector<float> want = read_f32(dir + "/mtp_logits.f32");
     ASSERT_EQ(want.size(), size_t((S - 1) * V));
 
     Sequence seq = model->new_sequence();
-    std::vector<float> streams = cpu->forward_streams(seq.state(), ids);
+    std::vector<float> streams = cpu->forward_streams(CpuModel::state_of(seq), ids);
     std::span<const int32_t> next(ids.data() + 1, size_t(S - 1));
-    std::vector<float> got = cpu->forward_mtp(seq.state(), 0, streams.data(), next, 0);
+    std::vector<float> got = cpu->forward_mtp(CpuModel::state_of(seq), 0, streams.data(), next, 0);
     ASSERT_EQ(got.size(), want.size());
     float max_logit = 0, max_err = 0;
     for (size_t k = 0; k < got.size(); ++k) {
@@ -186,10 +186,10 @@ TEST(Mtp, BlockMatchesReferenceAndChunksEqual) {
 
     // Token by token through the MTP block's own window state: identical to the chunk.
     Sequence seq2 = model->new_sequence();
-    cpu->forward_streams(seq2.state(), ids);
+    cpu->forward_streams(CpuModel::state_of(seq2), ids);
     for (int64_t i = 0; i + 1 < S; i += 37) {
         const int64_t n = std::min<int64_t>(37, S - 1 - i);
-        std::vector<float> part = cpu->forward_mtp(seq2.state(), 0, streams.data() + i * row,
+        std::vector<float> part = cpu->forward_mtp(CpuModel::state_of(seq2), 0, streams.data() + i * row,
                                                    std::span<const int32_t>(ids.data() + i + 1, size_t(n)), i);
         EXPECT_TRUE(std::equal(part.begin(), part.end(), got.begin() + i * V)) << "chunk at " << i;
     }
@@ -207,7 +207,7 @@ namespace {
 TEST(SpeculativeRollback, TruncateAfterRejectedRowsEqualsStraightRun) {
     auto model = Model::load(test::data_path("models/v4_tiny_a"), exact());
     const std::vector<int32_t> ids = read_reference(test::data_path("models/v4_tiny_a")).prompts[1];
-    const int64_t V = model->config().vocab_size;
+    const int64_t V = model->info().vocab_size;
     Sequence straight = model->new_sequence();
     const std::vector<float> want = model->forward(straight, ids, true);
     for (int64_t k : {1, 5, 16}) {
@@ -222,7 +222,7 @@ TEST(SpeculativeRollback, TruncateAfterRejectedRowsEqualsStraightRun) {
                 pass.push_back(static_cast<int32_t>((ids[pos + size_t(j)] + 7 * salt++) % V));
             std::vector<float> l = model->forward(seq, pass, true);
             got.insert(got.end(), l.begin(), l.begin() + V);
-            seq.state().truncate(static_cast<int64_t>(pos) + 1);
+            seq.truncate(static_cast<int64_t>(pos) + 1);
             ++pos;
         }
         ASSERT_EQ(got.size(), want.size());

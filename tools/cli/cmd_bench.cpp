@@ -18,6 +18,7 @@
 #include "deepinfer/check.h"
 #include "deepinfer/engine.h"
 #include "deepinfer/model.h"
+#include "deepinfer/model_config.h"
 #include "deepinfer/parallel.h"
 #include "deepinfer/synthetic.h"
 
@@ -152,7 +153,7 @@ Command register_bench(CLI::App& app) {
         auto t_load = Clock::now();
         auto model = Model::load(dir, mo);
         const double load_s = seconds_since(t_load);
-        const ModelConfig& c = model->config();
+        const ModelConfig c = load_model_config(dir + "/config.json");
         std::mt19937 rng(static_cast<uint32_t>(o->seed));
         if (!o->engine_batches.empty()) {
             std::shared_ptr<const Model> shared(std::move(model));

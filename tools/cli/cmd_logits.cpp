@@ -3,8 +3,6 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <functional>
-#include <optional>
 #include <memory>
 #include <random>
 #include <string>
@@ -12,8 +10,6 @@
 #include "commands.h"
 #include "deepinfer/check.h"
 #include "deepinfer/model.h"
-#include "deepinfer/model_config_v41.h"
-#include "deepinfer/model_v41.h"
 
 namespace deepinfer::cli {
 namespace {
@@ -42,23 +38,11 @@ std::vector<int32_t> parse_ids(const std::string& text) {
     return ids;
 }
 
-// A V4.1 checkpoint (DeepseekV41ForCausalLM)? Its config is the composite text_config layout.
-bool is_v41_dir(const std::string& dir) {
-    std::ifstream in(dir + "/config.json", std::ios::binary);
-    if (!in) return false;
-    std::string text((std::istreambuf_iterator<char>(in)), {});
-    return is_v41_config(text);
-}
-
-// The tokenizer.json that V4.1's Engram token map is built from: the checkpoint's, else the bundled one.
-std::string v41_tokenizer(const std::string& flag, const std::string& dir) {
-    if (!flag.empty()) return flag;
-    if (std::ifstream(dir + "/tokenizer.json")) return dir + "/tokenizer.json";
-    return std::string(DI_ASSETS_DIR) + "/tokenizer/deepseek-v4/tokenizer.json";
-}
-
-ModelOptions model_options(const std::string& numerics) {
+// --numerics and --tokenizer (V4.1's Engram token map; default: the checkpoint's tokenizer.json,
+// else the bundled one).
+ModelOptions model_options(const std::string& numerics, const std::string& tokenizer = "") {
     ModelOptions o;
+    o.tokenizer_json = tokenizer;
     if (!numerics.empty()) {
         o.numerics_from_checkpoint = false;
         o.numerics = parse_numerics(numerics);
@@ -86,17 +70,8 @@ Command register_logits(CLI::App& app) {
         std::vector<int32_t> ids = parse_ids(o->ids);
         std::vector<float> logits;
         const size_t chunk = o->chunk > 0 ? static_cast<size_t>(o->chunk) : ids.size();
-        if (is_v41_dir(o->model)) {
-            DI_CHECK(o->numerics.empty() || o->numerics == "exact", "V4.1 supports --numerics exact only so far");
-            auto model = V41Model::load(o->model, v41_tokenizer(o->tokenizer, o->model));
-            V41Sequence seq;
-            for (size_t i = 0; i < ids.size(); i += chunk) {
-                std::vector<float> l =
-                    model->forward(std::span<const int32_t>(ids.data() + i, std::min(chunk, ids.size() - i)), seq);
-                logits.insert(logits.end(), l.begin(), l.end());
-            }
-        } else {
-            auto model = Model::load(o->model, model_options(o->numerics));
+        {
+            auto model = Model::load(o->model, model_options(o->numerics, o->tokenizer));
             Sequence seq = model->new_sequence();
             for (size_t i = 0; i < ids.size(); i += chunk) {
                 std::span<const int32_t> part(ids.data() + i, std::min(chunk, ids.size() - i));
@@ -114,7 +89,7 @@ Command register_logits(CLI::App& app) {
 
 Command register_generate(CLI::App& app) {
     struct Options {
-        std::string model, ids, numerics;
+        std::string model, ids, numerics, tokenizer;
         int64_t max_tokens = 16;
         double temperature = 0.0;
         uint64_t seed = 0;
@@ -129,31 +104,14 @@ Command register_generate(CLI::App& app) {
     sub->add_option("--seed", o->seed, "Random seed for sampling");
     sub->add_option("--numerics", o->numerics, "exact | official");
     sub->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at the end-of-sequence token");
+    sub->add_option("--tokenizer", o->tokenizer, "V4.1: tokenizer.json for the Engram token map (default: the bundled one)");
     return [sub, o]() -> int {
         if (!sub->parsed()) return -1;
         std::vector<int32_t> ids = parse_ids(o->ids);
-        // One next-token step: feed `tokens`, return the last position's logits. V4 and V4.1 differ here.
-        std::function<std::vector<float>(std::span<const int32_t>)> step;
-        std::vector<int64_t> eos_ids;
-        std::unique_ptr<Model> v4;
-        std::unique_ptr<V41Model> v41;
-        std::optional<Sequence> seq4;
-        V41Sequence seq41;
-        if (is_v41_dir(o->model)) {
-            DI_CHECK(o->numerics.empty() || o->numerics == "exact", "V4.1 supports --numerics exact only so far");
-            v41 = V41Model::load(o->model, v41_tokenizer("", o->model));
-            eos_ids = v41->config().eos_token_ids;
-            const int64_t V = v41->config().text.vocab_size;
-            step = [&, V](std::span<const int32_t> t) {
-                std::vector<float> all = v41->forward(t, seq41);
-                return std::vector<float>(all.end() - V, all.end());
-            };
-        } else {
-            v4 = Model::load(o->model, model_options(o->numerics));
-            eos_ids = v4->config().eos_token_ids;
-            seq4.emplace(v4->new_sequence());
-            step = [&](std::span<const int32_t> t) { return v4->forward(*seq4, t, /*all_logits=*/false); };
-        }
+        auto model = Model::load(o->model, model_options(o->numerics, o->tokenizer));
+        const std::vector<int64_t>& eos_ids = model->info().eos_token_ids;
+        Sequence seq = model->new_sequence();
+        auto step = [&](std::span<const int32_t> t) { return model->forward(seq, t, /*all_logits=*/false); };
         std::mt19937_64 rng(o->seed);
         std::vector<int32_t> generated;
         std::vector<float> logits = step(ids);

@@ -36,7 +36,7 @@ std::string resolve_tokenizer(const std::string& flag, const std::string& model_
 
 Command register_run(CLI::App& app) {
     struct Options {
-        std::string model, tokenizer, input, output, family = "v4", numerics, progress = "auto", cache_dir;
+        std::string model, tokenizer, input, output, family = "auto", numerics, progress = "auto", cache_dir;
         bool resume = false, async = false, no_async = false, no_prefix_cache = false;
         int64_t max_num_seqs = 64, max_batched_tokens = 2048, max_prefill_chunk = 512, default_max_tokens = 256;
         double state_memory_gib = 4.0;
@@ -49,7 +49,7 @@ Command register_run(CLI::App& app) {
     sub->add_option("--input", o->input, "Input JSONL: {custom_id, method, url, body} per line")->required();
     sub->add_option("--output", o->output, "Output JSONL: {id, custom_id, response, error} per request")->required();
     sub->add_flag("--resume", o->resume, "Continue an interrupted run: skip custom_ids already in the output");
-    sub->add_option("--family", o->family, "Chat format: v4 | v41")->capture_default_str();
+    sub->add_option("--family", o->family, "Chat format: v4 | v41 | auto (the model's, if the tokenizer has its tokens)")->capture_default_str();
     sub->add_option("--numerics", o->numerics, "exact | official (default: official for FP8/FP4 checkpoints)");
     sub->add_option("--max-num-seqs", o->max_num_seqs, "Sequences per step")->capture_default_str()->check(CLI::Range(1, 65536));
     sub->add_option("--max-batched-tokens", o->max_batched_tokens, "Token budget per step")->capture_default_str()
@@ -78,10 +78,17 @@ Command register_run(CLI::App& app) {
             mo.numerics_from_checkpoint = false;
             mo.numerics = parse_numerics(o->numerics);
         }
+        const std::string tokenizer_path = resolve_tokenizer(o->tokenizer, o->model);
+        mo.tokenizer_json = tokenizer_path;  // V4.1: the Engram token map comes from the same tokenizer
         std::shared_ptr<const Model> model = Model::load(dir, mo);
-        auto tok = std::make_shared<const Tokenizer>(Tokenizer::from_file(resolve_tokenizer(o->tokenizer, o->model)));
-        DI_CHECK(tok->vocab_size() <= model->config().vocab_size, "the tokenizer has ", tok->vocab_size(),
-                 " ids but the model's vocabulary is ", model->config().vocab_size);
+        auto tok = std::make_shared<const Tokenizer>(Tokenizer::from_file(tokenizer_path));
+        DI_CHECK(tok->vocab_size() <= model->info().vocab_size, "the tokenizer has ", tok->vocab_size(),
+                 " ids but the model's vocabulary is ", model->info().vocab_size);
+        // Chat format: the model's family, except that V4.1's needs <｜System｜>, which a V4 tokenizer
+        // (the bundled one, used by the embedded model) lacks; then V4's format is used.
+        std::string family = o->family;
+        if (family == "auto")
+            family = model->info().family == "deepseek_v41" && tok->added_token_id("<｜System｜>") ? "v41" : "v4";
         EngineConfig ec;
         ec.max_num_seqs = o->max_num_seqs;
         ec.max_num_batched_tokens = o->max_batched_tokens;
@@ -95,7 +102,7 @@ Command register_run(CLI::App& app) {
         ro.output_path = o->output;
         ro.model_name = name;
         ro.resume = o->resume;
-        ro.family = parse_chat_family(o->family);
+        ro.family = parse_chat_family(family);
         ro.default_max_tokens = o->default_max_tokens;
         ro.progress = o->progress == "always" ? BatchRunOptions::Progress::kAlways
                       : o->progress == "never" ? BatchRunOptions::Progress::kNever

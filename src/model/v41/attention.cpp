@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// V4.1 attention for a chunk of tokens, in transformers' order of operations: Q and window KV, the
+// V4.1 attention over the rows of a batch, in transformers' order of operations: Q and window KV, the
 // compressor (Full layers), index keys, the indexer with its visibility / candidate / top-k rules,
 // the compressed entries, then sink attention over the window plus the selected entries, inverse
-// RoPE and the grouped output projection.
+// RoPE and the grouped output projection. Per-position rows (window K=V, the open group's compressor
+// projections) are written to position-keyed rings; a query reads the rows of its own pass from the
+// pass and older ones from the rings.
 #include "model/v41/attention.h"
 
 #include <algorithm>
@@ -16,89 +18,128 @@
 namespace deepinfer::v41 {
 namespace {
 
-
 void norm_rows(float* x, const Vec& weight, float eps, int64_t rows, int64_t n) {
     for (int64_t r = 0; r < rows; ++r) cpu::rms_norm(x + r * n, weight.data(), eps, n, x + r * n);
 }
 
-// Compressor of a Full layer on this call's tokens: appends every group completed by them (pre-RoPE
-// latents) to `latent` and returns the entry index of the first; ratio > 1 keeps the rows of the
-// incomplete group in the state.
-int64_t compress(const Context& ctx, const AttentionWeights& w, int64_t ratio, const float* x, int64_t S,
-                 LayerState& st, std::vector<float>& latent) {
-    const V41TextConfig& c = ctx.config;
-    const int64_t hd = c.head_dim, first = st.num_entries;
-    const float eps = float(c.rms_norm_eps);
-    int64_t groups = 0;
+// Compressor of a Full layer on one segment's rows (kv, gate: that segment's projections): returns
+// the pre-RoPE latents of every group the rows complete [groups, head_dim] and the first's index.
+std::vector<float> pool_groups(const V41TextConfig& c, const AttentionWeights& w, int64_t ratio, const Segment& seg,
+                               LayerState& st, const float* kv, const float* gate, int64_t& first) {
+    const int64_t hd = c.head_dim, n = seg.num_rows, P0 = seg.first_position;
+    std::vector<float> latent;
     if (ratio == 1) {
-        groups = S;
-        latent.resize(static_cast<size_t>(S * hd));
-        cpu::linear_rows(w.compressor_wkv, x, S, latent.data());
+        first = P0;
+        latent.assign(kv, kv + n * hd);
     } else {
-        std::vector<float> kv(static_cast<size_t>(S * hd)), gate(static_cast<size_t>(S * hd));
-        cpu::linear_rows(w.compressor_wkv, x, S, kv.data());
-        cpu::linear_rows(w.compressor_wgate, x, S, gate.data());
-        st.pending_kv.insert(st.pending_kv.end(), kv.begin(), kv.end());
-        st.pending_gate.insert(st.pending_gate.end(), gate.begin(), gate.end());
-        st.num_pending += S;
-        groups = st.num_pending / ratio;
-        latent.resize(static_cast<size_t>(groups * hd));
-        const float* pk = st.pending_kv.data();
-        const float* pg = st.pending_gate.data();
-        for (int64_t g = 0; g < groups; ++g) {
+        first = P0 / ratio;  // the first group ending inside the segment
+        for (int64_t t = 0; t < n; ++t) {
+            const int64_t pos = P0 + t, slot = pos % st.pending_rows;
+            std::copy_n(kv + t * hd, hd, st.pending_kv.mutable_row(slot));
+            std::copy_n(gate + t * hd, hd, st.pending_gate.mutable_row(slot));
+            if ((pos + 1) % ratio != 0) continue;
+            // Group g = positions g*ratio .. pos, read by position (all written by now).
+            const int64_t g0 = pos + 1 - ratio;
+            const size_t at = latent.size();
+            latent.resize(at + size_t(hd));
             for (int64_t ch = 0; ch < hd; ++ch) {
                 float mx = -INFINITY;
-                for (int64_t r = 0; r < ratio; ++r) mx = std::max(mx, pg[(g * ratio + r) * hd + ch]);
+                for (int64_t r = 0; r < ratio; ++r) mx = std::max(mx, st.pending_gate.row((g0 + r) % st.pending_rows)[ch]);
                 float sum = 0.0f;
-                for (int64_t r = 0; r < ratio; ++r) sum += std::exp(pg[(g * ratio + r) * hd + ch] - mx);
+                for (int64_t r = 0; r < ratio; ++r) sum += std::exp(st.pending_gate.row((g0 + r) % st.pending_rows)[ch] - mx);
                 float acc = 0.0f;
                 for (int64_t r = 0; r < ratio; ++r) {
-                    const int64_t t = g * ratio + r;
-                    acc += pk[t * hd + ch] * (std::exp(pg[t * hd + ch] - mx) / sum);
+                    const int64_t slot_r = (g0 + r) % st.pending_rows;
+                    acc += st.pending_kv.row(slot_r)[ch] * (std::exp(st.pending_gate.row(slot_r)[ch] - mx) / sum);
                 }
-                latent[size_t(g * hd + ch)] = acc;
+                latent[at + size_t(ch)] = acc;
             }
         }
-        const int64_t used = groups * ratio;
-        st.pending_kv.erase(st.pending_kv.begin(), st.pending_kv.begin() + used * hd);
-        st.pending_gate.erase(st.pending_gate.begin(), st.pending_gate.begin() + used * hd);
-        st.num_pending -= used;
     }
-    norm_rows(latent.data(), w.compressor_norm, eps, groups, hd);
-    return first;
+    norm_rows(latent.data(), w.compressor_norm, float(c.rms_norm_eps), int64_t(latent.size()) / hd, hd);
+    return latent;
 }
 
-// The indexer of an index source: scores of this call's queries against the KV source's index keys,
-// candidate stage, top-k into `shared`.
-void index(const Context& ctx, const AttentionParams& p, int64_t ratio, const float* qr, SharedState& shared) {
+// The compressor stage of a Full layer for every segment: projections over all rows, then per
+// segment the completed groups -> index keys (RoPE, MXFP4 QAT) and entries (RoPE, FP4 QAT), appended.
+void compress_all(const Context& ctx, const AttentionParams& p) {
     const V41TextConfig& c = ctx.config;
     const AttentionWeights& w = *p.weights;
-    const LayerState* src = shared.kv_source;
-    if (src == nullptr || src->num_entries == 0) return;  // transformers publishes nothing then
-    const int64_t S = p.num_tokens, n = src->num_entries, IH = c.index_n_heads, ID = c.index_head_dim;
-    std::vector<float> q(static_cast<size_t>(S * IH * ID)), hw(static_cast<size_t>(S * IH));
-    cpu::linear_rows(w.indexer_wq_b, qr, S, q.data());
-    cpu::linear_rows(w.indexer_weights_proj, p.x, S, hw.data());
-    const float softmax_scale = 1.0f / std::sqrt(float(ID)), heads_scale = 1.0f / std::sqrt(float(IH));
-    for (int64_t t = 0; t < S; ++t)
-        for (int64_t h = 0; h < IH; ++h) {
-            float* qh = q.data() + (t * IH + h) * ID;
-            ctx.rope_compress.apply(qh, ID, p.position_begin + t);
-            fake_quant_fp4(qh, ID, 32, false);
+    const int64_t S = p.num_rows, hd = c.head_dim, ratio = c.compress_ratio(p.layer), ID = c.index_head_dim;
+    const float eps = float(c.rms_norm_eps);
+    std::vector<float> kv(static_cast<size_t>(S * hd)), gate;
+    cpu::linear_rows(w.compressor_wkv, p.x, S, kv.data());
+    if (ratio > 1) {
+        gate.resize(static_cast<size_t>(S * hd));
+        cpu::linear_rows(w.compressor_wgate, p.x, S, gate.data());
+    }
+    for (size_t i = 0; i < p.segments.size(); ++i) {
+        const Segment& seg = p.segments[i];
+        LayerState& st = seg.state->layers[size_t(p.layer)];
+        int64_t first = 0;
+        std::vector<float> latent = pool_groups(c, w, ratio, seg, st, kv.data() + seg.row_begin * hd,
+                                                ratio > 1 ? gate.data() + seg.row_begin * hd : nullptr, first);
+        const int64_t groups = int64_t(latent.size()) / hd;
+        DI_ICHECK(groups == 0 || st.num_entries() == first);
+        if (w.has_index_keys && groups > 0) {
+            std::vector<float> keys(static_cast<size_t>(groups * ID));
+            cpu::linear_rows(w.indexer_wk, latent.data(), groups, keys.data());
+            norm_rows(keys.data(), w.indexer_k_norm, eps, groups, ID);
+            for (int64_t g = 0; g < groups; ++g) {
+                ctx.rope_compress.apply(keys.data() + g * ID, ID, (first + g) * ratio);
+                fake_quant_fp4(keys.data() + g * ID, ID, 32, false);
+                st.index_keys.append(keys.data() + g * ID);
+            }
         }
-    const bool candidate_source = p.layer == c.candidate_source_layer_id;
-    const bool uses_candidates = c.candidate_source_layer_id >= 0 && c.candidate_source_layer_id < p.layer &&
+        for (int64_t g = 0; g < groups; ++g) {
+            float* e = latent.data() + g * hd;
+            ctx.rope_compress.apply(e, hd, (first + g) * ratio);
+            fake_quant_fp4(e, hd, 16, true);
+            st.compressed.append(e);
+        }
+        p.shared[i].kv_source = &st;
+    }
+}
+
+// Top-k (ties: lowest index first) of `scores`, kept as an ascending set without -inf entries.
+void topk_ascending(const std::vector<float>& scores, int64_t k, std::vector<int64_t>& order, int32_t* out) {
+    const int64_t n = int64_t(scores.size());
+    order.resize(size_t(n));
+    std::iota(order.begin(), order.end(), 0);
+    k = std::min(k, n);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
+        return scores[size_t(a)] > scores[size_t(b)] || (scores[size_t(a)] == scores[size_t(b)] && a < b);
+    });
+    std::vector<int32_t> picked;
+    for (int64_t i = 0; i < k; ++i)
+        if (scores[size_t(order[size_t(i)])] > -INFINITY) picked.push_back(int32_t(order[size_t(i)]));
+    std::sort(picked.begin(), picked.end());
+    std::copy(picked.begin(), picked.end(), out);
+}
+
+// The indexer of an index source for one segment: scores of its queries (q: [rows, IH, ID] after
+// RoPE and QAT; hw: [rows, IH]) against the KV source's index keys, candidate stage, top-k.
+void index_segment(const Context& ctx, int64_t layer, int64_t ratio, const Segment& seg, const float* q,
+                   const float* hw, SharedState& shared) {
+    const V41TextConfig& c = ctx.config;
+    const LayerState* src = shared.kv_source;
+    if (src == nullptr || src->num_entries() == 0) return;  // transformers publishes nothing then
+    const int64_t S = seg.num_rows, n = src->num_entries(), IH = c.index_n_heads, ID = c.index_head_dim;
+    const float softmax_scale = 1.0f / std::sqrt(float(ID)), heads_scale = 1.0f / std::sqrt(float(IH));
+    const bool candidate_source = layer == c.candidate_source_layer_id;
+    const bool uses_candidates = c.candidate_source_layer_id >= 0 && c.candidate_source_layer_id < layer &&
                                  shared.has_candidates && !candidate_source;
     if (candidate_source) {
         shared.candidates.assign(static_cast<size_t>(S * n), 0);
+        shared.candidate_entries = n;
         shared.has_candidates = true;
     }
-    const int64_t topk_width = c.index_topk;
+    const int64_t topk_width = c.index_topk, cn = shared.candidate_entries;
     shared.topk.assign(static_cast<size_t>(S * topk_width), -1);
     std::vector<float> scores(static_cast<size_t>(n));
-    std::vector<int64_t> order(static_cast<size_t>(n));
+    std::vector<int64_t> order;
     for (int64_t t = 0; t < S; ++t) {
-        const int64_t visible = std::min(n, (p.position_begin + t + 1) / ratio);
+        const int64_t visible = std::min(n, (seg.first_position + t + 1) / ratio);
         for (int64_t j = 0; j < n; ++j) {
             if (j >= visible) {
                 scores[size_t(j)] = -INFINITY;
@@ -106,8 +147,8 @@ void index(const Context& ctx, const AttentionParams& p, int64_t ratio, const fl
             }
             float acc = 0.0f;
             for (int64_t h = 0; h < IH; ++h) {
-                const float d = cpu::dot(q.data() + (t * IH + h) * ID, src->index_keys.data() + j * ID, ID);
-                acc += (std::max(d, 0.0f) * softmax_scale) * (hw[size_t(t * IH + h)] * heads_scale);
+                const float d = cpu::dot(q + (t * IH + h) * ID, src->index_keys.row(j), ID);
+                acc += (std::max(d, 0.0f) * softmax_scale) * (hw[t * IH + h] * heads_scale);
             }
             scores[size_t(j)] = acc;
         }
@@ -129,79 +170,66 @@ void index(const Context& ctx, const AttentionParams& p, int64_t ratio, const fl
             }
         } else if (uses_candidates) {
             for (int64_t j = 0; j < n; ++j)
-                if (!shared.candidates[size_t(t * n + j)]) scores[size_t(j)] = -INFINITY;
+                if (j >= cn || !shared.candidates[size_t(t * cn + j)]) scores[size_t(j)] = -INFINITY;
         }
-        // Top-k (ties: lowest index first), kept as an ascending set.
-        std::iota(order.begin(), order.end(), 0);
-        const int64_t k = std::min(topk_width, n);
-        std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
-            return scores[size_t(a)] > scores[size_t(b)] || (scores[size_t(a)] == scores[size_t(b)] && a < b);
-        });
-        std::vector<int32_t> picked;
-        for (int64_t i = 0; i < k; ++i)
-            if (scores[size_t(order[size_t(i)])] > -INFINITY) picked.push_back(int32_t(order[size_t(i)]));
-        std::sort(picked.begin(), picked.end());
-        std::copy(picked.begin(), picked.end(), shared.topk.begin() + t * topk_width);
+        topk_ascending(scores, topk_width, order, shared.topk.data() + t * topk_width);
     }
     shared.has_topk = true;
 }
 
 }  // namespace
 
-void attention_forward(const Context& ctx, const AttentionParams& p, SharedState& shared) {
+void compress_forward(const Context& ctx, const AttentionParams& p) {
+    DI_ICHECK(p.weights->has_compressor);
+    compress_all(ctx, p);
+}
+
+void attention_forward(const Context& ctx, const AttentionParams& p) {
     const V41TextConfig& c = ctx.config;
     const AttentionWeights& w = *p.weights;
-    LayerState& st = *p.state;
-    const int64_t S = p.num_tokens, H = c.num_attention_heads, hd = c.head_dim, P0 = p.position_begin;
+    const int64_t S = p.num_rows, H = c.num_attention_heads, hd = c.head_dim;
     const int64_t ratio = c.compress_ratio(p.layer), W = c.sliding_window;
     const cpu::RopeTable& rope = ratio > 0 ? ctx.rope_compress : ctx.rope_main;
     const float eps = float(c.rms_norm_eps);
+    std::vector<int64_t> position(static_cast<size_t>(S));
+    for (const Segment& seg : p.segments)
+        for (int64_t r = 0; r < seg.num_rows; ++r) position[size_t(seg.row_begin + r)] = seg.first_position + r;
 
+    // Q and this pass's window K=V, all rows.
     std::vector<float> qr(static_cast<size_t>(S * c.q_lora_rank)), q(static_cast<size_t>(S * H * hd));
     cpu::linear_rows(w.wq_a, p.x, S, qr.data());
     norm_rows(qr.data(), w.q_norm, eps, S, c.q_lora_rank);
     cpu::linear_rows(w.wq_b, qr.data(), S, q.data());
-    // Window K=V of this call appended after the cached ones: kv rows [num_window + S, hd], row r holds
-    // position P0 - num_window + r.
-    const int64_t cached = st.num_window;
-    std::vector<float> kv(static_cast<size_t>((cached + S) * hd));
-    std::copy(st.window.begin(), st.window.end(), kv.begin());
-    float* kv_new = kv.data() + cached * hd;
-    cpu::linear_rows(w.wkv, p.x, S, kv_new);
-    norm_rows(kv_new, w.kv_norm, eps, S, hd);
+    std::vector<float> kv(static_cast<size_t>(S * hd));
+    cpu::linear_rows(w.wkv, p.x, S, kv.data());
+    norm_rows(kv.data(), w.kv_norm, eps, S, hd);
     for (int64_t t = 0; t < S; ++t) {
-        for (int64_t h = 0; h < H; ++h) rope.apply(q.data() + (t * H + h) * hd, hd, P0 + t);
-        rope.apply(kv_new + t * hd, hd, P0 + t);
-        fake_quant_fp8(kv_new + t * hd, hd, 32);
+        for (int64_t h = 0; h < H; ++h) rope.apply(q.data() + (t * H + h) * hd, hd, position[size_t(t)]);
+        rope.apply(kv.data() + t * hd, hd, position[size_t(t)]);
+        fake_quant_fp8(kv.data() + t * hd, hd, 32);
     }
 
-    bool use_compressed = false;
     if (ratio > 0) {
-        if (w.has_compressor) {
-            std::vector<float> latent;
-            const int64_t first = compress(ctx, w, ratio, p.x, S, st, latent);
-            const int64_t groups = int64_t(latent.size()) / hd;
-            if (w.has_index_keys) {
-                const int64_t ID = c.index_head_dim;
-                std::vector<float> keys(static_cast<size_t>(groups * ID));
-                cpu::linear_rows(w.indexer_wk, latent.data(), groups, keys.data());
-                norm_rows(keys.data(), w.indexer_k_norm, eps, groups, ID);
-                for (int64_t g = 0; g < groups; ++g) {
-                    ctx.rope_compress.apply(keys.data() + g * ID, ID, (first + g) * ratio);
-                    fake_quant_fp4(keys.data() + g * ID, ID, 32, false);
+        if (w.has_compressor) compress_all(ctx, p);
+        if (w.has_indexer) {
+            const int64_t IH = c.index_n_heads, ID = c.index_head_dim;
+            std::vector<float> qi(static_cast<size_t>(S * IH * ID)), hw(static_cast<size_t>(S * IH));
+            cpu::linear_rows(w.indexer_wq_b, qr.data(), S, qi.data());
+            cpu::linear_rows(w.indexer_weights_proj, p.x, S, hw.data());
+            for (int64_t t = 0; t < S; ++t)
+                for (int64_t h = 0; h < IH; ++h) {
+                    float* qh = qi.data() + (t * IH + h) * ID;
+                    ctx.rope_compress.apply(qh, ID, position[size_t(t)]);
+                    fake_quant_fp4(qh, ID, 32, false);
                 }
-                st.index_keys.insert(st.index_keys.end(), keys.begin(), keys.end());
+            for (size_t i = 0; i < p.segments.size(); ++i) {
+                const Segment& seg = p.segments[i];
+                // Visibility i < (P+1)/r with this layer's ratio (transformers'; the source's in every
+                // valid schedule, spec §1.3).
+                index_segment(ctx, p.layer, ratio, seg, qi.data() + seg.row_begin * IH * ID,
+                              hw.data() + seg.row_begin * IH, p.shared[i]);
             }
-            for (int64_t g = 0; g < groups; ++g) {
-                ctx.rope_compress.apply(latent.data() + g * hd, hd, (first + g) * ratio);
-                fake_quant_fp4(latent.data() + g * hd, hd, 16, true);
-            }
-            st.compressed.insert(st.compressed.end(), latent.begin(), latent.end());
-            st.num_entries += groups;
-            shared.kv_source = &st;
         }
-        if (w.has_indexer) index(ctx, p, ratio, qr.data(), shared);
-        use_compressed = shared.kv_source != nullptr && shared.kv_source->num_entries > 0 && shared.has_topk;
     }
 
     // Sink attention over the window [P-W+1, P] (oldest first) and the selected compressed entries.
@@ -209,39 +237,47 @@ void attention_forward(const Context& ctx, const AttentionParams& p, SharedState
     const float scale = 1.0f / std::sqrt(float(hd));
     std::vector<const float*> keys;
     std::vector<float> logits;
-    for (int64_t t = 0; t < S; ++t) {
-        const int64_t P = P0 + t;
-        keys.clear();
-        for (int64_t s = std::max<int64_t>(0, P - W + 1); s <= P; ++s) keys.push_back(kv.data() + (s - (P0 - cached)) * hd);
-        if (use_compressed) {
-            for (int64_t k = 0; k < c.index_topk; ++k) {
-                const int32_t j = shared.topk[size_t(t * c.index_topk + k)];
-                if (j >= 0) keys.push_back(shared.kv_source->compressed.data() + int64_t(j) * hd);
+    for (size_t i = 0; i < p.segments.size(); ++i) {
+        const Segment& seg = p.segments[i];
+        const SharedState& sh = p.shared[i];
+        LayerState& st = seg.state->layers[size_t(p.layer)];
+        const int64_t P0 = seg.first_position;
+        const bool use_compressed =
+            ratio > 0 && sh.kv_source != nullptr && sh.kv_source->num_entries() > 0 && sh.has_topk;
+        for (int64_t t = 0; t < seg.num_rows; ++t) {
+            const int64_t P = P0 + t, row = seg.row_begin + t;
+            keys.clear();
+            for (int64_t s = std::max({int64_t{0}, P - W + 1, seg.window_begin}); s <= P; ++s)
+                keys.push_back(s >= P0 ? kv.data() + (seg.row_begin + s - P0) * hd : st.window.row(s % st.window_rows));
+            if (use_compressed) {
+                for (int64_t k = 0; k < c.index_topk; ++k) {
+                    const int32_t j = sh.topk[size_t(t * c.index_topk + k)];
+                    if (j >= 0) keys.push_back(sh.kv_source->compressed.row(j));
+                }
+            }
+            logits.resize(keys.size());
+            for (int64_t h = 0; h < H; ++h) {
+                const float* qh = q.data() + (row * H + h) * hd;
+                const float sink = w.sink[size_t(h)];
+                float mx = sink;
+                for (size_t k = 0; k < keys.size(); ++k) {
+                    logits[k] = cpu::dot(qh, keys[k], hd) * scale;
+                    mx = std::max(mx, logits[k]);
+                }
+                float den = std::exp(sink - mx);
+                for (size_t k = 0; k < keys.size(); ++k) den += (logits[k] = std::exp(logits[k] - mx));
+                float* oh = o.data() + (row * H + h) * hd;
+                for (size_t k = 0; k < keys.size(); ++k) {
+                    const float pr = logits[k] / den;
+                    for (int64_t d = 0; d < hd; ++d) oh[d] += pr * keys[k][d];
+                }
+                rope.apply(oh, hd, P, /*inverse=*/true);
             }
         }
-        logits.resize(keys.size());
-        for (int64_t h = 0; h < H; ++h) {
-            const float* qh = q.data() + (t * H + h) * hd;
-            const float sink = w.sink[size_t(h)];
-            float mx = sink;
-            for (size_t i = 0; i < keys.size(); ++i) {
-                logits[i] = cpu::dot(qh, keys[i], hd) * scale;
-                mx = std::max(mx, logits[i]);
-            }
-            float den = std::exp(sink - mx);
-            for (size_t i = 0; i < keys.size(); ++i) den += (logits[i] = std::exp(logits[i] - mx));
-            float* oh = o.data() + (t * H + h) * hd;
-            for (size_t i = 0; i < keys.size(); ++i) {
-                const float pr = logits[i] / den;
-                for (int64_t d = 0; d < hd; ++d) oh[d] += pr * keys[i][d];
-            }
-            rope.apply(oh, hd, P, /*inverse=*/true);
-        }
+        // The window ring keeps the last window_rows positions of the segment.
+        for (int64_t t = std::max<int64_t>(0, seg.num_rows - st.window_rows); t < seg.num_rows; ++t)
+            std::copy_n(kv.data() + (seg.row_begin + t) * hd, hd, st.window.mutable_row((P0 + t) % st.window_rows));
     }
-    // Keep the last W window rows.
-    const int64_t keep = std::min<int64_t>(W, cached + S);
-    st.window.assign(kv.end() - keep * hd, kv.end());
-    st.num_window = keep;
 
     // Grouped wo_a, then wo_b.
     const int64_t G = c.o_groups, gin = H * hd / G, R = c.o_lora_rank;

@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: Apache-2.0
+// Model::load: the family dispatch. config.json says which family a checkpoint is (V4.1's is the
+// composite text_config layout or a deepseek_v41_text config); everything else is V4's.
+#include <filesystem>
+
+#include "deepinfer/check.h"
+#include "deepinfer/model.h"
+#include "deepinfer/model_config_v41.h"
+#include "deepinfer/model_v41.h"
+#include "model/config_json.h"
+#include "model/forward.h"
+
+namespace deepinfer {
+
+std::unique_ptr<Model> Model::load(const std::string& dir, const ModelOptions& options) {
+    const std::string config = dir + "/config.json";
+    if (std::filesystem::exists(config) && is_v41_config(config_json::read_config_file(config))) {
+        ModelOptions o = options;
+        // The Engram token map's tokenizer: the option, the checkpoint's own, else the bundled one.
+        if (o.tokenizer_json.empty())
+            o.tokenizer_json = std::filesystem::exists(dir + "/tokenizer.json")
+                                   ? dir + "/tokenizer.json"
+                                   : std::string(DI_ASSETS_DIR) + "/tokenizer/deepseek-v4/tokenizer.json";
+        return V41Model::load(dir, o);
+    }
+    DI_CHECK(!options.v41_bounded_replay, dir, ": bounded replay is a DeepSeek-V4.1 option; this is a V4 checkpoint");
+    return load_v4_model(dir, options);
+}
+
+}  // namespace deepinfer
