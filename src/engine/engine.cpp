@@ -277,6 +277,11 @@ struct Engine::Impl {
                 }
             }
         }
+        // Completions that finished on their sampled token run no further forward: free their state now,
+        // not at the next collection (with async scheduling the next step is scheduled before that, and
+        // memory it does not account for would be taken).
+        for (Completion* c : advanced)
+            if (c->token_finished) c->seq.reset();
         return advanced;
     }
 
