@@ -3,7 +3,7 @@
 # `make demo`: the main job end to end on the built-in default model. `deepinfer run` reads the
 # OpenAI Batch API file examples/requests.jsonl (chat and raw completions, n > 1, logprobs, and two
 # deliberately malformed lines) and writes the batch output file; then `inspect` shows a fixture.
-# The built-in model is a tiny RANDOM-weight model of the real DeepSeek-V4 architecture and
+# The built-in model is a tiny RANDOM-weight model of the real DeepSeek-V4.1 architecture and
 # vocabulary: its text is meaningless by design. Use --model DIR with a real checkpoint
 # (deepseek-ai/DeepSeek-V4.1-Flash-1017 in production) for real answers.
 set -euo pipefail

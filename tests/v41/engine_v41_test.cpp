@@ -1,17 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
 // DeepSeek-V4.1 behind the Model interface (tests/data/v41/v41_tiny_a: every layer kind, Engram at
-// two layers): Model::load recognizes it; forward_batch gives each chunk the logits of running it
+// two layers) and the built-in default model: Model::load recognizes it; forward_batch gives each chunk the logits of running it
 // alone; paged state (snapshots share pages, copy-on-write) and truncate for speculative rollback are
 // exact; the engine's tokens and logprobs for a request do not depend on its neighbours, chunking,
 // prefix caching, async scheduling or preemption.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "deepinfer/check.h"
+#include "deepinfer/embedded.h"
 #include "deepinfer/engine.h"
+#include "deepinfer/engram.h"
 #include "deepinfer/model.h"
 #include "deepinfer/model_v41.h"
 #include "model/paged_rows.h"
@@ -246,6 +252,45 @@ TEST(V41Engine, SameTokensAloneAndInAnyBatchChunkingCacheAndScheduling) {
             }
         }
     }
+}
+
+}  // namespace
+}  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+// The built-in default (embedded:v41) is a V4.1 model that exercises every layer kind, both
+// compressor ratios and Engram at two layers, with the real vocabulary; its Engram token map comes
+// from the bundled DeepSeek-V4 tokenizer and passes the published size and SHA-256 check at load.
+TEST(Embedded, DefaultIsATinyV41ModelOfEveryLayerKind) {
+    const std::string cache = (std::filesystem::temp_directory_path() / "deepinfer_test_embedded").string();
+    const V41ModelConfig c = parse_v41_model_config(embedded_model_config());
+    const V41TextConfig& t = c.text;
+    EXPECT_EQ(t.vocab_size, 129280);
+    std::set<CsaMode> modes;
+    std::set<int64_t> ratios;
+    for (int64_t l = 0; l < t.num_hidden_layers; ++l) {
+        modes.insert(t.csa_mode(l));
+        ratios.insert(t.compress_ratio(l));
+    }
+    EXPECT_EQ(modes, (std::set<CsaMode>{CsaMode::kWindowOnly, CsaMode::kFull, CsaMode::kReindex, CsaMode::kReuse}));
+    EXPECT_EQ(ratios, (std::set<int64_t>{0, 1, 2}));
+    EXPECT_EQ(t.engram_layer_ids.size(), 2u);
+    EXPECT_EQ(t.engram_compressed_vocab_size, kV41EngramCompressedVocabSize);
+    ModelOptions o;
+    o.tokenizer_json = DI_TOKENIZER_JSON;
+    auto model = Model::load(ensure_embedded_model(cache), o);
+    EXPECT_EQ(model->info().family, "deepseek_v41");
+    Sequence seq = model->new_sequence();
+    const std::vector<int32_t> ids = {0, 128803, 19923, 128804};
+    const std::vector<float> logits = model->forward(seq, ids, false);
+    ASSERT_EQ(logits.size(), size_t(129280));
+    for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+    // embedded:v4 remains available.
+    EXPECT_NE(embedded_model_config(kEmbeddedV4).find("\"deepseek_v4\""), std::string::npos);
+    EXPECT_NE(embedded_model_dir_name(kEmbeddedV4), embedded_model_dir_name());
+    EXPECT_THROW(embedded_model_config("embedded:v5"), Error);
 }
 
 }  // namespace

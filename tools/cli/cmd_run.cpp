@@ -44,7 +44,8 @@ Command register_run(CLI::App& app) {
     };
     auto o = std::make_shared<Options>();
     CLI::App* sub = app.add_subcommand("run", "Run an OpenAI Batch API file (JSONL) and write the batch output file");
-    sub->add_option("--model", o->model, "Checkpoint directory (default: the built-in tiny random-weight model)");
+    sub->add_option("--model", o->model, "Checkpoint directory, or embedded:v41 (the default: a built-in tiny random-weight "
+                                       "DeepSeek-V4.1 model) or embedded:v4");
     sub->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the model's, else the bundled DeepSeek one)");
     sub->add_option("--input", o->input, "Input JSONL: {custom_id, method, url, body} per line")->required();
     sub->add_option("--output", o->output, "Output JSONL: {id, custom_id, response, error} per request")->required();
@@ -68,17 +69,18 @@ Command register_run(CLI::App& app) {
     return [sub, o]() -> int {
         if (!sub->parsed()) return -1;
         std::string dir = o->model, name = o->model;
-        if (dir.empty()) {
-            dir = ensure_embedded_model(o->cache_dir.empty() ? default_cache_dir() : o->cache_dir);
-            name = kEmbeddedModelName;
-            DI_LOG_INFO("using the built-in tiny random-weight model ({}): its text is random by design", dir);
+        const bool embedded = dir.empty() || is_embedded_model_name(dir);
+        if (embedded) {
+            name = dir.empty() ? std::string(kEmbeddedDefault) : dir;
+            dir = ensure_embedded_model(o->cache_dir.empty() ? default_cache_dir() : o->cache_dir, name);
+            DI_LOG_INFO("using the built-in tiny random-weight model {} ({}): its text is random by design", name, dir);
         }
         ModelOptions mo;
         if (!o->numerics.empty()) {
             mo.numerics_from_checkpoint = false;
             mo.numerics = parse_numerics(o->numerics);
         }
-        const std::string tokenizer_path = resolve_tokenizer(o->tokenizer, o->model);
+        const std::string tokenizer_path = resolve_tokenizer(o->tokenizer, embedded ? std::string() : dir);
         mo.tokenizer_json = tokenizer_path;  // V4.1: the Engram token map comes from the same tokenizer
         std::shared_ptr<const Model> model = Model::load(dir, mo);
         auto tok = std::make_shared<const Tokenizer>(Tokenizer::from_file(tokenizer_path));
