@@ -93,7 +93,7 @@ Command register_generate(CLI::App& app) {
         int64_t max_tokens = 16;
         double temperature = 0.0;
         uint64_t seed = 0;
-        bool ignore_eos = false;
+        bool ignore_eos = false, bounded_replay = false;
     };
     auto o = std::make_shared<Options>();
     CLI::App* sub = app.add_subcommand("generate", "Continue a token sequence; prints {\"token_ids\": [...]}");
@@ -105,10 +105,14 @@ Command register_generate(CLI::App& app) {
     sub->add_option("--numerics", o->numerics, "exact | official");
     sub->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at the end-of-sequence token");
     sub->add_option("--tokenizer", o->tokenizer, "V4.1: tokenizer.json for the Engram token map (default: the bundled one)");
+    sub->add_flag("--bounded-replay", o->bounded_replay,
+                  "V4.1: approximate SWA bounded-replay prefill (docs/v41-bounded-replay.md; off: the exact path)");
     return [sub, o]() -> int {
         if (!sub->parsed()) return -1;
         std::vector<int32_t> ids = parse_ids(o->ids);
-        auto model = Model::load(o->model, model_options(o->numerics, o->tokenizer));
+        ModelOptions mo = model_options(o->numerics, o->tokenizer);
+        mo.v41_bounded_replay = o->bounded_replay;
+        auto model = Model::load(o->model, mo);
         const std::vector<int64_t>& eos_ids = model->info().eos_token_ids;
         Sequence seq = model->new_sequence();
         auto step = [&](std::span<const int32_t> t) { return model->forward(seq, t, /*all_logits=*/false); };

@@ -72,8 +72,8 @@ std::unique_ptr<V41Model> V41Model::load(const std::string& dir, const ModelOpti
     m.bounded_replay = options.v41_bounded_replay;
     for (int64_t l = 0; l < c.num_hidden_layers && m.decoder_begin < 0; ++l)
         if (c.compress_ratio(l) == 1 && c.is_kv_source(l)) m.decoder_begin = l;
-    DI_CHECK(!m.bounded_replay || m.decoder_begin >= 0, dir,
-             ": bounded replay needs a decoder (a ratio-1 KV source layer); this config has none");
+    DI_CHECK(!m.bounded_replay || (m.decoder_begin >= 0 && c.is_index_source(m.decoder_begin)), dir,
+             ": bounded replay needs a decoder whose first layer is a ratio-1 KV and index source; this config has none");
     m.weights = std::make_unique<v41::Weights>(dir, c);
     m.rope_main = cpu::RopeTable(c.rope_main, c.qk_rope_head_dim);
     m.rope_compress = cpu::RopeTable(c.rope_compress, c.qk_rope_head_dim);
@@ -260,7 +260,14 @@ std::vector<std::vector<float>> V41Model::Impl::run(std::span<const Chunk> chunk
                 seg.row_begin = begin;
                 seg.first_position += skip;
                 seg.num_rows -= skip;
-                if (replay[i]) seg.window_begin = seg.first_position;
+                if (!replay[i]) continue;
+                seg.window_begin = seg.first_position;
+                // The encoder's top-k and candidate rows are for the dropped rows; the decoder's first
+                // layer (a KV and index source) publishes new ones.
+                shared[i].topk.clear();
+                shared[i].has_topk = false;
+                shared[i].candidates.clear();
+                shared[i].has_candidates = false;
             }
             const int64_t S2 = int64_t(keep.size());
             auto compact = [&](std::vector<float>& v, int64_t width) {
