@@ -127,14 +127,14 @@ public:
     Grammar convert_root() {
         const int32_t root = g_.declare("root");
         const ExprId body = convert(root_, "");
-        g_.define(root, g_.seq({ws_, body, ws_}));
+        g_.define(root, g_.seq({body, ws_}));  // no leading whitespace (as xgrammar)
         g_.set_root(root);
         return std::move(g_);
     }
 
     Grammar any_object_root() {
         const int32_t root = g_.declare("root");
-        g_.define(root, g_.seq({ws_, g_.ref(any_object_rule()), ws_}));
+        g_.define(root, g_.seq({g_.ref(any_object_rule()), ws_}));
         g_.set_root(root);
         return std::move(g_);
     }
@@ -672,6 +672,14 @@ private:
         return o;
     }
 
+    // A value used in more than one rule (an object's optional-member rules) becomes a rule of its
+    // own, so its automaton states (and their token caches) exist once.
+    ExprId shared(ExprId e, const char* prefix) {
+        const Expr& ex = g_.expr(e);
+        if (ex.kind == ExprKind::kRuleRef || ex.kind == ExprKind::kBytes) return e;
+        return g_.ref(g_.add_rule(prefix, e));
+    }
+
     ExprId object_expr(const Json& schema, const std::string& path, int depth) {
         const Json empty_props = Json::object();
         const Json& props = schema.contains("properties") ? schema["properties"] : empty_props;
@@ -708,7 +716,7 @@ private:
         for (auto it = props.begin(); it != props.end(); ++it) {
             const std::string p = path + "/properties/" + escape_pointer(it.key());
             const bool req = std::find(required.begin(), required.end(), it.key()) != required.end();
-            members.push_back({g_.seq({key_lit(it.key()), ws_, lit(":"), ws_, convert(it.value(), p, depth + 1)}), req});
+            members.push_back({g_.seq({key_lit(it.key()), ws_, lit(":"), ws_, shared(convert(it.value(), p, depth + 1), "prop")}), req});
             names.push_back(to_u32(it.key()));
         }
         for (const std::string& r : required)

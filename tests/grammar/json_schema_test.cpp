@@ -131,7 +131,8 @@ TEST_F(SchemaFixture, WhitespacePolicies) {
     const std::string s = R"J({"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}}}, "required": ["a"]})J";
     auto flex = compiler.compile_json_schema(s, {JsonWhitespace::kFlexible, 4, true});
     EXPECT_TRUE(accepts(flex, "{ \"a\" : [ 1 ,\n  2 ] }"));
-    EXPECT_TRUE(accepts(flex, "\n{\"a\":[]}"));
+    EXPECT_FALSE(accepts(flex, "\n{\"a\":[]}"));  // no leading whitespace
+    EXPECT_TRUE(accepts(flex, "{\"a\":[]}\n\n"));
     EXPECT_FALSE(accepts(flex, "{     \"a\":[]}"));  // 5 spaces > max 4
     auto comp = compiler.compile_json_schema(s, {JsonWhitespace::kCompact, 4, true});
     EXPECT_FALSE(accepts(comp, "{ \"a\":[]}"));
