@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
                     // A random allowed token; EOS is taken only once the walk has had its steps
                     // (walks keep going, like a model that does not stop early).
                     std::vector<int32_t> allowed;
-                    for (int32_t t = 0; t < vocab->size(); ++t)
+                    for (int32_t t = 0, nv = vocab->size(); t < nv; ++t)
                         if ((mask[size_t(t >> 6)] >> (t & 63)) & 1 && (t != 1 || n == 1)) allowed.push_back(t);
                     const int32_t pick = allowed[rng() % allowed.size()];
                     m.accept_token(pick);

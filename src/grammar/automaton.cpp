@@ -386,6 +386,12 @@ Automaton build_automaton(const Grammar& g, const AutomatonLimits& limits) {
         }
         for (int32_t r = 0; r < num_rules; ++r) changed |= merge(rfirst[size_t(r)], first[size_t(a.rule_start[size_t(r)])]);
     }
+    a.rule_returns.assign(size_t(num_rules), {});
+    for (const auto& [rule, t] : a.edges) a.rule_returns[size_t(rule)].push_back(t);
+    for (auto& r : a.rule_returns) {
+        std::sort(r.begin(), r.end());
+        r.erase(std::unique(r.begin(), r.end()), r.end());
+    }
     a.rule_follow.assign(size_t(num_rules), ByteSet{0, 0, 0, 0});
     for (bool changed = true; changed;) {
         changed = false;

@@ -26,6 +26,7 @@ struct Automaton {
     std::vector<int32_t> rule_start;       // [num_rules] start state of each rule
     std::vector<uint8_t> rule_nullable;    // [num_rules]
     std::vector<ByteSet> rule_follow;      // [num_rules] bytes that may follow a completed rule
+    std::vector<std::vector<int32_t>> rule_returns;  // [num_rules] states a completed rule returns to
     std::vector<int32_t> state_rule;       // [num_states]
     std::vector<uint8_t> state_final;      // [num_states]
     std::vector<ByteSet> state_bytes;      // [num_states] bytes with an edge

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,6 +28,8 @@ struct TriggerTable {
     int32_t scan(int32_t& state, std::string_view bytes) const;
     static std::shared_ptr<const TriggerTable> build(const TokenVocabulary::Impl& v, std::string text);
 };
+
+int64_t count_mask_bits(std::span<const uint64_t> mask);
 
 struct CompiledGrammar::Impl {
     std::shared_ptr<const TokenVocabulary> vocabulary;

@@ -47,9 +47,7 @@ struct ConstrainedDecoder::Impl {
                     mask[size_t(id >> 6)] &= ~(uint64_t{1} << (id & 63));
             }
         }
-        int64_t count = 0;
-        for (uint64_t w : mask) count += std::popcount(w);
-        return count;
+        return count_mask_bits(mask);
     }
 
     bool accept(int32_t token) {

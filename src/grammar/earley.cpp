@@ -26,6 +26,8 @@ void Earley::close(size_t set_idx) {
         const int32_t rule = a.state_rule[size_t(s)];
         if (it.origin == kOutside) {
             flags |= kPopped;
+            if (any_context_)
+                for (int32_t t : a.rule_returns[size_t(rule)]) add(t, kOutside);
             continue;
         }
         if (rule == a.root && it.origin == 0) flags |= kCanEnd;
@@ -42,6 +44,7 @@ void Earley::close(size_t set_idx) {
 }
 
 void Earley::start_root() {
+    any_context_ = false;
     items_.clear();
     set_begin_.assign(1, 0);
     flags_.clear();
@@ -49,7 +52,31 @@ void Earley::start_root() {
     close(0);
 }
 
+void Earley::start_any_context(std::span<const int32_t> seeds) {
+    any_context_ = true;
+    items_.clear();
+    set_begin_.assign(1, 0);
+    flags_.clear();
+    for (int32_t s : seeds) add(s, kOutside);
+    close(0);
+}
+
+bool Earley::push_seeded(uint8_t b, std::span<const int32_t> seeds) {
+    const Automaton& a = *a_;
+    const size_t begin = set_begin_.back(), end = items_.size();
+    set_begin_.push_back(static_cast<uint32_t>(end));
+    for (size_t i = begin; i < end; ++i) {
+        const Item it = items_[i];
+        const int32_t t = a.next[size_t(it.state) * 256 + b];
+        if (t >= 0) add(t, it.origin);
+    }
+    for (int32_t s : seeds) add(s, kOutside);
+    close(set_begin_.size() - 1);
+    return items_.size() > set_begin_.back();
+}
+
 void Earley::start_at(int32_t state) {
+    any_context_ = false;
     items_.clear();
     set_begin_.assign(1, 0);
     flags_.clear();

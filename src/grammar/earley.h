@@ -29,6 +29,12 @@ public:
     explicit Earley(const Automaton* a) : a_(a) {}
     void start_root();
     void start_at(int32_t state);  // isolated: {(state, kOutside)} and its closure
+    // "Any context" mode (token caches): items of unknown parents (origin kOutside) that complete
+    // continue in every state their rule can return to, an over-approximation of all stacks.
+    // Starts with {(s, kOutside) : s in seeds}; sets may be empty.
+    void start_any_context(std::span<const int32_t> seeds);
+    // Scans `b` (any context mode) and adds the seeds; always pushes a set. False if it is empty.
+    bool push_seeded(uint8_t b, std::span<const int32_t> seeds);
 
     // Scans byte `b` into a new set; false (and no new set) if nothing accepts it.
     bool push(uint8_t b);
@@ -49,6 +55,7 @@ private:
     void add(int32_t state, int32_t origin);
     void close(size_t set_idx);
     const Automaton* a_;
+    bool any_context_ = false;
     std::vector<Item> items_;
     std::vector<uint32_t> set_begin_;
     std::vector<uint8_t> flags_;

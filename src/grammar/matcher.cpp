@@ -11,6 +11,14 @@ namespace deepinfer {
 
 using grammar::Earley;
 
+// The number of set bits of a mask (hardware popcount where the CPU has it: the generic x86-64
+// build would call a slow library routine for every word).
+__attribute__((target_clones("popcnt", "default"))) int64_t count_mask_bits(std::span<const uint64_t> mask) {
+    int64_t count = 0;
+    for (uint64_t w : mask) count += __builtin_popcountll(w);
+    return count;
+}
+
 GrammarError::GrammarError(std::string source, std::string where, std::string reason)
     : Error(__FILE__, __LINE__, source + ": " + where + ": " + reason),
       source_(std::move(source)),
@@ -98,9 +106,7 @@ struct GrammarMatcher::Impl {
         earley.truncate(base);
         if (earley.can_end())
             for (int32_t e : v->eos_ids) mask[size_t(e >> 6)] |= uint64_t{1} << (e & 63);
-        int64_t count = 0;
-        for (uint64_t w : mask) count += std::popcount(w);
-        return count;
+        return count_mask_bits(mask);
     }
 
     bool accept(int32_t token) {

@@ -3,6 +3,8 @@
 // recognizer started at the state (see token_cache.h).
 #include "grammar/token_cache.h"
 
+#include <span>
+
 #include <omp.h>
 
 #include "deepinfer/check.h"
@@ -14,78 +16,92 @@ namespace {
 struct Walker {
     const Automaton& a;
     const TokenVocabulary::Impl& v;
-    Earley earley;
-    ByteSet follow;
-    std::vector<int32_t> accepted;  // sorted indices
+    Earley inside;   // the state's rule alone (parent unknown): accepts
+    Earley outside;  // continuations after the rule ended, in any context: uncertain
+    std::span<const int32_t> returns;  // where the state's rule returns to
+    std::vector<int32_t> accepted;     // sorted indices
     std::vector<int32_t> uncertain;
+    std::string path;  // bytes walked in automaton-only mode, not yet pushed into the recognizers
 
     void add_range(std::vector<int32_t>& out, int32_t lo, int32_t hi) {
         for (int32_t i = lo; i < hi; ++i) out.push_back(i);
     }
-
-    std::string path;  // bytes walked in DFA-only mode, not yet pushed into the recognizer
-
     bool simple(int32_t t) const { return !a.state_final[size_t(t)] && !a.has_edges(t); }
+    std::span<const int32_t> seeds_if_popped() const { return inside.popped() ? returns : std::span<const int32_t>(); }
 
-    // `node` is reached and the recognizer's newest set is its prefix; `flag`: some earlier pop
-    // on this path was followed by a byte in FOLLOW.
-    void walk(int32_t node, bool flag) {
-        const ByteSet allowed = earley.top_bytes();
-        const bool popped = earley.popped();
-        const auto top = earley.top();
-        const int32_t single = top.size() == 1 ? top[0].state : -1;
+    // `node` is reached; `inside` is alive at its prefix, `outside` holds the other continuations.
+    void walk(int32_t node) {
+        const ByteSet allowed = inside.top_bytes();
+        const auto top = inside.top();
+        const int32_t single = top.size() == 1 && outside.top().empty() ? top[0].state : -1;
         for (int32_t c = v.nodes[size_t(node)].first_child; c >= 0; c = v.nodes[size_t(c)].next_sibling) {
             const auto& n = v.nodes[size_t(c)];
-            const bool f = flag || (popped && byteset_has(follow, n.byte));
             if (single >= 0) {
                 const int32_t t = a.next[size_t(single) * 256 + n.byte];
                 if (t >= 0 && simple(t)) {  // one item, a plain step: walk the automaton alone
                     add_range(accepted, n.sub_begin, n.tok_end);
                     path.push_back(char(n.byte));
-                    if (n.first_child >= 0) dfa_walk(c, t, f);
+                    if (n.first_child >= 0) dfa_walk(c, t);
                     path.pop_back();
                     continue;
                 }
             }
-            if (!byteset_has(allowed, n.byte) || !earley.push(n.byte)) {
-                if (f) add_range(uncertain, n.sub_begin, n.sub_end);
-                continue;
+            const bool in_ok = byteset_has(allowed, n.byte) && inside.push(n.byte);
+            const bool out_ok = outside.push_seeded(n.byte, in_ok ? seeds_if_popped() : std::span<const int32_t>());
+            if (in_ok) {
+                add_range(accepted, n.sub_begin, n.tok_end);
+                if (n.first_child >= 0) walk(c);
+                inside.pop();
+            } else if (out_ok) {
+                add_range(uncertain, n.sub_begin, n.tok_end);
+                if (n.first_child >= 0) walk_outside(c);
             }
-            add_range(accepted, n.sub_begin, n.tok_end);
-            if (n.first_child >= 0) walk(c, f);
-            earley.pop();
+            outside.pop();
         }
     }
 
-    // The recognizer is `path` bytes behind: its newest set would be the single item at `state`
-    // (no pops, no predictions on the way). Falls back to the recognizer where that stops.
-    void dfa_walk(int32_t node, int32_t state, bool flag) {
+    void walk_outside(int32_t node) {
+        for (int32_t c = v.nodes[size_t(node)].first_child; c >= 0; c = v.nodes[size_t(c)].next_sibling) {
+            const auto& n = v.nodes[size_t(c)];
+            if (outside.push_seeded(n.byte, {})) {
+                add_range(uncertain, n.sub_begin, n.tok_end);
+                if (n.first_child >= 0) walk_outside(c);
+            }
+            outside.pop();
+        }
+    }
+
+    // The recognizers are `path` bytes behind: `inside` would be the single item at `state` and
+    // `outside` empty (plain steps neither pop nor predict). Falls back where that stops.
+    void dfa_walk(int32_t node, int32_t state) {
         for (int32_t c = v.nodes[size_t(node)].first_child; c >= 0; c = v.nodes[size_t(c)].next_sibling) {
             const auto& n = v.nodes[size_t(c)];
             const int32_t t = a.next[size_t(state) * 256 + n.byte];
-            if (t < 0) {
-                if (flag) add_range(uncertain, n.sub_begin, n.sub_end);
-                continue;
-            }
+            if (t < 0) continue;
             add_range(accepted, n.sub_begin, n.tok_end);
             if (n.first_child < 0) continue;
             if (simple(t)) {
                 path.push_back(char(n.byte));
-                dfa_walk(c, t, flag);
+                dfa_walk(c, t);
                 path.pop_back();
                 continue;
             }
-            // Catch the recognizer up, continue with it below this node.
-            const size_t base = earley.num_sets();
+            // Catch the recognizers up, continue with them below this node.
+            const size_t base_in = inside.num_sets(), base_out = outside.num_sets();
             bool ok = true;
-            for (char b : path) ok = ok && earley.push(static_cast<uint8_t>(b));
-            ok = ok && earley.push(n.byte);
+            for (char b : path) {
+                ok = ok && inside.push(static_cast<uint8_t>(b));
+                outside.push_seeded(static_cast<uint8_t>(b), {});
+            }
+            ok = ok && inside.push(n.byte);
+            outside.push_seeded(n.byte, seeds_if_popped());
             DI_ICHECK(ok);
             const std::string saved = std::move(path);
             path.clear();
-            walk(c, flag);
+            walk(c);
             path = saved;
-            earley.truncate(base);
+            inside.truncate(base_in);
+            outside.truncate(base_out);
         }
     }
 };
@@ -93,9 +109,11 @@ struct Walker {
 }  // namespace
 
 StateTokens compute_state_tokens(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state) {
-    Walker w{a, v, Earley(&a), a.rule_follow[size_t(a.state_rule[size_t(state)])], {}, {}, {}};
-    w.earley.start_at(state);
-    w.walk(0, false);
+    const int32_t rule = a.state_rule[size_t(state)];
+    Walker w{a, v, Earley(&a), Earley(&a), a.rule_returns[size_t(rule)], {}, {}, {}};
+    w.inside.start_at(state);
+    w.outside.start_any_context(w.seeds_if_popped());
+    w.walk(0);
     StateTokens st;
     st.computed = true;
     st.num_accepted = static_cast<int64_t>(w.accepted.size());
