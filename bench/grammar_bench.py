@@ -73,7 +73,8 @@ def main():
     ours = [json.loads(x) for x in proc.stdout.splitlines()]
     ours = {o["name"]: o for o in ours if "name" in o}
 
-    info = xgr.TokenizerInfo(token_bytes(a.tokenizer), xgr.VocabType.RAW, vocab_size=VOCAB_SIZE, stop_token_ids=[1])
+    token_bytes.cache = token_bytes(a.tokenizer)
+    info = xgr.TokenizerInfo(token_bytes.cache, xgr.VocabType.RAW, vocab_size=VOCAB_SIZE, stop_token_ids=[1])
     rows = []
     for line in open(a.schemas):
         item = json.loads(line)
@@ -87,7 +88,8 @@ def main():
             t0 = time.perf_counter()
             cg = compiler.compile_json_schema(schema, any_whitespace=True, strict_mode=False)
             row["xg_compile_ms"] = (time.perf_counter() - t0) * 1e3
-            times, replayed, rejected = [], 0, 0
+            times, replayed, rejected, first_rejected = [], 0, 0, None
+            vocab_bytes = token_bytes.cache if hasattr(token_bytes, "cache") else None
             mask = np.zeros((1, (VOCAB_SIZE + 31) // 32), dtype=np.int32)
             for seq in o.get("sequences", []):
                 m = xgr.GrammarMatcher(cg)
@@ -97,11 +99,14 @@ def main():
                     times.append(time.perf_counter() - t1)
                     if not m.accept_token(tok):
                         rejected += 1
+                        if first_rejected is None and vocab_bytes is not None:
+                            first_rejected = vocab_bytes[tok]
                         break
                     replayed += 1
             row["xg_median_us"] = statistics.median(times) * 1e6 if times else None
             row["xg_p99_us"] = pct(times, 0.99) * 1e6 if times else None
             row["xg_tokens_replayed"], row["xg_rejected_walks"] = replayed, rejected
+            row["xg_first_rejected_token"] = repr(first_rejected)
         except Exception as e:  # noqa: BLE001 - record what xgrammar says
             row["xg_error"] = str(e)[:200]
         rows.append(row)
@@ -123,7 +128,8 @@ def main():
         for r in rows:
             f.write(f"| {r['name']} | {fmt(r['di_compile_ms'])} | {fmt(r.get('xg_compile_ms'))} | {fmt(r['di_median_us'])} | "
                     f"{fmt(r.get('xg_median_us'))} | {fmt(r['di_p99_us'])} | {fmt(r.get('xg_p99_us'))} | "
-                    f"{r.get('xg_tokens_replayed', '-')} ({r.get('xg_rejected_walks', '-')} walks cut) |\n")
+                    f"{r.get('xg_tokens_replayed', '-')} ({r.get('xg_rejected_walks', '-')} walks cut; first token xgrammar refused: "
+                    f"`{r.get('xg_first_rejected_token', '-')}`) |\n")
         ok = [r for r in rows if r.get("xg_compile_ms") and r.get("di_median_us") is not None]
         if ok:
             g = lambda k: statistics.median([r[k] for r in ok])  # noqa: E731

@@ -16,8 +16,9 @@ import jsonschema
 import pytest
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "grammar"
-# Token ids (DeepSeek-V4 tokenizer) of ", }, ], "}, "], }}, ]}, }], "}, and },
-CLOSERS = [4, 95, 63, 62773, 13747, 3831, 48663, 37236, 87928, 6989]
+# Token ids (DeepSeek-V4 tokenizer) of ", }, ], "}, "], }}, ]}, }], "}, and }, and the end of sentence
+# (which the mask allows only once the document is complete).
+CLOSERS = [4, 95, 63, 62773, 13747, 3831, 48663, 37236, 87928, 6989, 1]
 
 
 def load(name):
