@@ -214,7 +214,16 @@ private:
     const Json& resolve_ref(const std::string& ref, const std::string& path) {
         if (ref.empty() || ref[0] != '#') fail(path + "/$ref", "only local references ('#...') are supported, got '" + ref + "'");
         try {
-            const std::string ptr = ref.substr(1);
+            std::string ptr;  // a URI fragment: %XX escapes decode first
+            for (size_t i = 1; i < ref.size(); ++i) {
+                if (ref[i] == '%' && i + 2 < ref.size() && std::isxdigit(static_cast<unsigned char>(ref[i + 1])) &&
+                    std::isxdigit(static_cast<unsigned char>(ref[i + 2]))) {
+                    ptr.push_back(static_cast<char>(std::stoi(ref.substr(i + 1, 2), nullptr, 16)));
+                    i += 2;
+                } else {
+                    ptr.push_back(ref[i]);
+                }
+            }
             if (ptr.empty()) return root_;
             return root_.at(Json::json_pointer(ptr));
         } catch (const std::exception&) {
@@ -339,9 +348,11 @@ private:
             std::vector<ExprId> out;
             for (size_t i = 0; i < alts.size(); ++i) {
                 const std::string p = path + "/" + comb + "/" + std::to_string(i);
+                if (alts[i].is_boolean() && !alts[i].get<bool>()) continue;  // admits nothing
                 if (base_empty) out.push_back(convert(alts[i], p, depth + 1));
                 else out.push_back(convert(merge(base, deref(alts[i], p), p), p, depth + 1));
             }
+            if (out.empty()) fail(path + "/" + comb, "no branch admits a value");
             return g_.alt(std::move(out));
         }
         if (schema.contains("const")) return literal_value(schema["const"]);
@@ -716,6 +727,11 @@ private:
         for (auto it = props.begin(); it != props.end(); ++it) {
             const std::string p = path + "/properties/" + escape_pointer(it.key());
             const bool req = std::find(required.begin(), required.end(), it.key()) != required.end();
+            if (it.value().is_boolean() && !it.value().get<bool>()) {  // the property may not appear
+                if (req) fail(p, "required property '" + it.key() + "' has the schema 'false'");
+                names.push_back(to_u32(it.key()));
+                continue;
+            }
             members.push_back({g_.seq({key_lit(it.key()), ws_, lit(":"), ws_, shared(convert(it.value(), p, depth + 1), "prop")}), req});
             names.push_back(to_u32(it.key()));
         }
@@ -793,6 +809,12 @@ private:
             return g_.ref(g_.add_rule("item", e));
         };
         const ExprId comma = g_.seq({ws_, lit(","), ws_});
+        for (size_t j = 0; j < prefix.size(); ++j)
+            if (prefix[j].is_boolean() && !prefix[j].get<bool>()) {  // no element from here on
+                prefix.resize(j);
+                rest.reset();
+                break;
+            }
         const int64_t P = static_cast<int64_t>(prefix.size());
         if (!rest && min_items > P) fail(path, "minItems exceeds the number of allowed items");
         std::vector<ExprId> prefix_e;

@@ -127,6 +127,19 @@ TEST_F(SchemaFixture, EnumConstCombinatorsRefsRecursion) {
     EXPECT_TRUE(accepts(d7, "[1,2]"));
 }
 
+TEST_F(SchemaFixture, FalseSubschemasAndEscapedReferences) {
+    auto g = compact(R"J({"type": "object", "properties": {"a": {"type": "integer"}, "b": false}, "additionalProperties": true})J");
+    EXPECT_TRUE(accepts(g, R"J({"a":1,"c":2})J"));
+    EXPECT_FALSE(accepts(g, R"J({"a":1,"b":2})J"));  // "b" may not appear, not even as an extra key
+    auto any = compact(R"J({"anyOf": [false, {"type": "null"}]})J");
+    EXPECT_TRUE(accepts(any, "null"));
+    auto tuple = compact(R"J({"prefixItems": [{"type": "integer"}, false]})J");
+    EXPECT_TRUE(accepts(tuple, "[1]"));
+    EXPECT_FALSE(accepts(tuple, "[1,2]"));
+    auto ref = compact(R"J({"$defs": {"a%b": {"type": "boolean"}}, "$ref": "#/$defs/a%25b"})J");
+    EXPECT_TRUE(accepts(ref, "true"));
+}
+
 TEST_F(SchemaFixture, WhitespacePolicies) {
     const std::string s = R"J({"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}}}, "required": ["a"]})J";
     auto flex = compiler.compile_json_schema(s, {JsonWhitespace::kFlexible, 4, true});
@@ -161,7 +174,7 @@ TEST_F(SchemaFixture, UnsupportedOrInvalidSchemasAreErrorsWithPointerAndReason) 
     expect_error(R"J({"$ref": "http://example.com/s.json"})J", "/$ref", "only local references");
     expect_error(R"J({"type": "integer", "minimum": 5, "maximum": 4})J", "/", "no integer satisfies");
     expect_error(R"J({"type": "widget"})J", "/type", "unknown type");
-    expect_error(R"J({"type": "object", "properties": {"a": false}, "required": ["a"]})J", "/properties/a", "admits no value");
+    expect_error(R"J({"type": "object", "properties": {"a": false}, "required": ["a"]})J", "/properties/a", "has the schema 'false'");
     expect_error("{not json", "/", "not valid JSON");
 }
 
