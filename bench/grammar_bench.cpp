@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
     std::string line;
     while (std::getline(in, line)) {
         if (line.empty()) continue;
-        const nlohmann::json item = nlohmann::json::parse(line);
+        const nlohmann::ordered_json item = nlohmann::ordered_json::parse(line);  // keeps property order
         const std::string name = item["name"], schema = item["schema"].dump();
         GrammarCompiler compiler(vocab);  // fresh: no cache hit
         nlohmann::json out = {{"name", name}};
