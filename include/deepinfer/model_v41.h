@@ -3,7 +3,8 @@
 // model's QAT cache formats (FP8 window KV, FP4 compressed KV, MXFP4 index keys/queries) applied as
 // fake quantization, i.e. transformers' DeepseekV41ForCausalLM in fp32. A V41Sequence carries the
 // decode state, so a sequence may be fed in chunks of any size (chunked prefill, token-by-token
-// decode) with the same results as one forward. The `official` numerics mode comes next.
+// decode) with the same results as one forward. `official` numerics add the reference's bf16 and
+// FP8-activation rounding points (src/model/v41/numerics.h).
 //
 // V41Model is a `Model` (model.h): Model::load returns one for a V4.1 checkpoint, and the engine
 // runs it through forward_batch (several sequences in one pass, linears and MoE over all rows, each
@@ -56,7 +57,8 @@ public:
     // names). `tokenizer_json`: the tokenizer the Engram token map is derived from (verified against
     // engram_compressed_vocab_size, and against the published SHA-256 for the DeepSeek tokenizer).
     static std::unique_ptr<V41Model> load(const std::string& dir, const std::string& tokenizer_json);
-    // Same with every loading switch (options.tokenizer_json must be set; numerics: exact only so far).
+    // Same with every loading switch (options.tokenizer_json must be set). Numerics: `official` by
+    // default for FP8/FP4 checkpoints, `exact` otherwise (model/v41/numerics.h).
     static std::unique_ptr<V41Model> load(const std::string& dir, const ModelOptions& options);
     ~V41Model() override;
 
@@ -64,7 +66,7 @@ public:
 
     // ---- Model ----
     const ModelInfo& info() const override;
-    Numerics numerics() const override { return Numerics::kExact; }
+    Numerics numerics() const override;
     uint64_t estimate_state_bytes(int64_t num_tokens, uint64_t page_bytes) const override;
     Sequence new_sequence() const override;
     Sequence new_sequence(std::shared_ptr<StatePool> pool) const override;

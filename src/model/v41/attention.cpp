@@ -13,19 +13,31 @@
 
 #include "backends/cpu/linear.h"
 #include "deepinfer/check.h"
+#include "model/v41/numerics.h"
 #include "model/v41/qat.h"
 
 namespace deepinfer::v41 {
 namespace {
 
-void norm_rows(float* x, const Vec& weight, float eps, int64_t rows, int64_t n) {
+// Weighted RMSNorm of each row (fp32, one rounding to bf16 in official numerics).
+void norm_rows(Numerics numerics, float* x, const Vec& weight, float eps, int64_t rows, int64_t n) {
     for (int64_t r = 0; r < rows; ++r) cpu::rms_norm(x + r * n, weight.data(), eps, n, x + r * n);
+    round_activations(numerics, x, rows * n);
+}
+
+// RoPE at `position` (inverse: the output's de-rotation), the result rounded to bf16 in official
+// numerics (it is rounded before every FP4/FP8 quantization, spec §3.6).
+void rope_row(const Context& ctx, const cpu::RopeTable& rope, float* x, int64_t n, int64_t position,
+              bool inverse = false) {
+    rope.apply(x, n, position, inverse);
+    round_activations(ctx.numerics, x + n - ctx.config.qk_rope_head_dim, ctx.config.qk_rope_head_dim);
 }
 
 // Compressor of a Full layer on one segment's rows (kv, gate: that segment's projections): returns
 // the pre-RoPE latents of every group the rows complete [groups, head_dim] and the first's index.
-std::vector<float> pool_groups(const V41TextConfig& c, const AttentionWeights& w, int64_t ratio, const Segment& seg,
+std::vector<float> pool_groups(const Context& ctx, const AttentionWeights& w, int64_t ratio, const Segment& seg,
                                LayerState& st, const float* kv, const float* gate, int64_t& first) {
+    const V41TextConfig& c = ctx.config;
     const int64_t hd = c.head_dim, n = seg.num_rows, P0 = seg.first_position;
     std::vector<float> latent;
     if (ratio == 1) {
@@ -56,7 +68,9 @@ std::vector<float> pool_groups(const V41TextConfig& c, const AttentionWeights& w
             }
         }
     }
-    norm_rows(latent.data(), w.compressor_norm, float(c.rms_norm_eps), int64_t(latent.size()) / hd, hd);
+    // The pooled ratio-2 value is rounded to bf16 before the norm (the ratio-1 projection already is).
+    round_activations(ctx.numerics, latent.data(), int64_t(latent.size()));
+    norm_rows(ctx.numerics, latent.data(), w.compressor_norm, float(c.rms_norm_eps), int64_t(latent.size()) / hd, hd);
     return latent;
 }
 
@@ -68,7 +82,9 @@ void compress_all(const Context& ctx, const AttentionParams& p) {
     const int64_t S = p.num_rows, hd = c.head_dim, ratio = c.compress_ratio(p.layer), ID = c.index_head_dim;
     const float eps = float(c.rms_norm_eps);
     std::vector<float> kv(static_cast<size_t>(S * hd)), gate;
-    cpu::linear_rows(w.compressor_wkv, p.x, S, kv.data());
+    // Ratio 2: fp32 weights and input, fp32 output (spec §3.4); ratio 1: a bf16 linear with a bf16 output.
+    if (ratio > 1) cpu::linear_rows(w.compressor_wkv, p.x, S, kv.data());
+    else project_bf16(ctx.numerics, w.compressor_wkv, p.x, S, kv.data());
     if (ratio > 1) {
         gate.resize(static_cast<size_t>(S * hd));
         cpu::linear_rows(w.compressor_wgate, p.x, S, gate.data());
@@ -77,23 +93,23 @@ void compress_all(const Context& ctx, const AttentionParams& p) {
         const Segment& seg = p.segments[i];
         LayerState& st = seg.state->layers[size_t(p.layer)];
         int64_t first = 0;
-        std::vector<float> latent = pool_groups(c, w, ratio, seg, st, kv.data() + seg.row_begin * hd,
+        std::vector<float> latent = pool_groups(ctx, w, ratio, seg, st, kv.data() + seg.row_begin * hd,
                                                 ratio > 1 ? gate.data() + seg.row_begin * hd : nullptr, first);
         const int64_t groups = int64_t(latent.size()) / hd;
         DI_ICHECK(groups == 0 || st.num_entries() == first);
         if (w.has_index_keys && groups > 0) {
             std::vector<float> keys(static_cast<size_t>(groups * ID));
-            cpu::linear_rows(w.indexer_wk, latent.data(), groups, keys.data());
-            norm_rows(keys.data(), w.indexer_k_norm, eps, groups, ID);
+            project_bf16(ctx.numerics, w.indexer_wk, latent.data(), groups, keys.data());
+            norm_rows(ctx.numerics, keys.data(), w.indexer_k_norm, eps, groups, ID);
             for (int64_t g = 0; g < groups; ++g) {
-                ctx.rope_compress.apply(keys.data() + g * ID, ID, (first + g) * ratio);
+                rope_row(ctx, ctx.rope_compress, keys.data() + g * ID, ID, (first + g) * ratio);
                 fake_quant_fp4(keys.data() + g * ID, ID, 32, false);
                 st.index_keys.append(keys.data() + g * ID);
             }
         }
         for (int64_t g = 0; g < groups; ++g) {
             float* e = latent.data() + g * hd;
-            ctx.rope_compress.apply(e, hd, (first + g) * ratio);
+            rope_row(ctx, ctx.rope_compress, e, hd, (first + g) * ratio);
             fake_quant_fp4(e, hd, 16, true);
             st.compressed.append(e);
         }
@@ -148,7 +164,13 @@ void index_segment(const Context& ctx, int64_t layer, int64_t ratio, const Segme
             float acc = 0.0f;
             for (int64_t h = 0; h < IH; ++h) {
                 const float d = cpu::dot(q + (t * IH + h) * ID, src->index_keys.row(j), ID);
-                acc += (std::max(d, 0.0f) * softmax_scale) * (hw[t * IH + h] * heads_scale);
+                if (ctx.official()) {
+                    // The reference's bf16 einsum: bf16 dot, bf16 ReLU x weight, bf16 head sum (spec §3.5, §11 row 3).
+                    const float wgt = cpu::round_bf16(hw[t * IH + h] * softmax_scale * heads_scale);
+                    acc = cpu::round_bf16(acc + cpu::round_bf16(std::max(cpu::round_bf16(d), 0.0f) * wgt));
+                } else {
+                    acc += (std::max(d, 0.0f) * softmax_scale) * (hw[t * IH + h] * heads_scale);
+                }
             }
             scores[size_t(j)] = acc;
         }
@@ -197,15 +219,16 @@ void attention_forward(const Context& ctx, const AttentionParams& p) {
 
     // Q and this pass's window K=V, all rows.
     std::vector<float> qr(static_cast<size_t>(S * c.q_lora_rank)), q(static_cast<size_t>(S * H * hd));
-    cpu::linear_rows(w.wq_a, p.x, S, qr.data());
-    norm_rows(qr.data(), w.q_norm, eps, S, c.q_lora_rank);
-    cpu::linear_rows(w.wq_b, qr.data(), S, q.data());
+    const Numerics nm = ctx.numerics;
+    project(nm, w.wq_a, p.x, S, qr.data());
+    norm_rows(nm, qr.data(), w.q_norm, eps, S, c.q_lora_rank);
+    project(nm, w.wq_b, qr.data(), S, q.data());
     std::vector<float> kv(static_cast<size_t>(S * hd));
-    cpu::linear_rows(w.wkv, p.x, S, kv.data());
-    norm_rows(kv.data(), w.kv_norm, eps, S, hd);
+    project(nm, w.wkv, p.x, S, kv.data());
+    norm_rows(nm, kv.data(), w.kv_norm, eps, S, hd);
     for (int64_t t = 0; t < S; ++t) {
-        for (int64_t h = 0; h < H; ++h) rope.apply(q.data() + (t * H + h) * hd, hd, position[size_t(t)]);
-        rope.apply(kv.data() + t * hd, hd, position[size_t(t)]);
+        for (int64_t h = 0; h < H; ++h) rope_row(ctx, rope, q.data() + (t * H + h) * hd, hd, position[size_t(t)]);
+        rope_row(ctx, rope, kv.data() + t * hd, hd, position[size_t(t)]);
         fake_quant_fp8(kv.data() + t * hd, hd, 32);
     }
 
@@ -214,12 +237,12 @@ void attention_forward(const Context& ctx, const AttentionParams& p) {
         if (w.has_indexer) {
             const int64_t IH = c.index_n_heads, ID = c.index_head_dim;
             std::vector<float> qi(static_cast<size_t>(S * IH * ID)), hw(static_cast<size_t>(S * IH));
-            cpu::linear_rows(w.indexer_wq_b, qr.data(), S, qi.data());
-            cpu::linear_rows(w.indexer_weights_proj, p.x, S, hw.data());
+            project(nm, w.indexer_wq_b, qr.data(), S, qi.data());
+            project_bf16(nm, w.indexer_weights_proj, p.x, S, hw.data());
             for (int64_t t = 0; t < S; ++t)
                 for (int64_t h = 0; h < IH; ++h) {
                     float* qh = qi.data() + (t * IH + h) * ID;
-                    ctx.rope_compress.apply(qh, ID, position[size_t(t)]);
+                    rope_row(ctx, ctx.rope_compress, qh, ID, position[size_t(t)]);
                     fake_quant_fp4(qh, ID, 32, false);
                 }
             for (size_t i = 0; i < p.segments.size(); ++i) {
@@ -268,10 +291,12 @@ void attention_forward(const Context& ctx, const AttentionParams& p) {
                 for (size_t k = 0; k < keys.size(); ++k) den += (logits[k] = std::exp(logits[k] - mx));
                 float* oh = o.data() + (row * H + h) * hd;
                 for (size_t k = 0; k < keys.size(); ++k) {
-                    const float pr = logits[k] / den;
+                    // The reference kernel rounds the probabilities to bf16 before P·V (spec §3.1).
+                    const float pr = ctx.official() ? cpu::round_bf16(logits[k] / den) : logits[k] / den;
                     for (int64_t d = 0; d < hd; ++d) oh[d] += pr * keys[k][d];
                 }
-                rope.apply(oh, hd, P, /*inverse=*/true);
+                round_activations(nm, oh, hd);
+                rope_row(ctx, rope, oh, hd, P, /*inverse=*/true);
             }
         }
         // The window ring keeps the last window_rows positions of the segment.
@@ -286,10 +311,10 @@ void attention_forward(const Context& ctx, const AttentionParams& p) {
     for (int64_t g = 0; g < G; ++g) {
         for (int64_t t = 0; t < S; ++t) std::copy_n(o.data() + t * H * hd + g * gin, gin, group_in.data() + t * gin);
         const LinearWeight wg = w.wo_a.rows(g * R, (g + 1) * R);
-        cpu::linear_rows(wg, group_in.data(), S, group_out.data());
+        project_bf16(nm, wg, group_in.data(), S, group_out.data());
         for (int64_t t = 0; t < S; ++t) std::copy_n(group_out.data() + t * R, R, u.data() + t * G * R + g * R);
     }
-    cpu::linear_rows(w.wo_b, u.data(), S, p.out);
+    project(nm, w.wo_b, u.data(), S, p.out);
 }
 
 }  // namespace deepinfer::v41

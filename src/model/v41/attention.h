@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/cpu/primitives.h"
+#include "deepinfer/model.h"
 #include "deepinfer/model_config_v41.h"
 #include "model/v41/state.h"
 #include "model/v41/weights.h"
@@ -22,6 +23,8 @@ struct Context {
     const V41TextConfig& config;
     const cpu::RopeTable& rope_main;      // ratio-0 layers
     const cpu::RopeTable& rope_compress;  // ratio > 0 layers and everything inside them
+    Numerics numerics = Numerics::kExact;  // rounding points (model/v41/numerics.h)
+    bool official() const { return numerics == Numerics::kOfficial; }
 };
 
 // A run of consecutive rows of the batch that belong to one sequence.

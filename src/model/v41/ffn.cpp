@@ -10,6 +10,7 @@
 #include "backends/cpu/linear.h"
 #include "backends/cpu/primitives.h"
 #include "deepinfer/check.h"
+#include "model/v41/numerics.h"
 
 namespace deepinfer::v41 {
 namespace {
@@ -17,12 +18,12 @@ namespace {
 
 // SwiGLU expert on `rows` gathered rows; weight[r] multiplies row r's activation before w2 (null: 1,
 // the shared expert). x: [rows, D]; y: [rows, D].
-void expert(const V41TextConfig& c, const ExpertWeights& e, const float* x, int64_t rows, const float* weight,
-            float* y) {
+void expert(const V41TextConfig& c, Numerics nm, const ExpertWeights& e, const float* x, int64_t rows,
+            const float* weight, float* y) {
     const int64_t I = c.moe_intermediate_size;
     std::vector<float> g(static_cast<size_t>(rows * I)), u(static_cast<size_t>(rows * I));
-    cpu::linear_rows(e.w1, x, rows, g.data());
-    cpu::linear_rows(e.w3, x, rows, u.data());
+    project(nm, e.w1, x, rows, g.data());
+    project(nm, e.w3, x, rows, u.data());
     const float limit = float(c.swiglu_limit);
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t i = 0; i < I; ++i) {
@@ -34,7 +35,8 @@ void expert(const V41TextConfig& c, const ExpertWeights& e, const float* x, int6
             }
             g[k] = (weight ? weight[r] : 1.0f) * (cpu::silu(gi) * ui);
         }
-    cpu::linear_rows(e.w2, g.data(), rows, y);
+    round_activations(nm, g.data(), rows * I);  // bf16 before w2 (official)
+    project(nm, e.w2, g.data(), rows, y);
 }
 
 float score_fn(const std::string& fn, float logit) {
@@ -90,11 +92,11 @@ void moe_forward(const V41TextConfig& c, const MoeParams& p) {
             std::copy_n(p.x + (rows[size_t(r)] / K) * D, D, xs.begin() + r * D);
             ws[size_t(r)] = weight[size_t(rows[size_t(r)])];
         }
-        expert(c, w.experts[size_t(e)], xs.data(), m, ws.data(), ys.data());
+        expert(c, p.numerics, w.experts[size_t(e)], xs.data(), m, ws.data(), ys.data());
         for (int64_t r = 0; r < m; ++r) std::copy_n(ys.begin() + r * D, D, y.begin() + rows[size_t(r)] * D);
     }
     std::vector<float> shared(static_cast<size_t>(S * D));
-    expert(c, w.shared, p.x, S, nullptr, shared.data());
+    expert(c, p.numerics, w.shared, p.x, S, nullptr, shared.data());
     // Combine: ascending expert id, then the shared expert.
     std::vector<float> acc(static_cast<size_t>(D));
     std::vector<int64_t> by_id(static_cast<size_t>(K));
@@ -107,6 +109,7 @@ void moe_forward(const V41TextConfig& c, const MoeParams& p) {
             for (int64_t d = 0; d < D; ++d) acc[size_t(d)] += y[size_t((t * K + k) * D + d)];
         for (int64_t d = 0; d < D; ++d) p.out[t * D + d] = acc[size_t(d)] + shared[size_t(t * D + d)];
     }
+    round_activations(p.numerics, p.out, S * D);  // fp32 combine, one bf16 rounding (official)
 }
 
 void engram_forward(const V41TextConfig& c, const EngramParams& p) {
@@ -121,7 +124,7 @@ void engram_forward(const V41TextConfig& c, const EngramParams& p) {
             DI_CHECK(row >= 0 && row < w.table.out_features, "engram row ", row, " out of range");
             cpu::dequantize_rows(w.table, row, row + 1, e.data() + t * in + col * ehd);
         }
-    cpu::linear_rows(w.wkv, e.data(), S, kv.data());
+    project(p.numerics, w.wkv, e.data(), S, kv.data());
     for (int64_t t = 0; t < S; ++t) {
         const float* value = kv.data() + t * out + hc * D;
         for (int64_t j = 0; j < hc; ++j) {
@@ -139,6 +142,7 @@ void engram_forward(const V41TextConfig& c, const EngramParams& p) {
             float gate = cpu::sigmoid(std::copysign(std::sqrt(std::max(std::fabs(dd), 1e-6f)), dd));
             if (p.gate_off && p.gate_off[t]) gate = 0.0f;
             for (int64_t d = 0; d < D; ++d) h[d] += gate * value[d];
+            round_activations(p.numerics, h, D);
         }
     }
 }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "deepinfer/model.h"
 #include "deepinfer/model_config_v41.h"
 #include "model/v41/weights.h"
 
@@ -17,6 +18,7 @@ struct MoeParams {
     const uint8_t* image_mask = nullptr;  // [num_tokens] or null: 1 selects with bias_vl
     int64_t num_tokens = 0;
     float* out = nullptr;  // [num_tokens, D]
+    Numerics numerics = Numerics::kExact;
 };
 void moe_forward(const V41TextConfig& config, const MoeParams& p);
 
@@ -26,6 +28,7 @@ struct EngramParams {
     const uint8_t* gate_off = nullptr;  // [num_tokens] or null: 1 forces the gate to 0 (image-span tokens)
     int64_t num_tokens = 0;
     float* streams = nullptr;  // [num_tokens, hc, D] updated in place
+    Numerics numerics = Numerics::kExact;
 };
 void engram_forward(const V41TextConfig& config, const EngramParams& p);
 

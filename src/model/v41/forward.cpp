@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The V4.1 forward over a batch of chunks (exact numerics). Per layer: Engram (at its layers), the
+// The V4.1 forward over a batch of chunks (exact or official numerics, model/v41/numerics.h). Per layer: Engram (at its layers), the
 // attention site (mixes from the streams, collapse with the carried pre-mix, attn_norm, CSA2
 // attention, expansion), the FFN site (mixes, collapse with the attention site's pre, ffn_norm, MoE,
 // expansion); the FFN site's pre is carried to the next layer (spec §4). Rows of all chunks go
@@ -18,6 +18,7 @@
 #include "model/v41/attention.h"
 #include "model/v41/ffn.h"
 #include "model/v41/mhc.h"
+#include "model/v41/numerics.h"
 #include "model/v41/state.h"
 #include "model/v41/weights.h"
 
@@ -26,6 +27,7 @@ namespace deepinfer {
 struct V41Model::Impl {
     V41ModelConfig config;
     ModelInfo info;
+    Numerics numerics = Numerics::kExact;
     bool bounded_replay = false;
     int64_t decoder_begin = -1;  // first ratio-1 layer (the decoder's KV source), -1: none
     std::unique_ptr<v41::Weights> weights;
@@ -61,8 +63,6 @@ std::unique_ptr<V41Model> V41Model::load(const std::string& dir, const std::stri
 }
 
 std::unique_ptr<V41Model> V41Model::load(const std::string& dir, const ModelOptions& options) {
-    DI_CHECK(options.numerics_from_checkpoint || options.numerics == Numerics::kExact,
-             dir, ": DeepSeek-V4.1 supports --numerics exact only so far");
     const std::string& tokenizer_json = options.tokenizer_json;
     std::unique_ptr<V41Model> model(new V41Model());
     Impl& m = *model->impl_;
@@ -75,6 +75,11 @@ std::unique_ptr<V41Model> V41Model::load(const std::string& dir, const ModelOpti
     DI_CHECK(!m.bounded_replay || (m.decoder_begin >= 0 && c.is_index_source(m.decoder_begin)), dir,
              ": bounded replay needs a decoder whose first layer is a ratio-1 KV and index source; this config has none");
     m.weights = std::make_unique<v41::Weights>(dir, c);
+    // The checkpoint's formats pick the default: quantized weights run the reference's numerics.
+    const cpu::WeightFormat f = m.weights->layers.at(0).attn.wq_a.format;
+    const bool quantized = f == cpu::WeightFormat::kFp8Block || f == cpu::WeightFormat::kFp4;
+    m.numerics = options.numerics_from_checkpoint ? (quantized ? Numerics::kOfficial : Numerics::kExact)
+                                                  : options.numerics;
     m.rope_main = cpu::RopeTable(c.rope_main, c.qk_rope_head_dim);
     m.rope_compress = cpu::RopeTable(c.rope_compress, c.qk_rope_head_dim);
     if (!c.engram_layer_ids.empty()) {
@@ -96,6 +101,7 @@ std::unique_ptr<V41Model> V41Model::load(const std::string& dir, const ModelOpti
 
 const V41ModelConfig& V41Model::config() const { return impl_->config; }
 const ModelInfo& V41Model::info() const { return impl_->info; }
+Numerics V41Model::numerics() const { return impl_->numerics; }
 
 uint64_t V41Model::estimate_state_bytes(int64_t num_tokens, uint64_t page_bytes) const {
     return v41::estimate_state_bytes(impl_->config.text, num_tokens, page_bytes);
@@ -199,6 +205,7 @@ std::vector<std::vector<float>> V41Model::Impl::run(std::span<const Chunk> chunk
     std::vector<float> row(static_cast<size_t>(D));
     for (int64_t t = 0; t < S; ++t) {
         cpu::dequantize_rows(w.embed, ids[size_t(t)], ids[size_t(t)] + 1, row.data());
+        v41::round_activations(numerics, row.data(), D);
         for (int64_t j = 0; j < hc; ++j) std::copy(row.begin(), row.end(), X.begin() + (t * hc + j) * D);
     }
 
@@ -215,7 +222,7 @@ std::vector<std::vector<float>> V41Model::Impl::run(std::span<const Chunk> chunk
         for (size_t i = 0; i < chunks.size(); ++i)
             any_replay |= (replay[i] = !chunks[i].all_logits && segments[i].num_rows > W) != 0;
 
-    const v41::Context ctx{c, rope_main, rope_compress};
+    const v41::Context ctx{c, rope_main, rope_compress, numerics};
     std::vector<v41::SharedState> shared(segments.size());
     std::vector<float> pre_mix(size_t(S * hc), 0.0f), pre_a(size_t(S * hc)), pre_f(size_t(S * hc));
     for (int64_t t = 0; t < S; ++t) pre_mix[size_t(t * hc)] = 1.0f;  // one-hot: stream 0
@@ -228,7 +235,7 @@ std::vector<std::vector<float>> V41Model::Impl::run(std::span<const Chunk> chunk
         if (lw.engram) {
             const int64_t ei = c.engram_index(l);
             v41::engram_forward(c, {.weights = &*lw.engram, .rows = erows.data() + ei * S * cols, .gate_off = img,
-                                    .num_tokens = S, .streams = X.data()});
+                                    .num_tokens = S, .streams = X.data(), .numerics = numerics});
         }
         if (any_replay && l == decoder_begin) {
             // The rows before each replayed segment's last W: attn_norm(collapse(X, pre)) -> the
@@ -244,7 +251,9 @@ std::vector<std::vector<float>> V41Model::Impl::run(std::span<const Chunk> chunk
                     xh.resize(xh.size() + size_t(D));
                     float* xt = xh.data() + xh.size() - size_t(D);
                     v41::hc_collapse(X.data() + t * hc * D, pre_mix.data() + t * hc, hc, D, xt);
+                    v41::round_activations(numerics, xt, D);
                     cpu::rms_norm(xt, lw.attn_norm.data(), eps, D, xt);
+                    v41::round_activations(numerics, xt, D);
                 }
             }
             std::vector<v41::SharedState> head_shared(head.size());
@@ -305,8 +314,10 @@ std::vector<std::vector<float>> V41Model::Impl::run(std::span<const Chunk> chunk
                 const float* xt = X.data() + t * hc * D;
                 v41::hc_mixes(mp, xt, site_pre.data() + t * hc, post.data() + t * hc, comb.data() + t * hc * hc);
                 v41::hc_collapse(xt, collapse_pre.data() + t * hc, hc, D, x.data() + t * D);
+                v41::round_activations(numerics, x.data() + t * D, D);
                 cpu::rms_norm(x.data() + t * D, (site == 0 ? lw.attn_norm : lw.ffn_norm).data(), eps, D,
                               x.data() + t * D);
+                v41::round_activations(numerics, x.data() + t * D, D);
             }
             if (site == 0) {
                 v41::attention_forward(ctx, {.layer = l, .weights = &lw.attn, .x = x.data(), .num_rows = S,
@@ -327,11 +338,12 @@ std::vector<std::vector<float>> V41Model::Impl::run(std::span<const Chunk> chunk
                 }
             } else {
                 v41::moe_forward(c, {.weights = &lw.ffn, .x = x.data(), .image_mask = img, .num_tokens = S,
-                                     .out = o.data()});
+                                     .out = o.data(), .numerics = numerics});
             }
             for (int64_t t = 0; t < S; ++t)
                 v41::hc_expand(o.data() + t * D, X.data() + t * hc * D, post.data() + t * hc,
                                comb.data() + t * hc * hc, hc, D, X2.data() + t * hc * D);
+            v41::round_activations(numerics, X2.data(), S * hc * D);  // the streams are bf16 (official)
             X.swap(X2);
         }
         pre_mix = pre_f;
@@ -350,7 +362,9 @@ std::vector<std::vector<float>> V41Model::Impl::run(std::span<const Chunk> chunk
     for (int64_t r = 0; r < R; ++r) {
         const int64_t t = wanted[size_t(r)];
         v41::hc_collapse(X.data() + t * hc * D, pre_mix.data() + t * hc, hc, D, y.data() + r * D);
+        v41::round_activations(numerics, y.data() + r * D, D);
         cpu::rms_norm(y.data() + r * D, w.norm.data(), eps, D, y.data() + r * D);
+        v41::round_activations(numerics, y.data() + r * D, D);
     }
     std::vector<float> logits(size_t(R * V));
     cpu::linear_rows(w.head, y.data(), R, logits.data());
