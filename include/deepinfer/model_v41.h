@@ -49,6 +49,7 @@ struct V41ForwardTrace {
     std::map<int64_t, std::vector<float>> attn_out;        // layer -> [S, D] attention output
     std::map<int64_t, std::vector<float>> compressed_kv;   // KV source -> [entries, head_dim]
     std::map<int64_t, std::vector<float>> index_keys;      // KV source -> [entries, index_head_dim]
+    std::map<int64_t, double> layer_seconds;               // layer -> wall time of the layer (benchmarks)
 };
 
 class V41Model final : public Model {

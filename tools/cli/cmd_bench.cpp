@@ -52,29 +52,6 @@ std::string flash_layer_config(const std::string& kind) {
     return j.dump(2);
 }
 
-// f32 GEMM throughput of the CPU linear kernel at [tokens, 4096] x [4096, 4096]ᵀ (GFLOP/s).
-double gemm_gflops(int64_t tokens) {
-    const int64_t K = 4096, N = 4096;
-    std::vector<float> w(size_t(N * K)), x(size_t(tokens * K)), y(size_t(tokens * N));
-    std::mt19937 rng(1);
-    std::normal_distribution<float> nd;
-    for (float& v : w) v = nd(rng);
-    for (float& v : x) v = nd(rng);
-    cpu::LinearWeight lw = cpu::make_linear_weight(TensorView(w.data(), DType::kF32, {N, K}), {}, N, K);
-    auto run = [&] {
-        cpu::linear({.x = TensorView(x.data(), DType::kF32, {tokens, K}), .weight = &lw,
-                     .y = TensorView(y.data(), DType::kF32, {tokens, N})});
-    };
-    run();
-    int iters = 0;
-    auto t0 = Clock::now();
-    while (seconds_since(t0) < 1.0 || iters < 2) {
-        run();
-        ++iters;
-    }
-    return 2.0 * double(tokens) * double(K) * double(N) * iters / seconds_since(t0) / 1e9;
-}
-
 // Multiply-adds per token of the layers' linears (attention, compressors, indexer, routed top-k
 // experts and shared expert, router), from the config.
 double active_flops_per_token(const ModelConfig& c) {
@@ -95,6 +72,29 @@ double active_flops_per_token(const ModelConfig& c) {
 }
 
 }  // namespace
+
+// f32 GEMM throughput of the CPU linear kernel at [tokens, 4096] x [4096, 4096]ᵀ (GFLOP/s).
+double cpu_gemm_gflops(int64_t tokens) {
+    const int64_t K = 4096, N = 4096;
+    std::vector<float> w(size_t(N * K)), x(size_t(tokens * K)), y(size_t(tokens * N));
+    std::mt19937 rng(1);
+    std::normal_distribution<float> nd;
+    for (float& v : w) v = nd(rng);
+    for (float& v : x) v = nd(rng);
+    cpu::LinearWeight lw = cpu::make_linear_weight(TensorView(w.data(), DType::kF32, {N, K}), {}, N, K);
+    auto run = [&] {
+        cpu::linear({.x = TensorView(x.data(), DType::kF32, {tokens, K}), .weight = &lw,
+                     .y = TensorView(y.data(), DType::kF32, {tokens, N})});
+    };
+    run();
+    int iters = 0;
+    auto t0 = Clock::now();
+    while (seconds_since(t0) < 1.0 || iters < 2) {
+        run();
+        ++iters;
+    }
+    return 2.0 * double(tokens) * double(K) * double(N) * iters / seconds_since(t0) / 1e9;
+}
 
 Command register_bench(CLI::App& app) {
     struct Options {
@@ -214,8 +214,8 @@ Command register_bench(CLI::App& app) {
         }
         const double decode_s = seconds_since(t0);
         const double flops = active_flops_per_token(c);
-        const double g_prefill = gemm_gflops(std::min<int64_t>(o->prefill, 256));
-        const double g_decode = gemm_gflops(1);
+        const double g_prefill = cpu_gemm_gflops(std::min<int64_t>(o->prefill, 256));
+        const double g_decode = cpu_gemm_gflops(1);
         nlohmann::json r = {
             {"model", o->synthetic.empty() ? o->model : o->synthetic}, {"numerics", numerics_name(model->numerics())},
             {"threads", cpu_num_threads()}, {"layers", c.num_hidden_layers}, {"hidden_size", c.hidden_size},

@@ -8,6 +8,7 @@
 #include "model/v41/forward.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <vector>
 
@@ -231,6 +232,7 @@ std::vector<std::vector<float>> V41Model::Impl::run(std::span<const Chunk> chunk
     const uint8_t* img = any_image ? image.data() : nullptr;
 
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        const auto layer_start = std::chrono::steady_clock::now();
         const v41::LayerWeights& lw = w.layers[size_t(l)];
         if (lw.engram) {
             const int64_t ei = c.engram_index(l);
@@ -347,7 +349,11 @@ std::vector<std::vector<float>> V41Model::Impl::run(std::span<const Chunk> chunk
             X.swap(X2);
         }
         pre_mix = pre_f;
-        if (trace) trace->layer_out[l] = X;
+        if (trace) {
+            trace->layer_seconds[l] =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - layer_start).count();
+            trace->layer_out[l] = X;
+        }
     }
 
     // Final collapse with the last FFN site's pre, norm, head, for the rows whose logits are wanted.
