@@ -152,9 +152,10 @@ void index_segment(const Context& ctx, int64_t layer, int64_t ratio, const Segme
     }
     const int64_t topk_width = c.index_topk, cn = shared.candidate_entries;
     shared.topk.assign(static_cast<size_t>(S * topk_width), -1);
-    std::vector<float> scores(static_cast<size_t>(n));
-    std::vector<int64_t> order;
+#pragma omp parallel for schedule(dynamic) if (S * n * IH * ID > (1 << 18))
     for (int64_t t = 0; t < S; ++t) {
+        std::vector<float> scores(static_cast<size_t>(n));
+        std::vector<int64_t> order;
         const int64_t visible = std::min(n, (seg.first_position + t + 1) / ratio);
         for (int64_t j = 0; j < n; ++j) {
             if (j >= visible) {
@@ -258,8 +259,6 @@ void attention_forward(const Context& ctx, const AttentionParams& p) {
     // Sink attention over the window [P-W+1, P] (oldest first) and the selected compressed entries.
     std::vector<float> o(static_cast<size_t>(S * H * hd), 0.0f);
     const float scale = 1.0f / std::sqrt(float(hd));
-    std::vector<const float*> keys;
-    std::vector<float> logits;
     for (size_t i = 0; i < p.segments.size(); ++i) {
         const Segment& seg = p.segments[i];
         const SharedState& sh = p.shared[i];
@@ -267,9 +266,12 @@ void attention_forward(const Context& ctx, const AttentionParams& p) {
         const int64_t P0 = seg.first_position;
         const bool use_compressed =
             ratio > 0 && sh.kv_source != nullptr && sh.kv_source->num_entries() > 0 && sh.has_topk;
+        // Rows are independent (each writes its own output row; the ring is written after the loop).
+#pragma omp parallel for schedule(dynamic) if (seg.num_rows * H * hd * (W + c.index_topk) > (1 << 18))
         for (int64_t t = 0; t < seg.num_rows; ++t) {
             const int64_t P = P0 + t, row = seg.row_begin + t;
-            keys.clear();
+            std::vector<const float*> keys;
+            std::vector<float> logits;
             for (int64_t s = std::max({int64_t{0}, P - W + 1, seg.window_begin}); s <= P; ++s)
                 keys.push_back(s >= P0 ? kv.data() + (seg.row_begin + s - P0) * hd : st.window.row(s % st.window_rows));
             if (use_compressed) {

@@ -312,6 +312,7 @@ std::vector<std::vector<float>> V41Model::Impl::run(std::span<const Chunk> chunk
                                       eps, float(c.hc_eps)};
             std::vector<float>& site_pre = site == 0 ? pre_a : pre_f;
             const std::vector<float>& collapse_pre = site == 0 ? pre_mix : pre_a;
+#pragma omp parallel for schedule(static) if (S * hc * D * (2 + hc) * hc > (1 << 18))
             for (int64_t t = 0; t < S; ++t) {
                 const float* xt = X.data() + t * hc * D;
                 v41::hc_mixes(mp, xt, site_pre.data() + t * hc, post.data() + t * hc, comb.data() + t * hc * hc);
@@ -342,6 +343,7 @@ std::vector<std::vector<float>> V41Model::Impl::run(std::span<const Chunk> chunk
                 v41::moe_forward(c, {.weights = &lw.ffn, .x = x.data(), .image_mask = img, .num_tokens = S,
                                      .out = o.data(), .numerics = numerics});
             }
+#pragma omp parallel for schedule(static) if (S * hc * hc * D > (1 << 18))
             for (int64_t t = 0; t < S; ++t)
                 v41::hc_expand(o.data() + t * D, X.data() + t * hc * D, post.data() + t * hc,
                                comb.data() + t * hc * hc, hc, D, X2.data() + t * hc * D);
