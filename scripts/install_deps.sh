@@ -9,7 +9,8 @@ APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libicu-dev
-  python3 python3-venv python3-pip
+  python3 python3-venv python3-pip python3-dev
+  libcurl4-openssl-dev
 )
 
 missing=()

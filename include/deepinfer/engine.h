@@ -56,6 +56,7 @@ struct EngineConfig {
     // (bench/results/cpu-engine-*: slower on 2 cores); it pays when the forward runs on a GPU.
     bool async_scheduling = false;
     uint64_t job_seed = 0;
+    int64_t max_model_len = 0;  // prompt + max_tokens limit per request (0: the model's max_position_embeddings)
 };
 
 struct TokenLogprob {

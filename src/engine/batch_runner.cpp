@@ -412,6 +412,7 @@ BatchRunSummary run_batch(const BatchRunOptions& o, std::shared_ptr<const Model>
         while (!eof && engine.num_unfinished() < cap) feed_one();
         if (!engine.has_unfinished()) break;
         for (RequestOutput& r : engine.step()) write_result(std::move(r));
+        if (o.on_progress) o.on_progress(sum);
         const double since = std::chrono::duration<double>(Clock::now() - last_report).count();
         if (o.progress != BatchRunOptions::Progress::kNever && since >= (tty ? 0.1 : o.log_interval_seconds)) {
             report(false);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -14,6 +15,8 @@
 #include "deepinfer/engine.h"
 
 namespace deepinfer {
+
+struct BatchRunSummary;
 
 struct BatchRunOptions {
     std::string input_path;
@@ -25,6 +28,10 @@ struct BatchRunOptions {
     enum class Progress { kAuto, kAlways, kNever } progress = Progress::kAuto;
     double log_interval_seconds = 10.0;  // plain progress lines when not on a terminal
     int64_t max_in_flight = 0;           // requests queued in the engine at once (0: 4 x max_num_seqs)
+    // Called on the calling thread after every engine step with the counts so far (lines done =
+    // completed + errors + skipped_done). It may throw to stop the run: every result already
+    // written stays written, and --resume continues from there (the Python frontend's Ctrl-C).
+    std::function<void(const BatchRunSummary&)> on_progress;
 };
 
 struct BatchRunSummary {

@@ -416,9 +416,11 @@ void Engine::add_request(std::string id, std::vector<int32_t> prompt, SamplingPa
         DI_CHECK(prompt[i] >= 0 && prompt[i] < mc.vocab_size, "request '", id, "': prompt token ", i, " = ", prompt[i],
                  " is outside the vocabulary [0, ", mc.vocab_size, ")");
     DI_CHECK(params.max_tokens >= 1, "request '", id, "': max_tokens must be >= 1, got ", params.max_tokens);
-    DI_CHECK(static_cast<int64_t>(prompt.size()) + params.max_tokens <= mc.max_position_embeddings, "request '", id,
+    const int64_t max_len = impl_->cfg.max_model_len > 0 ? std::min(impl_->cfg.max_model_len, mc.max_position_embeddings)
+                                                         : mc.max_position_embeddings;
+    DI_CHECK(static_cast<int64_t>(prompt.size()) + params.max_tokens <= max_len, "request '", id,
              "': prompt (", prompt.size(), " tokens) + max_tokens (", params.max_tokens,
-             ") exceeds the model's context of ", mc.max_position_embeddings);
+             ") exceeds the maximum model length of ", max_len);
     DI_CHECK(params.n >= 1 && params.n <= 128, "request '", id, "': n must be in [1, 128], got ", params.n);
     DI_CHECK(params.temperature >= 0, "request '", id, "': temperature must be >= 0");
     DI_CHECK(params.top_p > 0 && params.top_p <= 1, "request '", id, "': top_p must be in (0, 1]");

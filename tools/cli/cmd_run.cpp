@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "deepinfer/check.h"
 #include "deepinfer/embedded.h"
+#include "deepinfer/hub.h"
 #include "deepinfer/log.h"
 #include "deepinfer/model.h"
 #include "deepinfer/tokenizer.h"
@@ -36,7 +37,7 @@ std::string resolve_tokenizer(const std::string& flag, const std::string& model_
 
 Command register_run(CLI::App& app) {
     struct Options {
-        std::string model, tokenizer, input, output, family = "auto", numerics, progress = "auto", cache_dir;
+        std::string model, revision, tokenizer, input, output, family = "auto", numerics, progress = "auto", cache_dir;
         bool resume = false, async = false, no_async = false, no_prefix_cache = false;
         int64_t max_num_seqs = 64, max_batched_tokens = 2048, max_prefill_chunk = 512, default_max_tokens = 256;
         double state_memory_gib = 4.0;
@@ -44,8 +45,10 @@ Command register_run(CLI::App& app) {
     };
     auto o = std::make_shared<Options>();
     CLI::App* sub = app.add_subcommand("run", "Run an OpenAI Batch API file (JSONL) and write the batch output file");
-    sub->add_option("--model", o->model, "Checkpoint directory, or embedded:v41 (the default: a built-in tiny random-weight "
-                                       "DeepSeek-V4.1 model) or embedded:v4");
+    sub->add_option("--model", o->model, "Checkpoint directory, Hugging Face repo id (org/name, through the HF cache), "
+                                         "or embedded:v41 (the default: a built-in tiny random-weight DeepSeek-V4.1 "
+                                         "model) or embedded:v4");
+    sub->add_option("--revision", o->revision, "Hub revision (branch, tag or commit) of a repo id (default main)");
     sub->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the model's, else the bundled DeepSeek one)");
     sub->add_option("--input", o->input, "Input JSONL: {custom_id, method, url, body} per line")->required();
     sub->add_option("--output", o->output, "Output JSONL: {id, custom_id, response, error} per request")->required();
@@ -74,6 +77,8 @@ Command register_run(CLI::App& app) {
             name = dir.empty() ? std::string(kEmbeddedDefault) : dir;
             dir = ensure_embedded_model(o->cache_dir.empty() ? default_cache_dir() : o->cache_dir, name);
             DI_LOG_INFO("using the built-in tiny random-weight model {} ({}): its text is random by design", name, dir);
+        } else {
+            dir = resolve_model_dir(o->model, o->revision, hub_options_from_environment());
         }
         ModelOptions mo;
         if (!o->numerics.empty()) {

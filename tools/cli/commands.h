@@ -20,6 +20,8 @@ Command register_generate(CLI::App& app);
 Command register_bench(CLI::App& app);
 // `deepinfer run [--model DIR] --input requests.jsonl --output results.jsonl [--resume]`
 Command register_run(CLI::App& app);
+// `deepinfer download org/name [--revision R] [--include PATTERN]...` (prints the snapshot directory)
+Command register_download(CLI::App& app);
 
 // `deepinfer tokenize --tokenizer FILE --input F.jsonl` (JSON strings in, {"ids": [...]} out)
 Command register_tokenize(CLI::App& app);

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
     commands.push_back(deepinfer::cli::register_generate(app));
     commands.push_back(deepinfer::cli::register_bench(app));
     commands.push_back(deepinfer::cli::register_run(app));
+    commands.push_back(deepinfer::cli::register_download(app));
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -19,7 +19,7 @@
 
 #include "deepinfer/check.h"
 #include "deepinfer/engram.h"
-#include "model/v41/sha256.h"
+#include "core/sha256.h"
 
 namespace deepinfer {
 namespace {
@@ -162,7 +162,7 @@ std::string engram_normalize(std::string_view utf8_text) {
 std::string EngramTokenMap::sha256() const {
     // int32 little-endian: the in-memory layout on the little-endian hosts we support.
     static_assert(std::endian::native == std::endian::little, "big-endian hosts need a byte swap here");
-    return v41::sha256_hex(compressed_ids.data(), compressed_ids.size() * sizeof(int32_t));
+    return sha256_hex(compressed_ids.data(), compressed_ids.size() * sizeof(int32_t));
 }
 
 EngramTokenMap build_engram_token_map(std::string_view tokenizer_json, std::string_view source) {

@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: Apache-2.0
+// Models, their configuration, the tokenizer, the built-in tiny model, logging and CPU threads.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "deepinfer/embedded.h"
+#include "deepinfer/log.h"
+#include "deepinfer/model.h"
+#include "deepinfer/parallel.h"
+#include "deepinfer/tokenizer.h"
+
+namespace nb = nanobind;
+
+namespace deepinfer::python {
+
+void register_model(nb::module_& m) {
+    nb::class_<ModelConfig>(m, "ModelConfig", "A checkpoint's config.json, as deepinfer read it.")
+        .def_ro("model_type", &ModelConfig::model_type)
+        .def_ro("architecture", &ModelConfig::architecture)
+        .def_ro("vocab_size", &ModelConfig::vocab_size)
+        .def_ro("hidden_size", &ModelConfig::hidden_size)
+        .def_ro("num_hidden_layers", &ModelConfig::num_hidden_layers)
+        .def_ro("max_position_embeddings", &ModelConfig::max_position_embeddings)
+        .def_ro("bos_token_id", &ModelConfig::bos_token_id)
+        .def_ro("eos_token_ids", &ModelConfig::eos_token_ids)
+        .def_ro("torch_dtype", &ModelConfig::torch_dtype);
+
+    nb::class_<Model>(m, "Model", "A loaded checkpoint (immutable; shared by engines).")
+        .def_static(
+            "load",
+            [](const std::string& checkpoint_dir, std::optional<std::string> numerics) {
+                ModelOptions options;
+                if (numerics) {
+                    options.numerics_from_checkpoint = false;
+                    options.numerics = parse_numerics(*numerics);
+                }
+                return std::shared_ptr<Model>(Model::load(checkpoint_dir, options));
+            },
+            nb::arg("checkpoint_dir"), nb::arg("numerics") = nb::none(), nb::call_guard<nb::gil_scoped_release>(),
+            "Loads a checkpoint directory (config.json + safetensors). `numerics`: 'exact' | 'official' "
+            "(default: official for FP8/FP4 checkpoints, exact otherwise).")
+        .def_prop_ro("config", &Model::config, nb::rv_policy::reference_internal)
+        .def_prop_ro("numerics", [](const Model& model) { return std::string(numerics_name(model.numerics())); });
+
+    nb::class_<Tokenizer>(m, "Tokenizer", "Byte-level BPE tokenizer from a Hugging Face tokenizer.json.")
+        .def_static(
+            "from_file", [](const std::string& path) { return std::make_shared<Tokenizer>(Tokenizer::from_file(path)); },
+            nb::arg("path"), nb::call_guard<nb::gil_scoped_release>())
+        .def("encode", &Tokenizer::encode, nb::arg("text"), nb::call_guard<nb::gil_scoped_release>(),
+             "Text -> ids (added tokens in the text become their ids; no BOS is added).")
+        .def(
+            "decode",
+            [](const Tokenizer& t, const std::vector<int32_t>& ids, bool skip_special_tokens) {
+                return t.decode(ids, skip_special_tokens);
+            },
+            nb::arg("ids"), nb::arg("skip_special_tokens") = false, nb::call_guard<nb::gil_scoped_release>())
+        .def("token_to_id", &Tokenizer::token_to_id, nb::arg("token"))
+        .def("id_to_token", &Tokenizer::id_to_token, nb::arg("id"))
+        .def_prop_ro("vocab_size", &Tokenizer::vocab_size);
+
+    m.attr("EMBEDDED_MODEL_NAME") = kEmbeddedModelName;
+    m.def("ensure_embedded_model", &ensure_embedded_model, nb::arg("cache_dir"),
+          nb::call_guard<nb::gil_scoped_release>(),
+          "Writes the built-in tiny random-weight model under cache_dir if missing; returns its directory.");
+    m.def(
+        "set_log_level", [](std::string_view level) { set_log_level(parse_log_level(level)); }, nb::arg("level"),
+        "'debug' | 'info' | 'warn' | 'error' | 'off' (messages go to stderr).");
+    m.def("set_num_threads", &set_cpu_num_threads, nb::arg("num_threads"), "CPU threads (0: one per core).");
+    m.def("num_threads", &cpu_num_threads);
+}
+
+}  // namespace deepinfer::python
