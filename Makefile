@@ -10,7 +10,7 @@ CUDA ?= ON
 
 # The Python extension is configured with the project virtualenv's interpreter (nanobind is there).
 VENV_PY := $(CURDIR)/.venv/bin/python
-PY_CMAKE_ARGS = $(if $(wildcard .venv/bin/python),-DPython_EXECUTABLE=$(VENV_PY))
+PY_CMAKE_ARGS = $(shell test -x .venv/bin/python && echo -DPython_EXECUTABLE=$(VENV_PY))
 
 all: build
 
