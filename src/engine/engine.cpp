@@ -420,7 +420,7 @@ void Engine::add_request(std::string id, std::vector<int32_t> prompt, SamplingPa
                                                          : mc.max_position_embeddings;
     DI_CHECK(static_cast<int64_t>(prompt.size()) + params.max_tokens <= max_len, "request '", id,
              "': prompt (", prompt.size(), " tokens) + max_tokens (", params.max_tokens,
-             ") exceeds the maximum model length of ", max_len);
+             ") exceeds the model's context of ", max_len, impl_->cfg.max_model_len > 0 ? " (max_model_len)" : "");
     DI_CHECK(params.n >= 1 && params.n <= 128, "request '", id, "': n must be in [1, 128], got ", params.n);
     DI_CHECK(params.temperature >= 0, "request '", id, "': temperature must be >= 0");
     DI_CHECK(params.top_p > 0 && params.top_p <= 1, "request '", id, "': top_p must be in (0, 1]");

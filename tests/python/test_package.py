@@ -220,7 +220,7 @@ def test_bad_arguments_raise_with_the_cpp_message(llm, cache_dir):
     with pytest.raises(deepinfer.Error, match="no such directory, and not a Hub repo id"):
         LLM("/nonexistent/model-dir")
     small = LLM(cache_dir=cache_dir, max_model_len=8)
-    with pytest.raises(deepinfer.Error, match="exceeds the maximum model length of 8"):
+    with pytest.raises(deepinfer.Error, match=r"exceeds the model's context of 8 \(max_model_len\)"):
         small.generate("The lighthouse keeper", SamplingParams(max_tokens=8), use_tqdm=False)
     # Nothing of a failed call ran or lingers: the next call works and matches a fresh instance.
     sp = SamplingParams(temperature=0.5, max_tokens=5, ignore_eos=True)
