@@ -13,6 +13,7 @@
 
 #include "bindings.h"
 #include "deepinfer/engine.h"
+#include "deepinfer/grammar.h"
 #include "deepinfer/tokenizer.h"
 
 namespace nb = nanobind;
@@ -20,6 +21,27 @@ namespace nb = nanobind;
 namespace deepinfer::python {
 
 void register_engine(nb::module_& m) {
+    nb::enum_<JsonWhitespace>(m, "JsonWhitespace")
+        .value("flexible", JsonWhitespace::kFlexible)
+        .value("compact", JsonWhitespace::kCompact);
+    nb::class_<JsonOptions>(m, "JsonOptions")
+        .def(nb::init<>())
+        .def_rw("whitespace", &JsonOptions::whitespace)
+        .def_rw("max_whitespace", &JsonOptions::max_whitespace)
+        .def_rw("strict", &JsonOptions::strict);
+    nb::class_<GrammarSpec> spec(m, "GrammarSpec", "A structured-output constraint (see grammar.h).");
+    nb::enum_<GrammarSpec::Kind>(spec, "Kind")
+        .value("ebnf", GrammarSpec::Kind::kEbnf)
+        .value("regex", GrammarSpec::Kind::kRegex)
+        .value("json_schema", GrammarSpec::Kind::kJsonSchema)
+        .value("json_object", GrammarSpec::Kind::kJsonObject);
+    spec.def(nb::init<>())
+        .def_rw("kind", &GrammarSpec::kind)
+        .def_rw("text", &GrammarSpec::text)
+        .def_rw("json", &GrammarSpec::json)
+        .def_rw("start_after", &GrammarSpec::start_after)
+        .def_rw("tool_call_prefix", &GrammarSpec::tool_call_prefix);
+
     nb::class_<SamplingParams>(m, "SamplingParams", "The engine's per-request sampling fields (see engine.h).")
         .def(nb::init<>())
         .def_rw("temperature", &SamplingParams::temperature)
@@ -36,7 +58,8 @@ void register_engine(nb::module_& m) {
         .def_rw("n", &SamplingParams::n)
         .def_rw("logprobs", &SamplingParams::logprobs)
         .def_rw("seed", &SamplingParams::seed)
-        .def_rw("ignore_eos", &SamplingParams::ignore_eos);
+        .def_rw("ignore_eos", &SamplingParams::ignore_eos)
+        .def_rw("grammar", &SamplingParams::grammar);
 
     nb::class_<EngineConfig>(m, "EngineConfig", "Every switch of the engine (see engine.h).")
         .def(nb::init<>())

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // Exceptions: deepinfer::Error arrives in Python as deepinfer._core.Error (a ValueError: the
 // library throws it for invalid input, files and requests) carrying the C++ message; `location`
-// holds the "file:line" where it was raised.
+// holds the "file:line" where it was raised. GrammarError (an invalid constraint) is its subclass.
 #include <string>
 #include <string_view>
 
 #include "bindings.h"
 #include "deepinfer/check.h"
+#include "deepinfer/grammar.h"
 
 namespace nb = nanobind;
 
@@ -46,16 +47,22 @@ void register_errors(nb::module_& m) {
         "`str(e)` is the library's message; `e.location` the source file and line that raised it.",
         PyExc_ValueError, nullptr);
     m.attr("Error") = nb::steal(error);
+    PyObject* grammar_error = PyErr_NewExceptionWithDoc(
+        "deepinfer._core.GrammarError", "An invalid or unsupported structured-output constraint.", error, nullptr);
+    m.attr("GrammarError") = nb::steal(grammar_error);
     // The module keeps the type alive; the translator borrows it as its payload.
     nb::register_exception_translator(
         [](const std::exception_ptr& p, void* payload) {
+            PyObject* const* types = static_cast<PyObject* const*>(payload);
             try {
                 std::rethrow_exception(p);
+            } catch (const GrammarError& e) {
+                raise(types[1], e.message(), location_of(e));
             } catch (const Error& e) {
-                raise(static_cast<PyObject*>(payload), e.message(), location_of(e));
+                raise(types[0], e.message(), location_of(e));
             }
         },
-        error);
+        new PyObject*[2]{error, grammar_error});  // lives as long as the process, as the module
 }
 
 }  // namespace deepinfer::python

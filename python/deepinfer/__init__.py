@@ -10,7 +10,7 @@
 """
 from __future__ import annotations
 
-from ._core import Error, HubError
+from ._core import Error, GrammarError, HubError
 from .hub import snapshot_download
 from .llm import LLM
 from .outputs import CompletionOutput, Logprob, RequestOutput, ToolCall
@@ -26,6 +26,7 @@ __all__ = [
     "Logprob",
     "ToolCall",
     "Error",
+    "GrammarError",
     "HubError",
     "snapshot_download",
     "__version__",

@@ -155,7 +155,7 @@ class LLM:
             if ids is None:
                 ids = self._tokenizer.encode(text)
             requests.append((text, ids, sp))
-        finished = self._run([(ids, sp) for _, ids, sp in requests], use_tqdm)
+        finished = self._run([(ids, sp._to_core()) for _, ids, sp in requests], use_tqdm)
         outputs = []
         for i, ((text, ids, sp), out) in enumerate(zip(requests, finished)):
             completions = [self._completion(c, sp) for c in out.completions]
@@ -201,7 +201,7 @@ class LLM:
             options.stop = []  # the engine cuts the text at SamplingParams.stop itself
             options.response_id = f"chatcmpl-{i}"
             prepared.append((prompt.text(), ids, sp, options))
-        finished = self._run([(ids, sp) for _, ids, sp, _ in prepared], use_tqdm)
+        finished = self._run([(ids, sp._to_core(options)) for _, ids, sp, options in prepared], use_tqdm)
         outputs = []
         for i, ((text, ids, sp, options), out) in enumerate(zip(prepared, finished)):
             completions = []
@@ -267,7 +267,7 @@ class LLM:
 
     # ---- internals ----------------------------------------------------------------------------
 
-    def _run(self, requests: list[tuple[list[int], SamplingParams]], use_tqdm: bool) -> list[_core.RequestOutput]:
+    def _run(self, requests: list[tuple[list[int], _core.SamplingParams]], use_tqdm: bool) -> list[_core.RequestOutput]:
         if self._engine is None:
             self._engine = _core.Engine(self._model, self._tokenizer, self._engine_config)
         engine = self._engine
@@ -275,7 +275,7 @@ class LLM:
         bar = None
         try:
             for i, (ids, sp) in enumerate(requests):
-                engine.add_request(str(i), ids, sp._to_core())
+                engine.add_request(str(i), ids, sp)
             bar = Progress(len(requests), use_tqdm and len(requests) > 0, "Processed prompts")
             while engine.has_unfinished():
                 done = engine.step()  # the GIL is released inside; signals are handled after it

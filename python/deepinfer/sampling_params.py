@@ -38,6 +38,9 @@ class SamplingParams:
         json_schema: a JSON schema (dict or JSON text) the output must match.
         regex: a regular expression the output must match.
         ebnf: a grammar (EBNF) the output must match.
+        json_whitespace: "flexible" (default) or "compact" spacing of constrained JSON.
+
+    An invalid constraint raises :class:`deepinfer.GrammarError` when the request is queued.
     """
 
     n: int = 1
@@ -59,6 +62,7 @@ class SamplingParams:
     json_schema: Optional[Union[dict[str, Any], str]] = None
     regex: Optional[str] = None
     ebnf: Optional[str] = None
+    json_whitespace: Optional[str] = None
 
     def __post_init__(self) -> None:
         for name in ("n", "top_k", "max_tokens"):
@@ -72,27 +76,57 @@ class SamplingParams:
         if len(given) > 1:
             raise ValueError(f"give at most one structured-output constraint, got {', '.join(given)}")
         if self.response_format is not None:
-            if not isinstance(self.response_format, dict) or "type" not in self.response_format:
-                raise ValueError('response_format must be a dict with a "type" ("text", "json_object" or "json_schema")')
+            if not isinstance(self.response_format, dict) or self.response_format.get("type") not in (
+                    "text", "json_object", "json_schema"):
+                raise ValueError('response_format must be a dict with a "type": "text", "json_object" or "json_schema"')
         if self.json_schema is not None and not isinstance(self.json_schema, (dict, str)):
             raise TypeError("json_schema must be a dict or JSON text")
 
-    @property
-    def structured(self) -> Optional[tuple[str, str]]:
-        """The structured-output constraint as (kind, JSON/pattern text), or None."""
+    def _grammar(self, chat: Optional[_core.ChatParseOptions]) -> Optional[_core.GrammarSpec]:
+        """The engine's GrammarSpec for the structured-output field, as `deepinfer run` builds it
+        from a request body: in chat, thinking mode constrains only the answer (after </think>)
+        and offered tools stay callable (a DSML block ends the constraint)."""
+        spec = _core.GrammarSpec()
         rf = self.response_format
         if rf is not None and rf.get("type") != "text":
-            return ("response_format", json.dumps(rf))
-        if self.json_schema is not None:
-            text = self.json_schema if isinstance(self.json_schema, str) else json.dumps(self.json_schema)
-            return ("json_schema", text)
-        if self.regex is not None:
-            return ("regex", self.regex)
-        if self.ebnf is not None:
-            return ("ebnf", self.ebnf)
-        return None
+            if rf["type"] == "json_object":
+                spec.kind = _core.GrammarSpec.Kind.json_object
+                spec.json.strict = False
+            elif rf["type"] == "json_schema":
+                js = rf.get("json_schema")
+                if not isinstance(js, dict) or "schema" not in js:
+                    raise ValueError("response_format.json_schema.schema is required")
+                spec.kind = _core.GrammarSpec.Kind.json_schema
+                spec.text = json.dumps(js["schema"])
+                spec.json.strict = js.get("strict") is True
+            else:
+                raise ValueError("response_format type must be text, json_object or json_schema")
+        elif self.json_schema is not None:
+            spec.kind = _core.GrammarSpec.Kind.json_schema
+            spec.text = self.json_schema if isinstance(self.json_schema, str) else json.dumps(self.json_schema)
+            spec.json.strict = False
+        elif self.regex is not None:
+            spec.kind = _core.GrammarSpec.Kind.regex
+            spec.text = self.regex
+        elif self.ebnf is not None:
+            spec.kind = _core.GrammarSpec.Kind.ebnf
+            spec.text = self.ebnf
+        else:
+            return None
+        if self.json_whitespace is not None:
+            if self.json_whitespace not in ("flexible", "compact"):
+                raise ValueError('json_whitespace must be "flexible" or "compact"')
+            spec.json.whitespace = getattr(_core.JsonWhitespace, self.json_whitespace)
+        if chat is not None:
+            if chat.starts_in_tool_calls:
+                raise ValueError("structured output cannot be combined with tool_choice required or a named tool")
+            if chat.thinking:
+                spec.start_after = "</think>"
+            if chat.parse_tool_calls:
+                spec.tool_call_prefix = _DSML_START
+        return spec
 
-    def _to_core(self) -> _core.SamplingParams:
+    def _to_core(self, chat: Optional[_core.ChatParseOptions] = None) -> _core.SamplingParams:
         p = _core.SamplingParams()
         p.n = self.n
         p.temperature = float(self.temperature)
@@ -102,20 +136,19 @@ class SamplingParams:
         p.presence_penalty = float(self.presence_penalty)
         p.frequency_penalty = float(self.frequency_penalty)
         p.repetition_penalty = float(self.repetition_penalty)
-        p.logit_bias = [(int(k), float(v)) for k, v in (self.logit_bias or {}).items()]
+        p.logit_bias = [(int(k), max(-100.0, min(100.0, float(v)))) for k, v in (self.logit_bias or {}).items()]
         p.seed = self.seed
         p.stop = list(self.stop or [])
         p.stop_token_ids = [int(t) for t in (self.stop_token_ids or [])]
         p.ignore_eos = bool(self.ignore_eos)
         p.max_tokens = self.max_tokens
         p.logprobs = -1 if self.logprobs is None else self.logprobs
-        structured = self.structured
-        if structured is not None:
-            if not hasattr(p, "structured_kind"):
-                raise _core.Error(
-                    f"structured output ({structured[0]}) is not available in this build of deepinfer")
-            p.structured_kind, p.structured_spec = structured
+        p.grammar = self._grammar(chat)
         return p
+
+
+# The start of a DeepSeek tool-call block (DSML): a constraint gives way to it in chat with tools.
+_DSML_START = "<\uff5cDSML\uff5c"
 
 
 def _require_int(name: str, value: object) -> None:

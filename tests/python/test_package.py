@@ -1,11 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """The `deepinfer` Python package (installed into the virtualenv from the checkout) on the built-in
 tiny model: generate and chat equal the CLI's batch runner on the same requests, determinism across
-calls and instances, logprobs / n / stop strings, Python exceptions carrying the C++ messages,
+calls and instances, logprobs / n / stop strings, structured output (regex, JSON schema, EBNF,
+response_format) equal to the batch runner's, Python exceptions carrying the C++ messages,
 run_batch with resume, Ctrl-C between engine steps, the GIL released during generation, tqdm."""
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -261,6 +263,60 @@ def test_run_batch_with_resume(llm, deepinfer_bin, cache_dir, tmp_path):
     # Without resume an existing output is refused.
     with pytest.raises(deepinfer.Error, match="the output file exists"):
         llm.run_batch(inp, out, resume=False, use_tqdm=False)
+
+
+def test_structured_output_through_sampling_params(llm, deepinfer_bin, cache_dir, tmp_path):
+    """regex, json_schema and response_format constrain the output, and give the same tokens as the
+    same constraint in a `deepinfer run` body (so the Python spec equals the batch runner's)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    tok = llm.get_tokenizer()
+    # A bias toward closing tokens ends the random model's walk through the JSON grammar early.
+    closers = {}
+    for s in ['"', "}", "]", '"}', "},", '"]', "}}"]:
+        ids = tok.encode(s)
+        if len(ids) == 1:
+            closers[ids[0]] = 7.0
+    assert len(closers) >= 4
+    regex = r"(yes|no)-[0-9]{2}"
+    schema = {"type": "object", "properties": {"colour": {"enum": ["red", "green", "blue"]}, "sure": {"type": "boolean"}},
+              "required": ["colour", "sure"], "additionalProperties": False}
+    params = [SamplingParams(regex=regex, max_tokens=32, seed=1, ignore_eos=True),
+              SamplingParams(json_schema=schema, max_tokens=96, seed=2, logit_bias=closers, json_whitespace="compact"),
+              SamplingParams(ebnf='root ::= "(" [a-c]+ ")"', max_tokens=64, seed=3, logit_bias={tok.encode(")")[0]: 5})]
+    outs = llm.generate(["Answer yes or no:", "Pick a colour:", "Letters:"], params, use_tqdm=False)
+    text = [o.outputs[0].text for o in outs]
+    assert re.fullmatch(regex, text[0]) and outs[0].outputs[0].finish_reason == "stop", text[0]
+    jsonschema.validate(json.loads(text[1]), schema)
+    assert re.fullmatch(r"\([a-c]+\)", text[2]), text[2]
+    rf = {"type": "json_schema", "json_schema": {"name": "colour", "schema": schema, "strict": True}}
+    conv = [{"role": "user", "content": "Pick a colour, in JSON."}]
+    (chat,) = llm.chat(conv, SamplingParams(response_format=rf, max_tokens=96, seed=4, logit_bias=closers,
+                                            json_whitespace="compact"), thinking=False, use_tqdm=False)
+    assert chat.outputs[0].finish_reason == "stop", chat.outputs[0].text
+    jsonschema.validate(json.loads(chat.outputs[0].text), schema)
+    (obj,) = llm.chat([{"role": "user", "content": "Reply with a JSON object."}],
+                      SamplingParams(response_format={"type": "json_object"}, max_tokens=96, seed=5,
+                                     logit_bias={t: 2 * b for t, b in closers.items()}, json_whitespace="compact"),
+                      thinking=False, use_tqdm=False)
+    assert isinstance(json.loads(obj.outputs[0].text), dict)
+    bias = {str(k): v for k, v in closers.items()}
+    lines = [completion_line("r", "Answer yes or no:", regex=regex, max_tokens=32, seed=1, ignore_eos=True),
+             completion_line("s", "Pick a colour:", response_format={"type": "json_schema", "json_schema": {
+                 "name": "x", "schema": schema}}, max_tokens=96, seed=2, logit_bias=bias, json_whitespace="compact"),
+             completion_line("e", "Letters:", ebnf='root ::= "(" [a-c]+ ")"', max_tokens=64, seed=3,
+                             logit_bias={str(tok.encode(")")[0]): 5}),
+             chat_line("c", conv, response_format=rf, thinking={"type": "disabled"}, max_tokens=96, seed=4,
+                       logit_bias=bias, json_whitespace="compact")]
+    cli = cli_run(deepinfer_bin, cache_dir, lines, tmp_path)
+    assert cli["r"]["response"]["body"]["choices"][0]["text"] == text[0]
+    assert cli["s"]["response"]["body"]["choices"][0]["text"] == text[1]
+    assert cli["e"]["response"]["body"]["choices"][0]["text"] == text[2]
+    assert cli["c"]["response"]["body"]["choices"][0]["message"]["content"] == chat.outputs[0].text
+    # An invalid constraint is a GrammarError (a deepinfer.Error) when the request is queued.
+    with pytest.raises(deepinfer.GrammarError, match="regex"):
+        llm.generate("x", SamplingParams(regex="(unclosed"), use_tqdm=False)
+    with pytest.raises(ValueError, match="json_schema.schema is required"):
+        llm.generate("x", SamplingParams(response_format={"type": "json_schema", "json_schema": {}}), use_tqdm=False)
 
 
 INTERRUPT_SCRIPT = textwrap.dedent("""
