@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Models, their configuration, the tokenizer, the built-in tiny model, logging and CPU threads.
+// Models (DeepSeek-V4 and V4.1), what the engine knows of them, the tokenizer, the built-in tiny model, logging and CPU threads.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
@@ -23,32 +23,29 @@ namespace nb = nanobind;
 namespace deepinfer::python {
 
 void register_model(nb::module_& m) {
-    nb::class_<ModelConfig>(m, "ModelConfig", "A checkpoint's config.json, as deepinfer read it.")
-        .def_ro("model_type", &ModelConfig::model_type)
-        .def_ro("architecture", &ModelConfig::architecture)
-        .def_ro("vocab_size", &ModelConfig::vocab_size)
-        .def_ro("hidden_size", &ModelConfig::hidden_size)
-        .def_ro("num_hidden_layers", &ModelConfig::num_hidden_layers)
-        .def_ro("max_position_embeddings", &ModelConfig::max_position_embeddings)
-        .def_ro("bos_token_id", &ModelConfig::bos_token_id)
-        .def_ro("eos_token_ids", &ModelConfig::eos_token_ids)
-        .def_ro("torch_dtype", &ModelConfig::torch_dtype);
+    nb::class_<ModelInfo>(m, "ModelInfo", "What the engine needs to know of a loaded model.")
+        .def_ro("family", &ModelInfo::family, "'deepseek_v4' | 'deepseek_v41'")
+        .def_ro("vocab_size", &ModelInfo::vocab_size)
+        .def_ro("eos_token_ids", &ModelInfo::eos_token_ids)
+        .def_ro("max_position_embeddings", &ModelInfo::max_position_embeddings);
 
     nb::class_<Model>(m, "Model", "A loaded checkpoint (immutable; shared by engines).")
         .def_static(
             "load",
-            [](const std::string& checkpoint_dir, std::optional<std::string> numerics) {
+            [](const std::string& checkpoint_dir, std::optional<std::string> numerics, const std::string& tokenizer_json) {
                 ModelOptions options;
                 if (numerics) {
                     options.numerics_from_checkpoint = false;
                     options.numerics = parse_numerics(*numerics);
                 }
+                options.tokenizer_json = tokenizer_json;
                 return std::shared_ptr<Model>(Model::load(checkpoint_dir, options));
             },
-            nb::arg("checkpoint_dir"), nb::arg("numerics") = nb::none(), nb::call_guard<nb::gil_scoped_release>(),
-            "Loads a checkpoint directory (config.json + safetensors). `numerics`: 'exact' | 'official' "
-            "(default: official for FP8/FP4 checkpoints, exact otherwise).")
-        .def_prop_ro("config", &Model::config, nb::rv_policy::reference_internal)
+            nb::arg("checkpoint_dir"), nb::arg("numerics") = nb::none(), nb::arg("tokenizer_json") = "",
+            nb::call_guard<nb::gil_scoped_release>(),
+            "Loads a checkpoint directory (DeepSeek-V4 or V4.1). `numerics`: 'exact' | 'official' (default: "
+            "official for FP8/FP4 checkpoints, exact otherwise); `tokenizer_json`: V4.1's Engram token map source.")
+        .def_prop_ro("info", &Model::info, nb::rv_policy::reference_internal)
         .def_prop_ro("numerics", [](const Model& model) { return std::string(numerics_name(model.numerics())); });
 
     nb::class_<Tokenizer>(m, "Tokenizer", "Byte-level BPE tokenizer from a Hugging Face tokenizer.json.")
@@ -64,6 +61,7 @@ void register_model(nb::module_& m) {
             },
             nb::arg("ids"), nb::arg("skip_special_tokens") = false, nb::call_guard<nb::gil_scoped_release>())
         .def("token_to_id", &Tokenizer::token_to_id, nb::arg("token"))
+        .def("added_token_id", &Tokenizer::added_token_id, nb::arg("content"))
         .def("id_to_token", &Tokenizer::id_to_token, nb::arg("id"))
         .def_prop_ro("vocab_size", &Tokenizer::vocab_size);
 

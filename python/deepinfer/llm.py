@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import warnings
 from collections.abc import Sequence
 from typing import Any, Callable, Optional, Union
 
@@ -59,7 +60,8 @@ class LLM:
         state_memory_gib: memory for sequence state (running sequences and the prefix cache).
         enable_prefix_caching: share the state of common prompt prefixes (same results).
         async_scheduling: overlap post-processing with the next forward (same results).
-        chat_family: the chat format, "v4" or "v41"; default from the model's architecture.
+        chat_family: the chat format, "v4" or "v41"; default the model's family (V4.1's needs a
+            tokenizer with <｜System｜>).
         cache_dir: where the built-in model is generated (default ~/.cache/deepinfer).
         num_threads: CPU threads (default: one per core).
         log_level: "debug", "info", "warn" (default), "error" or "off".
@@ -98,14 +100,18 @@ class LLM:
             _core.set_num_threads(num_threads)
 
         self.model_dir, self.model_name = _resolve_model(model, revision, cache_dir)
-        self._model = _core.Model.load(self.model_dir, numerics)
         tok_path = tokenizer or _model_tokenizer(self.model_dir) or bundled_tokenizer()
+        self._model = _core.Model.load(self.model_dir, numerics, tok_path)
         self._tokenizer = _core.Tokenizer.from_file(tok_path)
-        if self._tokenizer.vocab_size > self._model.config.vocab_size:
-            raise _core.Error(f"the tokenizer has {self._tokenizer.vocab_size} ids but the model's vocabulary "
-                              f"is {self._model.config.vocab_size}")
-        family = chat_family or ("v41" if "V41" in self._model.config.architecture else "v4")
-        self._family = _core.parse_chat_family(family)
+        info = self._model.info
+        if self._tokenizer.vocab_size > info.vocab_size:
+            warnings.warn(f"the tokenizer has {self._tokenizer.vocab_size} ids, the model's vocabulary "
+                          f"{info.vocab_size}: prompts using the others are rejected", stacklevel=2)
+        # V4.1's chat format needs <｜System｜>, which a V4 tokenizer lacks (as `deepinfer run` decides).
+        if chat_family is None:
+            v41 = info.family == "deepseek_v41" and self._tokenizer.added_token_id("<｜System｜>") is not None
+            chat_family = "v41" if v41 else "v4"
+        self._family = _core.parse_chat_family(chat_family)
 
         cfg = _core.EngineConfig()
         cfg.max_num_seqs = max_num_seqs
@@ -122,8 +128,9 @@ class LLM:
     # ---- properties ---------------------------------------------------------------------------
 
     @property
-    def model_config(self) -> _core.ModelConfig:
-        return self._model.config
+    def model_info(self) -> _core.ModelInfo:
+        """The model's family, vocabulary size, end-of-sequence ids and context length."""
+        return self._model.info
 
     @property
     def numerics(self) -> str:
