@@ -65,10 +65,14 @@ void register_model(nb::module_& m) {
         .def("id_to_token", &Tokenizer::id_to_token, nb::arg("id"))
         .def_prop_ro("vocab_size", &Tokenizer::vocab_size);
 
-    m.attr("EMBEDDED_MODEL_NAME") = kEmbeddedModelName;
-    m.def("ensure_embedded_model", &ensure_embedded_model, nb::arg("cache_dir"),
-          nb::call_guard<nb::gil_scoped_release>(),
-          "Writes the built-in tiny random-weight model under cache_dir if missing; returns its directory.");
+    m.attr("EMBEDDED_DEFAULT") = std::string(kEmbeddedDefault);
+    m.def("is_embedded_model_name", &is_embedded_model_name, nb::arg("name"), "'embedded:v41' or 'embedded:v4'");
+    m.def(
+        "ensure_embedded_model",
+        [](const std::string& cache_dir, const std::string& name) { return ensure_embedded_model(cache_dir, name); },
+        nb::arg("cache_dir"), nb::arg("name") = std::string(kEmbeddedDefault), nb::call_guard<nb::gil_scoped_release>(),
+        "Writes a built-in tiny random-weight model (default embedded:v41) under cache_dir if missing; returns its "
+        "directory.");
     m.def(
         "set_log_level", [](std::string_view level) { set_log_level(parse_log_level(level)); }, nb::arg("level"),
         "'debug' | 'info' | 'warn' | 'error' | 'off' (messages go to stderr).");

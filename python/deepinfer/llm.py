@@ -29,7 +29,7 @@ _PACKAGE_DIR = pathlib.Path(os.path.abspath(__file__)).parent  # not resolve(): 
 
 
 def default_cache_dir() -> str:
-    """Where the built-in tiny model is generated: $XDG_CACHE_HOME/deepinfer or ~/.cache/deepinfer
+    """Where the built-in tiny models are generated: $XDG_CACHE_HOME/deepinfer or ~/.cache/deepinfer
     (the CLI's choice)."""
     xdg = os.environ.get("XDG_CACHE_HOME")
     if xdg:
@@ -48,8 +48,8 @@ class LLM:
     Args:
         model: a checkpoint directory, a Hugging Face repo id ("org/name", resolved through the
             Hugging Face cache and downloaded if missing), or None for the built-in tiny
-            random-weight model (its text is random by design). In production:
-            ``LLM("deepseek-ai/DeepSeek-V4.1-Flash-1017")``.
+            random-weight DeepSeek-V4.1 model ("embedded:v41"; "embedded:v4" is the V4 one; their
+            text is random by design). In production: ``LLM("deepseek-ai/DeepSeek-V4.1-Flash-1017")``.
         revision: the Hub revision (branch, tag or commit) of a repo id; default "main".
         tokenizer: a tokenizer.json; default the model's, else the bundled DeepSeek-V4 one.
         device: "auto" or "cpu" (the CUDA engine backend is not available yet).
@@ -323,10 +323,11 @@ class LLM:
 # ---- argument normalization ---------------------------------------------------------------------
 
 def _resolve_model(model: Optional[str], revision: Optional[str], cache_dir: Optional[str]) -> tuple[str, str]:
-    if model is None:
+    if model is None or _core.is_embedded_model_name(os.fspath(model)):
         if revision is not None:
             raise ValueError("revision needs a Hub model id")
-        return _core.ensure_embedded_model(cache_dir or default_cache_dir()), _core.EMBEDDED_MODEL_NAME
+        name = _core.EMBEDDED_DEFAULT if model is None else os.fspath(model)
+        return _core.ensure_embedded_model(cache_dir or default_cache_dir(), name), name
     model = os.fspath(model)
     if os.path.isdir(model):
         if revision is not None:

@@ -339,9 +339,13 @@ INTERRUPT_SCRIPT = textwrap.dedent("""
              for o in LLM(cache_dir=sys.argv[1], seed=3, max_num_seqs=4).generate(prompts, short, use_tqdm=False)]
     # run_batch: interrupted between steps, every finished line written; resume completes the job.
     inp, out = sys.argv[2], sys.argv[3]
-    threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    fired = []
+    def after_some(summary):  # once results are on disk, Ctrl-C arrives from another thread
+        if summary.completed >= 8 and not fired:
+            fired.append(1)
+            threading.Timer(0.05, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
     try:
-        llm.run_batch(inp, out, use_tqdm=False)
+        llm.run_batch(inp, out, use_tqdm=False, on_progress=after_some)
         batch_interrupted = False
     except KeyboardInterrupt:
         batch_interrupted = True
