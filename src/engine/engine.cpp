@@ -17,6 +17,7 @@
 
 #include "deepinfer/check.h"
 #include "deepinfer/grammar.h"
+#include "deepinfer/log.h"
 #include "deepinfer/tokenizer.h"
 #include "engine/forward_worker.h"
 #include "engine/prefix_cache.h"
@@ -53,6 +54,7 @@ struct Completion {
     // computed while the forward that produces its logits runs.
     std::unique_ptr<ConstrainedDecoder> grammar;
     std::vector<uint64_t> mask;
+    int64_t mask_count = 0;
     bool mask_ready = false;
 };
 
@@ -230,7 +232,7 @@ struct Engine::Impl {
         if (!constrained.empty())
             plan.masks = std::async(std::launch::async, [constrained] {
                 for (Completion* c : constrained) {
-                    c->grammar->fill_next_token_bitmask(c->mask);
+                    c->mask_count = c->grammar->fill_next_token_bitmask(c->mask);
                     c->mask_ready = true;
                 }
             });
@@ -287,16 +289,24 @@ struct Engine::Impl {
 
     void sample_into(Completion& c, const std::vector<float>& logits, const ModelInfo& mc) {
         const Request& r = *c.request;
-        if (c.grammar && !c.mask_ready) c.grammar->fill_next_token_bitmask(c.mask);  // forked siblings
+        if (c.grammar && !c.mask_ready) c.mask_count = c.grammar->fill_next_token_bitmask(c.mask);  // forked siblings
         c.mask_ready = false;
+        // No token can continue (a vocabulary without the bytes the grammar needs): end the completion
+        // at EOS rather than sample outside the constraint.
+        const bool dead_end = c.grammar && c.mask_count == 0;
+        if (dead_end)
+            for (int64_t e : mc.eos_token_ids) c.mask[size_t(e >> 6)] |= uint64_t{1} << (e & 63);
         SampleResult s = sample({.logits = logits, .params = &r.params, .prompt = r.prompt, .generated = c.generated,
                                  .seed = r.seed, .stream = static_cast<uint64_t>(c.index),
                                  .allowed = c.grammar ? std::span<const uint64_t>(c.mask) : std::span<const uint64_t>()});
-        bool grammar_done = false;
+        bool grammar_done = false, grammar_dead = false;
         if (c.grammar) {
-            DI_CHECK(c.grammar->accept_token(s.token), "request '", r.id, "': sampled token ", s.token,
-                     " is outside the structured-output mask");
-            grammar_done = c.grammar->is_terminated();
+            if (dead_end || !c.grammar->accept_token(s.token)) {
+                DI_LOG_WARN("request '{}': the structured-output grammar has no continuation in this vocabulary; ending the completion", r.id);
+                grammar_done = grammar_dead = true;
+            } else {
+                grammar_done = c.grammar->is_terminated();
+            }
         }
         c.generated.push_back(s.token);
         if (r.params.logprobs >= 0) c.logprobs.push_back(std::move(s.logprob));
@@ -304,7 +314,7 @@ struct Engine::Impl {
         const bool eos = std::find(mc.eos_token_ids.begin(), mc.eos_token_ids.end(), s.token) != mc.eos_token_ids.end();
         const bool stop_id = std::find(r.params.stop_token_ids.begin(), r.params.stop_token_ids.end(), s.token) !=
                              r.params.stop_token_ids.end();
-        if ((eos && (!r.params.ignore_eos || grammar_done)) || stop_id) {
+        if ((eos && (!r.params.ignore_eos || grammar_done)) || stop_id || grammar_dead) {
             c.token_finished = true;
             c.finish_reason = "stop";
         } else if (static_cast<int64_t>(c.generated.size()) >= r.params.max_tokens) {
