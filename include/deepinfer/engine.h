@@ -18,6 +18,7 @@
 namespace deepinfer {
 
 class Tokenizer;
+class Drafter;
 
 struct SamplingParams {
     double temperature = 1.0;  // 0 = greedy
@@ -57,6 +58,14 @@ struct EngineConfig {
     bool async_scheduling = false;
     uint64_t job_seed = 0;
     int64_t max_model_len = 0;  // prompt + max_tokens limit per request (0: the model's max_position_embeddings)
+    // Speculative decoding (docs: speculative-decoding.md): "none" | "mtp" | "dspark" (the checkpoint
+    // must carry that drafter). Drafts are verified in one target forward per step; greedy output is
+    // token-identical to no speculation, sampled output has the same distribution and is reproducible
+    // (batch-invariant with the scheduler off). Forces synchronous scheduling.
+    std::string speculative_method = "none";
+    int64_t num_speculative_tokens = 3;   // drafts per request and step, at most
+    bool speculative_scheduler = false;   // confidence-scheduled verify lengths (else always all drafts)
+    bool speculative_sample_drafts = true;  // temperature > 0: sampled drafts (else argmax, one-hot)
 };
 
 struct TokenLogprob {
@@ -96,6 +105,22 @@ struct EngineMetrics {
     uint64_t pool_page_bytes = 0;
     int64_t prefix_cache_entries = 0;
     double forward_seconds = 0;  // time inside the model forward
+    // Speculative decoding.
+    int64_t spec_steps = 0;            // engine steps with a drafter
+    int64_t spec_verify_steps = 0;     // request-steps that verified drafts
+    int64_t spec_draft_tokens = 0;     // drafts verified
+    int64_t spec_accepted_tokens = 0;  // drafts accepted
+    int64_t spec_verify_tokens = 0;    // decode rows (anchors + drafts) over all steps
+    int64_t spec_budget_sum = 0;       // sum of the scheduler's draft budgets B*
+    std::vector<int64_t> spec_position_verified, spec_position_accepted;  // per draft position
+    // Confidence-scheduler health: per position, mean |calibrated confidence - realized acceptance|
+    // over the trials (before each observation is added: an online, out-of-sample error).
+    std::vector<double> spec_calibration_error;
+    double draft_seconds = 0;          // time inside the drafter
+    // Tokens per verify: 1 (correction or bonus) + accepted drafts.
+    double mean_accepted_length() const {
+        return spec_verify_steps ? 1.0 + double(spec_accepted_tokens) / double(spec_verify_steps) : 0;
+    }
     double step_seconds = 0;     // wall time of the steps
     double prefix_hit_rate() const { return prompt_tokens ? double(prefix_cache_hit_tokens) / double(prompt_tokens) : 0; }
 };
@@ -103,7 +128,9 @@ struct EngineMetrics {
 class Engine {
 public:
     // `tokenizer` may be null (then stop strings and text are unavailable).
-    Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer, EngineConfig config);
+    // `drafter`: overrides the model's own drafter for speculative decoding (tests, benchmarks).
+    Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer, EngineConfig config,
+           std::shared_ptr<const Drafter> drafter = nullptr);
     ~Engine();
     Engine(const Engine&) = delete;
     Engine& operator=(const Engine&) = delete;

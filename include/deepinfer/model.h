@@ -48,6 +48,7 @@ struct ModelInfo {
 };
 
 class StatePool;
+class Drafter;
 
 // The decode state of one sequence; each family derives its own. Its growing parts live in pages of
 // a StatePool (model/paged_rows.h) that copies share, copy-on-write.
@@ -119,6 +120,8 @@ public:
     // batch. Returns one logits block per chunk ([rows, vocab_size], rows = tokens or 1). The sequences
     // must be distinct and belong to this model.
     virtual std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const = 0;
+    // The checkpoint's speculative drafter (deepinfer/drafter.h), owned by the model; null if none.
+    virtual const Drafter* drafter() const { return nullptr; }
 };
 
 }  // namespace deepinfer

@@ -16,12 +16,15 @@
 #include <set>
 
 #include "deepinfer/check.h"
+#include "deepinfer/drafter.h"
 #include "deepinfer/grammar.h"
 #include "deepinfer/log.h"
 #include "deepinfer/tokenizer.h"
 #include "engine/forward_worker.h"
 #include "engine/prefix_cache.h"
 #include "engine/sampler.h"
+#include "engine/speculative/scheduler.h"
+#include "engine/speculative/verify.h"
 #include "engine/stop_matcher.h"
 #include "model/paged_rows.h"
 
@@ -56,6 +59,12 @@ struct Completion {
     std::vector<uint64_t> mask;
     int64_t mask_count = 0;
     bool mask_ready = false;
+    // Speculative decoding: drafts for the tokens after the last generated one (the anchor), their
+    // distributions ([drafts, vocab], sampled drafts only) and confidences; the previous drafts'
+    // confidences (the scheduler's stale scores); tokens already post-processed.
+    std::vector<int32_t> drafts;
+    std::vector<float> draft_probs, confidence, stale_confidence;
+    size_t posted = 0;
 };
 
 struct Request {
@@ -71,6 +80,7 @@ struct Request {
 struct Scheduled {
     Completion* completion = nullptr;
     std::vector<int32_t> tokens;  // a copy: the worker thread reads it while the engine thread moves on
+    int64_t drafts = 0;           // trailing draft tokens to verify (speculative decoding)
 };
 
 struct Plan {
@@ -105,8 +115,11 @@ struct Engine::Impl {
     std::vector<RequestOutput> finished_outputs;
     int64_t admissions = 0;
     std::unique_ptr<GrammarCompiler> grammars;  // created with the first constrained request
+    std::shared_ptr<const Drafter> drafter;     // speculative decoding (null: off)
+    std::unique_ptr<VerifyScheduler> verify_scheduler;
 
-    Impl(std::shared_ptr<const Model> m, std::shared_ptr<const Tokenizer> t, EngineConfig c)
+    Impl(std::shared_ptr<const Model> m, std::shared_ptr<const Tokenizer> t, EngineConfig c,
+         std::shared_ptr<const Drafter> d)
         : model(std::move(m)),
           tokenizer(std::move(t)),
           cfg(c),
@@ -114,6 +127,26 @@ struct Engine::Impl {
           prefix(static_cast<uint64_t>(double(c.state_memory_bytes) * c.prefix_cache_fraction), std::max<int64_t>(1, c.prefix_block)) {
         DI_CHECK(cfg.max_num_seqs > 0 && cfg.max_num_batched_tokens > 0 && cfg.max_prefill_chunk > 0,
                  "engine: max_num_seqs, max_num_batched_tokens and max_prefill_chunk must be positive");
+        if (cfg.speculative_method != "none") {
+            if (!d && model->drafter()) d = std::shared_ptr<const Drafter>(model, model->drafter());
+            DI_CHECK(d && d->method() == cfg.speculative_method, "engine: speculative method '",
+                     cfg.speculative_method, "' needs a checkpoint with that drafter (this one has ",
+                     d ? std::string(d->method()) : std::string("none"), ")");
+            DI_CHECK(cfg.num_speculative_tokens >= 1 && cfg.num_speculative_tokens <= d->max_drafts(),
+                     "engine: num_speculative_tokens must be in [1, ", d->max_drafts(), "]");
+            drafter = std::move(d);
+            verify_scheduler = std::make_unique<VerifyScheduler>(cfg.num_speculative_tokens, cfg.speculative_scheduler);
+            metrics.spec_position_verified.assign(size_t(cfg.num_speculative_tokens), 0);
+            metrics.spec_position_accepted.assign(size_t(cfg.num_speculative_tokens), 0);
+            cfg.async_scheduling = false;  // verification decides the next step's rows
+        }
+    }
+
+    // Sequences start attached to the drafter (it keeps what drafting needs from their passes).
+    std::unique_ptr<Sequence> new_sequence() {
+        auto seq = std::make_unique<Sequence>(model->new_sequence(pool));
+        if (drafter) drafter->attach(*seq);
+        return seq;
     }
 
     uint64_t running_bytes() const {
@@ -146,15 +179,19 @@ struct Engine::Impl {
             return take;
         };
         std::vector<std::pair<Completion*, int64_t>> advance;  // every running completion and its take
-        for (Completion* c : order) {
+        const std::vector<int64_t> verify_len = plan_verify_lengths(order, budget);
+        for (size_t oi = 0; oi < order.size(); ++oi) {
+            Completion* c = order[oi];
             const int64_t rem = total_tokens(*c) - c->num_computed;
-            int64_t take = rem == 1 ? (budget > 0 ? 1 : 0) : chunk_size(c, budget);
+            const int64_t drafts = rem == 1 ? verify_len[oi] : 0;
+            int64_t take = rem == 1 ? (budget > drafts ? 1 + drafts : 0) : chunk_size(c, budget);
             if (static_cast<int64_t>(plan.items.size()) >= cfg.max_num_seqs) take = 0;
             advance.emplace_back(c, std::max<int64_t>(take, 0));
             if (take <= 0) continue;
             budget -= take;
-            Scheduled s{c, {}};
-            for (int64_t i = 0; i < take; ++i) s.tokens.push_back(token_at(*c, c->num_computed + i));
+            Scheduled s{c, {}, take > 1 && rem == 1 ? drafts : 0};
+            for (int64_t i = 0; i < take - s.drafts; ++i) s.tokens.push_back(token_at(*c, c->num_computed + i));
+            s.tokens.insert(s.tokens.end(), c->drafts.begin(), c->drafts.begin() + s.drafts);
             plan.items.push_back(std::move(s));
         }
         auto total_use = [&] {
@@ -176,6 +213,8 @@ struct Engine::Impl {
             std::erase(running, victim);
             victim->seq.reset();
             victim->num_computed = 0;
+            victim->drafts.clear();
+            victim->draft_probs.clear();
             victim->status = Status::kWaiting;
             waiting.push_front(victim);
             ++metrics.preemptions;
@@ -198,8 +237,7 @@ struct Engine::Impl {
                 break;
             }
             waiting.pop_front();
-            c->seq = hit.state ? std::make_unique<Sequence>(hit.state->clone())
-                               : std::make_unique<Sequence>(model->new_sequence(pool));
+            c->seq = hit.state ? std::make_unique<Sequence>(hit.state->clone()) : new_sequence();
             c->num_computed = start;
             if (c->index == 0 && r.cached_tokens == 0) r.cached_tokens = start;
             metrics.prefix_cache_hit_tokens += c->index == 0 ? start : 0;
@@ -218,13 +256,13 @@ struct Engine::Impl {
 
     void launch(Plan& plan) {
         std::vector<SequenceChunk> chunks;
-        for (Scheduled& s : plan.items) chunks.push_back({s.completion->seq.get(), s.tokens, false});
+        for (Scheduled& s : plan.items) chunks.push_back({s.completion->seq.get(), s.tokens, s.drafts > 0});
         plan.launched = Clock::now();
         // Masks of the completions this forward will sample, computed while it runs.
         std::vector<Completion*> constrained;
         for (Scheduled& s : plan.items) {
             Completion* c = s.completion;
-            if (c->grammar && c->num_computed + static_cast<int64_t>(s.tokens.size()) == total_tokens(*c)) {
+            if (c->grammar && c->num_computed + static_cast<int64_t>(s.tokens.size()) - s.drafts == total_tokens(*c)) {
                 c->mask_ready = false;
                 constrained.push_back(c);
             }
@@ -249,6 +287,19 @@ struct Engine::Impl {
     std::vector<Completion*> sample_and_account(Plan& plan) {
         std::vector<std::vector<float>> logits = plan.logits.get();
         metrics.forward_seconds += since(plan.launched);
+        if (verify_scheduler) {
+            int64_t rows = 0, decode_rows = 0;
+            for (const Scheduled& s : plan.items) {
+                rows += static_cast<int64_t>(s.tokens.size());
+                if (s.drafts > 0 || total_tokens(*s.completion) - s.completion->num_computed == 1)
+                    decode_rows += static_cast<int64_t>(s.tokens.size());
+            }
+            verify_scheduler->observe_step(rows, since(plan.launched), last_drafted, last_draft_seconds);
+            last_drafted = 0;
+            ++metrics.spec_steps;
+            metrics.spec_verify_tokens += decode_rows;
+            metrics.spec_budget_sum += verify_scheduler->last_budget();
+        }
         if (plan.masks.valid()) plan.masks.get();
         std::vector<Completion*> advanced;
         const ModelInfo& mc = model->info();
@@ -257,6 +308,11 @@ struct Engine::Impl {
             Request& r = *c->request;
             c->num_computed += static_cast<int64_t>(plan.items[i].tokens.size());
             if (c->status != Status::kRunning) continue;  // ended by a stop string meanwhile: discard
+            if (plan.items[i].drafts > 0) {
+                verify_into(*c, logits[i], plan.items[i].drafts, mc);
+                advanced.push_back(c);
+                continue;
+            }
             const int64_t prompt_len = static_cast<int64_t>(r.prompt.size());
             if (cfg.prefix_caching && c->num_computed <= prompt_len && c->num_computed % prefix.block() == 0)
                 prefix.insert(std::span<const int32_t>(r.prompt).first(size_t(c->num_computed)), c->seq->state());
@@ -308,11 +364,146 @@ struct Engine::Impl {
                 grammar_done = c.grammar->is_terminated();
             }
         }
-        c.generated.push_back(s.token);
-        if (r.params.logprobs >= 0) c.logprobs.push_back(std::move(s.logprob));
+        emit(c, s.token, std::move(s.logprob), grammar_done, mc, grammar_dead);
+    }
+
+    // ---- speculative decoding ----
+    // Drafts each scheduled decode row verifies (index-aligned with `order`); 0 without a drafter.
+    std::vector<int64_t> plan_verify_lengths(const std::vector<Completion*>& order, int64_t budget) {
+        std::vector<int64_t> len(order.size(), 0);
+        if (!drafter) return len;
+        std::vector<VerifyCandidate> cands;
+        std::vector<size_t> at;
+        int64_t other = 0;
+        for (size_t i = 0; i < order.size(); ++i) {
+            const Completion* c = order[i];
+            const int64_t rem = total_tokens(*c) - c->num_computed;
+            if (rem != 1 || c->drafts.empty()) {
+                other += rem == 1 ? 1 : std::min(rem, cfg.max_prefill_chunk);
+                continue;
+            }
+            // Every emitted token must fit max_tokens: the step emits at most drafts + 1.
+            const int64_t room = c->request->params.max_tokens - static_cast<int64_t>(c->generated.size()) - 1;
+            cands.push_back({std::clamp<int64_t>(room, 0, static_cast<int64_t>(c->drafts.size())), c->confidence,
+                             c->stale_confidence});
+            at.push_back(i);
+            ++other;
+        }
+        if (cands.empty()) return len;
+        const std::vector<int64_t> l = verify_scheduler->plan(cands, other, budget - other);
+        for (size_t k = 0; k < at.size(); ++k) len[at[k]] = l[k];
+        return len;
+    }
+
+    // Verification of one request's rows [anchor, drafts...] (engine/speculative/verify.h): every row
+    // under the rules of ordinary sampling (penalties counting the tokens accepted before it, the
+    // grammar mask after them), stop at the first rejection, EOS/stop id or length; then roll back
+    // the rejected rows of the target state (truncate, no undo).
+    void verify_into(Completion& c, const std::vector<float>& logits, int64_t num_drafts, const ModelInfo& mc) {
+        const Request& r = *c.request;
+        const int64_t V = mc.vocab_size, P = c.num_computed - 1 - num_drafts;  // the anchor's position
+        const bool sampled = !c.draft_probs.empty();
+        int64_t accepted = 0;
+        for (int64_t j = 0; j <= num_drafts; ++j) {
+            if (c.grammar && (j > 0 || !c.mask_ready)) c.mask_count = c.grammar->fill_next_token_bitmask(c.mask);
+            c.mask_ready = false;
+            const bool dead_end = c.grammar && c.mask_count == 0;  // as in sample_into
+            if (dead_end)
+                for (int64_t e : mc.eos_token_ids) c.mask[size_t(e >> 6)] |= uint64_t{1} << (e & 63);
+            VerifyRowInput in{
+                .sample = {.logits = std::span<const float>(logits).subspan(size_t(j * V), size_t(V)), .params = &r.params,
+                           .prompt = r.prompt, .generated = c.generated, .seed = r.seed,
+                           .stream = static_cast<uint64_t>(c.index),
+                           .allowed = c.grammar ? std::span<const uint64_t>(c.mask) : std::span<const uint64_t>()},
+                .draft = j < num_drafts ? std::optional<int32_t>(c.drafts[size_t(j)]) : std::nullopt,
+                .draft_probs = sampled && j < num_drafts
+                                   ? std::span<const float>(c.draft_probs).subspan(size_t(j * V), size_t(V))
+                                   : std::span<const float>()};
+            VerifyRowResult v = verify_row(in);
+            if (j < num_drafts) {
+                ++metrics.spec_position_verified[size_t(j)];
+                metrics.spec_position_accepted[size_t(j)] += v.accepted;
+            }
+            bool grammar_done = false, grammar_dead = false;
+            if (c.grammar) {
+                if (dead_end || !c.grammar->accept_token(v.token)) {
+                    DI_LOG_WARN("request '{}': the structured-output grammar has no continuation in this vocabulary; "
+                                "ending the completion", r.id);
+                    grammar_done = grammar_dead = true;
+                } else {
+                    grammar_done = c.grammar->is_terminated();
+                }
+            }
+            emit(c, v.token, std::move(v.logprob), grammar_done, mc, grammar_dead);
+            if (!v.accepted || c.token_finished) break;
+            ++accepted;
+        }
+        ++metrics.spec_verify_steps;
+        metrics.spec_draft_tokens += num_drafts;
+        metrics.spec_accepted_tokens += accepted;
+        verify_scheduler->observe_acceptance(c.confidence, num_drafts, accepted);
+        metrics.spec_calibration_error.resize(metrics.spec_position_verified.size());
+        for (size_t j = 0; j < metrics.spec_calibration_error.size(); ++j)
+            metrics.spec_calibration_error[j] = verify_scheduler->calibrator().mean_abs_error(static_cast<int64_t>(j));
+        // Committed: the anchor and the accepted drafts (positions P .. P+accepted).
+        c.num_computed = P + 1 + accepted;
+        if (c.seq && c.seq->num_tokens() > c.num_computed) c.seq->truncate(c.num_computed);
+        c.drafts.clear();
+    }
+
+    // New drafts for every completion that goes on decoding (one batched drafter call).
+    void draft_for(const std::vector<Completion*>& advanced) {
+        const auto t0 = Clock::now();
+        std::vector<Completion*> todo;
+        std::vector<DraftRequest> reqs;
+        std::vector<std::vector<double>> uniforms;
+        const bool drafting = verify_scheduler->should_draft();
+        for (Completion* c : advanced) {
+            c->stale_confidence = std::move(c->confidence);
+            c->confidence.clear();
+            c->drafts.clear();
+            c->draft_probs.clear();
+            if (!drafting || c->status != Status::kRunning || c->token_finished || !c->seq) continue;
+            if (total_tokens(*c) - c->num_computed != 1) continue;
+            const SamplingParams& p = c->request->params;
+            const int64_t k = std::min<int64_t>(cfg.num_speculative_tokens,
+                                                p.max_tokens - static_cast<int64_t>(c->generated.size()) - 1);
+            if (k <= 0) continue;
+            std::vector<double> u;
+            if (p.temperature > 0 && cfg.speculative_sample_drafts)
+                for (int64_t j = 0; j < k; ++j)
+                    u.push_back(draft_uniform(c->request->seed, static_cast<uint64_t>(c->index),
+                                              static_cast<int64_t>(c->generated.size()) - 1, j));
+            uniforms.push_back(std::move(u));
+            todo.push_back(c);
+            reqs.push_back({.sequence = c->seq.get(), .anchor = c->generated.back(), .num_drafts = k,
+                            .temperature = p.temperature});
+        }
+        for (size_t i = 0; i < reqs.size(); ++i) reqs[i].uniforms = uniforms[i];
+        if (reqs.empty()) return;
+        std::vector<Draft> out = drafter->draft(reqs);
+        for (size_t i = 0; i < todo.size(); ++i) {
+            todo[i]->drafts = std::move(out[i].tokens);
+            todo[i]->draft_probs = std::move(out[i].probs);
+            todo[i]->confidence = std::move(out[i].confidence);
+        }
+        const double dt = since(t0);
+        metrics.draft_seconds += dt;
+        last_drafted = static_cast<int64_t>(reqs.size());
+        last_draft_seconds = dt;
+    }
+    int64_t last_drafted = 0;
+    double last_draft_seconds = 0;
+
+    // Appends a sampled or verified token; decides EOS / stop ids / length.
+    void emit(Completion& c, int32_t token, TokenLogprob logprob, bool grammar_done, const ModelInfo& mc,
+              bool grammar_dead = false) {
+        const Request& r = *c.request;
+        c.generated.push_back(token);
+        if (r.params.logprobs >= 0) c.logprobs.push_back(std::move(logprob));
         ++metrics.generated_tokens;
-        const bool eos = std::find(mc.eos_token_ids.begin(), mc.eos_token_ids.end(), s.token) != mc.eos_token_ids.end();
-        const bool stop_id = std::find(r.params.stop_token_ids.begin(), r.params.stop_token_ids.end(), s.token) !=
+        const bool eos = std::find(mc.eos_token_ids.begin(), mc.eos_token_ids.end(), token) != mc.eos_token_ids.end();
+        const bool stop_id = std::find(r.params.stop_token_ids.begin(), r.params.stop_token_ids.end(), token) !=
                              r.params.stop_token_ids.end();
         if ((eos && (!r.params.ignore_eos || grammar_done)) || stop_id || grammar_dead) {
             c.token_finished = true;
@@ -330,18 +521,26 @@ struct Engine::Impl {
             if (c->status != Status::kRunning) continue;
             bool stopped = false;
             if (c->decoder) {
-                const int32_t tok = c->generated.back();
-                // Stop ids and EOS are not part of the text.
-                const bool is_stop_token = c->token_finished && c->finish_reason == "stop";
-                std::string piece = is_stop_token ? std::string() : c->decoder->push(tok);
-                if (c->token_finished) piece += c->decoder->finish();
-                if (auto at = c->stop->feed(piece)) {
-                    c->text = c->stop->text().substr(0, *at);
-                    c->finish_reason = "stop";
-                    stopped = true;
-                } else {
-                    c->text = c->stop->text();
+                // Every token of this step (several after a verify pass), in order.
+                for (size_t i = c->posted; i < c->generated.size() && !stopped; ++i) {
+                    const bool last = i + 1 == c->generated.size();
+                    // Stop ids and EOS are not part of the text.
+                    const bool is_stop_token = last && c->token_finished && c->finish_reason == "stop";
+                    std::string piece = is_stop_token ? std::string() : c->decoder->push(c->generated[i]);
+                    if (last && c->token_finished) piece += c->decoder->finish();
+                    if (auto at = c->stop->feed(piece)) {
+                        c->text = c->stop->text().substr(0, *at);
+                        c->finish_reason = "stop";
+                        stopped = true;
+                        // Accepted drafts after the one that completed the stop string are dropped.
+                        metrics.generated_tokens -= static_cast<int64_t>(c->generated.size() - (i + 1));
+                        c->generated.resize(i + 1);
+                        if (c->logprobs.size() > i + 1) c->logprobs.resize(i + 1);
+                    } else {
+                        c->text = c->stop->text();
+                    }
                 }
+                c->posted = c->generated.size();
             }
             if (stopped && !c->token_finished) std::erase(running, c);
             if (stopped || c->token_finished) finish(*c);
@@ -397,6 +596,7 @@ struct Engine::Impl {
             }
         }
         postprocess(advanced);
+        if (drafter) draft_for(advanced);
         if (!cfg.async_scheduling) collect_garbage();
         ++metrics.steps;
         metrics.step_seconds += since(t0);
@@ -412,8 +612,9 @@ struct Engine::Impl {
     }
 };
 
-Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer, EngineConfig config)
-    : impl_(std::make_unique<Impl>(std::move(model), std::move(tokenizer), config)) {}
+Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer, EngineConfig config,
+               std::shared_ptr<const Drafter> drafter)
+    : impl_(std::make_unique<Impl>(std::move(model), std::move(tokenizer), config, std::move(drafter))) {}
 
 Engine::~Engine() {
     if (impl_ && impl_->pending && impl_->pending->logits.valid()) impl_->pending->logits.wait();

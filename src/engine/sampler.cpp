@@ -33,7 +33,7 @@ uint64_t derive_seed(uint64_t job_seed, const std::string& request_id) {
     return splitmix(job_seed ^ splitmix(h));
 }
 
-SampleResult sample(const SampleInput& in) {
+std::vector<float> processed_logits(const SampleInput& in) {
     const SamplingParams& p = *in.params;
     const int64_t V = static_cast<int64_t>(in.logits.size());
     std::vector<float> l(in.logits.begin(), in.logits.end());
@@ -57,96 +57,118 @@ SampleResult sample(const SampleInput& in) {
         for (const auto& [tok, cnt] : counts)
             l[size_t(tok)] -= static_cast<float>(p.presence_penalty + p.frequency_penalty * double(cnt));
     }
-    SampleResult out;
-    if (p.logprobs >= 0) {
-        // Log-softmax of the processed logits (before temperature and truncation).
-        const float mx = *std::max_element(l.begin(), l.end());
-        double den = 0;
-        for (float v : l) den += std::exp(double(v) - mx);
-        const double lse = mx + std::log(den);
-        const int64_t k = std::min<int64_t>(p.logprobs, V);
-        std::vector<int32_t> idx(static_cast<size_t>(V));
-        std::iota(idx.begin(), idx.end(), 0);
-        std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
-            return l[size_t(a)] != l[size_t(b)] ? l[size_t(a)] > l[size_t(b)] : a < b;
-        });
-        for (int64_t i = 0; i < k; ++i)
-            out.logprob.top.emplace_back(idx[size_t(i)], static_cast<float>(l[size_t(idx[size_t(i)])] - lse));
-        // The sampled token's logprob is filled after the draw.
-        out.logprob.logprob = static_cast<float>(lse);  // temporarily the log-normalizer
-    }
-    int32_t chosen = 0;
+    return l;
+}
+
+TokenLogprob token_logprob(std::span<const float> l, int64_t top, int32_t token) {
+    // Log-softmax of the processed logits (before temperature and truncation).
+    const int64_t V = static_cast<int64_t>(l.size());
+    TokenLogprob out;
+    const float mx = *std::max_element(l.begin(), l.end());
+    double den = 0;
+    for (float v : l) den += std::exp(double(v) - mx);
+    const double lse = mx + std::log(den);
+    const int64_t k = std::min<int64_t>(top, V);
+    std::vector<int32_t> idx(static_cast<size_t>(V));
+    std::iota(idx.begin(), idx.end(), 0);
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+        return l[size_t(a)] != l[size_t(b)] ? l[size_t(a)] > l[size_t(b)] : a < b;
+    });
+    for (int64_t i = 0; i < k; ++i)
+        out.top.emplace_back(idx[size_t(i)], static_cast<float>(l[size_t(idx[size_t(i)])] - lse));
+    out.token = token;
+    out.logprob = static_cast<float>(double(l[size_t(token)]) - static_cast<double>(static_cast<float>(lse)));
+    return out;
+}
+
+double Distribution::prob(int32_t token) const {
+    if (greedy) return token == argmax ? 1.0 : 0.0;
+    if (ids.empty()) return token >= 0 && size_t(token) < weight.size() ? weight[size_t(token)] / total : 0.0;
+    for (size_t i = 0; i < ids.size(); ++i)
+        if (ids[i] == token) return weight[i] / total;
+    return 0.0;
+}
+
+Distribution sampling_distribution(std::span<const float> l, const SamplingParams& p) {
+    const int64_t V = static_cast<int64_t>(l.size());
+    Distribution d;
     if (p.temperature <= 0.0) {
+        d.greedy = true;
         for (int64_t v = 1; v < V; ++v)
-            if (l[size_t(v)] > l[size_t(chosen)]) chosen = static_cast<int32_t>(v);
-    } else if (p.top_k == 0 && p.top_p >= 1.0 && p.min_p <= 0.0) {
+            if (l[size_t(v)] > l[size_t(d.argmax)]) d.argmax = static_cast<int32_t>(v);
+        return d;
+    }
+    const double inv_t = 1.0 / p.temperature;
+    if (p.top_k == 0 && p.top_p >= 1.0 && p.min_p <= 0.0) {
         // Untruncated: one pass in id order, no sort.
-        const double inv_t = 1.0 / p.temperature;
         const double mx = *std::max_element(l.begin(), l.end());
-        std::vector<double> prob(l.size());
-        double total = 0;
-        for (size_t v = 0; v < l.size(); ++v) total += (prob[v] = std::exp((double(l[v]) - mx) * inv_t));
-        double u = counter_uniform(in.seed, in.stream, in.generated.size()) * total;
-        size_t last = prob.size() - 1;  // the last token with a nonzero probability (masked tails)
-        while (last > 0 && prob[last] == 0) --last;
-        size_t pick = 0;
-        for (; pick < last; ++pick) {
-            if (u < prob[pick]) break;
-            u -= prob[pick];
-        }
-        chosen = static_cast<int32_t>(pick);
+        d.weight.resize(l.size());
+        for (size_t v = 0; v < l.size(); ++v) d.total += (d.weight[v] = std::exp((double(l[v]) - mx) * inv_t));
+        size_t n = d.weight.size();  // up to the last token with a nonzero probability (masked tails)
+        while (n > 1 && d.weight[n - 1] == 0) --n;
+        d.weight.resize(n);
+        return d;
+    }
+    std::vector<int32_t> cand(static_cast<size_t>(V));
+    std::iota(cand.begin(), cand.end(), 0);
+    const auto by_logit = [&](int32_t a, int32_t b) {
+        return l[size_t(a)] != l[size_t(b)] ? l[size_t(a)] > l[size_t(b)] : a < b;
+    };
+    if (p.top_k > 0 && p.top_k < V) {
+        std::partial_sort(cand.begin(), cand.begin() + p.top_k, cand.end(), by_logit);
+        cand.resize(size_t(p.top_k));
     } else {
-        const double inv_t = 1.0 / p.temperature;
-        std::vector<int32_t> cand(static_cast<size_t>(V));
-        std::iota(cand.begin(), cand.end(), 0);
-        const auto by_logit = [&](int32_t a, int32_t b) {
-            return l[size_t(a)] != l[size_t(b)] ? l[size_t(a)] > l[size_t(b)] : a < b;
-        };
-        int64_t keep = V;
-        if (p.top_k > 0 && p.top_k < V) {
-            keep = p.top_k;
-            std::partial_sort(cand.begin(), cand.begin() + keep, cand.end(), by_logit);
-            cand.resize(size_t(keep));
-        } else {
-            std::sort(cand.begin(), cand.end(), by_logit);
-        }
-        const double mx = l[size_t(cand[0])];
-        std::vector<double> prob(cand.size());
-        double den = 0;
-        for (size_t i = 0; i < cand.size(); ++i) den += (prob[i] = std::exp((double(l[size_t(cand[i])]) - mx) * inv_t));
-        for (double& q : prob) q /= den;
-        size_t n = cand.size();
-        if (p.top_p < 1.0) {
-            double cum = 0;
-            size_t i = 0;
-            for (; i < n; ++i) {
-                cum += prob[i];
-                if (cum >= p.top_p) break;
-            }
-            n = std::min(n, i + 1);
-        }
-        if (p.min_p > 0.0) {
-            const double floor_p = p.min_p * prob[0];
-            size_t i = 1;
-            while (i < n && prob[i] >= floor_p) ++i;
-            n = i;
-        }
-        while (n > 1 && prob[n - 1] == 0) --n;  // masked tokens never drawn
-        double total = 0;
-        for (size_t i = 0; i < n; ++i) total += prob[i];
-        double u = counter_uniform(in.seed, in.stream, in.generated.size()) * total;
-        size_t pick = 0;
-        for (; pick + 1 < n; ++pick) {
-            if (u < prob[pick]) break;
-            u -= prob[pick];
-        }
-        chosen = cand[pick];
+        std::sort(cand.begin(), cand.end(), by_logit);
     }
-    out.token = chosen;
-    if (p.logprobs >= 0) {
-        out.logprob.token = chosen;
-        out.logprob.logprob = static_cast<float>(double(l[size_t(chosen)]) - double(out.logprob.logprob));
+    const double mx = l[size_t(cand[0])];
+    std::vector<double> prob(cand.size());
+    double den = 0;
+    for (size_t i = 0; i < cand.size(); ++i) den += (prob[i] = std::exp((double(l[size_t(cand[i])]) - mx) * inv_t));
+    for (double& q : prob) q /= den;
+    size_t n = cand.size();
+    if (p.top_p < 1.0) {
+        double cum = 0;
+        size_t i = 0;
+        for (; i < n; ++i) {
+            cum += prob[i];
+            if (cum >= p.top_p) break;
+        }
+        n = std::min(n, i + 1);
     }
+    if (p.min_p > 0.0) {
+        const double floor_p = p.min_p * prob[0];
+        size_t i = 1;
+        while (i < n && prob[i] >= floor_p) ++i;
+        n = i;
+    }
+    while (n > 1 && prob[n - 1] == 0) --n;  // masked tokens never drawn
+    cand.resize(n);
+    prob.resize(n);
+    for (size_t i = 0; i < n; ++i) d.total += prob[i];
+    d.ids = std::move(cand);
+    d.weight = std::move(prob);
+    return d;
+}
+
+int32_t draw(const Distribution& d, double uniform) {
+    if (d.greedy) return d.argmax;
+    double u = uniform * d.total;
+    const size_t n = d.weight.size();
+    size_t pick = 0;
+    for (; pick + 1 < n; ++pick) {
+        if (u < d.weight[pick]) break;
+        u -= d.weight[pick];
+    }
+    return d.id(pick);
+}
+
+SampleResult sample(const SampleInput& in) {
+    const SamplingParams& p = *in.params;
+    const std::vector<float> l = processed_logits(in);
+    const Distribution d = sampling_distribution(l, p);
+    SampleResult out;
+    out.token = d.greedy ? d.argmax : draw(d, counter_uniform(in.seed, in.stream, in.generated.size()));
+    if (p.logprobs >= 0) out.logprob = token_logprob(l, p.logprobs, out.token);
     return out;
 }
 

@@ -36,4 +36,25 @@ struct SampleInput {
 
 SampleResult sample(const SampleInput& in);
 
+// The pieces of sample(), shared with speculative verification (engine/speculative/verify.h), which
+// must apply exactly the same rules to every verify row.
+// Mask -> logit_bias -> penalties: the logits every later rule reads ([vocab]).
+std::vector<float> processed_logits(const SampleInput& in);
+// The sampling distribution of processed logits: temperature, top-k, top-p, min-p; candidates in
+// draw order. Greedy (temperature 0) keeps only the argmax (ties to the lowest id).
+struct Distribution {
+    bool greedy = false;
+    int32_t argmax = 0;           // greedy only
+    std::vector<int32_t> ids;     // draw order; empty: token i is candidate i (id order)
+    std::vector<double> weight;   // [candidates] unnormalized probabilities
+    double total = 0;             // sum of weight
+    int32_t id(size_t i) const { return ids.empty() ? static_cast<int32_t>(i) : ids[i]; }
+    double prob(int32_t token) const;  // normalized probability of `token` (0 outside the candidates)
+};
+Distribution sampling_distribution(std::span<const float> processed, const SamplingParams& params);
+// Inverse-CDF draw in candidate order with a uniform in [0, 1) (greedy: the argmax).
+int32_t draw(const Distribution& distribution, double uniform);
+// The logprob of `token` and the `top` most likely alternatives, from processed logits.
+TokenLogprob token_logprob(std::span<const float> processed, int64_t top, int32_t token);
+
 }  // namespace deepinfer

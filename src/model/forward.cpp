@@ -47,7 +47,9 @@ CpuModel::CpuModel(std::unique_ptr<Checkpoint> checkpoint, Numerics numerics)
       numerics_(numerics),
       weights_(load_model_weights(*checkpoint_, config_)),
       rope_main_(config_.rope_main, config_.qk_rope_head_dim),
-      rope_compress_(config_.rope_compress, config_.qk_rope_head_dim) {}
+      rope_compress_(config_.rope_compress, config_.qk_rope_head_dim) {
+    if (!weights_.mtp.empty()) mtp_drafter_ = std::make_unique<MtpDrafter>(*this);
+}
 
 uint64_t CpuModel::estimate_state_bytes(int64_t num_tokens, uint64_t page_bytes) const {
     return deepinfer::estimate_state_bytes(config_, num_tokens, page_bytes);
@@ -175,7 +177,10 @@ std::vector<std::vector<float>> CpuModel::forward_batch(std::span<const Sequence
         states.push_back(&state_of(*c.sequence));
         tokens.push_back(c.tokens);
     }
+    std::vector<int64_t> first_positions;
+    for (const V4SequenceState* st : states) first_positions.push_back(st->length);
     std::vector<float> x = forward_streams_batch(states, tokens);
+    run_mtp_taps(*this, states, tokens, first_positions, x.data());
     const int64_t row = config_.hc_mult * config_.hidden_size;
     // Rows whose logits are wanted, gathered so the LM head runs once for the whole batch.
     std::vector<float> picked;
@@ -202,6 +207,13 @@ std::vector<std::vector<float>> CpuModel::forward_batch(std::span<const Sequence
 
 std::vector<float> CpuModel::forward_mtp(V4SequenceState& st, int64_t index, const float* streams,
                                          std::span<const int32_t> next_tokens, int64_t P0) const {
+    const MtpRows seg{&st, static_cast<int64_t>(next_tokens.size()), P0};
+    return forward_mtp_batch(index, std::span<const MtpRows>(&seg, 1), streams, next_tokens, nullptr, true);
+}
+
+std::vector<float> CpuModel::forward_mtp_batch(int64_t index, std::span<const MtpRows> runs, const float* streams,
+                                               std::span<const int32_t> next_tokens, std::vector<float>* out_streams,
+                                               bool want_logits) const {
     DI_CHECK(index >= 0 && index < static_cast<int64_t>(weights_.mtp.size()), "MTP block ", index,
              " is not in the checkpoint");
     const MtpWeights& mw = weights_.mtp[size_t(index)];
@@ -231,9 +243,17 @@ std::vector<float> CpuModel::forward_mtp(V4SequenceState& st, int64_t index, con
                 const float v = ep[size_t(t * D + d)] + hp[size_t((t * hc + j) * D + d)];
                 x[size_t((t * hc + j) * D + d)] = off ? cpu::round_bf16(v) : v;
             }
-    const Segment seg{&st.mtp_layers[size_t(index)], 0, S, P0};
-    run_layer(mw.block, std::span<const Segment>(&seg, 1), x, next_tokens);
-    return logits_from_streams(x.data(), S, mw.hc_head, mw.norm);
+    std::vector<Segment> segments;
+    int64_t row = 0;
+    for (const MtpRows& r : runs) {
+        segments.push_back({&r.state->mtp_layers[size_t(index)], row, r.rows, r.first_position});
+        row += r.rows;
+    }
+    DI_CHECK(row == S, "forward_mtp_batch: segments cover ", row, " rows of ", S);
+    run_layer(mw.block, segments, x, next_tokens);
+    std::vector<float> logits = want_logits ? logits_from_streams(x.data(), S, mw.hc_head, mw.norm) : std::vector<float>();
+    if (out_streams) *out_streams = std::move(x);
+    return logits;
 }
 
 }  // namespace deepinfer

@@ -11,6 +11,7 @@
 #include "deepinfer/model.h"
 #include "model/attention_block.h"
 #include "model/block_context.h"
+#include "model/mtp_drafter.h"
 #include "model/state.h"
 #include "model/weights.h"
 
@@ -18,6 +19,13 @@ namespace deepinfer {
 
 // Model::load for a DeepSeek-V4 checkpoint directory.
 std::unique_ptr<Model> load_v4_model(const std::string& dir, const ModelOptions& options);
+
+// A run of MTP rows of one sequence (forward_mtp_batch).
+struct MtpRows {
+    V4SequenceState* state = nullptr;
+    int64_t rows = 0;
+    int64_t first_position = 0;
+};
 
 class CpuModel final : public Model {
 public:
@@ -44,6 +52,15 @@ public:
     // p+1 (`next_tokens`); advances the MTP layer state. Returns logits [num_tokens, vocab] for p+2.
     std::vector<float> forward_mtp(V4SequenceState& state, int64_t index, const float* streams,
                                    std::span<const int32_t> next_tokens, int64_t first_position) const;
+    // MTP block `index` over rows of several sequences: `segments` in row order (each a run of
+    // consecutive positions of one sequence), `streams` [rows, hc, D] the hidden streams of positions p,
+    // `next_tokens` [rows] the tokens at p+1; advances the MTP layer states. Returns logits [rows, vocab]
+    // for p+2 when `want_logits` (else empty); `out_streams` (optional) gets the block's output streams
+    // [rows, hc, D] (before its HC head: the input of a chained draft).
+    std::vector<float> forward_mtp_batch(int64_t index, std::span<const MtpRows> segments, const float* streams,
+                                         std::span<const int32_t> next_tokens, std::vector<float>* out_streams,
+                                         bool want_logits) const;
+    const Drafter* drafter() const override { return mtp_drafter_.get(); }
     const ModelWeights& weights() const { return weights_; }
     // This model's state of `sequence` (an error if another model opened it).
     static V4SequenceState& state_of(Sequence& sequence);
@@ -61,6 +78,7 @@ private:
     Numerics numerics_;
     ModelWeights weights_;
     cpu::RopeTable rope_main_, rope_compress_;
+    std::unique_ptr<MtpDrafter> mtp_drafter_;  // when the checkpoint has an MTP block
 };
 
 }  // namespace deepinfer

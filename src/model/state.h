@@ -37,6 +37,15 @@ struct CompressorState {
 
 };
 
+// What MTP drafting keeps of the target's passes: the final HC streams (before the HC head) of the
+// last pass's last rows, so the row of the last committed position can pair with the next token.
+struct MtpTaps {
+    bool attached = false;
+    int64_t first = 0;           // position of the first kept row
+    int64_t rows = 0;
+    std::vector<float> streams;  // [rows, hc, D]
+};
+
 struct LayerState {
     int64_t window_rows = 0;    // sliding_window + kRingHeadroom
     PagedRing window;           // [window_rows, head_dim] ring; position p in slot p % window_rows
@@ -48,6 +57,7 @@ struct V4SequenceState final : SequenceState {
     int64_t length = 0;  // tokens consumed; the next token's position
     std::vector<LayerState> layers;
     std::vector<LayerState> mtp_layers;
+    MtpTaps mtp_taps;  // MTP drafting (model/mtp_drafter.h); unused unless attached
 
     int64_t num_tokens() const override { return length; }
     std::unique_ptr<SequenceState> clone() const override { return std::make_unique<V4SequenceState>(*this); }

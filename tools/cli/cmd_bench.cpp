@@ -103,6 +103,10 @@ Command register_bench(CLI::App& app) {
         std::string engine_batches;  // "1,8,64,256": offline engine throughput at these batch sizes
         bool no_async = false, async = false;
         uint64_t seed = 1;
+        std::string speculative = "none";
+        int64_t num_speculative_tokens = 3;
+        bool spec_scheduler = false;
+        double temperature = 0.8;
     };
     auto o = std::make_shared<Options>();
     CLI::App* sub = app.add_subcommand("bench", "CPU prefill/decode throughput beside measured GEMM throughput");
@@ -122,6 +126,11 @@ Command register_bench(CLI::App& app) {
                     "--decode new tokens each)");
     sub->add_flag("--no-async", o->no_async, "Engine mode: synchronous scheduling (the default)");
     sub->add_flag("--async", o->async, "Engine mode: asynchronous scheduling");
+    sub->add_option("--speculative", o->speculative, "Engine mode: none | mtp | dspark")->capture_default_str();
+    sub->add_option("--num-speculative-tokens", o->num_speculative_tokens, "Engine mode: drafts per step")
+        ->capture_default_str();
+    sub->add_flag("--spec-scheduler", o->spec_scheduler, "Engine mode: confidence-scheduled verify lengths");
+    sub->add_option("--temperature", o->temperature, "Engine mode: sampling temperature")->capture_default_str();
     sub->add_option("--warmup", o->warmup, "Untimed prefill+decode passes first (pages the weights in)")
         ->check(CLI::Range(0, 100));
     return [sub, o]() -> int {
@@ -165,9 +174,12 @@ Command register_bench(CLI::App& app) {
                 ec.max_num_batched_tokens = std::max<int64_t>(2048, batch);
                 ec.async_scheduling = o->async && !o->no_async;
                 ec.prefix_caching = false;
+                ec.speculative_method = o->speculative;
+                ec.num_speculative_tokens = o->num_speculative_tokens;
+                ec.speculative_scheduler = o->spec_scheduler;
                 Engine engine(shared, nullptr, ec);
                 SamplingParams sp;
-                sp.temperature = 0.8;
+                sp.temperature = o->temperature;
                 sp.max_tokens = o->decode;
                 sp.ignore_eos = true;
                 for (int64_t r = 0; r < batch; ++r) {
@@ -187,6 +199,16 @@ Command register_bench(CLI::App& app) {
                                     {"outside_forward_share", !ec.async_scheduling ? nlohmann::json(1.0 - m.forward_seconds / m.step_seconds)
                                                                           : nlohmann::json(nullptr)},
                                     {"threads", cpu_num_threads()}};
+                if (m.spec_steps > 0) {
+                    r["speculative"] = {{"method", ec.speculative_method}, {"k", ec.num_speculative_tokens},
+                                        {"scheduler", ec.speculative_scheduler},
+                                        {"mean_accepted_length", m.mean_accepted_length()},
+                                        {"position_verified", m.spec_position_verified},
+                                        {"position_accepted", m.spec_position_accepted},
+                                        {"verify_tokens_per_step", double(m.spec_verify_tokens) / double(m.spec_steps)},
+                                        {"mean_draft_budget", double(m.spec_budget_sum) / double(m.spec_steps)},
+                                        {"draft_s", m.draft_seconds}};
+                }
                 std::string line = r.dump() + "\n";
                 std::fwrite(line.data(), 1, line.size(), stdout);
                 if (!o->output.empty()) std::ofstream(o->output, std::ios::app) << line;

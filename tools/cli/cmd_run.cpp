@@ -14,6 +14,7 @@
 #include "deepinfer/model.h"
 #include "deepinfer/tokenizer.h"
 #include "engine/batch_runner.h"
+#include "engine/speculative/report.h"
 
 namespace deepinfer::cli {
 
@@ -42,6 +43,9 @@ Command register_run(CLI::App& app) {
         int64_t max_num_seqs = 64, max_batched_tokens = 2048, max_prefill_chunk = 512, default_max_tokens = 256;
         double state_memory_gib = 4.0;
         uint64_t seed = 0;
+        std::string speculative = "none";
+        int64_t num_speculative_tokens = 3;
+        bool spec_scheduler = false, spec_one_hot = false;
     };
     auto o = std::make_shared<Options>();
     CLI::App* sub = app.add_subcommand("run", "Run an OpenAI Batch API file (JSONL) and write the batch output file");
@@ -67,6 +71,11 @@ Command register_run(CLI::App& app) {
                                         "(same results; off by default on the CPU backend, where it competes for cores)");
     sub->add_flag("--no-async", o->no_async, "Synchronous scheduling (the default on the CPU backend)");
     sub->add_flag("--no-prefix-cache", o->no_prefix_cache, "Disable prefix sharing (same results)");
+    sub->add_option("--speculative", o->speculative, "Speculative decoding: none | mtp | dspark")->capture_default_str();
+    sub->add_option("--num-speculative-tokens", o->num_speculative_tokens, "Drafts per request and step, at most")
+        ->capture_default_str();
+    sub->add_flag("--spec-scheduler", o->spec_scheduler, "Confidence-scheduled verify lengths (else all drafts)");
+    sub->add_flag("--spec-one-hot-drafts", o->spec_one_hot, "Sampling requests: argmax drafts instead of sampled ones");
     sub->add_option("--progress", o->progress, "auto | always | never")->capture_default_str();
     sub->add_option("--cache-dir", o->cache_dir, "Where the built-in model is generated (default ~/.cache/deepinfer)");
     return [sub, o]() -> int {
@@ -107,6 +116,10 @@ Command register_run(CLI::App& app) {
         ec.prefix_caching = !o->no_prefix_cache;
         ec.async_scheduling = o->async && !o->no_async;
         ec.job_seed = o->seed;
+        ec.speculative_method = o->speculative;
+        ec.num_speculative_tokens = o->num_speculative_tokens;
+        ec.speculative_scheduler = o->spec_scheduler;
+        ec.speculative_sample_drafts = !o->spec_one_hot;
         BatchRunOptions ro;
         ro.input_path = o->input;
         ro.output_path = o->output;
@@ -129,6 +142,7 @@ Command register_run(CLI::App& app) {
                      s.seconds > 0 ? double(s.prompt_tokens + s.completion_tokens) / s.seconds : 0.0,
                      100.0 * m.prefix_hit_rate(), (long long)m.preemptions, double(m.state_bytes_peak) / (1 << 20),
                      m.step_seconds > 0 ? 100.0 * m.forward_seconds / m.step_seconds : 0.0);
+        if (const std::string spec = speculative_summary(m); !spec.empty()) std::fprintf(stderr, "%s\n", spec.c_str());
         return 0;
     };
 }

@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: Apache-2.0
+// Speculative-decoding speedup on the CPU: a random DeepSeek-V4 model whose MTP drafter is built to
+// agree with the target, the engine with speculation off, with a fixed draft length, and with the
+// confidence scheduler, across batch sizes. One JSON line per run on stdout.
+//
+// The agreeing model: every residual branch's output projection is zero (attention wo_b, routed and
+// shared expert w2), so the target's streams stay the token's embedding (up to the mHC mixing of
+// equal streams) and its next-token distribution depends on the current token only; the MTP block's
+// branches are zeroed the same way, h_proj = 0, e_proj = identity (+ `--noise` x a random matrix),
+// and it shares the target's hc_head and final norm, so its prediction for token i+2 from token i+1
+// is (nearly) the target's. All layers still run at full cost: only the weights' values are special.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "deepinfer/engine.h"
+#include "deepinfer/float_formats.h"
+#include "deepinfer/parallel.h"
+#include "deepinfer/safetensors.h"
+#include "deepinfer/synthetic.h"
+
+namespace di = deepinfer;
+
+namespace {
+
+std::string config_json(int64_t hidden, int64_t layers, int64_t vocab) {
+    nlohmann::json c = {
+        {"architectures", {"DeepseekV4ForCausalLM"}}, {"model_type", "deepseek_v4"}, {"dtype", "bfloat16"},
+        {"vocab_size", vocab}, {"hidden_size", hidden}, {"num_hidden_layers", layers}, {"num_attention_heads", 8},
+        {"num_key_value_heads", 1}, {"head_dim", 128}, {"qk_rope_head_dim", 32}, {"q_lora_rank", hidden / 2},
+        {"o_lora_rank", hidden / 4}, {"o_groups", 2}, {"moe_intermediate_size", hidden / 2}, {"n_routed_experts", 16},
+        {"num_experts_per_tok", 4}, {"n_shared_experts", 1}, {"num_hash_layers", 1}, {"scoring_func", "sqrtsoftplus"},
+        {"routed_scaling_factor", 1.5}, {"norm_topk_prob", true}, {"sliding_window", 64}, {"index_head_dim", 64},
+        {"index_n_heads", 8}, {"index_topk", 16}, {"hc_mult", 4}, {"hc_sinkhorn_iters", 20}, {"hc_eps", 1e-6},
+        {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0}, {"compress_rope_theta", 160000.0}, {"max_position_embeddings", 4096},
+        {"num_nextn_predict_layers", 1}, {"swiglu_limit", 10.0}, {"eos_token_id", 1}, {"bos_token_id", 0},
+        {"tie_word_embeddings", false}, {"hidden_act", "silu"}};
+    std::vector<int64_t> ratios;
+    for (int64_t l = 0; l < layers; ++l) ratios.push_back(l < 2 ? 0 : (l % 2 ? 128 : 4));
+    ratios.push_back(0);  // the MTP layer
+    c["compress_ratios"] = ratios;
+    return c.dump(2);
+}
+
+// Overwrites tensors of a safetensors file in place (bf16 tensors only).
+class Patcher {
+public:
+    explicit Patcher(const std::string& path) : file_(path), out_(path, std::ios::in | std::ios::out | std::ios::binary) {
+        uint64_t hlen = 0;
+        std::ifstream in(path, std::ios::binary);
+        in.read(reinterpret_cast<char*>(&hlen), 8);
+        data_ = 8 + hlen;
+    }
+    bool has(const std::string& name) const { return file_.find(name) != nullptr; }
+    di::Shape shape(const std::string& name) const { return file_.find(name)->shape; }
+    void write(const std::string& name, const std::vector<float>& values) {
+        const di::SafetensorsTensorInfo* t = file_.find(name);
+        if (!t || t->dtype != di::DType::kBF16 || int64_t(values.size()) * 2 != int64_t(t->end - t->begin))
+            throw std::runtime_error("cannot patch " + name);
+        std::vector<uint16_t> bits(values.size());
+        for (size_t i = 0; i < values.size(); ++i) bits[i] = di::f32_to_bf16(values[i]);
+        out_.seekp(static_cast<std::streamoff>(data_ + t->begin));
+        out_.write(reinterpret_cast<const char*>(bits.data()), static_cast<std::streamsize>(bits.size() * 2));
+    }
+    void zero(const std::string& name) {
+        const di::SafetensorsTensorInfo* t = file_.find(name);
+        if (!t) throw std::runtime_error("no tensor " + name);
+        write(name, std::vector<float>((t->end - t->begin) / 2, 0.0f));
+    }
+    void copy(const std::string& from, const std::string& to) {
+        const di::SafetensorsTensorInfo* a = file_.find(from);
+        const di::SafetensorsTensorInfo* b = file_.find(to);
+        if (!a || !b || a->end - a->begin != b->end - b->begin || a->dtype != b->dtype)
+            throw std::runtime_error("cannot copy " + from + " to " + to);
+        const di::TensorView v = file_.view(*a);
+        out_.seekp(static_cast<std::streamoff>(data_ + b->begin));
+        out_.write(static_cast<const char*>(v.data()), static_cast<std::streamsize>(a->end - a->begin));
+    }
+
+private:
+    di::SafetensorsFile file_;
+    std::fstream out_;
+    uint64_t data_ = 0;
+};
+
+void write_agreeing_model(const std::string& dir, int64_t hidden, int64_t layers, int64_t vocab, double noise) {
+    std::filesystem::create_directories(dir);
+    di::SyntheticCheckpointOptions o;
+    o.seed = 3;
+    o.fp8_linears = false;
+    o.fp4_experts = false;
+    di::write_synthetic_checkpoint(dir, config_json(hidden, layers, vocab), o);
+    Patcher p(dir + "/model.safetensors");
+    auto zero_branches = [&](const std::string& prefix) {
+        p.zero(prefix + "attn.wo_b.weight");
+        p.zero(prefix + "ffn.shared_experts.w2.weight");
+        for (int e = 0; p.has(prefix + "ffn.experts." + std::to_string(e) + ".w2.weight"); ++e)
+            p.zero(prefix + "ffn.experts." + std::to_string(e) + ".w2.weight");
+    };
+    for (int64_t l = 0; l < layers; ++l) zero_branches("layers." + std::to_string(l) + ".");
+    zero_branches("mtp.0.");
+    p.zero("mtp.0.h_proj.weight");
+    std::mt19937 rng(11);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<float> eye(size_t(hidden * hidden));
+    for (int64_t i = 0; i < hidden; ++i)
+        for (int64_t j = 0; j < hidden; ++j)
+            eye[size_t(i * hidden + j)] = (i == j ? 1.0f : 0.0f) + float(noise) * nd(rng) / std::sqrt(float(hidden));
+    p.write("mtp.0.e_proj.weight", eye);
+    p.write("mtp.0.enorm.weight", std::vector<float>(size_t(hidden), 1.0f));
+    p.copy("norm.weight", "mtp.0.norm.weight");
+    for (const char* t : {"hc_head_fn", "hc_head_base", "hc_head_scale"}) p.copy(t, std::string("mtp.0.") + t);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::map<std::string, std::string> a = {{"--batches", "1,4,16,64"}, {"--prompt", "32"}, {"--decode", "32"},
+                                            {"--hidden", "512"}, {"--layers", "8"}, {"--vocab", "2048"},
+                                            {"--noise", "0.0"}, {"--k", "3"}, {"--temperature", "0"},
+                                            {"--dir", (std::filesystem::temp_directory_path() / "deepinfer-spec-bench").string()}};
+    for (int i = 1; i + 1 < argc; i += 2) a[argv[i]] = argv[i + 1];
+    const int64_t hidden = std::stoll(a["--hidden"]), layers = std::stoll(a["--layers"]), vocab = std::stoll(a["--vocab"]);
+    write_agreeing_model(a["--dir"], hidden, layers, vocab, std::stod(a["--noise"]));
+    di::ModelOptions mo;
+    mo.numerics_from_checkpoint = false;
+    mo.numerics = di::Numerics::kExact;
+    std::shared_ptr<const di::Model> model(di::Model::load(a["--dir"], mo));
+    struct Arm { const char* name; const char* method; bool scheduler; };
+    const Arm arms[] = {{"none", "none", false}, {"fixed", "mtp", false}, {"scheduler", "mtp", true}};
+    std::stringstream list(a["--batches"]);
+    for (std::string item; std::getline(list, item, ',');) {
+        const int64_t batch = std::stoll(item);
+        for (const Arm& arm : arms) {
+            di::EngineConfig ec;
+            ec.max_num_seqs = batch;
+            ec.max_num_batched_tokens = std::max<int64_t>(4096, batch * 8);
+            ec.prefix_caching = false;
+            ec.speculative_method = arm.method;
+            ec.num_speculative_tokens = std::stoll(a["--k"]);
+            ec.speculative_scheduler = arm.scheduler;
+            di::Engine engine(model, nullptr, ec);
+            std::mt19937 rng(static_cast<uint32_t>(batch));
+            di::SamplingParams sp;
+            sp.temperature = std::stod(a["--temperature"]);
+            sp.max_tokens = std::stoll(a["--decode"]);
+            sp.ignore_eos = true;
+            for (int64_t r = 0; r < batch; ++r) {
+                std::vector<int32_t> prompt(static_cast<size_t>(std::stoll(a["--prompt"])));
+                for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % uint32_t(vocab));
+                std::string id = std::to_string(r);
+                id.insert(id.begin(), 'r');
+                engine.add_request(std::move(id), std::move(prompt), sp);
+            }
+            const auto t0 = std::chrono::steady_clock::now();
+            engine.run_until_done([](di::RequestOutput&&) {});
+            const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            const di::EngineMetrics& m = engine.metrics();
+            nlohmann::json r = {{"arm", arm.name}, {"batch", batch}, {"k", ec.num_speculative_tokens},
+                                {"temperature", sp.temperature}, {"noise", std::stod(a["--noise"])},
+                                {"hidden", hidden}, {"layers", layers}, {"vocab", vocab},
+                                {"generated_tokens", m.generated_tokens}, {"seconds", secs},
+                                {"generated_tok_s", double(m.generated_tokens) / secs}, {"steps", m.steps},
+                                {"forward_s", m.forward_seconds}, {"draft_s", m.draft_seconds},
+                                {"threads", di::cpu_num_threads()}};
+            if (m.spec_steps > 0)
+                r["speculative"] = {{"mean_accepted_length", m.mean_accepted_length()},
+                                    {"position_verified", m.spec_position_verified},
+                                    {"position_accepted", m.spec_position_accepted},
+                                    {"verify_tokens_per_step", double(m.spec_verify_tokens) / double(m.spec_steps)},
+                                    {"mean_draft_budget", double(m.spec_budget_sum) / double(m.spec_steps)}};
+            std::printf("%s\n", r.dump().c_str());
+            std::fflush(stdout);
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "engine/speculative/report.h"
+
+#include <cstdio>
+
+namespace deepinfer {
+
+std::string speculative_summary(const EngineMetrics& m) {
+    if (m.spec_steps == 0) return {};
+    char buf[1024];
+    std::string acc;
+    for (size_t j = 0; j < m.spec_position_verified.size(); ++j) {
+        // Conditional acceptance: of the drafts verified at position j (all earlier ones accepted).
+        const int64_t v = m.spec_position_verified[j];
+        std::snprintf(buf, sizeof buf, "%s%.2f", j ? "/" : "", v ? double(m.spec_position_accepted[j]) / double(v) : 0.0);
+        acc += buf;
+    }
+    std::string cal;
+    for (size_t j = 0; j < m.spec_calibration_error.size(); ++j) {
+        std::snprintf(buf, 32, "%s%.2f", j ? "/" : "", m.spec_calibration_error[j]);
+        cal += buf;
+    }
+    std::snprintf(buf, sizeof buf,
+                  "speculative: mean accepted length %.3f (%lld of %lld drafts accepted), acceptance by position %s, "
+                  "%.2f verify tokens per step, mean draft budget %.2f, confidence error by position %s, draft %.2f s vs "
+                  "forward %.2f s",
+                  m.mean_accepted_length(), (long long)m.spec_accepted_tokens, (long long)m.spec_draft_tokens,
+                  acc.c_str(), double(m.spec_verify_tokens) / double(m.spec_steps),
+                  double(m.spec_budget_sum) / double(m.spec_steps), cal.c_str(), m.draft_seconds, m.forward_seconds);
+    return buf;
+}
+
+}  // namespace deepinfer

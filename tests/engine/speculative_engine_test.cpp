@@ -1,0 +1,434 @@
+// SPDX-License-Identifier: Apache-2.0
+// Speculative decoding through the engine on tiny DeepSeek-V4 models with an MTP block:
+//   * greedy output token-identical to greedy without speculation (several draft lengths, the
+//     confidence scheduler on and off, batched with different neighbours, sampled neighbours);
+//   * rollback: drafters whose drafts are all accepted (an oracle replaying the target's greedy
+//     output) or all rejected leave the output unchanged, and the acceptance counters say so;
+//   * sampled output with speculation follows the same per-position token distribution as without
+//     (two-sample chi-square over many seeds on a 16-token vocabulary), for sampled and one-hot drafts
+//     and with the scheduler on; with a fixed draft length it is batch-invariant and reproducible.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <unistd.h>
+#include <map>
+#include <random>
+
+#include "deepinfer/drafter.h"
+#include "deepinfer/embedded.h"
+#include "deepinfer/grammar.h"
+#include "deepinfer/parallel.h"
+#include "deepinfer/tokenizer.h"
+#include "deepinfer/engine.h"
+#include "deepinfer/check.h"
+#include "deepinfer/synthetic.h"
+#include "unit/fixtures.h"
+
+namespace deepinfer {
+namespace {
+
+ModelOptions exact() {
+    ModelOptions o;
+    o.numerics_from_checkpoint = false;
+    o.numerics = Numerics::kExact;
+    return o;
+}
+
+int64_t vocab_of(const Model& m) { return m.info().vocab_size; }
+
+std::shared_ptr<const Model> mtp_model() {
+    static std::shared_ptr<const Model> m = Model::load(test::data_path("models/v4_tiny_a_mtp"), exact());
+    return m;
+}
+
+// A random DeepSeek-V4 model with an MTP block and a 16-token vocabulary (the fixture's shape
+// otherwise), written once per test process.
+std::shared_ptr<const Model> small_vocab_model() {
+    static std::shared_ptr<const Model> m = [] {
+        const std::string dir = (std::filesystem::temp_directory_path() /
+                                 ("deepinfer_spec_v16_" + std::to_string(::getpid()))).string();
+        std::filesystem::create_directories(dir);
+        std::ifstream in(test::data_path("models/v4_tiny_a_mtp/config.json"));
+        std::string cfg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        const std::string key = "\"vocab_size\": 512";
+        const size_t at = cfg.find(key);
+        if (at == std::string::npos) throw std::runtime_error("fixture config has no vocab_size 512");
+        cfg.replace(at, key.size(), "\"vocab_size\": 16");
+        SyntheticCheckpointOptions o;
+        o.seed = 5;
+        o.fp8_linears = false;
+        o.fp4_experts = false;
+        write_synthetic_checkpoint(dir, cfg, o);
+        auto model = std::shared_ptr<const Model>(Model::load(dir, exact()));
+        std::filesystem::remove_all(dir);
+        return model;
+    }();
+    return m;
+}
+
+std::vector<int32_t> random_prompt(std::mt19937& rng, int64_t len, int64_t vocab) {
+    std::vector<int32_t> p(static_cast<size_t>(len));
+    for (int32_t& t : p) t = static_cast<int32_t>(rng() % uint32_t(vocab));
+    return p;
+}
+
+using Requests = std::vector<std::tuple<std::string, std::vector<int32_t>, SamplingParams>>;
+
+struct RunResult {
+    std::map<std::string, RequestOutput> outputs;
+    EngineMetrics metrics;
+};
+
+RunResult run(std::shared_ptr<const Model> model, const EngineConfig& cfg, const Requests& reqs,
+              std::shared_ptr<const Drafter> drafter = nullptr) {
+    Engine engine(std::move(model), nullptr, cfg, std::move(drafter));
+    for (const auto& [id, prompt, sp] : reqs) engine.add_request(id, prompt, sp);
+    RunResult r;
+    engine.run_until_done([&](RequestOutput&& o) { r.outputs.emplace(o.request_id, std::move(o)); });
+    r.metrics = engine.metrics();
+    return r;
+}
+
+EngineConfig spec_config(int64_t k, bool scheduler) {
+    EngineConfig c;
+    c.speculative_method = "mtp";
+    c.num_speculative_tokens = k;
+    c.speculative_scheduler = scheduler;
+    c.max_prefill_chunk = 32;
+    return c;
+}
+
+SamplingParams greedy(int64_t max_tokens) {
+    SamplingParams sp;
+    sp.temperature = 0;
+    sp.max_tokens = max_tokens;
+    sp.ignore_eos = true;
+    return sp;
+}
+
+TEST(SpeculativeEngine, ModelHasTheMtpDrafter) {
+    ASSERT_NE(mtp_model()->drafter(), nullptr);
+    EXPECT_EQ(mtp_model()->drafter()->method(), "mtp");
+    EngineConfig c;
+    c.speculative_method = "dspark";
+    EXPECT_THROW(Engine(mtp_model(), nullptr, c), Error);  // the checkpoint has no DSpark drafter
+}
+
+TEST(SpeculativeEngine, GreedyIsTokenIdenticalToNoSpeculation) {
+    const int64_t V = vocab_of(*mtp_model());
+    std::mt19937 rng(21);
+    Requests reqs;
+    for (int i = 0; i < 6; ++i) {
+        SamplingParams sp = greedy(10 + i);
+        if (i == 2) sp.repetition_penalty = 1.3;  // penalties count accepted drafts of the same step
+        if (i == 3) sp.frequency_penalty = 0.7;
+        if (i == 4) sp.logprobs = 2;
+        reqs.emplace_back("g" + std::to_string(i), random_prompt(rng, 3 + int64_t(rng() % 40), V), sp);
+    }
+    // A sampled neighbour: its randomness must not leak into the greedy requests.
+    SamplingParams hot;
+    hot.temperature = 1.0;
+    hot.max_tokens = 9;
+    hot.ignore_eos = true;
+    reqs.emplace_back("hot", random_prompt(rng, 17, V), hot);
+    const RunResult plain = run(mtp_model(), {}, reqs);
+    for (int64_t k : {1, 2, 4, 7}) {
+        for (bool sched : {false, true}) {
+            for (size_t batch : {size_t{1}, reqs.size()}) {
+                Requests sub(reqs.begin(), reqs.begin() + std::ptrdiff_t(batch));
+                const RunResult spec = run(mtp_model(), spec_config(k, sched), sub);
+                const std::string what = "k=" + std::to_string(k) + " scheduler=" + std::to_string(sched) +
+                                         " batch=" + std::to_string(batch);
+                for (const auto& [id, prompt, sp] : sub) {
+                    if (sp.temperature > 0) continue;
+                    const CompletionOutput& a = plain.outputs.at(id).completions.at(0);
+                    const CompletionOutput& b = spec.outputs.at(id).completions.at(0);
+                    EXPECT_EQ(a.token_ids, b.token_ids) << what << " " << id;
+                    EXPECT_EQ(a.finish_reason, b.finish_reason) << what << " " << id;
+                    ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << what;
+                    for (size_t t = 0; t < a.logprobs.size(); ++t) {
+                        EXPECT_EQ(a.logprobs[t].logprob, b.logprobs[t].logprob) << what << " " << t;
+                        EXPECT_EQ(a.logprobs[t].top, b.logprobs[t].top) << what << " " << t;
+                    }
+                }
+                if (!sched) {
+                    EXPECT_GT(spec.metrics.spec_draft_tokens, 0) << what;
+                }
+                EXPECT_EQ(spec.metrics.generated_tokens, [&] {
+                    int64_t n = 0;
+                    for (const auto& [id, p, sp] : sub) n += sp.max_tokens;
+                    return n;
+                }()) << what;
+            }
+        }
+    }
+}
+
+// Drafts from a table of the target's own greedy continuation, keyed by (position, anchor): every
+// draft is accepted when `corrupt` is false; every draft is wrong (and rejected) when it is true.
+class TableDrafter final : public Drafter {
+public:
+    TableDrafter(std::map<int64_t, int32_t> token_at, int64_t vocab, bool corrupt)
+        : token_at_(std::move(token_at)), vocab_(vocab), corrupt_(corrupt) {}
+    std::string_view method() const override { return "mtp"; }
+    int64_t max_drafts() const override { return 8; }
+    void attach(Sequence&) const override {}
+    std::vector<Draft> draft(std::span<const DraftRequest> reqs) const override {
+        std::vector<Draft> out;
+        for (const DraftRequest& r : reqs) {
+            Draft d;
+            const int64_t anchor_pos = r.sequence->num_tokens();
+            EXPECT_EQ(token_at_.at(anchor_pos), r.anchor) << "the anchor is the target's token";
+            for (int64_t k = 0; k < r.num_drafts; ++k) {
+                auto it = token_at_.find(anchor_pos + 1 + k);
+                const int32_t t = it == token_at_.end() ? 0 : it->second;
+                d.tokens.push_back(corrupt_ ? static_cast<int32_t>((t + 1) % vocab_) : t);
+            }
+            out.push_back(std::move(d));
+        }
+        return out;
+    }
+
+private:
+    std::map<int64_t, int32_t> token_at_;
+    int64_t vocab_;
+    bool corrupt_;
+};
+
+std::shared_ptr<const Model> v41_model() {
+    static std::shared_ptr<const Model> m = [] {
+        ModelOptions o;
+        o.tokenizer_json = std::string(DI_ASSETS_DIR) + "/tokenizer/deepseek-v4/tokenizer.json";
+        return std::shared_ptr<const Model>(Model::load(test::data_path("v41/v41_tiny_a"), o));
+    }();
+    return m;
+}
+
+// Rollback on DeepSeek-V4 (sliding, CSA and HCA state) and DeepSeek-V4.1 (CSA2, shared compressed KV,
+// Engram): whole verify blocks accepted, or every draft rejected (truncate after each pass).
+class Rollback : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Rollback, AllDraftsAcceptedOrAllRejected) {
+    const std::shared_ptr<const Model> model = std::string(GetParam()) == "v4" ? mtp_model() : v41_model();
+    const int64_t V = vocab_of(*model);
+    std::mt19937 rng(5);
+    // Two requests whose generated positions do not overlap, so one position table serves both. The
+    // long prompt crosses compressed-group boundaries (ratio 4 and 128) inside verify passes.
+    Requests reqs = {{"short", random_prompt(rng, 6, V), greedy(20)}, {"long", random_prompt(rng, 150, V), greedy(24)}};
+    const RunResult plain = run(model, {}, reqs);
+    std::map<int64_t, int32_t> table;
+    for (const auto& [id, prompt, sp] : reqs) {
+        const auto& toks = plain.outputs.at(id).completions.at(0).token_ids;
+        for (size_t i = 0; i < toks.size(); ++i) table[static_cast<int64_t>(prompt.size() + i)] = toks[i];
+    }
+    for (bool corrupt : {false, true}) {
+        for (int64_t k : {1, 3, 8}) {
+            auto drafter = std::make_shared<TableDrafter>(table, V, corrupt);
+            const RunResult spec = run(model, spec_config(k, false), reqs, drafter);
+            for (const auto& [id, prompt, sp] : reqs)
+                EXPECT_EQ(plain.outputs.at(id).completions.at(0).token_ids, spec.outputs.at(id).completions.at(0).token_ids)
+                    << "corrupt=" << corrupt << " k=" << k << " " << id;
+            EXPECT_GT(spec.metrics.spec_draft_tokens, 0);
+            if (corrupt) {
+                EXPECT_EQ(spec.metrics.spec_accepted_tokens, 0);
+                EXPECT_DOUBLE_EQ(spec.metrics.mean_accepted_length(), 1.0);
+            } else {
+                EXPECT_EQ(spec.metrics.spec_accepted_tokens, spec.metrics.spec_draft_tokens);
+                EXPECT_GT(spec.metrics.mean_accepted_length(), 1.0 + 0.5 * double(k));
+                EXPECT_LT(spec.metrics.steps, plain.metrics.steps);
+            }
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(SpeculativeEngine, Rollback, ::testing::Values("v4", "v41"));
+
+TEST(SpeculativeEngine, StopStringsAndGrammarOnVerifiedTokens) {
+    // The built-in model (real vocabulary) with the DeepSeek tokenizer; drafts from a table of the
+    // target's own output, so whole blocks are accepted and a stop string can complete in the middle of
+    // them (the accepted tokens after it must be dropped), or wrong drafts (all rejected).
+    const std::string cache = (std::filesystem::temp_directory_path() / "deepinfer_test_embedded").string();
+    auto model = std::shared_ptr<const Model>(Model::load(ensure_embedded_model(cache), exact()));
+    auto tok = std::make_shared<const Tokenizer>(
+        Tokenizer::from_file(std::string(DI_ASSETS_DIR) + "/tokenizer/deepseek-v4/tokenizer.json"));
+    const std::vector<int32_t> prompt = tok->encode("Write one short sentence about the sea.");
+    auto go = [&](const SamplingParams& sp, std::shared_ptr<const Drafter> drafter, int64_t k) {
+        EngineConfig cfg;
+        if (drafter) {
+            cfg.speculative_method = "mtp";
+            cfg.num_speculative_tokens = k;
+        }
+        Engine e(model, tok, cfg, drafter);
+        e.add_request("r", prompt, sp);
+        std::vector<RequestOutput> out;
+        e.run_until_done([&](RequestOutput&& o) { out.push_back(std::move(o)); });
+        return std::make_pair(out.at(0).completions.at(0), e.metrics());
+    };
+    auto table_of = [&](const CompletionOutput& c) {
+        std::map<int64_t, int32_t> t;
+        for (size_t i = 0; i < c.token_ids.size(); ++i) t[static_cast<int64_t>(prompt.size() + i)] = c.token_ids[i];
+        return t;
+    };
+    SamplingParams sp = greedy(24);
+    const CompletionOutput full = go(sp, nullptr, 0).first;
+    ASSERT_EQ(full.token_ids.size(), 24u);
+    const std::string upto = tok->decode(std::span<const int32_t>(full.token_ids.data(), 10));
+    const std::string before = tok->decode(std::span<const int32_t>(full.token_ids.data(), 7));
+    ASSERT_GT(upto.size(), before.size() + 1);
+    sp.stop = {upto.substr(before.size(), upto.size() - before.size() - 1)};
+    const CompletionOutput stopped = go(sp, nullptr, 0).first;
+    ASSERT_EQ(stopped.finish_reason, "stop");
+    const int64_t V = vocab_of(*model);
+    for (bool corrupt : {false, true}) {
+        for (int64_t k : {2, 8}) {
+            auto d = std::make_shared<TableDrafter>(table_of(full), V, corrupt);
+            const auto [got, m] = go(sp, d, k);
+            EXPECT_EQ(got.token_ids, stopped.token_ids) << corrupt << " " << k;
+            EXPECT_EQ(got.text, stopped.text) << corrupt << " " << k;
+            EXPECT_EQ(got.finish_reason, "stop");
+            EXPECT_EQ(m.generated_tokens, static_cast<int64_t>(stopped.token_ids.size()));
+            if (!corrupt) {
+                EXPECT_GT(m.spec_accepted_tokens, 0);
+            }
+        }
+    }
+    // Structured output: the mask of every verify row follows the tokens accepted before it.
+    SamplingParams g = greedy(16);
+    GrammarSpec regex;
+    regex.kind = GrammarSpec::Kind::kRegex;
+    regex.text = "(sea|wave|blue| )+\\.";
+    g.grammar = regex;
+    const CompletionOutput constrained = go(g, nullptr, 0).first;
+    for (bool corrupt : {false, true}) {
+        auto d = std::make_shared<TableDrafter>(table_of(constrained), V, corrupt);
+        const auto [got, m] = go(g, d, 4);
+        EXPECT_EQ(got.token_ids, constrained.token_ids) << corrupt;
+        EXPECT_EQ(got.finish_reason, constrained.finish_reason) << corrupt;
+        if (!corrupt) {
+            EXPECT_GT(m.spec_accepted_tokens, 0);
+        }
+    }
+}
+
+// Two-sample chi-square homogeneity statistic of two histograms over the same cells; `df` = used
+// cells - 1.
+double two_sample_chi_square(const std::vector<int64_t>& a, const std::vector<int64_t>& b, int* df) {
+    double na = 0, nb = 0;
+    for (size_t i = 0; i < a.size(); ++i) na += double(a[i]), nb += double(b[i]);
+    const double ka = std::sqrt(nb / na), kb = std::sqrt(na / nb);
+    double x2 = 0;
+    *df = -1;
+    for (size_t i = 0; i < a.size(); ++i) {
+        if (a[i] + b[i] == 0) continue;
+        const double d = ka * double(a[i]) - kb * double(b[i]);
+        x2 += d * d / double(a[i] + b[i]);
+        ++*df;
+    }
+    return x2;
+}
+
+// Upper 1e-6 tail of chi-square, df <= 15 (regularized upper incomplete gamma, inverted by bisection).
+double chi_square_bound(int df) {
+    static const double t[] = {0, 23.93, 27.63, 30.66, 33.38, 35.89, 38.26, 40.52, 42.70, 44.81,
+                               46.86, 48.87, 50.83, 52.75, 54.64, 56.49};
+    return t[df];
+}
+
+TEST(SpeculativeEngine, SampledOutputKeepsTheTargetDistribution) {
+    auto model = small_vocab_model();
+    ASSERT_NE(model->drafter(), nullptr);
+    // Many tiny steps: one thread avoids fork/join overhead that dominates at this size.
+    const int threads = cpu_num_threads();
+    set_cpu_num_threads(1);
+    struct Restore {
+        int n;
+        ~Restore() { set_cpu_num_threads(n); }
+    } restore{threads};
+    const int64_t V = vocab_of(*model), n = 400, len = 4;
+    const std::vector<int32_t> prompt = {3, 7, 1, 12, 5};
+    // Independent samples: every arm draws its own seeds.
+    auto histograms = [&](const EngineConfig& cfg, const SamplingParams& base, uint64_t seed0, EngineMetrics* m) {
+        Requests reqs;
+        for (int64_t s = 0; s < n; ++s) {
+            SamplingParams sp = base;
+            sp.seed = seed0 + static_cast<uint64_t>(s);
+            std::string id = std::to_string(s);
+            id.insert(id.begin(), 's');
+            reqs.emplace_back(std::move(id), prompt, sp);
+        }
+        EngineConfig c = cfg;
+        c.max_num_seqs = 512;
+        c.max_num_batched_tokens = 8192;
+        const RunResult r = run(model, c, reqs);
+        if (m) *m = r.metrics;
+        std::vector<std::vector<int64_t>> h(size_t(len), std::vector<int64_t>(size_t(V), 0));
+        for (const auto& [id, out] : r.outputs) {
+            const auto& toks = out.completions.at(0).token_ids;
+            EXPECT_EQ(static_cast<int64_t>(toks.size()), len);
+            for (int64_t p = 0; p < len && p < static_cast<int64_t>(toks.size()); ++p) ++h[size_t(p)][size_t(toks[size_t(p)])];
+        }
+        return h;
+    };
+    SamplingParams sp;
+    sp.temperature = 1.0;
+    sp.max_tokens = len;
+    sp.ignore_eos = true;
+    SamplingParams trunc = sp;
+    trunc.temperature = 0.8;
+    trunc.top_k = 6;
+    trunc.presence_penalty = 0.4;
+    for (const SamplingParams* p : {&sp, &trunc}) {
+        const auto want = histograms(EngineConfig{}, *p, 1000, nullptr);
+        struct Arm { const char* name; EngineConfig cfg; };
+        std::vector<Arm> arms = {{"sampled drafts k=3", spec_config(3, false)}, {"one-hot drafts k=2", spec_config(2, false)},
+                                 {"scheduler k=3", spec_config(3, true)}};
+        arms[1].cfg.speculative_sample_drafts = false;
+        uint64_t seed0 = 1000;
+        for (const Arm& arm : arms) {
+            EngineMetrics m;
+            seed0 += 100000;
+            const auto got = histograms(arm.cfg, *p, seed0, &m);
+            // The random drafter agrees often enough on 16 tokens that both branches are exercised.
+            EXPECT_GT(m.spec_accepted_tokens, 0) << arm.name;
+            EXPECT_LT(m.spec_accepted_tokens, m.spec_draft_tokens) << arm.name;
+            for (int64_t pos = 0; pos < len; ++pos) {
+                int df = 0;
+                const double x2 = two_sample_chi_square(want[size_t(pos)], got[size_t(pos)], &df);
+                EXPECT_LT(x2, chi_square_bound(df)) << arm.name << " position " << pos << " df " << df;
+            }
+        }
+    }
+}
+
+TEST(SpeculativeEngine, SampledOutputWithFixedDraftLengthIsBatchInvariant) {
+    const int64_t V = vocab_of(*mtp_model());
+    std::mt19937 rng(9);
+    SamplingParams sp;
+    sp.temperature = 0.9;
+    sp.top_p = 0.9;
+    sp.max_tokens = 12;
+    sp.ignore_eos = true;
+    sp.logprobs = 1;
+    const std::vector<int32_t> target = random_prompt(rng, 30, V);
+    const RunResult alone = run(mtp_model(), spec_config(3, false), {{"t", target, sp}});
+    Requests reqs;
+    for (int i = 0; i < 9; ++i) {
+        SamplingParams o = sp;
+        o.max_tokens = 3 + i;
+        reqs.emplace_back("n" + std::to_string(i), random_prompt(rng, 2 + int64_t(rng() % 50), V), o);
+    }
+    reqs.insert(reqs.begin() + 4, {"t", target, sp});
+    EngineConfig cfg = spec_config(3, false);
+    cfg.max_prefill_chunk = 7;
+    const RunResult batched = run(mtp_model(), cfg, reqs);
+    EXPECT_EQ(alone.outputs.at("t").completions.at(0).token_ids, batched.outputs.at("t").completions.at(0).token_ids);
+    const RunResult again = run(mtp_model(), cfg, reqs);
+    for (const auto& [id, p, s] : reqs)
+        EXPECT_EQ(batched.outputs.at(id).completions.at(0).token_ids, again.outputs.at(id).completions.at(0).token_ids);
+}
+
+}  // namespace
+}  // namespace deepinfer

@@ -1,0 +1,55 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`deepinfer run --speculative mtp` on the tiny V4 fixture with an MTP block: greedy results equal a
+run without speculation (with and without the confidence scheduler), the summary reports the
+speculative metrics, and a checkpoint without the drafter is refused with a clear message."""
+import json
+import pathlib
+import random
+import subprocess
+
+
+def completion_line(cid, ids, **body):
+    return {"custom_id": cid, "method": "POST", "url": "/v1/completions",
+            "body": {"prompt": ids, "max_tokens": 10, "temperature": 0, "ignore_eos": True, **body}}
+
+
+def run(bin_, model, inp, out, *args):
+    cmd = [bin_, "run", "--model", str(model), "--input", str(inp), "--output", str(out), "--progress", "never",
+           "--numerics", "exact", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+def tokens(path):
+    out = {}
+    for line in pathlib.Path(path).read_text().splitlines():
+        rec = json.loads(line)
+        assert rec["error"] is None, rec
+        out[rec["custom_id"]] = rec["response"]["body"]["choices"][0]["text"]
+    return out
+
+
+def test_speculative_run_equals_plain_greedy(deepinfer_bin, data_dir, tmp_path):
+    model = data_dir / "models" / "v4_tiny_a_mtp"
+    rng = random.Random(3)
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps(completion_line(f"r{i}", [rng.randrange(512) for _ in range(3 + 7 * i)]))
+                           + "\n" for i in range(6)))
+    plain = run(deepinfer_bin, model, inp, tmp_path / "plain.jsonl")
+    assert plain.returncode == 0, plain.stderr
+    want = tokens(tmp_path / "plain.jsonl")
+    assert len(want) == 6
+    for extra in ([], ["--spec-scheduler"]):
+        p = run(deepinfer_bin, model, inp, tmp_path / "spec.jsonl", "--speculative", "mtp",
+                "--num-speculative-tokens", "3", *extra)
+        assert p.returncode == 0, p.stderr
+        assert tokens(tmp_path / "spec.jsonl") == want
+        assert "speculative: mean accepted length" in p.stderr, p.stderr
+        (tmp_path / "spec.jsonl").unlink()
+
+
+def test_speculative_needs_the_drafter(deepinfer_bin, data_dir, tmp_path):
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps(completion_line("a", [1, 2, 3])) + "\n")
+    p = run(deepinfer_bin, data_dir / "models" / "v4_tiny_a", inp, tmp_path / "o.jsonl", "--speculative", "mtp")
+    assert p.returncode != 0
+    assert "needs a checkpoint with that drafter" in p.stderr, p.stderr
