@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "deepinfer/tensor.h"
+
 namespace deepinfer {
 
 enum class Numerics : uint8_t {
@@ -37,7 +39,13 @@ struct ModelOptions {
     // run the encoder and the first decoder layer's compressor and index keys only. Results then
     // depend on how a prompt is chunked (docs/v41-bounded-replay.md gives the measured error).
     bool v41_bounded_replay = false;
+    // Where the forward runs (--device): the CPU reference, or one CUDA GPU (DeepSeek-V4 only so far;
+    // builds without nvcc reject it).
+    Device device = Device::kCpu;
+    int64_t max_model_len = 0;  // CUDA: longest sequence held on the GPU (0: min(max_position_embeddings, 65536))
+    uint64_t device_workspace_bytes = uint64_t{1} << 30;  // CUDA: scratch of one forward, allocated at load
 };
+Device parse_device(std::string_view name);  // "cpu" | "cuda"
 
 // What the engine and the CLI need to know about any model of the family.
 struct ModelInfo {

@@ -169,8 +169,8 @@ void attention_block(const BlockContext& ctx, const AttentionBlockParams& p) {
                     mx = std::max(mx, sc[j]);
                 }
                 const float sink = w.sink.ptr()[h];
-                float den = std::exp(sink - mx);
-                for (size_t j = 0; j < cand.size(); ++j) den += (sc[j] = std::exp(sc[j] - mx));
+                float den = cpu::exp_f32(sink - mx);
+                for (size_t j = 0; j < cand.size(); ++j) den += (sc[j] = cpu::exp_f32(sc[j] - mx));
                 float* oh = o.data() + (row * H + h) * Dh;
                 std::fill(oh, oh + Dh, 0.0f);
                 for (size_t j = 0; j < cand.size(); ++j) {

@@ -104,10 +104,10 @@ void compressor_update(const BlockContext& ctx, const CompressorUpdateParams& p)
             float mx = kNegInf;
             for (int64_t s = 0; s < slots; ++s) mx = std::max(mx, slot_gate[size_t(s * d + ch)]);
             float den = 0;
-            for (int64_t s = 0; s < slots; ++s) den += std::exp(slot_gate[size_t(s * d + ch)] - mx);
+            for (int64_t s = 0; s < slots; ++s) den += cpu::exp_f32(slot_gate[size_t(s * d + ch)] - mx);
             float acc = 0;
             for (int64_t s = 0; s < slots; ++s)
-                acc += slot_kv[size_t(s * d + ch)] * (std::exp(slot_gate[size_t(s * d + ch)] - mx) / den);
+                acc += slot_kv[size_t(s * d + ch)] * (cpu::exp_f32(slot_gate[size_t(s * d + ch)] - mx) / den);
             entry[size_t(ch)] = acc;
         }
         if (ctx.official()) cpu::round_bf16_inplace(entry.data(), d);

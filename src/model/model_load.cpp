@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Model::load: the family dispatch. config.json says which family a checkpoint is (V4.1's is the
-// composite text_config layout or a deepseek_v41_text config); everything else is V4's.
+// composite text_config layout or a deepseek_v41_text config); everything else is V4's. The device
+// dispatch too: ModelOptions::device = kCuda loads the CUDA backend's model (when the build has it).
 #include <filesystem>
 
 #include "deepinfer/check.h"
@@ -9,12 +10,33 @@
 #include "deepinfer/model_v41.h"
 #include "model/config_json.h"
 #include "model/forward.h"
+#if DI_HAVE_CUDA
+#include "backends/cuda/model/cuda_model.h"
+#endif
 
 namespace deepinfer {
 
+Device parse_device(std::string_view name) {
+    if (name == "cpu") return Device::kCpu;
+    if (name == "cuda") return Device::kCuda;
+    DI_THROW("unknown device '", name, "' (expected cpu or cuda)");
+}
+
 std::unique_ptr<Model> Model::load(const std::string& dir, const ModelOptions& options) {
     const std::string config = dir + "/config.json";
-    if (std::filesystem::exists(config) && is_v41_config(config_json::read_config_file(config))) {
+    const bool v41 = std::filesystem::exists(config) && is_v41_config(config_json::read_config_file(config));
+    if (options.device == Device::kCuda) {
+        DI_CHECK(!v41, dir, ": DeepSeek-V4.1 runs on the CPU only so far (--device cpu)");
+#if DI_HAVE_CUDA
+        cuda::CudaModelOptions co;
+        co.max_model_len = options.max_model_len;
+        co.workspace_bytes = options.device_workspace_bytes;
+        return cuda::load_cuda_model(dir, options, co);
+#else
+        DI_THROW("this build has no CUDA backend (nvcc was not found at configure time)");
+#endif
+    }
+    if (v41) {
         ModelOptions o = options;
         // The Engram token map's tokenizer: the option, the checkpoint's own, else the bundled one.
         if (o.tokenizer_json.empty())

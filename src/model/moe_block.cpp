@@ -63,7 +63,7 @@ void route(const BlockContext& ctx, const MoeBlockParams& p, int32_t* ids, float
         } else {  // softmax
             const float mx = *std::max_element(s, s + E);
             float den = 0;
-            for (int64_t e = 0; e < E; ++e) den += (s[e] = std::exp(s[e] - mx));
+            for (int64_t e = 0; e < E; ++e) den += (s[e] = cpu::exp_f32(s[e] - mx));
             for (int64_t e = 0; e < E; ++e) s[e] /= den;
         }
         int32_t* id = ids + t * K;

@@ -98,7 +98,7 @@ double cpu_gemm_gflops(int64_t tokens) {
 
 Command register_bench(CLI::App& app) {
     struct Options {
-        std::string model, synthetic, numerics, dir, output;
+        std::string model, synthetic, numerics, dir, output, device = "cpu";
         int64_t prefill = 128, decode = 16, warmup = 1;
         std::string engine_batches;  // "1,8,64,256": offline engine throughput at these batch sizes
         bool no_async = false, async = false;
@@ -120,6 +120,7 @@ Command register_bench(CLI::App& app) {
     sub->add_option("--prefill", o->prefill, "Prompt tokens")->check(CLI::Range(1, 1 << 20));
     sub->add_option("--decode", o->decode, "Decode steps")->check(CLI::Range(0, 1 << 20));
     sub->add_option("--numerics", o->numerics, "exact | official");
+    sub->add_option("--device", o->device, "cpu | cuda")->capture_default_str();
     sub->add_option("--output", o->output, "Append the JSON result line to this file");
     sub->add_option("--engine-batches", o->engine_batches,
                     "Offline engine mode: comma-separated batch sizes (requests of --prefill prompt tokens and "
@@ -159,6 +160,7 @@ Command register_bench(CLI::App& app) {
             mo.numerics_from_checkpoint = false;
             mo.numerics = parse_numerics(o->numerics);
         }
+        mo.device = parse_device(o->device);
         auto t_load = Clock::now();
         auto model = Model::load(dir, mo);
         const double load_s = seconds_since(t_load);
@@ -191,7 +193,7 @@ Command register_bench(CLI::App& app) {
                 engine.run_until_done([](RequestOutput&&) {});
                 const double secs = seconds_since(t0);
                 const EngineMetrics& m = engine.metrics();
-                nlohmann::json r = {{"mode", "engine"}, {"model", dir}, {"batch", batch}, {"async", ec.async_scheduling},
+                nlohmann::json r = {{"mode", "engine"}, {"model", dir}, {"device", o->device}, {"batch", batch}, {"async", ec.async_scheduling},
                                     {"prompt_tokens", m.prompt_tokens}, {"generated_tokens", m.generated_tokens},
                                     {"seconds", secs}, {"generated_tok_s", double(m.generated_tokens) / secs},
                                     {"total_tok_s", double(m.generated_tokens + m.prompt_tokens) / secs},
@@ -239,7 +241,8 @@ Command register_bench(CLI::App& app) {
         const double g_prefill = cpu_gemm_gflops(std::min<int64_t>(o->prefill, 256));
         const double g_decode = cpu_gemm_gflops(1);
         nlohmann::json r = {
-            {"model", o->synthetic.empty() ? o->model : o->synthetic}, {"numerics", numerics_name(model->numerics())},
+            {"model", o->synthetic.empty() ? o->model : o->synthetic}, {"device", o->device},
+            {"numerics", numerics_name(model->numerics())},
             {"threads", cpu_num_threads()}, {"layers", c.num_hidden_layers}, {"hidden_size", c.hidden_size},
             {"load_s", load_s}, {"prefill_tokens", o->prefill}, {"prefill_s", prefill_s},
             {"prefill_tok_s", double(o->prefill) / prefill_s}, {"decode_steps", o->decode}, {"decode_s", decode_s},

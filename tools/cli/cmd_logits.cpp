@@ -38,11 +38,12 @@ std::vector<int32_t> parse_ids(const std::string& text) {
     return ids;
 }
 
-// --numerics and --tokenizer (V4.1's Engram token map; default: the checkpoint's tokenizer.json,
-// else the bundled one).
-ModelOptions model_options(const std::string& numerics, const std::string& tokenizer = "") {
+// --numerics, --tokenizer (V4.1's Engram token map; default: the checkpoint's tokenizer.json,
+// else the bundled one) and --device.
+ModelOptions model_options(const std::string& numerics, const std::string& tokenizer, const std::string& device) {
     ModelOptions o;
     o.tokenizer_json = tokenizer;
+    o.device = parse_device(device);
     if (!numerics.empty()) {
         o.numerics_from_checkpoint = false;
         o.numerics = parse_numerics(numerics);
@@ -54,7 +55,7 @@ ModelOptions model_options(const std::string& numerics, const std::string& token
 
 Command register_logits(CLI::App& app) {
     struct Options {
-        std::string model, ids, output, numerics, tokenizer;
+        std::string model, ids, output, numerics, tokenizer, device = "cpu";
         int64_t chunk = 0;
     };
     auto o = std::make_shared<Options>();
@@ -64,6 +65,7 @@ Command register_logits(CLI::App& app) {
     sub->add_option("--output", o->output, "Output file (little-endian float32, no header)")->required();
     sub->add_option("--numerics", o->numerics, "exact | official (default: official for FP8/FP4 checkpoints)");
     sub->add_option("--chunk", o->chunk, "Prefill chunk size (0 = all at once)");
+    sub->add_option("--device", o->device, "cpu | cuda (DeepSeek-V4)")->capture_default_str();
     sub->add_option("--tokenizer", o->tokenizer, "V4.1: tokenizer.json for the Engram token map (default: the bundled one)");
     return [sub, o]() -> int {
         if (!sub->parsed()) return -1;
@@ -71,7 +73,7 @@ Command register_logits(CLI::App& app) {
         std::vector<float> logits;
         const size_t chunk = o->chunk > 0 ? static_cast<size_t>(o->chunk) : ids.size();
         {
-            auto model = Model::load(o->model, model_options(o->numerics, o->tokenizer));
+            auto model = Model::load(o->model, model_options(o->numerics, o->tokenizer, o->device));
             Sequence seq = model->new_sequence();
             for (size_t i = 0; i < ids.size(); i += chunk) {
                 std::span<const int32_t> part(ids.data() + i, std::min(chunk, ids.size() - i));
@@ -89,7 +91,7 @@ Command register_logits(CLI::App& app) {
 
 Command register_generate(CLI::App& app) {
     struct Options {
-        std::string model, ids, numerics, tokenizer;
+        std::string model, ids, numerics, tokenizer, device = "cpu";
         int64_t max_tokens = 16;
         double temperature = 0.0;
         uint64_t seed = 0;
@@ -104,13 +106,14 @@ Command register_generate(CLI::App& app) {
     sub->add_option("--seed", o->seed, "Random seed for sampling");
     sub->add_option("--numerics", o->numerics, "exact | official");
     sub->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at the end-of-sequence token");
+    sub->add_option("--device", o->device, "cpu | cuda (DeepSeek-V4)")->capture_default_str();
     sub->add_option("--tokenizer", o->tokenizer, "V4.1: tokenizer.json for the Engram token map (default: the bundled one)");
     sub->add_flag("--bounded-replay", o->bounded_replay,
                   "V4.1: approximate SWA bounded-replay prefill (docs/v41-bounded-replay.md; off: the exact path)");
     return [sub, o]() -> int {
         if (!sub->parsed()) return -1;
         std::vector<int32_t> ids = parse_ids(o->ids);
-        ModelOptions mo = model_options(o->numerics, o->tokenizer);
+        ModelOptions mo = model_options(o->numerics, o->tokenizer, o->device);
         mo.v41_bounded_replay = o->bounded_replay;
         auto model = Model::load(o->model, mo);
         const std::vector<int64_t>& eos_ids = model->info().eos_token_ids;

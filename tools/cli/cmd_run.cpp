@@ -38,10 +38,12 @@ std::string resolve_tokenizer(const std::string& flag, const std::string& model_
 
 Command register_run(CLI::App& app) {
     struct Options {
-        std::string model, revision, tokenizer, input, output, family = "auto", numerics, progress = "auto", cache_dir;
+        std::string model, revision, tokenizer, input, output, family = "auto", numerics, progress = "auto", cache_dir,
+            device = "cpu";
         bool resume = false, async = false, no_async = false, no_prefix_cache = false;
         int64_t max_num_seqs = 64, max_batched_tokens = 2048, max_prefill_chunk = 512, default_max_tokens = 256;
-        double state_memory_gib = 4.0;
+        double state_memory_gib = 4.0, device_workspace_gib = 1.0;
+        int64_t max_model_len = 0;
         uint64_t seed = 0;
         std::string speculative = "none";
         int64_t num_speculative_tokens = 3;
@@ -59,6 +61,10 @@ Command register_run(CLI::App& app) {
     sub->add_flag("--resume", o->resume, "Continue an interrupted run: skip custom_ids already in the output");
     sub->add_option("--family", o->family, "Chat format: v4 | v41 | auto (the model's, if the tokenizer has its tokens)")->capture_default_str();
     sub->add_option("--numerics", o->numerics, "exact | official (default: official for FP8/FP4 checkpoints)");
+    sub->add_option("--device", o->device, "cpu | cuda: where the model runs (the engine is the same)")->capture_default_str();
+    sub->add_option("--max-model-len", o->max_model_len, "cuda: longest sequence held on the GPU (0: min(context, 65536))");
+    sub->add_option("--device-workspace-gib", o->device_workspace_gib,
+                    "cuda: scratch of one forward step, allocated at start-up")->capture_default_str();
     sub->add_option("--max-num-seqs", o->max_num_seqs, "Sequences per step")->capture_default_str()->check(CLI::Range(1, 65536));
     sub->add_option("--max-batched-tokens", o->max_batched_tokens, "Token budget per step")->capture_default_str()
         ->check(CLI::Range(1, 1 << 24));
@@ -96,6 +102,9 @@ Command register_run(CLI::App& app) {
         }
         const std::string tokenizer_path = resolve_tokenizer(o->tokenizer, embedded ? std::string() : dir);
         mo.tokenizer_json = tokenizer_path;  // V4.1: the Engram token map comes from the same tokenizer
+        mo.device = parse_device(o->device);
+        mo.max_model_len = o->max_model_len;
+        mo.device_workspace_bytes = static_cast<uint64_t>(o->device_workspace_gib * double(uint64_t{1} << 30));
         std::shared_ptr<const Model> model = Model::load(dir, mo);
         auto tok = std::make_shared<const Tokenizer>(Tokenizer::from_file(tokenizer_path));
         // A tokenizer with more ids than the model (a tiny test model) still decodes every sampled id;

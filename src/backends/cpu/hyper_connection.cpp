@@ -39,7 +39,7 @@ void hc_pre(const HcPreParams& p) {
             float* row = C + j * hc;
             float m = *std::max_element(row, row + hc);
             float s = 0;
-            for (int64_t k = 0; k < hc; ++k) s += (row[k] = std::exp(row[k] - m));
+            for (int64_t k = 0; k < hc; ++k) s += (row[k] = exp_f32(row[k] - m));
             for (int64_t k = 0; k < hc; ++k) row[k] = row[k] / s + p.hc_eps;
         }
         auto col_norm = [&] {

@@ -22,10 +22,17 @@ void rms_norm_bf16_arith(float* x, float eps, int64_t n);
 inline float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 void round_bf16_inplace(float* x, int64_t n);
 
-inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
-inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+// exp and log1p of an f32, computed in double and rounded once: correctly rounded except in vanishingly
+// rare cases, identical across libm versions, and identical to the CUDA backend's (which computes the
+// same). glibc's expf (0.502 ulp) and log1pf (~1 ulp) differ from a GPU's in the last bit now and then,
+// and the official numerics' bf16 rounding points amplify such bits.
+inline float exp_f32(float x) { return static_cast<float>(std::exp(static_cast<double>(x))); }
+inline float log1p_f32(float x) { return static_cast<float>(std::log1p(static_cast<double>(x))); }
+
+inline float silu(float x) { return x / (1.0f + exp_f32(-x)); }
+inline float sigmoid(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
 // PyTorch's softplus (threshold 20: x > 20 returns x).
-inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+inline float softplus(float x) { return x > 20.0f ? x : log1p_f32(exp_f32(x)); }
 
 // Interleaved RoPE on the trailing `rope_dim` dims of a vector: pairs (2i, 2i+1) of the rope slice.
 class RopeTable {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <string>
 
+#include "backends/cuda/ops.h"
 #include "deepinfer/dequant.h"
 
 namespace deepinfer::cuda {
@@ -31,6 +32,47 @@ private:
     void* data_ = nullptr;
     size_t nbytes_ = 0;
 };
+
+// A stream-ordered bump allocator over one device allocation made at start-up: a forward takes its
+// scratch with alloc() and gives it back with reset(mark) once the stream has finished with it, so a
+// decode step never calls cudaMalloc. Not thread-safe; one owner (the model's forward thread).
+class DeviceArena {
+public:
+    explicit DeviceArena(size_t capacity_bytes);
+    void* alloc(size_t nbytes);  // 256-byte aligned; throws when the arena is exhausted
+    template <class T>
+    T* alloc_n(int64_t n) {
+        return static_cast<T*>(alloc(static_cast<size_t>(n) * sizeof(T)));
+    }
+    size_t mark() const { return used_; }
+    void reset(size_t mark) { used_ = mark; }
+    size_t capacity() const { return buffer_.nbytes(); }
+    size_t high_water() const { return high_water_; }
+
+private:
+    DeviceBuffer buffer_;
+    size_t used_ = 0;
+    size_t high_water_ = 0;
+};
+
+// An owned CUDA stream.
+class OwnedStream {
+public:
+    OwnedStream();
+    ~OwnedStream();
+    OwnedStream(const OwnedStream&) = delete;
+    OwnedStream& operator=(const OwnedStream&) = delete;
+    Stream get() const { return stream_; }
+    void synchronize() const;
+
+private:
+    Stream stream_;
+};
+
+void copy_to_device(void* dst, const void* src, size_t nbytes, Stream s);    // async on s
+void copy_to_host(void* dst, const void* src, size_t nbytes, Stream s);      // async on s
+void copy_on_device(void* dst, const void* src, size_t nbytes, Stream s);    // async on s
+void fill_zero(void* dst, size_t nbytes, Stream s);
 
 // Same contracts as the CPU ops in deepinfer/dequant.h; outputs f32 or bf16; ue8m0 or f32 scales.
 void dequant_fp8_block(const DequantFp8BlockParams& p);

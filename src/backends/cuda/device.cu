@@ -2,6 +2,7 @@
 // Device discovery and the RAII device buffer.
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 
 #include "backends/cuda/common/cuda_check.h"
@@ -45,5 +46,41 @@ void DeviceBuffer::copy_to_host(void* dst, size_t nbytes) const {
 }
 
 void synchronize() { DI_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+DeviceArena::DeviceArena(size_t capacity_bytes) : buffer_(capacity_bytes) {}
+
+void* DeviceArena::alloc(size_t nbytes) {
+    const size_t begin = (used_ + 255) & ~size_t(255);
+    DI_CHECK(begin + nbytes <= buffer_.nbytes(), "device workspace exhausted: need ", begin + nbytes, " of ",
+             buffer_.nbytes(), " bytes (raise the CUDA workspace size)");
+    used_ = begin + nbytes;
+    if (used_ > high_water_) high_water_ = used_;
+    return static_cast<uint8_t*>(buffer_.data()) + begin;
+}
+
+OwnedStream::OwnedStream() {
+    cudaStream_t s = nullptr;
+    DI_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    stream_.handle = s;
+}
+
+OwnedStream::~OwnedStream() {
+    if (stream_.handle) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_.handle));
+}
+
+void OwnedStream::synchronize() const { DI_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_.handle))); }
+
+void copy_to_device(void* dst, const void* src, size_t nbytes, Stream s) {
+    if (nbytes) DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(s.handle)));
+}
+void copy_to_host(void* dst, const void* src, size_t nbytes, Stream s) {
+    if (nbytes) DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(s.handle)));
+}
+void copy_on_device(void* dst, const void* src, size_t nbytes, Stream s) {
+    if (nbytes) DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(s.handle)));
+}
+void fill_zero(void* dst, size_t nbytes, Stream s) {
+    if (nbytes) DI_CUDA_CHECK(cudaMemsetAsync(dst, 0, nbytes, static_cast<cudaStream_t>(s.handle)));
+}
 
 }  // namespace deepinfer::cuda

@@ -57,7 +57,7 @@ __device__ __forceinline__ void store_out(void* out, OutKind kind, int64_t i, fl
     }
 }
 
-__global__ void dequant_fp8_block_kernel(const __grid_constant__ DequantFp8Args a) {
+static __global__ void dequant_fp8_block_kernel(const __grid_constant__ DequantFp8Args a) {
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= a.rows * a.cols) return;
     const int64_t r = i / a.cols, c = i % a.cols;
@@ -71,7 +71,7 @@ __global__ void dequant_fp8_block_kernel(const __grid_constant__ DequantFp8Args 
     store_out(a.out, a.out_kind, i, e4m3_to_float(a.weight[i]) * s);
 }
 
-__global__ void dequant_fp4_kernel(const __grid_constant__ DequantFp4Args a) {
+static __global__ void dequant_fp4_kernel(const __grid_constant__ DequantFp4Args a) {
     const int64_t pair = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // one byte = 2 elements
     if (pair >= a.rows * a.cols / 2) return;
     const int64_t i = pair * 2, r = i / a.cols, c = i % a.cols;

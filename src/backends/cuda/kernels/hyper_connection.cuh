@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: Apache-2.0
+// Device code of mHC (spec §2.4): HC pre (mixing logits, sigmoid, Sinkhorn, collapse), HC post and the
+// HC head. One block per token; mixing logits are cpu::dot products by 8-thread groups; the Sinkhorn
+// iterations run on one thread in the CPU's order (hc x hc is tiny).
+#pragma once
+
+#include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/ops.h"
+
+namespace deepinfer::cuda::kernels {
+
+constexpr int kHcMaxOutputs = 64;  // (2+hc)*hc <= 64: hc <= 6
+constexpr int kHcMax = 6;
+
+// mix[j] = dot(x, fn[j]) for j < outputs and xx = dot(x, x); written to shared memory.
+__device__ __forceinline__ void hc_mix_dots(const float* x, const float* fn, int64_t outputs, int64_t flat, float* mix,
+                                            float* xx) {
+    const int group = threadIdx.x / 8, lane = threadIdx.x % 8, groups = blockDim.x / 8;
+    // Uniform trip count per warp: every lane of a warp takes part in each dot_group8's shuffles.
+    for (int64_t base = 0; base <= outputs; base += groups) {
+        const int64_t j = base + group;
+        const float d = dev::dot_group8(x, j < outputs ? fn + j * flat : x, flat, lane);
+        if (lane == 0 && j <= outputs) {
+            if (j < outputs) mix[j] = d;
+            else *xx = d;
+        }
+    }
+    __syncthreads();
+}
+
+static __global__ void hc_pre_kernel(const __grid_constant__ HcPreParams p) {
+    __shared__ float mix[kHcMaxOutputs], pre[kHcMax], xx;
+    const int64_t hc = p.hc, D = p.hidden, flat = hc * D, outputs = (2 + hc) * hc, t = blockIdx.x;
+    const float* x = p.x + t * flat;
+    hc_mix_dots(x, p.fn, outputs, flat, mix, &xx);
+    if (threadIdx.x == 0) {
+        const float r = 1.0f / sqrtf(dev::add(xx / static_cast<float>(flat), p.norm_eps));
+        for (int64_t j = 0; j < outputs; ++j) mix[j] = dev::mul(mix[j], r);
+        float* post = p.post + t * hc;
+        float* C = p.comb + t * hc * hc;
+        for (int64_t j = 0; j < hc; ++j) {
+            pre[j] = dev::add(dev::sigmoid(dev::add(dev::mul(mix[j], p.scale[0]), p.base[j])), p.hc_eps);
+            post[j] = 2.0f * dev::sigmoid(dev::add(dev::mul(mix[hc + j], p.scale[1]), p.base[hc + j]));
+        }
+        float c[kHcMax * kHcMax];
+        for (int64_t i = 0; i < hc * hc; ++i) c[i] = dev::add(dev::mul(mix[2 * hc + i], p.scale[2]), p.base[2 * hc + i]);
+        for (int64_t j = 0; j < hc; ++j) {
+            float* row = c + j * hc;
+            float m = row[0];
+            for (int64_t k = 1; k < hc; ++k) m = fmaxf(m, row[k]);
+            float s = 0;
+            for (int64_t k = 0; k < hc; ++k) s = dev::add(s, row[k] = dev::exp_f32(dev::add(row[k], -m)));
+            for (int64_t k = 0; k < hc; ++k) row[k] = dev::add(row[k] / s, p.hc_eps);
+        }
+        auto col_norm = [&] {
+            for (int64_t k = 0; k < hc; ++k) {
+                float s = 0;
+                for (int64_t j = 0; j < hc; ++j) s = dev::add(s, c[j * hc + k]);
+                for (int64_t j = 0; j < hc; ++j) c[j * hc + k] = c[j * hc + k] / dev::add(s, p.hc_eps);
+            }
+        };
+        auto row_norm = [&] {
+            for (int64_t j = 0; j < hc; ++j) {
+                float s = 0;
+                for (int64_t k = 0; k < hc; ++k) s = dev::add(s, c[j * hc + k]);
+                for (int64_t k = 0; k < hc; ++k) c[j * hc + k] = c[j * hc + k] / dev::add(s, p.hc_eps);
+            }
+        };
+        col_norm();
+        for (int64_t it = 1; it < p.sinkhorn_iters; ++it) {
+            row_norm();
+            col_norm();
+        }
+        for (int64_t i = 0; i < hc * hc; ++i) C[i] = c[i];
+    }
+    __syncthreads();
+    float* a = p.collapsed + t * D;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        float s = 0;
+        for (int64_t j = 0; j < hc; ++j) s = dev::add(s, dev::mul(pre[j], x[j * D + d]));
+        a[d] = dev::maybe_bf16(s, p.round_bf16);
+    }
+}
+
+// grid (rows, hc), block 256.
+static __global__ void hc_post_kernel(const __grid_constant__ HcPostParams p) {
+    const int64_t t = blockIdx.x, k = blockIdx.y, hc = p.hc, D = p.hidden;
+    const float* o = p.out + t * D;
+    const float* x = p.x + t * hc * D;
+    const float* C = p.comb + t * hc * hc;
+    const float pk = p.post[t * hc + k];
+    float* y = p.y + (t * hc + k) * D;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        float s = dev::mul(pk, o[d]);
+        for (int64_t j = 0; j < hc; ++j) s = dev::add(s, dev::mul(C[j * hc + k], x[j * D + d]));
+        y[d] = dev::maybe_bf16(s, p.round_bf16);
+    }
+}
+
+static __global__ void hc_head_kernel(const __grid_constant__ HcHeadParams p) {
+    __shared__ float mix[kHcMaxOutputs], xx;
+    const int64_t hc = p.hc, D = p.hidden, flat = hc * D, t = blockIdx.x;
+    const float* x = p.x + t * flat;
+    hc_mix_dots(x, p.fn, hc, flat, mix, &xx);
+    if (threadIdx.x == 0) {
+        const float r = 1.0f / sqrtf(dev::add(xx / static_cast<float>(flat), p.norm_eps));
+        for (int64_t j = 0; j < hc; ++j)
+            mix[j] = dev::add(dev::sigmoid(dev::add(dev::mul(dev::mul(mix[j], r), p.scale[0]), p.base[j])), p.hc_eps);
+    }
+    __syncthreads();
+    float* y = p.y + t * D;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        float s = 0;
+        for (int64_t j = 0; j < hc; ++j) s = dev::add(s, dev::mul(mix[j], x[j * D + d]));
+        y[d] = dev::maybe_bf16(s, p.round_bf16);
+    }
+}
+
+}  // namespace deepinfer::cuda::kernels

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+// Device code of the GEMM y = x · Wᵀ for every stored weight format and of act_quant. One output
+// element per 8-thread group: lane j accumulates k = j, j+8, ... (products of x and the decoded weight,
+// no FMA), then the lanes combine in cpu::dot's order and the tail is added in order. The arithmetic of
+// an element depends only on K, never on the batch, the grid or the tile: batch-invariant by design.
+#pragma once
+
+#include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/ops.h"
+
+namespace deepinfer::cuda::kernels {
+
+constexpr int kLinearGroups = 32;  // output columns per block (8 lanes each: 256 threads)
+constexpr int kLinearRows = 4;     // rows sharing each decoded weight element
+
+__device__ __forceinline__ float weight_scale(const DeviceLinear& w, int64_t si) {
+    switch (w.scale_kind) {
+        case ScaleKind::kF32: return static_cast<const float*>(w.scale)[si];
+        case ScaleKind::kBF16: return dev::bf16_value(static_cast<const uint16_t*>(w.scale)[si]);
+        case ScaleKind::kE8M0: return dev::e8m0_value(static_cast<const uint8_t*>(w.scale)[si]);
+        default: return 1.0f;
+    }
+}
+
+// W[n, k] as f32 (exactly the CPU's dequantized value).
+__device__ __forceinline__ float weight_at(const DeviceLinear& w, int64_t n, int64_t k) {
+    const int64_t K = w.in_features;
+    switch (w.kind) {
+        case WeightKind::kF32: return static_cast<const float*>(w.weight)[n * K + k];
+        case WeightKind::kBF16: return dev::bf16_value(static_cast<const uint16_t*>(w.weight)[n * K + k]);
+        case WeightKind::kF16: return dev::f16_value(static_cast<const uint16_t*>(w.weight)[n * K + k]);
+        case WeightKind::kFp8Block: {
+            const int64_t scale_cols = (K + w.block_cols - 1) / w.block_cols;
+            const float s = weight_scale(w, (n / w.block_rows) * scale_cols + k / w.block_cols);
+            return dev::mul(dev::e4m3_value(static_cast<const uint8_t*>(w.weight)[n * K + k]), s);
+        }
+        case WeightKind::kFp4: {
+            const uint8_t byte = static_cast<const uint8_t*>(w.weight)[n * (K / 2) + k / 2];
+            const float s = dev::e8m0_value(static_cast<const uint8_t*>(w.scale)[n * (K / 32) + k / 32]);
+            return dev::mul(dev::e2m1_value((k & 1) ? (byte >> 4) : (byte & 0xF)), s);
+        }
+    }
+    return 0.0f;
+}
+
+// grid (ceil(rows / tile), ceil(N / kLinearGroups)), block 256. `tile` = kLinearRows for a plain
+// linear (rows share the weight), 1 for the grouped form (each row may use another expert).
+template <int kTile>
+static __global__ void __launch_bounds__(256) linear_kernel(const __grid_constant__ LinearParams p) {
+    const int group = threadIdx.x / 8, lane = threadIdx.x % 8;
+    const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTile;
+    const DeviceLinear& w0 = p.experts ? p.experts[p.row_expert[row0]] : p.weight;
+    const int64_t N = w0.out_features, K = w0.in_features;
+    const int64_t n_raw = static_cast<int64_t>(blockIdx.y) * kLinearGroups + group;
+    const bool valid_n = n_raw < N;
+    const int64_t n = valid_n ? n_raw : N - 1;  // out-of-range groups compute a duplicate and skip the store
+    const float* xr[kTile];
+    bool valid_r[kTile];
+#pragma unroll
+    for (int r = 0; r < kTile; ++r) {
+        const int64_t row = row0 + r;
+        valid_r[r] = row < p.rows;
+        const int64_t rr = valid_r[r] ? row : row0;
+        xr[r] = p.x + (p.row_src ? static_cast<int64_t>(p.row_src[rr]) : rr) * p.x_ld;
+    }
+    float acc[kTile];
+#pragma unroll
+    for (int r = 0; r < kTile; ++r) acc[r] = 0.0f;
+    const int64_t K8 = K - K % 8;
+    for (int64_t k = lane; k < K8; k += 8) {
+        const float wv = weight_at(w0, n, k);
+#pragma unroll
+        for (int r = 0; r < kTile; ++r) acc[r] = dev::add(acc[r], dev::mul(xr[r][k], wv));
+    }
+#pragma unroll
+    for (int r = 0; r < kTile; ++r) {
+        float t = dev::hsum8(acc[r]);
+        if (lane == 0 && valid_n && valid_r[r]) {
+            for (int64_t k = K8; k < K; ++k) t = dev::add(t, dev::mul(xr[r][k], weight_at(w0, n, k)));
+            p.y[(row0 + r) * p.y_ld + n] = dev::maybe_bf16(t, p.round_output_bf16);
+        }
+    }
+}
+
+// One block per (row, 128-wide block); 128 threads.
+static __global__ void act_quant_kernel(const __grid_constant__ ActQuantParams p) {
+    __shared__ float red[128];
+    const int64_t row = blockIdx.x, b = blockIdx.y;
+    const int i = threadIdx.x;
+    const int64_t idx = row * p.cols + b * 128 + i;
+    const float v = p.x[idx];
+    red[i] = fabsf(v);
+    __syncthreads();
+    for (int s = 64; s > 0; s >>= 1) {
+        if (i < s) red[i] = fmaxf(red[i], red[i + s]);
+        __syncthreads();
+    }
+    const float amax = fmaxf(red[0], 1e-4f);
+    const float scale = ldexpf(1.0f, dev::ceil_log2_bits(dev::mul(amax, 1.0f / 448.0f)));
+    const float q = dev::round_e4m3(fminf(fmaxf(v / scale, -448.0f), 448.0f));
+    p.out[idx] = dev::mul(q, scale);
+}
+
+}  // namespace deepinfer::cuda::kernels

@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: Apache-2.0
+// Device code of the MoE block's non-GEMM parts: router (scores, selection, weights), token
+// permutation by expert (stable counting sort), SwiGLU with clamp, row scatter/gather and the
+// combine in ascending expert order plus the shared expert (src/model/moe_block.cpp's order).
+#pragma once
+
+#include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/kernels/topk.cuh"
+#include "backends/cuda/ops.h"
+
+namespace deepinfer::cuda::kernels {
+
+// One block (kTopkThreads) per token.
+static __global__ void __launch_bounds__(kTopkThreads) route_kernel(const __grid_constant__ RouterParams p) {
+    const int64_t t = blockIdx.x, E = p.experts, K = p.top_k;
+    float* s = p.logits + t * E;
+    if (p.scoring == ScoringFunc::kSqrtSoftplus) {
+        for (int64_t e = threadIdx.x; e < E; e += blockDim.x) s[e] = sqrtf(dev::softplus(s[e]));
+    } else if (p.scoring == ScoringFunc::kSigmoid) {
+        for (int64_t e = threadIdx.x; e < E; e += blockDim.x) s[e] = dev::sigmoid(s[e]);
+    } else {
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float mx = s[0];
+            for (int64_t e = 1; e < E; ++e) mx = fmaxf(mx, s[e]);
+            float den = 0;
+            for (int64_t e = 0; e < E; ++e) den = dev::add(den, s[e] = dev::exp_f32(dev::add(s[e], -mx)));
+            for (int64_t e = 0; e < E; ++e) s[e] = s[e] / den;
+        }
+    }
+    __syncthreads();
+    int32_t* id = p.ids + t * K;
+    if (p.tid2eid) {
+        for (int64_t k = threadIdx.x; k < K; k += blockDim.x) id[k] = p.tid2eid[static_cast<int64_t>(p.tokens[t]) * K + k];
+    } else {
+        float* b = p.biased + t * E;
+        for (int64_t e = threadIdx.x; e < E; e += blockDim.x) b[e] = p.bias ? dev::add(s[e], p.bias[e]) : s[e];
+        __syncthreads();
+        topk_row(b, E, K, id);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float sum = 0;
+        for (int64_t k = 0; k < K; ++k) sum = dev::add(sum, s[id[k]]);
+        if (!p.official) sum = dev::add(sum, 1e-20f);
+        for (int64_t k = 0; k < K; ++k)
+            p.weights[t * K + k] = p.norm_topk_prob ? dev::mul(s[id[k]] / sum, p.routed_scaling_factor)
+                                                    : dev::mul(s[id[k]], p.routed_scaling_factor);
+    }
+}
+
+// One block; thread e places expert e's pairs in (token, slot) order.
+static __global__ void permute_kernel(const __grid_constant__ PermuteParams p) {
+    extern __shared__ int32_t counts[];  // [experts + 1]
+    const int64_t pairs = p.rows * p.top_k;
+    for (int64_t e = threadIdx.x; e <= p.experts; e += blockDim.x) counts[e] = 0;
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < pairs; i += blockDim.x) atomicAdd(&counts[p.ids[i]], 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int32_t run = 0;
+        for (int64_t e = 0; e < p.experts; ++e) {
+            const int32_t c = counts[e];
+            counts[e] = run;
+            run += c;
+        }
+        counts[p.experts] = run;
+    }
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e <= p.experts; e += blockDim.x) p.expert_offsets[e] = counts[e];
+    for (int64_t e = threadIdx.x; e < p.experts; e += blockDim.x) {
+        int32_t at = counts[e];
+        for (int64_t i = 0; i < pairs; ++i) {
+            if (p.ids[i] != e) continue;
+            p.perm_src[at] = static_cast<int32_t>(i / p.top_k);
+            p.perm_slot[at] = static_cast<int32_t>(i);
+            p.perm_expert[at] = static_cast<int32_t>(e);
+            ++at;
+        }
+    }
+}
+
+static __global__ void swiglu_kernel(const __grid_constant__ SwigluParams p) {
+    const int64_t r = blockIdx.x;
+    const float w = p.row_weight ? p.row_weight[p.row_weight_index ? p.row_weight_index[r] : r] : 1.0f;
+    for (int64_t i = threadIdx.x; i < p.width; i += blockDim.x) {
+        float g = p.g[r * p.width + i], u = p.u[r * p.width + i];
+        if (p.limit > 0) {
+            g = fminf(g, p.limit);
+            u = fminf(fmaxf(u, -p.limit), p.limit);
+        }
+        float h = dev::mul(dev::silu(g), u);
+        if (p.row_weight) h = dev::mul(h, w);
+        p.g[r * p.width + i] = dev::maybe_bf16(h, p.round_bf16);
+    }
+}
+
+static __global__ void scatter_rows_kernel(const __grid_constant__ ScatterRowsParams p) {
+    const int64_t i = blockIdx.x;
+    const float* src = p.src + i * p.width;
+    float* dst = p.dst + static_cast<int64_t>(p.index[i]) * p.width;
+    for (int64_t c = threadIdx.x; c < p.width; c += blockDim.x) dst[c] = src[c];
+}
+
+static __global__ void gather_rows_kernel(const __grid_constant__ ScatterRowsParams p) {
+    const int64_t i = blockIdx.x;
+    const float* src = p.src + static_cast<int64_t>(p.index[i]) * p.width;
+    float* dst = p.dst + i * p.width;
+    for (int64_t c = threadIdx.x; c < p.width; c += blockDim.x) dst[c] = src[c];
+}
+
+constexpr int kMaxTopK = 32;
+
+static __global__ void moe_combine_kernel(const __grid_constant__ CombineParams p) {
+    const int64_t t = blockIdx.x, K = p.top_k, D = p.hidden;
+    int order[kMaxTopK];
+    for (int64_t k = 0; k < K; ++k) order[k] = static_cast<int>(k);
+    for (int64_t a = 1; a < K; ++a)  // insertion sort of the slots by expert id
+        for (int64_t b = a; b > 0 && p.ids[t * K + order[b]] < p.ids[t * K + order[b - 1]]; --b) {
+            const int tmp = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = tmp;
+        }
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        float acc = 0;
+        for (int64_t k = 0; k < K; ++k) {
+            const int64_t slot = t * K + order[k];
+            float y = p.expert_out[slot * D + d];
+            if (p.scale_outputs) y = dev::mul(y, p.weights[slot]);
+            acc = dev::add(acc, y);
+        }
+        p.out[t * D + d] = dev::maybe_bf16(dev::add(acc, p.shared[t * D + d]), p.round_bf16);
+    }
+}
+
+}  // namespace deepinfer::cuda::kernels

@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: Apache-2.0
+// Device code of the per-row ops: weighted RMS norm, the per-head transform (head RMS norm, RoPE or
+// inverse RoPE, bf16 rounding, FP8 / Hadamard+FP4 QAT simulations) and the embedding lookup.
+// Arithmetic mirrors src/backends/cpu/primitives.cpp and src/model/compressor.cpp operation by operation.
+#pragma once
+
+#include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/kernels/linear.cuh"
+#include "backends/cuda/ops.h"
+
+namespace deepinfer::cuda::kernels {
+
+// cpu::rms_norm on one row held by a block; warp 0 computes the dot product.
+static __global__ void rms_norm_kernel(const __grid_constant__ RmsNormParams p) {
+    __shared__ float r_sh;
+    const float* x = p.x + static_cast<int64_t>(blockIdx.x) * p.n;
+    float* out = p.out + static_cast<int64_t>(blockIdx.x) * p.n;
+    if (threadIdx.x < 32) {
+        const float d = dev::dot_group8(x, x, p.n, threadIdx.x % 8);
+        if (threadIdx.x == 0) r_sh = 1.0f / sqrtf(dev::add(d / static_cast<float>(p.n), p.eps));
+    }
+    __syncthreads();
+    const float r = r_sh;
+    for (int64_t i = threadIdx.x; i < p.n; i += blockDim.x) {
+        const float v = p.weight ? dev::mul(p.weight[i], dev::mul(x[i], r)) : dev::mul(x[i], r);
+        out[i] = dev::maybe_bf16(v, p.round_bf16);
+    }
+}
+
+// FP8 simulation of x[0, nope) in blocks of 64 (one lane per block), on shared memory.
+__device__ __forceinline__ void fp8_simulate_nope_warp(float* x, int64_t nope) {
+    for (int64_t b = static_cast<int64_t>(threadIdx.x) * 64; b < nope; b += 64 * 32) {
+        const int64_t e = b + 64 < nope ? b + 64 : nope;
+        float amax = 0;
+        for (int64_t i = b; i < e; ++i) amax = fmaxf(amax, fabsf(x[i]));
+        const float s = ldexpf(1.0f, dev::ceil_log2_bits(dev::mul(fmaxf(amax, 1e-4f), 1.0f / 448.0f)));
+        for (int64_t i = b; i < e; ++i)
+            x[i] = dev::round_bf16(dev::mul(dev::round_e4m3(fminf(fmaxf(x[i] / s, -448.0f), 448.0f)), s));
+    }
+}
+
+// Walsh-Hadamard (natural order, / sqrt(dim)), bf16, then FP4 per 32: compressor.cpp's hadamard_fp4_simulate.
+__device__ __forceinline__ void hadamard_fp4_warp(float* x, int64_t dim) {
+    for (int64_t h = 1; h < dim; h *= 2) {
+        __syncwarp();
+        for (int64_t pair = threadIdx.x; pair < dim / 2; pair += 32) {
+            const int64_t i = (pair / h) * 2 * h, j = i + pair % h;
+            const float a = x[j], b = x[j + h];
+            x[j] = dev::add(a, b);
+            x[j + h] = dev::add(a, -b);
+        }
+    }
+    __syncwarp();
+    const float scale = 1.0f / sqrtf(static_cast<float>(dim));
+    for (int64_t i = threadIdx.x; i < dim; i += 32) x[i] = dev::round_bf16(dev::mul(x[i], scale));
+    __syncwarp();
+    for (int64_t b = static_cast<int64_t>(threadIdx.x) * 32; b < dim; b += 32 * 32) {
+        const int64_t e = b + 32 < dim ? b + 32 : dim;
+        float amax = 0;
+        for (int64_t i = b; i < e; ++i) amax = fmaxf(amax, fabsf(x[i]));
+        const float s = ldexpf(1.0f, dev::ceil_log2_bits(dev::mul(fmaxf(amax, 6.0f * ldexpf(1.0f, -126)), 1.0f / 6.0f)));
+        for (int64_t i = b; i < e; ++i)
+            x[i] = dev::round_bf16(dev::mul(dev::round_e2m1(fminf(fmaxf(x[i] / s, -6.0f), 6.0f)), s));
+    }
+    __syncwarp();
+}
+
+// RoPE (interleaved pairs of the trailing rope_dim dims) of one head in shared memory by a warp.
+__device__ __forceinline__ void rope_warp(float* x, int64_t dim, int64_t rope_dim, const float* cs, bool inverse) {
+    float* r = x + (dim - rope_dim);
+    for (int64_t i = threadIdx.x; i < rope_dim / 2; i += 32) dev::rope_pair(r, static_cast<int>(i), cs, inverse);
+    __syncwarp();
+}
+
+// One warp per (row, head); dynamic shared memory: dim floats.
+static __global__ void rope_rows_kernel(const __grid_constant__ RopeRowsParams p) {
+    extern __shared__ float sh[];
+    const int64_t row = blockIdx.x, head = blockIdx.y;
+    float* g = p.x + (row * p.heads + head) * p.dim;
+    for (int64_t i = threadIdx.x; i < p.dim; i += 32) sh[i] = g[i];
+    __syncwarp();
+    if (p.head_norm == HeadNorm::kF32) {
+        const float d = dev::dot_group8(sh, sh, p.dim, threadIdx.x % 8);
+        const float r = 1.0f / sqrtf(dev::add(d / static_cast<float>(p.dim), p.eps));
+        __syncwarp();
+        for (int64_t i = threadIdx.x; i < p.dim; i += 32) sh[i] = dev::mul(sh[i], r);
+    } else if (p.head_norm == HeadNorm::kBf16Arith) {
+        float r = 0;
+        if (threadIdx.x == 0) {
+            float sum = 0;
+            for (int64_t i = 0; i < p.dim; ++i) sum = dev::add(sum, dev::round_bf16(dev::mul(sh[i], sh[i])));
+            const float mean = dev::round_bf16(sum / static_cast<float>(p.dim));
+            r = dev::round_bf16(1.0f / sqrtf(dev::round_bf16(dev::add(mean, p.eps))));
+        }
+        r = __shfl_sync(0xFFFFFFFFu, r, 0);
+        for (int64_t i = threadIdx.x; i < p.dim; i += 32) sh[i] = dev::round_bf16(dev::mul(sh[i], r));
+    }
+    __syncwarp();
+    if (p.rope_dim > 0) {
+        const int64_t pos = p.positions ? p.positions[row] : row * p.position_scale + p.position_offset;
+        rope_warp(sh, p.dim, p.rope_dim, p.cos_sin + pos * p.rope_dim, p.inverse);
+        if (p.round_rope_dims)
+            for (int64_t i = p.dim - p.rope_dim + threadIdx.x; i < p.dim; i += 32) sh[i] = dev::round_bf16(sh[i]);
+    }
+    if (p.round_all)
+        for (int64_t i = threadIdx.x; i < p.dim; i += 32) sh[i] = dev::round_bf16(sh[i]);
+    __syncwarp();
+    if (p.qat == Qat::kFp8Nope) fp8_simulate_nope_warp(sh, p.dim - p.rope_dim);
+    else if (p.qat == Qat::kHadamardFp4) hadamard_fp4_warp(sh, p.dim);
+    __syncwarp();
+    for (int64_t i = threadIdx.x; i < p.dim; i += 32) g[i] = sh[i];
+}
+
+// grid (rows), block 256: x[t, j, :] = embed[token[t]] for each stream.
+static __global__ void embed_kernel(const __grid_constant__ EmbedParams p) {
+    const int64_t t = blockIdx.x, D = p.table.in_features;
+    const int64_t tok = p.tokens[t];
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        const float v = dev::maybe_bf16(weight_at(p.table, tok, d), p.round_bf16);
+        for (int64_t j = 0; j < p.hc; ++j) p.x[(t * p.hc + j) * D + d] = v;
+    }
+}
+
+}  // namespace deepinfer::cuda::kernels

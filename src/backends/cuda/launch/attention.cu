@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+// Launchers of the attention block's ops: ring writes, ape, compressor, indexer + top-k, sparse attention.
+#include "backends/cuda/common/cuda_check.h"
+#include "backends/cuda/kernels/attention.cuh"
+#include "backends/cuda/kernels/topk.cuh"
+
+namespace deepinfer::cuda {
+namespace {
+cudaStream_t raw(Stream s) { return static_cast<cudaStream_t>(s.handle); }
+}  // namespace
+
+void ring_write(const RingWriteParams& p, Stream s) {
+    if (p.num_segments == 0 || p.max_rows == 0) return;
+    const dim3 grid(static_cast<unsigned>(p.num_segments), static_cast<unsigned>(p.max_rows));
+    kernels::ring_write_kernel<<<grid, 128, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void add_ape(const AddApeParams& p, Stream s) {
+    if (p.rows == 0) return;
+    kernels::add_ape_kernel<<<static_cast<unsigned>(p.rows), 128, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void compressor(const CompressorParams& p, Stream s) {
+    if (p.num_segments == 0 || p.max_windows == 0) return;
+    DI_CHECK(p.ring_rows >= (p.overlap ? 2 : 1) * p.ratio, "compressor: ring of ", p.ring_rows, " rows");
+    const dim3 grid(static_cast<unsigned>(p.num_segments), static_cast<unsigned>(p.max_windows));
+    kernels::compressor_kernel<<<grid, 256, static_cast<size_t>(p.head_dim) * sizeof(float), raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void topk(const TopkParams& p, Stream s) {
+    if (p.rows == 0) return;
+    kernels::topk_kernel<<<static_cast<unsigned>(p.rows), kernels::kTopkThreads, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void indexer_topk(const IndexerParams& p, Stream s) {
+    if (p.rows == 0) return;
+    if (p.max_visible > 0) {
+        const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>((p.max_visible + 31) / 32));
+        kernels::indexer_scores_kernel<<<grid, 256, 0, raw(s)>>>(p);
+        DI_CUDA_CHECK(cudaGetLastError());
+    }
+    kernels::visible_counts_kernel<<<static_cast<unsigned>((p.rows + 127) / 128), 128, 0, raw(s)>>>(
+        p.positions, p.rows, p.ratio, p.num_selected);
+    DI_CUDA_CHECK(cudaGetLastError());
+    topk({.scores = p.scores, .ld = p.max_visible, .lengths = p.num_selected, .n = p.max_visible, .rows = p.rows,
+          .k = p.topk, .out = p.selected},
+         s);
+}
+
+void sparse_attention(const SparseAttentionParams& p, Stream s) {
+    if (p.rows == 0) return;
+    DI_CHECK(p.kind != AttentionKind::kCsa || p.selected, "sparse_attention: CSA needs the indexer's picks");
+    const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.heads));
+    kernels::sparse_attention_kernel<<<grid, 256, static_cast<size_t>(p.head_dim) * sizeof(float), raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace deepinfer::cuda

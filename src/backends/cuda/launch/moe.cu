@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: Apache-2.0
+// Launchers of the MoE ops: router, permutation, SwiGLU, scatter/gather, combine.
+#include "backends/cuda/common/cuda_check.h"
+#include "backends/cuda/kernels/moe.cuh"
+
+namespace deepinfer::cuda {
+namespace {
+cudaStream_t raw(Stream s) { return static_cast<cudaStream_t>(s.handle); }
+}  // namespace
+
+void route(const RouterParams& p, Stream s) {
+    if (p.rows == 0) return;
+    DI_CHECK(p.top_k <= p.experts && p.top_k <= kernels::kMaxTopK, "route: top_k ", p.top_k, " of ", p.experts);
+    DI_CHECK(p.tid2eid || p.biased, "route: score routing needs the biased scratch");
+    kernels::route_kernel<<<static_cast<unsigned>(p.rows), kernels::kTopkThreads, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void permute(const PermuteParams& p, Stream s) {
+    if (p.rows == 0) return;
+    kernels::permute_kernel<<<1, 256, static_cast<size_t>(p.experts + 1) * sizeof(int32_t), raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void swiglu(const SwigluParams& p, Stream s) {
+    if (p.rows == 0) return;
+    kernels::swiglu_kernel<<<static_cast<unsigned>(p.rows), 256, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void scatter_rows(const ScatterRowsParams& p, Stream s) {
+    if (p.n == 0) return;
+    kernels::scatter_rows_kernel<<<static_cast<unsigned>(p.n), 256, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void gather_rows(const ScatterRowsParams& p, Stream s) {
+    if (p.n == 0) return;
+    kernels::gather_rows_kernel<<<static_cast<unsigned>(p.n), 256, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void moe_combine(const CombineParams& p, Stream s) {
+    if (p.rows == 0) return;
+    DI_CHECK(p.top_k <= kernels::kMaxTopK, "moe_combine: top_k ", p.top_k);
+    kernels::moe_combine_kernel<<<static_cast<unsigned>(p.rows), 256, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: Apache-2.0
+// Launchers of the per-row ops (RMS norm, per-head RoPE/QAT, embedding) and of mHC.
+#include "backends/cuda/common/cuda_check.h"
+#include "backends/cuda/kernels/hyper_connection.cuh"
+#include "backends/cuda/kernels/rows.cuh"
+
+namespace deepinfer::cuda {
+namespace {
+cudaStream_t raw(Stream s) { return static_cast<cudaStream_t>(s.handle); }
+}  // namespace
+
+void rms_norm(const RmsNormParams& p, Stream s) {
+    if (p.rows == 0) return;
+    kernels::rms_norm_kernel<<<static_cast<unsigned>(p.rows), 256, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void rope_rows(const RopeRowsParams& p, Stream s) {
+    if (p.rows == 0 || p.heads == 0) return;
+    DI_CHECK(p.dim <= 8192 && p.rope_dim <= p.dim && p.rope_dim % 2 == 0, "rope_rows: dim ", p.dim, ", rope_dim ", p.rope_dim);
+    DI_CHECK(p.rope_dim == 0 || p.cos_sin, "rope_rows: no cos/sin table");
+    DI_CHECK(p.qat != Qat::kHadamardFp4 || (p.dim & (p.dim - 1)) == 0, "rope_rows: Hadamard needs a power-of-two dim");
+    const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.heads));
+    kernels::rope_rows_kernel<<<grid, 32, static_cast<size_t>(p.dim) * sizeof(float), raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void embed(const EmbedParams& p, Stream s) {
+    if (p.rows == 0) return;
+    kernels::embed_kernel<<<static_cast<unsigned>(p.rows), 256, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void hc_pre(const HcPreParams& p, Stream s) {
+    if (p.rows == 0) return;
+    DI_CHECK(p.hc >= 1 && p.hc <= kernels::kHcMax, "hc_pre: hc_mult ", p.hc, " > ", kernels::kHcMax);
+    kernels::hc_pre_kernel<<<static_cast<unsigned>(p.rows), 256, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void hc_post(const HcPostParams& p, Stream s) {
+    if (p.rows == 0) return;
+    const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.hc));
+    kernels::hc_post_kernel<<<grid, 256, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void hc_head(const HcHeadParams& p, Stream s) {
+    if (p.rows == 0) return;
+    DI_CHECK(p.hc >= 1 && p.hc <= kernels::kHcMax, "hc_head: hc_mult ", p.hc);
+    kernels::hc_head_kernel<<<static_cast<unsigned>(p.rows), 256, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: Apache-2.0
+// CudaModel: the DeepSeek-V4 forward (spec §2) on one CUDA GPU behind the backend-agnostic Model
+// interface. Weights live on the device in their stored formats, every sequence's state (sliding
+// window ring, compressor rows, compressed entries, indexer keys) lives in device memory owned by
+// the sequence, and each forward runs on the model's stream with scratch from a workspace arena
+// sized at load. Results equal the CPU reference's rounding points and per-element reduction order.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "deepinfer/model.h"
+
+namespace deepinfer::cuda {
+
+struct CudaModelOptions {
+    int device = 0;
+    // Longest sequence (prompt + generated) a sequence can hold: sizes each sequence's compressed
+    // entries and the RoPE tables. 0: min(max_position_embeddings, 65536).
+    int64_t max_model_len = 0;
+    // Device scratch for one forward (activations of all rows of a batch); allocated once at load.
+    size_t workspace_bytes = size_t(1) << 30;
+};
+
+// Loads a checkpoint directory onto the GPU. Numerics as Model::load (from the checkpoint unless set).
+std::unique_ptr<Model> load_cuda_model(const std::string& checkpoint_dir, const ModelOptions& options = {},
+                                       const CudaModelOptions& cuda_options = {});
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+// Uploads ModelWeights (views into the checkpoint mapping) to device memory, format unchanged.
+#include "backends/cuda/model/cuda_weights.h"
+
+#include "deepinfer/check.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+class Uploader {
+public:
+    explicit Uploader(DeviceWeights& out) : out_(out) {}
+
+    const void* bytes(const void* src, size_t n) {
+        if (n == 0) return nullptr;
+        auto buf = std::make_unique<DeviceBuffer>(n);
+        buf->copy_from_host(src, n);
+        out_.bytes += n;
+        const void* p = buf->data();
+        out_.storage.push_back(std::move(buf));
+        return p;
+    }
+    const float* vec(const Vec& v) { return static_cast<const float*>(bytes(v.ptr(), v.data.size() * sizeof(float))); }
+
+    DeviceLinear linear(const LinearWeight& w) {
+        if (w.empty()) return {};
+        DI_CHECK(w.weight.is_contiguous(), "weight ", w.weight.describe(), " is not contiguous");
+        const void* wp = bytes(w.weight.data(), w.weight.nbytes());
+        const void* sp = w.scale.empty() ? nullptr : bytes(w.scale.data(), w.scale.nbytes());
+        return device_linear_like(w, wp, sp);
+    }
+
+    DeviceHc hc(const HcWeights& h) { return {vec(h.fn), vec(h.base), vec(h.scale)}; }
+
+    DeviceCompressor compressor(const CompressorWeights& c) {
+        return {linear(c.wkv), linear(c.wgate), vec(c.ape), vec(c.norm), c.ratio, c.head_dim, c.overlap};
+    }
+
+    DeviceExperts experts(const std::vector<ExpertWeights>& es) {
+        DeviceExperts d;
+        if (es.empty()) return d;
+        std::vector<DeviceLinear> w1, w3, w2;
+        for (const ExpertWeights& e : es) {
+            w1.push_back(linear(e.w1));
+            w3.push_back(linear(e.w3));
+            w2.push_back(linear(e.w2));
+        }
+        d.w1 = static_cast<const DeviceLinear*>(bytes(w1.data(), w1.size() * sizeof(DeviceLinear)));
+        d.w3 = static_cast<const DeviceLinear*>(bytes(w3.data(), w3.size() * sizeof(DeviceLinear)));
+        d.w2 = static_cast<const DeviceLinear*>(bytes(w2.data(), w2.size() * sizeof(DeviceLinear)));
+        d.shape_w1 = w1[0];
+        d.shape_w2 = w2[0];
+        for (size_t e = 1; e < es.size(); ++e)
+            DI_CHECK(w1[e].kind == w1[0].kind && w2[e].kind == w2[0].kind && w1[e].in_features == w1[0].in_features &&
+                         w1[e].out_features == w1[0].out_features && w2[e].out_features == w2[0].out_features,
+                     "routed experts must share shapes and formats (expert ", e, ")");
+        return d;
+    }
+
+private:
+    DeviceWeights& out_;
+};
+
+ScaleKind scale_kind_of(const TensorView& s) {
+    if (s.empty()) return ScaleKind::kNone;
+    switch (s.dtype()) {
+        case DType::kF32: return ScaleKind::kF32;
+        case DType::kBF16: return ScaleKind::kBF16;
+        case DType::kF8E8M0: return ScaleKind::kE8M0;
+        default: DI_THROW("unsupported scale dtype ", s.describe());
+    }
+}
+
+}  // namespace
+
+DeviceLinear device_linear_like(const LinearWeight& w, const void* weight, const void* scale) {
+    DeviceLinear d;
+    d.weight = weight;
+    d.scale = scale;
+    d.out_features = w.out_features;
+    d.in_features = w.in_features;
+    d.block_rows = w.block_rows;
+    d.block_cols = w.block_cols;
+    d.scale_kind = scale_kind_of(w.scale);
+    switch (w.format) {
+        case cpu::WeightFormat::kF32: d.kind = WeightKind::kF32; break;
+        case cpu::WeightFormat::kBF16: d.kind = WeightKind::kBF16; break;
+        case cpu::WeightFormat::kF16: d.kind = WeightKind::kF16; break;
+        case cpu::WeightFormat::kFp8Block: d.kind = WeightKind::kFp8Block; break;
+        case cpu::WeightFormat::kFp4: d.kind = WeightKind::kFp4; break;
+    }
+    return d;
+}
+
+DeviceWeights upload_weights(const ModelWeights& w, const ModelConfig& config) {
+    DeviceWeights d;
+    Uploader up(d);
+    d.embed = up.linear(w.embed);
+    d.head = up.linear(w.head);
+    d.norm = up.vec(w.norm);
+    d.hc_head = up.hc(w.hc_head);
+    for (const LayerWeights& lw : w.layers) {
+        DeviceLayer l;
+        l.attention_type = lw.attention_type;
+        l.mlp_type = lw.mlp_type;
+        l.compress_ratio = lw.compress_ratio;
+        l.attn_norm = up.vec(lw.attn_norm);
+        l.ffn_norm = up.vec(lw.ffn_norm);
+        l.hc_attn = up.hc(lw.hc_attn);
+        l.hc_ffn = up.hc(lw.hc_ffn);
+        const AttentionWeights& a = lw.attn;
+        l.q_norm = up.vec(a.q_norm);
+        l.kv_norm = up.vec(a.kv_norm);
+        l.sink = up.vec(a.sink);
+        l.wq_a = up.linear(a.wq_a);
+        l.wq_b = up.linear(a.wq_b);
+        l.wkv = up.linear(a.wkv);
+        l.wo_a = up.linear(a.wo_a);
+        l.wo_b = up.linear(a.wo_b);
+        if (a.compressor) l.compressor = up.compressor(*a.compressor);
+        if (a.indexer) {
+            l.indexer_compressor = up.compressor(a.indexer->compressor);
+            l.indexer_wq_b = up.linear(a.indexer->wq_b);
+            l.indexer_weights_proj = up.linear(a.indexer->weights_proj);
+        }
+        l.gate = up.linear(lw.ffn.gate);
+        if (lw.ffn.bias) l.gate_bias = up.vec(*lw.ffn.bias);
+        if (!lw.ffn.tid2eid.empty())
+            l.tid2eid = static_cast<const int32_t*>(up.bytes(lw.ffn.tid2eid.data(), lw.ffn.tid2eid.size() * sizeof(int32_t)));
+        DI_CHECK(static_cast<int64_t>(lw.ffn.experts.size()) == config.n_routed_experts, "layer has ",
+                 lw.ffn.experts.size(), " experts, config says ", config.n_routed_experts);
+        l.experts = up.experts(lw.ffn.experts);
+        l.shared_w1 = up.linear(lw.ffn.shared.w1);
+        l.shared_w3 = up.linear(lw.ffn.shared.w3);
+        l.shared_w2 = up.linear(lw.ffn.shared.w2);
+        d.layers.push_back(std::move(l));
+    }
+    return d;
+}
+
+}  // namespace deepinfer::cuda

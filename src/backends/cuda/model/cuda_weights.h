@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+// Device copies of a DeepSeek-V4 checkpoint's weights, organized like ModelWeights: matrices in their
+// stored format (FP8 + block scales, packed FP4 + ue8m0 scales, bf16, f32), vectors as f32, routed
+// experts also as device arrays of DeviceLinear for the grouped GEMM. Owns the device memory.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "model/weights.h"
+
+namespace deepinfer::cuda {
+
+struct DeviceCompressor {
+    DeviceLinear wkv, wgate;
+    const float* ape = nullptr;   // [ratio, width]
+    const float* norm = nullptr;  // [head_dim]
+    int64_t ratio = 0, head_dim = 0;
+    bool overlap = false;
+};
+
+struct DeviceHc {
+    const float* fn = nullptr;
+    const float* base = nullptr;
+    const float* scale = nullptr;
+};
+
+struct DeviceExperts {
+    const DeviceLinear* w1 = nullptr;  // [E] device array
+    const DeviceLinear* w3 = nullptr;
+    const DeviceLinear* w2 = nullptr;
+    DeviceLinear shape_w1, shape_w2;  // expert 0 (shapes and formats)
+};
+
+struct DeviceLayer {
+    AttentionType attention_type = AttentionType::kSliding;
+    MlpType mlp_type = MlpType::kMoe;
+    int64_t compress_ratio = 0;
+    const float* attn_norm = nullptr;
+    const float* ffn_norm = nullptr;
+    DeviceHc hc_attn, hc_ffn;
+    const float* q_norm = nullptr;
+    const float* kv_norm = nullptr;
+    const float* sink = nullptr;
+    DeviceLinear wq_a, wq_b, wkv, wo_a, wo_b;
+    std::optional<DeviceCompressor> compressor, indexer_compressor;
+    DeviceLinear indexer_wq_b, indexer_weights_proj;
+    DeviceLinear gate;
+    const float* gate_bias = nullptr;
+    const int32_t* tid2eid = nullptr;
+    DeviceExperts experts;
+    DeviceLinear shared_w1, shared_w3, shared_w2;
+};
+
+struct DeviceWeights {
+    DeviceLinear embed, head;
+    const float* norm = nullptr;
+    DeviceHc hc_head;
+    std::vector<DeviceLayer> layers;
+    size_t bytes = 0;
+    std::vector<std::unique_ptr<DeviceBuffer>> storage;  // owns every allocation above
+};
+
+// Copies every weight the forward uses to the device (synchronously).
+DeviceWeights upload_weights(const ModelWeights& w, const ModelConfig& config);
+
+// The device form of a CPU LinearWeight whose tensors already live in device memory.
+DeviceLinear device_linear_like(const LinearWeight& w, const void* weight, const void* scale);
+
+}  // namespace deepinfer::cuda

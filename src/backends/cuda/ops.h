@@ -1,0 +1,373 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA backend's op contract: one params struct and one function per op of the DeepSeek-V4
+// forward (no CUDA types; pointers are device memory, activations f32 rows that hold bf16 values
+// wherever the official numerics round). Every op reproduces the CPU reference's arithmetic (same
+// rounding points, same reduction order per output element, independent of the batch), so results
+// are batch-invariant and equal to the CPU up to the last-ulp differences of exp/log (tests/ops).
+#pragma once
+
+#include <cstdint>
+
+namespace deepinfer::cuda {
+
+// A CUDA stream (cudaStream_t) as an opaque handle; null = the legacy default stream.
+struct Stream {
+    void* handle = nullptr;
+};
+
+enum class WeightKind : uint8_t { kF32, kBF16, kF16, kFp8Block, kFp4 };
+enum class ScaleKind : uint8_t { kNone, kF32, kBF16, kE8M0 };
+
+// A linear weight in device memory in its stored format (FP8 stays FP8, FP4 stays packed).
+struct DeviceLinear {
+    const void* weight = nullptr;  // [out, in] f32|bf16|f16|e4m3, or [out, in/2] packed e2m1 (low nibble first)
+    const void* scale = nullptr;   // fp8: [ceil(out/block_rows), ceil(in/block_cols)]; fp4: [out, in/32] ue8m0
+    WeightKind kind = WeightKind::kF32;
+    ScaleKind scale_kind = ScaleKind::kNone;
+    int64_t out_features = 0;
+    int64_t in_features = 0;
+    int64_t block_rows = 128;
+    int64_t block_cols = 128;
+    // Rows [begin, end) of the output dimension (fp8: begin on a block boundary).
+    DeviceLinear rows(int64_t begin, int64_t end) const;
+};
+
+// ---- GEMM ------------------------------------------------------------------------------------
+
+// y[r, n] = x[src(r), :] · W[n, :] (+ bf16 rounding): one 8-lane dot product per output element in
+// cpu::dot's order, weights decoded on the fly (FP8 block scales, FP4 per-32 scales).
+// Grouped form (MoE): `experts` (device array of DeviceLinear, all the same shape) and
+// `row_expert` pick each row's weight; `row_src` gathers x rows (null: row r reads x row r).
+struct LinearParams {
+    const float* x = nullptr;  // [*, x_ld] f32
+    int64_t x_ld = 0;
+    const int32_t* row_src = nullptr;  // [rows] i32 or null
+    DeviceLinear weight;                // used when experts == null
+    const DeviceLinear* experts = nullptr;  // [num_experts] (device memory)
+    const int32_t* row_expert = nullptr;    // [rows] i32
+    float* y = nullptr;  // [rows, y_ld] f32
+    int64_t y_ld = 0;
+    int64_t rows = 0;
+    bool round_output_bf16 = false;
+};
+void linear(const LinearParams& p, Stream s);
+
+// DeepSeek's act_quant followed by dequantization: out = e4m3(clamp(x / s, ±448)) · s with
+// s = 2^ceil(log2(max(amax, 1e-4)/448)) per 128 consecutive elements of a row (exact in f32).
+struct ActQuantParams {
+    const float* x = nullptr;  // [rows, cols] f32
+    float* out = nullptr;      // [rows, cols] f32 (may alias x)
+    int64_t rows = 0, cols = 0;
+};
+void act_quant_dequant(const ActQuantParams& p, Stream s);
+
+// ---- Norms, RoPE, QAT ------------------------------------------------------------------------
+
+// out[r] = x[r] · rsqrt(mean(x[r]²) + eps) [· weight] [→ bf16].
+struct RmsNormParams {
+    const float* x = nullptr;       // [rows, n]
+    const float* weight = nullptr;  // [n] or null
+    float* out = nullptr;           // [rows, n] (may alias x)
+    int64_t rows = 0, n = 0;
+    float eps = 1e-6f;
+    bool round_bf16 = false;
+};
+void rms_norm(const RmsNormParams& p, Stream s);
+
+enum class HeadNorm : uint8_t { kNone, kF32, kBf16Arith };
+enum class Qat : uint8_t { kNone, kFp8Nope, kHadamardFp4 };
+
+// Per (row, head) of x [rows, heads, dim], in place: optional unweighted head RMS norm, RoPE
+// (interleaved, trailing rope_dim dims) at positions[row] (or its inverse), optional bf16 rounding of
+// the rope dims / of the whole head, then the QAT simulation.
+struct RopeRowsParams {
+    float* x = nullptr;                // [rows, heads, dim]
+    int64_t rows = 0, heads = 0, dim = 0;
+    const int32_t* positions = nullptr;  // [rows] (device); null: position_scale*row
+    int64_t position_scale = 1;           // with positions == null: row r is at r * position_scale + position_offset
+    int64_t position_offset = 0;
+    const float* cos_sin = nullptr;       // [table_positions, rope_dim/2, 2]
+    int64_t rope_dim = 0;
+    HeadNorm head_norm = HeadNorm::kNone;
+    float eps = 1e-6f;
+    bool inverse = false;
+    bool round_rope_dims = false;  // after RoPE
+    bool round_all = false;        // after RoPE (whole head)
+    Qat qat = Qat::kNone;
+};
+void rope_rows(const RopeRowsParams& p, Stream s);
+
+// ---- Embedding and hyper-connections ---------------------------------------------------------
+
+// x[t, j, :] = dequant(embed[token[t]]) for every stream j (bf16-rounded when asked).
+struct EmbedParams {
+    DeviceLinear table;              // [vocab, D]
+    const int32_t* tokens = nullptr;  // [rows]
+    float* x = nullptr;               // [rows, hc, D]
+    int64_t rows = 0, hc = 1;
+    bool round_bf16 = false;
+};
+void embed(const EmbedParams& p, Stream s);
+
+struct HcPreParams {
+    const float* x = nullptr;      // [rows, hc, D]
+    const float* fn = nullptr;     // [(2+hc)*hc, hc*D]
+    const float* base = nullptr;   // [(2+hc)*hc]
+    const float* scale = nullptr;  // [3]
+    int64_t rows = 0, hc = 0, hidden = 0, sinkhorn_iters = 0;
+    float norm_eps = 1e-6f, hc_eps = 1e-6f;
+    float* post = nullptr;       // [rows, hc]
+    float* comb = nullptr;       // [rows, hc, hc]
+    float* collapsed = nullptr;  // [rows, D]
+    bool round_bf16 = false;
+};
+void hc_pre(const HcPreParams& p, Stream s);
+
+struct HcPostParams {
+    const float* out = nullptr;   // [rows, D] sub-block output
+    const float* x = nullptr;     // [rows, hc, D] input streams
+    const float* post = nullptr;  // [rows, hc]
+    const float* comb = nullptr;  // [rows, hc, hc]
+    float* y = nullptr;           // [rows, hc, D]
+    int64_t rows = 0, hc = 0, hidden = 0;
+    bool round_bf16 = false;
+};
+void hc_post(const HcPostParams& p, Stream s);
+
+struct HcHeadParams {
+    const float* x = nullptr;      // [rows, hc, D]
+    const float* fn = nullptr;     // [hc, hc*D]
+    const float* base = nullptr;   // [hc]
+    const float* scale = nullptr;  // [1]
+    int64_t rows = 0, hc = 0, hidden = 0;
+    float norm_eps = 1e-6f, hc_eps = 1e-6f;
+    float* y = nullptr;  // [rows, D]
+    bool round_bf16 = false;
+};
+void hc_head(const HcHeadParams& p, Stream s);
+
+// ---- Per-sequence state (device) ------------------------------------------------------------
+
+// One sequence's rows in a batch and its state of one layer (all device pointers).
+struct DeviceSegment {
+    int64_t row_begin = 0;
+    int64_t num_rows = 0;
+    int64_t first_position = 0;
+    float* window = nullptr;        // [window_rows, head_dim] ring, position p in slot p % window_rows
+    float* comp_kv = nullptr;       // [comp_ring_rows, comp_width] compressor rows c_p
+    float* comp_gate = nullptr;     // [comp_ring_rows, comp_width] z_p + ape
+    float* comp_entries = nullptr;  // [capacity, head_dim] compressed KV entries
+    float* idx_kv = nullptr;        // indexer compressor (CSA)
+    float* idx_gate = nullptr;
+    float* idx_entries = nullptr;   // [capacity, index_head_dim] indexer keys
+};
+
+// Copies each segment's last min(num_rows, ring_rows) rows of `src` into its ring (slot = pos % ring_rows).
+enum class RingKind : uint8_t { kWindow, kCompKv, kCompGate, kIdxKv, kIdxGate };
+struct RingWriteParams {
+    const DeviceSegment* segments = nullptr;  // [num_segments] (device)
+    int64_t num_segments = 0;
+    int64_t max_rows = 0;  // max num_rows over segments
+    RingKind ring = RingKind::kWindow;
+    const float* src = nullptr;  // [rows, width]
+    int64_t width = 0;
+    int64_t ring_rows = 0;
+};
+void ring_write(const RingWriteParams& p, Stream s);
+
+// Compressor (spec §2.10): for every window completed inside a segment's chunk, per-channel
+// softmax pooling of its rows (CSA overlap: the previous window's first halves, then this window's
+// second halves), bf16, weighted RMS norm, RoPE at the window's first position, QAT; appended as
+// entry `window` of the segment's entries. Rows at positions >= first_position come from the chunk's
+// projections (kv, gate: gate already includes ape), older rows from the segment's ring.
+struct CompressorParams {
+    const DeviceSegment* segments = nullptr;
+    int64_t num_segments = 0;
+    int64_t max_windows = 0;  // max windows completed in one segment's chunk
+    bool indexer = false;     // use the idx_* state instead of comp_*
+    const float* kv = nullptr;    // [rows, width] c_t
+    const float* gate = nullptr;  // [rows, width] z_t + ape
+    int64_t ratio = 0, head_dim = 0, ring_rows = 0;
+    bool overlap = false;
+    const float* norm = nullptr;  // [head_dim]
+    float eps = 1e-6f;
+    const float* cos_sin = nullptr;
+    int64_t rope_dim = 0;
+    bool official = false;
+    Qat qat = Qat::kNone;
+};
+void compressor(const CompressorParams& p, Stream s);
+
+// gate[r, :] += ape[pos(r) % ratio, :] for every row (position from its segment).
+struct AddApeParams {
+    float* gate = nullptr;  // [rows, width]
+    const float* ape = nullptr;  // [ratio, width]
+    const int32_t* positions = nullptr;  // [rows]
+    int64_t rows = 0, width = 0, ratio = 0;
+};
+void add_ape(const AddApeParams& p, Stream s);
+
+// ---- Lightning indexer and top-k --------------------------------------------------------------
+
+// score[r, i] for the visible keys i < (pos(r)+1)/ratio of row r's segment (official: bf16 einsum,
+// bf16 ReLU·weight, bf16 head sum, in head order); then the top index_topk by score, ties to the lower
+// index, written ascending into selected[r, :] (-1 past the count) with counts in num_selected[r].
+struct IndexerParams {
+    const DeviceSegment* segments = nullptr;
+    const int32_t* row_segment = nullptr;  // [rows]
+    const int32_t* positions = nullptr;    // [rows]
+    int64_t rows = 0;
+    const float* q = nullptr;        // [rows, heads, head_dim] (RoPE + QAT applied)
+    const float* weights = nullptr;  // [rows, heads] weights_proj output
+    int64_t heads = 0, head_dim = 0, ratio = 0, topk = 0;
+    int64_t max_visible = 0;  // max visible keys of any row (sizes the score scratch)
+    float* scores = nullptr;  // [rows, max_visible] scratch
+    int32_t* selected = nullptr;      // [rows, topk]
+    int32_t* num_selected = nullptr;  // [rows]
+    bool official = false;
+};
+void indexer_topk(const IndexerParams& p, Stream s);
+
+// Top-k of each row of `scores` (row r has lengths[r] valid entries, or n), ties to the lower index,
+// indices ascending; out[r, j] = -1 for j >= min(k, len).
+struct TopkParams {
+    const float* scores = nullptr;  // [rows, ld]
+    int64_t ld = 0;
+    const int32_t* lengths = nullptr;  // [rows] or null (= n)
+    int64_t n = 0;
+    int64_t rows = 0, k = 0;
+    int32_t* out = nullptr;  // [rows, k]
+};
+void topk(const TopkParams& p, Stream s);
+
+// ---- Sparse sink attention ----------------------------------------------------------------------
+
+// For every row and head: candidates = window positions max(0, P-W+1)..P (chunk rows for positions in
+// the chunk, else the ring), then compressed entries (HCA: all visible; CSA: selected[r, :]);
+// s_j = (q·kv_j)·scale; softmax with exp(sink_h) in the denominator; official: P rounded to bf16
+// before P·V and o rounded to bf16; then inverse RoPE of the trailing rope dims (+ bf16 rounding).
+enum class AttentionKind : uint8_t { kSliding, kCsa, kHca };
+struct SparseAttentionParams {
+    const DeviceSegment* segments = nullptr;
+    const int32_t* row_segment = nullptr;  // [rows]
+    const int32_t* positions = nullptr;    // [rows]
+    int64_t rows = 0, heads = 0, head_dim = 0;
+    const float* q = nullptr;   // [rows, heads, head_dim]
+    const float* kv = nullptr;  // [rows, head_dim] this chunk's K=V rows
+    const float* sink = nullptr;  // [heads]
+    int64_t window = 0, window_rows = 0;
+    AttentionKind kind = AttentionKind::kSliding;
+    int64_t ratio = 0;
+    const int32_t* selected = nullptr;  // [rows, topk] (CSA)
+    int64_t topk = 0;
+    int64_t max_candidates = 0;
+    float* scratch = nullptr;  // [rows, heads, max_candidates]
+    const float* cos_sin = nullptr;
+    int64_t rope_dim = 0;
+    float softmax_scale = 0;
+    bool official = false;
+    float* out = nullptr;  // [rows, heads, head_dim]
+};
+void sparse_attention(const SparseAttentionParams& p, Stream s);
+
+// ---- MoE ----------------------------------------------------------------------------------------
+
+// Router: scores from logits [rows, E] (sqrtsoftplus | sigmoid | softmax), selection (hash: tid2eid
+// rows of the token; else top-k of scores + bias, ties to the lower id, ascending), weights normalized
+// (official: no epsilon; exact: +1e-20) and scaled.
+enum class ScoringFunc : uint8_t { kSqrtSoftplus, kSigmoid, kSoftmax };
+struct RouterParams {
+    float* logits = nullptr;          // [rows, E] in: gate logits; out: scores
+    const float* bias = nullptr;      // [E] or null
+    const int32_t* tid2eid = nullptr;  // [vocab, K] (hash routing) or null
+    const int32_t* tokens = nullptr;   // [rows]
+    int64_t rows = 0, experts = 0, top_k = 0;
+    ScoringFunc scoring = ScoringFunc::kSqrtSoftplus;
+    bool norm_topk_prob = true;
+    float routed_scaling_factor = 1.0f;
+    bool official = false;
+    float* biased = nullptr;   // [rows, E] scratch (selection scores)
+    int32_t* ids = nullptr;    // [rows, K]
+    float* weights = nullptr;  // [rows, K]
+};
+void route(const RouterParams& p, Stream s);
+
+// Token permutation: the rows * K (token, slot) pairs sorted by expert, stable in (token, slot) order.
+// perm_src[i] = token of pair i, perm_slot[i] = t*K + k, perm_expert[i] = its expert,
+// expert_offsets[e] = first pair of expert e ([experts + 1]).
+struct PermuteParams {
+    const int32_t* ids = nullptr;  // [rows, K]
+    int64_t rows = 0, top_k = 0, experts = 0;
+    int32_t* perm_src = nullptr;     // [rows*K]
+    int32_t* perm_slot = nullptr;    // [rows*K]
+    int32_t* perm_expert = nullptr;  // [rows*K]
+    int32_t* expert_offsets = nullptr;  // [experts + 1]
+};
+void permute(const PermuteParams& p, Stream s);
+
+// h = silu(min(g, L)) · clamp(u, ±L) (L = 0: no clamp) [· w_row] [→ bf16], in place into g.
+struct SwigluParams {
+    float* g = nullptr;         // [rows, I]
+    const float* u = nullptr;   // [rows, I]
+    const float* row_weight = nullptr;  // [rows] or null
+    const int32_t* row_weight_index = nullptr;  // [rows] index into row_weight, or null (= row)
+    int64_t rows = 0, width = 0;
+    float limit = 0;
+    bool round_bf16 = false;
+};
+void swiglu(const SwigluParams& p, Stream s);
+
+// out[t] = Σ over the token's K expert outputs in ascending expert id (each [· weight] when
+// `scale_outputs`: exact numerics apply the routing weight after w2) + shared[t] [→ bf16].
+struct CombineParams {
+    const float* expert_out = nullptr;  // [rows*K, D] in slot order (t*K + k)
+    const int32_t* ids = nullptr;       // [rows, K]
+    const float* weights = nullptr;     // [rows, K]
+    const float* shared = nullptr;      // [rows, D]
+    float* out = nullptr;               // [rows, D]
+    int64_t rows = 0, top_k = 0, hidden = 0;
+    bool scale_outputs = false;
+    bool round_bf16 = false;
+};
+void moe_combine(const CombineParams& p, Stream s);
+
+// Scatters grouped rows back to slot order: dst[slot[i]] = src[i].
+struct ScatterRowsParams {
+    const float* src = nullptr;  // [n, width]
+    const int32_t* index = nullptr;  // [n]
+    float* dst = nullptr;        // [*, width]
+    int64_t n = 0, width = 0;
+};
+void scatter_rows(const ScatterRowsParams& p, Stream s);
+// Gathers rows: dst[i] = src[index[i]].
+void gather_rows(const ScatterRowsParams& p, Stream s);
+
+// ---- Sampling -----------------------------------------------------------------------------------
+
+// One token per row from logits [rows, vocab], with src/engine/sampler.cpp's rules and its
+// counter-based uniform (seed, stream, counter) for the subset the GPU implements: greedy
+// (temperature 0; ties to the lowest id), untruncated temperature sampling, and top-k (k <= 1024) with
+// top-p / min-p inside the top-k. Logit bias, penalties, logprobs and top-p/min-p without top-k stay
+// on the CPU sampler (sample_supported() says which).
+struct SampleRow {
+    uint64_t seed = 0, stream = 0, counter = 0;  // counter = tokens generated so far
+    double temperature = 0;
+    int32_t top_k = 0;
+    double top_p = 1, min_p = 0;
+};
+constexpr int32_t kMaxSampleTopK = 1024;
+inline bool sample_supported(const SampleRow& r) {
+    return r.temperature <= 0 || (r.top_k == 0 && r.top_p >= 1 && r.min_p <= 0) ||
+           (r.top_k > 0 && r.top_k <= kMaxSampleTopK);
+}
+struct SampleParams {
+    const float* logits = nullptr;   // [rows, vocab]
+    int64_t rows = 0, vocab = 0;
+    const SampleRow* row = nullptr;  // [rows] (device)
+    double* scratch = nullptr;       // [rows, vocab] f64
+    int32_t* index_scratch = nullptr;  // [rows, kMaxSampleTopK]
+    int32_t* tokens = nullptr;       // [rows]
+};
+void sample(const SampleParams& p, Stream s);
+
+}  // namespace deepinfer::cuda
