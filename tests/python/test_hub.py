@@ -238,6 +238,7 @@ def test_cli_run_and_download_with_a_repo_id(hf_env, server, deepinfer_bin, tmp_
     proc = subprocess.run([deepinfer_bin, "download", REPO], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(repo_dir(hf_env) / "snapshots" / COMMIT_2)
+    assert "download: 4/4 files" in proc.stderr and "(done)" in proc.stderr, proc.stderr
     inp = tmp_path / "in.jsonl"
     inp.write_text(json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/completions",
                                "body": {"prompt": "Hello there", "max_tokens": 6, "temperature": 0.8,

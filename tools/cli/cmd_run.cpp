@@ -93,7 +93,7 @@ Command register_run(CLI::App& app) {
             dir = ensure_embedded_model(o->cache_dir.empty() ? default_cache_dir() : o->cache_dir, name);
             DI_LOG_INFO("using the built-in tiny random-weight model {} ({}): its text is random by design", name, dir);
         } else {
-            dir = resolve_model_dir(o->model, o->revision, hub_options_from_environment());
+            dir = resolve_model_dir(o->model, o->revision, cli_hub_options());
         }
         ModelOptions mo;
         if (!o->numerics.empty()) {

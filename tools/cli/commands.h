@@ -6,6 +6,8 @@
 
 #include <functional>
 
+#include "deepinfer/hub.h"
+
 namespace deepinfer::cli {
 
 using Command = std::function<int()>;
@@ -22,6 +24,8 @@ Command register_bench(CLI::App& app);
 Command register_run(CLI::App& app);
 // `deepinfer download org/name [--revision R] [--include PATTERN]...` (prints the snapshot directory)
 Command register_download(CLI::App& app);
+// The HF_* environment's Hub options, with download progress lines on stderr (download and run).
+HubOptions cli_hub_options();
 
 // `deepinfer tokenize --tokenizer FILE --input F.jsonl` (JSON strings in, {"ids": [...]} out)
 Command register_tokenize(CLI::App& app);
