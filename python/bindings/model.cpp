@@ -32,19 +32,24 @@ void register_model(nb::module_& m) {
     nb::class_<Model>(m, "Model", "A loaded checkpoint (immutable; shared by engines).")
         .def_static(
             "load",
-            [](const std::string& checkpoint_dir, std::optional<std::string> numerics, const std::string& tokenizer_json) {
+            [](const std::string& checkpoint_dir, std::optional<std::string> numerics, const std::string& tokenizer_json,
+               std::string_view device, int64_t max_model_len) {
                 ModelOptions options;
                 if (numerics) {
                     options.numerics_from_checkpoint = false;
                     options.numerics = parse_numerics(*numerics);
                 }
                 options.tokenizer_json = tokenizer_json;
+                options.device = parse_device(device);
+                options.max_model_len = max_model_len;
                 return std::shared_ptr<Model>(Model::load(checkpoint_dir, options));
             },
             nb::arg("checkpoint_dir"), nb::arg("numerics") = nb::none(), nb::arg("tokenizer_json") = "",
+            nb::arg("device") = "cpu", nb::arg("max_model_len") = 0,
             nb::call_guard<nb::gil_scoped_release>(),
             "Loads a checkpoint directory (DeepSeek-V4 or V4.1). `numerics`: 'exact' | 'official' (default: "
-            "official for FP8/FP4 checkpoints, exact otherwise); `tokenizer_json`: V4.1's Engram token map source.")
+            "official for FP8/FP4 checkpoints, exact otherwise); `tokenizer_json`: V4.1's Engram token map source; "
+            "`device`: 'cpu' | 'cuda' (one GPU; DeepSeek-V4 only so far).")
         .def_prop_ro("info", &Model::info, nb::rv_policy::reference_internal)
         .def_prop_ro("numerics", [](const Model& model) { return std::string(numerics_name(model.numerics())); });
 

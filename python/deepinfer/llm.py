@@ -52,7 +52,8 @@ class LLM:
             text is random by design). In production: ``LLM("deepseek-ai/DeepSeek-V4.1-Flash-1017")``.
         revision: the Hub revision (branch, tag or commit) of a repo id; default "main".
         tokenizer: a tokenizer.json; default the model's, else the bundled DeepSeek-V4 one.
-        device: "auto" or "cpu" (the CUDA engine backend is not available yet).
+        device: "cpu" (the default, "auto"), or "cuda" for one GPU (DeepSeek-V4 checkpoints so far;
+            a build without nvcc raises deepinfer.Error).
         numerics: "exact" or "official"; default official for FP8/FP4 checkpoints.
         max_model_len: the most tokens (prompt + max_tokens) of one request; default the model's.
         seed: the job seed that requests without their own seed derive theirs from.
@@ -88,8 +89,8 @@ class LLM:
         num_threads: Optional[int] = None,
         log_level: str = "warn",
     ) -> None:
-        if device not in ("auto", "cpu"):
-            raise ValueError(f"device={device!r}: only the CPU engine backend exists so far (use 'auto' or 'cpu')")
+        if device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device={device!r}: use 'cpu', 'cuda' or 'auto' (the CPU)")
         if max_model_len is not None and (isinstance(max_model_len, bool) or not isinstance(max_model_len, int)
                                           or max_model_len < 1):
             raise ValueError(f"max_model_len must be a positive int, got {max_model_len!r}")
@@ -101,7 +102,8 @@ class LLM:
 
         self.model_dir, self.model_name = _resolve_model(model, revision, cache_dir)
         tok_path = tokenizer or _model_tokenizer(self.model_dir) or bundled_tokenizer()
-        self._model = _core.Model.load(self.model_dir, numerics, tok_path)
+        self._model = _core.Model.load(self.model_dir, numerics, tok_path, "cpu" if device == "auto" else device,
+                                       max_model_len or 0)
         self._tokenizer = _core.Tokenizer.from_file(tok_path)
         info = self._model.info
         if self._tokenizer.vocab_size > info.vocab_size:

@@ -217,8 +217,8 @@ def test_bad_arguments_raise_with_the_cpp_message(llm, cache_dir):
         SamplingParams(regex="a+", ebnf="root ::= 'a'")
     with pytest.raises(ValueError, match="2 sampling_params for 4 prompts"):
         llm.generate(PROMPTS, [SamplingParams()] * 2, use_tqdm=False)
-    with pytest.raises(ValueError, match="only the CPU"):
-        LLM(cache_dir=cache_dir, device="cuda")
+    with pytest.raises(ValueError, match="use 'cpu', 'cuda' or 'auto'"):
+        LLM(cache_dir=cache_dir, device="tpu")
     with pytest.raises(deepinfer.Error, match="no such directory, and not a Hub repo id"):
         LLM("/nonexistent/model-dir")
     small = LLM(cache_dir=cache_dir, max_model_len=8)
