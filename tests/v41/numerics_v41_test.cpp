@@ -20,6 +20,7 @@
 #include "deepinfer/model.h"
 #include "deepinfer/model_v41.h"
 #include "deepinfer/synthetic_v41.h"
+#include "tiny_published_config.h"
 
 namespace deepinfer {
 namespace {
@@ -85,35 +86,13 @@ protected:
     static void SetUpTestSuite() {
         namespace fs = std::filesystem;
         dir_ = (fs::temp_directory_path() / ("deepinfer-v41-official-" + std::to_string(::getpid()))).string();
-        nlohmann::ordered_json j = v41_flash_config();
+        // The shared tiny config cut to 6 layers (5 = Reindex), 16 indexer heads, no drafter or vision.
+        nlohmann::ordered_json j = tiny_published_config();
         auto& t = j["text_config"];
-        t["vocab_size"] = 512;
-        t["hidden_size"] = 128;
         t["num_hidden_layers"] = 6;
-        t["num_attention_heads"] = 4;
-        t["head_dim"] = 64;
-        t["qk_rope_head_dim"] = 16;
-        t["q_lora_rank"] = 64;
-        t["o_groups"] = 2;
-        t["o_lora_rank"] = 32;
-        t["sliding_window"] = 8;
         t["compress_ratios"] = {0, 0, 2, 2, 1, 1};
-        t["kv_source_layer_ids"] = {2, 4};
         t["index_source_layer_ids"] = {2, 4, 5};
-        t["candidate_source_layer_id"] = 4;
-        t["candidate_topk_blocks"] = 2;
-        t["candidate_block_size"] = 4;
-        t["index_topk"] = 4;
         t["index_n_heads"] = 16;
-        t["index_head_dim"] = 32;
-        t["n_routed_experts"] = 8;
-        t["num_experts_per_tok"] = 2;
-        t["moe_intermediate_size"] = 64;
-        t["engram_layer_ids"] = {1, 2};
-        t["engram_n_heads"] = 2;
-        t["engram_head_dim"] = 32;
-        t["engram_vocab_size"] = 64;
-        t["max_position_embeddings"] = 4096;
         t["num_nextn_predict_layers"] = 0;
         t["dspark_target_layer_ids"] = nlohmann::ordered_json::array();
         j.erase("vision_config");
