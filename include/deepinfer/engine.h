@@ -59,7 +59,7 @@ struct EngineConfig {
     uint64_t job_seed = 0;
     int64_t max_model_len = 0;  // prompt + max_tokens limit per request (0: the model's max_position_embeddings)
     // Speculative decoding (docs: speculative-decoding.md): "none" | "mtp" | "dspark" (the checkpoint
-    // must carry that drafter). Drafts are verified in one target forward per step; greedy output is
+    // must carry that drafter) | "auto" (the checkpoint's drafter if it has one, k capped at its block). Drafts are verified in one target forward per step; greedy output is
     // token-identical to no speculation, sampled output has the same distribution and is reproducible
     // (batch-invariant with the scheduler off). Forces synchronous scheduling.
     std::string speculative_method = "none";

@@ -76,6 +76,8 @@ public:
     // ModelOptions::v41_bounded_replay, a chunk of more than sliding_window tokens that wants its last
     // logits only is prefilled approximately (model.h).
     std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const override;
+    // The DSpark drafter when the checkpoint stores one (`mtp.N.*`; model/v41/dspark.h), else null.
+    const Drafter* drafter() const override;
 
     // Logits of every position of a fresh sequence, [ids.size(), vocab_size] f32 row-major.
     std::vector<float> forward(std::span<const int32_t> ids, V41ForwardTrace* trace = nullptr) const;

@@ -22,6 +22,21 @@ void write_synthetic_v41_checkpoint(const std::string& dir, const std::string& c
 // for synthetic checkpoints (tests/v41 checks it against tests/data/v41/configs/deepseek-v41-flash.json).
 nlohmann::ordered_json v41_flash_config();
 
+// Rewrites a random V4.1 checkpoint written by write_synthetic_v41_checkpoint (one file, bf16 linears
+// and experts: fp8_linears = fp4_experts = false, sharded = false, with the drafter; config
+// dspark_markov_rank == hidden_size) so that its DSpark drafter agrees with the target (benchmarks and
+// tests of speculative decoding; the values are special, every layer still runs at full cost):
+//   * every residual branch's output projection is zero (attention wo_b, routed and shared w2, Engram
+//     wkv) in the target and in the drafter's stages, so the target's streams stay its token's embedding
+//     (up to mHC scalings) and its next token depends on the current token only: logits L(x) =
+//     head · n(x), n(x) = norm ⊙ rmsnorm(embed[x]) (up to bf16 rounding of the scaled streams);
+//   * the noise token's embedding is zero, so the drafter's block rows 1.. collapse to 0 and give U = 0;
+//     row 0 (the anchor) gives U_0 = L(anchor) through the last stage's norm (= the target's norm);
+//   * Markov head: embed[x] = n(x) (+ `noise` x N(0, 1) x rms(n(x))), head = the target's head, so the
+//     Markov bias is L(x) and draft k is argmax L(draft k-1) (draft 1: argmax 2·L(anchor)), the
+//     target's greedy continuation; the confidence head is zero (raw confidence 1/2, calibrated online).
+void make_dspark_agree_with_target(const std::string& dir, double noise = 0.0, uint64_t seed = 7);
+
 // Sets `engram_num_embeddings` of a composite config to the prime layout its Engram keys give
 // (spec §5.3), so scaled-down Engram settings stay consistent.
 void set_v41_engram_rows(nlohmann::ordered_json& config);

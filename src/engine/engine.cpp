@@ -127,6 +127,11 @@ struct Engine::Impl {
           prefix(static_cast<uint64_t>(double(c.state_memory_bytes) * c.prefix_cache_fraction), std::max<int64_t>(1, c.prefix_block)) {
         DI_CHECK(cfg.max_num_seqs > 0 && cfg.max_num_batched_tokens > 0 && cfg.max_prefill_chunk > 0,
                  "engine: max_num_seqs, max_num_batched_tokens and max_prefill_chunk must be positive");
+        if (cfg.speculative_method == "auto") {  // the checkpoint's own drafter, if it has one
+            if (!d && model->drafter()) d = std::shared_ptr<const Drafter>(model, model->drafter());
+            cfg.speculative_method = d ? std::string(d->method()) : std::string("none");
+            if (d) cfg.num_speculative_tokens = std::min(cfg.num_speculative_tokens, d->max_drafts());
+        }
         if (cfg.speculative_method != "none") {
             if (!d && model->drafter()) d = std::shared_ptr<const Drafter>(model, model->drafter());
             DI_CHECK(d && d->method() == cfg.speculative_method, "engine: speculative method '",

@@ -127,7 +127,7 @@ Command register_bench(CLI::App& app) {
                     "--decode new tokens each)");
     sub->add_flag("--no-async", o->no_async, "Engine mode: synchronous scheduling (the default)");
     sub->add_flag("--async", o->async, "Engine mode: asynchronous scheduling");
-    sub->add_option("--speculative", o->speculative, "Engine mode: none | mtp | dspark")->capture_default_str();
+    sub->add_option("--speculative", o->speculative, "Engine mode: none | mtp | dspark | auto")->capture_default_str();
     sub->add_option("--num-speculative-tokens", o->num_speculative_tokens, "Engine mode: drafts per step")
         ->capture_default_str();
     sub->add_flag("--spec-scheduler", o->spec_scheduler, "Engine mode: confidence-scheduled verify lengths");

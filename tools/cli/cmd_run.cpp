@@ -77,7 +77,7 @@ Command register_run(CLI::App& app) {
                                         "(same results; off by default on the CPU backend, where it competes for cores)");
     sub->add_flag("--no-async", o->no_async, "Synchronous scheduling (the default on the CPU backend)");
     sub->add_flag("--no-prefix-cache", o->no_prefix_cache, "Disable prefix sharing (same results)");
-    sub->add_option("--speculative", o->speculative, "Speculative decoding: none | mtp | dspark")->capture_default_str();
+    sub->add_option("--speculative", o->speculative, "Speculative decoding: none | mtp | dspark | auto (the checkpoint's drafter, if any)")->capture_default_str();
     sub->add_option("--num-speculative-tokens", o->num_speculative_tokens, "Drafts per request and step, at most")
         ->capture_default_str();
     sub->add_flag("--spec-scheduler", o->spec_scheduler, "Confidence-scheduled verify lengths (else all drafts)");

@@ -17,6 +17,7 @@
 #include "deepinfer/check.h"
 #include "deepinfer/engram.h"
 #include "model/v41/attention.h"
+#include "model/v41/dspark.h"
 #include "model/v41/ffn.h"
 #include "model/v41/mhc.h"
 #include "model/v41/numerics.h"
@@ -36,6 +37,7 @@ struct V41Model::Impl {
     EngramTokenMap token_map;
     EngramLayout engram_layout;
     int64_t engram_pad = 0;  // compressed id of engram_pad_id
+    std::unique_ptr<v41::DSparkDrafter> drafter;  // when the checkpoint has a DSpark drafter
 
     // One chunk of a batch.
     struct Chunk {
@@ -97,12 +99,15 @@ std::unique_ptr<V41Model> V41Model::load(const std::string& dir, const ModelOpti
         m.engram_layout.check_num_embeddings(c.engram_num_embeddings, dir + "/config.json");
         m.engram_pad = m.token_map.compressed_ids.at(size_t(c.engram_pad_id));
     }
+    if (m.weights->dspark)
+        m.drafter = std::make_unique<v41::DSparkDrafter>(v41::make_dspark_model(c, *m.weights, m.rope_main, m.numerics));
     return model;
 }
 
 const V41ModelConfig& V41Model::config() const { return impl_->config; }
 const ModelInfo& V41Model::info() const { return impl_->info; }
 Numerics V41Model::numerics() const { return impl_->numerics; }
+const Drafter* V41Model::drafter() const { return impl_->drafter.get(); }
 
 uint64_t V41Model::estimate_state_bytes(int64_t num_tokens, uint64_t page_bytes) const {
     return v41::estimate_state_bytes(impl_->config.text, num_tokens, page_bytes);
@@ -231,6 +236,22 @@ std::vector<std::vector<float>> V41Model::Impl::run(std::span<const Chunk> chunk
     std::vector<float> x(size_t(S * D)), o(size_t(S * D));
     const uint8_t* img = any_image ? image.data() : nullptr;
 
+    // DSpark taps of the segments attached to the drafter: their last ring-many rows (earlier rows of
+    // a long chunk would be overwritten in the drafter's rings by later ones).
+    std::vector<v41::TapRows> taps;
+    std::vector<int64_t> tap_of(segments.size(), -1);
+    const v41::DSparkModel* dm = drafter ? &drafter->model() : nullptr;
+    if (dm) {
+        for (size_t i = 0; i < segments.size(); ++i) {
+            v41::SequenceState* st = segments[i].state;
+            if (!st->dspark.attached) continue;
+            const int64_t n = std::min(segments[i].num_rows, st->dspark.rows);
+            tap_of[i] = int64_t(taps.size());
+            taps.push_back({st, segments[i].first_position + segments[i].num_rows - n, n,
+                            std::vector<float>(size_t(n * dm->num_taps() * D))});
+        }
+    }
+
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
         const auto layer_start = std::chrono::steady_clock::now();
         const v41::LayerWeights& lw = w.layers[size_t(l)];
@@ -306,6 +327,21 @@ std::vector<std::vector<float>> V41Model::Impl::run(std::span<const Chunk> chunk
             x.resize(size_t(S * D));
             o.resize(size_t(S * D));
         }
+        // Taps: the stream entering a target layer (after its Engram, before its attention site), mean
+        // over the hc copies (the reference's `h.mean(dim=2)`).
+        if (const int64_t j = taps.empty() ? -1 : dm->tap_index(l); j >= 0) {
+            const int64_t T = dm->num_taps();
+            for (size_t i = 0; i < segments.size(); ++i) {
+                if (tap_of[i] < 0) continue;
+                v41::TapRows& tr = taps[size_t(tap_of[i])];
+                const v41::Segment& seg = segments[i];
+                for (int64_t t = 0; t < seg.num_rows; ++t) {
+                    const int64_t k = seg.first_position + t - tr.first_position;
+                    if (k < 0) continue;
+                    v41::tap_mean(*dm, X.data() + (seg.row_begin + t) * hc * D, tr.taps.data() + (k * T + j) * D);
+                }
+            }
+        }
         for (int site = 0; site < 2; ++site) {
             const v41::HcSiteWeights& hw = site == 0 ? lw.hc_attn : lw.hc_ffn;
             const v41::HcMixParams mp{hw.fn.data(), hw.base.data(), hw.scale.data(), hc, D, c.hc_sinkhorn_iters,
@@ -356,6 +392,21 @@ std::vector<std::vector<float>> V41Model::Impl::run(std::span<const Chunk> chunk
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - layer_start).count();
             trace->layer_out[l] = X;
         }
+    }
+
+    // The drafter's context rows of the tapped positions (rows that bounded replay dropped have no taps
+    // of the decoder's target layers; they are older than the drafter's window).
+    if (!taps.empty()) {
+        for (size_t i = 0; i < segments.size(); ++i) {
+            if (tap_of[i] < 0) continue;
+            v41::TapRows& tr = taps[size_t(tap_of[i])];
+            const int64_t drop = std::max<int64_t>(0, segments[i].first_position - tr.first_position);
+            const int64_t width = dm->num_taps() * D;
+            tr.taps.erase(tr.taps.begin(), tr.taps.begin() + drop * width);
+            tr.first_position += drop;
+            tr.num_rows -= drop;
+        }
+        v41::write_context(*dm, taps);
     }
 
     // Final collapse with the last FFN site's pre, norm, head, for the rows whose logits are wanted.

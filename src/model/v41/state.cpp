@@ -8,6 +8,7 @@ namespace deepinfer::v41 {
 
 SequenceState make_sequence_state(const V41TextConfig& c, std::shared_ptr<StatePool> pool) {
     SequenceState s;
+    s.pool = pool;
     s.layers.resize(static_cast<size_t>(c.num_hidden_layers));
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
         LayerState& ls = s.layers[size_t(l)];
@@ -39,6 +40,7 @@ void SequenceState::truncate(int64_t n) {
 
 size_t SequenceState::bytes() const {
     size_t total = engram_history.size() * sizeof(int64_t);
+    for (const PagedRing& r : dspark.stages) total += r.bytes();
     for (const LayerState& l : layers)
         total += l.window.bytes() + l.compressed.bytes() + l.index_keys.bytes() + l.pending_kv.bytes() +
                  l.pending_gate.bytes();
@@ -47,6 +49,7 @@ size_t SequenceState::bytes() const {
 
 size_t SequenceState::unshared_bytes() const {
     size_t total = engram_history.size() * sizeof(int64_t);
+    for (const PagedRing& r : dspark.stages) total += r.unshared_bytes();
     for (const LayerState& l : layers)
         total += l.window.unshared_bytes() + l.compressed.unshared_bytes() + l.index_keys.unshared_bytes() +
                  l.pending_kv.unshared_bytes() + l.pending_gate.unshared_bytes();

@@ -37,12 +37,26 @@ struct LayerState {
     int64_t num_entries() const { return compressed.size(); }
 };
 
+// The DSpark drafter's context rings (speculative-decoding.md §1.4 step 2, §1.9), present once the
+// sequence is attached to the drafter: per stage the context K=V row of position p (from the target's
+// taps at p) in slot p % rows, rows = sliding_window + kRingHeadroom. Every target pass writes the rows
+// of its positions (a verify pass also its rejected ones, which later passes overwrite before a draft
+// reads them: drafting at anchor position P reads P - sliding_window .. P - 1 only), so rollback needs
+// no undo.
+struct DSparkRings {
+    bool attached = false;
+    int64_t rows = 0;
+    std::vector<PagedRing> stages;  // [stages] of [rows, head_dim]
+};
+
 struct SequenceState final : ::deepinfer::SequenceState {
     int64_t length = 0;              // positions already processed
     std::vector<LayerState> layers;  // [num_hidden_layers]
     // Engram history: compressed id (or kEngramDead) of position p in slot p % size
     // (size = engram_max_ngram_size - 1 + kRingHeadroom; empty without Engram).
     std::vector<int64_t> engram_history;
+    DSparkRings dspark;  // drafter context (model/v41/dspark.h); empty unless attached
+    std::shared_ptr<StatePool> pool;  // where the pages come from (null: the heap)
 
     int64_t num_tokens() const override { return length; }
     std::unique_ptr<::deepinfer::SequenceState> clone() const override { return std::make_unique<SequenceState>(*this); }

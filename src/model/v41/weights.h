@@ -77,6 +77,19 @@ struct LayerWeights {
     std::optional<EngramWeights> engram;
 };
 
+// The DSpark drafter stored under `mtp.N.` (speculative-decoding.md §1.8): N stages with the tensor set
+// of a window-only layer (their own expert count), stage 0's context projection, the last stage's norm,
+// Markov head and confidence head. Shares the target's embed and head.
+struct DSparkWeights {
+    std::vector<LayerWeights> stages;  // mtp.0 .. mtp.N-1
+    LinearWeight main_proj;            // [D, taps*D] (FP8 in the release)
+    Vec main_norm;                     // [D]
+    Vec norm;                          // [D] last stage
+    LinearWeight markov_embed;         // [vocab, markov_rank] W1 (rows looked up)
+    LinearWeight markov_head;          // [vocab, markov_rank] W2 (bias = e · W2ᵀ)
+    Vec confidence;                    // [D + markov_rank] confidence_head.proj (no bias)
+};
+
 class Weights {
 public:
     // Opens `dir` (model.safetensors or model.safetensors.index.json + shards) and binds every tensor
@@ -87,8 +100,13 @@ public:
     LinearWeight head;   // [vocab, D]
     Vec norm;            // [D]
     std::vector<LayerWeights> layers;
+    // Bound when the checkpoint has `mtp.0.attn_norm.weight`; the stage count is that of the stored
+    // blocks (num_nextn_predict_layers is not trusted, spec §1.2).
+    std::optional<DSparkWeights> dspark;
 
 private:
+    LayerWeights bind_layer(const std::string& prefix, int64_t layer, int64_t routed_experts, bool backbone) const;
+    DSparkWeights bind_dspark(int64_t stages) const;
     struct Entry {
         const SafetensorsFile* file;
         const SafetensorsTensorInfo* info;
@@ -100,6 +118,7 @@ private:
     LinearWeight linear(const std::string& name, int64_t out, int64_t in) const;
 
     std::string dir_;
+    const V41TextConfig* config_ = nullptr;  // during construction
     std::vector<std::unique_ptr<SafetensorsFile>> files_;
     std::map<std::string, Entry> tensors_;  // canonical (published) name -> location
 };

@@ -1,0 +1,348 @@
+// SPDX-License-Identifier: Apache-2.0
+// The DSpark drafter of DeepSeek-V4.1 (model/v41/dspark.h) on tiny random V4.1 checkpoints written in
+// the published layout (every V4.1 layer kind, Engram, a 3-stage drafter, window 8 so the drafter's
+// rings wrap), in official (FP8/FP4) and exact (bf16) numerics:
+//   * loading: the drafter is found from the stored mtp.N blocks, whatever num_nextn_predict_layers says;
+//   * rollback without undo: after a verify pass whose drafts are all rejected, some accepted or all
+//     accepted, the next block (tokens, sampled-draft distributions, confidences) is bit-identical to
+//     the block of a fresh sequence that only ever saw the committed tokens; drafting is batch-invariant;
+//   * through the engine: greedy output token-identical to no speculation (draft lengths 1..5, the
+//     confidence scheduler on and off, alone and batched with penalties, logprobs and a sampled
+//     neighbour; chunked prefill);
+//   * a drafter constructed to agree with the target (make_dspark_agree_with_target): near-complete
+//     acceptance, greedy and sampled, and the sampled output keeps the target's distribution.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <unistd.h>
+
+#include "deepinfer/check.h"
+#include "deepinfer/drafter.h"
+#include "deepinfer/engine.h"
+#include "deepinfer/synthetic_v41.h"
+#include "unit/fixtures.h"
+#include "v41/tiny_published_config.h"
+
+namespace deepinfer {
+namespace {
+
+std::string temp_dir(const std::string& name) {
+    return (std::filesystem::temp_directory_path() / ("deepinfer_dspark_" + name + "_" + std::to_string(::getpid())))
+        .string();
+}
+
+ModelOptions options() {
+    ModelOptions o;
+    o.tokenizer_json = std::string(DI_ASSETS_DIR) + "/tokenizer/deepseek-v4/tokenizer.json";
+    return o;
+}
+
+nlohmann::ordered_json tiny_config() {
+    nlohmann::ordered_json j = tiny_published_config();
+    j.erase("vision_config");
+    return j;
+}
+
+// A tiny V4.1 checkpoint with the drafter: `official` = FP8 linears and FP4 experts (official numerics,
+// the checkpoint's default), else bf16 (exact numerics). Written, loaded and removed once per process.
+std::shared_ptr<const Model> tiny_model(bool official) {
+    static std::map<bool, std::shared_ptr<const Model>> cache;
+    auto& m = cache[official];
+    if (!m) {
+        const std::string dir = temp_dir(official ? "official" : "exact");
+        SyntheticCheckpointOptions o;
+        o.seed = 17;
+        o.fp8_linears = o.fp4_experts = official;
+        o.residual_damping = 0.5;
+        write_synthetic_v41_checkpoint(dir, tiny_config().dump(2), o);
+        m = std::shared_ptr<const Model>(Model::load(dir, options()));
+        std::filesystem::remove_all(dir);
+    }
+    return m;
+}
+
+// The same architecture with markov rank = hidden size, rewritten so the drafter agrees with the target.
+std::shared_ptr<const Model> agreeing_model() {
+    static std::shared_ptr<const Model> m = [] {
+        const std::string dir = temp_dir("agree");
+        nlohmann::ordered_json j = tiny_config();
+        j["text_config"]["dspark_markov_rank"] = j["text_config"]["hidden_size"];
+        SyntheticCheckpointOptions o;
+        o.seed = 23;
+        o.fp8_linears = o.fp4_experts = false;
+        write_synthetic_v41_checkpoint(dir, j.dump(2), o);
+        make_dspark_agree_with_target(dir);
+        auto model = std::shared_ptr<const Model>(Model::load(dir, options()));
+        std::filesystem::remove_all(dir);
+        return model;
+    }();
+    return m;
+}
+
+std::vector<int32_t> random_prompt(std::mt19937& rng, int64_t len, int64_t vocab) {
+    std::vector<int32_t> p(static_cast<size_t>(len));
+    for (int32_t& t : p) t = static_cast<int32_t>(rng() % uint32_t(vocab - 1));  // never the noise token
+    return p;
+}
+
+// A sequence attached to the drafter that has run `tokens` (in chunks of `chunk`).
+Sequence attached(const Model& model, std::span<const int32_t> tokens, size_t chunk) {
+    Sequence s = model.new_sequence();
+    model.drafter()->attach(s);
+    for (size_t i = 0; i < tokens.size(); i += chunk) {
+        const size_t n = std::min(chunk, tokens.size() - i);
+        model.forward(s, tokens.subspan(i, n), false);
+    }
+    return s;
+}
+
+void expect_same_draft(const Draft& a, const Draft& b, const std::string& what) {
+    EXPECT_EQ(a.tokens, b.tokens) << what;
+    EXPECT_EQ(a.confidence, b.confidence) << what;
+    ASSERT_EQ(a.probs.size(), b.probs.size()) << what;
+    for (size_t i = 0; i < a.probs.size(); ++i) ASSERT_EQ(a.probs[i], b.probs[i]) << what << " prob " << i;
+}
+
+class DSpark : public ::testing::TestWithParam<bool> {};  // official numerics?
+
+TEST_P(DSpark, LoadedFromTheStoredBlocks) {
+    const auto model = tiny_model(GetParam());
+    const Drafter* d = model->drafter();
+    ASSERT_NE(d, nullptr);
+    EXPECT_EQ(d->method(), "dspark");
+    EXPECT_EQ(d->max_drafts(), 5);  // dspark_block_size
+    std::mt19937 rng(3);
+    const std::vector<int32_t> prompt = random_prompt(rng, 13, model->info().vocab_size);
+    Sequence s = attached(*model, prompt, 64);
+    const std::vector<double> u = {0.1, 0.9, 0.5, 0.3, 0.7};
+    const std::vector<Draft> out = d->draft(std::vector<DraftRequest>{
+        {.sequence = &s, .anchor = 42, .num_drafts = 5},
+        {.sequence = &s, .anchor = 42, .num_drafts = 5, .temperature = 0.8, .uniforms = u}});
+    ASSERT_EQ(out.size(), 2u);
+    for (const Draft& dr : out) {
+        ASSERT_EQ(dr.tokens.size(), 5u);
+        ASSERT_EQ(dr.confidence.size(), 5u);
+        for (float c : dr.confidence) EXPECT_TRUE(c > 0.0f && c < 1.0f) << c;
+        for (int32_t t : dr.tokens) EXPECT_TRUE(t >= 0 && t < model->info().vocab_size);
+    }
+    EXPECT_TRUE(out[0].probs.empty());
+    ASSERT_EQ(out[1].probs.size(), size_t(5 * model->info().vocab_size));
+    for (int k = 0; k < 5; ++k) {
+        double total = 0;
+        for (int64_t v = 0; v < model->info().vocab_size; ++v) total += out[1].probs[size_t(k * model->info().vocab_size + v)];
+        EXPECT_NEAR(total, 1.0, 1e-5);
+    }
+    // The first draft and confidence do not depend on the sampling (the Markov input is the anchor).
+    EXPECT_EQ(out[0].confidence[0], out[1].confidence[0]);
+}
+
+TEST(DSparkLoad, StageCountComesFromTheCheckpointNotTheConfig) {
+    // A checkpoint with 3 stages whose config claims 1 (num_nextn_predict_layers is vestigial in some
+    // releases): the drafter still runs all three, i.e. drafts like the model with the right config.
+    const std::string dir = temp_dir("stages"), lying = temp_dir("stages_lying");
+    SyntheticCheckpointOptions o;
+    o.seed = 29;
+    o.fp8_linears = o.fp4_experts = false;
+    nlohmann::ordered_json j = tiny_config();
+    write_synthetic_v41_checkpoint(dir, j.dump(2), o);
+    std::filesystem::create_directories(lying);
+    std::filesystem::copy_file(dir + "/model.safetensors", lying + "/model.safetensors");
+    auto& t = j["text_config"];
+    t["num_nextn_predict_layers"] = 1;
+    std::vector<int64_t> ratios = t["compress_ratios"].get<std::vector<int64_t>>();
+    ratios.resize(ratios.size() - 2);
+    t["compress_ratios"] = ratios;
+    std::ofstream(lying + "/config.json") << j.dump(2);
+    const auto right = Model::load(dir, options()), wrong = Model::load(lying, options());
+    std::filesystem::remove_all(dir);
+    std::filesystem::remove_all(lying);
+    ASSERT_NE(wrong->drafter(), nullptr);
+    std::mt19937 rng(4);
+    const std::vector<int32_t> prompt = random_prompt(rng, 11, right->info().vocab_size);
+    Sequence a = attached(*right, prompt, 64), b = attached(*wrong, prompt, 64);
+    const std::vector<double> u = {0.2, 0.4, 0.6};
+    const DraftRequest ra{.sequence = &a, .anchor = 7, .num_drafts = 3, .temperature = 1.0, .uniforms = u};
+    DraftRequest rb = ra;
+    rb.sequence = &b;
+    expect_same_draft(right->drafter()->draft({&ra, 1})[0], wrong->drafter()->draft({&rb, 1})[0], "stages");
+}
+
+TEST_P(DSpark, RollbackNeedsNoUndoAndChunkingDoesNotMatter) {
+    const auto model = tiny_model(GetParam());
+    const Drafter& d = *model->drafter();
+    const int64_t V = model->info().vocab_size;
+    std::mt19937 rng(11);
+    // Prompts around and beyond the window (8) and the ring (8 + headroom), so context rows wrap.
+    for (int64_t len : {3, 9, 30}) {
+        const std::vector<int32_t> prompt = random_prompt(rng, len, V);
+        for (int64_t accepted : {0, 2, 5}) {
+            // Verify pass [anchor, d1..d5] at positions len .., then keep anchor + `accepted` drafts.
+            std::vector<int32_t> pass = random_prompt(rng, 6, V);
+            Sequence spec = attached(*model, prompt, 7);
+            model->forward(spec, pass, true);
+            spec.truncate(len + 1 + accepted);
+            std::vector<int32_t> committed = prompt;
+            committed.insert(committed.end(), pass.begin(), pass.begin() + 1 + accepted);
+            Sequence fresh = attached(*model, committed, committed.size());
+            const int32_t anchor = static_cast<int32_t>(rng() % uint32_t(V - 1));
+            const std::vector<double> u = {0.3, 0.8, 0.15, 0.6, 0.45};
+            for (double temp : {0.0, 0.7}) {
+                DraftRequest a{.sequence = &spec, .anchor = anchor, .num_drafts = 5, .temperature = temp,
+                               .uniforms = temp > 0 ? std::span<const double>(u) : std::span<const double>()};
+                DraftRequest b = a;
+                b.sequence = &fresh;
+                expect_same_draft(d.draft({&a, 1})[0], d.draft({&b, 1})[0],
+                                  "len " + std::to_string(len) + " accepted " + std::to_string(accepted) + " T " +
+                                      std::to_string(temp));
+            }
+        }
+    }
+}
+
+TEST_P(DSpark, DraftingIsBatchInvariant) {
+    const auto model = tiny_model(GetParam());
+    const Drafter& d = *model->drafter();
+    std::mt19937 rng(12);
+    std::vector<Sequence> seqs;
+    for (int64_t len : {2, 8, 21, 40}) seqs.push_back(attached(*model, random_prompt(rng, len, model->info().vocab_size), 16));
+    const std::vector<double> u = {0.9, 0.2, 0.4};
+    std::vector<DraftRequest> reqs;
+    for (size_t i = 0; i < seqs.size(); ++i)
+        reqs.push_back({.sequence = &seqs[i], .anchor = int32_t(5 + i), .num_drafts = int64_t(1 + i % 3),
+                        .temperature = i % 2 ? 0.9 : 0.0,
+                        .uniforms = i % 2 ? std::span<const double>(u).first(1 + i % 3) : std::span<const double>()});
+    const std::vector<Draft> together = d.draft(reqs);
+    for (size_t i = 0; i < reqs.size(); ++i)
+        expect_same_draft(together[i], d.draft({&reqs[i], 1})[0], "request " + std::to_string(i));
+}
+
+// ---- through the engine ----
+
+using Requests = std::vector<std::tuple<std::string, std::vector<int32_t>, SamplingParams>>;
+
+struct RunResult {
+    std::map<std::string, RequestOutput> outputs;
+    EngineMetrics metrics;
+};
+
+RunResult run(std::shared_ptr<const Model> model, const EngineConfig& cfg, const Requests& reqs) {
+    Engine engine(std::move(model), nullptr, cfg);
+    for (const auto& [id, prompt, sp] : reqs) engine.add_request(id, prompt, sp);
+    RunResult r;
+    engine.run_until_done([&](RequestOutput&& o) { r.outputs.emplace(o.request_id, std::move(o)); });
+    r.metrics = engine.metrics();
+    return r;
+}
+
+EngineConfig spec_config(int64_t k, bool scheduler, const char* method = "dspark") {
+    EngineConfig c;
+    c.speculative_method = method;
+    c.num_speculative_tokens = k;
+    c.speculative_scheduler = scheduler;
+    c.max_prefill_chunk = 8;
+    return c;
+}
+
+SamplingParams greedy(int64_t max_tokens) {
+    SamplingParams sp;
+    sp.temperature = 0;
+    sp.max_tokens = max_tokens;
+    sp.ignore_eos = true;
+    return sp;
+}
+
+void expect_same_outputs(const RunResult& plain, const RunResult& spec, const Requests& reqs, const std::string& what) {
+    for (const auto& [id, prompt, sp] : reqs) {
+        if (sp.temperature > 0) continue;
+        const CompletionOutput& a = plain.outputs.at(id).completions.at(0);
+        const CompletionOutput& b = spec.outputs.at(id).completions.at(0);
+        EXPECT_EQ(a.token_ids, b.token_ids) << what << " " << id;
+        EXPECT_EQ(a.finish_reason, b.finish_reason) << what << " " << id;
+        ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << what;
+        for (size_t t = 0; t < a.logprobs.size(); ++t) {
+            EXPECT_EQ(a.logprobs[t].logprob, b.logprobs[t].logprob) << what << " " << t;
+            EXPECT_EQ(a.logprobs[t].top, b.logprobs[t].top) << what << " " << t;
+        }
+    }
+}
+
+TEST_P(DSpark, GreedyIsTokenIdenticalToNoSpeculation) {
+    const auto model = tiny_model(GetParam());
+    const int64_t V = model->info().vocab_size;
+    std::mt19937 rng(21);
+    Requests reqs;
+    for (int i = 0; i < 5; ++i) {
+        SamplingParams sp = greedy(8 + i);
+        if (i == 2) sp.repetition_penalty = 1.3;  // penalties count accepted drafts of the same step
+        if (i == 3) sp.logprobs = 2;
+        reqs.emplace_back("g" + std::to_string(i), random_prompt(rng, 2 + int64_t(rng() % 30), V), sp);
+    }
+    SamplingParams hot;  // a sampled neighbour: its randomness must not leak into the greedy requests
+    hot.temperature = 1.0;
+    hot.max_tokens = 7;
+    hot.ignore_eos = true;
+    reqs.emplace_back("hot", random_prompt(rng, 12, V), hot);
+    const RunResult plain = run(model, {}, reqs);
+    // Official numerics cost more per step: fewer arms there (every arm is batched with all neighbours).
+    const std::vector<std::pair<int64_t, bool>> arms =
+        GetParam() ? std::vector<std::pair<int64_t, bool>>{{2, false}, {5, true}}
+                   : std::vector<std::pair<int64_t, bool>>{{1, false}, {3, false}, {5, false}, {5, true}};
+    for (const auto& [k, sched] : arms) {
+        const RunResult spec = run(model, spec_config(k, sched), reqs);
+        const std::string what = "k=" + std::to_string(k) + " scheduler=" + std::to_string(sched);
+        expect_same_outputs(plain, spec, reqs, what);
+        if (!sched) {
+            EXPECT_GT(spec.metrics.spec_draft_tokens, 0) << what;
+        }
+    }
+    // Alone (no neighbours): the same tokens.
+    const Requests one(reqs.begin(), reqs.begin() + 1);
+    expect_same_outputs(plain, run(model, spec_config(4, false), one), one, "alone");
+    // `auto` picks the checkpoint's drafter (and caps k at its block).
+    const RunResult a = run(model, spec_config(9, false, "auto"), reqs);
+    expect_same_outputs(plain, a, reqs, "auto");
+    EXPECT_GT(a.metrics.spec_draft_tokens, 0);
+    EXPECT_EQ(a.metrics.spec_position_verified.size(), 5u);
+}
+
+INSTANTIATE_TEST_SUITE_P(SpeculativeEngine, DSpark, ::testing::Values(true, false),
+                         [](const auto& p) { return p.param ? "official" : "exact"; });
+
+TEST(DSparkAgreeing, NearlyEveryDraftIsAccepted) {
+    const auto model = agreeing_model();
+    const int64_t V = model->info().vocab_size;
+    std::mt19937 rng(31);
+    Requests reqs;
+    for (int i = 0; i < 4; ++i) reqs.emplace_back("r" + std::to_string(i), random_prompt(rng, 5 + 7 * i, V), greedy(24));
+    const RunResult plain = run(model, {}, reqs);
+    const RunResult spec = run(model, spec_config(5, false), reqs);
+    expect_same_outputs(plain, spec, reqs, "agreeing");
+    EXPECT_GT(spec.metrics.spec_accepted_tokens, 0.9 * double(spec.metrics.spec_draft_tokens));
+    EXPECT_GT(spec.metrics.mean_accepted_length(), 5.0);
+    EXPECT_LT(2 * spec.metrics.steps, plain.metrics.steps);
+    // Sampled drafts (T = 1): the first draft comes from softmax(2 L(anchor)), which is not the target's
+    // softmax(L(anchor)); later drafts from softmax(L(previous draft)), the target's own distribution
+    // given that draft (up to bf16 rounding of n(x)), so their conditional acceptance is nearly 1.
+    SamplingParams hot;
+    hot.temperature = 1.0;
+    hot.max_tokens = 24;
+    hot.ignore_eos = true;
+    hot.seed = 5;
+    Requests sampled;
+    for (const auto& [id, prompt, sp] : reqs) sampled.emplace_back(id, prompt, hot);
+    const RunResult s = run(model, spec_config(5, false), sampled);
+    const EngineMetrics& m = s.metrics;
+    ASSERT_EQ(m.spec_position_verified.size(), 5u);
+    EXPECT_LT(m.spec_position_accepted[0], m.spec_position_verified[0]);
+    for (size_t j = 1; j < 5; ++j) {
+        if (m.spec_position_verified[j] < 5) continue;
+        EXPECT_GT(double(m.spec_position_accepted[j]), 0.85 * double(m.spec_position_verified[j])) << "position " << j;
+    }
+}
+
+}  // namespace
+}  // namespace deepinfer
