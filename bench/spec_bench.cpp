@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
-// Speculative-decoding speedup on the CPU: a random DeepSeek-V4 model whose MTP drafter is built to
-// agree with the target, the engine with speculation off, with a fixed draft length, and with the
-// confidence scheduler, across batch sizes. One JSON line per run on stdout.
+// Speculative-decoding speedup on the CPU: a random DeepSeek-V4 model whose MTP drafter (--family v4)
+// or a random DeepSeek-V4.1 model whose DSpark drafter (--family v41) is built to agree with the
+// target, the engine with speculation off, with a fixed draft length, and with the confidence
+// scheduler, across batch sizes, each run --repeat times. One JSON line per run on stdout, then one
+// summary line per (batch, arm) with the medians and the load average before and after.
 //
-// The agreeing model: every residual branch's output projection is zero (attention wo_b, routed and
+// The agreeing V4.1 model: make_dspark_agree_with_target (include/deepinfer/synthetic_v41.h).
+// The agreeing V4 model: every residual branch's output projection is zero (attention wo_b, routed and
 // shared expert w2), so the target's streams stay the token's embedding (up to the mHC mixing of
 // equal streams) and its next-token distribution depends on the current token only; the MTP block's
 // branches are zeroed the same way, h_proj = 0, e_proj = identity (+ `--noise` x a random matrix),
 // and it shares the target's hc_head and final norm, so its prediction for token i+2 from token i+1
 // is (nearly) the target's. All layers still run at full cost: only the weights' values are special.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -28,6 +32,7 @@
 #include "deepinfer/parallel.h"
 #include "deepinfer/safetensors.h"
 #include "deepinfer/synthetic.h"
+#include "deepinfer/synthetic_v41.h"
 
 namespace di = deepinfer;
 
@@ -122,64 +127,181 @@ void write_agreeing_model(const std::string& dir, int64_t hidden, int64_t layers
     for (const char* t : {"hc_head_fn", "hc_head_base", "hc_head_scale"}) p.copy(t, std::string("mtp.0.") + t);
 }
 
+// A V4.1 config of the given size with every layer kind (window-only, ratio-2 and ratio-1 Full + Reuse,
+// Reindex, candidate stage), Engram at layers 1 and 2, and a 3-stage drafter tapping the last three
+// layers whose Markov rank is the hidden size (make_dspark_agree_with_target needs it).
+std::string v41_config_json(int64_t hidden, int64_t layers, int64_t vocab) {
+    if (layers < 6) throw std::runtime_error("--family v41 needs --layers >= 6");
+    nlohmann::ordered_json j = di::v41_flash_config();
+    j.erase("vision_config");
+    auto& t = j["text_config"];
+    const int64_t a = (layers - 2) / 2, full1 = 2 + a;  // ratio-2 layers 2 .. 2+a-1, ratio-1 from full1
+    std::vector<int64_t> ratios = {0, 0};
+    for (int64_t l = 2; l < layers; ++l) ratios.push_back(l < full1 ? 2 : 1);
+    ratios.insert(ratios.end(), 3, 0);
+    std::vector<int64_t> index_sources = {2, full1};
+    if (full1 + 2 < layers) index_sources.push_back(full1 + 2);
+    t["vocab_size"] = vocab;
+    t["hidden_size"] = hidden;
+    t["num_hidden_layers"] = layers;
+    t["num_attention_heads"] = 8;
+    t["head_dim"] = 128;
+    t["qk_rope_head_dim"] = 32;
+    t["q_lora_rank"] = hidden / 2;
+    t["o_groups"] = 2;
+    t["o_lora_rank"] = hidden / 4;
+    t["sliding_window"] = 64;
+    t["compress_ratios"] = ratios;
+    t["kv_source_layer_ids"] = {2, full1};
+    t["index_source_layer_ids"] = index_sources;
+    t["candidate_source_layer_id"] = full1;
+    t["candidate_topk_blocks"] = 4;
+    t["candidate_block_size"] = 8;
+    t["index_topk"] = 16;
+    t["index_n_heads"] = 8;
+    t["index_head_dim"] = 64;
+    t["n_routed_experts"] = 16;
+    t["num_experts_per_tok"] = 4;
+    t["moe_intermediate_size"] = hidden / 2;
+    t["engram_layer_ids"] = {1, 2};
+    t["engram_n_heads"] = 2;
+    t["engram_head_dim"] = 32;
+    t["engram_vocab_size"] = 64;
+    t["max_position_embeddings"] = 4096;
+    t["dspark_target_layer_ids"] = {layers - 3, layers - 2, layers - 1};
+    t["dspark_markov_rank"] = hidden;
+    t["dspark_n_routed_experts"] = 8;
+    t["dspark_num_experts_per_tok"] = 2;
+    t["dspark_noise_token_id"] = vocab - 1;
+    di::set_v41_engram_rows(j);
+    return j.dump(2);
+}
+
+void write_agreeing_v41_model(const std::string& dir, int64_t hidden, int64_t layers, int64_t vocab, double noise) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    di::SyntheticCheckpointOptions o;
+    o.seed = 3;
+    o.fp8_linears = false;
+    o.fp4_experts = false;
+    di::write_synthetic_v41_checkpoint(dir, v41_config_json(hidden, layers, vocab), o);
+    di::make_dspark_agree_with_target(dir, noise);
+}
+
+std::vector<double> load_average() {
+    std::ifstream in("/proc/loadavg");
+    double a = 0, b = 0, c = 0;
+    in >> a >> b >> c;
+    return {a, b, c};
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::map<std::string, std::string> a = {{"--batches", "1,4,16,64"}, {"--prompt", "32"}, {"--decode", "32"},
-                                            {"--hidden", "512"}, {"--layers", "8"}, {"--vocab", "2048"},
-                                            {"--noise", "0.0"}, {"--k", "3"}, {"--temperature", "0"},
+    std::map<std::string, std::string> a = {{"--family", "v4"}, {"--batches", "1,4,16,64"}, {"--prompt", "32"},
+                                            {"--decode", "32"}, {"--hidden", "512"}, {"--layers", "8"},
+                                            {"--vocab", "2048"}, {"--noise", "0.0"}, {"--k", "3"},
+                                            {"--temperature", "0"}, {"--repeat", "1"}, {"--arms", "none,fixed,scheduler"},
+                                            {"--tokenizer", "assets/tokenizer/deepseek-v4/tokenizer.json"},
                                             {"--dir", (std::filesystem::temp_directory_path() / "deepinfer-spec-bench").string()}};
     for (int i = 1; i + 1 < argc; i += 2) a[argv[i]] = argv[i + 1];
     const int64_t hidden = std::stoll(a["--hidden"]), layers = std::stoll(a["--layers"]), vocab = std::stoll(a["--vocab"]);
-    write_agreeing_model(a["--dir"], hidden, layers, vocab, std::stod(a["--noise"]));
+    const bool v41 = a["--family"] == "v41";
+    if (!v41 && a["--family"] != "v4") throw std::runtime_error("--family must be v4 or v41");
     di::ModelOptions mo;
-    mo.numerics_from_checkpoint = false;
-    mo.numerics = di::Numerics::kExact;
+    if (v41) {
+        write_agreeing_v41_model(a["--dir"], hidden, layers, vocab, std::stod(a["--noise"]));
+        mo.tokenizer_json = a["--tokenizer"];  // the Engram token map (bf16 weights: exact numerics)
+    } else {
+        write_agreeing_model(a["--dir"], hidden, layers, vocab, std::stod(a["--noise"]));
+        mo.numerics_from_checkpoint = false;
+        mo.numerics = di::Numerics::kExact;
+    }
     std::shared_ptr<const di::Model> model(di::Model::load(a["--dir"], mo));
-    struct Arm { const char* name; const char* method; bool scheduler; };
-    const Arm arms[] = {{"none", "none", false}, {"fixed", "mtp", false}, {"scheduler", "mtp", true}};
+    const char* method = v41 ? "dspark" : "mtp";
+    struct Arm { std::string name; std::string method; bool scheduler; };
+    std::vector<Arm> arms;
+    {
+        std::stringstream names(a["--arms"]);
+        for (std::string n; std::getline(names, n, ',');) {
+            if (n == "none") arms.push_back({n, "none", false});
+            else if (n == "fixed") arms.push_back({n, method, false});
+            else if (n == "scheduler") arms.push_back({n, method, true});
+            else throw std::runtime_error("unknown arm " + n);
+        }
+    }
+    const int64_t repeat = std::stoll(a["--repeat"]);
     std::stringstream list(a["--batches"]);
     for (std::string item; std::getline(list, item, ',');) {
         const int64_t batch = std::stoll(item);
-        for (const Arm& arm : arms) {
-            di::EngineConfig ec;
-            ec.max_num_seqs = batch;
-            ec.max_num_batched_tokens = std::max<int64_t>(4096, batch * 8);
-            ec.prefix_caching = false;
-            ec.speculative_method = arm.method;
-            ec.num_speculative_tokens = std::stoll(a["--k"]);
-            ec.speculative_scheduler = arm.scheduler;
-            di::Engine engine(model, nullptr, ec);
-            std::mt19937 rng(static_cast<uint32_t>(batch));
-            di::SamplingParams sp;
-            sp.temperature = std::stod(a["--temperature"]);
-            sp.max_tokens = std::stoll(a["--decode"]);
-            sp.ignore_eos = true;
-            for (int64_t r = 0; r < batch; ++r) {
-                std::vector<int32_t> prompt(static_cast<size_t>(std::stoll(a["--prompt"])));
-                for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % uint32_t(vocab));
-                std::string id = std::to_string(r);
-                id.insert(id.begin(), 'r');
-                engine.add_request(std::move(id), std::move(prompt), sp);
+        std::map<std::string, std::vector<double>> tok_s, steps_of, accepted_len;
+        const std::vector<double> load_before = load_average();
+        // Rounds interleave the arms, so slow phases of a shared machine hit every arm alike.
+        for (int64_t round = 0; round < repeat; ++round) {
+            for (const Arm& arm : arms) {
+                di::EngineConfig ec;
+                ec.max_num_seqs = batch;
+                ec.max_num_batched_tokens = std::max<int64_t>(4096, batch * 8);
+                ec.prefix_caching = false;
+                ec.speculative_method = arm.method;
+                ec.num_speculative_tokens = std::stoll(a["--k"]);
+                ec.speculative_scheduler = arm.scheduler;
+                di::Engine engine(model, nullptr, ec);
+                std::mt19937 rng(static_cast<uint32_t>(batch));
+                di::SamplingParams sp;
+                sp.temperature = std::stod(a["--temperature"]);
+                sp.max_tokens = std::stoll(a["--decode"]);
+                sp.ignore_eos = true;
+                for (int64_t r = 0; r < batch; ++r) {
+                    std::vector<int32_t> prompt(static_cast<size_t>(std::stoll(a["--prompt"])));
+                    for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % uint32_t(vocab - 1));
+                    std::string id = std::to_string(r);
+                    id.insert(id.begin(), 'r');
+                    sp.seed = uint64_t(r);
+                    engine.add_request(std::move(id), std::move(prompt), sp);
+                }
+                const auto t0 = std::chrono::steady_clock::now();
+                engine.run_until_done([](di::RequestOutput&&) {});
+                const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                const di::EngineMetrics& m = engine.metrics();
+                nlohmann::json r = {{"family", a["--family"]}, {"arm", arm.name}, {"batch", batch}, {"round", round},
+                                    {"k", ec.num_speculative_tokens}, {"temperature", sp.temperature},
+                                    {"noise", std::stod(a["--noise"])}, {"hidden", hidden}, {"layers", layers},
+                                    {"vocab", vocab}, {"generated_tokens", m.generated_tokens}, {"seconds", secs},
+                                    {"generated_tok_s", double(m.generated_tokens) / secs}, {"steps", m.steps},
+                                    {"forward_s", m.forward_seconds}, {"draft_s", m.draft_seconds},
+                                    {"threads", di::cpu_num_threads()}};
+                tok_s[arm.name].push_back(double(m.generated_tokens) / secs);
+                steps_of[arm.name].push_back(double(m.steps));
+                if (m.spec_steps > 0) {
+                    r["speculative"] = {{"mean_accepted_length", m.mean_accepted_length()},
+                                        {"position_verified", m.spec_position_verified},
+                                        {"position_accepted", m.spec_position_accepted},
+                                        {"verify_tokens_per_step", double(m.spec_verify_tokens) / double(m.spec_steps)},
+                                        {"mean_draft_budget", double(m.spec_budget_sum) / double(m.spec_steps)}};
+                    accepted_len[arm.name].push_back(m.mean_accepted_length());
+                }
+                std::printf("%s\n", r.dump().c_str());
+                std::fflush(stdout);
             }
-            const auto t0 = std::chrono::steady_clock::now();
-            engine.run_until_done([](di::RequestOutput&&) {});
-            const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            const di::EngineMetrics& m = engine.metrics();
-            nlohmann::json r = {{"arm", arm.name}, {"batch", batch}, {"k", ec.num_speculative_tokens},
-                                {"temperature", sp.temperature}, {"noise", std::stod(a["--noise"])},
-                                {"hidden", hidden}, {"layers", layers}, {"vocab", vocab},
-                                {"generated_tokens", m.generated_tokens}, {"seconds", secs},
-                                {"generated_tok_s", double(m.generated_tokens) / secs}, {"steps", m.steps},
-                                {"forward_s", m.forward_seconds}, {"draft_s", m.draft_seconds},
-                                {"threads", di::cpu_num_threads()}};
-            if (m.spec_steps > 0)
-                r["speculative"] = {{"mean_accepted_length", m.mean_accepted_length()},
-                                    {"position_verified", m.spec_position_verified},
-                                    {"position_accepted", m.spec_position_accepted},
-                                    {"verify_tokens_per_step", double(m.spec_verify_tokens) / double(m.spec_steps)},
-                                    {"mean_draft_budget", double(m.spec_budget_sum) / double(m.spec_steps)}};
-            std::printf("%s\n", r.dump().c_str());
+        }
+        const std::vector<double> load_after = load_average();
+        for (const Arm& arm : arms) {
+            nlohmann::json s = {{"summary", true}, {"family", a["--family"]}, {"arm", arm.name}, {"batch", batch},
+                                {"runs", repeat}, {"median_generated_tok_s", median(tok_s[arm.name])},
+                                {"min_generated_tok_s", *std::min_element(tok_s[arm.name].begin(), tok_s[arm.name].end())},
+                                {"max_generated_tok_s", *std::max_element(tok_s[arm.name].begin(), tok_s[arm.name].end())},
+                                {"median_steps", median(steps_of[arm.name])},
+                                {"speedup_vs_none", tok_s.count("none") ? median(tok_s[arm.name]) / median(tok_s["none"]) : 0.0},
+                                {"loadavg_before", load_before}, {"loadavg_after", load_after}};
+            if (!accepted_len[arm.name].empty()) s["median_mean_accepted_length"] = median(accepted_len[arm.name]);
+            std::printf("%s\n", s.dump().c_str());
             std::fflush(stdout);
         }
     }

@@ -9,6 +9,9 @@
 //   * through the engine: greedy output token-identical to no speculation (draft lengths 1..5, the
 //     confidence scheduler on and off, alone and batched with penalties, logprobs and a sampled
 //     neighbour; chunked prefill);
+//   * against the reference's formulas (exact numerics): the context rows are built from the mean stream
+//     ENTERING each target layer, a block attends to exactly the last window of context rows, and the
+//     draft distributions and confidences follow the Markov and confidence heads;
 //   * a drafter constructed to agree with the target (make_dspark_agree_with_target): near-complete
 //     acceptance, greedy and sampled, and the sampled output keeps the target's distribution.
 #include <gtest/gtest.h>
@@ -23,12 +26,24 @@
 #include "deepinfer/check.h"
 #include "deepinfer/drafter.h"
 #include "deepinfer/engine.h"
+#include "deepinfer/model_v41.h"
+#include "deepinfer/parallel.h"
 #include "deepinfer/synthetic_v41.h"
+#include "model/v41/dspark.h"
+#include "model/v41/qat.h"
 #include "unit/fixtures.h"
 #include "v41/tiny_published_config.h"
 
 namespace deepinfer {
 namespace {
+
+// Many tiny steps: one thread avoids OpenMP fork/join costs that dominate at this size (and explode on
+// a loaded machine).
+struct OneThread {
+    int saved = cpu_num_threads();
+    OneThread() { set_cpu_num_threads(1); }
+    ~OneThread() { set_cpu_num_threads(saved); }
+};
 
 std::string temp_dir(const std::string& name) {
     return (std::filesystem::temp_directory_path() / ("deepinfer_dspark_" + name + "_" + std::to_string(::getpid())))
@@ -107,7 +122,9 @@ void expect_same_draft(const Draft& a, const Draft& b, const std::string& what) 
     for (size_t i = 0; i < a.probs.size(); ++i) ASSERT_EQ(a.probs[i], b.probs[i]) << what << " prob " << i;
 }
 
-class DSpark : public ::testing::TestWithParam<bool> {};  // official numerics?
+class DSpark : public ::testing::TestWithParam<bool> {  // official numerics?
+    OneThread one_thread_;
+};
 
 TEST_P(DSpark, LoadedFromTheStoredBlocks) {
     const auto model = tiny_model(GetParam());
@@ -141,6 +158,7 @@ TEST_P(DSpark, LoadedFromTheStoredBlocks) {
 }
 
 TEST(DSparkLoad, StageCountComesFromTheCheckpointNotTheConfig) {
+    const OneThread one_thread;
     // A checkpoint with 3 stages whose config claims 1 (num_nextn_predict_layers is vestigial in some
     // releases): the drafter still runs all three, i.e. drafts like the model with the right config.
     const std::string dir = temp_dir("stages"), lying = temp_dir("stages_lying");
@@ -218,6 +236,129 @@ TEST_P(DSpark, DraftingIsBatchInvariant) {
     const std::vector<Draft> together = d.draft(reqs);
     for (size_t i = 0; i < reqs.size(); ++i)
         expect_same_draft(together[i], d.draft({&reqs[i], 1})[0], "request " + std::to_string(i));
+}
+
+// ---- the reference's formulas (inference/model.py of V4.1), exact numerics ----
+
+const v41::DSparkModel& dspark_of(const Model& model) {
+    const auto* d = dynamic_cast<const v41::DSparkDrafter*>(model.drafter());
+    if (d == nullptr) throw std::runtime_error("no DSpark drafter");
+    return d->model();
+}
+
+TEST(DSparkFormula, ContextRowsComeFromTheMeanStreamEnteringTheTargetLayers) {
+    const auto model = tiny_model(false);
+    const v41::DSparkModel& dm = dspark_of(*model);
+    const V41TextConfig& c = *dm.config;
+    const int64_t D = c.hidden_size, hc = c.hc_mult, hd = c.head_dim, T = dm.num_taps(), W = c.sliding_window;
+    for (int64_t l : c.dspark_target_layer_ids) ASSERT_LT(c.engram_index(l), 0) << "a tapped layer has Engram";
+    std::mt19937 rng(41);
+    const std::vector<int32_t> prompt = random_prompt(rng, 13, c.vocab_size);
+    Sequence s = attached(*model, prompt, 4);
+    V41ForwardTrace trace;  // the same forward, one chunk, with the streams after every layer
+    dynamic_cast<const V41Model&>(*model).forward(prompt, &trace);
+    const auto& st = dynamic_cast<const v41::SequenceState&>(s.state());
+    const v41::DSparkWeights& w = *dm.weights->dspark;
+    const int64_t P = int64_t(prompt.size());
+    for (bool input : {true, false}) {  // the layer's input (reference) vs its output (must differ)
+        int64_t same = 0, rows = 0;
+        for (int64_t p = P - W; p < P; ++p) {
+            std::vector<float> taps(static_cast<size_t>(T * D)), main(static_cast<size_t>(D)), kv(static_cast<size_t>(hd));
+            for (int64_t j = 0; j < T; ++j) {
+                const int64_t l = c.dspark_target_layer_ids[size_t(j)] - (input ? 1 : 0);
+                const float* x = trace.layer_out.at(l).data() + p * hc * D;
+                for (int64_t d = 0; d < D; ++d) {
+                    float sum = 0;
+                    for (int64_t k = 0; k < hc; ++k) sum += x[k * D + d];
+                    taps[size_t(j * D + d)] = sum / float(hc);
+                }
+            }
+            cpu::linear_rows(w.main_proj, taps.data(), 1, main.data());
+            cpu::rms_norm(main.data(), w.main_norm.data(), float(c.rms_norm_eps), D, main.data());
+            for (size_t stage = 0; stage < w.stages.size(); ++stage) {
+                cpu::linear_rows(w.stages[stage].attn.wkv, main.data(), 1, kv.data());
+                cpu::rms_norm(kv.data(), w.stages[stage].attn.kv_norm.data(), float(c.rms_norm_eps), hd, kv.data());
+                dm.rope_main->apply(kv.data(), hd, p);
+                v41::fake_quant_fp8(kv.data(), hd, 32);
+                const float* ring = st.dspark.stages[stage].row(p % st.dspark.rows);
+                same += std::equal(kv.begin(), kv.end(), ring);
+                ++rows;
+            }
+        }
+        if (input) {
+            EXPECT_EQ(same, rows);
+        } else {
+            EXPECT_EQ(same, 0);
+        }
+    }
+}
+
+TEST(DSparkFormula, BlockAttendsToExactlyTheLastWindowOfContextRows) {
+    const auto model = tiny_model(false);
+    const v41::DSparkModel& dm = dspark_of(*model);
+    const int64_t W = dm.config->sliding_window, hd = dm.config->head_dim;
+    std::mt19937 rng(43);
+    const int64_t P = 20;  // > W + 1, < the ring (W + headroom): every position has its own slot
+    Sequence s = attached(*model, random_prompt(rng, P, dm.config->vocab_size), 64);
+    auto block = [&](Sequence& q) {
+        v41::SequenceState* st = &dynamic_cast<v41::SequenceState&>(q.state());
+        const int32_t anchor = 9;
+        return v41::dspark_block_forward(dm, std::span<v41::SequenceState* const>(&st, 1), std::span(&anchor, 1));
+    };
+    const v41::DSparkBlockOutput base = block(s);
+    for (int64_t p : {P - W - 2, P - W - 1, P - W, P - 1}) {
+        Sequence f = s.fork();
+        auto& st = dynamic_cast<v41::SequenceState&>(f.state());
+        ASSERT_GT(st.dspark.rows, P);
+        for (PagedRing& ring : st.dspark.stages) std::fill_n(ring.mutable_row(p % st.dspark.rows), hd, 0.5f);
+        const bool visible = p >= P - W;
+        EXPECT_EQ(block(f).y != base.y, visible) << "context position " << p;
+    }
+    EXPECT_EQ(block(s).y, base.y);  // the forks wrote their own pages
+}
+
+TEST(DSparkFormula, DraftsFollowTheMarkovAndConfidenceHeads) {
+    const auto model = tiny_model(false);
+    const v41::DSparkModel& dm = dspark_of(*model);
+    const V41TextConfig& c = *dm.config;
+    const v41::DSparkWeights& w = *dm.weights->dspark;
+    const int64_t D = c.hidden_size, V = c.vocab_size, r = c.dspark_markov_rank, G = dm.block_size();
+    std::mt19937 rng(47);
+    Sequence s = attached(*model, random_prompt(rng, 10, V), 64);
+    const int32_t anchor = 77;
+    const double T = 0.8;
+    const std::vector<double> u = {0.25, 0.5, 0.75, 0.1, 0.9};
+    const DraftRequest req{.sequence = &s, .anchor = anchor, .num_drafts = G, .temperature = T, .uniforms = u};
+    const Draft d = model->drafter()->draft({&req, 1})[0];
+    v41::SequenceState* st = &dynamic_cast<v41::SequenceState&>(s.state());
+    const v41::DSparkBlockOutput b = v41::dspark_block_forward(dm, std::span<v41::SequenceState* const>(&st, 1),
+                                                               std::span(&anchor, 1));
+    int32_t prev = anchor;
+    for (int64_t k = 0; k < G; ++k) {
+        // ℓ = U[k] + W1[prev] · W2ᵀ; q = softmax(ℓ / T); z = w · [y[k]; W1[prev]].
+        std::vector<float> e(static_cast<size_t>(r)), head_row(static_cast<size_t>(r));
+        cpu::dequantize_rows(w.markov_embed, prev, prev + 1, e.data());
+        std::vector<double> l(static_cast<size_t>(V));
+        double mx = -1e300;
+        for (int64_t v = 0; v < V; ++v) {
+            cpu::dequantize_rows(w.markov_head, v, v + 1, head_row.data());
+            double beta = 0;
+            for (int64_t i = 0; i < r; ++i) beta += double(e[size_t(i)]) * head_row[size_t(i)];
+            l[size_t(v)] = double(b.U[size_t(k * V + v)]) + beta;
+            mx = std::max(mx, l[size_t(v)]);
+        }
+        double den = 0;
+        for (double x : l) den += std::exp((x - mx) / T);
+        double worst = 0;
+        for (int64_t v = 0; v < V; ++v)
+            worst = std::max(worst, std::abs(std::exp((l[size_t(v)] - mx) / T) / den - d.probs[size_t(k * V + v)]));
+        EXPECT_LT(worst, 1e-5) << "draft " << k;
+        double z = 0;
+        for (int64_t i = 0; i < D; ++i) z += double(w.confidence[size_t(i)]) * b.y[size_t(k * D + i)];
+        for (int64_t i = 0; i < r; ++i) z += double(w.confidence[size_t(D + i)]) * e[size_t(i)];
+        EXPECT_NEAR(d.confidence[size_t(k)], 1.0 / (1.0 + std::exp(-z)), 1e-5) << "draft " << k;
+        prev = d.tokens[size_t(k)];
+    }
 }
 
 // ---- through the engine ----
@@ -313,6 +454,7 @@ INSTANTIATE_TEST_SUITE_P(SpeculativeEngine, DSpark, ::testing::Values(true, fals
                          [](const auto& p) { return p.param ? "official" : "exact"; });
 
 TEST(DSparkAgreeing, NearlyEveryDraftIsAccepted) {
+    const OneThread one_thread;
     const auto model = agreeing_model();
     const int64_t V = model->info().vocab_size;
     std::mt19937 rng(31);
