@@ -65,11 +65,13 @@ def main():
     ap.add_argument("--walks", type=int, default=4)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--compile-reps", type=int, default=5, help="compile time = median of this many fresh compiles")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
     proc = subprocess.run([a.bin, "--tokenizer", a.tokenizer, "--schemas", a.schemas, "--walks", str(a.walks),
-                           "--steps", str(a.steps)], capture_output=True, text=True, check=True)
+                           "--steps", str(a.steps), "--compile-reps", str(a.compile_reps)],
+                          capture_output=True, text=True, check=True)
     ours = [json.loads(x) for x in proc.stdout.splitlines()]
     ours = {o["name"]: o for o in ours if "name" in o}
 
@@ -83,11 +85,14 @@ def main():
         row = {"name": name, "di_compile_ms": o.get("compile_seconds", float("nan")) * 1e3,
                "di_median_us": o.get("mask_median_us"), "di_p99_us": o.get("mask_p99_us"), "di_states": o.get("states"),
                "di_error": o.get("error")}
-        compiler = xgr.GrammarCompiler(info, max_threads=a.threads, cache_enabled=False)
         try:
-            t0 = time.perf_counter()
-            cg = compiler.compile_json_schema(schema, any_whitespace=True, strict_mode=False)
-            row["xg_compile_ms"] = (time.perf_counter() - t0) * 1e3
+            compile_ms = []
+            for _ in range(a.compile_reps):
+                compiler = xgr.GrammarCompiler(info, max_threads=a.threads, cache_enabled=False)
+                t0 = time.perf_counter()
+                cg = compiler.compile_json_schema(schema, any_whitespace=True, strict_mode=False)
+                compile_ms.append((time.perf_counter() - t0) * 1e3)
+            row["xg_compile_ms"] = statistics.median(compile_ms)
             times, replayed, rejected, first_rejected = [], 0, 0, None
             vocab_bytes = token_bytes.cache if hasattr(token_bytes, "cache") else None
             mask = np.zeros((1, (VOCAB_SIZE + 31) // 32), dtype=np.int32)

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "deepinfer/grammar.h"
+#include "grammar/lookahead_classes.h"
 #include "grammar/utf8_ranges.h"
 
 namespace deepinfer::grammar {
@@ -140,34 +141,9 @@ void closure(const std::vector<NfaState>& nfa, std::vector<int32_t>& set, std::v
 // costs a token-cache walk.
 void minimize(Automaton& a) {
     const int32_t S = a.num_states();
-    std::vector<int32_t> cls(static_cast<size_t>(S));
-    {
-        std::map<std::pair<int32_t, int32_t>, int32_t> init;
-        for (int32_t s = 0; s < S; ++s)
-            cls[size_t(s)] = init.emplace(std::make_pair(a.state_rule[size_t(s)], int32_t(a.state_final[size_t(s)])), int32_t(init.size())).first->second;
-    }
-    size_t num_classes = 0;
-    std::vector<int32_t> sig;
-    while (true) {
-        std::map<std::vector<int32_t>, int32_t> ids;
-        std::vector<int32_t> next_cls(static_cast<size_t>(S));
-        for (int32_t s = 0; s < S; ++s) {
-            sig.clear();
-            sig.push_back(cls[size_t(s)]);
-            for (int b = 0; b < 256; ++b) {
-                const int32_t t = a.next[size_t(s) * 256 + size_t(b)];
-                sig.push_back(t < 0 ? -1 : cls[size_t(t)]);
-            }
-            for (int32_t e = a.edge_begin[size_t(s)]; e < a.edge_begin[size_t(s) + 1]; ++e) {
-                sig.push_back(a.edges[size_t(e)].first);
-                sig.push_back(cls[size_t(a.edges[size_t(e)].second)]);
-            }
-            next_cls[size_t(s)] = ids.emplace(sig, int32_t(ids.size())).first->second;
-        }
-        cls = std::move(next_cls);
-        if (ids.size() == num_classes) break;
-        num_classes = ids.size();
-    }
+    int32_t n_cls = 0;
+    const std::vector<int32_t> cls = moore_classes(a, &n_cls);
+    const size_t num_classes = size_t(n_cls);
     if (num_classes == size_t(S)) return;
     // Representative per class (the lowest state), in order of first appearance.
     std::vector<int32_t> rep(num_classes, -1), new_id(num_classes, -1);

@@ -1,59 +1,148 @@
 // SPDX-License-Identifier: Apache-2.0
 // Per-state token caches: a depth-first walk of the vocabulary trie with an isolated Earley
-// recognizer started at the state (see token_cache.h).
+// recognizer started at the state (see token_cache.h), sharing the walks of states that agree up
+// to some token length (lookahead_classes.h).
 #include "grammar/token_cache.h"
 
+#include <algorithm>
+#include <bit>
 #include <span>
+#include <map>
+#include <unordered_map>
 
 #include <omp.h>
 
 #include "deepinfer/check.h"
 #include "grammar/earley.h"
+#include "grammar/lookahead_classes.h"
 
 namespace deepinfer::grammar {
 namespace {
 
-struct Walker {
+// A state's classification in the vocabulary's sorted order (what the walks produce).
+struct SortedTokens {
+    std::vector<uint64_t> accepted;  // bitset over sorted indices
+    std::vector<int32_t> uncertain;  // sorted indices, ascending
+};
+
+// Sets bits [lo, hi) of `dst` to `src`'s (all ones when `src` is null); they are clear before.
+void or_bit_range(std::vector<uint64_t>& dst, const std::vector<uint64_t>* src, int32_t lo, int32_t hi) {
+    if (lo >= hi) return;
+    const size_t w0 = size_t(lo) >> 6, w1 = size_t(hi - 1) >> 6;
+    for (size_t w = w0; w <= w1; ++w) {
+        uint64_t m = ~uint64_t{0};
+        if (w == w0) m &= ~uint64_t{0} << (lo & 63);
+        if (w == w1) m &= ~uint64_t{0} >> (63 - ((hi - 1) & 63));
+        dst[w] |= src ? (*src)[w] & m : m;
+    }
+}
+
+// Per-automaton facts every walk reads.
+struct WalkContext {
     const Automaton& a;
     const TokenVocabulary::Impl& v;
+    std::vector<uint8_t> plain;  // [num_states] not final and no rule edges: a byte step is all there is
+    const LookaheadClasses* eq = nullptr;
+
+    WalkContext(const Automaton& a_, const TokenVocabulary::Impl& v_) : a(a_), v(v_), plain(size_t(a_.num_states())) {
+        for (int32_t s = 0; s < a.num_states(); ++s) plain[size_t(s)] = !a.state_final[size_t(s)] && !a.has_edges(s);
+    }
+};
+
+struct Walker {
+    using Node = TokenVocabulary::Impl::Node;
+    const WalkContext& cx;
+    const Automaton& a;
+    const Node* nodes;
+    const int32_t* next;
+    const uint8_t* plain;
     Earley inside;   // the state's rule alone (parent unknown): accepts
     Earley outside;  // continuations after the rule ended, in any context: uncertain
     std::span<const int32_t> returns;  // where the state's rule returns to
-    std::vector<int32_t> accepted;     // sorted indices
-    std::vector<int32_t> uncertain;
-    std::string path;  // bytes walked in automaton-only mode, not yet pushed into the recognizers
+    const SortedTokens* rep = nullptr;  // the representative to copy from
+    SortedTokens out;
+    // path[d]: the byte of the walked trie node at depth d+1; the recognizers may lag behind
+    // (automaton-only steps) and catch up from it. st[d], sy[d]: the automaton states of this
+    // walk and of the representative's at depth d in dfa_walk.
+    std::vector<uint8_t> path;
+    std::vector<int32_t> st, sy;
 
-    void add_range(std::vector<int32_t>& out, int32_t lo, int32_t hi) {
-        for (int32_t i = lo; i < hi; ++i) out.push_back(i);
+    Walker(const WalkContext& cx_, int32_t state)
+        : cx(cx_),
+          a(cx_.a),
+          nodes(cx_.v.nodes.data()),
+          next(cx_.a.next.data()),
+          plain(cx_.plain.data()),
+          inside(&cx_.a),
+          outside(&cx_.a),
+          returns(cx_.a.rule_returns[size_t(cx_.a.state_rule[size_t(state)])]),
+          path(cx_.v.max_token_bytes + 1),
+          st(cx_.v.max_token_bytes + 1),
+          sy(cx_.v.max_token_bytes + 1) {
+        out.accepted.assign((cx.v.sorted.size() + 63) / 64, 0);
+        inside.start_at(state);
+        outside.start_any_context(seeds_if_popped());
     }
-    bool simple(int32_t t) const { return !a.state_final[size_t(t)] && !a.has_edges(t); }
+
+    void accept_node(const Node& n) {  // the tokens that end at n
+        const int32_t k = n.tok_end - n.sub_begin;
+        if (k == 1) out.accepted[size_t(n.sub_begin) >> 6] |= uint64_t{1} << (n.sub_begin & 63);
+        else if (k > 1) or_bit_range(out.accepted, nullptr, n.sub_begin, n.tok_end);
+    }
+    void uncertain_node(const Node& n) {
+        for (int32_t i = n.sub_begin; i < n.tok_end; ++i) out.uncertain.push_back(i);
+    }
     std::span<const int32_t> seeds_if_popped() const { return inside.popped() ? returns : std::span<const int32_t>(); }
 
-    // `node` is reached; `inside` is alive at its prefix, `outside` holds the other continuations.
-    void walk(int32_t node) {
+    // The representative's state after byte b from y, when it stays one plain item (else -1).
+    int32_t rep_step(int32_t y, uint8_t b) const {
+        if (y < 0) return -1;
+        const int32_t t = next[size_t(y) * 256 + b];
+        return t >= 0 && plain[t] ? t : -1;
+    }
+    // At trie node n both walks are one plain item of their own rule instance (x for this state,
+    // y for the representative, y < 0: unknown): if x and y agree on every rest of n's subtree,
+    // the representative's classification of the subtree is this state's.
+    bool try_copy(const Node& n, int32_t x, int32_t y) {
+        if (y < 0 || !cx.eq->equivalent(x, y, n.max_rest)) return false;
+        or_bit_range(out.accepted, &rep->accepted, n.sub_begin, n.sub_end);
+        const auto lo = std::lower_bound(rep->uncertain.begin(), rep->uncertain.end(), n.sub_begin);
+        const auto hi = std::lower_bound(lo, rep->uncertain.end(), n.sub_end);
+        out.uncertain.insert(out.uncertain.end(), lo, hi);
+        return true;
+    }
+
+    // `node` (at `depth`) is reached; `inside` is alive at its prefix, `outside` holds the other
+    // continuations; y: the representative's plain state here (meaningful only while `inside` is
+    // one plain item of the state's own rule instance).
+    void walk(int32_t node, int32_t y, int32_t depth) {
         const ByteSet allowed = inside.top_bytes();
         const auto top = inside.top();
         const int32_t single = top.size() == 1 && outside.top().empty() ? top[0].state : -1;
-        for (int32_t c = v.nodes[size_t(node)].first_child; c >= 0; c = v.nodes[size_t(c)].next_sibling) {
-            const auto& n = v.nodes[size_t(c)];
+        if (single < 0 || top[0].origin != kOutside) y = -1;
+        for (int32_t c = nodes[node].first_child; c >= 0; c = nodes[c].next_sibling) {
+            const Node& n = nodes[c];
             if (single >= 0) {
-                const int32_t t = a.next[size_t(single) * 256 + n.byte];
-                if (t >= 0 && simple(t)) {  // one item, a plain step: walk the automaton alone
-                    add_range(accepted, n.sub_begin, n.tok_end);
-                    path.push_back(char(n.byte));
-                    if (n.first_child >= 0) dfa_walk(c, t);
-                    path.pop_back();
+                const int32_t t = next[size_t(single) * 256 + n.byte];
+                if (t >= 0 && plain[t]) {  // one item, a plain step: walk the automaton alone
+                    const int32_t yt = rep_step(y, n.byte);
+                    if (yt >= 0 && try_copy(n, t, yt)) continue;
+                    accept_node(n);
+                    if (n.first_child >= 0) {
+                        path[size_t(depth)] = n.byte;
+                        dfa_walk(c, t, yt, depth);
+                    }
                     continue;
                 }
             }
             const bool in_ok = byteset_has(allowed, n.byte) && inside.push(n.byte);
             const bool out_ok = outside.push_seeded(n.byte, in_ok ? seeds_if_popped() : std::span<const int32_t>());
             if (in_ok) {
-                add_range(accepted, n.sub_begin, n.tok_end);
-                if (n.first_child >= 0) walk(c);
+                accept_node(n);
+                if (n.first_child >= 0) walk(c, -1, depth + 1);
                 inside.pop();
             } else if (out_ok) {
-                add_range(uncertain, n.sub_begin, n.tok_end);
+                uncertain_node(n);
                 if (n.first_child >= 0) walk_outside(c);
             }
             outside.pop();
@@ -61,85 +150,256 @@ struct Walker {
     }
 
     void walk_outside(int32_t node) {
-        for (int32_t c = v.nodes[size_t(node)].first_child; c >= 0; c = v.nodes[size_t(c)].next_sibling) {
-            const auto& n = v.nodes[size_t(c)];
+        for (int32_t c = nodes[node].first_child; c >= 0; c = nodes[c].next_sibling) {
+            const Node& n = nodes[c];
             if (outside.push_seeded(n.byte, {})) {
-                add_range(uncertain, n.sub_begin, n.tok_end);
+                uncertain_node(n);
                 if (n.first_child >= 0) walk_outside(c);
             }
             outside.pop();
         }
     }
 
-    // The recognizers are `path` bytes behind: `inside` would be the single item at `state` and
-    // `outside` empty (plain steps neither pop nor predict). Falls back where that stops.
-    void dfa_walk(int32_t node, int32_t state) {
-        for (int32_t c = v.nodes[size_t(node)].first_child; c >= 0; c = v.nodes[size_t(c)].next_sibling) {
-            const auto& n = v.nodes[size_t(c)];
-            const int32_t t = a.next[size_t(state) * 256 + n.byte];
-            if (t < 0) continue;
-            add_range(accepted, n.sub_begin, n.tok_end);
-            if (n.first_child < 0) continue;
-            if (simple(t)) {
-                path.push_back(char(n.byte));
-                dfa_walk(c, t);
-                path.pop_back();
+    // Below `node`, whose prefix leaves `inside` as the single plain item at `state` and `outside`
+    // empty, with the recognizers `synced` bytes deep (path[synced..depth of node) not pushed):
+    // plain steps neither pop nor predict, so the automaton alone walks the subtree, a linear scan
+    // of the preorder node array that skips rejected subtrees. Falls back to the recognizers
+    // where a step leaves the plain states.
+    void dfa_walk(int32_t node, int32_t state, int32_t y, int32_t synced) {
+        // Locals: the byte stores into `path` may alias anything, members would be reloaded.
+        const Node* const nd = nodes;
+        const int32_t* const nx = next;
+        const uint8_t* const pl = plain;
+        int32_t* const sts = st.data();
+        int32_t* const sys = sy.data();
+        uint8_t* const pth = path.data();
+        uint64_t* const acc = out.accepted.data();
+        const bool sharing = rep != nullptr;
+        const int32_t base = nd[node].depth;
+        sts[base] = state;
+        sys[base] = y;
+        for (int32_t i = node + 1, end = nd[node].node_end; i < end;) {
+            const Node& n = nd[i];
+            const int32_t d = n.depth;
+            const int32_t t = nx[size_t(sts[d - 1]) * 256 + n.byte];
+            if (t < 0) {
+                i = n.node_end;
                 continue;
             }
-            // Catch the recognizers up, continue with them below this node.
-            const size_t base_in = inside.num_sets(), base_out = outside.num_sets();
-            bool ok = true;
-            for (char b : path) {
-                ok = ok && inside.push(static_cast<uint8_t>(b));
-                outside.push_seeded(static_cast<uint8_t>(b), {});
+            if (pl[t]) {
+                int32_t yt = -1;
+                if (sharing) {
+                    yt = rep_step(sys[d - 1], n.byte);
+                    if (yt >= 0 && try_copy(n, t, yt)) {
+                        i = n.node_end;
+                        continue;
+                    }
+                }
+                const int32_t k = n.tok_end - n.sub_begin;
+                if (k == 1) acc[size_t(n.sub_begin) >> 6] |= uint64_t{1} << (n.sub_begin & 63);
+                else if (k > 1) accept_node(n);
+                sts[d] = t;
+                sys[d] = yt;
+                pth[d - 1] = n.byte;
+                ++i;  // the children follow
+                continue;
             }
-            ok = ok && inside.push(n.byte);
-            outside.push_seeded(n.byte, seeds_if_popped());
-            DI_ICHECK(ok);
-            const std::string saved = std::move(path);
-            path.clear();
-            walk(c);
-            path = saved;
-            inside.truncate(base_in);
-            outside.truncate(base_out);
+            accept_node(n);
+            if (n.first_child >= 0) {
+                // Catch the recognizers up, continue with them below this node.
+                const size_t base_in = inside.num_sets(), base_out = outside.num_sets();
+                bool ok = true;
+                for (int32_t k = synced; k < d - 1; ++k) {
+                    ok = ok && inside.push(pth[k]);
+                    outside.push_seeded(pth[k], {});
+                }
+                ok = ok && inside.push(n.byte);
+                outside.push_seeded(n.byte, seeds_if_popped());
+                DI_ICHECK(ok);
+                walk(i, -1, d);
+                inside.truncate(base_in);
+                outside.truncate(base_out);
+            }
+            i = n.node_end;
         }
     }
 };
 
-}  // namespace
+// Walks `state`; with `rep` (a state of the same rule, already computed), copies its
+// classification wherever the two provably agree.
+SortedTokens walk_state(const WalkContext& cx, int32_t state, int32_t rep_state, const SortedTokens* rep) {
+    Walker w(cx, state);
+    int32_t y = -1;
+    if (rep && cx.plain[size_t(state)] && cx.plain[size_t(rep_state)]) {
+        w.rep = rep;
+        y = rep_state;
+        if (w.try_copy(cx.v.nodes[0], state, y)) return std::move(w.out);
+    }
+    w.walk(0, y, 0);
+    return std::move(w.out);
+}
 
-StateTokens compute_state_tokens(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state) {
-    const int32_t rule = a.state_rule[size_t(state)];
-    Walker w{a, v, Earley(&a), Earley(&a), a.rule_returns[size_t(rule)], {}, {}, {}};
-    w.inside.start_at(state);
-    w.outside.start_any_context(w.seeds_if_popped());
-    w.walk(0);
+// Hardware popcount where the CPU has it (the generic x86-64 build would call a library routine).
+__attribute__((target_clones("popcnt", "default"))) int64_t count_bits(const std::vector<uint64_t>& bits) {
+    int64_t n = 0;
+    for (uint64_t w : bits) n += __builtin_popcountll(w);
+    return n;
+}
+
+// The cache in token-id order. With `rep` (the representative's sorted classification and
+// cache), starts from the representative's id bitset and flips the tokens where the two differ.
+StateTokens to_state_tokens(const TokenVocabulary::Impl& v, const SortedTokens& s, const SortedTokens* rep_sorted,
+                            const StateTokens* rep) {
     StateTokens st;
     st.computed = true;
-    st.num_accepted = static_cast<int64_t>(w.accepted.size());
+    st.num_accepted = count_bits(s.accepted);
     const int64_t words = (v.vocab_size + 63) / 64;
-    if (st.num_accepted > 2 * words) {  // a bitset is smaller than the id list
-        st.accepted_bits.assign(size_t(words), 0);
-        for (int32_t i : w.accepted) {
-            const int32_t id = v.sorted[size_t(i)];
-            st.accepted_bits[size_t(id >> 6)] |= uint64_t{1} << (id & 63);
-        }
-    } else {
-        st.accepted_ids.reserve(w.accepted.size());
-        for (int32_t i : w.accepted) st.accepted_ids.push_back(v.sorted[size_t(i)]);
+    st.uncertain = s.uncertain;
+    if (st.num_accepted <= 2 * words) {  // an id list is smaller than a bitset
+        st.accepted_ids.reserve(size_t(st.num_accepted));
+        for (size_t wi = 0; wi < s.accepted.size(); ++wi)
+            for (uint64_t w = s.accepted[wi]; w; w &= w - 1)
+                st.accepted_ids.push_back(v.sorted[wi * 64 + size_t(std::countr_zero(w))]);
+        return st;
     }
-    st.uncertain = std::move(w.uncertain);
+    const bool from_rep = rep_sorted && rep && !rep->accepted_bits.empty();
+    if (from_rep) st.accepted_bits = rep->accepted_bits;
+    else st.accepted_bits.assign(size_t(words), 0);
+    for (size_t wi = 0; wi < s.accepted.size(); ++wi)
+        for (uint64_t w = from_rep ? s.accepted[wi] ^ rep_sorted->accepted[wi] : s.accepted[wi]; w; w &= w - 1) {
+            const int32_t id = v.sorted[wi * 64 + size_t(std::countr_zero(w))];
+            st.accepted_bits[size_t(id >> 6)] ^= uint64_t{1} << (id & 63);
+        }
     return st;
 }
 
-std::vector<StateTokens> compute_all_state_tokens(const Automaton& a, const TokenVocabulary::Impl& v) {
+// For each state, the state whose cache it copies from (-1: a full walk); representatives come
+// before their dependents. Only plain states (not final, no rule edges) share. At each depth, from
+// the deepest down, states pair up when they are equivalent to that depth, or when their dominant
+// transitions (the target most bytes lead to: the next position of a counted repetition, the loop
+// of a string's characters) take the same bytes into states equivalent to that depth; the walk
+// then copies the representative's classification under every trie node where the two provably
+// agree. At most `max_reps` distinct representatives (their sorted classifications are kept until
+// the end).
+std::vector<int32_t> choose_representatives(const Automaton& a, const LookaheadClasses& eq,
+                                            const std::vector<int32_t>& todo, size_t max_reps) {
+    std::vector<int32_t> rep(size_t(a.num_states()), -1);
+    std::vector<uint8_t> placed(size_t(a.num_states()), 0), is_rep(size_t(a.num_states()), 0);
+    struct Cand {
+        int32_t state, dom, dom_bytes;  // dom_bytes: id of the byte set leading to dom
+    };
+    std::vector<Cand> cand;
+    std::vector<int32_t> count(size_t(a.num_states()), 0);
+    std::map<ByteSet, int32_t> byte_set_ids;
+    for (int32_t s : todo) {
+        if (a.state_final[size_t(s)] || a.has_edges(s)) continue;
+        int32_t dom = -1;
+        for (int b = 0; b < 256; ++b) {
+            const int32_t t = a.next[size_t(s) * 256 + size_t(b)];
+            if (t >= 0 && ++count[size_t(t)] > (dom < 0 ? 0 : count[size_t(dom)])) dom = t;
+        }
+        ByteSet to_dom{0, 0, 0, 0};
+        for (int b = 0; b < 256; ++b) {
+            const int32_t t = a.next[size_t(s) * 256 + size_t(b)];
+            if (t >= 0) count[size_t(t)] = 0;
+            if (t == dom) byteset_add(to_dom, uint8_t(b));
+        }
+        cand.push_back({s, dom, byte_set_ids.emplace(to_dom, int32_t(byte_set_ids.size())).first->second});
+    }
+    const int64_t num_sets = static_cast<int64_t>(byte_set_ids.size());
+    size_t num_reps = 0;
+    std::unordered_map<int64_t, std::vector<int32_t>> groups;
+    std::vector<int64_t> keys;
+    auto assign = [&](const std::vector<int32_t>& g) {
+        bool any_open = false;
+        for (int32_t s : g) any_open |= !placed[size_t(s)];
+        if (!any_open) return;
+        int32_t primary = -1;
+        for (int32_t s : g)  // a full walk if possible, else any state already placed
+            if (placed[size_t(s)] && rep[size_t(s)] < 0) {
+                primary = s;
+                break;
+            }
+        for (size_t i = 0; primary < 0 && i < g.size(); ++i)
+            if (placed[size_t(g[i])]) primary = g[i];
+        if (!is_rep[size_t(primary < 0 ? g[0] : primary)] && num_reps >= max_reps) return;
+        if (primary < 0) {
+            primary = g[0];
+            placed[size_t(primary)] = 1;
+        }
+        if (!is_rep[size_t(primary)]) {
+            is_rep[size_t(primary)] = 1;
+            ++num_reps;
+        }
+        for (int32_t s : g)
+            if (!placed[size_t(s)]) {
+                placed[size_t(s)] = 1;
+                rep[size_t(s)] = primary;
+            }
+    };
+    for (int32_t d = eq.last_depth(); d >= 1; --d) {
+        for (int pass = 0; pass < 2; ++pass) {
+            groups.clear();
+            keys.clear();
+            for (const Cand& c : cand) {
+                const int64_t k = pass == 0 ? eq.class_of(c.state, d) : eq.class_of(c.dom, d) * num_sets + c.dom_bytes;
+                auto& g = groups[k];
+                if (g.empty()) keys.push_back(k);
+                g.push_back(c.state);
+            }
+            for (int64_t k : keys)  // in order of first appearance: deterministic
+                if (groups[k].size() >= 2) assign(groups[k]);
+        }
+    }
+    return rep;
+}
+
+}  // namespace
+
+StateTokens compute_state_tokens(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state) {
+    const WalkContext cx(a, v);
+    return to_state_tokens(v, walk_state(cx, state, -1, nullptr), nullptr, nullptr);
+}
+
+std::vector<StateTokens> compute_all_state_tokens(const Automaton& a, const TokenVocabulary::Impl& v, bool share_work) {
     std::vector<StateTokens> out(size_t(a.num_states()));
     std::vector<int32_t> todo;
     for (int32_t s = 0; s < a.num_states(); ++s)
         if (a.has_bytes(s)) todo.push_back(s);
-#pragma omp parallel for schedule(dynamic, 1) if (todo.size() > 8)
-    for (int64_t i = 0; i < static_cast<int64_t>(todo.size()); ++i)
-        out[size_t(todo[size_t(i)])] = compute_state_tokens(a, v, todo[size_t(i)]);
+    std::vector<int32_t> rep(size_t(a.num_states()), -1);
+    std::unique_ptr<LookaheadClasses> eq;
+    if (share_work && todo.size() > 1) {
+        eq = std::make_unique<LookaheadClasses>(a, static_cast<int32_t>(v.max_token_bytes));
+        // Each kept classification is a bitset of the vocabulary: at most ~64 MiB of them.
+        const size_t max_reps = std::max<size_t>(16, (size_t{64} << 20) / std::max<size_t>(1, v.sorted.size() / 8));
+        rep = choose_representatives(a, *eq, todo, max_reps);
+    }
+    WalkContext cx(a, v);
+    cx.eq = eq.get();
+    // Waves: full walks first, then states whose representative is done.
+    std::vector<int32_t> level(size_t(a.num_states()), -1);
+    std::vector<uint8_t> needed(size_t(a.num_states()), 0);
+    int32_t num_levels = 0;
+    for (int32_t s : todo) {
+        int32_t d = 0;
+        for (int32_t r = rep[size_t(s)]; r >= 0; r = rep[size_t(r)]) ++d;
+        level[size_t(s)] = d;
+        num_levels = std::max(num_levels, d + 1);
+        if (rep[size_t(s)] >= 0) needed[size_t(rep[size_t(s)])] = 1;
+    }
+    std::vector<SortedTokens> kept(size_t(a.num_states()));
+    for (int32_t d = 0; d < num_levels; ++d) {
+        std::vector<int32_t> wave;
+        for (int32_t s : todo)
+            if (level[size_t(s)] == d) wave.push_back(s);
+#pragma omp parallel for schedule(dynamic, 1) if (wave.size() > 1)
+        for (int64_t i = 0; i < static_cast<int64_t>(wave.size()); ++i) {
+            const int32_t s = wave[size_t(i)], r = rep[size_t(s)];
+            SortedTokens st = walk_state(cx, s, r, r >= 0 ? &kept[size_t(r)] : nullptr);
+            out[size_t(s)] = to_state_tokens(v, st, r >= 0 ? &kept[size_t(r)] : nullptr, r >= 0 ? &out[size_t(r)] : nullptr);
+            if (needed[size_t(s)]) kept[size_t(s)] = std::move(st);
+        }
+    }
     return out;
 }
 

@@ -24,10 +24,14 @@ struct StateTokens {
     int64_t num_accepted = 0;
 };
 
-// Computes the cache of one state (thread-safe: only reads its arguments).
+// Computes the cache of one state alone (thread-safe: only reads its arguments).
 StateTokens compute_state_tokens(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state);
 
-// Every state that scans bytes, on the CPU threads.
-std::vector<StateTokens> compute_all_state_tokens(const Automaton& a, const TokenVocabulary::Impl& v);
+// Every state that scans bytes, on the CPU threads. With `share_work`, a state that is equivalent
+// to an already computed one up to some token length (lookahead_classes.h; the positions of a
+// counted repetition) walks only the parts of the vocabulary trie where the two can differ and
+// copies the other's classification elsewhere; the result is the same as without.
+std::vector<StateTokens> compute_all_state_tokens(const Automaton& a, const TokenVocabulary::Impl& v,
+                                                  bool share_work = true);
 
 }  // namespace deepinfer::grammar

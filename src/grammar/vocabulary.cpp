@@ -20,7 +20,10 @@ void TokenVocabulary::Impl::build() {
     std::vector<int32_t> path = {0};       // node per depth
     std::vector<int32_t> last_child = {-1};  // per node
     std::string prev;
-    auto close_node = [&](int32_t node, int32_t end) { nodes[size_t(node)].sub_end = end; };
+    auto close_node = [&](int32_t node, int32_t end) {
+        nodes[size_t(node)].sub_end = end;
+        nodes[size_t(node)].node_end = static_cast<int32_t>(nodes.size());
+    };
     for (int32_t i = 0; i < static_cast<int32_t>(sorted.size()); ++i) {
         const std::string& s = bytes[size_t(sorted[size_t(i)])];
         max_token_bytes = std::max(max_token_bytes, s.size());
@@ -36,6 +39,7 @@ void TokenVocabulary::Impl::build() {
             n.byte = static_cast<uint8_t>(s[d]);
             n.sub_begin = i;
             n.tok_end = i;
+            n.depth = static_cast<int32_t>(d + 1);
             nodes.push_back(n);
             last_child.push_back(-1);
             const int32_t id = static_cast<int32_t>(nodes.size() - 1);
@@ -53,6 +57,10 @@ void TokenVocabulary::Impl::build() {
     }
     nodes[0].sub_begin = 0;
     nodes[0].tok_end = 0;
+    // Children come after their parent: one backward pass.
+    for (size_t i = nodes.size(); i-- > 0;)
+        for (int32_t c = nodes[i].first_child; c >= 0; c = nodes[size_t(c)].next_sibling)
+            nodes[i].max_rest = std::max(nodes[i].max_rest, nodes[size_t(c)].max_rest + 1);
 }
 
 TokenVocabulary::TokenVocabulary(const Tokenizer& tokenizer, int32_t vocab_size, std::vector<int32_t> eos_ids,

@@ -20,6 +20,9 @@ struct TokenVocabulary::Impl {
         int32_t sub_begin = 0;  // [sub_begin, sub_end): sorted indices of the tokens in this subtree
         int32_t sub_end = 0;
         int32_t tok_end = 0;    // [sub_begin, tok_end): tokens whose bytes end exactly here
+        int32_t max_rest = 0;   // the most bytes a token of this subtree has below this node
+        int32_t depth = 0;      // bytes from the root
+        int32_t node_end = 0;   // nodes are in depth-first preorder: the subtree is [this, node_end)
         uint8_t byte = 0;
     };
     int32_t vocab_size = 0;
