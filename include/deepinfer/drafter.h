@@ -41,6 +41,12 @@ public:
     // Makes `sequence` keep, in its forward passes, what drafting needs (target hidden states / taps).
     // Call before the sequence's first forward; copies (fork, prefix snapshots) stay attached.
     virtual void attach(Sequence& sequence) const = 0;
+    // Bytes that attach() adds to a sequence's state with state pages of `page_bytes` (admission
+    // estimates; 0 when the drafter keeps nothing beyond what Model::estimate_state_bytes counts).
+    virtual uint64_t state_bytes(uint64_t page_bytes) const {
+        (void)page_bytes;
+        return 0;
+    }
     // Drafts for several sequences in one batched pass. Does not change what the sequences' target
     // forward computes; may write drafter state at positions >= num_tokens() - 1 (later passes
     // overwrite it).

@@ -147,6 +147,11 @@ struct Engine::Impl {
         }
     }
 
+    // A sequence's state bytes at `num_tokens` tokens, with what the drafter attaches to it.
+    uint64_t estimate_state_bytes(int64_t num_tokens, uint64_t page_bytes) const {
+        return model->estimate_state_bytes(num_tokens, page_bytes) + (drafter ? drafter->state_bytes(page_bytes) : 0);
+    }
+
     // Sequences start attached to the drafter (it keeps what drafting needs from their passes).
     std::unique_ptr<Sequence> new_sequence() {
         auto seq = std::make_unique<Sequence>(model->new_sequence(pool));
@@ -168,7 +173,7 @@ struct Engine::Impl {
         std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->admitted < b->admitted; });
         // Memory after this step, if every running sequence advances (decode first).
         auto projected = [&](const Completion* c, int64_t take) {
-            return model->estimate_state_bytes(c->num_computed + take, pool->page_bytes());
+            return estimate_state_bytes(c->num_computed + take, pool->page_bytes());
         };
         uint64_t limit = cfg.state_memory_bytes;
         auto chunk_size = [&](const Completion* c, int64_t budget_left) {
@@ -234,7 +239,7 @@ struct Engine::Impl {
             const int64_t start = hit.length;
             const int64_t rem = total_tokens(*c) - start;
             const int64_t take_est = std::min({rem, cfg.max_prefill_chunk, budget});
-            const uint64_t need = model->estimate_state_bytes(start + take_est, pool->page_bytes());
+            const uint64_t need = estimate_state_bytes(start + take_est, pool->page_bytes());
             if (use + need > limit) {
                 if (running.empty() && plan.items.empty())
                     DI_THROW("request '", r.id, "' needs ", need, " bytes of state, more than the engine's budget of ",
@@ -250,7 +255,7 @@ struct Engine::Impl {
             c->admitted = admissions++;
             running.push_back(c);
             const int64_t take = chunk_size(c, budget);
-            use += model->estimate_state_bytes(start + take, pool->page_bytes());
+            use += estimate_state_bytes(start + take, pool->page_bytes());
             budget -= take;
             Scheduled s{c, {}};
             for (int64_t i = 0; i < take; ++i) s.tokens.push_back(token_at(*c, c->num_computed + i));

@@ -13,7 +13,9 @@
 //     ENTERING each target layer, a block attends to exactly the last window of context rows, and the
 //     draft distributions and confidences follow the Markov and confidence heads;
 //   * a drafter constructed to agree with the target (make_dspark_agree_with_target): near-complete
-//     acceptance, greedy and sampled, and the sampled output keeps the target's distribution.
+//     greedy acceptance, and the expected acceptance pattern for sampled drafts;
+//   * sampled output with DSpark drafts (sampled, one-hot, scheduled) follows the same per-position token
+//     distribution as without speculation (two-sample chi-square over many seeds, 16-token vocabulary).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -29,7 +31,9 @@
 #include "deepinfer/model_v41.h"
 #include "deepinfer/parallel.h"
 #include "deepinfer/synthetic_v41.h"
+#include "engine/chi_square.h"
 #include "model/v41/dspark.h"
+#include "model/paged_rows.h"
 #include "model/v41/qat.h"
 #include "unit/fixtures.h"
 #include "v41/tiny_published_config.h"
@@ -77,6 +81,24 @@ std::shared_ptr<const Model> tiny_model(bool official) {
         m = std::shared_ptr<const Model>(Model::load(dir, options()));
         std::filesystem::remove_all(dir);
     }
+    return m;
+}
+
+// The same architecture with a 16-token vocabulary (bf16, exact numerics), for distribution tests.
+std::shared_ptr<const Model> small_vocab_model() {
+    static std::shared_ptr<const Model> m = [] {
+        const std::string dir = temp_dir("v16");
+        nlohmann::ordered_json j = tiny_config();
+        j["text_config"]["vocab_size"] = 16;
+        j["text_config"]["dspark_noise_token_id"] = 15;
+        SyntheticCheckpointOptions o;
+        o.seed = 37;
+        o.fp8_linears = o.fp4_experts = false;
+        write_synthetic_v41_checkpoint(dir, j.dump(2), o);
+        auto model = std::shared_ptr<const Model>(Model::load(dir, options()));
+        std::filesystem::remove_all(dir);
+        return model;
+    }();
     return m;
 }
 
@@ -155,6 +177,22 @@ TEST_P(DSpark, LoadedFromTheStoredBlocks) {
     }
     // The first draft and confidence do not depend on the sampling (the Markov input is the anchor).
     EXPECT_EQ(out[0].confidence[0], out[1].confidence[0]);
+}
+
+TEST_P(DSpark, StateBytesCountTheContextRings) {
+    const auto model = tiny_model(GetParam());
+    const uint64_t page = 1024;
+    auto pool = std::make_shared<StatePool>(uint64_t{64} << 20, page);
+    std::mt19937 rng(5);
+    const std::vector<int32_t> prompt = random_prompt(rng, 19, model->info().vocab_size);
+    Sequence plain = model->new_sequence(pool), s = model->new_sequence(pool);
+    model->drafter()->attach(s);
+    model->forward(plain, prompt, false);
+    model->forward(s, prompt, false);
+    const uint64_t rings = model->drafter()->state_bytes(page);
+    EXPECT_GT(rings, 0u);
+    EXPECT_EQ(plain.state_bytes(), model->estimate_state_bytes(int64_t(prompt.size()), page));
+    EXPECT_EQ(s.state_bytes(), model->estimate_state_bytes(int64_t(prompt.size()), page) + rings);
 }
 
 TEST(DSparkLoad, StageCountComesFromTheCheckpointNotTheConfig) {
@@ -483,6 +521,59 @@ TEST(DSparkAgreeing, NearlyEveryDraftIsAccepted) {
     for (size_t j = 1; j < 5; ++j) {
         if (m.spec_position_verified[j] < 5) continue;
         EXPECT_GT(double(m.spec_position_accepted[j]), 0.85 * double(m.spec_position_verified[j])) << "position " << j;
+    }
+}
+
+TEST(DSparkSampled, OutputKeepsTheTargetDistribution) {
+    const OneThread one_thread;
+    const auto model = small_vocab_model();
+    const int64_t V = model->info().vocab_size, n = 400, len = 4;
+    const std::vector<int32_t> prompt = {3, 7, 1, 12, 5, 9, 2, 11, 4, 6};  // longer than the window (8)
+    auto histograms = [&](const EngineConfig& cfg, const SamplingParams& base, uint64_t seed0, EngineMetrics* m) {
+        Requests reqs;
+        for (int64_t s = 0; s < n; ++s) {
+            SamplingParams sp = base;
+            sp.seed = seed0 + static_cast<uint64_t>(s);
+            std::string id = std::to_string(s);
+            id.insert(id.begin(), 's');  // not "s" + ...: GCC 12 warns falsely (-Wrestrict)
+            reqs.emplace_back(std::move(id), prompt, sp);
+        }
+        EngineConfig c = cfg;
+        c.max_num_seqs = 512;
+        c.max_num_batched_tokens = 8192;
+        const RunResult r = run(model, c, reqs);
+        if (m) *m = r.metrics;
+        std::vector<std::vector<int64_t>> h(size_t(len), std::vector<int64_t>(size_t(V), 0));
+        for (const auto& [id, out] : r.outputs) {
+            const auto& toks = out.completions.at(0).token_ids;
+            EXPECT_EQ(static_cast<int64_t>(toks.size()), len);
+            for (int64_t p = 0; p < len && p < static_cast<int64_t>(toks.size()); ++p) ++h[size_t(p)][size_t(toks[size_t(p)])];
+        }
+        return h;
+    };
+    SamplingParams sp;
+    sp.temperature = 0.9;
+    sp.top_k = 10;
+    sp.presence_penalty = 0.3;
+    sp.max_tokens = len;
+    sp.ignore_eos = true;
+    const auto want = histograms(EngineConfig{}, sp, 1000, nullptr);
+    struct Arm { const char* name; EngineConfig cfg; };
+    std::vector<Arm> arms = {{"sampled drafts k=3", spec_config(3, false)}, {"one-hot drafts k=2", spec_config(2, false)},
+                             {"scheduler k=5", spec_config(5, true)}};
+    arms[1].cfg.speculative_sample_drafts = false;
+    uint64_t seed0 = 1000;
+    for (const Arm& arm : arms) {
+        EngineMetrics m;
+        seed0 += 100000;
+        const auto got = histograms(arm.cfg, sp, seed0, &m);
+        EXPECT_GT(m.spec_accepted_tokens, 0) << arm.name;  // both branches of the rejection rule run
+        EXPECT_LT(m.spec_accepted_tokens, m.spec_draft_tokens) << arm.name;
+        for (int64_t pos = 0; pos < len; ++pos) {
+            int df = 0;
+            const double x2 = two_sample_chi_square(want[size_t(pos)], got[size_t(pos)], &df);
+            EXPECT_LT(x2, chi_square_bound(df)) << arm.name << " position " << pos << " df " << df;
+        }
     }
 }
 

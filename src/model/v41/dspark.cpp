@@ -266,6 +266,12 @@ void DSparkDrafter::attach(Sequence& sequence) const {
         st.dspark.stages.emplace_back(st.dspark.rows, c.head_dim, st.pool);
 }
 
+uint64_t DSparkDrafter::state_bytes(uint64_t page_bytes) const {
+    const V41TextConfig& c = *m_.config;
+    return uint64_t(m_.weights->dspark->stages.size()) *
+           paged_bytes(c.sliding_window + kRingHeadroom, c.head_dim, page_bytes);
+}
+
 std::vector<Draft> DSparkDrafter::draft(std::span<const DraftRequest> requests) const {
     const V41TextConfig& c = *m_.config;
     const DSparkWeights& d = *m_.weights->dspark;

@@ -71,6 +71,7 @@ public:
     std::string_view method() const override { return "dspark"; }
     int64_t max_drafts() const override { return m_.block_size(); }
     void attach(Sequence& sequence) const override;
+    uint64_t state_bytes(uint64_t page_bytes) const override;  // the context rings
     std::vector<Draft> draft(std::span<const DraftRequest> requests) const override;
     const DSparkModel& model() const { return m_; }
 
