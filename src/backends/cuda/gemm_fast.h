@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+// The `fast` GEMM mode of the CUDA backend: tensor-core GEMMs (mma.sync, FP32 accumulation) for the
+// stored weight formats, next to the bit-exact CUDA-core `reference` kernels of ops.h.
+//  - FP8 e4m3 weights with 128x128 block scales (f32 | ue8m0 | bf16) times activations quantized per
+//    128 columns like DeepSeek's act_quant (e4m3 + power-of-two f32 scale): the four k32 MMAs of a
+//    128-wide K block accumulate in a fresh register tile, which is then promoted into the FP32
+//    accumulator times (activation scale x weight scale).
+//  - Packed FP4 (e2m1, per-32 ue8m0 scales) weights, converted to e4m3 in shared memory on the fly:
+//    each 32-subblock's values are shifted by its scale's distance to the largest of the row's four
+//    scales in that 128 block (exact while the distance is <= 8 binades; smaller values round in
+//    e4m3), and the promotion uses that largest scale.
+//  - BF16 weights times bf16 activations (LM head and other bf16 linears).
+// Batch invariance: a row's result never depends on the other rows of the launch. Every output
+// element is computed by the same sequence of m16n8k32 (m16n8k16 for bf16) MMAs over K in ascending
+// order with the same promotion points, whatever tile shape the launcher picks from the row count;
+// there is no split-K. tests/ops/gemm_fast_cuda_test.cpp checks this bit for bit.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cuda/ops.h"
+
+namespace deepinfer::cuda {
+
+// Which GEMM kernels the CUDA model uses (CudaModelOptions::gemm).
+enum class GemmMode : uint8_t {
+    kReference,  // CUDA-core kernels, bit-identical to the CPU reference
+    kFast,       // tensor-core kernels of this header, equal to the CPU within per-dtype tolerances
+};
+
+// True when the fast path handles this weight: FP8 with 128x128 blocks, FP4, or BF16, with
+// in_features a multiple of 128 (FP8/FP4) or 64 (BF16). Others stay on the reference kernel.
+bool fast_linear_supported(const DeviceLinear& w);
+// True when the current device runs the FP8 tensor-core path (compute capability >= 8.9).
+bool fast_fp8_available();
+
+// DeepSeek's act_quant into e4m3 bytes + f32 scales: s = 2^ceil(log2(max(amax, 1e-4)/448)) per 128
+// consecutive columns of a row, q = e4m3(clamp(x/s, ±448)); q·s equals act_quant_dequant bit for bit.
+// Row r reads x row (row_src ? row_src[r] : r).
+struct ActQuantFp8Params {
+    const float* x = nullptr;  // [*, x_ld] f32
+    int64_t x_ld = 0;
+    const int32_t* row_src = nullptr;  // [rows] or null
+    int64_t rows = 0, cols = 0;        // cols % 128 == 0
+    uint8_t* q = nullptr;              // [rows, cols] e4m3
+    float* scale = nullptr;            // [rows, cols/128] f32
+};
+void act_quant_fp8(const ActQuantFp8Params& p, Stream s);
+
+// out = bf16(x) (round to nearest even; exact for rows that already hold bf16 values).
+struct ToBf16Params {
+    const float* x = nullptr;  // [rows, x_ld] f32
+    int64_t x_ld = 0;
+    int64_t rows = 0, cols = 0;  // cols % 8 == 0
+    uint16_t* out = nullptr;     // [rows, cols] bf16
+};
+void to_bf16(const ToBf16Params& p, Stream s);
+
+// y[out_row(r), n] = a[src(r), :] · W[n, :] on tensor cores, r in [0, rows).
+// Plain form: `weight`. Grouped form (routed experts, one launch): rows are grouped by expert
+// (expert_offsets[e] .. expert_offsets[e+1], as permute() writes them) and use experts[e]
+// (device array, all of `weight`'s shape and format); `tile_scratch` holds num_experts + 1 ints.
+struct FastLinearParams {
+    const void* a = nullptr;           // [*, K] e4m3 (FP8/FP4 weights) or bf16 (BF16 weights), dense rows
+    const float* a_scale = nullptr;    // [*, K/128] f32 act_quant scales (FP8/FP4 weights)
+    const int32_t* a_row_src = nullptr;  // [rows] a row of each output row, or null (= r)
+    DeviceLinear weight;
+    const DeviceLinear* experts = nullptr;     // [num_experts] (device) or null
+    const int32_t* expert_offsets = nullptr;   // [num_experts + 1] (device)
+    int64_t num_experts = 0;
+    int32_t* tile_scratch = nullptr;           // [num_experts + 1] (device)
+    const int32_t* y_row = nullptr;  // [rows] destination row of each row, or null (= r)
+    float* y = nullptr;              // [*, y_ld] f32
+    int64_t y_ld = 0;
+    int64_t rows = 0;
+    bool round_output_bf16 = false;
+};
+void fast_linear(const FastLinearParams& p, Stream s);
+
+}  // namespace deepinfer::cuda

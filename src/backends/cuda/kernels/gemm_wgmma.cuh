@@ -1,0 +1,327 @@
+// SPDX-License-Identifier: Apache-2.0
+// Device code of the fast GEMM on Hopper (sm_90a): wgmma.mma_async with both operands in shared
+// memory. On sm_90, mma.sync with e4m3 operands runs on the f16 pipe (HMMA): only wgmma (QGMMA) gives
+// the FP8 tensor-core rate.
+// A block is two warpgroups (256 threads) over a tile of 128 rows x BN weight rows (BN = 64 or 128,
+// chosen from the weight's shape only); warpgroup w owns rows 64w..64w+63 and issues m64nBNk32 e4m3
+// (m64nBNk16 bf16) MMAs. Tiles live in shared memory in the canonical no-swizzle K-major layout:
+// core matrices of 8 rows x 16 bytes (128 contiguous bytes), the 8 K chunks of an 8-row group
+// next to each other (leading byte offset 128), 8-row groups 1024 bytes apart (stride byte
+// offset 1024). A cp.async pipeline of kStages K tiles (128 bytes of K each) feeds it; packed FP4
+// weights arrive raw and are converted to e4m3 per K tile (see gemm_fast.h for the numerics).
+// Every M uses the same instruction sequence per output element: batch-invariant.
+#pragma once
+
+#include "backends/cuda/kernels/gemm_tc.cuh"
+
+namespace deepinfer::cuda::kernels::wg {
+
+using tc::BKind;
+using tc::TcArgs;
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DI_WGMMA_ENABLED 1
+#endif
+
+// Shared-memory matrix descriptor of a K-major tile whose 8-row groups are 1024 bytes apart: either
+// the no-swizzle layout (core matrices of 8 rows x 16 bytes, K chunks 128 bytes apart) or the 128-byte
+// swizzle (row r at r*128, 16-byte chunk c at ((c ^ (r % 8)) * 16); tiles 1024-aligned).
+__device__ __forceinline__ uint64_t smem_desc(const void* p, bool swizzle) {
+    const uint64_t a = tc::smem_addr(p);
+    const uint64_t lbo = swizzle ? 16 : 128, sbo = 1024, mode = swizzle ? 1 : 0;
+    return ((a & 0x3FFFFu) >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (mode << 62);
+}
+
+__device__ __forceinline__ void fence_proxy_async() {
+#ifdef DI_WGMMA_ENABLED
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_fence() {
+#ifdef DI_WGMMA_ENABLED
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit_wait() {
+#ifdef DI_WGMMA_ENABLED
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+
+#define DI_R8(i) "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+
+// d (+)= A · Bᵀ for one K step (32 bytes); scale_d = 0 overwrites d.
+template <int BN, BKind kB>
+__device__ __forceinline__ void wgmma_step(float (&d)[BN / 2], uint64_t da, uint64_t db, int scale_d) {
+#ifdef DI_WGMMA_ENABLED
+    if constexpr (BN == 128 && kB != BKind::kBf16) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"
+            "%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,"
+            "%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1;\n}\n"
+            : DI_R8(0), DI_R8(8), DI_R8(16), DI_R8(24), DI_R8(32), DI_R8(40), DI_R8(48), DI_R8(56)
+            : "l"(da), "l"(db), "r"(scale_d));
+    } else if constexpr (BN == 128) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"
+            "%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,"
+            "%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+            : DI_R8(0), DI_R8(8), DI_R8(16), DI_R8(24), DI_R8(32), DI_R8(40), DI_R8(48), DI_R8(56)
+            : "l"(da), "l"(db), "r"(scale_d));
+    } else if constexpr (kB != BKind::kBf16) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"
+            "%28,%29,%30,%31}, %32, %33, p, 1, 1;\n}\n"
+            : DI_R8(0), DI_R8(8), DI_R8(16), DI_R8(24)
+            : "l"(da), "l"(db), "r"(scale_d));
+    } else {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"
+            "%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+            : DI_R8(0), DI_R8(8), DI_R8(16), DI_R8(24)
+            : "l"(da), "l"(db), "r"(scale_d));
+    }
+#else
+    (void)d; (void)da; (void)db; (void)scale_d;
+    __trap();  // the launcher selects this kernel only on sm_90 devices (built for sm_90a)
+#endif
+}
+#undef DI_R8
+
+template <int BN, int kStages, BKind kB>
+struct WgConfig {
+    static constexpr int kThreads = 256;
+    static constexpr int BM = 128;
+    static constexpr int kABytes = BM * 128;
+    static constexpr int kBBytes = kB == BKind::kFp4 ? BN * 64 + BN * 4 : BN * 128;
+    static constexpr int kStageBytes = (kABytes + kBBytes + BM * 4 + 1023) / 1024 * 1024;
+    static constexpr int kExtraBytes = kB == BKind::kFp4 ? BN * 128 + BN * 4 + 128 : 0;
+    static constexpr int kMaxKTiles = 256;  // FP8 weight scales kept per block: K <= 32768
+    static constexpr int kSmemBytes = kStages * kStageBytes + kExtraBytes + kMaxKTiles * 4 + 1024;  // + alignment slack
+};
+
+// Byte offset of (row r, 16-byte K chunk c) in a tile.
+__device__ __forceinline__ int tile_offset(int r, int c, bool swizzle) {
+    return swizzle ? r * 128 + ((c ^ (r & 7)) << 4) : (r >> 3) * 1024 + c * 128 + (r & 7) * 16;
+}
+// Chunk i of a tile load (16 bytes): its row and K chunk (consecutive threads fill consecutive bytes).
+__device__ __forceinline__ void chunk_of(int i, bool swizzle, int& r, int& c) {
+    if (swizzle) {
+        r = i >> 3;
+        c = i & 7;
+    } else {
+        r = (i >> 6) * 8 + (i & 7);
+        c = (i >> 3) & 7;
+    }
+}
+
+template <int BN, int kStages, BKind kB>
+static __global__ void __launch_bounds__(256, 1) wgmma_gemm_kernel(const __grid_constant__ TcArgs p) {
+    using C = WgConfig<BN, kStages, kB>;
+    constexpr int BM = C::BM, kThreads = C::kThreads;
+    constexpr bool kScaled = kB != BKind::kBf16;
+    extern __shared__ uint8_t smem_raw[];
+    // wgmma descriptors address shared memory in 16-byte units; keep tiles 1024-aligned.
+    uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    const int tid = threadIdx.x, wgi = tid / 128, wl = tid % 128, lane = tid % 32, wi = wl / 32;
+
+    int64_t row_begin, row_end;
+    const DeviceLinear* wp = &p.weight;
+    if (p.expert_offsets) {
+        const int t = static_cast<int>(blockIdx.x);
+        if (t >= p.tile_offsets[p.num_experts]) return;
+        int lo = 0, hi = static_cast<int>(p.num_experts) - 1;
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (p.tile_offsets[mid] <= t) lo = mid; else hi = mid - 1;
+        }
+        row_begin = p.expert_offsets[lo] + int64_t(t - p.tile_offsets[lo]) * BM;
+        row_end = p.expert_offsets[lo + 1];
+        wp = p.experts + lo;
+    } else {
+        row_begin = int64_t(blockIdx.x) * BM;
+        row_end = p.rows;
+    }
+    const DeviceLinear& w = *wp;
+    const int64_t n0 = int64_t(blockIdx.y) * BN;
+    const int64_t N = p.N, K = p.K, KT = p.k_tiles;
+    const uint8_t* wbytes = static_cast<const uint8_t*>(w.weight);
+    const bool wg_active = row_begin + 64 * wgi < row_end;  // uniform per warpgroup
+
+    const bool sw = !p.no_swizzle;
+    uint8_t* conv = smem + kStages * C::kStageBytes;
+    float* conv_sw = reinterpret_cast<float*>(conv + BN * 128);
+    uint8_t* table = reinterpret_cast<uint8_t*>(conv_sw + BN);
+    float* wscale = reinterpret_cast<float*>(conv + C::kExtraBytes);  // FP8: this block's weight scales per K tile
+    if constexpr (kB == BKind::kFp4) tc::build_fp4_table(table, tid);
+    if constexpr (kB == BKind::kFp8) {
+        for (int64_t i = tid; i < KT; i += kThreads) {
+            const int64_t si = (n0 / 128) * KT + i;
+            float v = 1.0f;
+            switch (w.scale_kind) {
+                case ScaleKind::kF32: v = static_cast<const float*>(w.scale)[si]; break;
+                case ScaleKind::kBF16: v = dev::bf16_value(static_cast<const uint16_t*>(w.scale)[si]); break;
+                case ScaleKind::kE8M0: v = dev::e8m0_value(static_cast<const uint8_t*>(w.scale)[si]); break;
+                default: break;
+            }
+            wscale[i] = v;
+        }
+    }
+
+    auto a_row_of = [&](int64_t r) -> int64_t { return p.a_row_src ? p.a_row_src[r] : r; };
+    auto load_stage = [&](int st, int64_t kt) {
+        uint8_t* sa = smem + st * C::kStageBytes;
+        uint8_t* sb = sa + C::kABytes;
+        float* sx = reinterpret_cast<float*>(sb + C::kBBytes);
+        for (int i = tid; i < BM * 8; i += kThreads) {
+            int r, c;
+            chunk_of(i, sw, r, c);
+            const int64_t gr = row_begin + r;
+            const bool ok = gr < row_end;
+            const uint8_t* src = ok ? p.a + a_row_of(gr) * p.a_row_bytes + kt * 128 + c * 16 : p.a;
+            tc::cp_async16(sa + tile_offset(r, c, sw), src, ok ? 16 : 0);
+        }
+        if constexpr (kScaled) {
+            for (int i = tid; i < BM; i += kThreads) {
+                const int64_t gr = row_begin + i;
+                const bool ok = gr < row_end;
+                tc::cp_async4(sx + i, ok ? p.a_scale + a_row_of(gr) * KT + kt : p.a_scale, ok ? 4 : 0);
+            }
+        }
+        if constexpr (kB == BKind::kFp4) {
+            for (int i = tid; i < BN * 4; i += kThreads) {
+                const int r = i / 4, c = i % 4;
+                const int64_t n = n0 + r;
+                const bool ok = n < N;
+                tc::cp_async16(sb + r * 64 + c * 16, ok ? wbytes + n * (K / 2) + kt * 64 + c * 16 : wbytes, ok ? 16 : 0);
+            }
+            const uint8_t* sbytes = static_cast<const uint8_t*>(w.scale);
+            for (int i = tid; i < BN; i += kThreads) {
+                const int64_t n = n0 + i;
+                const bool ok = n < N;
+                tc::cp_async4(sb + BN * 64 + i * 4, ok ? sbytes + n * (K / 32) + kt * 4 : sbytes, ok ? 4 : 0);
+            }
+        } else {
+            const int64_t row_bytes = kB == BKind::kBf16 ? 2 * K : K;
+            for (int i = tid; i < BN * 8; i += kThreads) {
+                int r, c;
+                chunk_of(i, sw, r, c);
+                const int64_t n = n0 + r;
+                const bool ok = n < N;
+                tc::cp_async16(sb + tile_offset(r, c, sw), ok ? wbytes + n * row_bytes + kt * 128 + c * 16 : wbytes,
+                               ok ? 16 : 0);
+            }
+        }
+    };
+
+    float acc[BN / 2];
+#pragma unroll
+    for (int j = 0; j < BN / 2; ++j) acc[j] = 0.0f;
+    [[maybe_unused]] float part[BN / 2];
+    if constexpr (kScaled) {
+#pragma unroll
+        for (int j = 0; j < BN / 2; ++j) part[j] = 0.0f;
+    }
+
+#pragma unroll
+    for (int st = 0; st < kStages - 1; ++st) {
+        if (st < KT) load_stage(st, st);
+        tc::cp_async_commit();
+    }
+
+    const int g = lane / 4, t4 = lane % 4;
+    for (int64_t kt = 0; kt < KT; ++kt) {
+        tc::cp_async_wait<kStages - 2>();
+        fence_proxy_async();  // this thread's cp.async writes, visible to the tensor cores
+        __syncthreads();
+        {
+            const int64_t next = kt + kStages - 1;
+            if (next < KT) load_stage(static_cast<int>(next % kStages), next);
+            tc::cp_async_commit();
+        }
+        const int st = static_cast<int>(kt % kStages);
+        const uint8_t* sa = smem + st * C::kStageBytes;
+        const uint8_t* sb = sa + C::kABytes;
+        const float* sx = reinterpret_cast<const float*>(sb + C::kBBytes);
+        if constexpr (kB == BKind::kFp4) {
+            for (int i = tid; i < BN * 4; i += kThreads) {
+                const int r = i % BN, j = i / BN;
+                const uint32_t sc = *reinterpret_cast<const uint32_t*>(sb + BN * 64 + r * 4);
+                const uint32_t emax = max(max(sc & 0xFFu, (sc >> 8) & 0xFFu), max((sc >> 16) & 0xFFu, sc >> 24));
+                const uint32_t d = min(emax - ((sc >> (8 * j)) & 0xFFu), 15u);
+                const uint32_t lo = *reinterpret_cast<const uint32_t*>(table + d * 8);
+                const uint32_t hi = *reinterpret_cast<const uint32_t*>(table + d * 8 + 4);
+                const uint4 packed = *reinterpret_cast<const uint4*>(sb + r * 64 + j * 16);
+                uint4 o0, o1;
+                tc::fp4x8_to_e4m3(packed.x, lo, hi, o0.x, o0.y);
+                tc::fp4x8_to_e4m3(packed.y, lo, hi, o0.z, o0.w);
+                tc::fp4x8_to_e4m3(packed.z, lo, hi, o1.x, o1.y);
+                tc::fp4x8_to_e4m3(packed.w, lo, hi, o1.z, o1.w);
+                *reinterpret_cast<uint4*>(conv + tile_offset(r, 2 * j, sw)) = o0;
+                *reinterpret_cast<uint4*>(conv + tile_offset(r, 2 * j + 1, sw)) = o1;
+                if (j == 0) conv_sw[r] = emax == 0xFFu ? __int_as_float(0x7FC00000) : ldexpf(1.0f, int(emax) - 127);
+            }
+            fence_proxy_async();
+            __syncthreads();
+        }
+        const uint8_t* bt = kB == BKind::kFp4 ? conv : sb;
+        if (wg_active) {
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks) {
+                const uint64_t da = smem_desc(sa + wgi * 8 * 1024 + ks * (sw ? 32 : 256), sw);
+                const uint64_t db = smem_desc(bt + ks * (sw ? 32 : 256), sw);
+                if constexpr (kScaled)
+                    wgmma_step<BN, kB>(part, da, db, ks > 0 ? 1 : 0);
+                else
+                    wgmma_step<BN, kB>(acc, da, db, (kt > 0 || ks > 0) ? 1 : 0);
+            }
+            wgmma_commit_wait();
+            if constexpr (kScaled) {
+                float swu = 1.0f;
+                if constexpr (kB == BKind::kFp8) swu = wscale[kt];
+                const int r0 = wgi * 64 + wi * 16 + g;
+                const float sx0 = sx[r0], sx1 = sx[r0 + 8];
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j) {
+                    const int c0 = j * 8 + t4 * 2;
+                    float sw0 = swu, sw1 = swu;
+                    if constexpr (kB == BKind::kFp4) {
+                        sw0 = conv_sw[c0];
+                        sw1 = conv_sw[c0 + 1];
+                    }
+                    acc[4 * j + 0] = fmaf(part[4 * j + 0], sx0 * sw0, acc[4 * j + 0]);
+                    acc[4 * j + 1] = fmaf(part[4 * j + 1], sx0 * sw1, acc[4 * j + 1]);
+                    acc[4 * j + 2] = fmaf(part[4 * j + 2], sx1 * sw0, acc[4 * j + 2]);
+                    acc[4 * j + 3] = fmaf(part[4 * j + 3], sx1 * sw1, acc[4 * j + 3]);
+                }
+            }
+        }
+    }
+    tc::cp_async_wait<0>();
+
+    if (!wg_active) return;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int64_t gr = row_begin + wgi * 64 + wi * 16 + g + h * 8;
+        if (gr >= row_end) continue;
+        float* yrow = p.y + (p.y_row ? int64_t(p.y_row[gr]) : gr) * p.y_ld;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const int64_t n = n0 + j * 8 + t4 * 2;
+            if (n < N) yrow[n] = dev::maybe_bf16(acc[4 * j + 2 * h], p.round_bf16);
+            if (n + 1 < N) yrow[n + 1] = dev::maybe_bf16(acc[4 * j + 2 * h + 1], p.round_bf16);
+        }
+    }
+}
+
+}  // namespace deepinfer::cuda::kernels::wg

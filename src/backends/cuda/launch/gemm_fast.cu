@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: Apache-2.0
+// Launchers of the fast (tensor-core) GEMM and its activation conversions: format checks, the tile
+// configuration by rows per tile (any configuration gives a row the same bits; see gemm_fast.h),
+// the grouped form's tile table, launch checks.
+#include <algorithm>
+#include <cstdlib>
+
+#include "backends/cuda/common/cuda_check.h"
+#include "backends/cuda/kernels/gemm_tc.cuh"
+#include "backends/cuda/kernels/gemm_wgmma.cuh"
+
+namespace deepinfer::cuda {
+namespace {
+
+using kernels::tc::BKind;
+using kernels::tc::TcArgs;
+using kernels::tc::TcConfig;
+
+template <int WM, int WN, int MT, int NT, int kStages, BKind kB>
+void launch(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
+    using C = TcConfig<WM, WN, MT, NT, kStages, kB>;
+    auto* kernel = kernels::tc::tc_gemm_kernel<WM, WN, MT, NT, kStages, kB>;
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    int64_t grid_x = (p.rows + C::BM - 1) / C::BM;
+    TcArgs args = a;
+    if (p.experts) {
+        kernels::tc::expert_tiles_kernel<<<1, 32, 0, st>>>(p.expert_offsets, p.num_experts, C::BM, p.tile_scratch);
+        DI_CUDA_CHECK(cudaGetLastError());
+        args.tile_offsets = p.tile_scratch;
+        // Every tile holds at least one row, and at most one partial tile per non-empty expert.
+        grid_x = std::min<int64_t>(p.rows, grid_x + std::min<int64_t>(p.num_experts, p.rows));
+    }
+    const int64_t grid_y = (a.N + C::BN - 1) / C::BN;
+    DI_CHECK(grid_x < (int64_t(1) << 31) && grid_y < 65536, "fast linear: grid too large");
+    kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), C::kThreads, C::kSmemBytes, st>>>(args);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+// Hopper: 128 rows x BN weight rows per block, BN from the weight's shape only (never from M).
+template <int BN, BKind kB>
+void launch_wgmma(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
+    constexpr int kStages = 4;
+    using C = kernels::wg::WgConfig<BN, kStages, kB>;
+    auto* kernel = kernels::wg::wgmma_gemm_kernel<BN, kStages, kB>;
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    DI_CHECK(a.k_tiles <= C::kMaxKTiles, "fast linear: in_features too large for the wgmma kernel");
+    int64_t grid_x = (p.rows + C::BM - 1) / C::BM;
+    TcArgs args = a;
+    args.no_swizzle = std::getenv("DI_WGMMA_NO_SWIZZLE") != nullptr;  // measurement switch (bench)
+    if (p.experts) {
+        kernels::tc::expert_tiles_kernel<<<1, 32, 0, st>>>(p.expert_offsets, p.num_experts, C::BM, p.tile_scratch);
+        DI_CUDA_CHECK(cudaGetLastError());
+        args.tile_offsets = p.tile_scratch;
+        grid_x = std::min<int64_t>(p.rows, grid_x + std::min<int64_t>(p.num_experts, p.rows));
+    }
+    const int64_t grid_y = (a.N + BN - 1) / BN;
+    DI_CHECK(grid_x < (int64_t(1) << 31) && grid_y < 65536, "fast linear: grid too large");
+    kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), C::kThreads, C::kSmemBytes, st>>>(args);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+int compute_capability() {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        return 0;
+    return major * 10 + minor;
+}
+
+// Tile shapes by rows per tile: 16x32 (decode), 64x64, 128x128 (prefill); on Hopper the wgmma kernel.
+template <BKind kB>
+void launch_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t rows_per_group, cudaStream_t st) {
+    if (compute_capability() == 90) {
+        if (a.N <= 2048)
+            launch_wgmma<64, kB>(p, a, st);
+        else
+            launch_wgmma<128, kB>(p, a, st);
+        return;
+    }
+    if (rows_per_group <= 16)
+        launch<1, 2, 1, 2, 8, kB>(p, a, st);
+    else if (rows_per_group <= 64)
+        launch<2, 2, 2, 4, 4, kB>(p, a, st);
+    else
+        launch<2, 4, 4, 4, 3, kB>(p, a, st);
+}
+
+}  // namespace
+
+bool fast_fp8_available() { return compute_capability() >= 89; }
+
+bool fast_linear_supported(const DeviceLinear& w) {
+    switch (w.kind) {
+        case WeightKind::kFp8Block:
+            return w.block_rows == 128 && w.block_cols == 128 && w.in_features % 128 == 0 && w.scale_kind != ScaleKind::kNone;
+        case WeightKind::kFp4: return w.in_features % 128 == 0;
+        case WeightKind::kBF16: return w.in_features % 64 == 0;
+        default: return false;
+    }
+}
+
+void fast_linear(const FastLinearParams& p, Stream s) {
+    if (p.rows == 0) return;
+    const DeviceLinear& w = p.weight;
+    DI_CHECK(fast_linear_supported(w), "fast linear: unsupported weight (kind ", int(w.kind), ", ", w.out_features, "x",
+             w.in_features, ")");
+    DI_CHECK(p.a && p.y && p.y_ld >= w.out_features, "fast linear: null operand or bad y_ld");
+    DI_CHECK(!p.experts || (p.expert_offsets && p.tile_scratch && p.num_experts > 0),
+             "fast grouped linear: needs expert_offsets, tile_scratch and num_experts");
+    const bool bf16 = w.kind == WeightKind::kBF16;
+    DI_CHECK(bf16 || p.a_scale, "fast linear: FP8/FP4 weights need act_quant scales");
+    DI_CHECK(bf16 || fast_fp8_available(), "fast linear: FP8 tensor cores need compute capability 8.9 or newer");
+    TcArgs a{};
+    a.a = static_cast<const uint8_t*>(p.a);
+    a.a_row_bytes = bf16 ? 2 * w.in_features : w.in_features;
+    a.a_scale = p.a_scale;
+    a.a_row_src = p.a_row_src;
+    a.weight = w;
+    a.experts = p.experts;
+    a.expert_offsets = p.expert_offsets;
+    a.num_experts = p.num_experts;
+    a.y_row = p.y_row;
+    a.y = p.y;
+    a.y_ld = p.y_ld;
+    a.rows = p.rows;
+    a.N = w.out_features;
+    a.K = w.in_features;
+    a.k_tiles = bf16 ? w.in_features / 64 : w.in_features / 128;
+    a.round_bf16 = p.round_output_bf16;
+    const int64_t per_group = p.experts ? (p.rows + p.num_experts - 1) / p.num_experts : p.rows;
+    const auto st = static_cast<cudaStream_t>(s.handle);
+    switch (w.kind) {
+        case WeightKind::kFp8Block: launch_by_rows<BKind::kFp8>(p, a, per_group, st); break;
+        case WeightKind::kFp4: launch_by_rows<BKind::kFp4>(p, a, per_group, st); break;
+        default: launch_by_rows<BKind::kBf16>(p, a, per_group, st); break;
+    }
+}
+
+void act_quant_fp8(const ActQuantFp8Params& p, Stream s) {
+    if (p.rows == 0) return;
+    DI_CHECK(p.cols % 128 == 0 && p.x_ld % 4 == 0, "act_quant_fp8: cols = ", p.cols, ", x_ld = ", p.x_ld);
+    const int64_t threads = p.rows * (p.cols / 128) * 32;
+    kernels::tc::act_quant_fp8_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0,
+                                        static_cast<cudaStream_t>(s.handle)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void to_bf16(const ToBf16Params& p, Stream s) {
+    if (p.rows == 0) return;
+    DI_CHECK(p.cols % 8 == 0 && p.x_ld % 4 == 0, "to_bf16: cols = ", p.cols, ", x_ld = ", p.x_ld);
+    const int64_t threads = p.rows * (p.cols / 8);
+    kernels::tc::to_bf16_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0,
+                                  static_cast<cudaStream_t>(s.handle)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,305 @@
+// SPDX-License-Identifier: Apache-2.0
+// The fast (tensor-core) GEMM mode against the CPU reference, with per-dtype tolerances on the
+// relative error norm ‖fast − ref‖ / ‖ref‖ (the products are exact in both; only the summation order
+// and the tensor cores' internal accumulation differ): FP8 and FP4 (scales within 8 binades of the
+// block's largest) 5e-4, BF16 1e-5; FP4 with scales spread over 18 binades 5e-3 (the documented
+// rounding of the smallest subblocks). Batch invariance bit for bit: a row's result alone, in small
+// batches and in large ones (every tile configuration) is the same; likewise a token's routed-expert
+// rows in the grouped form. Skips without a GPU (or below compute capability 8.9 for FP8/FP4).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/linear.h"
+#include "backends/cpu/primitives.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/gemm_fast.h"
+#include "backends/cuda/model/cuda_weights.h"
+#include "deepinfer/float_formats.h"
+
+namespace deepinfer {
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::Stream;
+
+class CudaGemmFast : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+        if (!cuda::fast_fp8_available()) GTEST_SKIP() << "FP8 tensor cores need compute capability 8.9+";
+    }
+};
+
+template <class T>
+struct Dev {
+    std::unique_ptr<DeviceBuffer> buf;
+    explicit Dev(const std::vector<T>& v) : buf(std::make_unique<DeviceBuffer>(std::max<size_t>(v.size(), 1) * sizeof(T))) {
+        if (!v.empty()) buf->copy_from_host(v.data(), v.size() * sizeof(T));
+    }
+    explicit Dev(size_t n) : buf(std::make_unique<DeviceBuffer>(std::max<size_t>(n, 1) * sizeof(T))) {}
+    T* ptr() const { return static_cast<T*>(buf->data()); }
+    std::vector<T> host(size_t n) const {
+        std::vector<T> v(n);
+        cuda::synchronize();
+        buf->copy_to_host(v.data(), n * sizeof(T));
+        return v;
+    }
+};
+
+std::vector<float> bf16_randn(size_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = cpu::round_bf16(nd(rng));
+    return v;
+}
+
+// A random weight in a stored format: FP8 (ue8m0 128x128 block scales), FP4 (ue8m0 per-32 scales in
+// [scale_lo, scale_lo + scale_span)), or BF16; on host and device.
+struct Weight {
+    std::vector<uint8_t> w, s;
+    cpu::LinearWeight host;
+    std::unique_ptr<DeviceBuffer> dw, ds;
+    cuda::DeviceLinear dev;
+    Weight(cpu::WeightFormat f, int64_t out, int64_t in, uint32_t seed, int scale_lo = 122, int scale_span = 4) {
+        std::mt19937 rng(seed);
+        DType wt = DType::kU8;
+        Shape wshape{out, in}, sshape;
+        if (f == cpu::WeightFormat::kBF16) {
+            const auto v = bf16_randn(size_t(out * in), seed, 1.0f / std::sqrt(float(in)));
+            w.resize(v.size() * 2);
+            for (size_t i = 0; i < v.size(); ++i) {
+                const uint16_t b = f32_to_bf16(v[i]);
+                std::memcpy(w.data() + 2 * i, &b, 2);
+            }
+            wt = DType::kBF16;
+        } else if (f == cpu::WeightFormat::kFp8Block) {
+            w.resize(size_t(out * in));
+            for (uint8_t& b : w) {
+                b = uint8_t(rng());
+                if ((b & 0x7F) == 0x7F) b = 0x3F;
+            }
+            sshape = Shape{(out + 127) / 128, (in + 127) / 128};
+            s.resize(size_t(sshape.numel()));
+            for (uint8_t& b : s) b = uint8_t(118 + rng() % 8);
+            wt = DType::kF8E4M3;
+        } else {
+            w.resize(size_t(out * in / 2));
+            for (uint8_t& b : w) b = uint8_t(rng());
+            wshape = Shape{out, in / 2};
+            sshape = Shape{out, in / 32};
+            s.resize(size_t(sshape.numel()));
+            for (uint8_t& b : s) b = uint8_t(scale_lo + int(rng() % uint32_t(scale_span)));
+        }
+        TensorView wv(w.data(), wt, wshape), sv = s.empty() ? TensorView() : TensorView(s.data(), DType::kF8E8M0, sshape);
+        host = cpu::make_linear_weight(wv, sv, out, in);
+        dw = std::make_unique<DeviceBuffer>(w.size());
+        dw->copy_from_host(w.data(), w.size());
+        if (!s.empty()) {
+            ds = std::make_unique<DeviceBuffer>(s.size());
+            ds->copy_from_host(s.data(), s.size());
+        }
+        dev = cuda::device_linear_like(host, dw->data(), ds ? ds->data() : nullptr);
+    }
+};
+
+double rel_err(const std::vector<float>& ref, const std::vector<float>& got) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+        const double d = double(got[i]) - double(ref[i]);
+        if (!std::isfinite(got[i])) return INFINITY;
+        num += d * d;
+        den += double(ref[i]) * double(ref[i]);
+    }
+    return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// The fast path's activations for rows of x (f32 holding bf16 values): e4m3 + scales, or bf16.
+struct FastInput {
+    std::unique_ptr<Dev<uint8_t>> q;
+    std::unique_ptr<Dev<float>> s;
+    FastInput(const Dev<float>& x, int64_t rows, int64_t cols, bool bf16) {
+        q = std::make_unique<Dev<uint8_t>>(size_t(rows * cols * (bf16 ? 2 : 1)));
+        s = std::make_unique<Dev<float>>(size_t(rows * cols / 128 + 1));
+        if (bf16)
+            cuda::to_bf16({.x = x.ptr(), .x_ld = cols, .rows = rows, .cols = cols, .out = reinterpret_cast<uint16_t*>(q->ptr())},
+                          Stream{});
+        else
+            cuda::act_quant_fp8({.x = x.ptr(), .x_ld = cols, .rows = rows, .cols = cols, .q = q->ptr(), .scale = s->ptr()},
+                                Stream{});
+    }
+};
+
+std::vector<float> run_fast(const Weight& w, const std::vector<float>& x, int64_t rows, bool round = false) {
+    const int64_t K = w.dev.in_features, N = w.dev.out_features;
+    const bool bf16 = w.dev.kind == cuda::WeightKind::kBF16;
+    Dev<float> dx(x), dy(size_t(rows * N));
+    FastInput in(dx, rows, K, bf16);
+    cuda::fast_linear({.a = in.q->ptr(), .a_scale = bf16 ? nullptr : in.s->ptr(), .weight = w.dev, .y = dy.ptr(), .y_ld = N,
+                       .rows = rows, .round_output_bf16 = round},
+                      Stream{});
+    return dy.host(size_t(rows * N));
+}
+
+TEST_F(CudaGemmFast, ActQuantFp8EqualsActQuantDequant) {
+    const int64_t rows = 7, cols = 4096;
+    auto x = bf16_randn(size_t(rows * cols), 3, 3.0f);
+    for (int64_t i = 0; i < 128; ++i) x[size_t(128 + i)] = 1e-7f * float(i);  // a tiny block: amax floor 1e-4
+    Dev<float> dx(x), dref(x.size());
+    cuda::act_quant_dequant({.x = dx.ptr(), .out = dref.ptr(), .rows = rows, .cols = cols}, Stream{});
+    const std::vector<int32_t> src = {6, 0, 3, 3, 1, 5, 2};  // gathered rows
+    Dev<int32_t> dsrc(src);
+    Dev<uint8_t> q(size_t(rows * cols));
+    Dev<float> s(size_t(rows * cols / 128));
+    cuda::act_quant_fp8({.x = dx.ptr(), .x_ld = cols, .row_src = dsrc.ptr(), .rows = rows, .cols = cols, .q = q.ptr(), .scale = s.ptr()},
+                        Stream{});
+    const auto ref = dref.host(x.size());
+    const auto hq = q.host(size_t(rows * cols));
+    const auto hs = s.host(size_t(rows * cols / 128));
+    size_t bad = 0;
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+            const float got = e4m3_to_f32(hq[size_t(r * cols + c)]) * hs[size_t(r * (cols / 128) + c / 128)];
+            const float want = ref[size_t(src[size_t(r)] * cols + c)];
+            if (std::memcmp(&got, &want, 4) != 0) ++bad;
+        }
+    EXPECT_EQ(bad, 0u);
+}
+
+struct Case {
+    cpu::WeightFormat format;
+    int64_t rows, out, in;
+    double tol;
+    int scale_lo = 122, scale_span = 4;
+};
+
+TEST_F(CudaGemmFast, MatchesCpuReferenceWithinTolerance) {
+    const Case cases[] = {
+        {cpu::WeightFormat::kFp8Block, 1, 1024, 4096, 5e-4},     // wq_a decode (16x32 tiles)
+        {cpu::WeightFormat::kFp8Block, 40, 4096, 2048, 5e-4},    // 64x64 tiles
+        {cpu::WeightFormat::kFp8Block, 300, 1000, 1024, 5e-4},   // 128x128 tiles, N not a multiple of the tile
+        {cpu::WeightFormat::kFp4, 3, 2048, 4096, 5e-4},          // expert w1
+        {cpu::WeightFormat::kFp4, 200, 1024, 2048, 5e-4},
+        {cpu::WeightFormat::kFp4, 70, 512, 1024, 5e-3, 110, 18},  // scales spread over 18 binades
+        {cpu::WeightFormat::kBF16, 2, 1280, 4096, 1e-5},          // LM head slice
+        {cpu::WeightFormat::kBF16, 150, 1024, 4096, 1e-5},
+    };
+    uint32_t seed = 50;
+    for (const Case& c : cases) {
+        Weight w(c.format, c.out, c.in, seed++, c.scale_lo, c.scale_span);
+        const auto x = bf16_randn(size_t(c.rows * c.in), seed++);
+        const bool bf16 = c.format == cpu::WeightFormat::kBF16;
+        std::vector<float> ref(size_t(c.rows * c.out));
+        cpu::linear({.x = TensorView(const_cast<float*>(x.data()), DType::kF32, {c.rows, c.in}), .weight = &w.host,
+                     .y = TensorView(ref.data(), DType::kF32, {c.rows, c.out}), .quantize_activations = !bf16});
+        const auto got = run_fast(w, x, c.rows);
+        const double err = rel_err(ref, got);
+        EXPECT_LT(err, c.tol) << "format " << int(c.format) << " " << c.rows << "x" << c.out << "x" << c.in;
+        std::printf("fast vs CPU: format %d rows %lld %lldx%lld rel err %.3g (tol %.0e)\n", int(c.format),
+                    (long long)c.rows, (long long)c.out, (long long)c.in, err, c.tol);
+        // Output rounding to bf16 applies to the same values.
+        const auto rounded = run_fast(w, x, c.rows, true);
+        size_t bad = 0;
+        for (size_t i = 0; i < got.size(); ++i)
+            if (rounded[i] != cpu::round_bf16(got[i])) ++bad;
+        EXPECT_EQ(bad, 0u) << "bf16 output rounding";
+    }
+}
+
+TEST_F(CudaGemmFast, BatchInvariantAcrossBatchSizesAndTileShapes) {
+    for (cpu::WeightFormat f : {cpu::WeightFormat::kFp8Block, cpu::WeightFormat::kFp4, cpu::WeightFormat::kBF16}) {
+        const int64_t N = 1024, K = 2048, R = 300;
+        Weight w(f, N, K, 77);
+        const auto x = bf16_randn(size_t(R * K), 78);
+        const auto full = run_fast(w, x, R);
+        // (first row, count): alone, small batches (16x32 tiles), medium (64x64), another large one.
+        const std::pair<int64_t, int64_t> subsets[] = {{0, 1}, {299, 1}, {17, 5}, {100, 16}, {5, 40}, {31, 200}};
+        for (const auto& [r0, n] : subsets) {
+            const std::vector<float> xs(x.begin() + r0 * K, x.begin() + (r0 + n) * K);
+            const auto part = run_fast(w, xs, n);
+            EXPECT_EQ(0, std::memcmp(part.data(), full.data() + r0 * N, size_t(n * N) * 4))
+                << "format " << int(f) << ": rows [" << r0 << ", " << r0 + n << ") differ from the 300-row batch";
+        }
+    }
+}
+
+// Routed experts: T tokens, top-k of E FP4 experts, grouped by expert like permute().
+struct Routing {
+    std::vector<int32_t> src, slot, offsets;  // per pair (grouped order): token, slot t*k+j; expert offsets
+};
+Routing route_tokens(const std::vector<std::vector<int32_t>>& ids, int64_t E) {
+    Routing r;
+    r.offsets.push_back(0);
+    for (int64_t e = 0; e < E; ++e) {
+        for (size_t t = 0; t < ids.size(); ++t)
+            for (size_t j = 0; j < ids[t].size(); ++j)
+                if (ids[t][j] == e) {
+                    r.src.push_back(int32_t(t));
+                    r.slot.push_back(int32_t(t * ids[t].size() + j));
+                }
+        r.offsets.push_back(int32_t(r.src.size()));
+    }
+    return r;
+}
+
+// Output [T*top, N] in slot order.
+std::vector<float> run_grouped(const std::vector<std::unique_ptr<Weight>>& ws, const std::vector<float>& x,
+                               const std::vector<std::vector<int32_t>>& ids) {
+    const int64_t E = int64_t(ws.size()), T = int64_t(ids.size()), top = int64_t(ids[0].size());
+    const int64_t N = ws[0]->dev.out_features, K = ws[0]->dev.in_features;
+    std::vector<cuda::DeviceLinear> descs;
+    for (const auto& w : ws) descs.push_back(w->dev);
+    const Routing r = route_tokens(ids, E);
+    Dev<float> dx(x), dy(size_t(T * top * N));
+    Dev<cuda::DeviceLinear> dd(descs);
+    Dev<int32_t> dsrc(r.src), dslot(r.slot), doff(r.offsets), tiles(size_t(E + 1));
+    FastInput in(dx, T, K, false);
+    cuda::fast_linear({.a = in.q->ptr(), .a_scale = in.s->ptr(), .a_row_src = dsrc.ptr(), .weight = descs[0], .experts = dd.ptr(),
+                       .expert_offsets = doff.ptr(), .num_experts = E, .tile_scratch = tiles.ptr(), .y_row = dslot.ptr(),
+                       .y = dy.ptr(), .y_ld = N, .rows = T * top},
+                      Stream{});
+    return dy.host(size_t(T * top * N));
+}
+
+TEST_F(CudaGemmFast, GroupedExpertsMatchCpuAndAreBatchInvariant) {
+    const int64_t E = 16, top = 6, N = 512, K = 1024, T = 70;
+    std::vector<std::unique_ptr<Weight>> ws;
+    for (int64_t e = 0; e < E; ++e) ws.push_back(std::make_unique<Weight>(cpu::WeightFormat::kFp4, N, K, 200 + uint32_t(e)));
+    const auto x = bf16_randn(size_t(T * K), 201);
+    std::mt19937 rng(5);
+    std::vector<std::vector<int32_t>> ids(static_cast<size_t>(T));
+    for (auto& v : ids)
+        while (int64_t(v.size()) < top) {
+            const int32_t e = int32_t(rng() % uint32_t(E));
+            if (std::find(v.begin(), v.end(), e) == v.end()) v.push_back(e);
+        }
+    const auto full = run_grouped(ws, x, ids);
+    // Against the CPU, expert by expert.
+    std::vector<float> ref(full.size());
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < top; ++j)
+            cpu::linear({.x = TensorView(const_cast<float*>(x.data()) + t * K, DType::kF32, {1, K}),
+                         .weight = &ws[size_t(ids[size_t(t)][size_t(j)])]->host,
+                         .y = TensorView(ref.data() + (t * top + j) * N, DType::kF32, {1, N}), .quantize_activations = true});
+    const double err = rel_err(ref, full);
+    EXPECT_LT(err, 5e-4);
+    std::printf("grouped fast vs CPU: rel err %.3g\n", err);
+    // A token alone, and 3 tokens, give the same rows as inside the 70-token batch (other tile shapes).
+    for (const auto& [t0, n] : {std::pair<int64_t, int64_t>{0, 1}, {33, 3}, {10, 60}}) {
+        const std::vector<std::vector<int32_t>> sub(ids.begin() + t0, ids.begin() + t0 + n);
+        const std::vector<float> xs(x.begin() + t0 * K, x.begin() + (t0 + n) * K);
+        const auto part = run_grouped(ws, xs, sub);
+        EXPECT_EQ(0, std::memcmp(part.data(), full.data() + t0 * top * N, size_t(n * top * N) * 4))
+            << "tokens [" << t0 << ", " << t0 + n << ")";
+    }
+}
+
+}  // namespace
+}  // namespace deepinfer
