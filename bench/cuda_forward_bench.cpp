@@ -3,7 +3,7 @@
 // (FP8 linears, FP4 experts, DeepSeek's layout): prefill tokens/s of one sequence and decode tokens/s
 // at several batch sizes, one JSON line each. A tokenizer-free binary, so it runs on the GPU machine
 // with only libfmt/libgomp/libcudart beside it.
-//   cuda_forward_bench [--experts 256] [--layers csa,hca] [--prefill 512] [--decode 16] [--batches 1,8,64]
+//   cuda_forward_bench [--experts 256] [--layers csa,hca] [--prefill 512] [--decode 16] [--batches 1,8,64] [--gemm fast]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -57,7 +57,7 @@ std::vector<int64_t> parse_list(const std::string& s) {
 int main(int argc, char** argv) {
     using namespace deepinfer;
     int64_t experts = 256, prefill = 512, decode = 16;
-    std::string layers = "csa,hca", batches = "1,8,64", dir = "/tmp/deepinfer-cuda-bench";
+    std::string layers = "csa,hca", batches = "1,8,64", dir = "/tmp/deepinfer-cuda-bench", gemm = "reference";
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
         if (k == "--experts") experts = std::stoll(v);
@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
         else if (k == "--decode") decode = std::stoll(v);
         else if (k == "--batches") batches = v;
         else if (k == "--dir") dir = v;
+        else if (k == "--gemm") gemm = v;  // reference | fast
         else {
             std::fprintf(stderr, "unknown option %s\n", k.c_str());
             return 2;
@@ -81,6 +82,7 @@ int main(int argc, char** argv) {
     cuda::CudaModelOptions co;
     co.max_model_len = 8192;
     co.workspace_bytes = size_t{24} << 30;  // f32 activations of a 16k-row prefill batch
+    co.gemm = gemm == "fast" ? cuda::GemmMode::kFast : cuda::GemmMode::kReference;
     t = Clock::now();
     // The CUDA loader directly (Model::load's V4.1 branch would need ICU, absent on the GPU machine).
     auto model = cuda::load_cuda_model(dir, {}, co);
@@ -97,7 +99,7 @@ int main(int argc, char** argv) {
         model->forward(w, prompt(16), false);
     }
     nlohmann::json base = {{"layers", layers}, {"experts", experts}, {"numerics", numerics_name(model->numerics())},
-                           {"write_s", write_s}, {"load_s", load_s}};
+                           {"write_s", write_s}, {"load_s", load_s}, {"gemm", gemm}};
     {
         Sequence s = model->new_sequence();
         const auto ids = prompt(prefill);

@@ -44,6 +44,9 @@ struct ModelOptions {
     Device device = Device::kCpu;
     int64_t max_model_len = 0;  // CUDA: longest sequence held on the GPU (0: min(max_position_embeddings, 65536))
     uint64_t device_workspace_bytes = uint64_t{1} << 30;  // CUDA: scratch of one forward, allocated at load
+    // CUDA: tensor-core GEMMs (--gemm fast; equal to the CPU within tolerances, batch-invariant) instead
+    // of the bit-exact reference kernels (--gemm reference).
+    bool device_fast_gemm = false;
 };
 Device parse_device(std::string_view name);  // "cpu" | "cuda"
 

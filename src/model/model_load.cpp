@@ -31,6 +31,7 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const ModelOptions& o
         cuda::CudaModelOptions co;
         co.max_model_len = options.max_model_len;
         co.workspace_bytes = options.device_workspace_bytes;
+        co.gemm = options.device_fast_gemm ? cuda::GemmMode::kFast : cuda::GemmMode::kReference;
         return cuda::load_cuda_model(dir, options, co);
 #else
         DI_THROW("this build has no CUDA backend (nvcc was not found at configure time)");

@@ -44,6 +44,7 @@ Command register_run(CLI::App& app) {
         int64_t max_num_seqs = 64, max_batched_tokens = 2048, max_prefill_chunk = 512, default_max_tokens = 256;
         double state_memory_gib = 4.0, device_workspace_gib = 1.0;
         int64_t max_model_len = 0;
+        std::string gemm = "reference";
         uint64_t seed = 0;
         std::string speculative = "none";
         int64_t num_speculative_tokens = 3;
@@ -65,6 +66,8 @@ Command register_run(CLI::App& app) {
     sub->add_option("--max-model-len", o->max_model_len, "cuda: longest sequence held on the GPU (0: min(context, 65536))");
     sub->add_option("--device-workspace-gib", o->device_workspace_gib,
                     "cuda: scratch of one forward step, allocated at start-up")->capture_default_str();
+    sub->add_option("--gemm", o->gemm, "cuda: reference (bit-identical to the CPU) | fast (tensor cores, within tolerance)")
+        ->capture_default_str()->check(CLI::IsMember({"reference", "fast"}));
     sub->add_option("--max-num-seqs", o->max_num_seqs, "Sequences per step")->capture_default_str()->check(CLI::Range(1, 65536));
     sub->add_option("--max-batched-tokens", o->max_batched_tokens, "Token budget per step")->capture_default_str()
         ->check(CLI::Range(1, 1 << 24));
@@ -105,6 +108,7 @@ Command register_run(CLI::App& app) {
         mo.device = parse_device(o->device);
         mo.max_model_len = o->max_model_len;
         mo.device_workspace_bytes = static_cast<uint64_t>(o->device_workspace_gib * double(uint64_t{1} << 30));
+        mo.device_fast_gemm = o->gemm == "fast";
         std::shared_ptr<const Model> model = Model::load(dir, mo);
         auto tok = std::make_shared<const Tokenizer>(Tokenizer::from_file(tokenizer_path));
         // A tokenizer with more ids than the model (a tiny test model) still decodes every sampled id;

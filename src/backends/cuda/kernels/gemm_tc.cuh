@@ -36,7 +36,6 @@ struct TcArgs {
     float* y;
     int64_t y_ld, rows, N, K, k_tiles;
     bool round_bf16;
-    bool no_swizzle;  // wgmma kernel: no-swizzle tile layout instead of the 128-byte swizzle
 };
 
 // ---- PTX wrappers ---------------------------------------------------------------------------------

@@ -2,14 +2,15 @@
 // Device code of the fast GEMM on Hopper (sm_90a): wgmma.mma_async with both operands in shared
 // memory. On sm_90, mma.sync with e4m3 operands runs on the f16 pipe (HMMA): only wgmma (QGMMA) gives
 // the FP8 tensor-core rate.
-// A block is two warpgroups (256 threads) over a tile of 128 rows x BN weight rows (BN = 64 or 128,
-// chosen from the weight's shape only); warpgroup w owns rows 64w..64w+63 and issues m64nBNk32 e4m3
-// (m64nBNk16 bf16) MMAs. Tiles live in shared memory in the canonical no-swizzle K-major layout:
-// core matrices of 8 rows x 16 bytes (128 contiguous bytes), the 8 K chunks of an 8-row group
-// next to each other (leading byte offset 128), 8-row groups 1024 bytes apart (stride byte
-// offset 1024). A cp.async pipeline of kStages K tiles (128 bytes of K each) feeds it; packed FP4
+// A block is one or two warpgroups (128 or 256 threads) over a tile of 64 or 128 rows x BN weight rows
+// (BN = 64 or 128, chosen from the weight's shape only; one warpgroup for decode-sized row counts, two
+// for prefill); warpgroup w owns rows 64w..64w+63 and issues m64nBNk32 e4m3
+// (m64nBNk16 bf16) MMAs. Tiles live in shared memory in the K-major 128-byte-swizzle layout (one
+// 128-byte K tile per row; measured 10-70% faster than the no-swizzle core-matrix layout).
+// A cp.async pipeline of kStages K tiles (128 bytes of K each) feeds it; packed FP4
 // weights arrive raw and are converted to e4m3 per K tile (see gemm_fast.h for the numerics).
-// Every M uses the same instruction sequence per output element: batch-invariant.
+// Every M uses the same instruction sequence per output element (a warpgroup's 64 rows never
+// interact with another warpgroup's): batch-invariant.
 #pragma once
 
 #include "backends/cuda/kernels/gemm_tc.cuh"
@@ -23,13 +24,13 @@ using tc::TcArgs;
 #define DI_WGMMA_ENABLED 1
 #endif
 
-// Shared-memory matrix descriptor of a K-major tile whose 8-row groups are 1024 bytes apart: either
-// the no-swizzle layout (core matrices of 8 rows x 16 bytes, K chunks 128 bytes apart) or the 128-byte
-// swizzle (row r at r*128, 16-byte chunk c at ((c ^ (r % 8)) * 16); tiles 1024-aligned).
-__device__ __forceinline__ uint64_t smem_desc(const void* p, bool swizzle) {
+// Shared-memory matrix descriptor of a K-major tile in the 128-byte swizzle layout: row r at r*128,
+// its 16-byte chunk c at ((c ^ (r % 8)) * 16); 8-row groups 1024 bytes apart (tiles 1024-aligned).
+// A K step of 32 bytes advances the start address inside the swizzle atom.
+__device__ __forceinline__ uint64_t smem_desc(const void* p) {
     const uint64_t a = tc::smem_addr(p);
-    const uint64_t lbo = swizzle ? 16 : 128, sbo = 1024, mode = swizzle ? 1 : 0;
-    return ((a & 0x3FFFFu) >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (mode << 62);
+    constexpr uint64_t kLbo = 16, kSbo = 1024, kSwizzle128 = 1;
+    return ((a & 0x3FFFFu) >> 4) | ((kLbo >> 4) << 16) | ((kSbo >> 4) << 32) | (kSwizzle128 << 62);
 }
 
 __device__ __forceinline__ void fence_proxy_async() {
@@ -42,9 +43,13 @@ __device__ __forceinline__ void wgmma_fence() {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void wgmma_commit_wait() {
+__device__ __forceinline__ void wgmma_commit() {
 #ifdef DI_WGMMA_ENABLED
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_wait() {
+#ifdef DI_WGMMA_ENABLED
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #endif
 }
@@ -97,10 +102,10 @@ __device__ __forceinline__ void wgmma_step(float (&d)[BN / 2], uint64_t da, uint
 }
 #undef DI_R8
 
-template <int BN, int kStages, BKind kB>
+template <int kWGs, int BN, int kStages, BKind kB>
 struct WgConfig {
-    static constexpr int kThreads = 256;
-    static constexpr int BM = 128;
+    static constexpr int kThreads = 128 * kWGs;
+    static constexpr int BM = 64 * kWGs;
     static constexpr int kABytes = BM * 128;
     static constexpr int kBBytes = kB == BKind::kFp4 ? BN * 64 + BN * 4 : BN * 128;
     static constexpr int kStageBytes = (kABytes + kBBytes + BM * 4 + 1023) / 1024 * 1024;
@@ -110,23 +115,12 @@ struct WgConfig {
 };
 
 // Byte offset of (row r, 16-byte K chunk c) in a tile.
-__device__ __forceinline__ int tile_offset(int r, int c, bool swizzle) {
-    return swizzle ? r * 128 + ((c ^ (r & 7)) << 4) : (r >> 3) * 1024 + c * 128 + (r & 7) * 16;
-}
-// Chunk i of a tile load (16 bytes): its row and K chunk (consecutive threads fill consecutive bytes).
-__device__ __forceinline__ void chunk_of(int i, bool swizzle, int& r, int& c) {
-    if (swizzle) {
-        r = i >> 3;
-        c = i & 7;
-    } else {
-        r = (i >> 6) * 8 + (i & 7);
-        c = (i >> 3) & 7;
-    }
-}
+__device__ __forceinline__ int tile_offset(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
 
-template <int BN, int kStages, BKind kB>
-static __global__ void __launch_bounds__(256, 1) wgmma_gemm_kernel(const __grid_constant__ TcArgs p) {
-    using C = WgConfig<BN, kStages, kB>;
+template <int kWGs, int BN, int kStages, BKind kB>
+static __global__ void __launch_bounds__(128 * kWGs, (kWGs == 1 || BN == 64) ? 2 : 1)
+    wgmma_gemm_kernel(const __grid_constant__ TcArgs p) {
+    using C = WgConfig<kWGs, BN, kStages, kB>;
     constexpr int BM = C::BM, kThreads = C::kThreads;
     constexpr bool kScaled = kB != BKind::kBf16;
     extern __shared__ uint8_t smem_raw[];
@@ -157,7 +151,6 @@ static __global__ void __launch_bounds__(256, 1) wgmma_gemm_kernel(const __grid_
     const uint8_t* wbytes = static_cast<const uint8_t*>(w.weight);
     const bool wg_active = row_begin + 64 * wgi < row_end;  // uniform per warpgroup
 
-    const bool sw = !p.no_swizzle;
     uint8_t* conv = smem + kStages * C::kStageBytes;
     float* conv_sw = reinterpret_cast<float*>(conv + BN * 128);
     uint8_t* table = reinterpret_cast<uint8_t*>(conv_sw + BN);
@@ -178,49 +171,69 @@ static __global__ void __launch_bounds__(256, 1) wgmma_gemm_kernel(const __grid_
     }
 
     auto a_row_of = [&](int64_t r) -> int64_t { return p.a_row_src ? p.a_row_src[r] : r; };
+    // Each thread's async copies are the same rows and chunks in every K tile: their sources are computed
+    // once (a row past the end copies nothing and zero-fills).
+    constexpr int kAChunks = BM * 8 / kThreads;
+    constexpr int kBChunks = kB == BKind::kFp4 ? (BN * 4 + kThreads - 1) / kThreads : BN * 8 / kThreads;
+    const uint8_t* a_src[kAChunks];
+    int a_dst[kAChunks], a_len[kAChunks];
+#pragma unroll
+    for (int q = 0; q < kAChunks; ++q) {
+        const int i = tid + q * kThreads, r = i >> 3, c = i & 7;
+        const int64_t gr = row_begin + r;
+        const bool ok = gr < row_end;
+        a_src[q] = ok ? p.a + a_row_of(gr) * p.a_row_bytes + c * 16 : p.a;
+        a_dst[q] = tile_offset(r, c);
+        a_len[q] = ok ? 16 : 0;
+    }
+    const uint8_t* b_src[kBChunks];
+    int b_dst[kBChunks], b_len[kBChunks];
+#pragma unroll
+    for (int q = 0; q < kBChunks; ++q) {
+        const int i = tid + q * kThreads;
+        if constexpr (kB == BKind::kFp4) {
+            const int r = min(i / 4, BN - 1), c = i % 4;
+            const bool ok = i < BN * 4 && n0 + r < N;
+            b_src[q] = ok ? wbytes + (n0 + r) * (K / 2) + c * 16 : wbytes;
+            b_dst[q] = r * 64 + c * 16;
+            b_len[q] = ok ? 16 : (i < BN * 4 ? 0 : -1);  // -1: no copy at all (beyond the tile)
+        } else {
+            const int64_t row_bytes = kB == BKind::kBf16 ? 2 * K : K;
+            const int r = i >> 3, c = i & 7;
+            const bool ok = n0 + r < N;
+            b_src[q] = ok ? wbytes + (n0 + r) * row_bytes + c * 16 : wbytes;
+            b_dst[q] = tile_offset(r, c);
+            b_len[q] = ok ? 16 : 0;
+        }
+    }
+    const float* x_scale_src = p.a_scale;  // this thread's row of activation scales (tid < BM)
+    int x_scale_len = 0;
+    if (kScaled && tid < BM && row_begin + tid < row_end) {
+        x_scale_src = p.a_scale + a_row_of(row_begin + tid) * KT;
+        x_scale_len = 4;
+    }
+    const uint8_t* w_scale_src = nullptr;  // FP4: this thread's weight row of ue8m0 scales (tid < BN)
+    int w_scale_len = 0;
+    if constexpr (kB == BKind::kFp4) {
+        w_scale_src = static_cast<const uint8_t*>(w.scale);
+        if (tid < BN && n0 + tid < N) {
+            w_scale_src += (n0 + tid) * (K / 32);
+            w_scale_len = 4;
+        }
+    }
     auto load_stage = [&](int st, int64_t kt) {
         uint8_t* sa = smem + st * C::kStageBytes;
         uint8_t* sb = sa + C::kABytes;
         float* sx = reinterpret_cast<float*>(sb + C::kBBytes);
-        for (int i = tid; i < BM * 8; i += kThreads) {
-            int r, c;
-            chunk_of(i, sw, r, c);
-            const int64_t gr = row_begin + r;
-            const bool ok = gr < row_end;
-            const uint8_t* src = ok ? p.a + a_row_of(gr) * p.a_row_bytes + kt * 128 + c * 16 : p.a;
-            tc::cp_async16(sa + tile_offset(r, c, sw), src, ok ? 16 : 0);
-        }
-        if constexpr (kScaled) {
-            for (int i = tid; i < BM; i += kThreads) {
-                const int64_t gr = row_begin + i;
-                const bool ok = gr < row_end;
-                tc::cp_async4(sx + i, ok ? p.a_scale + a_row_of(gr) * KT + kt : p.a_scale, ok ? 4 : 0);
-            }
-        }
-        if constexpr (kB == BKind::kFp4) {
-            for (int i = tid; i < BN * 4; i += kThreads) {
-                const int r = i / 4, c = i % 4;
-                const int64_t n = n0 + r;
-                const bool ok = n < N;
-                tc::cp_async16(sb + r * 64 + c * 16, ok ? wbytes + n * (K / 2) + kt * 64 + c * 16 : wbytes, ok ? 16 : 0);
-            }
-            const uint8_t* sbytes = static_cast<const uint8_t*>(w.scale);
-            for (int i = tid; i < BN; i += kThreads) {
-                const int64_t n = n0 + i;
-                const bool ok = n < N;
-                tc::cp_async4(sb + BN * 64 + i * 4, ok ? sbytes + n * (K / 32) + kt * 4 : sbytes, ok ? 4 : 0);
-            }
-        } else {
-            const int64_t row_bytes = kB == BKind::kBf16 ? 2 * K : K;
-            for (int i = tid; i < BN * 8; i += kThreads) {
-                int r, c;
-                chunk_of(i, sw, r, c);
-                const int64_t n = n0 + r;
-                const bool ok = n < N;
-                tc::cp_async16(sb + tile_offset(r, c, sw), ok ? wbytes + n * row_bytes + kt * 128 + c * 16 : wbytes,
-                               ok ? 16 : 0);
-            }
-        }
+#pragma unroll
+        for (int q = 0; q < kAChunks; ++q) tc::cp_async16(sa + a_dst[q], a_src[q] + kt * 128, a_len[q]);
+        if (kScaled && tid < BM) tc::cp_async4(sx + tid, x_scale_src + kt, x_scale_len);
+        constexpr int kStep = kB == BKind::kFp4 ? 64 : 128;
+#pragma unroll
+        for (int q = 0; q < kBChunks; ++q)
+            if (b_len[q] >= 0) tc::cp_async16(sb + b_dst[q], b_src[q] + kt * kStep, b_len[q]);
+        if constexpr (kB == BKind::kFp4)
+            if (tid < BN) tc::cp_async4(sb + BN * 64 + tid * 4, w_scale_src + kt * 4, w_scale_len);
     };
 
     float acc[BN / 2];
@@ -243,11 +256,6 @@ static __global__ void __launch_bounds__(256, 1) wgmma_gemm_kernel(const __grid_
         tc::cp_async_wait<kStages - 2>();
         fence_proxy_async();  // this thread's cp.async writes, visible to the tensor cores
         __syncthreads();
-        {
-            const int64_t next = kt + kStages - 1;
-            if (next < KT) load_stage(static_cast<int>(next % kStages), next);
-            tc::cp_async_commit();
-        }
         const int st = static_cast<int>(kt % kStages);
         const uint8_t* sa = smem + st * C::kStageBytes;
         const uint8_t* sb = sa + C::kABytes;
@@ -266,8 +274,8 @@ static __global__ void __launch_bounds__(256, 1) wgmma_gemm_kernel(const __grid_
                 tc::fp4x8_to_e4m3(packed.y, lo, hi, o0.z, o0.w);
                 tc::fp4x8_to_e4m3(packed.z, lo, hi, o1.x, o1.y);
                 tc::fp4x8_to_e4m3(packed.w, lo, hi, o1.z, o1.w);
-                *reinterpret_cast<uint4*>(conv + tile_offset(r, 2 * j, sw)) = o0;
-                *reinterpret_cast<uint4*>(conv + tile_offset(r, 2 * j + 1, sw)) = o1;
+                *reinterpret_cast<uint4*>(conv + tile_offset(r, 2 * j)) = o0;
+                *reinterpret_cast<uint4*>(conv + tile_offset(r, 2 * j + 1)) = o1;
                 if (j == 0) conv_sw[r] = emax == 0xFFu ? __int_as_float(0x7FC00000) : ldexpf(1.0f, int(emax) - 127);
             }
             fence_proxy_async();
@@ -278,14 +286,24 @@ static __global__ void __launch_bounds__(256, 1) wgmma_gemm_kernel(const __grid_
             wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < 4; ++ks) {
-                const uint64_t da = smem_desc(sa + wgi * 8 * 1024 + ks * (sw ? 32 : 256), sw);
-                const uint64_t db = smem_desc(bt + ks * (sw ? 32 : 256), sw);
+                const uint64_t da = smem_desc(sa + wgi * 8 * 1024 + ks * 32);
+                const uint64_t db = smem_desc(bt + ks * 32);
                 if constexpr (kScaled)
                     wgmma_step<BN, kB>(part, da, db, ks > 0 ? 1 : 0);
                 else
                     wgmma_step<BN, kB>(acc, da, db, (kt > 0 || ks > 0) ? 1 : 0);
             }
-            wgmma_commit_wait();
+            wgmma_commit();
+        }
+        // Prefetch while the tensor cores work: stage (kt - 1) % kStages, whose MMAs completed last
+        // iteration and whose bytes every thread has passed the barrier above for.
+        {
+            const int64_t next = kt + kStages - 1;
+            if (next < KT) load_stage(static_cast<int>(next % kStages), next);
+            tc::cp_async_commit();
+        }
+        if (wg_active) {
+            wgmma_wait();
             if constexpr (kScaled) {
                 float swu = 1.0f;
                 if constexpr (kB == BKind::kFp8) swu = wscale[kt];
@@ -310,6 +328,7 @@ static __global__ void __launch_bounds__(256, 1) wgmma_gemm_kernel(const __grid_
     tc::cp_async_wait<0>();
 
     if (!wg_active) return;
+    const bool pairs = p.y_ld % 2 == 0 && (reinterpret_cast<uintptr_t>(p.y) & 7) == 0;  // 8-byte stores
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int64_t gr = row_begin + wgi * 64 + wi * 16 + g + h * 8;
@@ -318,8 +337,14 @@ static __global__ void __launch_bounds__(256, 1) wgmma_gemm_kernel(const __grid_
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
             const int64_t n = n0 + j * 8 + t4 * 2;
-            if (n < N) yrow[n] = dev::maybe_bf16(acc[4 * j + 2 * h], p.round_bf16);
-            if (n + 1 < N) yrow[n + 1] = dev::maybe_bf16(acc[4 * j + 2 * h + 1], p.round_bf16);
+            const float v0 = dev::maybe_bf16(acc[4 * j + 2 * h], p.round_bf16);
+            const float v1 = dev::maybe_bf16(acc[4 * j + 2 * h + 1], p.round_bf16);
+            if (pairs && n + 1 < N) {
+                *reinterpret_cast<float2*>(yrow + n) = make_float2(v0, v1);
+            } else {
+                if (n < N) yrow[n] = v0;
+                if (n + 1 < N) yrow[n + 1] = v1;
+            }
         }
     }
 }

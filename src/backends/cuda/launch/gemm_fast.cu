@@ -3,7 +3,6 @@
 // configuration by rows per tile (any configuration gives a row the same bits; see gemm_fast.h),
 // the grouped form's tile table, launch checks.
 #include <algorithm>
-#include <cstdlib>
 
 #include "backends/cuda/common/cuda_check.h"
 #include "backends/cuda/kernels/gemm_tc.cuh"
@@ -37,16 +36,15 @@ void launch(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
 }
 
 // Hopper: 128 rows x BN weight rows per block, BN from the weight's shape only (never from M).
-template <int BN, BKind kB>
+template <int kWGs, int BN, BKind kB>
 void launch_wgmma(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     constexpr int kStages = 4;
-    using C = kernels::wg::WgConfig<BN, kStages, kB>;
-    auto* kernel = kernels::wg::wgmma_gemm_kernel<BN, kStages, kB>;
+    using C = kernels::wg::WgConfig<kWGs, BN, kStages, kB>;
+    auto* kernel = kernels::wg::wgmma_gemm_kernel<kWGs, BN, kStages, kB>;
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
     DI_CHECK(a.k_tiles <= C::kMaxKTiles, "fast linear: in_features too large for the wgmma kernel");
     int64_t grid_x = (p.rows + C::BM - 1) / C::BM;
     TcArgs args = a;
-    args.no_swizzle = std::getenv("DI_WGMMA_NO_SWIZZLE") != nullptr;  // measurement switch (bench)
     if (p.experts) {
         kernels::tc::expert_tiles_kernel<<<1, 32, 0, st>>>(p.expert_offsets, p.num_experts, C::BM, p.tile_scratch);
         DI_CUDA_CHECK(cudaGetLastError());
@@ -72,10 +70,14 @@ int compute_capability() {
 template <BKind kB>
 void launch_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t rows_per_group, cudaStream_t st) {
     if (compute_capability() == 90) {
-        if (a.N <= 2048)
-            launch_wgmma<64, kB>(p, a, st);
-        else
-            launch_wgmma<128, kB>(p, a, st);
+        // BN from the weight's shape; one warpgroup per block for decode-sized row counts (more
+        // blocks per SM to stream weights), two for prefill (the B tile shared by 128 rows).
+        const bool small = rows_per_group <= 64;
+        if (a.N <= 2048) {
+            if (small) launch_wgmma<1, 64, kB>(p, a, st); else launch_wgmma<2, 64, kB>(p, a, st);
+        } else {
+            if (small) launch_wgmma<1, 128, kB>(p, a, st); else launch_wgmma<2, 128, kB>(p, a, st);
+        }
         return;
     }
     if (rows_per_group <= 16)

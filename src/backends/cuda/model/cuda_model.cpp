@@ -93,7 +93,9 @@ public:
           info_{"deepseek_v4", config_.vocab_size, config_.eos_token_ids, config_.max_position_embeddings},
           numerics_(numerics),
           max_len_(o.max_model_len > 0 ? o.max_model_len : std::min<int64_t>(config_.max_position_embeddings, 65536)),
+          fast_(o.gemm == GemmMode::kFast),
           workspace_(o.workspace_bytes) {
+        DI_CHECK(!fast_ || fast_fp8_available(), "fast GEMM mode needs FP8 tensor cores (compute capability 8.9+)");
         DI_CHECK(o.device >= 0 && o.device < device_count(), "CUDA device ", o.device, " not available (",
                  device_count(), " devices)");
         const ModelWeights host = load_model_weights(*checkpoint_, config_);
@@ -130,6 +132,8 @@ private:
     bool official() const { return numerics_ == Numerics::kOfficial; }
     // y[rows, out] = x · Wᵀ with the numerics' rounding points (official: act_quant before FP8/FP4).
     void project(const DeviceLinear& w, const float* x, int64_t rows, float* y) const;
+    // The fast (tensor-core) form of project() for a supported weight; returns false otherwise.
+    bool project_fast(const DeviceLinear& w, const float* x, int64_t rows, float* y, bool round_bf16) const;
     void run_layer(const DeviceLayer& lw, const Batch& b, float*& x, float*& y) const;
     void attention(const DeviceLayer& lw, const Batch& b, const float* a, float* out) const;
     void moe(const DeviceLayer& lw, const Batch& b, const float* a, float* out) const;
@@ -139,6 +143,7 @@ private:
     ModelInfo info_;
     Numerics numerics_;
     int64_t max_len_;
+    bool fast_ = false;  // CudaModelOptions::gemm == kFast
     uint64_t state_bytes_ = 0;
     DeviceWeights weights_;
     std::vector<std::unique_ptr<DeviceBuffer>> tables_;
@@ -191,8 +196,31 @@ Sequence CudaModel::new_sequence(std::shared_ptr<StatePool>) const {
     return Sequence(std::move(dev));
 }
 
+bool CudaModel::project_fast(const DeviceLinear& w, const float* x, int64_t rows, float* y, bool round_bf16) const {
+    if (!fast_ || !fast_linear_supported(w)) return false;
+    const Stream s = stream_.get();
+    const size_t mark = workspace_.mark();
+    const int64_t K = w.in_features;
+    FastLinearParams f{.weight = w, .y = y, .y_ld = w.out_features, .rows = rows, .round_output_bf16 = round_bf16};
+    if (w.kind == WeightKind::kBF16) {
+        uint16_t* xb = workspace_.alloc_n<uint16_t>(rows * K);
+        to_bf16({.x = x, .x_ld = K, .rows = rows, .cols = K, .out = xb}, s);
+        f.a = xb;
+    } else {
+        uint8_t* q = workspace_.alloc_n<uint8_t>(rows * K);
+        float* qs = workspace_.alloc_n<float>(rows * (K / 128));
+        act_quant_fp8({.x = x, .x_ld = K, .rows = rows, .cols = K, .q = q, .scale = qs}, s);
+        f.a = q;
+        f.a_scale = qs;
+    }
+    fast_linear(f, s);
+    workspace_.reset(mark);  // stream-ordered
+    return true;
+}
+
 void CudaModel::project(const DeviceLinear& w, const float* x, int64_t rows, float* y) const {
     const Stream s = stream_.get();
+    if (project_fast(w, x, rows, y, official())) return;
     if (official() && quantized(w)) {
         const size_t mark = workspace_.mark();
         float* xq = workspace_.alloc_n<float>(rows * w.in_features);
@@ -346,31 +374,60 @@ void CudaModel::moe(const DeviceLayer& lw, const Batch& b, const float* a, float
             s);
     const DeviceExperts& ex = lw.experts;
     const int64_t I = ex.shape_w1.out_features;
-    const bool q_in = off && quantized(ex.shape_w1), q_mid = off && quantized(ex.shape_w2);
-    const float* xin = a;
-    if (q_in) {
-        float* xq = workspace_.alloc_n<float>(S * D);
-        act_quant_dequant({.x = a, .out = xq, .rows = S, .cols = D}, s);
-        xin = xq;
-    }
-    float* g = workspace_.alloc_n<float>(NP * I);
-    float* up = workspace_.alloc_n<float>(NP * I);
-    linear({.x = xin, .x_ld = D, .row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w1, .row_expert = perm_expert,
-            .y = g, .y_ld = I, .rows = NP, .round_output_bf16 = off},
-           s);
-    linear({.x = xin, .x_ld = D, .row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w3, .row_expert = perm_expert,
-            .y = up, .y_ld = I, .rows = NP, .round_output_bf16 = off},
-           s);
-    swiglu({.g = g, .u = up, .row_weight = off ? wts : nullptr, .row_weight_index = perm_slot, .rows = NP, .width = I,
-            .limit = L, .round_bf16 = off},
-           s);
-    if (q_mid) act_quant_dequant({.x = g, .out = g, .rows = NP, .cols = I}, s);
-    float* y_perm = workspace_.alloc_n<float>(NP * D);
     float* y_slot = workspace_.alloc_n<float>(NP * D);
-    linear({.x = g, .x_ld = I, .weight = ex.shape_w2, .experts = ex.w2, .row_expert = perm_expert, .y = y_perm, .y_ld = D,
-            .rows = NP, .round_output_bf16 = off},
-           s);
-    scatter_rows({.src = y_perm, .index = perm_slot, .dst = y_slot, .n = NP, .width = D}, s);
+    if (fast_ && fast_linear_supported(ex.shape_w1) && fast_linear_supported(ex.shape_w2) &&
+        ex.shape_w1.kind != WeightKind::kBF16 && ex.shape_w2.kind != WeightKind::kBF16) {
+        // Tensor-core grouped GEMMs, one launch per matrix over all experts: the tokens quantized once
+        // (the GEMM gathers their rows), w2 writing each pair's row straight into slot order.
+        uint8_t* xq = workspace_.alloc_n<uint8_t>(S * D);
+        float* xs = workspace_.alloc_n<float>(S * (D / 128));
+        act_quant_fp8({.x = a, .x_ld = D, .rows = S, .cols = D, .q = xq, .scale = xs}, s);
+        int32_t* tiles = workspace_.alloc_n<int32_t>(E + 1);
+        float* g = workspace_.alloc_n<float>(NP * I);
+        float* up = workspace_.alloc_n<float>(NP * I);
+        FastLinearParams f{.a = xq, .a_scale = xs, .a_row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w1,
+                           .expert_offsets = offsets, .num_experts = E, .tile_scratch = tiles, .y = g, .y_ld = I,
+                           .rows = NP, .round_output_bf16 = off};
+        fast_linear(f, s);
+        f.experts = ex.w3;
+        f.y = up;
+        fast_linear(f, s);
+        swiglu({.g = g, .u = up, .row_weight = off ? wts : nullptr, .row_weight_index = perm_slot, .rows = NP,
+                .width = I, .limit = L, .round_bf16 = off},
+               s);
+        uint8_t* gq = workspace_.alloc_n<uint8_t>(NP * I);
+        float* gs = workspace_.alloc_n<float>(NP * (I / 128));
+        act_quant_fp8({.x = g, .x_ld = I, .rows = NP, .cols = I, .q = gq, .scale = gs}, s);
+        fast_linear({.a = gq, .a_scale = gs, .weight = ex.shape_w2, .experts = ex.w2, .expert_offsets = offsets,
+                     .num_experts = E, .tile_scratch = tiles, .y_row = perm_slot, .y = y_slot, .y_ld = D, .rows = NP,
+                     .round_output_bf16 = off},
+                    s);
+    } else {
+        const bool q_in = off && quantized(ex.shape_w1), q_mid = off && quantized(ex.shape_w2);
+        const float* xin = a;
+        if (q_in) {
+            float* xq = workspace_.alloc_n<float>(S * D);
+            act_quant_dequant({.x = a, .out = xq, .rows = S, .cols = D}, s);
+            xin = xq;
+        }
+        float* g = workspace_.alloc_n<float>(NP * I);
+        float* up = workspace_.alloc_n<float>(NP * I);
+        linear({.x = xin, .x_ld = D, .row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w1, .row_expert = perm_expert,
+                .y = g, .y_ld = I, .rows = NP, .round_output_bf16 = off},
+               s);
+        linear({.x = xin, .x_ld = D, .row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w3, .row_expert = perm_expert,
+                .y = up, .y_ld = I, .rows = NP, .round_output_bf16 = off},
+               s);
+        swiglu({.g = g, .u = up, .row_weight = off ? wts : nullptr, .row_weight_index = perm_slot, .rows = NP, .width = I,
+                .limit = L, .round_bf16 = off},
+               s);
+        if (q_mid) act_quant_dequant({.x = g, .out = g, .rows = NP, .cols = I}, s);
+        float* y_perm = workspace_.alloc_n<float>(NP * D);
+        linear({.x = g, .x_ld = I, .weight = ex.shape_w2, .experts = ex.w2, .row_expert = perm_expert, .y = y_perm, .y_ld = D,
+                .rows = NP, .round_output_bf16 = off},
+               s);
+        scatter_rows({.src = y_perm, .index = perm_slot, .dst = y_slot, .n = NP, .width = D}, s);
+    }
     // Shared expert (no routing weight).
     const int64_t SI = lw.shared_w1.out_features;
     float* sg = workspace_.alloc_n<float>(S * SI);
@@ -516,7 +573,8 @@ std::vector<std::vector<float>> CudaModel::forward_batch(std::span<const Sequenc
             s);
     rms_norm({.x = hy, .weight = weights_.norm, .out = hy, .rows = R, .n = D, .eps = eps, .round_bf16 = official()}, s);
     float* logits = workspace_.alloc_n<float>(R * V);
-    linear({.x = hy, .x_ld = D, .weight = weights_.head, .y = logits, .y_ld = V, .rows = R}, s);
+    if (!project_fast(weights_.head, hy, R, logits, false))
+        linear({.x = hy, .x_ld = D, .weight = weights_.head, .y = logits, .y_ld = V, .rows = R}, s);
     std::vector<float> host(static_cast<size_t>(R * V));
     copy_to_host(host.data(), logits, host.size() * sizeof(float), s);
     stream_.synchronize();

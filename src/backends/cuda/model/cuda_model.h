@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "backends/cuda/gemm_fast.h"
 #include "deepinfer/model.h"
 
 namespace deepinfer::cuda {
@@ -21,6 +22,11 @@ struct CudaModelOptions {
     int64_t max_model_len = 0;
     // Device scratch for one forward (activations of all rows of a batch); allocated once at load.
     size_t workspace_bytes = size_t(1) << 30;
+    // GEMM kernels: kReference (CUDA cores, bit-identical to the CPU) or kFast (tensor cores, gemm_fast.h):
+    // FP8/FP4 linears with act_quant'ed activations (in every numerics mode), the routed experts as one
+    // grouped launch per matrix, the BF16 LM head. Router, compressors and wo_a stay on the reference
+    // kernels. Batch-invariant either way; kFast matches the CPU within tolerances, not bit for bit.
+    GemmMode gemm = GemmMode::kReference;
 };
 
 // Loads a checkpoint directory onto the GPU. Numerics as Model::load (from the checkpoint unless set).
