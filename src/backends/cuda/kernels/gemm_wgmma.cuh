@@ -282,7 +282,9 @@ static __global__ void __launch_bounds__(128 * kWGs, (kWGs == 1 || BN == 64) ? 2
             __syncthreads();
         }
         const uint8_t* bt = kB == BKind::kFp4 ? conv : sb;
-        if (wg_active) {
+        // Issued by every warpgroup, also one whose rows are all padding (zero-filled, never stored): a
+        // branch here makes ptxas serialize the wgmma chain (C7518).
+        {
             wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < 4; ++ks) {
@@ -302,7 +304,7 @@ static __global__ void __launch_bounds__(128 * kWGs, (kWGs == 1 || BN == 64) ? 2
             if (next < KT) load_stage(static_cast<int>(next % kStages), next);
             tc::cp_async_commit();
         }
-        if (wg_active) {
+        {
             wgmma_wait();
             if constexpr (kScaled) {
                 float swu = 1.0f;
