@@ -419,6 +419,96 @@ struct Bench {
         eq.floor_ms = floor_ms(flops, eq.bytes, true);
         lt_time(LtKind::kFp8Tensor, NP, N, K, &eq);
     }
+
+    // Memory-bound ops of a step at T tokens (bytes read + written over the copy bandwidth).
+    void elementwise(int64_t T) {
+        const int64_t D = 4096, hc = 4, I = 2048, K = 6;
+        Buf x(size_t(T) * hc * D * 4), y(size_t(T) * hc * D * 4), o(size_t(T) * D * 4), w(size_t(D) * 4),
+            g(size_t(T) * K * I * 4), u(size_t(T) * K * I * 4), e(size_t(T) * K * D * 4), post(size_t(T) * hc * 4),
+            comb(size_t(T) * hc * hc * 4), rw(size_t(T) * K * 4), ids(size_t(T) * K * 4);
+        fill(x.p(), size_t(T) * hc * D * 4, 41, 2);
+        fill(o.p(), size_t(T) * D * 4, 42, 2);
+        fill(w.p(), size_t(D) * 4, 43, 2);
+        fill(g.p(), size_t(T) * K * I * 4, 44, 2);
+        fill(u.p(), size_t(T) * K * I * 4, 45, 2);
+        fill(e.p(), size_t(T) * K * D * 4, 46, 2);
+        fill(post.p(), size_t(T) * hc * 4, 47, 2);
+        fill(comb.p(), size_t(T) * hc * hc * 4, 48, 2);
+        fill(rw.p(), size_t(T) * K * 4, 49, 2);
+        std::vector<int32_t> hid(size_t(T * K));
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t k = 0; k < K; ++k) hid[size_t(t * K + k)] = int32_t(k * 40 + t % 40);  // ascending, distinct
+        ids.b->copy_from_host(hid.data(), hid.size() * 4);
+        auto row = [&](const std::string& op, const std::string& shape, int64_t m, double bytes, auto&& f) {
+            Row r{op, "reference", shape, m, 0, 0, 0, 0, bytes, floor_ms(0, bytes, true), "memory-bound; T = " + std::to_string(T)};
+            r.ms = time_ms([&](int) { f(); });
+            emit(r);
+        };
+        row("rms_norm", "T x 4096", T, 2.0 * T * D * 4, [&] {
+            rms_norm({.x = o.p<float>(), .weight = w.p<float>(), .out = y.p<float>(), .rows = T, .n = D, .round_bf16 = true}, Stream{});
+        });
+        row("hc_post", "T x 4 x 4096", T, double(T) * D * 4 * (1 + 2 * hc), [&] {
+            hc_post({.out = o.p<float>(), .x = x.p<float>(), .post = post.p<float>(), .comb = comb.p<float>(), .y = y.p<float>(),
+                     .rows = T, .hc = hc, .hidden = D, .round_bf16 = true},
+                    Stream{});
+        });
+        row("swiglu", "6T x 2048", T * K, 3.0 * T * K * I * 4, [&] {
+            swiglu({.g = g.p<float>(), .u = u.p<float>(), .row_weight = rw.p<float>(), .rows = T * K, .width = I, .limit = 10.0f,
+                    .round_bf16 = true},
+                   Stream{});
+        });
+        row("moe_combine", "T x (6+1) x 4096", T, double(T) * D * 4 * (K + 2), [&] {
+            moe_combine({.expert_out = e.p<float>(), .ids = ids.p<int32_t>(), .weights = rw.p<float>(), .shared = o.p<float>(),
+                         .out = y.p<float>(), .rows = T, .top_k = K, .hidden = D, .round_bf16 = true},
+                        Stream{});
+        });
+    }
+
+    // Decode attention of a CSA layer: B sequences at position ctx-1, each reading its 128-row window
+    // and 512 selected compressed entries (of ctx/4), 64 heads x 512. Floor: each sequence's candidate
+    // rows read once (they are shared by the heads) + q and out.
+    void decode_attention(int64_t B, int64_t ctx) {
+        const int64_t H = 64, Dh = 512, W = 128, WR = W + 16, ratio = 4, topk = 512, R = 64;
+        const int64_t cap = ctx / ratio + 1, pos = ctx - 1, maxc = W + topk;
+        Buf win(size_t(B) * WR * Dh * 4), ent(size_t(B) * cap * Dh * 4), q(size_t(B) * H * Dh * 4), kv(size_t(B) * Dh * 4),
+            out(size_t(B) * H * Dh * 4), scratch(size_t(B) * H * maxc * 4), sink(size_t(H) * 4), cs(size_t(ctx) * R * 4),
+            sel(size_t(B) * topk * 4), segs(size_t(B) * sizeof(DeviceSegment)), rs(size_t(B) * 4), ps(size_t(B) * 4);
+        fill(win.p(), size_t(B) * WR * Dh * 4, 51, 2);
+        fill(ent.p(), size_t(B) * cap * Dh * 4, 52, 2);
+        fill(q.p(), size_t(B) * H * Dh * 4, 53, 2);
+        fill(kv.p(), size_t(B) * Dh * 4, 54, 2);
+        fill(sink.p(), size_t(H) * 4, 55, 2);
+        fill(cs.p(), size_t(ctx) * R * 4, 56, 2);
+        std::vector<DeviceSegment> hs(static_cast<size_t>(B));
+        std::vector<int32_t> rows(static_cast<size_t>(B)), positions(static_cast<size_t>(B), int32_t(pos)), picks;
+        for (int64_t b = 0; b < B; ++b) {
+            DeviceSegment& d = hs[size_t(b)];
+            d.row_begin = b;
+            d.num_rows = 1;
+            d.first_position = pos;
+            d.window = win.p<float>() + size_t(b) * WR * Dh;
+            d.comp_entries = ent.p<float>() + size_t(b) * cap * Dh;
+            rows[size_t(b)] = int32_t(b);
+            for (int64_t j = 0; j < topk; ++j) picks.push_back(int32_t((j * (ctx / ratio)) / topk));  // ascending, visible
+        }
+        segs.b->copy_from_host(hs.data(), hs.size() * sizeof(DeviceSegment));
+        rs.b->copy_from_host(rows.data(), rows.size() * 4);
+        ps.b->copy_from_host(positions.data(), positions.size() * 4);
+        sel.b->copy_from_host(picks.data(), picks.size() * 4);
+        const double bytes = double(B) * (double(W + topk) * Dh * 4 + 2.0 * H * Dh * 4);
+        Row r{"decode_attention_csa", "reference", "64x512 heads, window 128 + 512 picks, ctx " + std::to_string(ctx), B, 0, 0, 0,
+              0, bytes, floor_ms(0, bytes, true), "memory-bound; m = sequences"};
+        r.ms = time_ms([&](int) {
+            sparse_attention({.segments = segs.p<DeviceSegment>(), .row_segment = rs.p<int32_t>(), .positions = ps.p<int32_t>(),
+                              .rows = B, .heads = H, .head_dim = Dh, .q = q.p<float>(), .kv = kv.p<float>(), .sink = sink.p<float>(),
+                              .window = W, .window_rows = WR, .kind = AttentionKind::kCsa, .ratio = ratio,
+                              .selected = sel.p<int32_t>(), .topk = topk, .max_candidates = maxc, .scratch = scratch.p<float>(),
+                              .cos_sin = cs.p<float>(), .rope_dim = R, .softmax_scale = 0.044f, .official = true,
+                              .out = out.p<float>()},
+                             Stream{});
+        });
+        emit(r);
+    }
 };
 
 void print_table(const Ceilings& c) {
@@ -494,6 +584,11 @@ int main(int argc, char** argv) {
         if (wanted("experts_w1")) b.grouped("experts_w1", 2048, 4096, t);
         if (wanted("experts_w2")) b.grouped("experts_w2", 4096, 2048, t);
     }
+    // Memory-bound ops (reference CUDA-core kernels), last: their floors are bytes / copy bandwidth.
+    for (int64_t t : {int64_t(1), int64_t(32), int64_t(128), int64_t(512), int64_t(4096), int64_t(16384)})
+        if (wanted("elementwise") && m_wanted(t)) b.elementwise(t);
+    for (int64_t bsz : {int64_t(1), int64_t(32), int64_t(128), int64_t(512)})
+        if (wanted("decode_attention") && m_wanted(bsz)) b.decode_attention(bsz, 4096);
     print_table(b.c);
     cublasLtDestroy(b.lt);
     if (g_out != stdout) std::fclose(g_out);

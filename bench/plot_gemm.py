@@ -40,7 +40,8 @@ def main(argv):
         print(__doc__)
         return 2
     rows = load(argv[1])
-    ops = [r for r in rows if r["op"] not in ("ceiling_copy", "ceiling_gemm", "act_quant_fp8") and r["ms"] > 0]
+    ops = [r for r in rows if r["op"] not in ("ceiling_copy", "ceiling_gemm", "act_quant_fp8") and r["ms"] > 0
+           and r["flops"] > 0]  # memory-bound ops (no FLOPs) are in the JSONL and the markdown table of the bench
     by_op = defaultdict(list)
     for r in ops:
         by_op[r["op"]].append(r)
