@@ -8,16 +8,15 @@
 #include <string>
 
 #include "deepinfer/grammar.h"
+#include "grammar/text_parser.h"
+#include "tokenizer/utf8.h"
 
 namespace deepinfer::grammar {
 namespace {
 
-constexpr int kMaxDepth = 200;
-constexpr int32_t kMaxRepeat = 10000;
-
-class EbnfParser {
+class EbnfParser : public TextParser {
 public:
-    EbnfParser(std::string_view t) : s_(t) {}
+    explicit EbnfParser(std::string_view t) : TextParser(t) {}
 
     Grammar parse(std::string_view root) {
         skip_ws();
@@ -54,7 +53,7 @@ public:
     }
 
 private:
-    [[noreturn]] void fail(const std::string& reason) const {
+    [[noreturn]] void fail(const std::string& reason) const override {
         size_t line = 1, col = 1;
         for (size_t i = 0; i < pos_ && i < s_.size(); ++i) {
             if (s_[i] == '\n') {
@@ -100,7 +99,7 @@ private:
     }
 
     ExprId alternatives(int depth) {
-        if (depth > kMaxDepth) fail("nesting is too deep");
+        if (depth > kMaxNesting) fail("nesting is too deep");
         std::vector<ExprId> alts = {sequence(depth)};
         skip_ws();
         while (pos_ < s_.size() && s_[pos_] == '|') {
@@ -124,18 +123,6 @@ private:
         return g_.seq(std::move(items));
     }
 
-    int32_t number() {
-        const size_t b = pos_;
-        int64_t v = 0;
-        while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) {
-            v = v * 10 + (s_[pos_] - '0');
-            if (v > kMaxRepeat) fail("repetition count above " + std::to_string(kMaxRepeat));
-            ++pos_;
-        }
-        if (pos_ == b) fail("expected a number");
-        return static_cast<int32_t>(v);
-    }
-
     ExprId postfix(ExprId e, int depth) {
         while (pos_ < s_.size()) {
             const char c = s_[pos_];
@@ -145,13 +132,13 @@ private:
             else if (c == '{') {
                 ++pos_;
                 skip_ws();
-                const int32_t lo = number();
+                const int32_t lo = count();
                 int32_t hi = lo;
                 skip_ws();
                 if (pos_ < s_.size() && s_[pos_] == ',') {
                     ++pos_;
                     skip_ws();
-                    hi = pos_ < s_.size() && s_[pos_] == '}' ? -1 : number();
+                    hi = pos_ < s_.size() && s_[pos_] == '}' ? -1 : count();
                     skip_ws();
                 }
                 if (pos_ >= s_.size() || s_[pos_] != '}') fail("expected '}' to close the repetition");
@@ -164,61 +151,28 @@ private:
         return e;
     }
 
-    uint32_t hex(int n) {
-        uint32_t v = 0;
-        for (int i = 0; i < n; ++i) {
-            if (pos_ >= s_.size() || !std::isxdigit(static_cast<unsigned char>(s_[pos_])))
-                fail("expected " + std::to_string(n) + " hex digits");
-            const char c = s_[pos_++];
-            v = v * 16 + uint32_t(std::isdigit(static_cast<unsigned char>(c)) ? c - '0' : (std::tolower(c) - 'a' + 10));
-        }
-        return v;
-    }
-
     // One character of a literal or class (after an optional backslash); `raw_byte` is set for \x.
     uint32_t escaped_char(bool& raw_byte) {
         raw_byte = false;
         if (pos_ >= s_.size()) fail("unterminated literal");
-        const unsigned char c = static_cast<unsigned char>(s_[pos_]);
-        if (c != '\\') {
-            // A UTF-8 character of the grammar text.
-            uint32_t cp = c;
-            int extra = c < 0x80 ? 0 : c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : -1;
-            if (extra < 0) fail("invalid UTF-8 in the grammar");
-            cp = extra == 0 ? c : c & (0x3F >> extra);
-            ++pos_;
-            for (int i = 0; i < extra; ++i) {
-                if (pos_ >= s_.size() || (static_cast<unsigned char>(s_[pos_]) & 0xC0) != 0x80) fail("invalid UTF-8 in the grammar");
-                cp = (cp << 6) | (static_cast<unsigned char>(s_[pos_++]) & 0x3F);
-            }
-            return cp;
-        }
+        if (s_[pos_] != '\\') return utf8_char();
         ++pos_;
         if (pos_ >= s_.size()) fail("unterminated escape");
         const char e = s_[pos_++];
+        if (const auto c = control_escape(e)) return *c;
         switch (e) {
-            case 'n': return '\n';
-            case 'r': return '\r';
-            case 't': return '\t';
-            case 'f': return '\f';
-            case 'v': return '\v';
             case 'b': return '\b';
             case 'a': return '\a';
             case 'e': return 0x1B;
             case '0': return 0;
             case 'x': raw_byte = true; return hex(2);
-            case 'u': return check_cp(hex(4));
-            case 'U': return check_cp(hex(8));
+            case 'u': return scalar_value(hex(4));
+            case 'U': return scalar_value(hex(8));
             case '\\': case '"': case '\'': case '[': case ']': case '-': case '^': case '/': case '.':
             case '(': case ')': case '|': case '*': case '+': case '?': case '{': case '}':
                 return static_cast<unsigned char>(e);
             default: --pos_; fail(std::string("unknown escape '\\") + e + "'");
         }
-    }
-
-    uint32_t check_cp(uint32_t cp) {
-        if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) fail("escape is not a Unicode scalar value");
-        return cp;
     }
 
     ExprId primary(int depth) {
@@ -240,7 +194,7 @@ private:
                 bool raw = false;
                 const uint32_t cp = escaped_char(raw);
                 if (raw || cp < 0x80) lit.push_back(static_cast<char>(cp));
-                else append_utf8(cp, lit);
+                else utf8::append_code_point(cp, lit);
             }
             ++pos_;
             return g_.bytes(lit);
@@ -261,30 +215,8 @@ private:
         fail(std::string("unexpected character '") + c + "'");
     }
 
-    static void append_utf8(uint32_t cp, std::string& out) {
-        if (cp < 0x80) out.push_back(char(cp));
-        else if (cp < 0x800) {
-            out.push_back(char(0xC0 | (cp >> 6)));
-            out.push_back(char(0x80 | (cp & 0x3F)));
-        } else if (cp < 0x10000) {
-            out.push_back(char(0xE0 | (cp >> 12)));
-            out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-            out.push_back(char(0x80 | (cp & 0x3F)));
-        } else {
-            out.push_back(char(0xF0 | (cp >> 18)));
-            out.push_back(char(0x80 | ((cp >> 12) & 0x3F)));
-            out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-            out.push_back(char(0x80 | (cp & 0x3F)));
-        }
-    }
-
     ExprId char_class() {
-        ++pos_;  // [
-        bool negated = false;
-        if (pos_ < s_.size() && s_[pos_] == '^') {
-            negated = true;
-            ++pos_;
-        }
+        const bool negated = class_start();
         std::vector<std::pair<uint32_t, uint32_t>> ranges;
         bool any_raw = false, any_cp = false;
         while (true) {
@@ -316,8 +248,6 @@ private:
         return g_.char_class(std::move(ranges), negated);
     }
 
-    std::string_view s_;
-    size_t pos_ = 0;
     Grammar g_;
     std::vector<int32_t> defined_;
     std::vector<size_t> first_use_;

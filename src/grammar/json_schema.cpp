@@ -12,6 +12,7 @@
 #include <set>
 
 #include "grammar/regex.h"
+#include "tokenizer/utf8.h"
 
 namespace deepinfer::grammar {
 namespace {
@@ -648,13 +649,7 @@ private:
             for (const auto& [c, kid] : nodes[size_t(node)].kids) {
                 if (c < 0x20 || c == '"' || c == '\\') continue;  // not spellable without escapes
                 std::string b;
-                std::u32string one(1, c);
-                for (char32_t x : one) {
-                    if (x < 0x80) b.push_back(char(x));
-                    else if (x < 0x800) { b.push_back(char(0xC0 | (x >> 6))); b.push_back(char(0x80 | (x & 0x3F))); }
-                    else if (x < 0x10000) { b.push_back(char(0xE0 | (x >> 12))); b.push_back(char(0x80 | ((x >> 6) & 0x3F))); b.push_back(char(0x80 | (x & 0x3F))); }
-                    else { b.push_back(char(0xF0 | (x >> 18))); b.push_back(char(0x80 | ((x >> 12) & 0x3F))); b.push_back(char(0x80 | ((x >> 6) & 0x3F))); b.push_back(char(0x80 | (x & 0x3F))); }
-                }
+                utf8::append_code_point(uint32_t(c), b);
                 alts.push_back(g_.seq({g_.bytes(b), self(self, kid)}));
                 Ranges cut;
                 for (const auto& [lo, hi] : others) {

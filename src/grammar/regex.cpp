@@ -8,13 +8,13 @@
 #include <string>
 
 #include "deepinfer/grammar.h"
+#include "grammar/text_parser.h"
+#include "tokenizer/utf8.h"
 
 namespace deepinfer::grammar {
 namespace {
 
 using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
-constexpr int kMaxDepth = 200;
-constexpr int32_t kMaxRepeat = 10000;
 
 const Ranges& digit_ranges() {
     static const Ranges r = {{'0', '9'}};
@@ -30,26 +30,9 @@ const Ranges& space_ranges() {
     return r;
 }
 
-void append_utf8(uint32_t cp, std::string& out) {
-    if (cp < 0x80) out.push_back(char(cp));
-    else if (cp < 0x800) {
-        out.push_back(char(0xC0 | (cp >> 6)));
-        out.push_back(char(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-        out.push_back(char(0xE0 | (cp >> 12)));
-        out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-        out.push_back(char(0x80 | (cp & 0x3F)));
-    } else {
-        out.push_back(char(0xF0 | (cp >> 18)));
-        out.push_back(char(0x80 | ((cp >> 12) & 0x3F)));
-        out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-        out.push_back(char(0x80 | (cp & 0x3F)));
-    }
-}
-
-class RegexParser {
+class RegexParser : public TextParser {
 public:
-    RegexParser(Grammar& g, std::string_view s, const RegexOptions& o) : g_(g), s_(s), o_(o) {}
+    RegexParser(Grammar& g, std::string_view s, const RegexOptions& o) : TextParser(s), g_(g), o_(o) {}
 
     ExprId parse() {
         std::vector<ExprId> alts;
@@ -84,14 +67,14 @@ public:
         if (o_.encoding == RegexEncoding::kJsonString) return json_char_expr(g_, ranges);
         if (ranges.size() == 1 && ranges[0].first == ranges[0].second) {
             std::string b;
-            append_utf8(ranges[0].first, b);
+            utf8::append_code_point(ranges[0].first, b);
             return g_.bytes(b);
         }
         return g_.char_class(ranges);
     }
 
 private:
-    [[noreturn]] void fail(const std::string& reason) const {
+    [[noreturn]] void fail(const std::string& reason) const override {
         throw GrammarError("regex", "offset " + std::to_string(pos_), reason);
     }
 
@@ -117,24 +100,13 @@ private:
     }
 
     ExprId disjunction(int depth) {
-        if (depth > kMaxDepth) fail("nesting is too deep");
+        if (depth > kMaxNesting) fail("nesting is too deep");
         std::vector<ExprId> alts = {alternative(depth, nullptr)};
         while (pos_ < s_.size() && s_[pos_] == '|') {
             ++pos_;
             alts.push_back(alternative(depth, nullptr));
         }
         return g_.alt(std::move(alts));
-    }
-
-    int32_t number() {
-        const size_t b = pos_;
-        int64_t v = 0;
-        while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) {
-            v = v * 10 + (s_[pos_++] - '0');
-            if (v > kMaxRepeat) fail("repetition count above " + std::to_string(kMaxRepeat));
-        }
-        if (pos_ == b) fail("expected a number");
-        return static_cast<int32_t>(v);
     }
 
     ExprId quantifier(ExprId e) {
@@ -152,10 +124,10 @@ private:
             ++pos_;
         } else if (c == '{' && pos_ + 1 < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_ + 1]))) {
             ++pos_;
-            lo = hi = number();
+            lo = hi = count();
             if (pos_ < s_.size() && s_[pos_] == ',') {
                 ++pos_;
-                hi = pos_ < s_.size() && s_[pos_] == '}' ? -1 : number();
+                hi = pos_ < s_.size() && s_[pos_] == '}' ? -1 : count();
             }
             if (pos_ >= s_.size() || s_[pos_] != '}') fail("expected '}' to close the quantifier");
             ++pos_;
@@ -169,29 +141,6 @@ private:
         return g_.repeat(e, lo, hi);
     }
 
-    uint32_t hex(int n) {
-        uint32_t v = 0;
-        for (int i = 0; i < n; ++i) {
-            if (pos_ >= s_.size() || !std::isxdigit(static_cast<unsigned char>(s_[pos_]))) fail("invalid hex escape");
-            const char ch = s_[pos_++];
-            v = v * 16 + uint32_t(std::isdigit(static_cast<unsigned char>(ch)) ? ch - '0' : std::tolower(ch) - 'a' + 10);
-        }
-        return v;
-    }
-
-    uint32_t utf8_char() {
-        const unsigned char c = static_cast<unsigned char>(s_[pos_]);
-        const int extra = c < 0x80 ? 0 : c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : -1;
-        if (extra < 0) fail("invalid UTF-8 in the pattern");
-        uint32_t cp = extra == 0 ? c : c & (0x3F >> extra);
-        ++pos_;
-        for (int i = 0; i < extra; ++i) {
-            if (pos_ >= s_.size() || (static_cast<unsigned char>(s_[pos_]) & 0xC0) != 0x80) fail("invalid UTF-8 in the pattern");
-            cp = (cp << 6) | (static_cast<unsigned char>(s_[pos_++]) & 0x3F);
-        }
-        return cp;
-    }
-
     // An escape after '\'; returns the class (a single code point is a one-point range).
     Ranges escape(bool in_class) {
         if (pos_ >= s_.size()) fail("pattern ends with '\\'");
@@ -203,11 +152,10 @@ private:
             case 'W': return normalize_ranges(word_ranges(), true);
             case 's': return space_ranges();
             case 'S': return normalize_ranges(space_ranges(), true);
-            case 't': return {{'\t', '\t'}};
-            case 'n': return {{'\n', '\n'}};
-            case 'r': return {{'\r', '\r'}};
-            case 'f': return {{'\f', '\f'}};
-            case 'v': return {{'\v', '\v'}};
+            case 't': case 'n': case 'r': case 'f': case 'v': {
+                const uint32_t c = *control_escape(e);
+                return {{c, c}};
+            }
             case '0':
                 if (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) fail("octal escapes are not supported");
                 return {{0, 0}};
@@ -238,7 +186,7 @@ private:
                         else pos_ = save;
                     }
                 }
-                if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) fail("escape is not a Unicode scalar value");
+                scalar_value(v);
                 return {{v, v}};
             }
             case 'c': {
@@ -270,35 +218,26 @@ private:
         }
     }
 
-    ExprId char_class_expr() {
-        ++pos_;  // [
-        bool negated = false;
-        if (pos_ < s_.size() && s_[pos_] == '^') {
-            negated = true;
-            ++pos_;
+    // One member of a class: a character or an escape (a class escape such as \d is several ranges).
+    Ranges class_member() {
+        if (!at('\\')) {
+            const uint32_t cp = utf8_char();
+            return {{cp, cp}};
         }
+        ++pos_;
+        return escape(true);
+    }
+
+    ExprId char_class_expr() {
+        const bool negated = class_start();
         Ranges ranges;
         while (true) {
             if (pos_ >= s_.size()) fail("unterminated character class");
             if (s_[pos_] == ']') break;
-            Ranges lo;
-            if (s_[pos_] == '\\') {
-                ++pos_;
-                lo = escape(true);
-            } else {
-                const uint32_t cp = utf8_char();
-                lo = {{cp, cp}};
-            }
+            const Ranges lo = class_member();
             if (lo.size() == 1 && lo[0].first == lo[0].second && pos_ + 1 < s_.size() && s_[pos_] == '-' && s_[pos_ + 1] != ']') {
                 ++pos_;
-                Ranges hi;
-                if (s_[pos_] == '\\') {
-                    ++pos_;
-                    hi = escape(true);
-                } else {
-                    const uint32_t cp = utf8_char();
-                    hi = {{cp, cp}};
-                }
+                const Ranges hi = class_member();
                 if (hi.size() != 1 || hi[0].first != hi[0].second) fail("a class escape cannot end a range");
                 if (hi[0].first < lo[0].first) fail("character class range out of order");
                 ranges.emplace_back(lo[0].first, hi[0].first);
@@ -355,9 +294,7 @@ private:
     }
 
     Grammar& g_;
-    std::string_view s_;
     RegexOptions o_;
-    size_t pos_ = 0;
 };
 
 }  // namespace
@@ -409,7 +346,7 @@ ExprId json_char_expr(Grammar& g, const Ranges& ranges) {
     if (!plain.empty()) {
         if (plain.size() == 1 && plain[0].first == plain[0].second) {
             std::string s;
-            append_utf8(plain[0].first, s);
+            utf8::append_code_point(plain[0].first, s);
             alts.push_back(g.bytes(s));
         } else {
             alts.push_back(g.char_class(plain));
