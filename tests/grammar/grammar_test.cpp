@@ -78,6 +78,12 @@ TEST_F(Fixture, EbnfErrorsNamePositionAndReason) {
     expect_error("root ::= \"a\"{3,1}", "line 1, column 17", "max below min");
     expect_error("root ::= [b-a]", "line 1, column 14", "out of order");
     expect_error("root ::= \"a\"\nroot ::= \"b\"", "line 2, column 1", "defined twice");
+    // The readers shared with the regex front end: escapes, counts, UTF-8.
+    expect_error("root ::= \"\\u12\"", "line 1, column 15", "expected 4 hex digits");
+    expect_error("root ::= \"\\ud800\"", "line 1, column 17", "not a Unicode scalar value");
+    expect_error("root ::= \"a\"{10001}", "line 1, column 18", "repetition count above 10000");
+    expect_error("root ::= \"\xC0\xAF\"", "line 1, column 11", "invalid UTF-8");
+    expect_error("root ::= [\xED\xA0\x80]", "line 1, column 11", "invalid UTF-8");
     try {
         compiler.compile_ebnf("root ::= x\nx ::= x \"a\"");
         ADD_FAILURE() << "no error for an empty language";
@@ -142,6 +148,11 @@ TEST_F(Fixture, RegexErrorsNameOffsetAndReason) {
     expect_error("\\p{L}", "offset 1", "Unicode property");
     expect_error("a\\bc", "offset 2", "word boundaries");
     expect_error("a^b", "offset 1", "'^' is supported only");
+    expect_error("\\x4", "offset 3", "expected 2 hex digits");
+    expect_error("\\udfff", "offset 6", "not a Unicode scalar value");
+    expect_error("a{20000}", "offset 6", "repetition count above 10000");
+    expect_error("a\xC0\xAF", "offset 1", "invalid UTF-8");
+    expect_error("[a-\xF0\x9F]", "offset 3", "invalid UTF-8");
 }
 
 TEST_F(Fixture, RollbackRestoresTheState) {
