@@ -58,11 +58,11 @@ std::vector<float> pool_groups(const Context& ctx, const AttentionWeights& w, in
                 float mx = -INFINITY;
                 for (int64_t r = 0; r < ratio; ++r) mx = std::max(mx, st.pending_gate.row((g0 + r) % st.pending_rows)[ch]);
                 float sum = 0.0f;
-                for (int64_t r = 0; r < ratio; ++r) sum += std::exp(st.pending_gate.row((g0 + r) % st.pending_rows)[ch] - mx);
+                for (int64_t r = 0; r < ratio; ++r) sum += cpu::exp_f32(st.pending_gate.row((g0 + r) % st.pending_rows)[ch] - mx);
                 float acc = 0.0f;
                 for (int64_t r = 0; r < ratio; ++r) {
                     const int64_t slot_r = (g0 + r) % st.pending_rows;
-                    acc += st.pending_kv.row(slot_r)[ch] * (std::exp(st.pending_gate.row(slot_r)[ch] - mx) / sum);
+                    acc += st.pending_kv.row(slot_r)[ch] * (cpu::exp_f32(st.pending_gate.row(slot_r)[ch] - mx) / sum);
                 }
                 latent[at + size_t(ch)] = acc;
             }
@@ -289,8 +289,8 @@ void attention_forward(const Context& ctx, const AttentionParams& p) {
                     logits[k] = cpu::dot(qh, keys[k], hd) * scale;
                     mx = std::max(mx, logits[k]);
                 }
-                float den = std::exp(sink - mx);
-                for (size_t k = 0; k < keys.size(); ++k) den += (logits[k] = std::exp(logits[k] - mx));
+                float den = cpu::exp_f32(sink - mx);
+                for (size_t k = 0; k < keys.size(); ++k) den += (logits[k] = cpu::exp_f32(logits[k] - mx));
                 float* oh = o.data() + (row * H + h) * hd;
                 for (size_t k = 0; k < keys.size(); ++k) {
                     // The reference kernel rounds the probabilities to bf16 before P·V (spec §3.1).

@@ -29,7 +29,7 @@ void hc_mixes(const HcMixParams& p, const float* x, float* pre, float* post, flo
             mx = std::max(mx, row[k]);
         }
         float sum = 0.0f;
-        for (int64_t k = 0; k < hc; ++k) sum += (row[k] = std::exp(row[k] - mx));
+        for (int64_t k = 0; k < hc; ++k) sum += (row[k] = cpu::exp_f32(row[k] - mx));
         for (int64_t k = 0; k < hc; ++k) row[k] = row[k] / sum + p.hc_eps;
     }
     auto normalize_columns = [&] {
