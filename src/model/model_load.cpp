@@ -12,6 +12,7 @@
 #include "model/forward.h"
 #if DI_HAVE_CUDA
 #include "backends/cuda/model/cuda_model.h"
+#include "backends/cuda/model/cuda_v41_model.h"
 #endif
 
 namespace deepinfer {
@@ -22,30 +23,36 @@ Device parse_device(std::string_view name) {
     DI_THROW("unknown device '", name, "' (expected cpu or cuda)");
 }
 
+namespace {
+
+// The Engram token map's tokenizer: the option, the checkpoint's own, else the bundled one.
+ModelOptions with_engram_tokenizer(const std::string& dir, const ModelOptions& options) {
+    ModelOptions o = options;
+    if (o.tokenizer_json.empty())
+        o.tokenizer_json = std::filesystem::exists(dir + "/tokenizer.json")
+                               ? dir + "/tokenizer.json"
+                               : std::string(DI_ASSETS_DIR) + "/tokenizer/deepseek-v4/tokenizer.json";
+    return o;
+}
+
+}  // namespace
+
 std::unique_ptr<Model> Model::load(const std::string& dir, const ModelOptions& options) {
     const std::string config = dir + "/config.json";
     const bool v41 = std::filesystem::exists(config) && is_v41_config(config_json::read_config_file(config));
     if (options.device == Device::kCuda) {
-        DI_CHECK(!v41, dir, ": DeepSeek-V4.1 runs on the CPU only so far (--device cpu)");
 #if DI_HAVE_CUDA
         cuda::CudaModelOptions co;
         co.max_model_len = options.max_model_len;
         co.workspace_bytes = options.device_workspace_bytes;
         co.gemm = options.device_fast_gemm ? cuda::GemmMode::kFast : cuda::GemmMode::kReference;
+        if (v41) return cuda::load_cuda_v41_model(dir, with_engram_tokenizer(dir, options), co);
         return cuda::load_cuda_model(dir, options, co);
 #else
         DI_THROW("this build has no CUDA backend (nvcc was not found at configure time)");
 #endif
     }
-    if (v41) {
-        ModelOptions o = options;
-        // The Engram token map's tokenizer: the option, the checkpoint's own, else the bundled one.
-        if (o.tokenizer_json.empty())
-            o.tokenizer_json = std::filesystem::exists(dir + "/tokenizer.json")
-                                   ? dir + "/tokenizer.json"
-                                   : std::string(DI_ASSETS_DIR) + "/tokenizer/deepseek-v4/tokenizer.json";
-        return V41Model::load(dir, o);
-    }
+    if (v41) return V41Model::load(dir, with_engram_tokenizer(dir, options));
     DI_CHECK(!options.v41_bounded_replay, dir, ": bounded replay is a DeepSeek-V4.1 option; this is a V4 checkpoint");
     return load_v4_model(dir, options);
 }

@@ -69,6 +69,38 @@ private:
     Stream stream_;
 };
 
+// Page-locked host memory mapped into the device's address space (zero-copy): kernels read it over
+// the bus through device_pointer(). For large read-mostly tables kept off the GPU (V4.1's Engram).
+class PinnedBuffer {
+public:
+    explicit PinnedBuffer(size_t nbytes);
+    ~PinnedBuffer();
+    PinnedBuffer(const PinnedBuffer&) = delete;
+    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+    void* host() const { return host_; }
+    const void* device_pointer() const { return device_; }
+    size_t nbytes() const { return nbytes_; }
+
+private:
+    void* host_ = nullptr;
+    void* device_ = nullptr;
+    size_t nbytes_ = 0;
+};
+
+// An owned CUDA event (timing disabled) for ordering work between streams.
+class OwnedEvent {
+public:
+    OwnedEvent();
+    ~OwnedEvent();
+    OwnedEvent(const OwnedEvent&) = delete;
+    OwnedEvent& operator=(const OwnedEvent&) = delete;
+    void record(Stream s);         // completes when the work queued on s so far has completed
+    void wait(Stream s) const;     // later work on s waits for the recorded point
+
+private:
+    void* event_ = nullptr;
+};
+
 void copy_to_device(void* dst, const void* src, size_t nbytes, Stream s);    // async on s
 void copy_to_host(void* dst, const void* src, size_t nbytes, Stream s);      // async on s
 void copy_on_device(void* dst, const void* src, size_t nbytes, Stream s);    // async on s

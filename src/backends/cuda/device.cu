@@ -83,4 +83,32 @@ void fill_zero(void* dst, size_t nbytes, Stream s) {
     if (nbytes) DI_CUDA_CHECK(cudaMemsetAsync(dst, 0, nbytes, static_cast<cudaStream_t>(s.handle)));
 }
 
+PinnedBuffer::PinnedBuffer(size_t nbytes) : nbytes_(nbytes) {
+    if (nbytes == 0) return;
+    DI_CUDA_CHECK(cudaHostAlloc(&host_, nbytes, cudaHostAllocMapped | cudaHostAllocPortable));
+    DI_CUDA_CHECK(cudaHostGetDevicePointer(&device_, host_, 0));
+}
+
+PinnedBuffer::~PinnedBuffer() {
+    if (host_) (void)cudaFreeHost(host_);
+}
+
+OwnedEvent::OwnedEvent() {
+    cudaEvent_t e = nullptr;
+    DI_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    event_ = e;
+}
+
+OwnedEvent::~OwnedEvent() {
+    if (event_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+}
+
+void OwnedEvent::record(Stream s) {
+    DI_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event_), static_cast<cudaStream_t>(s.handle)));
+}
+
+void OwnedEvent::wait(Stream s) const {
+    DI_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(s.handle), static_cast<cudaEvent_t>(event_), 0));
+}
+
 }  // namespace deepinfer::cuda

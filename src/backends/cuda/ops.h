@@ -58,6 +58,7 @@ struct ActQuantParams {
     const float* x = nullptr;  // [rows, cols] f32
     float* out = nullptr;      // [rows, cols] f32 (may alias x)
     int64_t rows = 0, cols = 0;
+    int64_t block = 128;       // elements per scale: 128 (V4) or 32 (V4.1); a power of two <= 128
 };
 void act_quant_dequant(const ActQuantParams& p, Stream s);
 
@@ -131,6 +132,8 @@ struct HcPostParams {
     float* y = nullptr;           // [rows, hc, D]
     int64_t rows = 0, hc = 0, hidden = 0;
     bool round_bf16 = false;
+    // V4.1's order: y = post·o + (Σ_j comb·x) (the mix summed from 0 first); V4: ((post·o) + comb·x) + ...
+    bool mix_first = false;
 };
 void hc_post(const HcPostParams& p, Stream s);
 
@@ -286,6 +289,10 @@ struct RouterParams {
     bool norm_topk_prob = true;
     float routed_scaling_factor = 1.0f;
     bool official = false;
+    float temperature = 1.0f;  // scores from logits / temperature (V4.1's gate_temp)
+    // V4.1: the normalization sum runs over the picks in selection order (biased score descending,
+    // ties to the lower id) rather than ascending id.
+    bool sum_in_selection_order = false;
     float* biased = nullptr;   // [rows, E] scratch (selection scores)
     int32_t* ids = nullptr;    // [rows, K]
     float* weights = nullptr;  // [rows, K]
@@ -369,5 +376,196 @@ struct SampleParams {
     int32_t* tokens = nullptr;       // [rows]
 };
 void sample(const SampleParams& p, Stream s);
+
+// ---- DeepSeek-V4.1 (src/model/v41: single-pass mHC, CSA2 caches, Engram) ------------------------
+
+// V4.1 mHC of one site for every row (model/v41/mhc.cpp): the site's mixes from the RMS-normalized
+// flattened streams (pre = sigmoid + eps, post = 2·sigmoid, comb = Sinkhorn of a row softmax) and the
+// collapse of the streams with `collapse_pre` (the previous site's pre, spec §4) [→ bf16].
+struct HcMixesParams {
+    const float* x = nullptr;      // [rows, hc, D]
+    const float* fn = nullptr;     // [(2+hc)*hc, hc*D]
+    const float* base = nullptr;   // [(2+hc)*hc]
+    const float* scale = nullptr;  // [3]
+    int64_t rows = 0, hc = 0, hidden = 0, sinkhorn_iters = 0;
+    float norm_eps = 1e-20f, hc_eps = 1e-6f;
+    float* pre = nullptr;                 // [rows, hc] this site's pre
+    float* post = nullptr;                // [rows, hc]
+    float* comb = nullptr;                // [rows, hc, hc] (comb[j*hc + k], j = input stream)
+    const float* collapse_pre = nullptr;  // [rows, hc]
+    float* collapsed = nullptr;           // [rows, D]
+    bool round_bf16 = false;
+};
+void hc_mixes(const HcMixesParams& p, Stream s);
+
+// out[r, d] = Σ_j pre[r, j] · x[r, j, d] (from 0, in stream order) [→ bf16].
+struct HcCollapseParams {
+    const float* x = nullptr;    // [rows, hc, D]
+    const float* pre = nullptr;  // [rows, hc]
+    float* out = nullptr;        // [rows, D]
+    int64_t rows = 0, hc = 0, hidden = 0;
+    bool round_bf16 = false;
+};
+void hc_collapse(const HcCollapseParams& p, Stream s);
+
+// V4.1's cached vectors in their compact storage (model/v41/qat.h, spec §3.6): each row holds its
+// codes then one scale byte per block. kFp8Ue8m0: e4m3 codes + ue8m0 scales (window K=V, block 32);
+// kFp4E4m3: packed e2m1 (element 2k in the low nibble) + e4m3 scales (compressed entries, block 16);
+// kFp4Ue8m0: packed e2m1 + ue8m0 scales (index keys, block 32); kF32: the raw f32 row (a length that
+// is not a multiple of the block is not quantized, as in the reference).
+enum class CacheFormat : uint8_t { kF32, kFp8Ue8m0, kFp4E4m3, kFp4Ue8m0 };
+inline int64_t cache_row_bytes(CacheFormat f, int64_t n, int64_t block) {
+    switch (f) {
+        case CacheFormat::kF32: return n * 4;
+        case CacheFormat::kFp8Ue8m0: return n + n / block;
+        default: return n / 2 + n / block;
+    }
+}
+
+// Fake quantization of rows in the QAT format (exactly model/v41/qat.cpp's values) and/or their
+// compact codes written to per-row destinations.
+struct QatRowsParams {
+    float* x = nullptr;  // [rows, n]: input; the dequantized values when fake_quant
+    int64_t rows = 0, n = 0, block = 32;
+    CacheFormat format = CacheFormat::kF32;
+    bool fake_quant = true;
+    uint8_t* const* dst = nullptr;  // [rows] device array of row destinations (null entries skipped) or null
+};
+void qat_rows(const QatRowsParams& p, Stream s);
+
+// dst[i][0 .. row_bytes) = src[i * row_bytes ..] for every i with dst[i] != null (ring and cache stores).
+struct CopyRowsParams {
+    const void* src = nullptr;     // [rows, row_bytes]
+    void* const* dst = nullptr;    // [rows] device array of destinations
+    int64_t rows = 0, row_bytes = 0;
+};
+void copy_rows(const CopyRowsParams& p, Stream s);
+
+// V4.1 compressor pooling of `groups` groups of `ratio` rows (model/v41/attention.cpp pool_groups):
+// per channel, softmax over the group's gate rows and the weighted sum of its kv rows [→ bf16].
+// ratio 1 without gate rows: the kv row itself. Row pointers come per (group, r): chunk rows or the
+// sequence's pending ring.
+struct CompressPoolParams {
+    const float* const* kv_rows = nullptr;    // [groups * ratio] device array
+    const float* const* gate_rows = nullptr;  // [groups * ratio] device array, or null (ratio 1)
+    int64_t groups = 0, ratio = 0, width = 0;
+    float* out = nullptr;  // [groups, width]
+    bool round_bf16 = false;
+};
+void compress_pool(const CompressPoolParams& p, Stream s);
+
+// One query row of the V4.1 indexer.
+struct IndexRow {
+    int32_t row = 0;            // batch row (q, weights, candidate mask, published top-k)
+    int32_t num_entries = 0;    // n: entries of the KV source
+    int32_t visible = 0;        // min(n, (pos+1)/ratio): keys j >= visible score -inf
+    int32_t mask_entries = -1;  // candidate users: entries the mask was built for; -1: no mask
+    const uint8_t* keys = nullptr;  // [n, key row bytes] the KV source's index keys (compact)
+};
+
+// Lightning-indexer scores of each IndexRow against its keys (the CPU's order per score: per head
+// cpu::dot, exact or the official bf16 arithmetic); scores[i, j] = -inf for j >= visible.
+struct IndexScoresParams {
+    const IndexRow* rows = nullptr;  // [num_rows]
+    int64_t num_rows = 0;
+    int64_t max_entries = 0;         // max num_entries (scores ld)
+    const float* q = nullptr;        // [batch rows, heads, head_dim] (RoPE + QAT applied)
+    const float* weights = nullptr;  // [batch rows, heads]
+    int64_t heads = 0, head_dim = 0;
+    CacheFormat key_format = CacheFormat::kFp4Ue8m0;
+    int64_t key_block = 32;
+    bool official = false;
+    float* scores = nullptr;  // [num_rows, max_entries]
+};
+void index_scores(const IndexScoresParams& p, Stream s);
+
+// The candidate stage (spec §3.3): `build` (the candidate source): blocks of block_size entries scored
+// by their max, the newest visible entry's block pinned, the top keep_blocks blocks (ties to the lower
+// block; -inf blocks never) marked in mask[row, :n]; otherwise rows with mask_entries >= 0 get the
+// scores of non-candidates (j >= mask_entries or unmarked) set to -inf.
+struct CandidateParams {
+    const IndexRow* rows = nullptr;
+    int64_t num_rows = 0;
+    float* scores = nullptr;  // [num_rows, ld]
+    int64_t ld = 0;
+    uint8_t* mask = nullptr;  // [batch rows, mask_ld]
+    int64_t mask_ld = 0;
+    int64_t block_size = 0, keep_blocks = 0;
+    bool build = false;
+    float* block_scores = nullptr;    // [num_rows, ceil(ld / block_size)] scratch (build)
+    int32_t* block_picked = nullptr;  // [num_rows, keep_blocks] scratch (build)
+};
+void candidate_blocks(const CandidateParams& p, Stream s);
+
+// Publishes a top-k: out[rows[i].row, :] = the entries of picked[i, :] whose score is finite, in order
+// (ascending), then -1.
+struct TopkPublishParams {
+    const IndexRow* rows = nullptr;
+    int64_t num_rows = 0;
+    const int32_t* picked = nullptr;  // [num_rows, k] (topk() output, ascending, -1 padded)
+    const float* scores = nullptr;    // [num_rows, ld]
+    int64_t ld = 0, k = 0;
+    int32_t* out = nullptr;           // [batch rows, k]
+};
+void topk_publish(const TopkPublishParams& p, Stream s);
+
+// One sequence's rows in a batch for the V4.1 attention.
+struct SinkSegment {
+    int64_t row_begin = 0, num_rows = 0, first_position = 0;
+    const uint8_t* window = nullptr;   // [window_rows, window row bytes] ring, position p in slot p % window_rows
+    const uint8_t* entries = nullptr;  // the KV source's compressed entries, or null: no compressed keys
+};
+
+// V4.1 sink attention (model/v41/attention.cpp): keys = window positions max(0, P-W+1)..P (this
+// chunk's rows from kv, older ones decoded from the ring), then the published top-k entries (>= 0);
+// logits = dot·scale; max starts at the sink; p = exp(l - max) / den (bf16 in official numerics);
+// o = Σ p·key in key order [→ bf16], inverse RoPE, rope dims → bf16 (official).
+struct SinkAttentionParams {
+    const SinkSegment* segments = nullptr;
+    const int32_t* row_segment = nullptr;  // [rows]
+    const int32_t* positions = nullptr;    // [rows]
+    int64_t rows = 0, heads = 0, head_dim = 0;
+    const float* q = nullptr;     // [rows, heads, head_dim]
+    const float* kv = nullptr;    // [rows, head_dim] this chunk's K=V rows (QAT values)
+    const float* sink = nullptr;  // [heads]
+    int64_t window = 0, window_rows = 0;
+    CacheFormat window_format = CacheFormat::kFp8Ue8m0;
+    int64_t window_block = 32;
+    CacheFormat entry_format = CacheFormat::kFp4E4m3;
+    int64_t entry_block = 16;
+    const int32_t* selected = nullptr;  // [rows, topk] or null
+    int64_t topk = 0;
+    int64_t max_candidates = 0;
+    float* scratch = nullptr;  // [rows, heads, max_candidates]
+    const float* cos_sin = nullptr;
+    int64_t rope_dim = 0;
+    float softmax_scale = 0;
+    bool official = false;
+    float* out = nullptr;  // [rows, heads, head_dim]
+};
+void sink_attention(const SinkAttentionParams& p, Stream s);
+
+// Engram table rows gathered and dequantized: out[t, c*head_dim ..] = table[rows[t, c]]. The table may
+// live in mapped (pinned) host memory: the GPU reads the rows it needs over the bus.
+struct EngramGatherParams {
+    DeviceLinear table;               // [table rows, head_dim]
+    const int64_t* rows = nullptr;    // [tokens, cols]
+    int64_t tokens = 0, cols = 0;
+    float* out = nullptr;             // [tokens, cols * head_dim]
+};
+void engram_gather(const EngramGatherParams& p, Stream s);
+
+// Engram fusion into the streams (model/v41/ffn.cpp engram_forward): per (token, stream j) the gate
+// sigmoid(signed sqrt(<h·w_j, k_j> · rstd(h) · rstd(k_j) / sqrt(D))) and h += gate · v [→ bf16].
+struct EngramFuseParams {
+    const float* kv = nullptr;           // [tokens, (hc+1)*D]: keys of each stream, then the value
+    const float* gate_weight = nullptr;  // [hc, D]
+    const uint8_t* gate_off = nullptr;   // [tokens] or null: 1 forces the gate to 0
+    float* streams = nullptr;            // [tokens, hc, D]
+    int64_t tokens = 0, hc = 0, hidden = 0;
+    float eps = 1e-20f;
+    bool round_bf16 = false;
+};
+void engram_fuse(const EngramFuseParams& p, Stream s);
 
 }  // namespace deepinfer::cuda

@@ -91,8 +91,15 @@ static __global__ void hc_post_kernel(const __grid_constant__ HcPostParams p) {
     const float pk = p.post[t * hc + k];
     float* y = p.y + (t * hc + k) * D;
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-        float s = dev::mul(pk, o[d]);
-        for (int64_t j = 0; j < hc; ++j) s = dev::add(s, dev::mul(C[j * hc + k], x[j * D + d]));
+        float s;
+        if (p.mix_first) {
+            float mixed = 0;
+            for (int64_t j = 0; j < hc; ++j) mixed = dev::add(mixed, dev::mul(C[j * hc + k], x[j * D + d]));
+            s = dev::add(dev::mul(pk, o[d]), mixed);
+        } else {
+            s = dev::mul(pk, o[d]);
+            for (int64_t j = 0; j < hc; ++j) s = dev::add(s, dev::mul(C[j * hc + k], x[j * D + d]));
+        }
         y[d] = dev::maybe_bf16(s, p.round_bf16);
     }
 }

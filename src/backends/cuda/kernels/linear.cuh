@@ -82,16 +82,16 @@ static __global__ void __launch_bounds__(256) linear_kernel(const __grid_constan
     }
 }
 
-// One block per (row, 128-wide block); 128 threads.
+// One block per (row, p.block-wide block); p.block threads (a power of two <= 128).
 static __global__ void act_quant_kernel(const __grid_constant__ ActQuantParams p) {
     __shared__ float red[128];
     const int64_t row = blockIdx.x, b = blockIdx.y;
     const int i = threadIdx.x;
-    const int64_t idx = row * p.cols + b * 128 + i;
+    const int64_t idx = row * p.cols + b * p.block + i;
     const float v = p.x[idx];
     red[i] = fabsf(v);
     __syncthreads();
-    for (int s = 64; s > 0; s >>= 1) {
+    for (int s = static_cast<int>(p.block) / 2; s > 0; s >>= 1) {
         if (i < s) red[i] = fmaxf(red[i], red[i + s]);
         __syncthreads();
     }

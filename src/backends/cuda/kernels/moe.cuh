@@ -10,14 +10,16 @@
 
 namespace deepinfer::cuda::kernels {
 
+constexpr int kRouteMaxTopK = 32;
+
 // One block (kTopkThreads) per token.
 static __global__ void __launch_bounds__(kTopkThreads) route_kernel(const __grid_constant__ RouterParams p) {
     const int64_t t = blockIdx.x, E = p.experts, K = p.top_k;
     float* s = p.logits + t * E;
     if (p.scoring == ScoringFunc::kSqrtSoftplus) {
-        for (int64_t e = threadIdx.x; e < E; e += blockDim.x) s[e] = sqrtf(dev::softplus(s[e]));
+        for (int64_t e = threadIdx.x; e < E; e += blockDim.x) s[e] = sqrtf(dev::softplus(s[e] / p.temperature));
     } else if (p.scoring == ScoringFunc::kSigmoid) {
-        for (int64_t e = threadIdx.x; e < E; e += blockDim.x) s[e] = dev::sigmoid(s[e]);
+        for (int64_t e = threadIdx.x; e < E; e += blockDim.x) s[e] = dev::sigmoid(s[e] / p.temperature);
     } else {
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -41,7 +43,21 @@ static __global__ void __launch_bounds__(kTopkThreads) route_kernel(const __grid
     __syncthreads();
     if (threadIdx.x == 0) {
         float sum = 0;
-        for (int64_t k = 0; k < K; ++k) sum = dev::add(sum, s[id[k]]);
+        if (p.sum_in_selection_order && !p.tid2eid) {
+            int32_t order[kRouteMaxTopK];  // the picks by biased score descending, ties to the lower id
+            const float* b = p.biased + t * E;
+            for (int64_t k = 0; k < K; ++k) {
+                int64_t at = k;
+                while (at > 0 && (b[order[at - 1]] < b[id[k]] || (b[order[at - 1]] == b[id[k]] && order[at - 1] > id[k]))) {
+                    order[at] = order[at - 1];
+                    --at;
+                }
+                order[at] = id[k];
+            }
+            for (int64_t k = 0; k < K; ++k) sum = dev::add(sum, s[order[k]]);
+        } else {
+            for (int64_t k = 0; k < K; ++k) sum = dev::add(sum, s[id[k]]);
+        }
         if (!p.official) sum = dev::add(sum, 1e-20f);
         for (int64_t k = 0; k < K; ++k)
             p.weights[t * K + k] = p.norm_topk_prob ? dev::mul(s[id[k]] / sum, p.routed_scaling_factor)

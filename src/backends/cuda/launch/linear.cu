@@ -53,9 +53,11 @@ void linear(const LinearParams& p, Stream s) {
 
 void act_quant_dequant(const ActQuantParams& p, Stream s) {
     if (p.rows == 0) return;
-    DI_CHECK(p.cols % 128 == 0, "act_quant: cols = ", p.cols, " is not a multiple of 128");
-    const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.cols / 128));
-    kernels::act_quant_kernel<<<grid, 128, 0, static_cast<cudaStream_t>(s.handle)>>>(p);
+    DI_CHECK(p.block >= 1 && p.block <= 128 && (p.block & (p.block - 1)) == 0, "act_quant: block ", p.block,
+             " is not a power of two <= 128");
+    DI_CHECK(p.cols % p.block == 0, "act_quant: cols = ", p.cols, " is not a multiple of ", p.block);
+    const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.cols / p.block));
+    kernels::act_quant_kernel<<<grid, static_cast<unsigned>(p.block), 0, static_cast<cudaStream_t>(s.handle)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 

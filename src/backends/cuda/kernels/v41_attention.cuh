@@ -1,0 +1,188 @@
+// SPDX-License-Identifier: Apache-2.0
+// Device code of V4.1's CSA2 attention (model/v41/attention.cpp): indexer scores against the compact
+// MXFP4 index keys, the candidate-block stage, publishing the top-k, and the sink attention over the
+// window (compact FP8 ring + this chunk's rows) and the selected compact FP4 entries. Every per-query
+// reduction runs in the CPU's order, so a row's result does not depend on the batch.
+#pragma once
+
+#include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/kernels/rows.cuh"
+#include "backends/cuda/kernels/topk.cuh"
+#include "backends/cuda/kernels/v41_cache.cuh"
+#include "backends/cuda/ops.h"
+
+namespace deepinfer::cuda::kernels {
+
+constexpr int kIndexKeysPerBlock = 32;  // one key per 8-thread group, 256 threads
+
+// grid (num_rows, ceil(max_entries / 32)), block 256; dynamic shared memory: 32 x head_dim floats.
+static __global__ void index_scores_kernel(const __grid_constant__ IndexScoresParams p) {
+    extern __shared__ float keys_sh[];
+    const IndexRow& ir = p.rows[blockIdx.x];
+    const int group = threadIdx.x / 8, lane = threadIdx.x % 8;
+    const int64_t j_raw = static_cast<int64_t>(blockIdx.y) * kIndexKeysPerBlock + group;
+    if (static_cast<int64_t>(blockIdx.y) * kIndexKeysPerBlock >= ir.num_entries) return;  // uniform per block
+    const int64_t ID = p.head_dim;
+    const int64_t j = j_raw < ir.visible ? j_raw : 0;
+    float* key = keys_sh + group * ID;
+    const int64_t key_bytes = row_bytes_of(p.key_format, ID, p.key_block);
+    if (ir.visible > 0)
+        for (int64_t i = lane; i < ID; i += 8) key[i] = cache_value(ir.keys + j * key_bytes, p.key_format, ID, p.key_block, i);
+    __syncwarp();
+    const float softmax_scale = 1.0f / sqrtf(static_cast<float>(ID));
+    const float heads_scale = 1.0f / sqrtf(static_cast<float>(p.heads));
+    float acc = 0.0f;
+    if (ir.visible > 0) {
+        for (int64_t h = 0; h < p.heads; ++h) {
+            const float d = dev::dot_group8(p.q + (static_cast<int64_t>(ir.row) * p.heads + h) * ID, key, ID, lane);
+            const float hw = p.weights[static_cast<int64_t>(ir.row) * p.heads + h];
+            if (p.official) {
+                const float wgt = dev::round_bf16(dev::mul(dev::mul(hw, softmax_scale), heads_scale));
+                acc = dev::round_bf16(dev::add(acc, dev::round_bf16(dev::mul(fmaxf(dev::round_bf16(d), 0.0f), wgt))));
+            } else {
+                acc = dev::add(acc, dev::mul(dev::mul(fmaxf(d, 0.0f), softmax_scale), dev::mul(hw, heads_scale)));
+            }
+        }
+    }
+    if (lane == 0 && j_raw < ir.num_entries)
+        p.scores[blockIdx.x * p.max_entries + j_raw] = j_raw < ir.visible ? acc : -__int_as_float(0x7F800000);
+}
+
+// grid (num_rows), block kTopkThreads.
+static __global__ void __launch_bounds__(kTopkThreads) candidate_kernel(const __grid_constant__ CandidateParams p) {
+    const IndexRow& ir = p.rows[blockIdx.x];
+    const int64_t n = ir.num_entries;
+    float* sc = p.scores + blockIdx.x * p.ld;
+    const float neg_inf = -__int_as_float(0x7F800000);
+    if (!p.build) {
+        if (ir.mask_entries < 0) return;
+        const uint8_t* m = p.mask + static_cast<int64_t>(ir.row) * p.mask_ld;
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+            if (j >= ir.mask_entries || !m[j]) sc[j] = neg_inf;
+        return;
+    }
+    const int64_t bs = p.block_size, nb = (n + bs - 1) / bs, max_blocks = (p.ld + bs - 1) / bs;
+    float* block = p.block_scores + blockIdx.x * max_blocks;
+    for (int64_t b = threadIdx.x; b < nb; b += blockDim.x) {
+        float v = neg_inf;
+        for (int64_t j = b * bs; j < n && j < (b + 1) * bs; ++j) v = fmaxf(v, sc[j]);
+        block[b] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0 && ir.visible > 0) block[(ir.visible - 1) / bs] = __int_as_float(0x7F800000);
+    uint8_t* m = p.mask + static_cast<int64_t>(ir.row) * p.mask_ld;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m[j] = 0;
+    __syncthreads();
+    int32_t* picked = p.block_picked + blockIdx.x * p.keep_blocks;
+    topk_row(block, nb, p.keep_blocks, picked);  // the stable sort's first keep_blocks blocks
+    __syncthreads();
+    const int64_t keep = p.keep_blocks < nb ? p.keep_blocks : nb;
+    for (int64_t k = 0; k < keep; ++k) {
+        const int32_t b = picked[k];
+        if (b < 0 || !(block[b] > neg_inf)) continue;
+        for (int64_t j = b * bs + threadIdx.x; j < n && j < (b + 1) * bs; j += blockDim.x) m[j] = 1;
+    }
+}
+
+// grid (num_rows), block 32.
+static __global__ void topk_publish_kernel(const __grid_constant__ TopkPublishParams p) {
+    if (threadIdx.x != 0) return;
+    const IndexRow& ir = p.rows[blockIdx.x];
+    const int32_t* picked = p.picked + blockIdx.x * p.k;
+    const float* sc = p.scores + blockIdx.x * p.ld;
+    int32_t* out = p.out + static_cast<int64_t>(ir.row) * p.k;
+    int64_t w = 0;
+    for (int64_t i = 0; i < p.k; ++i) {
+        const int32_t j = picked[i];
+        if (j >= 0 && sc[j] > -__int_as_float(0x7F800000)) out[w++] = j;
+    }
+    for (; w < p.k; ++w) out[w] = -1;
+}
+
+// Key j of a query: window positions lo..P (chunk rows or the compact ring), then selected entries.
+struct SinkKeys {
+    const SinkSegment* seg;
+    const float* chunk_kv;    // this segment's first chunk row
+    const int32_t* selected;  // this row's picks (ascending, -1 padded) or null
+    int64_t lo, num_window, Dh, window_rows, window_bytes, entry_bytes, window_block, entry_block;
+    CacheFormat window_format, entry_format;
+    __device__ float operator()(int64_t j, int64_t d) const {
+        if (j < num_window) {
+            const int64_t q = lo + j;
+            if (q >= seg->first_position) return chunk_kv[(q - seg->first_position) * Dh + d];
+            return cache_value(seg->window + (q % window_rows) * window_bytes, window_format, Dh, window_block, d);
+        }
+        const int64_t e = selected[j - num_window];
+        return cache_value(seg->entries + e * entry_bytes, entry_format, Dh, entry_block, d);
+    }
+};
+
+// grid (rows, heads), block 256; dynamic shared memory: head_dim floats.
+static __global__ void sink_attention_kernel(const __grid_constant__ SinkAttentionParams p) {
+    extern __shared__ float o_sh[];
+    __shared__ float mx_sh, den_sh;
+    __shared__ int64_t nsel_sh;
+    const int64_t r = blockIdx.x, h = blockIdx.y, Dh = p.head_dim;
+    const SinkSegment& seg = p.segments[p.row_segment[r]];
+    const int64_t pos = p.positions[r];
+    const int64_t lo = pos - p.window + 1 > 0 ? pos - p.window + 1 : 0;
+    const int32_t* sel = (seg.entries && p.selected) ? p.selected + r * p.topk : nullptr;
+    if (threadIdx.x == 0) {
+        int64_t n = 0;
+        if (sel)
+            while (n < p.topk && sel[n] >= 0) ++n;
+        nsel_sh = n;
+    }
+    __syncthreads();
+    const SinkKeys key{&seg, p.kv + seg.row_begin * Dh, sel, lo, pos - lo + 1, Dh, p.window_rows,
+                       row_bytes_of(p.window_format, Dh, p.window_block), row_bytes_of(p.entry_format, Dh, p.entry_block),
+                       p.window_block, p.entry_block, p.window_format, p.entry_format};
+    const int64_t nc = key.num_window + nsel_sh;
+    const float* q = p.q + (r * p.heads + h) * Dh;
+    float* sc = p.scratch + (r * p.heads + h) * p.max_candidates;
+    const int group = threadIdx.x / 8, lane = threadIdx.x % 8;
+    for (int64_t base = 0; base < nc; base += blockDim.x / 8) {  // uniform trip count per warp
+        const int64_t j = base + group < nc ? base + group : 0;
+        float v = 0.0f;
+        const int64_t n8 = Dh - Dh % 8;
+        for (int64_t k = lane; k < n8; k += 8) v = dev::add(v, dev::mul(q[k], key(j, k)));
+        v = dev::hsum8(v);
+        float t = __shfl_sync(0xFFFFFFFFu, v, 0, 8);
+        for (int64_t k = n8; k < Dh; ++k) t = dev::add(t, dev::mul(q[k], key(j, k)));
+        if (lane == 0 && base + group < nc) sc[base + group] = dev::mul(t, p.softmax_scale);
+    }
+    __syncthreads();
+    const float sink = p.sink[h];
+    if (threadIdx.x == 0) {
+        float mx = sink;
+        for (int64_t j = 0; j < nc; ++j) mx = fmaxf(mx, sc[j]);
+        mx_sh = mx;
+    }
+    __syncthreads();
+    const float mx = mx_sh;
+    for (int64_t j = threadIdx.x; j < nc; j += blockDim.x) sc[j] = dev::exp_f32(dev::add(sc[j], -mx));
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float den = dev::exp_f32(dev::add(sink, -mx));
+        for (int64_t j = 0; j < nc; ++j) den = dev::add(den, sc[j]);
+        den_sh = den;
+    }
+    __syncthreads();
+    const float den = den_sh;
+    for (int64_t j = threadIdx.x; j < nc; j += blockDim.x) sc[j] = dev::maybe_bf16(sc[j] / den, p.official);
+    __syncthreads();
+    for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) {
+        float o = 0.0f;
+        for (int64_t j = 0; j < nc; ++j) o = dev::add(o, dev::mul(sc[j], key(j, d)));
+        o_sh[d] = dev::maybe_bf16(o, p.official);
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        rope_warp(o_sh, Dh, p.rope_dim, p.cos_sin + pos * p.rope_dim, true);
+        float* out = p.out + (r * p.heads + h) * Dh;
+        for (int64_t d = threadIdx.x; d < Dh; d += 32)
+            out[d] = (p.official && d >= Dh - p.rope_dim) ? dev::round_bf16(o_sh[d]) : o_sh[d];
+    }
+}
+
+}  // namespace deepinfer::cuda::kernels

@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: Apache-2.0
+// Device code of V4.1's cache formats (model/v41/qat.cpp, spec §3.6): the fake quantization of
+// rows with the reference's arithmetic (amax, floor, scale, x / scale, clamp, round, · scale), the
+// compact codes they are stored in (equal to qat.cpp's encode_fp8 / encode_fp4), their decoding, byte
+// row copies into rings and caches, and the compressor's per-channel softmax pooling.
+#pragma once
+
+#include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/ops.h"
+
+namespace deepinfer::cuda::kernels {
+
+// The reference's conversions keep NaN (an overflowing e4m3 scale, a NaN input) where fminf/fmaxf
+// would not: clamp that lets NaN through, and the canonical quiet NaN the CPU's decoders return.
+__device__ __forceinline__ float clamp_keep_nan(float v, float lo, float hi) { return isnan(v) ? v : fminf(fmaxf(v, lo), hi); }
+__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7FC00000); }
+
+// e4m3 code of a value already rounded to e4m3 and within ±448 (sign kept, as float_formats.cpp;
+// NaN -> the NaN code).
+__device__ __forceinline__ uint8_t e4m3_code(float v) {
+    const uint8_t sign = signbit(v) ? 0x80 : 0;
+    if (isnan(v)) return sign | 0x7F;
+    const float a = fabsf(v);
+    if (a == 0.0f) return sign;
+    const int e = static_cast<int>((__float_as_uint(a) >> 23) & 0xFFu) - 127;
+    if (e < -6) return sign | static_cast<uint8_t>(a * 512.0f);  // subnormal: a = man · 2^-9
+    const uint32_t man = static_cast<uint32_t>(ldexpf(a, 3 - e)) - 8u;
+    return sign | static_cast<uint8_t>(((e + 7) << 3) | man);
+}
+
+// e2m1 code of a value already rounded to e2m1 (|v| <= 6); zero is stored as +0; NaN -> the
+// saturated code (float_formats.cpp's e2m1 has no NaN).
+__device__ __forceinline__ uint8_t e2m1_code(float v) {
+    if (isnan(v)) return (signbit(v) ? 8 : 0) | 7;
+    const float a = fabsf(v);
+    if (a == 0.0f) return 0;
+    const uint8_t sign = signbit(v) ? 8 : 0;
+    if (a < 1.0f) return sign | 1;  // 0.5
+    const int e = static_cast<int>((__float_as_uint(a) >> 23) & 0xFFu) - 127;
+    const uint32_t man = static_cast<uint32_t>(ldexpf(a, 1 - e)) - 2u;
+    return sign | static_cast<uint8_t>(((e + 1) << 1) | man);
+}
+
+// Bytes of one compact row (cache_row_bytes of ops.h, in device code).
+__device__ __forceinline__ int64_t row_bytes_of(CacheFormat f, int64_t n, int64_t block) {
+    return f == CacheFormat::kF32 ? n * 4 : f == CacheFormat::kFp8Ue8m0 ? n + n / block : n / 2 + n / block;
+}
+
+// Value i of a compact row of n values.
+__device__ __forceinline__ float cache_value(const uint8_t* row, CacheFormat f, int64_t n, int64_t block, int64_t i) {
+    switch (f) {
+        case CacheFormat::kF32: return reinterpret_cast<const float*>(row)[i];
+        case CacheFormat::kFp8Ue8m0: return dev::mul(dev::e4m3_value(row[i]), dev::e8m0_value(row[n + i / block]));
+        case CacheFormat::kFp4E4m3:
+        case CacheFormat::kFp4Ue8m0: {
+            const uint8_t byte = row[i / 2];
+            const uint8_t sb = row[n / 2 + i / block];
+            const float s = f == CacheFormat::kFp4E4m3 ? dev::e4m3_value(sb) : dev::e8m0_value(sb);
+            return dev::mul(dev::e2m1_value((i & 1) ? (byte >> 4) : (byte & 0xF)), s);
+        }
+    }
+    return 0.0f;
+}
+
+// One thread per block of a row: grid (rows), block threads cover the row's blocks.
+static __global__ void qat_rows_kernel(const __grid_constant__ QatRowsParams p) {
+    const int64_t r = blockIdx.x;
+    float* x = p.x + r * p.n;
+    uint8_t* dst = p.dst ? p.dst[r] : nullptr;
+    if (p.format == CacheFormat::kF32) {
+        if (dst)
+            for (int64_t i = threadIdx.x; i < p.n; i += blockDim.x) reinterpret_cast<float*>(dst)[i] = x[i];
+        return;
+    }
+    const int64_t B = p.block;
+    for (int64_t b = static_cast<int64_t>(threadIdx.x) * B; b < p.n; b += static_cast<int64_t>(blockDim.x) * B) {
+        float amax = 0.0f;
+        for (int64_t i = b; i < b + B; ++i) amax = fmaxf(amax, fabsf(x[i]));
+        if (p.format == CacheFormat::kFp8Ue8m0) {
+            const int k = dev::ceil_log2_bits(dev::mul(fmaxf(amax, 1e-4f), 1.0f / 448.0f));
+            const float scale = ldexpf(1.0f, k);
+            if (dst) dst[p.n + b / B] = static_cast<uint8_t>(k + 127);
+            for (int64_t i = b; i < b + B; ++i) {
+                const float q = dev::round_e4m3(clamp_keep_nan(x[i] / scale, -448.0f, 448.0f));
+                if (dst) dst[i] = e4m3_code(q);
+                if (p.fake_quant) x[i] = isnan(q) ? quiet_nan() : dev::mul(q, scale);
+            }
+        } else {
+            float scale;
+            if (p.format == CacheFormat::kFp4E4m3) {
+                float sv = dev::round_e4m3(fmaxf(amax, 6.0f * ldexpf(1.0f, -9)) / 6.0f);
+                if (sv > 448.0f) sv = quiet_nan();  // e4m3 overflow: the reference's cast gives NaN
+                if (dst) dst[p.n / 2 + b / B] = e4m3_code(sv);
+                scale = sv;
+            } else {
+                const int k = dev::ceil_log2_bits(dev::mul(fmaxf(amax, 6.0f * ldexpf(1.0f, -126)), 1.0f / 6.0f));
+                if (dst) dst[p.n / 2 + b / B] = static_cast<uint8_t>(k + 127);
+                scale = ldexpf(1.0f, k);
+            }
+            for (int64_t i = b; i < b + B; i += 2) {
+                float q0 = dev::round_e2m1(clamp_keep_nan(x[i] / scale, -6.0f, 6.0f));
+                float q1 = dev::round_e2m1(clamp_keep_nan(x[i + 1] / scale, -6.0f, 6.0f));
+                if (q0 == 0.0f) q0 = 0.0f;  // -0 -> +0 (the reference's code table)
+                if (q1 == 0.0f) q1 = 0.0f;
+                if (dst) dst[i / 2] = static_cast<uint8_t>(e2m1_code(q0) | (e2m1_code(q1) << 4));
+                if (p.fake_quant) {
+                    x[i] = isnan(q0) || isnan(scale) ? quiet_nan() : dev::mul(q0, scale);
+                    x[i + 1] = isnan(q1) || isnan(scale) ? quiet_nan() : dev::mul(q1, scale);
+                }
+            }
+        }
+    }
+}
+
+// grid (rows), block 128.
+static __global__ void copy_rows_kernel(const __grid_constant__ CopyRowsParams p) {
+    const int64_t r = blockIdx.x;
+    auto* dst = static_cast<uint8_t*>(p.dst[r]);
+    if (!dst) return;
+    const auto* src = static_cast<const uint8_t*>(p.src) + r * p.row_bytes;
+    for (int64_t i = threadIdx.x; i < p.row_bytes; i += blockDim.x) dst[i] = src[i];
+}
+
+// grid (groups), block 128: one thread per channel, the CPU's per-channel order.
+static __global__ void compress_pool_kernel(const __grid_constant__ CompressPoolParams p) {
+    const int64_t g = blockIdx.x, R = p.ratio;
+    const float* const* kv = p.kv_rows + g * R;
+    float* out = p.out + g * p.width;
+    for (int64_t ch = threadIdx.x; ch < p.width; ch += blockDim.x) {
+        if (!p.gate_rows) {
+            out[ch] = dev::maybe_bf16(kv[0][ch], p.round_bf16);
+            continue;
+        }
+        const float* const* gate = p.gate_rows + g * R;
+        float mx = -__int_as_float(0x7F800000);
+        for (int64_t r = 0; r < R; ++r) mx = fmaxf(mx, gate[r][ch]);
+        float sum = 0.0f;
+        for (int64_t r = 0; r < R; ++r) sum = dev::add(sum, dev::exp_f32(dev::add(gate[r][ch], -mx)));
+        float acc = 0.0f;
+        for (int64_t r = 0; r < R; ++r) acc = dev::add(acc, dev::mul(kv[r][ch], dev::exp_f32(dev::add(gate[r][ch], -mx)) / sum));
+        out[ch] = dev::maybe_bf16(acc, p.round_bf16);
+    }
+}
+
+}  // namespace deepinfer::cuda::kernels

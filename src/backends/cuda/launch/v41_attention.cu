@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+// Launchers of V4.1's CSA2 attention ops: indexer scores, candidate blocks, top-k publishing, sink attention.
+#include "backends/cuda/common/cuda_check.h"
+#include "backends/cuda/kernels/v41_attention.cuh"
+
+namespace deepinfer::cuda {
+namespace {
+cudaStream_t raw(Stream s) { return static_cast<cudaStream_t>(s.handle); }
+}  // namespace
+
+void index_scores(const IndexScoresParams& p, Stream s) {
+    if (p.num_rows == 0 || p.max_entries == 0) return;
+    DI_CHECK(p.rows && p.q && p.weights && p.scores, "index_scores: missing pointer");
+    const dim3 grid(static_cast<unsigned>(p.num_rows),
+                    static_cast<unsigned>((p.max_entries + kernels::kIndexKeysPerBlock - 1) / kernels::kIndexKeysPerBlock));
+    const size_t shared = static_cast<size_t>(kernels::kIndexKeysPerBlock * p.head_dim) * sizeof(float);
+    DI_CHECK(shared <= 48 * 1024, "index_scores: index_head_dim ", p.head_dim, " too large");
+    kernels::index_scores_kernel<<<grid, 256, shared, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void candidate_blocks(const CandidateParams& p, Stream s) {
+    if (p.num_rows == 0) return;
+    DI_CHECK(p.rows && p.scores && p.mask && p.block_size > 0, "candidate_blocks: missing pointer or block size");
+    DI_CHECK(!p.build || (p.block_scores && p.block_picked && p.keep_blocks > 0), "candidate_blocks: build needs scratch");
+    kernels::candidate_kernel<<<static_cast<unsigned>(p.num_rows), kernels::kTopkThreads, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void topk_publish(const TopkPublishParams& p, Stream s) {
+    if (p.num_rows == 0) return;
+    kernels::topk_publish_kernel<<<static_cast<unsigned>(p.num_rows), 32, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void sink_attention(const SinkAttentionParams& p, Stream s) {
+    if (p.rows == 0 || p.heads == 0) return;
+    DI_CHECK(p.segments && p.row_segment && p.positions && p.q && p.kv && p.sink && p.scratch && p.out,
+             "sink_attention: missing pointer");
+    DI_CHECK(p.rope_dim == 0 || p.cos_sin, "sink_attention: no cos/sin table");
+    const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.heads));
+    kernels::sink_attention_kernel<<<grid, 256, static_cast<size_t>(p.head_dim) * sizeof(float), raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace deepinfer::cuda

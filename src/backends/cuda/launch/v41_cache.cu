@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: Apache-2.0
+// Launchers of V4.1's cache-format ops: QAT rows (fake quantization / compact codes), byte row copies,
+// compressor pooling.
+#include "backends/cuda/common/cuda_check.h"
+#include "backends/cuda/kernels/v41_cache.cuh"
+
+namespace deepinfer::cuda {
+namespace {
+cudaStream_t raw(Stream s) { return static_cast<cudaStream_t>(s.handle); }
+}  // namespace
+
+void qat_rows(const QatRowsParams& p, Stream s) {
+    if (p.rows == 0 || p.n == 0) return;
+    DI_CHECK(p.x, "qat_rows: null x");
+    if (p.format != CacheFormat::kF32)
+        DI_CHECK(p.block > 0 && p.block % 2 == 0 && p.n % p.block == 0, "qat_rows: ", p.n, " values in blocks of ", p.block);
+    kernels::qat_rows_kernel<<<static_cast<unsigned>(p.rows), 64, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void copy_rows(const CopyRowsParams& p, Stream s) {
+    if (p.rows == 0 || p.row_bytes == 0) return;
+    DI_CHECK(p.src && p.dst, "copy_rows: null src or dst");
+    kernels::copy_rows_kernel<<<static_cast<unsigned>(p.rows), 128, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void compress_pool(const CompressPoolParams& p, Stream s) {
+    if (p.groups == 0) return;
+    DI_CHECK(p.kv_rows && p.out && p.ratio >= 1 && (p.gate_rows || p.ratio == 1), "compress_pool: ratio ", p.ratio,
+             " needs kv and gate rows");
+    kernels::compress_pool_kernel<<<static_cast<unsigned>(p.groups), 128, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace deepinfer::cuda

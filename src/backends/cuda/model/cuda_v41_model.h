@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: Apache-2.0
+// The DeepSeek-V4.1 forward (model/v41, spec deepseek-v41-model.md) on one CUDA GPU behind the Model
+// interface: weights on the device in their stored formats (Engram tables in mapped host memory),
+// each sequence's CSA2 caches on the device in their compact QAT codes, the forward on the model's
+// stream with scratch from a workspace arena sized at load; the Engram gather and projection run on
+// a second stream, overlapped with the layers before the first Engram layer. Logits equal the CPU
+// V41Model's bit for bit (same rounding points and per-element reduction order, batch-invariant).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backends/cuda/model/cuda_model.h"
+#include "deepinfer/model.h"
+
+namespace deepinfer::cuda {
+
+// Loads a V4.1 checkpoint directory onto the GPU. `options.tokenizer_json` names the tokenizer the
+// Engram token map is built from (required when the model has Engram layers). Numerics as
+// V41Model::load. Bounded replay and image spans are CPU-only for now (rejected clearly).
+std::unique_ptr<Model> load_cuda_v41_model(const std::string& checkpoint_dir, const ModelOptions& options,
+                                           const CudaModelOptions& cuda_options = {});
+
+}  // namespace deepinfer::cuda

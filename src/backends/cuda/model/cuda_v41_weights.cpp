@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: Apache-2.0
+// Uploads v41::Weights (views into the checkpoint mapping) to device memory, format unchanged.
+#include "backends/cuda/model/cuda_v41_weights.h"
+
+#include <cstring>
+
+#include "deepinfer/check.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+class Uploader {
+public:
+    explicit Uploader(V41DeviceWeights& out) : out_(out) {}
+
+    const void* bytes(const void* src, size_t n) {
+        if (n == 0) return nullptr;
+        auto buf = std::make_unique<DeviceBuffer>(n);
+        buf->copy_from_host(src, n);
+        out_.device_bytes += n;
+        const void* p = buf->data();
+        out_.storage.push_back(std::move(buf));
+        return p;
+    }
+    const void* pinned(const void* src, size_t n) {
+        if (n == 0) return nullptr;
+        auto buf = std::make_unique<PinnedBuffer>(n);
+        std::memcpy(buf->host(), src, n);
+        out_.host_bytes += n;
+        const void* p = buf->device_pointer();
+        out_.pinned.push_back(std::move(buf));
+        return p;
+    }
+    const float* vec(const v41::Vec& v) { return static_cast<const float*>(bytes(v.data(), v.size() * sizeof(float))); }
+
+    DeviceLinear linear(const v41::LinearWeight& w, bool host = false) {
+        if (w.empty()) return {};
+        DI_CHECK(w.weight.is_contiguous() && (w.scale.empty() || w.scale.is_contiguous()), "weight ", w.weight.describe(),
+                 " is not contiguous");
+        auto put = [&](const TensorView& t) { return host ? pinned(t.data(), t.nbytes()) : bytes(t.data(), t.nbytes()); };
+        const void* wp = put(w.weight);
+        const void* sp = w.scale.empty() ? nullptr : put(w.scale);
+        return device_linear_like(w, wp, sp);
+    }
+
+    DeviceHc hc(const v41::HcSiteWeights& h) { return {vec(h.fn), vec(h.base), vec(h.scale)}; }
+
+    DeviceExperts experts(const std::vector<v41::ExpertWeights>& es) {
+        DeviceExperts d;
+        if (es.empty()) return d;
+        std::vector<DeviceLinear> w1, w3, w2;
+        for (const v41::ExpertWeights& e : es) {
+            w1.push_back(linear(e.w1));
+            w3.push_back(linear(e.w3));
+            w2.push_back(linear(e.w2));
+        }
+        for (size_t e = 1; e < es.size(); ++e)
+            DI_CHECK(w1[e].kind == w1[0].kind && w2[e].kind == w2[0].kind && w1[e].in_features == w1[0].in_features &&
+                         w1[e].out_features == w1[0].out_features && w2[e].out_features == w2[0].out_features,
+                     "routed experts must share shapes and formats (expert ", e, ")");
+        d.w1 = static_cast<const DeviceLinear*>(bytes(w1.data(), w1.size() * sizeof(DeviceLinear)));
+        d.w3 = static_cast<const DeviceLinear*>(bytes(w3.data(), w3.size() * sizeof(DeviceLinear)));
+        d.w2 = static_cast<const DeviceLinear*>(bytes(w2.data(), w2.size() * sizeof(DeviceLinear)));
+        d.shape_w1 = w1[0];
+        d.shape_w2 = w2[0];
+        return d;
+    }
+
+private:
+    V41DeviceWeights& out_;
+};
+
+}  // namespace
+
+V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& c) {
+    V41DeviceWeights d;
+    Uploader up(d);
+    d.embed = up.linear(w.embed);
+    d.head = up.linear(w.head);
+    d.norm = up.vec(w.norm);
+    for (const v41::LayerWeights& lw : w.layers) {
+        V41DeviceLayer l;
+        l.attn_norm = up.vec(lw.attn_norm);
+        l.ffn_norm = up.vec(lw.ffn_norm);
+        l.hc_attn = up.hc(lw.hc_attn);
+        l.hc_ffn = up.hc(lw.hc_ffn);
+        const v41::AttentionWeights& a = lw.attn;
+        l.wq_a = up.linear(a.wq_a);
+        l.wq_b = up.linear(a.wq_b);
+        l.wkv = up.linear(a.wkv);
+        l.wo_a = up.linear(a.wo_a);
+        l.wo_b = up.linear(a.wo_b);
+        l.q_norm = up.vec(a.q_norm);
+        l.kv_norm = up.vec(a.kv_norm);
+        l.sink = up.vec(a.sink);
+        l.has_compressor = a.has_compressor;
+        if (a.has_compressor) {
+            l.compressor_wkv = up.linear(a.compressor_wkv);
+            l.compressor_wgate = up.linear(a.compressor_wgate);
+            l.compressor_norm = up.vec(a.compressor_norm);
+        }
+        l.has_indexer = a.has_indexer;
+        if (a.has_indexer) {
+            l.indexer_wq_b = up.linear(a.indexer_wq_b);
+            l.indexer_weights_proj = up.linear(a.indexer_weights_proj);
+            l.has_index_keys = a.has_index_keys;
+            if (a.has_index_keys) {
+                l.indexer_wk = up.linear(a.indexer_wk);
+                l.indexer_k_norm = up.vec(a.indexer_k_norm);
+            }
+        }
+        const v41::MoeWeights& m = lw.ffn;
+        DI_CHECK(static_cast<int64_t>(m.experts.size()) == c.n_routed_experts, "layer has ", m.experts.size(),
+                 " experts, config says ", c.n_routed_experts);
+        l.gate = up.linear(m.gate);
+        l.bias = up.vec(m.bias);
+        l.experts = up.experts(m.experts);
+        l.shared_w1 = up.linear(m.shared.w1);
+        l.shared_w3 = up.linear(m.shared.w3);
+        l.shared_w2 = up.linear(m.shared.w2);
+        if (lw.engram) {
+            l.has_engram = true;
+            l.engram.table = up.linear(lw.engram->table, /*host=*/true);
+            l.engram.wkv = up.linear(lw.engram->wkv);
+            l.engram.gate_weight = up.vec(lw.engram->gate_weight);
+        }
+        d.layers.push_back(std::move(l));
+    }
+    return d;
+}
+
+}  // namespace deepinfer::cuda

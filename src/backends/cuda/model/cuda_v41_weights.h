@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: Apache-2.0
+// Device copies of a DeepSeek-V4.1 checkpoint's weights (v41::Weights): matrices in their stored
+// format (FP8 + ue8m0 block scales, packed MXFP4 experts, bf16, f32), vectors as f32, routed experts
+// also as device arrays of DeviceLinear for the grouped GEMM. The Engram tables stay in host memory
+// (page-locked and mapped: the GPU gathers the rows a batch needs over the bus), so the largest
+// tensors of the model do not take GPU memory. Owns every allocation.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/model/cuda_weights.h"
+#include "model/v41/weights.h"
+
+namespace deepinfer::cuda {
+
+struct V41DeviceEngram {
+    DeviceLinear table;                  // [rows, engram_head_dim], weight/scale in mapped host memory
+    DeviceLinear wkv;                    // [(hc+1)*D, cols*engram_head_dim]
+    const float* gate_weight = nullptr;  // [hc, D]
+};
+
+struct V41DeviceLayer {
+    const float* attn_norm = nullptr;
+    const float* ffn_norm = nullptr;
+    DeviceHc hc_attn, hc_ffn;
+    // Attention.
+    DeviceLinear wq_a, wq_b, wkv, wo_a, wo_b;
+    const float* q_norm = nullptr;
+    const float* kv_norm = nullptr;
+    const float* sink = nullptr;
+    bool has_compressor = false;
+    DeviceLinear compressor_wkv, compressor_wgate;
+    const float* compressor_norm = nullptr;
+    bool has_indexer = false;
+    DeviceLinear indexer_wq_b, indexer_weights_proj;
+    bool has_index_keys = false;
+    DeviceLinear indexer_wk;
+    const float* indexer_k_norm = nullptr;
+    // MoE.
+    DeviceLinear gate;
+    const float* bias = nullptr;
+    DeviceExperts experts;
+    DeviceLinear shared_w1, shared_w3, shared_w2;
+    // Engram (engram layers only).
+    bool has_engram = false;
+    V41DeviceEngram engram;
+};
+
+struct V41DeviceWeights {
+    DeviceLinear embed, head;
+    const float* norm = nullptr;
+    std::vector<V41DeviceLayer> layers;
+    size_t device_bytes = 0, host_bytes = 0;
+    std::vector<std::unique_ptr<DeviceBuffer>> storage;  // device allocations
+    std::vector<std::unique_ptr<PinnedBuffer>> pinned;   // Engram tables
+};
+
+// Copies every weight the forward uses to the device (Engram tables to mapped host memory).
+V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& config);
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,620 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA ops added for DeepSeek-V4.1 against the CPU reference (src/model/v41) at the real
+// V4.1-Flash shapes (hidden 5120, HC 4 x 5120, 64 heads x 512, window 128, indexer 32 x 128 top-512,
+// candidate blocks of 8, Engram 24 columns x 256) and tiny ones: act_quant per 32 through the FP8 GEMM,
+// single-pass mHC, the cache QAT formats (values and compact codes), compressor pooling, indexer
+// scores + candidate blocks + top-k, sink attention over compact caches, Engram gather + fusion and
+// the router's gate_temp / selection-order sum. Everything must be bit-identical (exp/log1p are
+// rounded once from double on both sides). Where the CPU op is a loop inside a model file's
+// anonymous namespace (pooling, indexer, attention, routing), the reference below repeats that loop
+// statement by statement. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backends/cpu/linear.h"
+#include "backends/cpu/primitives.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/model/cuda_weights.h"
+#include "deepinfer/float_formats.h"
+#include "model/v41/ffn.h"
+#include "model/v41/mhc.h"
+#include "model/v41/qat.h"
+
+namespace deepinfer {
+namespace {
+
+using cuda::CacheFormat;
+using cuda::DeviceBuffer;
+using cuda::Stream;
+
+class CudaV41Ops : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    }
+};
+
+template <class T>
+struct Dev {
+    std::unique_ptr<DeviceBuffer> buf;
+    explicit Dev(const std::vector<T>& v) : buf(std::make_unique<DeviceBuffer>(std::max<size_t>(v.size(), 1) * sizeof(T))) {
+        if (!v.empty()) buf->copy_from_host(v.data(), v.size() * sizeof(T));
+    }
+    explicit Dev(size_t n) : buf(std::make_unique<DeviceBuffer>(std::max<size_t>(n, 1) * sizeof(T))) {}
+    T* ptr() const { return static_cast<T*>(buf->data()); }
+    std::vector<T> host(size_t n) const {
+        std::vector<T> v(n);
+        cuda::synchronize();
+        buf->copy_to_host(v.data(), n * sizeof(T));
+        return v;
+    }
+};
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = nd(rng);
+    return v;
+}
+std::vector<float> bf16_values(std::vector<float> v) {
+    for (float& x : v) x = cpu::round_bf16(x);
+    return v;
+}
+
+template <class T>
+void expect_equal(const std::vector<T>& ref, const std::vector<T>& got, const std::string& what) {
+    ASSERT_EQ(ref.size(), got.size()) << what;
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < ref.size(); ++i)
+        if (std::memcmp(&ref[i], &got[i], sizeof(T)) != 0) {
+            if (bad++ == 0) first = i;
+        }
+    EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << ref.size() << " differ; first at " << first << ": "
+                       << +ref[first] << " vs " << +got[first];
+}
+
+// An FP8 e4m3 weight with ue8m0 scales in 32 x 32 blocks (V4.1's layout), or f32; host and device.
+struct Weight {
+    std::vector<uint8_t> w, s;
+    cpu::LinearWeight host;
+    std::unique_ptr<DeviceBuffer> dw, ds;
+    cuda::DeviceLinear dev;
+    Weight(bool fp8, int64_t out, int64_t in, uint32_t seed) {
+        std::mt19937 rng(seed);
+        TensorView wv, sv;
+        if (fp8) {
+            w.resize(size_t(out * in));
+            for (uint8_t& b : w) {
+                b = uint8_t(rng());
+                if ((b & 0x7F) == 0x7F) b = 0x3F;  // no NaN codes
+            }
+            s.resize(size_t(((out + 31) / 32) * ((in + 31) / 32)));
+            for (uint8_t& b : s) b = uint8_t(118 + rng() % 6);
+            wv = TensorView(w.data(), DType::kF8E4M3, {out, in});
+            sv = TensorView(s.data(), DType::kF8E8M0, {(out + 31) / 32, (in + 31) / 32});
+        } else {
+            const std::vector<float> v = randn(size_t(out * in), seed, 1.0f / std::sqrt(float(in)));
+            w.resize(v.size() * 4);
+            std::memcpy(w.data(), v.data(), w.size());
+            wv = TensorView(w.data(), DType::kF32, {out, in});
+        }
+        host = cpu::make_linear_weight(wv, sv, out, in, 32, 32);
+        dw = std::make_unique<DeviceBuffer>(w.size());
+        dw->copy_from_host(w.data(), w.size());
+        if (!s.empty()) {
+            ds = std::make_unique<DeviceBuffer>(s.size());
+            ds->copy_from_host(s.data(), s.size());
+        }
+        dev = cuda::device_linear_like(host, dw->data(), ds ? ds->data() : nullptr);
+    }
+};
+
+TEST_F(CudaV41Ops, ActQuantPer32ThroughTheFp8GemmBitIdentical) {
+    for (auto [rows, out, in] : {std::tuple<int64_t, int64_t, int64_t>{7, 96, 64}, {5, 1280, 5120}, {3, 5120, 1024}}) {
+        Weight w(true, out, in, uint32_t(out + in));
+        std::vector<float> x = bf16_values(randn(size_t(rows * in), 5, 2.0f)), ref(size_t(rows * out));
+        for (int64_t i = 0; i < 32; ++i) x[size_t(i)] = 1e-7f * float(i);  // a block below the 1e-4 floor
+        cpu::linear({.x = TensorView(x.data(), DType::kF32, {rows, in}), .weight = &w.host,
+                     .y = TensorView(ref.data(), DType::kF32, {rows, out}), .quantize_activations = true,
+                     .activation_block = 32, .round_output_bf16 = true});
+        Dev<float> dx(x), dq(x.size()), dy(ref.size());
+        cuda::act_quant_dequant({.x = dx.ptr(), .out = dq.ptr(), .rows = rows, .cols = in, .block = 32}, Stream{});
+        cuda::linear({.x = dq.ptr(), .x_ld = in, .weight = w.dev, .y = dy.ptr(), .y_ld = out, .rows = rows,
+                      .round_output_bf16 = true},
+                     Stream{});
+        expect_equal(ref, dy.host(ref.size()), "fp8 linear " + std::to_string(out) + "x" + std::to_string(in));
+    }
+}
+
+TEST_F(CudaV41Ops, SinglePassHcBitIdentical) {
+    for (auto [hc, D] : {std::pair<int64_t, int64_t>{4, 5120}, {2, 64}, {4, 64}}) {
+        const int64_t rows = 5, n_mix = (2 + hc) * hc;
+        for (bool round : {false, true}) {
+            const std::vector<float> x = bf16_values(randn(size_t(rows * hc * D), 1, 1.5f));
+            const std::vector<float> fn = randn(size_t(n_mix * hc * D), 2, 0.02f), base = randn(size_t(n_mix), 3, 0.5f);
+            const std::vector<float> scale = {0.8f, 1.1f, 0.6f};
+            std::vector<float> cpre = randn(size_t(rows * hc), 4, 0.3f);
+            for (float& v : cpre) v = std::fabs(v) + 0.1f;
+            std::vector<float> pre(size_t(rows * hc)), post(pre.size()), comb(size_t(rows * hc * hc)), a(size_t(rows * D));
+            const v41::HcMixParams mp{fn.data(), base.data(), scale.data(), hc, D, 20, 1e-20f, 1e-6f};
+            for (int64_t t = 0; t < rows; ++t) {
+                v41::hc_mixes(mp, x.data() + t * hc * D, pre.data() + t * hc, post.data() + t * hc, comb.data() + t * hc * hc);
+                v41::hc_collapse(x.data() + t * hc * D, cpre.data() + t * hc, hc, D, a.data() + t * D);
+                if (round) cpu::round_bf16_inplace(a.data() + t * D, D);
+            }
+            Dev<float> dx(x), dfn(fn), dbase(base), dscale(scale), dcpre(cpre), dpre(pre.size()), dpost(post.size()),
+                dcomb(comb.size()), da(a.size());
+            cuda::hc_mixes({.x = dx.ptr(), .fn = dfn.ptr(), .base = dbase.ptr(), .scale = dscale.ptr(), .rows = rows, .hc = hc,
+                            .hidden = D, .sinkhorn_iters = 20, .norm_eps = 1e-20f, .hc_eps = 1e-6f, .pre = dpre.ptr(),
+                            .post = dpost.ptr(), .comb = dcomb.ptr(), .collapse_pre = dcpre.ptr(), .collapsed = da.ptr(),
+                            .round_bf16 = round},
+                           Stream{});
+            const std::string what = "hc " + std::to_string(hc) + " x " + std::to_string(D);
+            expect_equal(pre, dpre.host(pre.size()), what + " pre");
+            expect_equal(post, dpost.host(post.size()), what + " post");
+            expect_equal(comb, dcomb.host(comb.size()), what + " comb");
+            expect_equal(a, da.host(a.size()), what + " collapse");
+            // Expansion (V4.1's order) and the plain collapse.
+            const std::vector<float> o = bf16_values(randn(size_t(rows * D), 6));
+            std::vector<float> y(x.size()), c2(size_t(rows * D));
+            for (int64_t t = 0; t < rows; ++t) {
+                v41::hc_expand(o.data() + t * D, x.data() + t * hc * D, post.data() + t * hc, comb.data() + t * hc * hc, hc, D,
+                               y.data() + t * hc * D);
+                if (round) cpu::round_bf16_inplace(y.data() + t * hc * D, hc * D);
+                v41::hc_collapse(x.data() + t * hc * D, pre.data() + t * hc, hc, D, c2.data() + t * D);
+                if (round) cpu::round_bf16_inplace(c2.data() + t * D, D);
+            }
+            Dev<float> dout(o), dy(y.size()), dc2(c2.size());
+            cuda::hc_post({.out = dout.ptr(), .x = dx.ptr(), .post = dpost.ptr(), .comb = dcomb.ptr(), .y = dy.ptr(), .rows = rows,
+                           .hc = hc, .hidden = D, .round_bf16 = round, .mix_first = true},
+                          Stream{});
+            cuda::hc_collapse({.x = dx.ptr(), .pre = dpre.ptr(), .out = dc2.ptr(), .rows = rows, .hc = hc, .hidden = D,
+                               .round_bf16 = round},
+                              Stream{});
+            expect_equal(y, dy.host(y.size()), what + " expand");
+            expect_equal(c2, dc2.host(c2.size()), what + " plain collapse");
+        }
+    }
+}
+
+// Rows at nine magnitudes plus hostile ones: zeros, signed zeros, all-equal, powers of two, grid ties.
+std::vector<float> qat_rows_input(int64_t rows, int64_t n) {
+    std::vector<float> x = randn(size_t(rows * n), 9);
+    for (int64_t r = 0; r < rows; ++r) {
+        float* row = x.data() + r * n;
+        const float mag = std::ldexp(1.0f, int(r % 9) * 4 - 20);
+        for (int64_t i = 0; i < n; ++i) row[i] *= mag;
+        switch (r % 7) {
+            case 0: std::fill(row, row + n, 0.0f); break;
+            case 1:
+                for (int64_t i = 0; i < n; i += 2) row[i] = -0.0f;
+                break;
+            case 2:
+                for (int64_t i = 0; i < n; ++i) row[i] = std::ldexp(1.0f, int(i % 24) - 12) * (i % 3 ? 1.0f : -1.0f);
+                break;
+            case 3:
+                for (int64_t i = 0; i < n; ++i) row[i] = 0.25f + 0.5f * float(i % 12);  // e2m1 and e4m3 ties
+                break;
+            default: break;
+        }
+    }
+    return x;
+}
+
+TEST_F(CudaV41Ops, CacheQatValuesAndCompactCodesEqualCpu) {
+    struct Case {
+        CacheFormat format;
+        int64_t n, block;
+    };
+    for (const Case& k : {Case{CacheFormat::kFp8Ue8m0, 512, 32}, Case{CacheFormat::kFp4E4m3, 512, 16},
+                          Case{CacheFormat::kFp4Ue8m0, 128, 32}, Case{CacheFormat::kFp8Ue8m0, 64, 32},
+                          Case{CacheFormat::kFp4E4m3, 32, 16}}) {
+        const int64_t rows = 63, bytes = cuda::cache_row_bytes(k.format, k.n, k.block);
+        const std::vector<float> x = qat_rows_input(rows, k.n);
+        std::vector<float> ref = x;
+        std::vector<uint8_t> codes(size_t(rows * bytes));
+        for (int64_t r = 0; r < rows; ++r) {
+            float* v = ref.data() + r * k.n;
+            uint8_t* c = codes.data() + r * bytes;
+            if (k.format == CacheFormat::kFp8Ue8m0) {
+                v41::encode_fp8(x.data() + r * k.n, k.n, k.block, c, c + k.n);
+                v41::fake_quant_fp8(v, k.n, k.block);
+            } else {
+                const bool e4m3 = k.format == CacheFormat::kFp4E4m3;
+                v41::encode_fp4(x.data() + r * k.n, k.n, k.block, e4m3, c, c + k.n / 2);
+                v41::fake_quant_fp4(v, k.n, k.block, e4m3);
+            }
+        }
+        Dev<float> dx(x);
+        Dev<uint8_t> dcodes(codes.size());
+        std::vector<uint8_t*> dst;
+        for (int64_t r = 0; r < rows; ++r) dst.push_back(dcodes.ptr() + r * bytes);
+        Dev<uint8_t*> ddst(dst);
+        cuda::qat_rows({.x = dx.ptr(), .rows = rows, .n = k.n, .block = k.block, .format = k.format, .fake_quant = true,
+                        .dst = ddst.ptr()},
+                       Stream{});
+        const std::string what = "format " + std::to_string(int(k.format)) + " n " + std::to_string(k.n);
+        expect_equal(ref, dx.host(ref.size()), what + " values");
+        expect_equal(codes, dcodes.host(codes.size()), what + " codes");
+        // copy_rows moves the codes into scattered slots (null: skipped).
+        Dev<uint8_t> ring(size_t(rows * bytes));
+        cuda::fill_zero(ring.ptr(), size_t(rows * bytes), Stream{});
+        std::vector<void*> slots;
+        std::vector<uint8_t> want(size_t(rows * bytes), 0);
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t slot = (r * 5) % rows;
+            slots.push_back(r % 4 == 3 ? nullptr : ring.ptr() + slot * bytes);
+            if (r % 4 != 3) std::memcpy(want.data() + slot * bytes, codes.data() + r * bytes, size_t(bytes));
+        }
+        Dev<void*> dslots(slots);
+        cuda::copy_rows({.src = dcodes.ptr(), .dst = dslots.ptr(), .rows = rows, .row_bytes = bytes}, Stream{});
+        expect_equal(want, ring.host(want.size()), what + " copy_rows");
+    }
+}
+
+// model/v41/attention.cpp pool_groups' per-channel pooling of one group.
+void pool_reference(const std::vector<const float*>& kv, const std::vector<const float*>& gate, int64_t width, float* out) {
+    const size_t R = kv.size();
+    for (int64_t ch = 0; ch < width; ++ch) {
+        float mx = -INFINITY;
+        for (size_t r = 0; r < R; ++r) mx = std::max(mx, gate[r][ch]);
+        float sum = 0.0f;
+        for (size_t r = 0; r < R; ++r) sum += cpu::exp_f32(gate[r][ch] - mx);
+        float acc = 0.0f;
+        for (size_t r = 0; r < R; ++r) acc += kv[r][ch] * (cpu::exp_f32(gate[r][ch] - mx) / sum);
+        out[ch] = acc;
+    }
+}
+
+TEST_F(CudaV41Ops, CompressorPoolingBitIdentical) {
+    const int64_t width = 512, chunk = 9, groups = 5, ratio = 2;
+    const std::vector<float> kv = randn(size_t((chunk + 1) * width), 11), gate = randn(size_t((chunk + 1) * width), 12, 3.0f);
+    Dev<float> dkv(kv), dgate(gate);
+    // Group g reads rows g*2 and g*2+1 (the last row of the "pending ring" is row chunk).
+    std::vector<const float*> hk, hg, dk, dg;
+    std::vector<float> ref(size_t(groups * width));
+    for (int64_t g = 0; g < groups; ++g) {
+        std::vector<const float*> rk, rg;
+        for (int64_t r = 0; r < ratio; ++r) {
+            const int64_t row = g == 0 && r == 0 ? chunk : g * ratio + r - 1;
+            rk.push_back(kv.data() + row * width);
+            rg.push_back(gate.data() + row * width);
+            dk.push_back(dkv.ptr() + row * width);
+            dg.push_back(dgate.ptr() + row * width);
+        }
+        pool_reference(rk, rg, width, ref.data() + g * width);
+    }
+    for (bool round : {false, true}) {
+        std::vector<float> want = ref;
+        if (round) cpu::round_bf16_inplace(want.data(), int64_t(want.size()));
+        Dev<const float*> ddk(dk), ddg(dg);
+        Dev<float> out(want.size());
+        cuda::compress_pool({.kv_rows = ddk.ptr(), .gate_rows = ddg.ptr(), .groups = groups, .ratio = ratio, .width = width,
+                             .out = out.ptr(), .round_bf16 = round},
+                            Stream{});
+        expect_equal(want, out.host(want.size()), round ? "pool bf16" : "pool f32");
+    }
+    // Ratio 1: the row itself.
+    std::vector<const float*> d1;
+    for (int64_t g = 0; g < groups; ++g) d1.push_back(dkv.ptr() + g * width);
+    Dev<const float*> dd1(d1);
+    Dev<float> out1(size_t(groups * width));
+    cuda::compress_pool({.kv_rows = dd1.ptr(), .groups = groups, .ratio = 1, .width = width, .out = out1.ptr()}, Stream{});
+    expect_equal(std::vector<float>(kv.begin(), kv.begin() + groups * width), out1.host(size_t(groups * width)), "ratio 1");
+}
+
+// model/v41/attention.cpp index_segment for one query row (scores of n keys, visibility, candidate
+// stage as source or user, then topk_ascending). Returns the published top-k.
+struct IndexRef {
+    std::vector<int32_t> topk;
+    std::vector<uint8_t> mask;  // built by a candidate source
+};
+IndexRef index_reference(const float* q, const float* hw, const std::vector<float>& keys, int64_t n, int64_t visible,
+                         int64_t IH, int64_t ID, bool official, int mode, const std::vector<uint8_t>& user_mask,
+                         int64_t cn, int64_t bs, int64_t keep_blocks, int64_t k) {
+    const float softmax_scale = 1.0f / std::sqrt(float(ID)), heads_scale = 1.0f / std::sqrt(float(IH));
+    std::vector<float> scores(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) {
+        if (j >= visible) {
+            scores[size_t(j)] = -INFINITY;
+            continue;
+        }
+        float acc = 0.0f;
+        for (int64_t h = 0; h < IH; ++h) {
+            const float d = cpu::dot(q + h * ID, keys.data() + j * ID, ID);
+            if (official) {
+                const float wgt = cpu::round_bf16(hw[h] * softmax_scale * heads_scale);
+                acc = cpu::round_bf16(acc + cpu::round_bf16(std::max(cpu::round_bf16(d), 0.0f) * wgt));
+            } else {
+                acc += (std::max(d, 0.0f) * softmax_scale) * (hw[h] * heads_scale);
+            }
+        }
+        scores[size_t(j)] = acc;
+    }
+    IndexRef out;
+    if (mode == 1) {  // candidate source
+        out.mask.assign(size_t(n), 0);
+        const int64_t num_blocks = (n + bs - 1) / bs;
+        std::vector<float> block(size_t(num_blocks), -INFINITY);
+        for (int64_t j = 0; j < n; ++j) block[size_t(j / bs)] = std::max(block[size_t(j / bs)], scores[size_t(j)]);
+        if (visible > 0) block[size_t((visible - 1) / bs)] = INFINITY;
+        std::vector<int64_t> border(static_cast<size_t>(num_blocks));
+        std::iota(border.begin(), border.end(), 0);
+        std::stable_sort(border.begin(), border.end(), [&](int64_t a, int64_t b) { return block[size_t(a)] > block[size_t(b)]; });
+        for (int64_t kk = 0; kk < std::min(keep_blocks, num_blocks); ++kk) {
+            const int64_t b = border[size_t(kk)];
+            if (!(block[size_t(b)] > -INFINITY)) continue;
+            for (int64_t j = b * bs; j < std::min(n, (b + 1) * bs); ++j) out.mask[size_t(j)] = 1;
+        }
+    } else if (mode == 2) {  // candidate user
+        for (int64_t j = 0; j < n; ++j)
+            if (j >= cn || !user_mask[size_t(j)]) scores[size_t(j)] = -INFINITY;
+    }
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    const int64_t kk = std::min(k, n);
+    std::partial_sort(order.begin(), order.begin() + kk, order.end(), [&](int64_t a, int64_t b) {
+        return scores[size_t(a)] > scores[size_t(b)] || (scores[size_t(a)] == scores[size_t(b)] && a < b);
+    });
+    for (int64_t i = 0; i < kk; ++i)
+        if (scores[size_t(order[size_t(i)])] > -INFINITY) out.topk.push_back(int32_t(order[size_t(i)]));
+    std::sort(out.topk.begin(), out.topk.end());
+    out.topk.resize(size_t(k), -1);
+    return out;
+}
+
+TEST_F(CudaV41Ops, IndexerCandidateBlocksAndTopkEqualCpu) {
+    for (bool official : {false, true}) {
+        // Real shape: 32 heads x 128, 2000 entries, top-512; candidate blocks of 8, keep 64 (of 250).
+        const int64_t IH = 32, ID = 128, n = 2000, K = 512, bs = 8, keep = 64, rows = 4, bytes = ID / 2 + ID / 32;
+        std::vector<float> keys = randn(size_t(n * ID), 21);
+        std::vector<uint8_t> codes(size_t(n * bytes));
+        for (int64_t j = 0; j < n; ++j) {
+            v41::encode_fp4(keys.data() + j * ID, ID, 32, false, codes.data() + j * bytes, codes.data() + j * bytes + ID / 2);
+            v41::fake_quant_fp4(keys.data() + j * ID, ID, 32, false);
+        }
+        for (int64_t j = 100; j < 140; ++j)  // duplicate keys: tied scores
+            std::copy_n(codes.data() + 50 * bytes, bytes, codes.data() + j * bytes),
+                std::copy_n(keys.data() + 50 * ID, ID, keys.data() + j * ID);
+        std::vector<float> q = randn(size_t(rows * IH * ID), 22);
+        for (int64_t r = 0; r < rows * IH; ++r) v41::fake_quant_fp4(q.data() + r * ID, ID, 32, false);
+        const std::vector<float> hw = bf16_values(randn(size_t(rows * IH), 23));
+        const int64_t visible[rows] = {2000, 1500, 7, 0};
+        Dev<uint8_t> dcodes(codes);
+        Dev<float> dq(q), dhw(hw);
+        Dev<uint8_t> mask(size_t(rows * n));
+        Dev<int32_t> out(size_t(rows * K));
+        // Pass 1: candidate source; pass 2: a user of that mask (row 1 without a mask).
+        std::vector<std::vector<uint8_t>> ref_mask(rows);
+        for (int pass = 1; pass <= 2; ++pass) {
+            std::vector<cuda::IndexRow> ir;
+            std::vector<int32_t> lengths;
+            for (int64_t r = 0; r < rows; ++r) {
+                const bool masked = pass == 2 && r != 1;
+                ir.push_back({int32_t(r), int32_t(n), int32_t(visible[r]), masked ? int32_t(n - 3) : -1, dcodes.ptr()});
+                lengths.push_back(int32_t(n));
+            }
+            Dev<cuda::IndexRow> dir(ir);
+            Dev<int32_t> dlen(lengths);
+            Dev<float> scores(size_t(rows * n)), block_scores(size_t(rows * n / bs + rows));
+            Dev<int32_t> block_picked(size_t(rows * keep)), picked(size_t(rows * K));
+            cuda::index_scores({.rows = dir.ptr(), .num_rows = rows, .max_entries = n, .q = dq.ptr(), .weights = dhw.ptr(),
+                                .heads = IH, .head_dim = ID, .key_format = CacheFormat::kFp4Ue8m0, .key_block = 32,
+                                .official = official, .scores = scores.ptr()},
+                               Stream{});
+            cuda::candidate_blocks({.rows = dir.ptr(), .num_rows = rows, .scores = scores.ptr(), .ld = n, .mask = mask.ptr(),
+                                    .mask_ld = n, .block_size = bs, .keep_blocks = keep, .build = pass == 1,
+                                    .block_scores = block_scores.ptr(), .block_picked = block_picked.ptr()},
+                                   Stream{});
+            cuda::topk({.scores = scores.ptr(), .ld = n, .lengths = dlen.ptr(), .n = n, .rows = rows, .k = K, .out = picked.ptr()},
+                       Stream{});
+            cuda::topk_publish({.rows = dir.ptr(), .num_rows = rows, .picked = picked.ptr(), .scores = scores.ptr(), .ld = n,
+                                .k = K, .out = out.ptr()},
+                               Stream{});
+            const std::vector<int32_t> got = out.host(size_t(rows * K));
+            const std::vector<uint8_t> got_mask = mask.host(size_t(rows * n));
+            for (int64_t r = 0; r < rows; ++r) {
+                const int mode = pass == 1 ? 1 : (r != 1 ? 2 : 0);
+                const IndexRef ref = index_reference(q.data() + r * IH * ID, hw.data() + r * IH, keys, n, visible[r], IH, ID,
+                                                     official, mode, ref_mask[size_t(r)], n - 3, bs, keep, K);
+                const std::string what = std::string(official ? "official" : "exact") + " pass " + std::to_string(pass) +
+                                         " row " + std::to_string(r);
+                expect_equal(ref.topk, std::vector<int32_t>(got.begin() + r * K, got.begin() + (r + 1) * K), what + " top-k");
+                if (pass == 1) {
+                    expect_equal(ref.mask, std::vector<uint8_t>(got_mask.begin() + r * n, got_mask.begin() + (r + 1) * n),
+                                 what + " mask");
+                    ref_mask[size_t(r)] = ref.mask;
+                }
+            }
+        }
+    }
+}
+
+TEST_F(CudaV41Ops, SinkAttentionOverCompactCachesBitIdentical) {
+    // Real shape: 64 heads x 512 (rope 64), window 128 (ring 144), top-512 entries; a chunk of 3 rows at 300.
+    const int64_t H = 64, Dh = 512, R = 64, W = 128, ring = W + 16, P0 = 300, S = 3, E = 700, K = 512;
+    const int64_t wbytes = Dh + Dh / 32, ebytes = Dh / 2 + Dh / 16;
+    std::vector<float> window(size_t(ring * Dh)), entries(size_t(E * Dh));
+    std::vector<uint8_t> wcodes(size_t(ring * wbytes)), ecodes(size_t(E * ebytes));
+    {
+        const std::vector<float> wv = randn(window.size(), 31), ev = randn(entries.size(), 32);
+        for (int64_t i = 0; i < ring; ++i) {
+            v41::encode_fp8(wv.data() + i * Dh, Dh, 32, wcodes.data() + i * wbytes, wcodes.data() + i * wbytes + Dh);
+            v41::decode_fp8(wcodes.data() + i * wbytes, wcodes.data() + i * wbytes + Dh, Dh, 32, window.data() + i * Dh);
+        }
+        for (int64_t i = 0; i < E; ++i) {
+            v41::encode_fp4(ev.data() + i * Dh, Dh, 16, true, ecodes.data() + i * ebytes, ecodes.data() + i * ebytes + Dh / 2);
+            v41::decode_fp4(ecodes.data() + i * ebytes, ecodes.data() + i * ebytes + Dh / 2, Dh, 16, true, entries.data() + i * Dh);
+        }
+    }
+    std::vector<float> kv = randn(size_t(S * Dh), 33);
+    for (int64_t t = 0; t < S; ++t) v41::fake_quant_fp8(kv.data() + t * Dh, Dh, 32);
+    const std::vector<float> q = bf16_values(randn(size_t(S * H * Dh), 34, 0.05f)), sink = randn(size_t(H), 35);
+    std::vector<int32_t> selected(size_t(S * K), -1);
+    std::mt19937 rng(36);
+    for (int64_t t = 0; t < S; ++t) {  // 512, 300 and 0 picks, ascending
+        const int64_t m = t == 0 ? K : t == 1 ? 300 : 0;
+        std::vector<int32_t> all(static_cast<size_t>(E));
+        std::iota(all.begin(), all.end(), 0);
+        std::shuffle(all.begin(), all.end(), rng);
+        std::sort(all.begin(), all.begin() + m);
+        std::copy_n(all.begin(), m, selected.begin() + t * K);
+    }
+    const cpu::RopeTable rope(RopeParams{}, R);
+    std::vector<float> cs(size_t((P0 + S) * R));
+    for (int64_t p = 0; p < P0 + S; ++p)
+        for (int64_t i = 0; i < R / 2; ++i) {
+            const float angle = float(p) * rope.inv_freq()[size_t(i)];
+            cs[size_t(p * R + 2 * i)] = std::cos(angle);
+            cs[size_t(p * R + 2 * i + 1)] = std::sin(angle);
+        }
+    for (bool official : {false, true}) {
+        // The reference: model/v41/attention.cpp's loop.
+        std::vector<float> ref(size_t(S * H * Dh), 0.0f);
+        const float scale = 1.0f / std::sqrt(float(Dh));
+        for (int64_t t = 0; t < S; ++t) {
+            const int64_t P = P0 + t;
+            std::vector<const float*> keys;
+            for (int64_t s = std::max<int64_t>(0, P - W + 1); s <= P; ++s)
+                keys.push_back(s >= P0 ? kv.data() + (s - P0) * Dh : window.data() + (s % ring) * Dh);
+            for (int64_t k = 0; k < K; ++k)
+                if (selected[size_t(t * K + k)] >= 0) keys.push_back(entries.data() + selected[size_t(t * K + k)] * Dh);
+            std::vector<float> logits(keys.size());
+            for (int64_t h = 0; h < H; ++h) {
+                const float* qh = q.data() + (t * H + h) * Dh;
+                float mx = sink[size_t(h)];
+                for (size_t k = 0; k < keys.size(); ++k) mx = std::max(mx, logits[k] = cpu::dot(qh, keys[k], Dh) * scale);
+                float den = cpu::exp_f32(sink[size_t(h)] - mx);
+                for (size_t k = 0; k < keys.size(); ++k) den += (logits[k] = cpu::exp_f32(logits[k] - mx));
+                float* oh = ref.data() + (t * H + h) * Dh;
+                for (size_t k = 0; k < keys.size(); ++k) {
+                    const float pr = official ? cpu::round_bf16(logits[k] / den) : logits[k] / den;
+                    for (int64_t d = 0; d < Dh; ++d) oh[d] += pr * keys[k][d];
+                }
+                if (official) cpu::round_bf16_inplace(oh, Dh);
+                rope.apply(oh, Dh, P, true);
+                if (official) cpu::round_bf16_inplace(oh + Dh - R, R);
+            }
+        }
+        Dev<uint8_t> dw(wcodes), de(ecodes);
+        const std::vector<cuda::SinkSegment> segs = {{0, S, P0, dw.ptr(), de.ptr()}};
+        Dev<cuda::SinkSegment> dsegs(segs);
+        Dev<int32_t> rowseg(std::vector<int32_t>(size_t(S), 0)), pos(std::vector<int32_t>{int32_t(P0), int32_t(P0 + 1), int32_t(P0 + 2)}),
+            dsel(selected);
+        Dev<float> dq(q), dkv(kv), dsink(sink), dcs(cs), scratch(size_t(S * H * (W + K))), out(ref.size());
+        cuda::sink_attention({.segments = dsegs.ptr(), .row_segment = rowseg.ptr(), .positions = pos.ptr(), .rows = S, .heads = H,
+                              .head_dim = Dh, .q = dq.ptr(), .kv = dkv.ptr(), .sink = dsink.ptr(), .window = W,
+                              .window_rows = ring, .selected = dsel.ptr(), .topk = K, .max_candidates = W + K,
+                              .scratch = scratch.ptr(), .cos_sin = dcs.ptr(), .rope_dim = R,
+                              .softmax_scale = 1.0f / std::sqrt(float(Dh)), .official = official, .out = out.ptr()},
+                             Stream{});
+        expect_equal(ref, out.host(ref.size()), official ? "attention official" : "attention exact");
+    }
+}
+
+TEST_F(CudaV41Ops, EngramGatherAndFusionEqualCpu) {
+    // Real width: hidden 5120, hc 4, 24 columns of 256 (n-grams 2..4 x 8 heads); tiny: hidden 64, hc 2.
+    for (auto [D, hc, cols, ehd] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{5120, 4, 24, 256}, {64, 2, 6, 32}}) {
+        const int64_t T = 5, table_rows = 3000;
+        std::mt19937 rng(41);
+        std::vector<uint8_t> table(size_t(table_rows * ehd)), tscale(size_t(table_rows * ehd / 32));
+        for (uint8_t& b : table) {
+            b = uint8_t(rng());
+            if ((b & 0x7F) == 0x7F) b = 0x3E;
+        }
+        for (uint8_t& b : tscale) b = uint8_t(117 + rng() % 4);
+        v41::EngramWeights w;
+        w.table = cpu::make_linear_weight(TensorView(table.data(), DType::kF8E4M3, {table_rows, ehd}),
+                                          TensorView(tscale.data(), DType::kF8E8M0, {table_rows, ehd / 32}), table_rows, ehd, 1, 32);
+        Weight wkv(true, (hc + 1) * D, cols * ehd, 42);
+        w.wkv = wkv.host;
+        w.gate_weight = randn(size_t(hc * D), 43, 0.5f);
+        std::vector<int64_t> rows(size_t(T * cols));
+        for (int64_t& r : rows) r = int64_t(rng() % uint32_t(table_rows));
+        cuda::PinnedBuffer ptable(table.size()), pscale(tscale.size());
+        std::memcpy(ptable.host(), table.data(), table.size());
+        std::memcpy(pscale.host(), tscale.data(), tscale.size());
+        const cuda::DeviceLinear dtable = cuda::device_linear_like(w.table, ptable.device_pointer(), pscale.device_pointer());
+        for (Numerics nm : {Numerics::kExact, Numerics::kOfficial}) {
+            const bool off = nm == Numerics::kOfficial;
+            const std::vector<float> streams = bf16_values(randn(size_t(T * hc * D), 44));
+            std::vector<float> ref = streams;
+            const uint8_t gate_off[T] = {0, 0, 1, 0, 0};
+            V41TextConfig c;
+            c.hidden_size = D;
+            c.hc_mult = hc;
+            c.engram_max_ngram_size = 1 + cols / (cols == 24 ? 8 : 3);
+            c.engram_n_heads = cols == 24 ? 8 : 3;
+            c.engram_head_dim = ehd;
+            v41::engram_forward(c, {.weights = &w, .rows = rows.data(), .gate_off = gate_off, .num_tokens = T,
+                                    .streams = ref.data(), .numerics = nm});
+            Dev<int64_t> drows(rows);
+            Dev<uint8_t> doff(std::vector<uint8_t>(gate_off, gate_off + T));
+            Dev<float> emb(size_t(T * cols * ehd)), q(size_t(T * cols * ehd)), kv(size_t(T * (hc + 1) * D)), dstreams(streams),
+                dgate(w.gate_weight);
+            cuda::engram_gather({.table = dtable, .rows = drows.ptr(), .tokens = T, .cols = cols, .out = emb.ptr()}, Stream{});
+            const float* x = emb.ptr();
+            if (off) {
+                cuda::act_quant_dequant({.x = emb.ptr(), .out = q.ptr(), .rows = T, .cols = cols * ehd, .block = 32}, Stream{});
+                x = q.ptr();
+            }
+            cuda::linear({.x = x, .x_ld = cols * ehd, .weight = wkv.dev, .y = kv.ptr(), .y_ld = (hc + 1) * D, .rows = T,
+                          .round_output_bf16 = off},
+                         Stream{});
+            cuda::engram_fuse({.kv = kv.ptr(), .gate_weight = dgate.ptr(), .gate_off = doff.ptr(),
+                               .streams = dstreams.ptr(), .tokens = T, .hc = hc, .hidden = D, .eps = float(c.rms_norm_eps),
+                               .round_bf16 = off},
+                              Stream{});
+            expect_equal(ref, dstreams.host(ref.size()), "engram D " + std::to_string(D) + (off ? " official" : " exact"));
+        }
+    }
+}
+
+TEST_F(CudaV41Ops, RouterGateTempAndSelectionOrderSumEqualCpu) {
+    // model/v41/ffn.cpp's routing: score(logit / gate_temp), bias-only selection, sum in selection order.
+    for (auto [E, K, temp] : {std::tuple<int64_t, int64_t, float>{384, 6, 1.0f}, {384, 6, 0.7f}, {8, 2, 1.3f}}) {
+        const int64_t T = 9;
+        std::vector<float> logits = randn(size_t(T * E), 51, 2.0f), bias = randn(size_t(E), 52, 0.1f);
+        for (int64_t e = 0; e < 20; ++e) logits[size_t(e)] = 0.5f;  // ties
+        std::vector<int32_t> ids_ref;
+        std::vector<float> w_ref;
+        for (int64_t t = 0; t < T; ++t) {
+            std::vector<float> scores(static_cast<size_t>(E)), biased(static_cast<size_t>(E));
+            for (int64_t e = 0; e < E; ++e) {
+                scores[size_t(e)] = std::sqrt(cpu::softplus(logits[size_t(t * E + e)] / temp));
+                biased[size_t(e)] = scores[size_t(e)] + bias[size_t(e)];
+            }
+            std::vector<int64_t> order(static_cast<size_t>(E));
+            std::iota(order.begin(), order.end(), 0);
+            std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int64_t a, int64_t b) {
+                return biased[size_t(a)] > biased[size_t(b)] || (biased[size_t(a)] == biased[size_t(b)] && a < b);
+            });
+            float sum = 0.0f;
+            for (int64_t k = 0; k < K; ++k) sum += scores[size_t(order[size_t(k)])];
+            std::vector<std::pair<int32_t, float>> picks;
+            for (int64_t k = 0; k < K; ++k)
+                picks.emplace_back(int32_t(order[size_t(k)]), scores[size_t(order[size_t(k)])] / (sum + 1e-20f) * 1.5f);
+            std::sort(picks.begin(), picks.end());  // the GPU returns ids ascending
+            for (auto [id, wk] : picks) ids_ref.push_back(id), w_ref.push_back(wk);
+        }
+        Dev<float> dl(logits), dbias(bias), dbiased(size_t(T * E)), dw(size_t(T * K));
+        Dev<int32_t> dids(size_t(T * K));
+        cuda::route({.logits = dl.ptr(), .bias = dbias.ptr(), .rows = T, .experts = E, .top_k = K,
+                     .scoring = cuda::ScoringFunc::kSqrtSoftplus, .norm_topk_prob = true, .routed_scaling_factor = 1.5f,
+                     .official = false, .temperature = temp, .sum_in_selection_order = true, .biased = dbiased.ptr(),
+                     .ids = dids.ptr(), .weights = dw.ptr()},
+                    Stream{});
+        expect_equal(ids_ref, dids.host(ids_ref.size()), "router ids E " + std::to_string(E));
+        expect_equal(w_ref, dw.host(w_ref.size()), "router weights E " + std::to_string(E));
+    }
+}
+
+}  // namespace
+}  // namespace deepinfer
