@@ -1,11 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`--device cuda`: with a GPU (and a CUDA build) `logits` on the GPU equals the CPU's bit for bit; without one
-the command fails cleanly with one error line naming CUDA, and `--device` rejects unknown names."""
+"""`--device cuda`: with a GPU (and a CUDA build) `logits` on the GPU equals the CPU's bit for bit (DeepSeek-V4 and
+DeepSeek-V4.1); without one the command fails cleanly with one error line naming CUDA, and `--device` rejects
+unknown names."""
 import json
 import pathlib
 import subprocess
 
 import numpy as np
+import pytest
 
 
 def _logits(deepinfer_bin, model, ids, out, device, numerics):
@@ -14,8 +16,9 @@ def _logits(deepinfer_bin, model, ids, out, device, numerics):
                           capture_output=True, text=True)
 
 
-def test_cuda_logits_equal_cpu_or_fail_cleanly(deepinfer_bin, data_dir: pathlib.Path, tmp_path):
-    model = data_dir / "models" / "v4_tiny_a"
+@pytest.mark.parametrize("model_dir", ["models/v4_tiny_a", "v41/v41_tiny_a"])
+def test_cuda_logits_equal_cpu_or_fail_cleanly(deepinfer_bin, data_dir: pathlib.Path, tmp_path, model_dir):
+    model = data_dir / model_dir
     prompt = json.loads((model / "ref.json").read_text())["prompts"][1]
     for numerics in ("exact", "official"):
         cpu = _logits(deepinfer_bin, model, prompt, tmp_path / "cpu.f32", "cpu", numerics)
