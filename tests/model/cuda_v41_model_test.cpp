@@ -315,6 +315,9 @@ TEST(CudaV41Load, ModelLoadDispatchesV41ToCuda) {
     EXPECT_EQ(dynamic_cast<const V41Model*>(m.get()), nullptr) << "Model::load returned the CPU model for --device cuda";
     o.v41_bounded_replay = true;
     EXPECT_THROW(Model::load(test::data_path("v41/v41_tiny_a"), o), Error);
+    o.v41_bounded_replay = false;
+    o.device_fast_gemm = true;  // the tensor-core GEMM mode is V4-only so far
+    EXPECT_THROW(Model::load(test::data_path("v41/v41_tiny_a"), o), Error);
 }
 
 // The release's widths (hidden 5120, 64 heads x 512 with rope 64, q_lora 1280, 8 output groups x 1024,

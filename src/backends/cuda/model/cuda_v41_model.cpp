@@ -46,6 +46,8 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
     DI_CHECK(o.device >= 0 && o.device < device_count(), "CUDA device ", o.device, " not available (", device_count(),
              " devices)");
     DI_CHECK(!options.v41_bounded_replay, dir, ": bounded replay runs on the CPU only so far (--device cpu)");
+    DI_CHECK(o.gemm == GemmMode::kReference, dir,
+             ": the fast (tensor-core) GEMM mode is not available for DeepSeek-V4.1 yet (use --gemm reference)");
     config_ = load_v41_model_config(dir + "/config.json");
     const V41TextConfig& c = config_.text;
     info_ = {"deepseek_v41", c.vocab_size, config_.eos_token_ids, c.max_position_embeddings};

@@ -17,7 +17,8 @@ namespace deepinfer::cuda {
 
 // Loads a V4.1 checkpoint directory onto the GPU. `options.tokenizer_json` names the tokenizer the
 // Engram token map is built from (required when the model has Engram layers). Numerics as
-// V41Model::load. Bounded replay and image spans are CPU-only for now (rejected clearly).
+// V41Model::load. Bounded replay, image spans and the fast GEMM mode are not available for V4.1 on
+// the GPU yet (rejected clearly).
 std::unique_ptr<Model> load_cuda_v41_model(const std::string& checkpoint_dir, const ModelOptions& options,
                                            const CudaModelOptions& cuda_options = {});
 
