@@ -414,7 +414,32 @@ struct Engine::Impl {
         const int64_t V = mc.vocab_size, P = c.num_computed - 1 - num_drafts;  // the anchor's position
         const bool sampled = !c.draft_probs.empty();
         int64_t accepted = 0;
-        for (int64_t j = 0; j <= num_drafts; ++j) {
+        const bool block = cfg.speculative_block_verification && r.params.temperature > 0 && !c.grammar && num_drafts > 0;
+        if (block) {
+            // Every row's distribution given the drafts before it, then one decision for the block.
+            std::vector<std::vector<int32_t>> gens(size_t(num_drafts + 1), c.generated);
+            std::vector<SampleInput> rows;
+            for (int64_t j = 0; j <= num_drafts; ++j) {
+                gens[size_t(j)].insert(gens[size_t(j)].end(), c.drafts.begin(), c.drafts.begin() + j);
+                rows.push_back({.logits = std::span<const float>(logits).subspan(size_t(j * V), size_t(V)),
+                                .params = &r.params, .prompt = r.prompt, .generated = gens[size_t(j)], .seed = r.seed,
+                                .stream = static_cast<uint64_t>(c.index)});
+            }
+            BlockVerifyResult b = verify_block({.rows = rows,
+                                                .drafts = std::span<const int32_t>(c.drafts).first(size_t(num_drafts)),
+                                                .draft_probs = sampled ? std::span<const float>(c.draft_probs).first(size_t(num_drafts * V))
+                                                                       : std::span<const float>()});
+            for (int64_t j = 0; j < num_drafts; ++j) {
+                ++metrics.spec_position_verified[size_t(j)];
+                metrics.spec_position_accepted[size_t(j)] += j < b.accepted;
+            }
+            for (size_t i = 0; i < b.tokens.size(); ++i) {
+                emit(c, b.tokens[i], i < b.logprobs.size() ? std::move(b.logprobs[i]) : TokenLogprob{}, false, mc);
+                if (int64_t(i) == b.accepted || c.token_finished) break;
+                ++accepted;
+            }
+        }
+        for (int64_t j = 0; !block && j <= num_drafts; ++j) {
             if (c.grammar && (j > 0 || !c.mask_ready)) c.mask_count = c.grammar->fill_next_token_bitmask(c.mask);
             c.mask_ready = false;
             const bool dead_end = c.grammar && c.mask_count == 0;  // as in sample_into

@@ -14,7 +14,7 @@
 //     draft distributions and confidences follow the Markov and confidence heads;
 //   * a drafter constructed to agree with the target (make_dspark_agree_with_target): near-complete
 //     greedy acceptance, and the expected acceptance pattern for sampled drafts;
-//   * sampled output with DSpark drafts (sampled, one-hot, scheduled) follows the same per-position token
+//   * sampled output with DSpark drafts (sampled, one-hot, scheduled, block verification) follows the same per-position token
 //     distribution as without speculation (two-sample chi-square over many seeds, 16-token vocabulary).
 #include <gtest/gtest.h>
 
@@ -560,8 +560,9 @@ TEST(DSparkSampled, OutputKeepsTheTargetDistribution) {
     const auto want = histograms(EngineConfig{}, sp, 1000, nullptr);
     struct Arm { const char* name; EngineConfig cfg; };
     std::vector<Arm> arms = {{"sampled drafts k=3", spec_config(3, false)}, {"one-hot drafts k=2", spec_config(2, false)},
-                             {"scheduler k=5", spec_config(5, true)}};
+                             {"scheduler k=5", spec_config(5, true)}, {"block verification k=4", spec_config(4, false)}};
     arms[1].cfg.speculative_sample_drafts = false;
+    arms[3].cfg.speculative_block_verification = true;
     uint64_t seed0 = 1000;
     for (const Arm& arm : arms) {
         EngineMetrics m;

@@ -5,7 +5,9 @@
 // including truncation (top-k/top-p), penalties and masks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include "engine/sampler.h"
@@ -170,6 +172,127 @@ TEST(Verify, AcceptanceAndResidualUseSeparateStreams) {
     EXPECT_NE(draft_uniform(7, 0, 3, 0), draft_uniform(7, 0, 3, 1));
     EXPECT_NE(draft_uniform(7, 0, 3, 1), draft_uniform(7, 0, 4, 0));
     EXPECT_EQ(draft_uniform(7, 0, 3, 1), counter_uniform(7, kDraftStream, 3 * kMaxDraftTokens + 1));
+}
+
+// Block verification on a toy Markov target (4 tokens, transition rows as logits) with a drafter of
+// different transitions: the joint distribution of the first two generated tokens is the target
+// chain's (chi-square over 40k seeds), for sampled and one-hot drafts and with top-k truncation; the
+// mean number of accepted drafts is at least token-wise verification's; q = p accepts every draft.
+struct ToyChain {
+    std::vector<std::vector<float>> target, draft;  // [V][V] logits of the next token given the current
+};
+
+// One request generating `n` tokens after token `start` with `k` drafts per step; `block` selects
+// the verifier. Returns the tokens and adds the accepted drafts of the first step to *first_accepted.
+std::vector<int32_t> toy_generate(const ToyChain& c, const SamplingParams& p, uint64_t seed, int64_t n, int64_t k,
+                                  bool block, bool one_hot, int32_t start, int64_t* first_accepted) {
+    const int64_t V = int64_t(c.target.size());
+    std::vector<int32_t> gen;
+    for (int64_t step = 0; int64_t(gen.size()) < n; ++step) {
+        const int32_t anchor = gen.empty() ? start : gen.back();
+        // Drafts from the drafter's chain (probabilistic: inverse CDF with the draft stream; one-hot: argmax).
+        std::vector<int32_t> drafts;
+        std::vector<float> q;
+        int32_t prev = anchor;
+        for (int64_t j = 0; j < k; ++j) {
+            const std::vector<float>& l = c.draft[size_t(prev)];
+            double mx = *std::max_element(l.begin(), l.end()), den = 0;
+            for (float x : l) den += std::exp(double(x) - mx);
+            int32_t pick = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+            if (!one_hot) {
+                double u = draft_uniform(seed, 0, int64_t(gen.size()), j) * 1.0, acc = 0;
+                pick = int32_t(V - 1);
+                for (int64_t v = 0; v < V; ++v) {
+                    acc += std::exp(double(l[size_t(v)]) - mx) / den;
+                    if (u < acc) { pick = int32_t(v); break; }
+                }
+                for (int64_t v = 0; v < V; ++v) q.push_back(float(std::exp(double(l[size_t(v)]) - mx) / den));
+            }
+            drafts.push_back(pick);
+            prev = pick;
+        }
+        // Rows: the anchor, then each draft; row i's `generated` holds the drafts before it.
+        std::vector<std::vector<int32_t>> gens;
+        std::vector<SampleInput> rows;
+        for (int64_t i = 0; i <= k; ++i) {
+            gens.push_back(gen.empty() ? std::vector<int32_t>{} : gen);
+            gens.back().insert(gens.back().end(), drafts.begin(), drafts.begin() + i);
+        }
+        for (int64_t i = 0; i <= k; ++i) {
+            const int32_t cur = i == 0 ? anchor : drafts[size_t(i - 1)];
+            rows.push_back({.logits = c.target[size_t(cur)], .params = &p, .generated = gens[size_t(i)], .seed = seed,
+                            .stream = 0});
+        }
+        if (block) {
+            const BlockVerifyResult r = verify_block({.rows = rows, .drafts = drafts, .draft_probs = q});
+            if (step == 0) *first_accepted += r.accepted;
+            gen.insert(gen.end(), r.tokens.begin(), r.tokens.end());
+        } else {
+            for (int64_t i = 0; i <= k; ++i) {
+                const VerifyRowResult r = verify_row(
+                    {.sample = rows[size_t(i)],
+                     .draft = i < k ? std::optional<int32_t>(drafts[size_t(i)]) : std::nullopt,
+                     .draft_probs = i < k && !one_hot ? std::span<const float>(q).subspan(size_t(i * V), size_t(V))
+                                                       : std::span<const float>()});
+                gen.push_back(r.token);
+                if (!r.accepted) break;
+                if (step == 0 && i < k) ++*first_accepted;
+            }
+        }
+    }
+    gen.resize(size_t(n));
+    return gen;
+}
+
+TEST(Verify, BlockVerificationPreservesTheTargetDistribution) {
+    const int64_t V = 4, k = 3, N = 40000;
+    std::mt19937 rng(17);
+    std::normal_distribution<float> nd(0.f, 1.2f);
+    ToyChain c;
+    c.target.assign(size_t(V), std::vector<float>(size_t(V)));
+    c.draft = c.target;
+    for (auto* m : {&c.target, &c.draft})
+        for (auto& row : *m)
+            for (float& x : row) x = nd(rng);
+    for (int variant = 0; variant < 3; ++variant) {
+        SamplingParams p;
+        p.temperature = 1.0;
+        if (variant == 2) {
+            p.temperature = 0.8;
+            p.top_k = 3;
+        }
+        const bool one_hot = variant == 1;
+        const int32_t start = 2;
+        // Target joint of (x1, x2) from the processed distributions.
+        std::vector<double> joint(size_t(V * V));
+        const std::vector<double> p1 = target_probs(c.target[size_t(start)], p, {});
+        for (int64_t a = 0; a < V; ++a) {
+            const std::vector<double> p2 = target_probs(c.target[size_t(a)], p, {int32_t(a)});
+            for (int64_t b = 0; b < V; ++b) joint[size_t(a * V + b)] = p1[size_t(a)] * p2[size_t(b)];
+        }
+        std::vector<int64_t> counts(size_t(V * V), 0);
+        int64_t block_acc = 0, token_acc = 0;
+        for (int64_t s = 0; s < N; ++s) {
+            const auto g = toy_generate(c, p, uint64_t(s) + 1, 2, k, true, one_hot, start, &block_acc);
+            ++counts[size_t(g[0] * V + g[1])];
+            toy_generate(c, p, uint64_t(s) + 1 + uint64_t(N), 2, k, false, one_hot, start, &token_acc);
+        }
+        int df = 0;
+        const double x2 = chi_square(counts, joint, N, &df);
+        EXPECT_LT(x2, chi_square_bound(df)) << "variant " << variant << " df " << df;
+        // Never worse in expectation: allow 4 standard errors of the difference of two means (<= k each).
+        EXPECT_GT(double(block_acc - token_acc) / double(N), -4.0 * double(k) / std::sqrt(double(N))) << variant;
+        EXPECT_GT(block_acc, 0);
+    }
+    // q = p: every draft accepted.
+    ToyChain same{c.target, c.target};
+    SamplingParams p;
+    p.temperature = 1.0;
+    for (uint64_t s = 1; s < 200; ++s) {
+        int64_t acc = 0;
+        toy_generate(same, p, s, 4, k, true, false, 1, &acc);
+        EXPECT_EQ(acc, k) << s;
+    }
 }
 
 }  // namespace

@@ -48,7 +48,7 @@ Command register_run(CLI::App& app) {
         uint64_t seed = 0;
         std::string speculative = "none";
         int64_t num_speculative_tokens = 3;
-        bool spec_scheduler = false, spec_one_hot = false;
+        bool spec_scheduler = false, spec_one_hot = false, spec_block = false;
     };
     auto o = std::make_shared<Options>();
     CLI::App* sub = app.add_subcommand("run", "Run an OpenAI Batch API file (JSONL) and write the batch output file");
@@ -85,6 +85,8 @@ Command register_run(CLI::App& app) {
         ->capture_default_str();
     sub->add_flag("--spec-scheduler", o->spec_scheduler, "Confidence-scheduled verify lengths (else all drafts)");
     sub->add_flag("--spec-one-hot-drafts", o->spec_one_hot, "Sampling requests: argmax drafts instead of sampled ones");
+    sub->add_flag("--spec-block-verify", o->spec_block,
+                  "Sampling requests without structured output: block verification (exact; accepts at least as much)");
     sub->add_option("--progress", o->progress, "auto | always | never")->capture_default_str();
     sub->add_option("--cache-dir", o->cache_dir, "Where the built-in model is generated (default ~/.cache/deepinfer)");
     return [sub, o]() -> int {
@@ -133,6 +135,7 @@ Command register_run(CLI::App& app) {
         ec.num_speculative_tokens = o->num_speculative_tokens;
         ec.speculative_scheduler = o->spec_scheduler;
         ec.speculative_sample_drafts = !o->spec_one_hot;
+        ec.speculative_block_verification = o->spec_block;
         BatchRunOptions ro;
         ro.input_path = o->input;
         ro.output_path = o->output;
