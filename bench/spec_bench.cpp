@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -195,6 +196,14 @@ std::vector<double> load_average() {
     return {a, b, c};
 }
 
+// CPU seconds used by this process (all threads): on a shared machine a steadier measure of the work
+// than wall time (run with --threads 1 so that no thread spins at a barrier).
+double process_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     const size_t n = v.size();
@@ -208,11 +217,12 @@ int main(int argc, char** argv) {
                                             {"--decode", "32"}, {"--hidden", "512"}, {"--layers", "8"},
                                             {"--vocab", "2048"}, {"--noise", "0.0"}, {"--k", "3"},
                                             {"--temperature", "0"}, {"--repeat", "1"}, {"--arms", "none,fixed,scheduler"},
-                                            {"--tokenizer", "assets/tokenizer/deepseek-v4/tokenizer.json"},
+                                            {"--tokenizer", "assets/tokenizer/deepseek-v4/tokenizer.json"}, {"--threads", "0"},
                                             {"--dir", (std::filesystem::temp_directory_path() / "deepinfer-spec-bench").string()}};
     for (int i = 1; i + 1 < argc; i += 2) a[argv[i]] = argv[i + 1];
     const int64_t hidden = std::stoll(a["--hidden"]), layers = std::stoll(a["--layers"]), vocab = std::stoll(a["--vocab"]);
     const bool v41 = a["--family"] == "v41";
+    if (std::stoi(a["--threads"]) > 0) di::set_cpu_num_threads(std::stoi(a["--threads"]));
     if (!v41 && a["--family"] != "v4") throw std::runtime_error("--family must be v4 or v41");
     di::ModelOptions mo;
     if (v41) {
@@ -240,7 +250,7 @@ int main(int argc, char** argv) {
     std::stringstream list(a["--batches"]);
     for (std::string item; std::getline(list, item, ',');) {
         const int64_t batch = std::stoll(item);
-        std::map<std::string, std::vector<double>> tok_s, steps_of, accepted_len;
+        std::map<std::string, std::vector<double>> tok_s, tok_cpu_s, steps_of, accepted_len;
         const std::vector<double> load_before = load_average();
         // Rounds interleave the arms, so slow phases of a shared machine hit every arm alike.
         for (int64_t round = 0; round < repeat; ++round) {
@@ -267,17 +277,21 @@ int main(int argc, char** argv) {
                     engine.add_request(std::move(id), std::move(prompt), sp);
                 }
                 const auto t0 = std::chrono::steady_clock::now();
+                const double c0 = process_cpu_seconds();
                 engine.run_until_done([](di::RequestOutput&&) {});
                 const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                const double cpu = process_cpu_seconds() - c0;
                 const di::EngineMetrics& m = engine.metrics();
                 nlohmann::json r = {{"family", a["--family"]}, {"arm", arm.name}, {"batch", batch}, {"round", round},
                                     {"k", ec.num_speculative_tokens}, {"temperature", sp.temperature},
                                     {"noise", std::stod(a["--noise"])}, {"hidden", hidden}, {"layers", layers},
                                     {"vocab", vocab}, {"generated_tokens", m.generated_tokens}, {"seconds", secs},
-                                    {"generated_tok_s", double(m.generated_tokens) / secs}, {"steps", m.steps},
+                                    {"generated_tok_s", double(m.generated_tokens) / secs}, {"cpu_s", cpu},
+                                    {"generated_tok_per_cpu_s", double(m.generated_tokens) / cpu}, {"steps", m.steps},
                                     {"forward_s", m.forward_seconds}, {"draft_s", m.draft_seconds},
                                     {"threads", di::cpu_num_threads()}};
                 tok_s[arm.name].push_back(double(m.generated_tokens) / secs);
+                tok_cpu_s[arm.name].push_back(double(m.generated_tokens) / cpu);
                 steps_of[arm.name].push_back(double(m.steps));
                 if (m.spec_steps > 0) {
                     r["speculative"] = {{"mean_accepted_length", m.mean_accepted_length()},
@@ -298,6 +312,8 @@ int main(int argc, char** argv) {
                                 {"min_generated_tok_s", *std::min_element(tok_s[arm.name].begin(), tok_s[arm.name].end())},
                                 {"max_generated_tok_s", *std::max_element(tok_s[arm.name].begin(), tok_s[arm.name].end())},
                                 {"median_steps", median(steps_of[arm.name])},
+                                {"median_generated_tok_per_cpu_s", median(tok_cpu_s[arm.name])},
+                                {"cpu_speedup_vs_none", tok_cpu_s.count("none") ? median(tok_cpu_s[arm.name]) / median(tok_cpu_s["none"]) : 0.0},
                                 {"speedup_vs_none", tok_s.count("none") ? median(tok_s[arm.name]) / median(tok_s["none"]) : 0.0},
                                 {"loadavg_before", load_before}, {"loadavg_after", load_after}};
             if (!accepted_len[arm.name].empty()) s["median_mean_accepted_length"] = median(accepted_len[arm.name]);
