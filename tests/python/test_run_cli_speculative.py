@@ -53,3 +53,21 @@ def test_speculative_needs_the_drafter(deepinfer_bin, data_dir, tmp_path):
     p = run(deepinfer_bin, data_dir / "models" / "v4_tiny_a", inp, tmp_path / "o.jsonl", "--speculative", "mtp")
     assert p.returncode != 0
     assert "needs a checkpoint with that drafter" in p.stderr, p.stderr
+
+
+def test_speculative_auto_uses_the_checkpoints_drafter(deepinfer_bin, data_dir, tmp_path):
+    rng = random.Random(4)
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps(completion_line(f"r{i}", [rng.randrange(512) for _ in range(4 + 5 * i)]))
+                           + "\n" for i in range(3)))
+    for name, drafts in (("v4_tiny_a_mtp", True), ("v4_tiny_a", False)):
+        model = data_dir / "models" / name
+        plain = run(deepinfer_bin, model, inp, tmp_path / "plain.jsonl")
+        assert plain.returncode == 0, plain.stderr
+        p = run(deepinfer_bin, model, inp, tmp_path / "auto.jsonl", "--speculative", "auto",
+                "--num-speculative-tokens", "4")
+        assert p.returncode == 0, p.stderr
+        assert tokens(tmp_path / "auto.jsonl") == tokens(tmp_path / "plain.jsonl")
+        assert ("speculative: mean accepted length" in p.stderr) == drafts, p.stderr
+        for f in ("plain.jsonl", "auto.jsonl"):
+            (tmp_path / f).unlink()
