@@ -89,8 +89,9 @@ void dspark_attention(const DSparkModel& m, int64_t stage, const AttentionWeight
                 logits[k] = cpu::dot(qh, keys[k], hd) * scale;
                 mx = std::max(mx, logits[k]);
             }
-            float den = std::exp(sink - mx);
-            for (size_t k = 0; k < keys.size(); ++k) den += (logits[k] = std::exp(logits[k] - mx));
+            // exp rounded once from double, as the target's attention (identical on the CUDA backend).
+            float den = cpu::exp_f32(sink - mx);
+            for (size_t k = 0; k < keys.size(); ++k) den += (logits[k] = cpu::exp_f32(logits[k] - mx));
             float* oh = o.data() + (t * H + h) * hd;
             for (size_t k = 0; k < keys.size(); ++k) {
                 // The reference kernel rounds the probabilities to bf16 before P·V (official).
