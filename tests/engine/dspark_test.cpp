@@ -488,6 +488,49 @@ TEST_P(DSpark, GreedyIsTokenIdenticalToNoSpeculation) {
     EXPECT_EQ(a.metrics.spec_position_verified.size(), 5u);
 }
 
+TEST(DSparkReplay, BoundedReplayPrefillFeedsTheDrafter) {
+    // With SWA bounded replay a long prompt chunk runs the decoder (where the tapped layers are) on its
+    // last window of rows only: the drafter's context rows come from those rows, which are exactly the
+    // positions a draft reads. Greedy output stays the plain output and drafts are still accepted.
+    const OneThread one_thread;
+    const std::string dir = temp_dir("replay");
+    SyntheticCheckpointOptions o;
+    o.seed = 53;
+    o.fp8_linears = o.fp4_experts = false;
+    nlohmann::ordered_json j = tiny_config();
+    j["text_config"]["dspark_markov_rank"] = j["text_config"]["hidden_size"];
+    write_synthetic_v41_checkpoint(dir, j.dump(2), o);
+    make_dspark_agree_with_target(dir);
+    ModelOptions mo = options();
+    mo.v41_bounded_replay = true;
+    const std::shared_ptr<const Model> model(Model::load(dir, mo));
+    std::filesystem::remove_all(dir);
+    std::mt19937 rng(59);
+    Requests reqs;
+    for (int i = 0; i < 3; ++i) reqs.emplace_back("r" + std::to_string(i), random_prompt(rng, 20 + 9 * i, 512), greedy(12));
+    EngineConfig plain_cfg;
+    plain_cfg.max_prefill_chunk = 64;  // whole prompts in one chunk: replayed
+    EngineConfig spec_cfg = spec_config(5, false);
+    spec_cfg.max_prefill_chunk = 64;
+    const RunResult plain = run(model, plain_cfg, reqs), spec = run(model, spec_cfg, reqs);
+    expect_same_outputs(plain, spec, reqs, "bounded replay");
+    EXPECT_GT(spec.metrics.spec_accepted_tokens, 0.8 * double(spec.metrics.spec_draft_tokens));
+    // Every context row a draft reads was written by the replayed prefill: rings poisoned with NaN
+    // before it give finite confidences after it; poisoning one read slot afterwards does not.
+    const int64_t W = dspark_of(*model).config->sliding_window, hd = dspark_of(*model).config->head_dim;
+    const std::vector<int32_t> prompt = random_prompt(rng, 29, 512);
+    Sequence s = model->new_sequence();
+    model->drafter()->attach(s);
+    auto& st = dynamic_cast<v41::SequenceState&>(s.state());
+    for (PagedRing& ring : st.dspark.stages)
+        for (int64_t r = 0; r < st.dspark.rows; ++r) std::fill_n(ring.mutable_row(r), hd, NAN);
+    model->forward(s, prompt, false);  // one chunk of 29 > W rows, last logits only: replayed
+    const DraftRequest req{.sequence = &s, .anchor = 3, .num_drafts = 5};
+    for (float c : model->drafter()->draft({&req, 1})[0].confidence) EXPECT_TRUE(std::isfinite(c));
+    std::fill_n(st.dspark.stages[0].mutable_row((int64_t(prompt.size()) - W) % st.dspark.rows), hd, NAN);
+    EXPECT_FALSE(std::isfinite(model->drafter()->draft({&req, 1})[0].confidence[0]));
+}
+
 INSTANTIATE_TEST_SUITE_P(SpeculativeEngine, DSpark, ::testing::Values(true, false),
                          [](const auto& p) { return p.param ? "official" : "exact"; });
 
