@@ -2,12 +2,14 @@
 // State equivalence by partition refinement: the full (Moore) equivalence used to minimize the
 // automaton, and the bounded-lookahead equivalence that lets the token caches share work.
 //
-// Two states of the same rule are equivalent at depth d when no byte string of length <= d tells
-// them apart: the same bytes lead, one byte at a time, into states equivalent at depth d-1; both
-// are final or neither (so the rule can end at the same places); the same rule edges lead into
-// states equivalent at depth d (a called rule may consume no byte). Depth 0 separates only rules
-// and finality. Every token of at most d bytes then gets the same classification (accepted,
-// uncertain, rejected) in the token caches of the two states, whatever comes before it.
+// Two states are equivalent at depth d when no byte string of length <= d tells them apart: the
+// same bytes lead, one byte at a time, into states equivalent at depth d-1; both are final or
+// neither, and final states are of the same rule (where a rule ends, its callers continue); the
+// same rule edges lead into states equivalent at depth d (a called rule may consume no byte).
+// Depth 0 separates finality and the rules of final states. Every token of at most d bytes then
+// gets the same classification (accepted, uncertain, rejected) in the token caches of the two
+// states. States of different rules can be equivalent up to the depth where one could end its
+// rule: the characters of two bounded strings of different object members, for example.
 //
 // The positions of a counted repetition (maxLength, {m,n}) are the typical case: the states at
 // "k more characters allowed" and "k+1 more allowed" differ only for tokens of more than k
@@ -15,30 +17,11 @@
 #pragma once
 
 #include <cstdint>
-#include <utility>
 #include <vector>
 
 #include "grammar/automaton.h"
 
 namespace deepinfer::grammar {
-
-// One refinement step over an automaton: the class of a state becomes its signature (its old
-// class, the classes its bytes lead to in `byte_cls`, its rule edges' targets in `edge_cls`).
-class Refiner {
-public:
-    explicit Refiner(const Automaton& a);
-    // Classes by (rule, finality).
-    int32_t initial(std::vector<int32_t>& cls) const;
-    // New classes (numbered by first appearance) refining `old`; returns their number.
-    int32_t refine(const std::vector<int32_t>& old, const std::vector<int32_t>& byte_cls,
-                   const std::vector<int32_t>& edge_cls, std::vector<int32_t>& out);
-
-private:
-    const Automaton& a_;
-    std::vector<int32_t> run_begin_;                  // [num_states + 1]
-    std::vector<std::pair<int32_t, int32_t>> runs_;  // (first byte, target or -1) where the target changes
-    std::vector<std::vector<int32_t>> sigs_;
-};
 
 // The coarsest partition of states (same rule, same finality, equivalent targets on every byte and
 // rule edge): equivalent states accept the same continuations in every context.

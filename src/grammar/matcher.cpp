@@ -71,9 +71,10 @@ struct GrammarMatcher::Impl {
         size_t num_unc_lists = 0;
         for (int32_t s : states) {
             const grammar::StateTokens& st = caches[size_t(s)];
-            if (!st.accepted_bits.empty()) {
-                const size_t n = std::min(mask.size(), st.accepted_bits.size());
-                for (size_t w = 0; w < n; ++w) mask[w] |= st.accepted_bits[w];
+            if (st.accepted_bits) {
+                const std::vector<uint64_t>& bits = *st.accepted_bits;
+                const size_t n = std::min(mask.size(), bits.size());
+                for (size_t w = 0; w < n; ++w) mask[w] |= bits[w];
             } else {
                 for (int32_t id : st.accepted_ids) mask[size_t(id >> 6)] |= uint64_t{1} << (id & 63);
             }

@@ -8,7 +8,6 @@
 #include <bit>
 #include <span>
 #include <map>
-#include <unordered_map>
 
 #include <omp.h>
 
@@ -225,7 +224,7 @@ struct Walker {
     }
 };
 
-// Walks `state`; with `rep` (a state of the same rule, already computed), copies its
+// Walks `state`; with `rep` (a state already computed), copies its
 // classification wherever the two provably agree.
 SortedTokens walk_state(const WalkContext& cx, int32_t state, int32_t rep_state, const SortedTokens* rep) {
     Walker w(cx, state);
@@ -262,14 +261,20 @@ StateTokens to_state_tokens(const TokenVocabulary::Impl& v, const SortedTokens& 
                 st.accepted_ids.push_back(v.sorted[wi * 64 + size_t(std::countr_zero(w))]);
         return st;
     }
-    const bool from_rep = rep_sorted && rep && !rep->accepted_bits.empty();
-    if (from_rep) st.accepted_bits = rep->accepted_bits;
-    else st.accepted_bits.assign(size_t(words), 0);
+    const bool from_rep = rep_sorted && rep && rep->accepted_bits;
+    bool same = from_rep;
+    for (size_t wi = 0; same && wi < s.accepted.size(); ++wi) same = s.accepted[wi] == rep_sorted->accepted[wi];
+    if (same) {
+        st.accepted_bits = rep->accepted_bits;
+        return st;
+    }
+    auto bits = std::make_shared<std::vector<uint64_t>>(from_rep ? *rep->accepted_bits : std::vector<uint64_t>(size_t(words), 0));
     for (size_t wi = 0; wi < s.accepted.size(); ++wi)
         for (uint64_t w = from_rep ? s.accepted[wi] ^ rep_sorted->accepted[wi] : s.accepted[wi]; w; w &= w - 1) {
             const int32_t id = v.sorted[wi * 64 + size_t(std::countr_zero(w))];
-            st.accepted_bits[size_t(id >> 6)] ^= uint64_t{1} << (id & 63);
+            (*bits)[size_t(id >> 6)] ^= uint64_t{1} << (id & 63);
         }
+    st.accepted_bits = std::move(bits);
     return st;
 }
 
@@ -306,10 +311,12 @@ std::vector<int32_t> choose_representatives(const Automaton& a, const LookaheadC
         }
         cand.push_back({s, dom, byte_set_ids.emplace(to_dom, int32_t(byte_set_ids.size())).first->second});
     }
-    const int64_t num_sets = static_cast<int64_t>(byte_set_ids.size());
     size_t num_reps = 0;
-    std::unordered_map<int64_t, std::vector<int32_t>> groups;
-    std::vector<int64_t> keys;
+    size_t num_placed = 0;
+    // Buckets by class id (reused across depths); `touched` in order of first use.
+    std::vector<std::vector<int32_t>> buckets(size_t(a.num_states()));
+    std::vector<int32_t> touched, group;
+    std::vector<std::pair<int32_t, int32_t>> by_bytes;  // (dom_bytes, state) of one bucket
     auto assign = [&](const std::vector<int32_t>& g) {
         bool any_open = false;
         for (int32_t s : g) any_open |= !placed[size_t(s)];
@@ -326,6 +333,7 @@ std::vector<int32_t> choose_representatives(const Automaton& a, const LookaheadC
         if (primary < 0) {
             primary = g[0];
             placed[size_t(primary)] = 1;
+            ++num_placed;
         }
         if (!is_rep[size_t(primary)]) {
             is_rep[size_t(primary)] = 1;
@@ -335,20 +343,36 @@ std::vector<int32_t> choose_representatives(const Automaton& a, const LookaheadC
             if (!placed[size_t(s)]) {
                 placed[size_t(s)] = 1;
                 rep[size_t(s)] = primary;
+                ++num_placed;
             }
     };
-    for (int32_t d = eq.last_depth(); d >= 1; --d) {
+    for (int32_t d = eq.last_depth(); d >= 1 && num_placed < cand.size(); --d) {
         for (int pass = 0; pass < 2; ++pass) {
-            groups.clear();
-            keys.clear();
             for (const Cand& c : cand) {
-                const int64_t k = pass == 0 ? eq.class_of(c.state, d) : eq.class_of(c.dom, d) * num_sets + c.dom_bytes;
-                auto& g = groups[k];
-                if (g.empty()) keys.push_back(k);
-                g.push_back(c.state);
+                auto& b = buckets[size_t(eq.class_of(pass == 0 ? c.state : c.dom, d))];
+                if (b.empty()) touched.push_back(eq.class_of(pass == 0 ? c.state : c.dom, d));
+                b.push_back(pass == 0 ? c.state : int32_t(&c - cand.data()));
             }
-            for (int64_t k : keys)  // in order of first appearance: deterministic
-                if (groups[k].size() >= 2) assign(groups[k]);
+            for (int32_t k : touched) {
+                auto& b = buckets[size_t(k)];
+                if (pass == 0) {
+                    if (b.size() >= 2) assign(b);
+                } else if (b.size() >= 2) {  // the same bytes must lead to the dominant target
+                    by_bytes.clear();
+                    for (int32_t ci : b) by_bytes.emplace_back(cand[size_t(ci)].dom_bytes, cand[size_t(ci)].state);
+                    std::stable_sort(by_bytes.begin(), by_bytes.end(),
+                                     [](const auto& x, const auto& y) { return x.first < y.first; });
+                    for (size_t i = 0; i < by_bytes.size();) {
+                        size_t j = i;
+                        group.clear();
+                        for (; j < by_bytes.size() && by_bytes[j].first == by_bytes[i].first; ++j) group.push_back(by_bytes[j].second);
+                        if (group.size() >= 2) assign(group);
+                        i = j;
+                    }
+                }
+                b.clear();
+            }
+            touched.clear();
         }
     }
     return rep;
@@ -395,6 +419,12 @@ std::vector<StateTokens> compute_all_state_tokens(const Automaton& a, const Toke
 #pragma omp parallel for schedule(dynamic, 1) if (wave.size() > 1)
         for (int64_t i = 0; i < static_cast<int64_t>(wave.size()); ++i) {
             const int32_t s = wave[size_t(i)], r = rep[size_t(s)];
+            if (r >= 0 && cx.plain[size_t(s)] && cx.plain[size_t(r)] &&
+                eq->equivalent(s, r, static_cast<int32_t>(v.max_token_bytes))) {  // the same for every token
+                out[size_t(s)] = out[size_t(r)];
+                if (needed[size_t(s)]) kept[size_t(s)] = kept[size_t(r)];
+                continue;
+            }
             SortedTokens st = walk_state(cx, s, r, r >= 0 ? &kept[size_t(r)] : nullptr);
             out[size_t(s)] = to_state_tokens(v, st, r >= 0 ? &kept[size_t(r)] : nullptr, r >= 0 ? &out[size_t(r)] : nullptr);
             if (needed[size_t(s)]) kept[size_t(s)] = std::move(st);

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "grammar/automaton.h"
@@ -19,7 +20,8 @@ namespace deepinfer::grammar {
 struct StateTokens {
     bool computed = false;
     std::vector<int32_t> accepted_ids;    // token ids, when few
-    std::vector<uint64_t> accepted_bits;  // [bitmask words] when many
+    // [bitmask words] when many; shared between states whose accepted sets are equal.
+    std::shared_ptr<const std::vector<uint64_t>> accepted_bits;
     std::vector<int32_t> uncertain;       // sorted-order indices (TokenVocabulary::Impl::sorted), ascending
     int64_t num_accepted = 0;
 };

@@ -25,9 +25,10 @@ using grammar::StateTokens;
 
 std::set<int32_t> accepted_set(const StateTokens& st) {
     std::set<int32_t> out(st.accepted_ids.begin(), st.accepted_ids.end());
-    for (size_t w = 0; w < st.accepted_bits.size(); ++w)
-        for (int b = 0; b < 64; ++b)
-            if ((st.accepted_bits[w] >> b) & 1) out.insert(int32_t(w * 64 + size_t(b)));
+    if (st.accepted_bits)
+        for (size_t w = 0; w < st.accepted_bits->size(); ++w)
+            for (int b = 0; b < 64; ++b)
+                if (((*st.accepted_bits)[w] >> b) & 1) out.insert(int32_t(w * 64 + size_t(b)));
     return out;
 }
 
