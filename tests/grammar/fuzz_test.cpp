@@ -84,7 +84,8 @@ TEST(Fuzz, Ebnf) {
         "root ::= \"a\" b* | [x-z]{2,4}\nb ::= \"(\" root \")\"",
         "root ::= item+\nitem ::= [^\\n]{1,3} \"\\n\" | \"\\u00e9\"?",
         "root ::= (\"x\" | y)* y\ny ::= [0-9] | \"\"",
-        "root ::= a\na ::= a \"+\" a | \"1\""};
+        "root ::= a\na ::= a \"+\" a | \"1\"",
+        "root ::= [a-c\"]{3,40} (\",\" [0-9]{1,12})?"};
     run_fuzz(seeds, "root::=ab|()[]{}*+?\"\\^-0129,xyz \n#.'u", 101, 600,
              [&](const std::string& s) { return compiler.compile_ebnf(s); }, *vocab);
 }
@@ -106,7 +107,8 @@ TEST(Fuzz, JsonSchema) {
         R"J({"anyOf": [{"type": "string", "pattern": "^x+$"}, {"enum": [1, "two", null]}]})J",
         R"J({"$defs": {"n": {"type": "object", "properties": {"k": {"$ref": "#/$defs/n"}}}}, "$ref": "#/$defs/n"})J",
         R"J({"type": ["number", "null"], "exclusiveMaximum": 10.5, "minimum": -2})J",
-        R"J({"allOf": [{"properties": {"x": {"type": "boolean"}}}, {"required": ["x"]}], "type": "object"})J"};
+        R"J({"allOf": [{"properties": {"x": {"type": "boolean"}}}, {"required": ["x"]}], "type": "object"})J",
+        R"J({"type": "object", "properties": {"s": {"type": "string", "minLength": 2, "maxLength": 30}, "t": {"type": "string", "maxLength": 4}}})J"};
     run_fuzz(seeds, "{}[]\":,0123456789 -.abcdefghijklmnopqrstuvwxyz$#/", 303, 800,
              [&](const std::string& s) { return compiler.compile_json_schema(s, {JsonWhitespace::kFlexible, 3, true}); }, *vocab);
 }
