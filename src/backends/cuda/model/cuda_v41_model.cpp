@@ -254,6 +254,21 @@ std::vector<std::vector<float>> CudaV41Model::forward_batch(std::span<const Sequ
     b.shared.assign(chunks.size(), Shared{});
     staging_.reset();
     const size_t mark = workspace_.mark();
+    // On an exception the streams are drained and the scratch returned, so the next forward starts clean.
+    struct Release {
+        const CudaV41Model& m;
+        size_t mark;
+        bool armed = true;
+        ~Release() {
+            if (!armed) return;
+            try {
+                m.stream_.synchronize();
+                m.side_stream_.synchronize();
+            } catch (...) {
+            }
+            m.workspace_.reset(mark);
+        }
+    } release{*this, mark};
 
     // Engram first, on the side stream: gather the table rows (mapped host memory) and project them,
     // overlapped with the layers before the first Engram layer.
@@ -349,6 +364,7 @@ std::vector<std::vector<float>> CudaV41Model::forward_batch(std::span<const Sequ
     copy_to_host(host.data(), logits, host.size() * sizeof(float), s);
     stream_.synchronize();
     side_stream_.synchronize();
+    release.armed = false;
     workspace_.reset(mark);
     for (size_t i = 0; i < chunks.size(); ++i) b.states[i]->length += b.num_rows[i];
     std::vector<std::vector<float>> out;
