@@ -61,7 +61,8 @@ struct EngineConfig {
     // Speculative decoding (docs: speculative-decoding.md): "none" | "mtp" | "dspark" (the checkpoint
     // must carry that drafter) | "auto" (the checkpoint's drafter if it has one, k capped at its block). Drafts are verified in one target forward per step; greedy output is
     // token-identical to no speculation, sampled output has the same distribution and is reproducible
-    // (batch-invariant with the scheduler off). Forces synchronous scheduling.
+    // (batch-invariant with the scheduler off). Composes with async_scheduling: the next step is sized
+    // from the drafts' stale confidences and the forward worker drafts, allocates and verifies.
     std::string speculative_method = "none";
     int64_t num_speculative_tokens = 3;   // drafts per request and step, at most
     bool speculative_scheduler = false;   // confidence-scheduled verify lengths (else always all drafts)

@@ -81,10 +81,16 @@ struct Scheduled {
     Completion* completion = nullptr;
     std::vector<int32_t> tokens;  // a copy: the worker thread reads it while the engine thread moves on
     int64_t drafts = 0;           // trailing draft tokens to verify (speculative decoding)
+    // Asynchronous scheduling with a drafter: the worker drafts this decode row's block first (up to
+    // `draft_slots` drafts), then appends the admitted ones to `tokens` and sets `drafts`.
+    int64_t draft_slots = 0;
+    DraftRequest draft_request = {};
+    std::vector<double> draft_uniforms = {};
 };
 
 struct Plan {
     std::vector<Scheduled> items;
+    int64_t draft_budget = -1;  // asynchronous + confidence scheduler: B*, allocated after drafting
     std::future<std::vector<std::vector<float>>> logits;
     std::future<void> masks;  // structured output: next-token masks, overlapped with the forward
     Clock::time_point launched;
@@ -143,7 +149,8 @@ struct Engine::Impl {
             verify_scheduler = std::make_unique<VerifyScheduler>(cfg.num_speculative_tokens, cfg.speculative_scheduler);
             metrics.spec_position_verified.assign(size_t(cfg.num_speculative_tokens), 0);
             metrics.spec_position_accepted.assign(size_t(cfg.num_speculative_tokens), 0);
-            cfg.async_scheduling = false;  // verification decides the next step's rows
+            // Asynchronous scheduling: the next step is sized before its drafts exist (budget from the
+            // stale confidences); the forward worker drafts, allocates and verifies (spec §4.3).
         }
     }
 
@@ -189,16 +196,31 @@ struct Engine::Impl {
             return take;
         };
         std::vector<std::pair<Completion*, int64_t>> advance;  // every running completion and its take
-        const std::vector<int64_t> verify_len = plan_verify_lengths(order, budget);
+        const bool async_drafts = drafter && cfg.async_scheduling;
+        const std::vector<int64_t> verify_len =
+            async_drafts ? plan_async_drafts(order, budget, plan.draft_budget) : plan_verify_lengths(order, budget);
+        if (plan.draft_budget > 0) budget -= plan.draft_budget;  // reserved for the worker's allocation
         for (size_t oi = 0; oi < order.size(); ++oi) {
             Completion* c = order[oi];
             const int64_t rem = total_tokens(*c) - c->num_computed;
             const int64_t drafts = rem == 1 ? verify_len[oi] : 0;
-            int64_t take = rem == 1 ? (budget > drafts ? 1 + drafts : 0) : chunk_size(c, budget);
+            // Rows of this step: a decode row and its drafts (asynchronous: the drafts come later, at
+            // most `drafts`; with a draft budget they were reserved above).
+            const int64_t extra = async_drafts && plan.draft_budget >= 0 ? 0 : drafts;
+            int64_t take = rem == 1 ? (budget > extra ? 1 + extra : 0) : chunk_size(c, budget);
             if (static_cast<int64_t>(plan.items.size()) >= cfg.max_num_seqs) take = 0;
-            advance.emplace_back(c, std::max<int64_t>(take, 0));
+            advance.emplace_back(c, std::max<int64_t>(take, 0) + (take > 0 && async_drafts ? drafts - extra : 0));
             if (take <= 0) continue;
             budget -= take;
+            if (async_drafts) {
+                Scheduled s{c, {token_at(*c, c->num_computed)}, 0};
+                if (rem == 1 && drafts > 0) s.draft_slots = drafts;
+                else if (rem != 1) s.tokens.clear();
+                if (rem != 1)
+                    for (int64_t i = 0; i < take; ++i) s.tokens.push_back(token_at(*c, c->num_computed + i));
+                plan.items.push_back(std::move(s));
+                continue;
+            }
             Scheduled s{c, {}, take > 1 && rem == 1 ? drafts : 0};
             for (int64_t i = 0; i < take - s.drafts; ++i) s.tokens.push_back(token_at(*c, c->num_computed + i));
             s.tokens.insert(s.tokens.end(), c->drafts.begin(), c->drafts.begin() + s.drafts);
@@ -284,7 +306,34 @@ struct Engine::Impl {
                     c->mask_ready = true;
                 }
             });
-        auto run = [m = model, chunks = std::move(chunks)]() { return m->forward_batch(chunks); };
+        // Asynchronous speculative decoding: the worker drafts the decode rows' blocks first (anchors and
+        // uniforms fixed here, on the engine thread), allocates the verify slots, appends the drafts.
+        std::vector<Scheduled*> drafting;
+        for (Scheduled& s : plan.items) {
+            if (s.draft_slots <= 0) continue;
+            Completion* c = s.completion;
+            const SamplingParams& p = c->request->params;
+            s.draft_uniforms.clear();
+            if (p.temperature > 0 && cfg.speculative_sample_drafts)
+                for (int64_t j = 0; j < s.draft_slots; ++j)
+                    s.draft_uniforms.push_back(draft_uniform(c->request->seed, static_cast<uint64_t>(c->index),
+                                                             static_cast<int64_t>(c->generated.size()) - 1, j));
+            s.draft_request = {.sequence = c->seq.get(), .anchor = c->generated.back(), .num_drafts = s.draft_slots,
+                               .temperature = p.temperature, .uniforms = s.draft_uniforms};
+            drafting.push_back(&s);
+        }
+        std::function<std::vector<std::vector<float>>()> run;
+        if (drafting.empty()) {
+            run = [m = model, chunks = std::move(chunks)]() { return m->forward_batch(chunks); };
+        } else {
+            run = [this, m = model, items = plan.items.data(), n = plan.items.size(), drafting = std::move(drafting),
+                   budget = plan.draft_budget]() {
+                draft_in_worker(drafting, budget);
+                std::vector<SequenceChunk> all;
+                for (size_t i = 0; i < n; ++i) all.push_back({items[i].completion->seq.get(), items[i].tokens, items[i].drafts > 0});
+                return m->forward_batch(all);
+            };
+        }
         if (cfg.async_scheduling) {
             if (!worker) worker = std::make_unique<ForwardWorker>();
             plan.logits = worker->submit(std::move(run));
@@ -296,7 +345,9 @@ struct Engine::Impl {
     // ---- sampling and accounting (engine thread, no forward in flight) ----
     std::vector<Completion*> sample_and_account(Plan& plan) {
         std::vector<std::vector<float>> logits = plan.logits.get();
-        metrics.forward_seconds += since(plan.launched);
+        // Asynchronous speculative decoding: the worker drafted before the forward (draft_seconds).
+        const double forward_seconds = since(plan.launched) - (cfg.async_scheduling ? last_draft_seconds : 0.0);
+        metrics.forward_seconds += forward_seconds;
         if (verify_scheduler) {
             int64_t rows = 0, decode_rows = 0;
             for (const Scheduled& s : plan.items) {
@@ -304,8 +355,9 @@ struct Engine::Impl {
                 if (s.drafts > 0 || total_tokens(*s.completion) - s.completion->num_computed == 1)
                     decode_rows += static_cast<int64_t>(s.tokens.size());
             }
-            verify_scheduler->observe_step(rows, since(plan.launched), last_drafted, last_draft_seconds);
+            verify_scheduler->observe_step(rows, forward_seconds, last_drafted, last_draft_seconds);
             last_drafted = 0;
+            if (cfg.async_scheduling) last_draft_seconds = 0;  // set again by the next step's worker
             ++metrics.spec_steps;
             metrics.spec_verify_tokens += decode_rows;
             metrics.spec_budget_sum += verify_scheduler->last_budget();
@@ -403,6 +455,80 @@ struct Engine::Impl {
         const std::vector<int64_t> l = verify_scheduler->plan(cands, other, budget - other);
         for (size_t k = 0; k < at.size(); ++k) len[at[k]] = l[k];
         return len;
+    }
+
+    // Asynchronous scheduling: the drafts each decode row may get (index-aligned with `order`), decided
+    // before they exist. Confidence scheduler: every candidate drafts its full block (the scores feed
+    // the next budget) and `draft_budget` = B* from the stale confidences, allocated by the worker over
+    // the current ones; fixed mode: each row's count, `draft_budget` = -1.
+    std::vector<int64_t> plan_async_drafts(const std::vector<Completion*>& order, int64_t budget, int64_t& draft_budget) {
+        std::vector<int64_t> len(order.size(), 0);
+        draft_budget = -1;
+        if (!verify_scheduler->should_draft()) return len;
+        std::vector<VerifyCandidate> cands;
+        std::vector<size_t> at;
+        int64_t other = 0;
+        for (size_t i = 0; i < order.size(); ++i) {
+            const Completion* c = order[i];
+            const int64_t rem = total_tokens(*c) - c->num_computed;
+            if (rem != 1) {
+                other += std::min(rem, cfg.max_prefill_chunk);
+                continue;
+            }
+            ++other;
+            // The row must be a generated token's (a prompt's last chunk of one token drafts nothing).
+            if (c->status != Status::kRunning || c->token_finished || !c->seq || c->generated.empty()) continue;
+            const int64_t k = std::min<int64_t>(cfg.num_speculative_tokens, c->request->params.max_tokens -
+                                                                              static_cast<int64_t>(c->generated.size()) - 1);
+            if (k <= 0) continue;
+            cands.push_back({k, {}, c->confidence});  // stale: the scores of the drafts just verified
+            at.push_back(i);
+        }
+        if (cands.empty()) return len;
+        const int64_t B = verify_scheduler->budget(cands, other, budget - other);
+        if (verify_scheduler->adaptive()) {
+            draft_budget = B;
+            for (size_t k = 0; k < at.size(); ++k) len[at[k]] = cands[k].available;
+        } else {
+            const std::vector<int64_t> l = verify_scheduler->allocate(cands, B);
+            for (size_t k = 0; k < at.size(); ++k) len[at[k]] = l[k];
+        }
+        return len;
+    }
+
+    // The worker's part of an asynchronous speculative step: draft the scheduled decode rows, allocate
+    // the verify slots (the confidence scheduler's top-B* over current survivals, or every draft), and
+    // append the admitted drafts to the rows. Touches only the completions' draft fields and the rows.
+    void draft_in_worker(const std::vector<Scheduled*>& items, int64_t draft_budget) {
+        const auto t0 = Clock::now();
+        std::vector<DraftRequest> reqs;
+        for (const Scheduled* s : items) reqs.push_back(s->draft_request);
+        std::vector<Draft> out = drafter->draft(reqs);
+        std::vector<VerifyCandidate> cands;
+        for (size_t i = 0; i < items.size(); ++i) {
+            Completion* c = items[i]->completion;
+            c->stale_confidence = std::move(c->confidence);
+            c->drafts = std::move(out[i].tokens);
+            c->draft_probs = std::move(out[i].probs);
+            c->confidence = std::move(out[i].confidence);
+            cands.push_back({items[i]->draft_slots, c->confidence, c->stale_confidence});
+        }
+        std::vector<int64_t> len;
+        if (draft_budget >= 0) {
+            len = verify_scheduler->allocate(cands, draft_budget);
+        } else {
+            for (const Scheduled* s : items) len.push_back(s->draft_slots);
+        }
+        for (size_t i = 0; i < items.size(); ++i) {
+            Scheduled& s = *items[i];
+            const std::vector<int32_t>& d = s.completion->drafts;
+            s.drafts = std::min<int64_t>(len[i], static_cast<int64_t>(d.size()));
+            s.tokens.insert(s.tokens.end(), d.begin(), d.begin() + s.drafts);
+        }
+        const double dt = since(t0);
+        metrics.draft_seconds += dt;
+        last_drafted = static_cast<int64_t>(reqs.size());
+        last_draft_seconds = dt;
     }
 
     // Verification of one request's rows [anchor, drafts...] (engine/speculative/verify.h): every row
@@ -631,7 +757,7 @@ struct Engine::Impl {
             }
         }
         postprocess(advanced);
-        if (drafter) draft_for(advanced);
+        if (drafter && !cfg.async_scheduling) draft_for(advanced);  // (asynchronous: the worker drafts)
         if (!cfg.async_scheduling) collect_garbage();
         ++metrics.steps;
         metrics.step_seconds += since(t0);

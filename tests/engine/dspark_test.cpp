@@ -14,7 +14,8 @@
 //     draft distributions and confidences follow the Markov and confidence heads;
 //   * a drafter constructed to agree with the target (make_dspark_agree_with_target): near-complete
 //     greedy acceptance, and the expected acceptance pattern for sampled drafts;
-//   * sampled output with DSpark drafts (sampled, one-hot, scheduled, block verification) follows the same per-position token
+//   * asynchronous scheduling composes with speculation (same outputs as synchronous with a fixed k);
+//   * sampled output with DSpark drafts (sampled, one-hot, scheduled, block verification, asynchronous) follows the same per-position token
 //     distribution as without speculation (two-sample chi-square over many seeds, 16-token vocabulary).
 #include <gtest/gtest.h>
 
@@ -488,6 +489,63 @@ TEST_P(DSpark, GreedyIsTokenIdenticalToNoSpeculation) {
     EXPECT_EQ(a.metrics.spec_position_verified.size(), 5u);
 }
 
+// Asynchronous scheduling (the next step is sized before its drafts exist; the forward worker drafts,
+// allocates and verifies): with a fixed draft length every output, sampled ones included, equals the
+// synchronous engine's; with the confidence scheduler greedy output equals plain decoding. DSpark
+// (both numerics) and the V4 MTP fixture.
+class AsyncSpec : public ::testing::TestWithParam<const char*> {
+    OneThread one_thread_;
+};
+
+TEST_P(AsyncSpec, ComposesWithSpeculation) {
+    const std::string which = GetParam();
+    std::shared_ptr<const Model> model;
+    if (which == "mtp") {
+        ModelOptions o;
+        o.numerics_from_checkpoint = false;
+        static std::shared_ptr<const Model> mtp(Model::load(test::data_path("models/v4_tiny_a_mtp"), o));
+        model = mtp;
+    } else {
+        model = tiny_model(which == "official");
+    }
+    const char* method = which == "mtp" ? "mtp" : "dspark";
+    const int64_t V = model->info().vocab_size;
+    std::mt19937 rng(61);
+    Requests reqs;
+    for (int i = 0; i < 6; ++i) {
+        SamplingParams sp = greedy(7 + i);
+        if (i % 2) {
+            sp.temperature = 0.9;
+            sp.seed = uint64_t(100 + i);
+            sp.top_k = 20;
+        }
+        if (i == 2) sp.presence_penalty = 0.5;
+        if (i == 3) sp.logprobs = 1;
+        reqs.emplace_back("a" + std::to_string(i), random_prompt(rng, 3 + int64_t(rng() % 25), V), sp);
+    }
+    const RunResult plain = run(model, {}, reqs);
+    EngineConfig sync_cfg = spec_config(3, false, method), async_cfg = sync_cfg;
+    async_cfg.async_scheduling = true;
+    const RunResult sync = run(model, sync_cfg, reqs), async = run(model, async_cfg, reqs);
+    for (const auto& [id, prompt, sp] : reqs) {
+        const CompletionOutput& a = sync.outputs.at(id).completions.at(0);
+        const CompletionOutput& b = async.outputs.at(id).completions.at(0);
+        EXPECT_EQ(a.token_ids, b.token_ids) << id;
+        ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << id;
+        for (size_t t = 0; t < a.logprobs.size(); ++t) EXPECT_EQ(a.logprobs[t].logprob, b.logprobs[t].logprob) << id;
+    }
+    EXPECT_EQ(sync.metrics.spec_draft_tokens, async.metrics.spec_draft_tokens);
+    EXPECT_EQ(sync.metrics.spec_accepted_tokens, async.metrics.spec_accepted_tokens);
+    expect_same_outputs(plain, async, reqs, "async fixed");
+    EngineConfig sched = spec_config(which == "mtp" ? 4 : 5, true, method);
+    sched.async_scheduling = true;
+    const RunResult scheduled = run(model, sched, reqs);
+    expect_same_outputs(plain, scheduled, reqs, "async scheduler");
+    EXPECT_GT(scheduled.metrics.spec_draft_tokens, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(SpeculativeEngine, AsyncSpec, ::testing::Values("official", "exact", "mtp"));
+
 TEST(DSparkReplay, BoundedReplayPrefillFeedsTheDrafter) {
     // With SWA bounded replay a long prompt chunk runs the decoder (where the tapped layers are) on its
     // last window of rows only: the drafter's context rows come from those rows, which are exactly the
@@ -603,9 +661,11 @@ TEST(DSparkSampled, OutputKeepsTheTargetDistribution) {
     const auto want = histograms(EngineConfig{}, sp, 1000, nullptr);
     struct Arm { const char* name; EngineConfig cfg; };
     std::vector<Arm> arms = {{"sampled drafts k=3", spec_config(3, false)}, {"one-hot drafts k=2", spec_config(2, false)},
-                             {"scheduler k=5", spec_config(5, true)}, {"block verification k=4", spec_config(4, false)}};
+                             {"scheduler k=5", spec_config(5, true)}, {"block verification k=4", spec_config(4, false)},
+                             {"asynchronous scheduler k=5", spec_config(5, true)}};
     arms[1].cfg.speculative_sample_drafts = false;
     arms[3].cfg.speculative_block_verification = true;
+    arms[4].cfg.async_scheduling = true;
     uint64_t seed0 = 1000;
     for (const Arm& arm : arms) {
         EngineMetrics m;

@@ -81,8 +81,7 @@ bool VerifyScheduler::should_draft() {
     return false;
 }
 
-std::vector<int64_t> VerifyScheduler::plan(std::span<const VerifyCandidate> cands, int64_t non_draft, int64_t budget) {
-    std::vector<int64_t> len(cands.size(), 0);
+int64_t VerifyScheduler::budget(std::span<const VerifyCandidate> cands, int64_t non_draft, int64_t budget) {
     int64_t cap = 0;
     for (size_t i = 0; i < cands.size(); ++i) cap += std::min(cands[i].available, max_drafts_);
     cap = std::min(cap, std::max<int64_t>(budget, 0));
@@ -120,8 +119,16 @@ std::vector<int64_t> VerifyScheduler::plan(std::span<const VerifyCandidate> cand
         // Keep the cost fit identifiable: a fixed share of plans verifies half the budget (the choice
         // never depends on the drafts, so it stays lossless).
         if (++plans_ % kExploreEvery == 0) B = (B == cap ? cap / 2 : std::min(cap, 2 * B + 1));
-        // Allocation: the B largest current survivals (ties toward the lower position, then the earlier
-        // request); each request's admitted drafts form a prefix because survivals never increase.
+    }
+    last_budget_ = B;
+    return B;
+}
+
+std::vector<int64_t> VerifyScheduler::allocate(std::span<const VerifyCandidate> cands, int64_t B) const {
+    std::vector<int64_t> len(cands.size(), 0);
+    if (adaptive_) {
+        // The B largest current survivals (ties toward the lower position, then the earlier request);
+        // each request's admitted drafts form a prefix because survivals never increase.
         struct Slot { double surv; int64_t pos; size_t req; };
         std::vector<Slot> slots;
         for (size_t i = 0; i < cands.size(); ++i) {
@@ -143,8 +150,11 @@ std::vector<int64_t> VerifyScheduler::plan(std::span<const VerifyCandidate> cand
             left -= len[i];
         }
     }
-    last_budget_ = B;
     return len;
+}
+
+std::vector<int64_t> VerifyScheduler::plan(std::span<const VerifyCandidate> cands, int64_t non_draft, int64_t budget) {
+    return allocate(cands, this->budget(cands, non_draft, budget));
 }
 
 }  // namespace deepinfer

@@ -65,6 +65,12 @@ public:
     // Verify lengths, one per candidate. `non_draft_tokens`: every other row of this step (one anchor
     // row per candidate included, prefill chunks). `budget`: tokens left for drafts this step.
     std::vector<int64_t> plan(std::span<const VerifyCandidate> candidates, int64_t non_draft_tokens, int64_t budget);
+    // plan() in two halves, for an engine that fixes the step's size before the drafts exist
+    // (asynchronous scheduling, spec §4.3): the draft-token budget B* from the candidates' stale
+    // confidences (`confidence` unused), then, once the drafts exist, the allocation of B* slots by
+    // current survivals (`stale` unused). Fixed mode: B* = min(budget, Σ available), in request order.
+    int64_t budget(std::span<const VerifyCandidate> candidates, int64_t non_draft_tokens, int64_t budget);
+    std::vector<int64_t> allocate(std::span<const VerifyCandidate> candidates, int64_t draft_budget) const;
     // After a step: its total rows, wall time of the target forward; requests drafted and drafting time.
     void observe_step(int64_t tokens, double verify_seconds, int64_t drafted_requests, double draft_seconds);
     void observe_acceptance(std::span<const float> raw, int64_t verified, int64_t accepted) {
