@@ -544,6 +544,39 @@ TEST_P(AsyncSpec, ComposesWithSpeculation) {
     EXPECT_GT(scheduled.metrics.spec_draft_tokens, 0);
 }
 
+TEST(DSparkPrefixCache, SnapshotsCarryTheContextRings) {
+    // Requests sharing a long prompt prefix, one at a time, so the later ones start from prefix-cache
+    // snapshots: the drafter's rings come with the snapshot, so every draft (hence every acceptance
+    // count) is the same as with the prefix cache off, and the output is plain greedy decoding.
+    const OneThread one_thread;
+    const auto model = small_vocab_model();  // 16 tokens: random drafts are sometimes accepted
+    const int64_t V = model->info().vocab_size;
+    std::mt19937 rng(67);
+    const std::vector<int32_t> shared = random_prompt(rng, 37, V);
+    Requests reqs;
+    for (int i = 0; i < 3; ++i) {
+        std::vector<int32_t> p = shared;
+        const std::vector<int32_t> tail = random_prompt(rng, 2 + i, V);
+        p.insert(p.end(), tail.begin(), tail.end());
+        reqs.emplace_back("p" + std::to_string(i), p, greedy(16));
+    }
+    EngineConfig cached = spec_config(4, false);
+    cached.max_num_seqs = 1;
+    cached.prefix_block = 8;
+    EngineConfig uncached = cached;
+    uncached.prefix_caching = false;
+    EngineConfig plain_cfg = uncached;
+    plain_cfg.speculative_method = "none";
+    const RunResult a = run(model, cached, reqs), b = run(model, uncached, reqs), plain = run(model, plain_cfg, reqs);
+    EXPECT_GT(a.metrics.prefix_cache_hit_tokens, 0);
+    EXPECT_EQ(b.metrics.prefix_cache_hit_tokens, 0);
+    expect_same_outputs(plain, a, reqs, "prefix cache");
+    EXPECT_EQ(a.metrics.spec_draft_tokens, b.metrics.spec_draft_tokens);
+    EXPECT_EQ(a.metrics.spec_accepted_tokens, b.metrics.spec_accepted_tokens);
+    EXPECT_EQ(a.metrics.spec_position_accepted, b.metrics.spec_position_accepted);
+    EXPECT_GT(a.metrics.spec_accepted_tokens, 0);  // the counts carry information about the drafts
+}
+
 INSTANTIATE_TEST_SUITE_P(SpeculativeEngine, AsyncSpec, ::testing::Values("official", "exact", "mtp"));
 
 TEST(DSparkReplay, BoundedReplayPrefillFeedsTheDrafter) {
