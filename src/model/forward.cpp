@@ -52,7 +52,7 @@ CpuModel::CpuModel(std::unique_ptr<Checkpoint> checkpoint, Numerics numerics)
 }
 
 uint64_t CpuModel::estimate_state_bytes(int64_t num_tokens, uint64_t page_bytes) const {
-    return deepinfer::estimate_state_bytes(config_, num_tokens, page_bytes);
+    return deepinfer::estimate_state_bytes(config_, num_tokens, page_bytes, static_cast<int64_t>(weights_.mtp.size()));
 }
 
 V4SequenceState& CpuModel::state_of(Sequence& sequence) {

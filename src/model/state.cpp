@@ -76,8 +76,8 @@ size_t V4SequenceState::unshared_bytes() const {
 }  // namespace deepinfer
 
 namespace deepinfer {
-uint64_t estimate_state_bytes(const ModelConfig& c, int64_t n, uint64_t page_bytes) {
-    uint64_t total = 0;
+uint64_t estimate_state_bytes(const ModelConfig& c, int64_t n, uint64_t page_bytes, int64_t num_mtp_layers) {
+    uint64_t total = uint64_t(num_mtp_layers) * paged_bytes(c.sliding_window + kRingHeadroom, c.head_dim, page_bytes);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
         total += paged_bytes(c.sliding_window + kRingHeadroom, c.head_dim, page_bytes);
         const int64_t m = c.compress_ratio(l);

@@ -76,5 +76,7 @@ V4SequenceState make_sequence_state(const ModelConfig& config, int64_t num_mtp_l
 namespace deepinfer {
 // Bytes of the state of a sequence of `num_tokens` tokens (for admission before it exists).
 // Pages are rounded up to `page_bytes`.
-uint64_t estimate_state_bytes(const ModelConfig& config, int64_t num_tokens, uint64_t page_bytes = 16 << 10);
+// `num_mtp_layers`: the MTP block's sliding rings (every sequence of an MTP checkpoint has them).
+uint64_t estimate_state_bytes(const ModelConfig& config, int64_t num_tokens, uint64_t page_bytes = 16 << 10,
+                              int64_t num_mtp_layers = 0);
 }  // namespace deepinfer

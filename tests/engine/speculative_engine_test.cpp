@@ -26,6 +26,7 @@
 #include "deepinfer/check.h"
 #include "deepinfer/synthetic.h"
 #include "engine/chi_square.h"
+#include "model/paged_rows.h"
 #include "unit/fixtures.h"
 
 namespace deepinfer {
@@ -116,6 +117,15 @@ TEST(SpeculativeEngine, ModelHasTheMtpDrafter) {
     EngineConfig c;
     c.speculative_method = "dspark";
     EXPECT_THROW(Engine(mtp_model(), nullptr, c), Error);  // the checkpoint has no DSpark drafter
+}
+
+TEST(SpeculativeEngine, StateEstimateCountsTheMtpRing) {
+    const uint64_t page = 1024;
+    auto pool = std::make_shared<StatePool>(uint64_t{64} << 20, page);
+    Sequence s = mtp_model()->new_sequence(pool);
+    const std::vector<int32_t> prompt = {5, 9, 2, 7, 1, 3, 8, 4, 6, 11, 10};
+    mtp_model()->forward(s, prompt, false);
+    EXPECT_EQ(s.state_bytes(), mtp_model()->estimate_state_bytes(int64_t(prompt.size()), page));
 }
 
 TEST(SpeculativeEngine, GreedyIsTokenIdenticalToNoSpeculation) {
