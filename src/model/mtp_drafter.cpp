@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "deepinfer/check.h"
+#include "model/draft_sampling.h"
 #include "model/forward.h"
 #include "model/state.h"
 
@@ -105,29 +106,12 @@ std::vector<Draft> MtpDrafter::draft(std::span<const DraftRequest> requests) con
             const DraftRequest& r = requests[active[a]];
             Draft& d = out[active[a]];
             const float* l = logits.data() + int64_t(a) * V;
-            // Softmax at temperature 1 for the confidence proxy; at the request's temperature for sampling.
+            // Confidence proxy: the softmax probability at temperature 1 of the draft.
             const float mx = *std::max_element(l, l + V);
-            int32_t pick = static_cast<int32_t>(std::max_element(l, l + V) - l);  // first maximum: lowest id
             double den1 = 0;
             for (int64_t v = 0; v < V; ++v) den1 += std::exp(double(l[v]) - mx);
-            if (!r.uniforms.empty() && r.temperature > 0) {
-                std::vector<double> q(static_cast<size_t>(V));
-                double den = 0;
-                for (int64_t v = 0; v < V; ++v) den += (q[size_t(v)] = std::exp((double(l[v]) - mx) / r.temperature));
-                const size_t base = d.probs.size();
-                d.probs.resize(base + size_t(V));
-                double total = 0;
-                for (int64_t v = 0; v < V; ++v) total += (d.probs[base + size_t(v)] = static_cast<float>(q[size_t(v)] / den));
-                // Inverse CDF over exactly the stored probabilities (the distribution verification sees).
-                double u = r.uniforms[size_t(k)] * total;
-                int64_t v = 0;
-                for (; v + 1 < V; ++v) {
-                    if (u < double(d.probs[base + size_t(v)])) break;
-                    u -= double(d.probs[base + size_t(v)]);
-                }
-                while (v > 0 && d.probs[base + size_t(v)] == 0) --v;
-                pick = static_cast<int32_t>(v);
-            }
+            const bool sampled = !r.uniforms.empty() && r.temperature > 0;
+            const int32_t pick = draw_draft(l, V, r.temperature, sampled ? &r.uniforms[size_t(k)] : nullptr, d.probs);
             d.tokens.push_back(pick);
             d.confidence.push_back(static_cast<float>(std::exp(double(l[pick]) - mx) / den1));
             if (k + 1 < r.num_drafts) {
