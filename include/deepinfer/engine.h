@@ -67,8 +67,9 @@ struct EngineConfig {
     int64_t num_speculative_tokens = 3;   // drafts per request and step, at most
     bool speculative_scheduler = false;   // confidence-scheduled verify lengths (else always all drafts)
     bool speculative_sample_drafts = true;  // temperature > 0: sampled drafts (else argmax, one-hot)
-    // temperature > 0 and no structured output: block verification (speculative-decoding.md §3.4: exact,
-    // accepts at least as many drafts as token-wise verification on average), else token-wise.
+    // temperature > 0: block verification (speculative-decoding.md §3.4: exact, accepts at least as many
+    // drafts as token-wise verification on average; structured output: each row's mask follows the drafts
+    // before it), else token-wise.
     bool speculative_block_verification = false;
 };
 

@@ -540,17 +540,38 @@ struct Engine::Impl {
         const int64_t V = mc.vocab_size, P = c.num_computed - 1 - num_drafts;  // the anchor's position
         const bool sampled = !c.draft_probs.empty();
         int64_t accepted = 0;
-        const bool block = cfg.speculative_block_verification && r.params.temperature > 0 && !c.grammar && num_drafts > 0;
+        const bool block = cfg.speculative_block_verification && r.params.temperature > 0 && num_drafts > 0;
         if (block) {
             // Every row's distribution given the drafts before it, then one decision for the block.
+            // Structured output: row j's mask comes from a copy of the matcher advanced through
+            // d_1 .. d_j; after a draft the grammar rejects, p(draft) = 0 makes later rows irrelevant.
             std::vector<std::vector<int32_t>> gens(size_t(num_drafts + 1), c.generated);
+            std::vector<std::vector<uint64_t>> masks(c.grammar ? size_t(num_drafts + 1) : 0);
+            std::vector<uint8_t> dead_end(size_t(num_drafts + 1), 0);
+            std::optional<ConstrainedDecoder> g;
+            if (c.grammar) g.emplace(*c.grammar);
+            bool grammar_alive = true;
             std::vector<SampleInput> rows;
             for (int64_t j = 0; j <= num_drafts; ++j) {
                 gens[size_t(j)].insert(gens[size_t(j)].end(), c.drafts.begin(), c.drafts.begin() + j);
+                if (g) {
+                    std::vector<uint64_t>& m = masks[size_t(j)];
+                    if (grammar_alive) {
+                        m.assign(c.mask.size(), 0);
+                        dead_end[size_t(j)] = g->fill_next_token_bitmask(m) == 0;  // as in sample_into
+                        if (dead_end[size_t(j)])
+                            for (int64_t e : mc.eos_token_ids) m[size_t(e >> 6)] |= uint64_t{1} << (e & 63);
+                        if (j < num_drafts) grammar_alive = !dead_end[size_t(j)] && g->accept_token(c.drafts[size_t(j)]);
+                    } else {
+                        m = masks[size_t(j - 1)];
+                    }
+                }
                 rows.push_back({.logits = std::span<const float>(logits).subspan(size_t(j * V), size_t(V)),
                                 .params = &r.params, .prompt = r.prompt, .generated = gens[size_t(j)], .seed = r.seed,
-                                .stream = static_cast<uint64_t>(c.index)});
+                                .stream = static_cast<uint64_t>(c.index),
+                                .allowed = g ? std::span<const uint64_t>(masks[size_t(j)]) : std::span<const uint64_t>()});
             }
+            c.mask_ready = false;
             BlockVerifyResult b = verify_block({.rows = rows,
                                                 .drafts = std::span<const int32_t>(c.drafts).first(size_t(num_drafts)),
                                                 .draft_probs = sampled ? std::span<const float>(c.draft_probs).first(size_t(num_drafts * V))
@@ -560,7 +581,18 @@ struct Engine::Impl {
                 metrics.spec_position_accepted[size_t(j)] += j < b.accepted;
             }
             for (size_t i = 0; i < b.tokens.size(); ++i) {
-                emit(c, b.tokens[i], i < b.logprobs.size() ? std::move(b.logprobs[i]) : TokenLogprob{}, false, mc);
+                bool grammar_done = false, grammar_dead = false;
+                if (c.grammar) {
+                    if (dead_end[i] || !c.grammar->accept_token(b.tokens[i])) {
+                        DI_LOG_WARN("request '{}': the structured-output grammar has no continuation in this vocabulary; "
+                                    "ending the completion", r.id);
+                        grammar_done = grammar_dead = true;
+                    } else {
+                        grammar_done = c.grammar->is_terminated();
+                    }
+                }
+                emit(c, b.tokens[i], i < b.logprobs.size() ? std::move(b.logprobs[i]) : TokenLogprob{}, grammar_done, mc,
+                     grammar_dead);
                 if (int64_t(i) == b.accepted || c.token_finished) break;
                 ++accepted;
             }

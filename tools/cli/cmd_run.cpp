@@ -86,7 +86,7 @@ Command register_run(CLI::App& app) {
     sub->add_flag("--spec-scheduler", o->spec_scheduler, "Confidence-scheduled verify lengths (else all drafts)");
     sub->add_flag("--spec-one-hot-drafts", o->spec_one_hot, "Sampling requests: argmax drafts instead of sampled ones");
     sub->add_flag("--spec-block-verify", o->spec_block,
-                  "Sampling requests without structured output: block verification (exact; accepts at least as much)");
+                  "Sampling requests: block verification (exact; accepts at least as many drafts)");
     sub->add_option("--progress", o->progress, "auto | always | never")->capture_default_str();
     sub->add_option("--cache-dir", o->cache_dir, "Where the built-in model is generated (default ~/.cache/deepinfer)");
     return [sub, o]() -> int {
