@@ -6,6 +6,8 @@
 namespace deepinfer {
 
 int cpu_num_threads();
+// The cores OpenMP may use (the default thread count).
+int cpu_num_cores();
 // n <= 0 restores the default (one thread per core).
 void set_cpu_num_threads(int n);
 

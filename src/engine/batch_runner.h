@@ -48,4 +48,34 @@ struct BatchRunSummary {
 BatchRunSummary run_batch(const BatchRunOptions& options, std::shared_ptr<const Model> model,
                           std::shared_ptr<const Tokenizer> tokenizer, const EngineConfig& engine_config);
 
+// What the loop does with an input line (by its 1-based line number and custom_id, "" if none).
+enum class BatchLineAction {
+    kRun,        // validate and run it (or write its error record)
+    kDuplicate,  // an earlier line claimed its custom_id: write the duplicate's error record
+    kSkipDone,   // its record is already written (counted in skipped_done)
+    kNotMine,    // another replica's line: ignored, not counted
+};
+using BatchLineClassifier = std::function<BatchLineAction(int64_t line_no, const std::string& custom_id)>;
+
+// The loop behind run_batch (and each MPI replica): the lines `classify` keeps go through the engine
+// into `output_path` (appended when `append`); lines are classified once each, in input order.
+// summary.lines is the input's request count.
+BatchRunSummary run_batch_lines(const BatchRunOptions& options, const std::string& output_path, bool append,
+                                const BatchLineClassifier& classify, std::shared_ptr<const Model> model,
+                                std::shared_ptr<const Tokenizer> tokenizer, const EngineConfig& engine_config);
+
+// One progress report: a bar on a terminal, else a log line.
+struct BatchProgressLine {
+    int64_t done = 0;     // lines with a record (including skipped)
+    int64_t skipped = 0;  // done before this run started
+    int64_t total = 0;
+    int64_t errors = 0;
+    int64_t completion_tokens = 0;
+    double seconds = 0;   // since this run started
+};
+void print_batch_progress(const BatchProgressLine& line, bool tty, bool final);
+
+// Non-blank lines of an input file (the requests a summary counts).
+int64_t count_batch_lines(const std::string& path);
+
 }  // namespace deepinfer

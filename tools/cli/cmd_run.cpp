@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // `deepinfer run`: the main job. OpenAI Batch API input -> engine -> OpenAI batch output.
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "deepinfer/check.h"
@@ -12,8 +16,11 @@
 #include "deepinfer/hub.h"
 #include "deepinfer/log.h"
 #include "deepinfer/model.h"
+#include "deepinfer/parallel.h"
 #include "deepinfer/tokenizer.h"
+#include "dist/communicator.h"
 #include "engine/batch_runner.h"
+#include "engine/distributed_batch.h"
 #include "engine/speculative/report.h"
 
 namespace deepinfer::cli {
@@ -36,21 +43,143 @@ std::string resolve_tokenizer(const std::string& flag, const std::string& model_
     DI_THROW("no tokenizer found: pass --tokenizer FILE (tokenizer.json)");
 }
 
+namespace {
+
+struct RunOptions {
+    std::string model, revision, tokenizer, input, output, family = "auto", numerics, progress = "auto", cache_dir,
+        device = "cpu";
+    bool resume = false, async = false, no_async = false, no_prefix_cache = false;
+    int64_t max_num_seqs = 64, max_batched_tokens = 2048, max_prefill_chunk = 512, default_max_tokens = 256;
+    double state_memory_gib = 4.0, device_workspace_gib = 1.0;
+    int64_t max_model_len = 0, gpus_per_replica = 1;
+    std::string gemm = "reference";
+    uint64_t seed = 0;
+    std::string speculative = "none";
+    int64_t num_speculative_tokens = 3;
+    bool spec_scheduler = false, spec_one_hot = false, spec_block = false;
+};
+
+// The host's ranks resolve the model one after another's first: local rank 0 generates the built-in
+// model or downloads a Hub snapshot, then the others find it in the cache.
+std::string resolve_model(const RunOptions& o, Communicator* comm, bool embedded, std::string& name) {
+    std::string dir = o.model;
+    name = o.model;
+    if (comm && comm->local_rank() != 0) comm->barrier();
+    if (embedded) {
+        name = dir.empty() ? std::string(kEmbeddedDefault) : dir;
+        dir = ensure_embedded_model(o.cache_dir.empty() ? default_cache_dir() : o.cache_dir, name);
+        if (!comm || comm->rank() == 0)
+            DI_LOG_INFO("using the built-in tiny random-weight model {} ({}): its text is random by design", name, dir);
+    } else {
+        dir = resolve_model_dir(o.model, o.revision, cli_hub_options());
+    }
+    if (comm && comm->local_rank() == 0) comm->barrier();
+    return dir;
+}
+
+// One replica's resources under mpirun: its share of the host's cores (unless set) and GPUs.
+void place_replica(const RunOptions& o, const Communicator& comm) {
+    if (comm.local_size() > 1 && std::getenv("OMP_NUM_THREADS") == nullptr && cpu_num_threads() == cpu_num_cores())
+        set_cpu_num_threads(std::max(1, cpu_num_cores() / comm.local_size()));
+    if (o.device == "cpu") {
+        if (o.gpus_per_replica != 1) DI_LOG_WARN("--gpus-per-replica has no effect with --device cpu");
+        return;
+    }
+    DI_CHECK(o.gpus_per_replica == 1, "--gpus-per-replica ", o.gpus_per_replica,
+             ": a replica runs on one GPU until expert parallelism across GPUs exists (issue 12)");
+    // The replica's GPUs: the next G of the host's (of CUDA_VISIBLE_DEVICES when it is set).
+    std::vector<std::string> gpus;
+    if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v && *v) {
+        std::string s = v;
+        for (size_t p = 0; p <= s.size();) {
+            const size_t q = std::min(s.find(',', p), s.size());
+            gpus.push_back(s.substr(p, q - p));
+            p = q + 1;
+        }
+    }
+    const int64_t first = int64_t(comm.local_rank()) * o.gpus_per_replica;
+    std::string mine;
+    for (int64_t g = first; g < first + o.gpus_per_replica; ++g) {
+        if (!gpus.empty()) DI_CHECK(g < int64_t(gpus.size()), "replica ", comm.rank(), " needs GPU ", g,
+                                   " of CUDA_VISIBLE_DEVICES=", std::getenv("CUDA_VISIBLE_DEVICES"));
+        mine += (mine.empty() ? "" : ",") + (gpus.empty() ? std::to_string(g) : gpus[size_t(g)]);
+    }
+    ::setenv("CUDA_VISIBLE_DEVICES", mine.c_str(), 1);
+}
+
+int run_job(const RunOptions& o, Communicator* comm) {
+    if (comm) place_replica(o, *comm);
+    const bool embedded = o.model.empty() || is_embedded_model_name(o.model);
+    std::string name;
+    const std::string dir = resolve_model(o, comm, embedded, name);
+    ModelOptions mo;
+    if (!o.numerics.empty()) {
+        mo.numerics_from_checkpoint = false;
+        mo.numerics = parse_numerics(o.numerics);
+    }
+    const std::string tokenizer_path = resolve_tokenizer(o.tokenizer, embedded ? std::string() : dir);
+    mo.tokenizer_json = tokenizer_path;  // V4.1: the Engram token map comes from the same tokenizer
+    mo.device = parse_device(o.device);
+    mo.max_model_len = o.max_model_len;
+    mo.device_workspace_bytes = static_cast<uint64_t>(o.device_workspace_gib * double(uint64_t{1} << 30));
+    mo.device_fast_gemm = o.gemm == "fast";
+    std::shared_ptr<const Model> model = Model::load(dir, mo);
+    auto tok = std::make_shared<const Tokenizer>(Tokenizer::from_file(tokenizer_path));
+    // A tokenizer with more ids than the model (a tiny test model) still decodes every sampled id;
+    // a prompt that encodes to an id outside the model is that request's error.
+    if (tok->vocab_size() > model->info().vocab_size)
+        DI_LOG_WARN("the tokenizer has {} ids, the model's vocabulary {}: prompts using the others are rejected",
+                    tok->vocab_size(), model->info().vocab_size);
+    // Chat format: the model's family, except that V4.1's needs <｜System｜>, which a V4 tokenizer
+    // (the bundled one, used by the embedded model) lacks; then V4's format is used.
+    std::string family = o.family;
+    if (family == "auto")
+        family = model->info().family == "deepseek_v41" && tok->added_token_id("<｜System｜>") ? "v41" : "v4";
+    EngineConfig ec;
+    ec.max_num_seqs = o.max_num_seqs;
+    ec.max_num_batched_tokens = o.max_batched_tokens;
+    ec.max_prefill_chunk = o.max_prefill_chunk;
+    ec.state_memory_bytes = static_cast<uint64_t>(o.state_memory_gib * double(uint64_t{1} << 30));
+    ec.prefix_caching = !o.no_prefix_cache;
+    ec.async_scheduling = o.async && !o.no_async;
+    ec.job_seed = o.seed;
+    ec.speculative_method = o.speculative;
+    ec.num_speculative_tokens = o.num_speculative_tokens;
+    ec.speculative_scheduler = o.spec_scheduler;
+    ec.speculative_sample_drafts = !o.spec_one_hot;
+    ec.speculative_block_verification = o.spec_block;
+    BatchRunOptions ro;
+    ro.input_path = o.input;
+    ro.output_path = o.output;
+    ro.model_name = name;
+    ro.resume = o.resume;
+    ro.family = parse_chat_family(family);
+    ro.default_max_tokens = o.default_max_tokens;
+    ro.progress = o.progress == "always" ? BatchRunOptions::Progress::kAlways
+                  : o.progress == "never" ? BatchRunOptions::Progress::kNever
+                                           : BatchRunOptions::Progress::kAuto;
+    const BatchRunSummary s = comm ? run_batch_distributed(ro, *comm, model, tok, ec) : run_batch(ro, model, tok, ec);
+    if (comm && comm->rank() != 0) return 0;  // rank 0 prints the job's summary
+    const EngineMetrics& m = s.engine;
+    std::fprintf(stderr,
+                 "summary: %lld requests (%lld completed, %lld errors, %lld already done), %lld prompt tokens, "
+                 "%lld completion tokens, %.2f s, %.1f completion tok/s, %.1f total tok/s, prefix-cache hit rate "
+                 "%.1f%%, %lld preemptions, peak state %.1f MiB, forward share of step time %.1f%%%s\n",
+                 (long long)s.lines, (long long)s.completed, (long long)s.errors, (long long)s.skipped_done,
+                 (long long)s.prompt_tokens, (long long)s.completion_tokens, s.seconds,
+                 s.seconds > 0 ? double(s.completion_tokens) / s.seconds : 0.0,
+                 s.seconds > 0 ? double(s.prompt_tokens + s.completion_tokens) / s.seconds : 0.0,
+                 100.0 * m.prefix_hit_rate(), (long long)m.preemptions, double(m.state_bytes_peak) / (1 << 20),
+                 m.step_seconds > 0 ? 100.0 * m.forward_seconds / m.step_seconds : 0.0,
+                 comm ? fmt::format(", {} replicas", comm->size()).c_str() : "");
+    if (const std::string spec = speculative_summary(m); !spec.empty()) std::fprintf(stderr, "%s\n", spec.c_str());
+    return 0;
+}
+
+}  // namespace
+
 Command register_run(CLI::App& app) {
-    struct Options {
-        std::string model, revision, tokenizer, input, output, family = "auto", numerics, progress = "auto", cache_dir,
-            device = "cpu";
-        bool resume = false, async = false, no_async = false, no_prefix_cache = false;
-        int64_t max_num_seqs = 64, max_batched_tokens = 2048, max_prefill_chunk = 512, default_max_tokens = 256;
-        double state_memory_gib = 4.0, device_workspace_gib = 1.0;
-        int64_t max_model_len = 0;
-        std::string gemm = "reference";
-        uint64_t seed = 0;
-        std::string speculative = "none";
-        int64_t num_speculative_tokens = 3;
-        bool spec_scheduler = false, spec_one_hot = false, spec_block = false;
-    };
-    auto o = std::make_shared<Options>();
+    auto o = std::make_shared<RunOptions>();
     CLI::App* sub = app.add_subcommand("run", "Run an OpenAI Batch API file (JSONL) and write the batch output file");
     sub->add_option("--model", o->model, "Checkpoint directory, Hugging Face repo id (org/name, through the HF cache), "
                                          "or embedded:v41 (the default: a built-in tiny random-weight DeepSeek-V4.1 "
@@ -88,78 +217,28 @@ Command register_run(CLI::App& app) {
     sub->add_flag("--spec-block-verify", o->spec_block,
                   "Sampling requests: block verification (exact; accepts at least as many drafts)");
     sub->add_option("--progress", o->progress, "auto | always | never")->capture_default_str();
+    sub->add_option("--gpus-per-replica", o->gpus_per_replica,
+                    "Under mpirun: GPUs of one replica (one rank per replica; each rank takes the next G GPUs of "
+                    "its host)")->capture_default_str()->check(CLI::Range(1, 64));
     sub->add_option("--cache-dir", o->cache_dir, "Where the built-in model is generated (default ~/.cache/deepinfer)");
     return [sub, o]() -> int {
         if (!sub->parsed()) return -1;
-        std::string dir = o->model, name = o->model;
-        const bool embedded = dir.empty() || is_embedded_model_name(dir);
-        if (embedded) {
-            name = dir.empty() ? std::string(kEmbeddedDefault) : dir;
-            dir = ensure_embedded_model(o->cache_dir.empty() ? default_cache_dir() : o->cache_dir, name);
-            DI_LOG_INFO("using the built-in tiny random-weight model {} ({}): its text is random by design", name, dir);
-        } else {
-            dir = resolve_model_dir(o->model, o->revision, cli_hub_options());
+        // NVLink multicast (NVLS) stays off for every NCCL communicator of this process: it can leave
+        // shared GPUs unusable for days.
+        ::setenv("NCCL_NVLS_ENABLE", "0", 1);
+        // Under mpirun (N > 1 ranks) every rank is one replica; otherwise today's single process.
+        std::unique_ptr<Communicator> comm;
+        if (launch_environment().world_size > 1) comm = make_mpi_communicator();
+        if (!comm) return run_job(*o, nullptr);
+        try {
+            return run_job(*o, comm.get());
+        } catch (const std::exception& e) {
+            const auto* de = dynamic_cast<const Error*>(&e);
+            std::fprintf(stderr, "error: replica %d of %d: %s\n", comm->rank(), comm->size(),
+                         de ? de->message().c_str() : e.what());
+            comm->abort(1);  // the other ranks may be waiting in a collective
+            return 1;
         }
-        ModelOptions mo;
-        if (!o->numerics.empty()) {
-            mo.numerics_from_checkpoint = false;
-            mo.numerics = parse_numerics(o->numerics);
-        }
-        const std::string tokenizer_path = resolve_tokenizer(o->tokenizer, embedded ? std::string() : dir);
-        mo.tokenizer_json = tokenizer_path;  // V4.1: the Engram token map comes from the same tokenizer
-        mo.device = parse_device(o->device);
-        mo.max_model_len = o->max_model_len;
-        mo.device_workspace_bytes = static_cast<uint64_t>(o->device_workspace_gib * double(uint64_t{1} << 30));
-        mo.device_fast_gemm = o->gemm == "fast";
-        std::shared_ptr<const Model> model = Model::load(dir, mo);
-        auto tok = std::make_shared<const Tokenizer>(Tokenizer::from_file(tokenizer_path));
-        // A tokenizer with more ids than the model (a tiny test model) still decodes every sampled id;
-        // a prompt that encodes to an id outside the model is that request's error.
-        if (tok->vocab_size() > model->info().vocab_size)
-            DI_LOG_WARN("the tokenizer has {} ids, the model's vocabulary {}: prompts using the others are rejected",
-                        tok->vocab_size(), model->info().vocab_size);
-        // Chat format: the model's family, except that V4.1's needs <｜System｜>, which a V4 tokenizer
-        // (the bundled one, used by the embedded model) lacks; then V4's format is used.
-        std::string family = o->family;
-        if (family == "auto")
-            family = model->info().family == "deepseek_v41" && tok->added_token_id("<｜System｜>") ? "v41" : "v4";
-        EngineConfig ec;
-        ec.max_num_seqs = o->max_num_seqs;
-        ec.max_num_batched_tokens = o->max_batched_tokens;
-        ec.max_prefill_chunk = o->max_prefill_chunk;
-        ec.state_memory_bytes = static_cast<uint64_t>(o->state_memory_gib * double(uint64_t{1} << 30));
-        ec.prefix_caching = !o->no_prefix_cache;
-        ec.async_scheduling = o->async && !o->no_async;
-        ec.job_seed = o->seed;
-        ec.speculative_method = o->speculative;
-        ec.num_speculative_tokens = o->num_speculative_tokens;
-        ec.speculative_scheduler = o->spec_scheduler;
-        ec.speculative_sample_drafts = !o->spec_one_hot;
-        ec.speculative_block_verification = o->spec_block;
-        BatchRunOptions ro;
-        ro.input_path = o->input;
-        ro.output_path = o->output;
-        ro.model_name = name;
-        ro.resume = o->resume;
-        ro.family = parse_chat_family(family);
-        ro.default_max_tokens = o->default_max_tokens;
-        ro.progress = o->progress == "always" ? BatchRunOptions::Progress::kAlways
-                      : o->progress == "never" ? BatchRunOptions::Progress::kNever
-                                               : BatchRunOptions::Progress::kAuto;
-        BatchRunSummary s = run_batch(ro, model, tok, ec);
-        const EngineMetrics& m = s.engine;
-        std::fprintf(stderr,
-                     "summary: %lld requests (%lld completed, %lld errors, %lld already done), %lld prompt tokens, "
-                     "%lld completion tokens, %.2f s, %.1f completion tok/s, %.1f total tok/s, prefix-cache hit rate "
-                     "%.1f%%, %lld preemptions, peak state %.1f MiB, forward share of step time %.1f%%\n",
-                     (long long)s.lines, (long long)s.completed, (long long)s.errors, (long long)s.skipped_done,
-                     (long long)s.prompt_tokens, (long long)s.completion_tokens, s.seconds,
-                     s.seconds > 0 ? double(s.completion_tokens) / s.seconds : 0.0,
-                     s.seconds > 0 ? double(s.prompt_tokens + s.completion_tokens) / s.seconds : 0.0,
-                     100.0 * m.prefix_hit_rate(), (long long)m.preemptions, double(m.state_bytes_peak) / (1 << 20),
-                     m.step_seconds > 0 ? 100.0 * m.forward_seconds / m.step_seconds : 0.0);
-        if (const std::string spec = speculative_summary(m); !spec.empty()) std::fprintf(stderr, "%s\n", spec.c_str());
-        return 0;
     };
 }
 
