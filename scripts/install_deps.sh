@@ -11,6 +11,7 @@ APT_PACKAGES=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libicu-dev
   python3 python3-venv python3-pip python3-dev
   libcurl4-openssl-dev
+  openmpi-bin libopenmpi-dev
 )
 
 missing=()

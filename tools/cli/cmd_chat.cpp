@@ -8,6 +8,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -18,6 +19,7 @@
 #include "deepinfer/chat_parser.h"
 #include "deepinfer/check.h"
 #include "deepinfer/tokenizer.h"
+#include "engine/batch_request.h"
 
 #ifndef DI_DEFAULT_TOKENIZER
 #define DI_DEFAULT_TOKENIZER ""
@@ -48,6 +50,7 @@ struct ChatCliOptions {
     std::string tokenizer = DI_DEFAULT_TOKENIZER;
     std::string request;
     std::string requests;
+    std::string batch;
     bool no_ids = false;
     bool no_thinking_default = false;
 };
@@ -69,6 +72,34 @@ json render_one(const std::string& body, ChatFamily family, const Tokenizer* tok
     return out;
 }
 
+// Each Batch API line exactly as `deepinfer run` prepares it (validation, key order, prompt, ids).
+int render_batch(const std::string& path, ChatFamily family, const std::string& tokenizer_path, bool no_ids) {
+    const Tokenizer tok = Tokenizer::from_file(tokenizer_path);
+    const BatchRequestContext ctx{&tok, family, 256};
+    std::ifstream in(path, std::ios::binary);
+    DI_CHECK(in.good(), "cannot open ", path);
+    std::set<std::string> seen;
+    int64_t line_no = 0;
+    for (std::string line; std::getline(in, line);) {
+        ++line_no;
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        const BatchJson j = BatchJson::parse(line, nullptr, false);
+        const std::string custom_id = batch_custom_id(j);
+        const bool duplicate = !custom_id.empty() && !seen.insert(custom_id).second;
+        json out = {{"custom_id", custom_id.empty() ? json(nullptr) : json(custom_id)}};
+        try {
+            BatchRequest r = prepare_batch_request(j, duplicate, ctx);
+            out["prompt"] = r.prompt_text;
+            if (!no_ids) out["ids"] = r.prompt;
+        } catch (const Error& e) {
+            out["line"] = line_no;
+            out["error"] = e.message();
+        }
+        print_line(out);
+    }
+    return 0;
+}
+
 }  // namespace
 
 Command register_render(CLI::App& app) {
@@ -78,14 +109,20 @@ Command register_render(CLI::App& app) {
     add_family_and_tokenizer(sub, *o);
     auto* single = sub->add_option("--request", o->request, "JSON file with one request body");
     auto* many = sub->add_option("--requests", o->requests, "JSONL file, one request body per line");
+    auto* batch = sub->add_option("--batch", o->batch,
+                                  "OpenAI Batch API input (JSONL): each line through `deepinfer run`'s request "
+                                  "preparation, printed as {custom_id, prompt, ids} or {custom_id, line, error}");
     single->excludes(many);
+    batch->excludes(single)->excludes(many);
     sub->add_flag("--no-ids", o->no_ids, "Print only the prompt text");
     sub->add_flag("--default-thinking-off", o->no_thinking_default,
                   "Requests that say nothing about thinking get non-thinking mode (default: thinking)");
     return [sub, o]() -> int {
         if (!sub->parsed()) return -1;
-        DI_CHECK(!o->request.empty() || !o->requests.empty(), "render needs --request FILE or --requests F.jsonl");
+        DI_CHECK(!o->request.empty() || !o->requests.empty() || !o->batch.empty(),
+                 "render needs --request FILE, --requests F.jsonl or --batch F.jsonl");
         const ChatFamily family = parse_chat_family(o->family);
+        if (!o->batch.empty()) return render_batch(o->batch, family, o->tokenizer, o->no_ids);
         std::unique_ptr<Tokenizer> tok;
         if (!o->no_ids) tok = std::make_unique<Tokenizer>(Tokenizer::from_file(o->tokenizer));
         ChatOptions copts;
