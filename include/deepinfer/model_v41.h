@@ -64,6 +64,10 @@ public:
     ~V41Model() override;
 
     const V41ModelConfig& config() const;
+    // The stored bytes of every Engram table (and of its FP8 row scales), which the forward reads in
+    // place: they lie in the checkpoint's read-only file mapping, so every process on a host that loads
+    // the checkpoint shares one copy, the page cache's (never a private copy; tests/v41).
+    std::vector<std::span<const uint8_t>> engram_table_bytes() const;
 
     // ---- Model ----
     const ModelInfo& info() const override;

@@ -105,6 +105,16 @@ std::unique_ptr<V41Model> V41Model::load(const std::string& dir, const ModelOpti
 }
 
 const V41ModelConfig& V41Model::config() const { return impl_->config; }
+
+std::vector<std::span<const uint8_t>> V41Model::engram_table_bytes() const {
+    std::vector<std::span<const uint8_t>> out;
+    for (const v41::LayerWeights& l : impl_->weights->layers) {
+        if (!l.engram) continue;
+        for (const TensorView* t : {&l.engram->table.weight, &l.engram->table.scale})
+            if (!t->empty()) out.emplace_back(static_cast<const uint8_t*>(t->data()), t->nbytes());
+    }
+    return out;
+}
 const ModelInfo& V41Model::info() const { return impl_->info; }
 Numerics V41Model::numerics() const { return impl_->numerics; }
 const Drafter* V41Model::drafter() const { return impl_->drafter.get(); }
