@@ -347,6 +347,13 @@ std::vector<std::string> existing_batch_parts(const std::string& output) {
     return paths;
 }
 
+void check_no_batch_output(const std::string& output) {
+    std::error_code ec;
+    const bool exists = fs::exists(output, ec) && fs::file_size(output, ec) > 0;
+    DI_CHECK(!exists && existing_batch_parts(output).empty(), output,
+             ": the output file or its part files exist; pass --resume to continue them, or remove them");
+}
+
 std::vector<int32_t> partition_by_weight(const std::vector<int64_t>& weights, int ranks) {
     DI_CHECK(ranks >= 1, "partition into ", ranks, " ranks");
     __int128 total = 0;
@@ -371,12 +378,7 @@ BatchRunSummary run_batch_distributed(const BatchRunOptions& o, Communicator& co
     const auto t0 = Clock::now();
     DI_CHECK(tokenizer != nullptr, "deepinfer run needs a tokenizer");
     const int rank = comm.rank(), n = comm.size();
-    if (!o.resume) {
-        std::error_code ec;
-        const bool exists = fs::exists(o.output_path, ec) && fs::file_size(o.output_path, ec) > 0;
-        DI_CHECK(!exists && existing_batch_parts(o.output_path).empty(), o.output_path,
-                 ": the output file or its part files exist; pass --resume to continue them, or remove them");
-    }
+    if (!o.resume) check_no_batch_output(o.output_path);
     // Collective (all-gathers): no rank writes before every rank has read the records.
     const Plan plan = make_plan(o, comm, *tokenizer);
     const int64_t mine = std::count(plan.owner.begin(), plan.owner.end(), rank);

@@ -28,6 +28,9 @@ std::string batch_part_path(const std::string& output, int rank);
 // The part files next to `output` from runs of any rank count, in rank order.
 std::vector<std::string> existing_batch_parts(const std::string& output);
 
+// Throws unless a fresh (not --resume) job may start: no non-empty output, no part files.
+void check_no_batch_output(const std::string& output);
+
 // Contiguous split of `weights` (in order) into `ranks` runs of nearly equal sums: item i goes to the
 // rank whose share [r*T/n, (r+1)*T/n) holds its weight's midpoint. Each rank's sum is within one
 // item's weight of T/n. Deterministic (integer arithmetic).

@@ -79,8 +79,13 @@ std::string resolve_model(const RunOptions& o, Communicator* comm, bool embedded
 
 // One replica's resources under mpirun: its share of the host's cores (unless set) and GPUs.
 void place_replica(const RunOptions& o, const Communicator& comm) {
-    if (comm.local_size() > 1 && std::getenv("OMP_NUM_THREADS") == nullptr && cpu_num_threads() == cpu_num_cores())
-        set_cpu_num_threads(std::max(1, cpu_num_cores() / comm.local_size()));
+    // Threads: --threads when given (not the default, one per core), else OMP_NUM_THREADS, else the
+    // host's cores shared between its ranks.
+    if (cpu_num_threads() == cpu_num_cores()) {
+        const char* env = std::getenv("OMP_NUM_THREADS");
+        const int from_env = env ? std::atoi(env) : 0;
+        set_cpu_num_threads(from_env > 0 ? from_env : std::max(1, cpu_num_cores() / std::max(1, comm.local_size())));
+    }
     if (o.device == "cpu") {
         if (o.gpus_per_replica != 1) DI_LOG_WARN("--gpus-per-replica has no effect with --device cpu");
         return;
@@ -108,6 +113,7 @@ void place_replica(const RunOptions& o, const Communicator& comm) {
 }
 
 int run_job(const RunOptions& o, Communicator* comm) {
+    if (comm && !o.resume) check_no_batch_output(o.output);  // before the model loads (checked again later)
     if (comm) place_replica(o, *comm);
     const bool embedded = o.model.empty() || is_embedded_model_name(o.model);
     std::string name;
