@@ -16,6 +16,7 @@
 // characters, so the cache of one is the cache of the other outside those tokens.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <vector>
 
@@ -42,12 +43,26 @@ public:
         }
         return cls_[size_t(depth)][size_t(x)] == cls_[size_t(depth)][size_t(y)];
     }
+    // The deepest depth at which x and y are equivalent (equivalence at d implies it at every
+    // smaller depth: the classes refine with depth); INT32_MAX when at every depth, -1 when at none.
+    int32_t equivalence_depth(int32_t x, int32_t y) const {
+        if (x == y || (stable_ && same(x, y, last_))) return INT32_MAX;
+        if (!same(x, y, 0)) return -1;
+        int32_t lo = 0, hi = last_;  // same at lo; hi: not known
+        while (lo < hi) {
+            const int32_t mid = lo + (hi - lo + 1) / 2;
+            if (same(x, y, mid)) lo = mid;
+            else hi = mid - 1;
+        }
+        return lo;
+    }
     int32_t last_depth() const { return last_; }  // deepest computed depth
     bool stable() const { return stable_; }        // classes at last_depth() hold at every depth
     // Class of `state` at `depth` (<= last_depth()).
     int32_t class_of(int32_t state, int32_t depth) const { return cls_[size_t(depth)][size_t(state)]; }
 
 private:
+    bool same(int32_t x, int32_t y, int32_t depth) const { return cls_[size_t(depth)][size_t(x)] == cls_[size_t(depth)][size_t(y)]; }
     std::vector<std::vector<int32_t>> cls_;  // [depth][state]
     int32_t last_ = 0;
     bool stable_ = false;

@@ -5,6 +5,7 @@
 #include "grammar/token_cache.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <span>
 #include <map>
@@ -99,16 +100,31 @@ struct Walker {
         const int32_t t = next[size_t(y) * 256 + b];
         return t >= 0 && plain[t] ? t : -1;
     }
+    // cx.eq->equivalence_depth(x, y), memoized: a walk meets few pairs (the positions of a counted
+    // repetition step in lockstep), and the class tables of all depths do not fit in the caches.
+    struct PairDepth {
+        int32_t x = -1, y = -1, depth = -1;
+    };
+    std::array<PairDepth, 256> pair_depth{};
+    int32_t equivalence_depth(int32_t x, int32_t y) {
+        PairDepth& e = pair_depth[(uint32_t(x) * 2654435761u ^ uint32_t(y)) & 255u];
+        if (e.x != x || e.y != y) e = {x, y, cx.eq->equivalence_depth(x, y)};
+        return e.depth;
+    }
+
     // At trie node n both walks are one plain item of their own rule instance (x for this state,
     // y for the representative, y < 0: unknown): if x and y agree on every rest of n's subtree,
     // the representative's classification of the subtree is this state's.
     bool try_copy(const Node& n, int32_t x, int32_t y) {
-        if (y < 0 || !cx.eq->equivalent(x, y, n.max_rest)) return false;
-        or_bit_range(out.accepted, &rep->accepted, n.sub_begin, n.sub_end);
-        const auto lo = std::lower_bound(rep->uncertain.begin(), rep->uncertain.end(), n.sub_begin);
-        const auto hi = std::lower_bound(lo, rep->uncertain.end(), n.sub_end);
-        out.uncertain.insert(out.uncertain.end(), lo, hi);
+        if (y < 0 || n.max_rest > equivalence_depth(x, y)) return false;
+        copy_subtree(n.sub_begin, n.sub_end);
         return true;
+    }
+    void copy_subtree(int32_t sub_begin, int32_t sub_end) {
+        or_bit_range(out.accepted, &rep->accepted, sub_begin, sub_end);
+        const auto lo = std::lower_bound(rep->uncertain.begin(), rep->uncertain.end(), sub_begin);
+        const auto hi = std::lower_bound(lo, rep->uncertain.end(), sub_end);
+        out.uncertain.insert(out.uncertain.end(), lo, hi);
     }
 
     // `node` (at `depth`) is reached; `inside` is alive at its prefix, `outside` holds the other
@@ -166,7 +182,7 @@ struct Walker {
     // where a step leaves the plain states.
     void dfa_walk(int32_t node, int32_t state, int32_t y, int32_t synced) {
         // Locals: the byte stores into `path` may alias anything, members would be reloaded.
-        const Node* const nd = nodes;
+        const TokenVocabulary::Impl::ScanNode* const nd = cx.v.scan.data();
         const int32_t* const nx = next;
         const uint8_t* const pl = plain;
         int32_t* const sts = st.data();
@@ -178,7 +194,7 @@ struct Walker {
         sts[base] = state;
         sys[base] = y;
         for (int32_t i = node + 1, end = nd[node].node_end; i < end;) {
-            const Node& n = nd[i];
+            const TokenVocabulary::Impl::ScanNode& n = nd[i];
             const int32_t d = n.depth;
             const int32_t t = nx[size_t(sts[d - 1]) * 256 + n.byte];
             if (t < 0) {
@@ -189,22 +205,23 @@ struct Walker {
                 int32_t yt = -1;
                 if (sharing) {
                     yt = rep_step(sys[d - 1], n.byte);
-                    if (yt >= 0 && try_copy(n, t, yt)) {
+                    if (yt >= 0 && n.max_rest <= equivalence_depth(t, yt)) {
+                        copy_subtree(n.sub_begin, nodes[i].sub_end);
                         i = n.node_end;
                         continue;
                     }
                 }
                 const int32_t k = n.tok_end - n.sub_begin;
                 if (k == 1) acc[size_t(n.sub_begin) >> 6] |= uint64_t{1} << (n.sub_begin & 63);
-                else if (k > 1) accept_node(n);
+                else if (k > 1) or_bit_range(out.accepted, nullptr, n.sub_begin, n.tok_end);
                 sts[d] = t;
                 sys[d] = yt;
                 pth[d - 1] = n.byte;
                 ++i;  // the children follow
                 continue;
             }
-            accept_node(n);
-            if (n.first_child >= 0) {
+            accept_node(nodes[i]);
+            if (n.node_end > i + 1) {  // has children
                 // Catch the recognizers up, continue with them below this node.
                 const size_t base_in = inside.num_sets(), base_out = outside.num_sets();
                 bool ok = true;
@@ -358,10 +375,21 @@ std::vector<int32_t> choose_representatives(const Automaton& a, const LookaheadC
                 if (pass == 0) {
                     if (b.size() >= 2) assign(b);
                 } else if (b.size() >= 2) {  // the same bytes must lead to the dominant target
+                    bool any_open = false;  // else every group of the bucket is settled: skip the sort
+                    for (int32_t ci : b) any_open |= !placed[size_t(cand[size_t(ci)].state)];
+                    if (!any_open) {
+                        b.clear();
+                        continue;
+                    }
                     by_bytes.clear();
-                    for (int32_t ci : b) by_bytes.emplace_back(cand[size_t(ci)].dom_bytes, cand[size_t(ci)].state);
-                    std::stable_sort(by_bytes.begin(), by_bytes.end(),
-                                     [](const auto& x, const auto& y) { return x.first < y.first; });
+                    bool sorted = true;  // typically one byte set throughout: nothing to sort
+                    for (int32_t ci : b) {
+                        sorted = sorted && (by_bytes.empty() || by_bytes.back().first <= cand[size_t(ci)].dom_bytes);
+                        by_bytes.emplace_back(cand[size_t(ci)].dom_bytes, cand[size_t(ci)].state);
+                    }
+                    if (!sorted)
+                        std::stable_sort(by_bytes.begin(), by_bytes.end(),
+                                         [](const auto& x, const auto& y) { return x.first < y.first; });
                     for (size_t i = 0; i < by_bytes.size();) {
                         size_t j = i;
                         group.clear();

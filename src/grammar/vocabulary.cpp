@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "deepinfer/check.h"
 #include "deepinfer/tokenizer.h"
 
 namespace deepinfer {
@@ -61,6 +62,12 @@ void TokenVocabulary::Impl::build() {
     for (size_t i = nodes.size(); i-- > 0;)
         for (int32_t c = nodes[i].first_child; c >= 0; c = nodes[size_t(c)].next_sibling)
             nodes[i].max_rest = std::max(nodes[i].max_rest, nodes[size_t(c)].max_rest + 1);
+    DI_CHECK(max_token_bytes < 65536, "a token of ", max_token_bytes, " bytes is longer than the trie supports");
+    scan.resize(nodes.size());
+    for (size_t i = 0; i < nodes.size(); ++i) {
+        const Node& n = nodes[i];
+        scan[i] = {n.node_end, n.sub_begin, n.tok_end, uint16_t(n.depth), uint16_t(n.max_rest), n.byte};
+    }
 }
 
 TokenVocabulary::TokenVocabulary(const Tokenizer& tokenizer, int32_t vocab_size, std::vector<int32_t> eos_ids,

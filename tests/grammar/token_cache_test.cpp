@@ -128,6 +128,7 @@ TEST(LookaheadClasses, MatchesBruteForceOnCountedRepetition) {
             for (int d = 0; d <= 9; ++d) {
                 const bool same = language(x, d) == language(y, d);
                 EXPECT_EQ(eq.equivalent(x, y, d), same) << x << " " << y << " depth " << d;
+                EXPECT_EQ(d <= eq.equivalence_depth(x, y), same) << x << " " << y << " depth " << d;
                 (same ? pairs_equal : pairs_differ) += x != y;
             }
     EXPECT_GT(pairs_equal, 10);
@@ -161,6 +162,48 @@ TEST(MaskExactness, CountedRepetitionsNearBounds) {
                 if (rng() % 2)
                     for (int32_t t : allowed)
                         if (vocab->impl().bytes[size_t(t)].size() == 1) pool.push_back(t);
+                if (pool.empty()) pool = allowed;
+                ASSERT_TRUE(m.accept_token(pool[rng() % pool.size()]));
+                if (m.is_terminated()) break;
+            }
+        }
+    }
+}
+
+// JSON strings of bounded length whose remaining count ends below, at and above the longest token
+// (9 bytes), with escapes (\" \\ \n \u0e0e) and 2- and 3-byte UTF-8 characters (tokens split them
+// anywhere): the shared caches equal the per-state ones, and masks equal brute force at random
+// reachable states, the walks running into the bounds.
+TEST(MaskExactness, CountedStringsEscapesUtf8AroundTokenLength) {
+    auto vocab = test::small_vocab("ab\"\\un0e\xc3\xa9\xe2\x82\xac{}:,", 700, 41, 9);
+    GrammarCompiler compiler(vocab);
+    std::mt19937_64 rng(77);
+    std::vector<uint64_t> mask(size_t(vocab->bitmask_words()));
+    for (int max_len : {4, 9, 14}) {
+        const std::string schema = R"J({"type": "object", "properties": {"a": {"type": "string", "minLength": 2, "maxLength": )J" +
+                                   std::to_string(max_len) + R"J(}, "b": {"type": "string", "maxLength": 3}}, "required": ["a", "b"],
+                                   "additionalProperties": false})J";
+        SCOPED_TRACE(schema);
+        const grammar::Grammar gr = grammar::json_schema_grammar(schema, {JsonWhitespace::kCompact, 0, false});
+        EXPECT_GT(expect_sharing_exact(grammar::build_automaton(gr), *vocab), max_len);
+        auto g = compiler.compile_json_schema(schema, {JsonWhitespace::kCompact, 0, false});
+        for (int w = 0; w < 6; ++w) {
+            GrammarMatcher m(g);
+            for (int step = 0; step < 24; ++step) {
+                const int64_t count = m.fill_next_token_bitmask(mask);
+                std::vector<int32_t> allowed;
+                for (int32_t t = 0; t < vocab->size(); ++t) {
+                    GrammarMatcher copy(m);
+                    ASSERT_EQ(test::bit(mask, t), copy.accept_token(t)) << "walk " << w << " step " << step << " token " << t;
+                    if (test::bit(mask, t)) allowed.push_back(t);
+                }
+                ASSERT_EQ(count, static_cast<int64_t>(allowed.size()));
+                ASSERT_FALSE(allowed.empty());
+                // Prefer short tokens a third of the time, so that walks reach every remaining count.
+                std::vector<int32_t> pool;
+                if (rng() % 3 == 0)
+                    for (int32_t t : allowed)
+                        if (vocab->impl().bytes[size_t(t)].size() <= 2) pool.push_back(t);
                 if (pool.empty()) pool = allowed;
                 ASSERT_TRUE(m.accept_token(pool[rng() % pool.size()]));
                 if (m.is_terminated()) break;
