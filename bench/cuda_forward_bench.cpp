@@ -4,6 +4,11 @@
 // at several batch sizes, one JSON line each. A tokenizer-free binary, so it runs on the GPU machine
 // with only libfmt/libgomp/libcudart beside it.
 //   cuda_forward_bench [--experts 256] [--layers csa,hca] [--prefill 512] [--decode 16] [--batches 1,8,64] [--gemm fast]
+// Engine mode (--engine-batches 1,32,256): the offline engine on the GPU, decode steps of B requests
+// under four runtimes (host sampling + synchronous + no graphs = the first CUDA backend; device
+// sampling; + async scheduling; + CUDA graphs): wall ms per decode step and, from CUDA events, the
+// GPU's span per step and the idle gap between steps (the GPU idle fraction).
+//   cuda_forward_bench --engine-batches 1,32,256 [--engine-prompt 32] [--engine-tokens 9] [--gemm fast]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +21,7 @@
 #include <vector>
 
 #include "backends/cuda/model/cuda_model.h"
+#include "deepinfer/engine.h"
 #include "deepinfer/model.h"
 #include "deepinfer/synthetic.h"
 
@@ -52,12 +58,76 @@ std::vector<int64_t> parse_list(const std::string& s) {
     return v;
 }
 
+struct Runtime {
+    const char* name;
+    bool device_sampling, async, graphs;
+};
+
+// Decode steps of `batch` requests through the engine: prefill first (not measured), then every step
+// until all finish. One JSON line.
+nlohmann::json engine_decode(const std::shared_ptr<const deepinfer::Model>& model, const Runtime& rt, int64_t batch,
+                             int64_t prompt_len, int64_t tokens, const nlohmann::json& base) {
+    using namespace deepinfer;
+    EngineConfig ec;
+    ec.max_num_seqs = 256;
+    ec.max_num_batched_tokens = 2048;
+    ec.max_prefill_chunk = prompt_len;
+    ec.prefix_caching = false;
+    ec.async_scheduling = rt.async;
+    ec.device_sampling = rt.device_sampling;
+    ec.state_memory_bytes = uint64_t{64} << 30;
+    Engine engine(model, nullptr, ec);
+    std::mt19937 rng(static_cast<uint32_t>(batch));
+    const int64_t V = model->info().vocab_size;
+    for (int64_t i = 0; i < batch; ++i) {
+        std::vector<int32_t> p(static_cast<size_t>(prompt_len));
+        for (int32_t& x : p) x = static_cast<int32_t>(rng() % uint32_t(V));
+        SamplingParams sp;
+        sp.temperature = 0.8;
+        sp.top_k = 50;
+        sp.max_tokens = tokens;
+        sp.ignore_eos = true;
+        sp.seed = uint64_t(i);
+        std::string id = std::to_string(i);
+        id.insert(0, 1, 'r');  // (not "r" + ...: GCC 12's -Wrestrict false positive at -O3)
+        engine.add_request(std::move(id), std::move(p), sp);
+    }
+    // Prefill (every request has its first token), then measure the decode steps.
+    while (engine.metrics().generated_tokens < batch) engine.step();
+    cuda::reset_cuda_model_stats(*model);
+    const int64_t steps0 = engine.metrics().steps, gen0 = engine.metrics().generated_tokens;
+    const auto t = Clock::now();
+    while (engine.has_unfinished()) engine.step();
+    const double secs = since(t);
+    const cuda::CudaModelStats st = cuda::cuda_model_stats(*model);
+    const int64_t steps = engine.metrics().steps - steps0;
+    nlohmann::json r = base;
+    r["mode"] = "engine_decode";
+    r["runtime"] = rt.name;
+    r["device_sampling"] = rt.device_sampling;
+    r["async"] = rt.async;
+    r["cuda_graphs"] = rt.graphs;
+    r["batch"] = batch;
+    r["prompt"] = prompt_len;
+    r["decode_steps"] = steps;
+    r["forwards"] = st.forwards;
+    r["graph_replays"] = st.graph_replays;
+    r["device_draws"] = st.device_draws;
+    r["ms_per_step"] = 1e3 * secs / double(std::max<int64_t>(steps, 1));
+    r["gpu_ms_per_step"] = 1e3 * st.gpu_seconds / double(std::max<int64_t>(st.forwards, 1));
+    r["gap_ms_per_step"] = 1e3 * st.gap_seconds / double(std::max<int64_t>(st.forwards - 1, 1));
+    r["gpu_idle_fraction"] = st.gap_seconds / std::max(st.gap_seconds + st.gpu_seconds, 1e-12);
+    r["tok_s"] = double(engine.metrics().generated_tokens - gen0) / secs;
+    return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     using namespace deepinfer;
     int64_t experts = 256, prefill = 512, decode = 16;
-    std::string layers = "csa,hca", batches = "1,8,64", dir = "/tmp/deepinfer-cuda-bench", gemm = "reference";
+    std::string layers = "csa,hca", batches = "1,8,64", dir = "/tmp/deepinfer-cuda-bench", engine_batches, gemm = "reference";
+    int64_t engine_prompt = 32, engine_tokens = 9;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
         if (k == "--experts") experts = std::stoll(v);
@@ -67,6 +137,9 @@ int main(int argc, char** argv) {
         else if (k == "--batches") batches = v;
         else if (k == "--dir") dir = v;
         else if (k == "--gemm") gemm = v;  // reference | fast
+        else if (k == "--engine-batches") engine_batches = v;
+        else if (k == "--engine-prompt") engine_prompt = std::stoll(v);
+        else if (k == "--engine-tokens") engine_tokens = std::stoll(v);
         else {
             std::fprintf(stderr, "unknown option %s\n", k.c_str());
             return 2;
@@ -79,6 +152,42 @@ int main(int argc, char** argv) {
     auto t = Clock::now();
     write_synthetic_checkpoint(dir, config(experts, ratios), {.seed = 1, .residual_damping = 0.25});
     const double write_s = since(t);
+    if (!engine_batches.empty()) {
+        // Two models of one checkpoint: CUDA graphs on and off; the workspace sized from the engine's
+        // limits (2048 tokens, 256 sequences) at max_model_len 1024.
+        std::shared_ptr<const Model> models[2];
+        double load_s = 0;
+        for (int g = 0; g < 2; ++g) {
+            ModelOptions mo;
+            mo.cuda_graphs = g == 1;
+            mo.max_batch_tokens = 2048;
+            mo.max_num_seqs = 256;
+            cuda::CudaModelOptions co;
+            co.max_model_len = 1024;
+            co.gemm = gemm == "fast" ? cuda::GemmMode::kFast : cuda::GemmMode::kReference;
+            t = Clock::now();
+            models[g] = cuda::load_cuda_model(dir, mo, co);
+            load_s = since(t);
+        }
+        nlohmann::json base = {{"layers", layers}, {"experts", experts}, {"numerics", numerics_name(models[0]->numerics())},
+                               {"write_s", write_s}, {"load_s", load_s},
+                               {"workspace_bytes", cuda::cuda_model_stats(*models[0]).workspace_bytes}};
+        const Runtime runtimes[] = {{"host_sampling_sync", false, false, false},
+                                    {"device_sampling_sync", true, false, false},
+                                    {"device_sampling_async", true, true, false},
+                                    {"device_sampling_async_graphs", true, true, true},
+                                    {"device_sampling_sync_graphs", true, false, true}};
+        for (int64_t b : parse_list(engine_batches)) {
+            engine_decode(models[1], runtimes[3], std::min<int64_t>(b, 4), 8, 3, base);  // warm-up (module load, captures)
+            for (const Runtime& rt : runtimes) {
+                const nlohmann::json r = engine_decode(models[rt.graphs ? 1 : 0], rt, b, engine_prompt, engine_tokens, base);
+                std::printf("%s\n", r.dump().c_str());
+                std::fflush(stdout);
+            }
+        }
+        std::filesystem::remove_all(dir);
+        return 0;
+    }
     cuda::CudaModelOptions co;
     co.max_model_len = 8192;
     co.workspace_bytes = size_t{24} << 30;  // f32 activations of a 16k-row prefill batch

@@ -56,6 +56,11 @@ struct EngineConfig {
     // the CPU backend: the overlap competes with the forward's own threads for the same cores
     // (bench/results/cpu-engine-*: slower on 2 cores); it pays when the forward runs on a GPU.
     bool async_scheduling = false;
+    // Sample on the model's device when it can (GPU backends, Model::can_sample_on_device): only token
+    // ids cross to the host. Requests it cannot serve (logit bias, penalties, logprobs, structured
+    // output, speculative verification, modes the device sampler lacks) are sampled on the host from
+    // logits. The tokens are the same either way.
+    bool device_sampling = true;
     uint64_t job_seed = 0;
     int64_t max_model_len = 0;  // prompt + max_tokens limit per request (0: the model's max_position_embeddings)
     // Speculative decoding (docs: speculative-decoding.md): "none" | "mtp" | "dspark" (the checkpoint
@@ -110,6 +115,7 @@ struct EngineMetrics {
     uint64_t pool_page_bytes = 0;
     int64_t prefix_cache_entries = 0;
     double forward_seconds = 0;  // time inside the model forward
+    int64_t device_sampled_tokens = 0;  // tokens drawn on the model's device (the rest: host sampler)
     // Speculative decoding.
     int64_t spec_steps = 0;            // engine steps with a drafter
     int64_t spec_verify_steps = 0;     // request-steps that verified drafts

@@ -43,7 +43,15 @@ struct ModelOptions {
     // builds without nvcc reject it).
     Device device = Device::kCpu;
     int64_t max_model_len = 0;  // CUDA: longest sequence held on the GPU (0: min(max_position_embeddings, 65536))
-    uint64_t device_workspace_bytes = uint64_t{1} << 30;  // CUDA: scratch of one forward, allocated at load
+    // CUDA: scratch of one forward, allocated at load. 0: sized from the limits below (the largest
+    // batch the engine can form at the longest sequence), so no forward ever allocates.
+    uint64_t device_workspace_bytes = 0;
+    int64_t max_batch_tokens = 2048;  // CUDA, workspace sizing: rows of one forward (EngineConfig::max_num_batched_tokens)
+    int64_t max_num_seqs = 256;       // CUDA, workspace sizing: sequences of one forward (EngineConfig::max_num_seqs)
+    // CUDA: replay a captured CUDA graph for pure decode steps (one graph per padded batch-size and
+    // context bucket, captured on first use); off: every step launches its kernels one by one.
+    // Both paths give bit-identical results.
+    bool cuda_graphs = true;
     // CUDA: tensor-core GEMMs (--gemm fast; equal to the CPU within tolerances, batch-invariant) instead
     // of the bit-exact reference kernels (--gemm reference).
     bool device_fast_gemm = false;
@@ -60,6 +68,26 @@ struct ModelInfo {
 
 class StatePool;
 class Drafter;
+
+// One token drawn on the model's device (GPU backends) from the last logits row of chunk `chunk`,
+// with the engine's sampling rules (src/engine/sampler.cpp) and its counter-based random stream
+// (seed, stream, counter): greedy, temperature, top-k/top-p/min-p. Several draws may read the same
+// row (n > 1 siblings). Requests with logit bias, penalties, logprobs or a grammar mask are sampled
+// by the engine from host logits instead.
+struct DeviceDraw {
+    int32_t chunk = 0;
+    uint64_t seed = 0, stream = 0, counter = 0;  // counter: tokens the completion has generated
+    double temperature = 1.0;
+    int64_t top_k = 0;
+    double top_p = 1.0, min_p = 0.0;
+};
+
+// What forward_sampled returns: logits of the chunks that asked for them (empty for the others) and
+// one token per draw.
+struct ForwardOutputs {
+    std::vector<std::vector<float>> logits;
+    std::vector<int32_t> tokens;
+};
 
 // The decode state of one sequence; each family derives its own. Its growing parts live in pages of
 // a StatePool (model/paged_rows.h) that copies share, copy-on-write.
@@ -131,6 +159,14 @@ public:
     // batch. Returns one logits block per chunk ([rows, vocab_size], rows = tokens or 1). The sequences
     // must be distinct and belong to this model.
     virtual std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const = 0;
+    // Whether this model can run `draw` on its device (the engine asks per request; false: the engine
+    // samples on the host from logits, as for every CPU model).
+    virtual bool can_sample_on_device(const DeviceDraw& /*draw*/) const { return false; }
+    // forward_batch, returning logits only for chunks with want_logits[i] != 0 (an empty span: all)
+    // and the tokens of `draws` sampled on the device, so only token ids cross to the host. Every
+    // draw must satisfy can_sample_on_device. Default: forward_batch (no draws).
+    virtual ForwardOutputs forward_sampled(std::span<const SequenceChunk> chunks, std::span<const uint8_t> want_logits,
+                                           std::span<const DeviceDraw> draws) const;
     // The checkpoint's speculative drafter (deepinfer/drafter.h), owned by the model; null if none.
     virtual const Drafter* drafter() const { return nullptr; }
 };

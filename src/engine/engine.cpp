@@ -86,12 +86,14 @@ struct Scheduled {
     int64_t draft_slots = 0;
     DraftRequest draft_request = {};
     std::vector<double> draft_uniforms = {};
+    int32_t draw = -1;            // its token is drawn on the device: index of the first DeviceDraw
+                                  // (n > 1: the pending siblings' draws follow it)
 };
 
 struct Plan {
     std::vector<Scheduled> items;
     int64_t draft_budget = -1;  // asynchronous + confidence scheduler: B*, allocated after drafting
-    std::future<std::vector<std::vector<float>>> logits;
+    std::future<ForwardOutputs> outputs;  // logits of host-sampled chunks, device-sampled tokens
     std::future<void> masks;  // structured output: next-token masks, overlapped with the forward
     Clock::time_point launched;
 };
@@ -286,9 +288,47 @@ struct Engine::Impl {
         return plan;
     }
 
+    // Whether a completion's next token can be drawn by the model on its device: plain sampling only
+    // (the host sampler handles logit bias, penalties, logprobs and grammar masks).
+    bool device_samplable(const Completion& c) const {
+        const SamplingParams& p = c.request->params;
+        return cfg.device_sampling && !c.grammar && p.logprobs < 0 && p.logit_bias.empty() &&
+               p.repetition_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0;
+    }
+
     void launch(Plan& plan) {
         std::vector<SequenceChunk> chunks;
         for (Scheduled& s : plan.items) chunks.push_back({s.completion->seq.get(), s.tokens, s.drafts > 0});
+        // Per chunk: its logits go to the host only when the host samples from them; tokens of plain
+        // requests are drawn on the device (same random stream: seed, completion, tokens generated).
+        std::vector<uint8_t> want(plan.items.size(), 1);
+        std::vector<DeviceDraw> draws;
+        for (size_t i = 0; i < plan.items.size(); ++i) {
+            Scheduled& s = plan.items[i];
+            Completion* c = s.completion;
+            if (s.drafts > 0 || s.draft_slots > 0) continue;  // verify rows: the host verifies from logits
+            if (c->num_computed + static_cast<int64_t>(s.tokens.size()) < total_tokens(*c)) {
+                want[i] = 0;  // mid-prefill: no sample
+                continue;
+            }
+            if (!device_samplable(*c)) continue;
+            const Request& r = *c->request;
+            const SamplingParams& p = r.params;
+            const DeviceDraw d{.chunk = static_cast<int32_t>(i), .seed = r.seed, .stream = static_cast<uint64_t>(c->index),
+                               .counter = c->generated.size(), .temperature = p.temperature, .top_k = p.top_k,
+                               .top_p = p.top_p, .min_p = p.min_p};
+            if (!model->can_sample_on_device(d)) continue;
+            s.draw = static_cast<int32_t>(draws.size());
+            want[i] = 0;
+            draws.push_back(d);
+            if (c->index == 0 && c->generated.empty())  // n > 1: the siblings draw from the same row
+                for (const Completion& sib : r.completions)
+                    if (sib.index != 0 && sib.status == Status::kForkPending) {
+                        DeviceDraw ds = d;
+                        ds.stream = static_cast<uint64_t>(sib.index);
+                        draws.push_back(ds);
+                    }
+        }
         plan.launched = Clock::now();
         // Masks of the completions this forward will sample, computed while it runs.
         std::vector<Completion*> constrained;
@@ -322,29 +362,32 @@ struct Engine::Impl {
                                .temperature = p.temperature, .uniforms = s.draft_uniforms};
             drafting.push_back(&s);
         }
-        std::function<std::vector<std::vector<float>>()> run;
+        std::function<ForwardOutputs()> run;
         if (drafting.empty()) {
-            run = [m = model, chunks = std::move(chunks)]() { return m->forward_batch(chunks); };
+            run = [m = model, chunks = std::move(chunks), want = std::move(want), draws = std::move(draws)]() {
+                return m->forward_sampled(chunks, want, draws);
+            };
         } else {
             run = [this, m = model, items = plan.items.data(), n = plan.items.size(), drafting = std::move(drafting),
-                   budget = plan.draft_budget]() {
+                   budget = plan.draft_budget, want = std::move(want), draws = std::move(draws)]() {
                 draft_in_worker(drafting, budget);
                 std::vector<SequenceChunk> all;
                 for (size_t i = 0; i < n; ++i) all.push_back({items[i].completion->seq.get(), items[i].tokens, items[i].drafts > 0});
-                return m->forward_batch(all);
+                return m->forward_sampled(all, want, draws);
             };
         }
         if (cfg.async_scheduling) {
             if (!worker) worker = std::make_unique<ForwardWorker>();
-            plan.logits = worker->submit(std::move(run));
+            plan.outputs = worker->submit(std::move(run));
         } else {
-            plan.logits = std::async(std::launch::deferred, std::move(run));
+            plan.outputs = std::async(std::launch::deferred, std::move(run));
         }
     }
 
     // ---- sampling and accounting (engine thread, no forward in flight) ----
     std::vector<Completion*> sample_and_account(Plan& plan) {
-        std::vector<std::vector<float>> logits = plan.logits.get();
+        ForwardOutputs outputs = plan.outputs.get();
+        const std::vector<std::vector<float>>& logits = outputs.logits;
         // Asynchronous speculative decoding: the worker drafted before the forward (draft_seconds).
         const double forward_seconds = since(plan.launched) - (cfg.async_scheduling ? last_draft_seconds : 0.0);
         metrics.forward_seconds += forward_seconds;
@@ -380,9 +423,16 @@ struct Engine::Impl {
                 prefix.insert(std::span<const int32_t>(r.prompt).first(size_t(c->num_computed)), c->seq->state());
             if (c->num_computed < total_tokens(*c)) continue;  // mid-prefill
             if (c->index == 0 && c->generated.empty()) metrics.prompt_tokens += prompt_len;
-            sample_into(*c, logits[i], mc);
+            int32_t draw = plan.items[i].draw;
+            if (draw >= 0) {
+                emit(*c, outputs.tokens[size_t(draw++)], {}, false, mc);
+                ++metrics.device_sampled_tokens;
+            } else {
+                sample_into(*c, logits[i], mc);
+            }
             advanced.push_back(c);
-            // n > 1: siblings fork from completion 0's prompt state and sample from the same logits.
+            // n > 1: siblings fork from completion 0's prompt state and sample from the same logits
+            // (or take the tokens the device drew for them from that row).
             if (c->index == 0 && c->generated.size() == 1) {
                 for (Completion& sib : r.completions) {
                     if (sib.index == 0 || sib.status != Status::kForkPending) continue;
@@ -392,7 +442,12 @@ struct Engine::Impl {
                     sib.status = Status::kRunning;
                     sib.admitted = admissions++;
                     running.push_back(&sib);
-                    sample_into(sib, logits[i], mc);
+                    if (draw >= 0) {
+                        emit(sib, outputs.tokens[size_t(draw++)], {}, false, mc);
+                        ++metrics.device_sampled_tokens;
+                    } else {
+                        sample_into(sib, logits[i], mc);
+                    }
                     advanced.push_back(&sib);
                 }
             }
@@ -810,7 +865,7 @@ Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokeniz
     : impl_(std::make_unique<Impl>(std::move(model), std::move(tokenizer), config, std::move(drafter))) {}
 
 Engine::~Engine() {
-    if (impl_ && impl_->pending && impl_->pending->logits.valid()) impl_->pending->logits.wait();
+    if (impl_ && impl_->pending && impl_->pending->outputs.valid()) impl_->pending->outputs.wait();
 }
 
 void Engine::add_request(std::string id, std::vector<int32_t> prompt, SamplingParams params) {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The engine's forward thread for async scheduling: runs submitted forwards in order on one
-// long-lived thread and hands back futures of their logits.
+// long-lived thread and hands back futures of their outputs (logits and device-sampled tokens).
 #pragma once
 
 #include <condition_variable>
@@ -10,6 +10,8 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "deepinfer/model.h"
 
 namespace deepinfer {
 
@@ -27,8 +29,8 @@ public:
         cv_.notify_one();
         thread_.join();
     }
-    std::future<std::vector<std::vector<float>>> submit(std::function<std::vector<std::vector<float>>()> fn) {
-        std::packaged_task<std::vector<std::vector<float>>()> task(std::move(fn));
+    std::future<ForwardOutputs> submit(std::function<ForwardOutputs()> fn) {
+        std::packaged_task<ForwardOutputs()> task(std::move(fn));
         auto fut = task.get_future();
         {
             std::lock_guard<std::mutex> lock(mu_);
@@ -41,7 +43,7 @@ public:
 private:
     void loop() {
         while (true) {
-            std::packaged_task<std::vector<std::vector<float>>()> task;
+            std::packaged_task<ForwardOutputs()> task;
             {
                 std::unique_lock<std::mutex> lock(mu_);
                 cv_.wait(lock, [this] { return stop_ || !tasks_.empty(); });
@@ -54,7 +56,7 @@ private:
     }
     std::mutex mu_;
     std::condition_variable cv_;
-    std::deque<std::packaged_task<std::vector<std::vector<float>>()>> tasks_;
+    std::deque<std::packaged_task<ForwardOutputs()>> tasks_;
     bool stop_ = false;
     std::thread thread_;
 };

@@ -28,6 +28,12 @@ size_t Sequence::state_bytes() const { return state_->bytes(); }
 Sequence Sequence::fork() const { return Sequence(state_->clone()); }
 void Sequence::truncate(int64_t n) { state_->truncate(n); }
 
+ForwardOutputs Model::forward_sampled(std::span<const SequenceChunk> chunks, std::span<const uint8_t>,
+                                      std::span<const DeviceDraw> draws) const {
+    DI_CHECK(draws.empty(), "this model cannot sample on a device");
+    return {forward_batch(chunks), {}};
+}
+
 std::unique_ptr<Model> load_v4_model(const std::string& dir, const ModelOptions& options) {
     auto ckpt = std::make_unique<Checkpoint>(dir);
     Numerics n = options.numerics;

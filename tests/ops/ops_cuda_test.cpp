@@ -599,5 +599,44 @@ TEST_F(CudaOps, SamplerPicksTheCpuSamplersTokens) {
     EXPECT_EQ(dtok.host(ref.size()), ref);
 }
 
+// Draws that read shared logits rows through logit_row (n > 1 siblings: one row, several streams),
+// and low temperatures whose tails underflow to zero weight (the CPU trims them before the walk).
+TEST_F(CudaOps, SamplerDrawsFromSharedRowsAndUnderflowedTails) {
+    const int64_t V = 129280, logit_rows = 3, draws = 48;
+    auto logits = randn(size_t(logit_rows * V), 91, 4.0f);
+    for (int64_t i = 0; i < V; i += 97) logits[size_t(V + i)] = -1e30f;  // a few dead tokens in row 1
+    std::vector<cuda::SampleRow> host_rows(static_cast<size_t>(draws));
+    std::vector<int32_t> row_of(static_cast<size_t>(draws)), ref(static_cast<size_t>(draws));
+    const double temps[] = {0.005, 0.02, 0.3, 1.0};
+    for (int64_t k = 0; k < draws; ++k) {
+        cuda::SampleRow& sr = host_rows[size_t(k)];
+        sr.seed = 7;
+        sr.stream = uint64_t(k % 5);  // siblings of one request: same seed and row, their own streams
+        sr.counter = uint64_t(k / 5);
+        sr.temperature = temps[k % 4];
+        sr.top_k = k % 3 == 0 ? 0 : (k % 3 == 1 ? 64 : 1000);
+        sr.top_p = k % 3 == 2 ? 0.97 : 1.0;
+        row_of[size_t(k)] = int32_t(k % logit_rows);
+        ASSERT_TRUE(cuda::sample_supported(sr));
+        SamplingParams sp;
+        sp.temperature = sr.temperature;
+        sp.top_k = sr.top_k;
+        sp.top_p = sr.top_p;
+        const std::vector<int32_t> generated(sr.counter, 3);
+        ref[size_t(k)] = sample({.logits = std::span<const float>(logits.data() + row_of[size_t(k)] * V, size_t(V)),
+                                 .params = &sp, .generated = generated, .seed = sr.seed, .stream = sr.stream})
+                             .token;
+    }
+    Dev<float> dl(logits);
+    Dev<cuda::SampleRow> drow(host_rows);
+    Dev<int32_t> drow_of(row_of);
+    Dev<double> dscratch(static_cast<size_t>(draws * V));
+    Dev<int32_t> didx(static_cast<size_t>(draws * cuda::kMaxSampleTopK)), dtok(static_cast<size_t>(draws));
+    cuda::sample({.logits = dl.ptr(), .rows = draws, .vocab = V, .logit_row = drow_of.ptr(), .row = drow.ptr(),
+                  .scratch = dscratch.ptr(), .index_scratch = didx.ptr(), .tokens = dtok.ptr()},
+                 Stream{});
+    EXPECT_EQ(dtok.host(ref.size()), ref);
+}
+
 }  // namespace
 }  // namespace deepinfer

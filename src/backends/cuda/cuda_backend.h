@@ -16,7 +16,8 @@ int device_count();
 // "NVIDIA H200 (sm_90, 132 SMs, 139 GiB)" for device `index`.
 std::string device_description(int index);
 
-// Device memory owned RAII (a stand-in until the stream-ordered allocator lands).
+// Device memory owned RAII. Every device allocation of the backend goes through it (weights, tables,
+// sequence state, the workspace arena), so device_allocation_count() sees them all.
 class DeviceBuffer {
 public:
     explicit DeviceBuffer(size_t nbytes);
@@ -32,6 +33,10 @@ private:
     void* data_ = nullptr;
     size_t nbytes_ = 0;
 };
+
+// cudaMalloc + cudaFree calls made by DeviceBuffer in this process so far (a diagnostic counter:
+// tests assert that decode steps allocate nothing).
+uint64_t device_allocation_count();
 
 // A stream-ordered bump allocator over one device allocation made at start-up: a forward takes its
 // scratch with alloc() and gives it back with reset(mark) once the stream has finished with it, so a
@@ -100,6 +105,43 @@ public:
 private:
     void* event_ = nullptr;
 };
+
+// A CUDA event with timing (step spans and the idle gaps between steps).
+class DeviceEvent {
+public:
+    DeviceEvent();
+    ~DeviceEvent();
+    DeviceEvent(const DeviceEvent&) = delete;
+    DeviceEvent& operator=(const DeviceEvent&) = delete;
+    void record(Stream s);
+    // Milliseconds from `start` to `end` (both recorded and complete).
+    static float elapsed_ms(const DeviceEvent& start, const DeviceEvent& end);
+
+private:
+    void* event_ = nullptr;
+};
+
+// A captured and instantiated CUDA graph: begin_capture(s), enqueue work on s (no allocation, no
+// synchronization), end_capture(s); then launch(s) replays exactly that work. Capture is
+// thread-local: other threads may keep using the device meanwhile.
+class CudaGraph {
+public:
+    CudaGraph() = default;
+    ~CudaGraph();
+    CudaGraph(const CudaGraph&) = delete;
+    CudaGraph& operator=(const CudaGraph&) = delete;
+    static void begin_capture(Stream s);
+    void end_capture(Stream s);  // instantiates; on failure the stream leaves capture mode and this throws
+    static void abort_capture(Stream s) noexcept;  // ends a capture that failed midway (work discarded)
+    void launch(Stream s) const;
+    bool ready() const { return exec_ != nullptr; }
+
+private:
+    void* graph_ = nullptr;
+    void* exec_ = nullptr;
+};
+
+void synchronize_stream(Stream s);  // the host waits for s (null: the legacy default stream)
 
 void copy_to_device(void* dst, const void* src, size_t nbytes, Stream s);    // async on s
 void copy_to_host(void* dst, const void* src, size_t nbytes, Stream s);      // async on s

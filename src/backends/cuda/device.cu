@@ -2,6 +2,7 @@
 // Device discovery and the RAII device buffer.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -27,13 +28,81 @@ std::string device_description(int index) {
            std::to_string(prop.totalGlobalMem >> 30) + " GiB)";
 }
 
+namespace {
+std::atomic<uint64_t> g_device_allocations{0};  // diagnostic counter only (device_allocation_count)
+}  // namespace
+
+uint64_t device_allocation_count() { return g_device_allocations.load(std::memory_order_relaxed); }
+
 DeviceBuffer::DeviceBuffer(size_t nbytes) : nbytes_(nbytes) {
-    if (nbytes) DI_CUDA_CHECK(cudaMalloc(&data_, nbytes));
+    if (nbytes) {
+        g_device_allocations.fetch_add(1, std::memory_order_relaxed);
+        DI_CUDA_CHECK(cudaMalloc(&data_, nbytes));
+    }
 }
 
 DeviceBuffer::~DeviceBuffer() {
-    if (data_) (void)cudaFree(data_);
+    if (data_) {
+        g_device_allocations.fetch_add(1, std::memory_order_relaxed);
+        (void)cudaFree(data_);
+    }
 }
+
+DeviceEvent::DeviceEvent() {
+    cudaEvent_t e = nullptr;
+    DI_CUDA_CHECK(cudaEventCreate(&e));
+    event_ = e;
+}
+
+DeviceEvent::~DeviceEvent() {
+    if (event_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+}
+
+void DeviceEvent::record(Stream s) {
+    DI_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event_), static_cast<cudaStream_t>(s.handle)));
+}
+
+float DeviceEvent::elapsed_ms(const DeviceEvent& start, const DeviceEvent& end) {
+    float ms = 0;
+    DI_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start.event_), static_cast<cudaEvent_t>(end.event_)));
+    return ms;
+}
+
+CudaGraph::~CudaGraph() {
+    if (exec_) (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+    if (graph_) (void)cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
+}
+
+void CudaGraph::begin_capture(Stream s) {
+    DI_CUDA_CHECK(cudaStreamBeginCapture(static_cast<cudaStream_t>(s.handle), cudaStreamCaptureModeThreadLocal));
+}
+
+void CudaGraph::end_capture(Stream s) {
+    cudaGraph_t g = nullptr;
+    DI_CUDA_CHECK(cudaStreamEndCapture(static_cast<cudaStream_t>(s.handle), &g));
+    graph_ = g;
+    cudaGraphExec_t e = nullptr;
+    DI_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
+    exec_ = e;
+}
+
+void CudaGraph::abort_capture(Stream s) noexcept {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(static_cast<cudaStream_t>(s.handle), &status) == cudaSuccess &&
+        status != cudaStreamCaptureStatusNone) {
+        cudaGraph_t g = nullptr;
+        (void)cudaStreamEndCapture(static_cast<cudaStream_t>(s.handle), &g);
+        if (g) (void)cudaGraphDestroy(g);
+    }
+    (void)cudaGetLastError();
+}
+
+void CudaGraph::launch(Stream s) const {
+    DI_CHECK(exec_ != nullptr, "CUDA graph launched before it was captured");
+    DI_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), static_cast<cudaStream_t>(s.handle)));
+}
+
+void synchronize_stream(Stream s) { DI_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(s.handle))); }
 
 void DeviceBuffer::copy_from_host(const void* src, size_t nbytes) {
     DI_CHECK(nbytes <= nbytes_, "copy of ", nbytes, " bytes into a device buffer of ", nbytes_);

@@ -368,8 +368,9 @@ inline bool sample_supported(const SampleRow& r) {
            (r.top_k > 0 && r.top_k <= kMaxSampleTopK);
 }
 struct SampleParams {
-    const float* logits = nullptr;   // [rows, vocab]
+    const float* logits = nullptr;   // [*, vocab]
     int64_t rows = 0, vocab = 0;
+    const int32_t* logit_row = nullptr;  // [rows] (device): the logits row each draw reads (null: row r)
     const SampleRow* row = nullptr;  // [rows] (device)
     double* scratch = nullptr;       // [rows, vocab] f64
     int32_t* index_scratch = nullptr;  // [rows, kMaxSampleTopK]

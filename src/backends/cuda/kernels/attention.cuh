@@ -126,7 +126,7 @@ static __global__ void indexer_scores_kernel(const __grid_constant__ IndexerPara
     const int64_t visible = (static_cast<int64_t>(p.positions[r]) + 1) / p.ratio;
     const int64_t key_raw = static_cast<int64_t>(blockIdx.y) * 32 + group;
     const int64_t key = key_raw < visible ? key_raw : 0;
-    if (visible == 0) return;  // uniform across the block
+    if (static_cast<int64_t>(blockIdx.y) * 32 >= visible) return;  // no key of this block is visible (uniform)
     const float softmax_scale = 1.0f / sqrtf(static_cast<float>(p.head_dim));
     const float weights_scale = 1.0f / sqrtf(static_cast<float>(p.heads));
     const float* k = s.idx_entries + key * p.head_dim;

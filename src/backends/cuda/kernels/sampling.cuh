@@ -26,7 +26,7 @@ static __global__ void __launch_bounds__(kTopkThreads) sample_kernel(const __gri
     __shared__ float mx_sh;
     const int64_t r = blockIdx.x, V = p.vocab;
     const SampleRow& row = p.row[r];
-    const float* l = p.logits + r * V;
+    const float* l = p.logits + (p.logit_row ? static_cast<int64_t>(p.logit_row[r]) : r) * V;
     double* prob = p.scratch + r * V;
     if (row.temperature <= 0) {
         if (threadIdx.x == 0) {
@@ -51,9 +51,11 @@ static __global__ void __launch_bounds__(kTopkThreads) sample_kernel(const __gri
         if (threadIdx.x == 0) {
             double total = 0;
             for (int64_t v = 0; v < V; ++v) total += prob[v];
+            int64_t n = V;  // up to the last token with a nonzero probability (as the CPU trims)
+            while (n > 1 && prob[n - 1] == 0) --n;
             double u = counter_uniform(row.seed, row.stream, row.counter) * total;
             int64_t pick = 0;
-            for (; pick + 1 < V; ++pick) {
+            for (; pick + 1 < n; ++pick) {
                 if (u < prob[pick]) break;
                 u -= prob[pick];
             }
@@ -95,6 +97,7 @@ static __global__ void __launch_bounds__(kTopkThreads) sample_kernel(const __gri
         while (i < n && prob[i] >= floor_p) ++i;
         n = i;
     }
+    while (n > 1 && prob[n - 1] == 0) --n;  // underflowed tail: never drawn (as on the CPU)
     double total = 0;
     for (int64_t i = 0; i < n; ++i) total += prob[i];
     double u = counter_uniform(row.seed, row.stream, row.counter) * total;

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "backends/cuda/model/cuda_weights.h"
 #include "deepinfer/check.h"
 #include "deepinfer/checkpoint.h"
+#include "deepinfer/log.h"
 #include "model/state.h"
 #include "model/weights.h"
 
@@ -53,7 +56,7 @@ public:
                                  dup(l.idx_gate), dup(l.idx_entries)});
         c->nbytes = nbytes;
         c->length = length;
-        synchronize();
+        synchronize_stream(Stream{});  // the legacy stream only: a forward in flight on the model stream goes on
         return c;
     }
     size_t bytes() const override { return nbytes; }
@@ -85,16 +88,36 @@ std::vector<float> rope_cos_sin(const cpu::RopeTable& t, int64_t positions) {
 
 // ---- The model ----------------------------------------------------------------------------------
 
+// Padded batch sizes of decode steps that replay a CUDA graph (a step of S sequences runs the graph
+// of the smallest bucket >= S; padding rows decode token 0 at position 0 of a scratch sequence).
+constexpr int64_t kGraphBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512};
+int64_t graph_bucket(int64_t rows) {
+    for (int64_t b : kGraphBuckets)
+        if (b >= rows) return b;
+    return 0;
+}
+// Context bucket of a graph: the sizes that depend on the longest sequence (indexer scores,
+// attention candidates) are taken for the next power of two of (largest position + 1), at least 256.
+int64_t context_bucket(int64_t positions, int64_t max_len) {
+    int64_t b = 256;
+    while (b < positions) b *= 2;
+    return std::min(b, max_len);
+}
+
+size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
+
 class CudaModel final : public Model {
 public:
-    CudaModel(std::unique_ptr<Checkpoint> ckpt, Numerics numerics, const CudaModelOptions& o)
+    CudaModel(std::unique_ptr<Checkpoint> ckpt, Numerics numerics, const ModelOptions& mo, const CudaModelOptions& o)
         : checkpoint_(std::move(ckpt)),
           config_(checkpoint_->config()),
           info_{"deepseek_v4", config_.vocab_size, config_.eos_token_ids, config_.max_position_embeddings},
           numerics_(numerics),
           max_len_(o.max_model_len > 0 ? o.max_model_len : std::min<int64_t>(config_.max_position_embeddings, 65536)),
           fast_(o.gemm == GemmMode::kFast),
-          workspace_(o.workspace_bytes) {
+          max_seqs_(std::max<int64_t>(1, mo.max_num_seqs)),
+          max_rows_(std::max({int64_t{1}, mo.max_batch_tokens, graph_bucket(max_seqs_)})),
+          graphs_enabled_(mo.cuda_graphs) {
         DI_CHECK(!fast_ || fast_fp8_available(), "fast GEMM mode needs FP8 tensor cores (compute capability 8.9+)");
         DI_CHECK(o.device >= 0 && o.device < device_count(), "CUDA device ", o.device, " not available (",
                  device_count(), " devices)");
@@ -103,7 +126,12 @@ public:
         cpu::RopeTable main(config_.rope_main, config_.qk_rope_head_dim), comp(config_.rope_compress, config_.qk_rope_head_dim);
         rope_main_ = upload_floats(rope_cos_sin(main, max_len_));
         rope_comp_ = upload_floats(rope_cos_sin(comp, max_len_));
-        state_bytes_ = new_sequence().state_bytes();
+        // The workspace: the given size, else the largest forward the limits allow (every row a
+        // logits row, every sequence at max_model_len, a full group of device draws).
+        workspace_ = std::make_unique<DeviceArena>(
+            o.workspace_bytes ? o.workspace_bytes : workspace_need(max_rows_, max_rows_, max_rows_, max_len_, max_seqs_));
+        pad_ = new_sequence();  // the padding rows of graph steps write here
+        state_bytes_ = pad_.state_bytes();
         // The CPU weights view the checkpoint mapping; the device has its own copies now.
     }
 
@@ -118,10 +146,42 @@ public:
         SequenceChunk chunk{&seq, tokens, all_logits};
         return std::move(forward_batch(std::span<const SequenceChunk>(&chunk, 1))[0]);
     }
-    std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const override;
+    std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const override {
+        return forward_sampled(chunks, {}, {}).logits;
+    }
+    bool can_sample_on_device(const DeviceDraw& d) const override { return sample_supported(sample_row(d)); }
+    ForwardOutputs forward_sampled(std::span<const SequenceChunk> chunks, std::span<const uint8_t> want_logits,
+                                   std::span<const DeviceDraw> draws) const override;
+
+    CudaModelStats stats() const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        CudaModelStats st = stats_;
+        st.workspace_bytes = workspace_->capacity();
+        st.workspace_high_water = workspace_->high_water();
+        st.workspace_need_max = workspace_need(max_rows_, max_rows_, max_rows_, max_len_, max_seqs_);
+        return st;
+    }
+    void reset_stats() const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stats_ = {};
+        have_prev_end_ = false;
+    }
+    size_t workspace_bound(int64_t rows, int64_t segments, int64_t logit_rows, int64_t positions, int64_t draws) const {
+        return workspace_need(rows, segments, logit_rows, positions, draws);
+    }
 
 private:
     struct Batch;
+    struct GraphEntry {
+        std::unique_ptr<CudaGraph> graph;
+        float* logits = nullptr;  // where the replay leaves the logits
+        size_t start = 0, end = 0;  // the arena range the captured work uses
+    };
+    static SampleRow sample_row(const DeviceDraw& d) {
+        return {.seed = d.seed, .stream = d.stream, .counter = d.counter, .temperature = d.temperature,
+                .top_k = static_cast<int32_t>(std::min<int64_t>(d.top_k, int64_t{1} << 30)), .top_p = d.top_p,
+                .min_p = d.min_p};
+    }
     const float* upload_floats(const std::vector<float>& v) {
         auto buf = std::make_unique<DeviceBuffer>(v.size() * sizeof(float));
         buf->copy_from_host(v.data(), buf->nbytes());
@@ -130,6 +190,9 @@ private:
         return p;
     }
     bool official() const { return numerics_ == Numerics::kOfficial; }
+    // Upper bound of the workspace one forward takes: S rows in N sequences, R rows of logits,
+    // positions below P, D device draws per sampling launch.
+    size_t workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int64_t D) const;
     // y[rows, out] = x · Wᵀ with the numerics' rounding points (official: act_quant before FP8/FP4).
     void project(const DeviceLinear& w, const float* x, int64_t rows, float* y) const;
     // The fast (tensor-core) form of project() for a supported weight; returns false otherwise.
@@ -137,6 +200,10 @@ private:
     void run_layer(const DeviceLayer& lw, const Batch& b, float*& x, float*& y) const;
     void attention(const DeviceLayer& lw, const Batch& b, const float* a, float* out) const;
     void moe(const DeviceLayer& lw, const Batch& b, const float* a, float* out) const;
+    // Embedding -> layers -> head over a batch whose inputs are on the device; returns the logits
+    // [b.num_picked, vocab] (arena memory, valid until the forward resets the arena; null without
+    // picked rows). Enqueues only: no allocation, no host synchronization, so a graph can capture it.
+    float* compute(const Batch& b) const;
 
     std::unique_ptr<Checkpoint> checkpoint_;
     ModelConfig config_;
@@ -144,14 +211,24 @@ private:
     Numerics numerics_;
     int64_t max_len_;
     bool fast_ = false;  // CudaModelOptions::gemm == kFast
+    int64_t max_seqs_, max_rows_;  // the limits the workspace is sized for
     uint64_t state_bytes_ = 0;
     DeviceWeights weights_;
     std::vector<std::unique_ptr<DeviceBuffer>> tables_;
     const float* rope_main_ = nullptr;
     const float* rope_comp_ = nullptr;
     OwnedStream stream_;
-    mutable DeviceArena workspace_;
+    std::unique_ptr<DeviceArena> workspace_;
     mutable std::mutex mutex_;  // one forward at a time (the workspace and stream are shared)
+    // Guarded by mutex_:
+    mutable bool graphs_enabled_;  // turned off for good if a capture fails
+    mutable Sequence pad_{nullptr};  // the scratch sequence of padding rows
+    mutable std::map<std::pair<int64_t, int64_t>, GraphEntry> graphs_;  // by (rows, context) bucket
+    mutable std::unique_ptr<PinnedBuffer> pinned_in_, pinned_out_;
+    mutable DeviceEvent ev_start_, ev_end_[2];
+    mutable int ev_which_ = 0;
+    mutable bool have_prev_end_ = false;
+    mutable CudaModelStats stats_;
 };
 
 struct CudaModel::Batch {
@@ -159,9 +236,13 @@ struct CudaModel::Batch {
     const int32_t* tokens = nullptr;       // [rows] device
     const int32_t* positions = nullptr;    // [rows] device
     const int32_t* row_segment = nullptr;  // [rows] device
-    const DeviceSegment* segments = nullptr;  // [num_segments] of the current layer (device)
+    const DeviceSegment* all_segments = nullptr;  // [layers, num_segments] (device)
+    const DeviceSegment* segments = nullptr;      // [num_segments] of the current layer (device)
+    const int32_t* picked = nullptr;  // [num_picked] rows whose logits are computed (device)
+    int64_t num_picked = 0;
     std::vector<int64_t> first_position, num_rows;  // host copies per segment
-    int64_t max_position = 0;                       // largest position in the batch
+    int64_t max_position = 0;                       // largest position in the batch (graphs: of the bucket)
+    bool graph = false;  // sizes from the buckets, so the captured work serves every step of its bucket
 };
 
 Sequence CudaModel::new_sequence(std::shared_ptr<StatePool>) const {
@@ -192,29 +273,29 @@ Sequence CudaModel::new_sequence(std::shared_ptr<StatePool>) const {
         }
         dev->layers.push_back(std::move(lb));
     }
-    synchronize();
+    synchronize_stream(Stream{});
     return Sequence(std::move(dev));
 }
 
 bool CudaModel::project_fast(const DeviceLinear& w, const float* x, int64_t rows, float* y, bool round_bf16) const {
     if (!fast_ || !fast_linear_supported(w)) return false;
     const Stream s = stream_.get();
-    const size_t mark = workspace_.mark();
+    const size_t mark = workspace_->mark();
     const int64_t K = w.in_features;
     FastLinearParams f{.weight = w, .y = y, .y_ld = w.out_features, .rows = rows, .round_output_bf16 = round_bf16};
     if (w.kind == WeightKind::kBF16) {
-        uint16_t* xb = workspace_.alloc_n<uint16_t>(rows * K);
+        uint16_t* xb = workspace_->alloc_n<uint16_t>(rows * K);
         to_bf16({.x = x, .x_ld = K, .rows = rows, .cols = K, .out = xb}, s);
         f.a = xb;
     } else {
-        uint8_t* q = workspace_.alloc_n<uint8_t>(rows * K);
-        float* qs = workspace_.alloc_n<float>(rows * (K / 128));
+        uint8_t* q = workspace_->alloc_n<uint8_t>(rows * K);
+        float* qs = workspace_->alloc_n<float>(rows * (K / 128));
         act_quant_fp8({.x = x, .x_ld = K, .rows = rows, .cols = K, .q = q, .scale = qs}, s);
         f.a = q;
         f.a_scale = qs;
     }
     fast_linear(f, s);
-    workspace_.reset(mark);  // stream-ordered
+    workspace_->reset(mark);  // stream-ordered
     return true;
 }
 
@@ -222,13 +303,13 @@ void CudaModel::project(const DeviceLinear& w, const float* x, int64_t rows, flo
     const Stream s = stream_.get();
     if (project_fast(w, x, rows, y, official())) return;
     if (official() && quantized(w)) {
-        const size_t mark = workspace_.mark();
-        float* xq = workspace_.alloc_n<float>(rows * w.in_features);
+        const size_t mark = workspace_->mark();
+        float* xq = workspace_->alloc_n<float>(rows * w.in_features);
         act_quant_dequant({.x = x, .out = xq, .rows = rows, .cols = w.in_features}, s);
         linear({.x = xq, .x_ld = w.in_features, .weight = w, .y = y, .y_ld = w.out_features, .rows = rows,
                 .round_output_bf16 = true},
                s);
-        workspace_.reset(mark);  // stream-ordered: later work on this stream may reuse the scratch
+        workspace_->reset(mark);  // stream-ordered: later work on this stream may reuse the scratch
         return;
     }
     linear({.x = x, .x_ld = w.in_features, .weight = w, .y = y, .y_ld = w.out_features, .rows = rows,
@@ -247,8 +328,8 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
     const float* rope = compressed ? rope_comp_ : rope_main_;
 
     // Q path: qr = q_norm(wq_a a); q = head_norm(wq_b qr); RoPE.
-    float* qr = workspace_.alloc_n<float>(S * QL);
-    float* q = workspace_.alloc_n<float>(S * H * Dh);
+    float* qr = workspace_->alloc_n<float>(S * QL);
+    float* q = workspace_->alloc_n<float>(S * H * Dh);
     project(lw.wq_a, a, S, qr);
     rms_norm({.x = qr, .weight = lw.q_norm, .out = qr, .rows = S, .n = QL, .eps = eps, .round_bf16 = off}, s);
     project(lw.wq_b, qr, S, q);
@@ -256,7 +337,7 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
                .head_norm = off ? HeadNorm::kBf16Arith : HeadNorm::kF32, .eps = eps, .round_rope_dims = off},
               s);
     // KV path: kv = kv_norm(wkv a); RoPE; FP8 simulation of the nope dims.
-    float* kv = workspace_.alloc_n<float>(S * Dh);
+    float* kv = workspace_->alloc_n<float>(S * Dh);
     project(lw.wkv, a, S, kv);
     rms_norm({.x = kv, .weight = lw.kv_norm, .out = kv, .rows = S, .n = Dh, .eps = eps, .round_bf16 = off}, s);
     rope_rows({.x = kv, .rows = S, .heads = 1, .dim = Dh, .positions = b.positions, .cos_sin = rope, .rope_dim = R,
@@ -267,13 +348,13 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
     auto run_compressor = [&](const DeviceCompressor& cw, bool indexer, Qat qat) {
         const int64_t width = cw.overlap ? 2 * cw.head_dim : cw.head_dim;
         const int64_t ring = (cw.overlap ? 2 : 1) * cw.ratio + kRingHeadroom;
-        float* ckv = workspace_.alloc_n<float>(S * width);
-        float* cg = workspace_.alloc_n<float>(S * width);
+        float* ckv = workspace_->alloc_n<float>(S * width);
+        float* cg = workspace_->alloc_n<float>(S * width);
         linear({.x = a, .x_ld = c.hidden_size, .weight = cw.wkv, .y = ckv, .y_ld = width, .rows = S}, s);
         linear({.x = a, .x_ld = c.hidden_size, .weight = cw.wgate, .y = cg, .y_ld = width, .rows = S}, s);
         add_ape({.gate = cg, .ape = cw.ape, .positions = b.positions, .rows = S, .width = width, .ratio = cw.ratio}, s);
-        int64_t max_windows = 0;
-        for (int64_t i = 0; i < b.num_segments; ++i) {
+        int64_t max_windows = b.graph ? 1 : 0;  // graphs: decode rows complete at most one window each
+        for (int64_t i = 0; i < b.num_segments && !b.graph; ++i) {
             const int64_t P0 = b.first_position[size_t(i)], n = b.num_rows[size_t(i)];
             max_windows = std::max(max_windows, (P0 + n) / cw.ratio - (P0 + cw.ratio) / cw.ratio + 1);
         }
@@ -298,17 +379,17 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
     if (lw.indexer_compressor) {
         run_compressor(*lw.indexer_compressor, true, Qat::kHadamardFp4);
         const int64_t IH = c.index_n_heads, ID = c.index_head_dim;
-        float* qi = workspace_.alloc_n<float>(S * IH * ID);
-        float* hw = workspace_.alloc_n<float>(S * IH);
+        float* qi = workspace_->alloc_n<float>(S * IH * ID);
+        float* hw = workspace_->alloc_n<float>(S * IH);
         project(lw.indexer_wq_b, qr, S, qi);
         project(lw.indexer_weights_proj, a, S, hw);
         rope_rows({.x = qi, .rows = S, .heads = IH, .dim = ID, .positions = b.positions, .cos_sin = rope_comp_,
                    .rope_dim = R, .qat = off ? Qat::kHadamardFp4 : Qat::kNone},
                   s);
         const int64_t max_visible = (b.max_position + 1) / m;
-        float* scores = workspace_.alloc_n<float>(S * std::max<int64_t>(max_visible, 1));
-        selected = workspace_.alloc_n<int32_t>(S * c.index_topk);
-        int32_t* counts = workspace_.alloc_n<int32_t>(S);
+        float* scores = workspace_->alloc_n<float>(S * std::max<int64_t>(max_visible, 1));
+        selected = workspace_->alloc_n<int32_t>(S * c.index_topk);
+        int32_t* counts = workspace_->alloc_n<int32_t>(S);
         indexer_topk({.segments = b.segments, .row_segment = b.row_segment, .positions = b.positions, .rows = S,
                       .q = qi, .weights = hw, .heads = IH, .head_dim = ID, .ratio = m, .topk = c.index_topk,
                       .max_visible = max_visible, .scores = scores, .selected = selected, .num_selected = counts,
@@ -320,8 +401,8 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
     int64_t max_cand = std::min<int64_t>(c.sliding_window, b.max_position + 1);
     if (lw.attention_type == AttentionType::kHca) max_cand += (b.max_position + 1) / m;
     if (lw.attention_type == AttentionType::kCsa) max_cand += std::min<int64_t>(c.index_topk, (b.max_position + 1) / m);
-    float* attn_scratch = workspace_.alloc_n<float>(S * H * max_cand);
-    float* o = workspace_.alloc_n<float>(S * H * Dh);
+    float* attn_scratch = workspace_->alloc_n<float>(S * H * max_cand);
+    float* o = workspace_->alloc_n<float>(S * H * Dh);
     const AttentionKind kind = lw.attention_type == AttentionType::kCsa   ? AttentionKind::kCsa
                                : lw.attention_type == AttentionType::kHca ? AttentionKind::kHca
                                                                            : AttentionKind::kSliding;
@@ -338,7 +419,7 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
 
     // Grouped output projection: wo_a per group of the flattened heads (bf16 GEMM), then wo_b.
     const int64_t G = c.o_groups, OL = c.o_lora_rank, GW = H * Dh / G;
-    float* u = workspace_.alloc_n<float>(S * G * OL);
+    float* u = workspace_->alloc_n<float>(S * G * OL);
     for (int64_t g = 0; g < G; ++g)
         linear({.x = o + g * GW, .x_ld = H * Dh, .weight = lw.wo_a.rows(g * OL, (g + 1) * OL), .y = u + g * OL,
                 .y_ld = G * OL, .rows = S, .round_output_bf16 = off},
@@ -352,10 +433,10 @@ void CudaModel::moe(const DeviceLayer& lw, const Batch& b, const float* a, float
     const bool off = official();
     const int64_t S = b.rows, D = c.hidden_size, E = c.n_routed_experts, K = c.num_experts_per_tok;
     const float L = static_cast<float>(c.swiglu_limit);
-    float* logits = workspace_.alloc_n<float>(S * E);
-    float* biased = workspace_.alloc_n<float>(S * E);
-    int32_t* ids = workspace_.alloc_n<int32_t>(S * K);
-    float* wts = workspace_.alloc_n<float>(S * K);
+    float* logits = workspace_->alloc_n<float>(S * E);
+    float* biased = workspace_->alloc_n<float>(S * E);
+    int32_t* ids = workspace_->alloc_n<int32_t>(S * K);
+    float* wts = workspace_->alloc_n<float>(S * K);
     linear({.x = a, .x_ld = D, .weight = lw.gate, .y = logits, .y_ld = E, .rows = S}, s);
     route({.logits = logits, .bias = lw.gate_bias, .tid2eid = lw.mlp_type == MlpType::kHashMoe ? lw.tid2eid : nullptr,
            .tokens = b.tokens, .rows = S, .experts = E, .top_k = K, .scoring = scoring_of(c.scoring_func),
@@ -365,26 +446,26 @@ void CudaModel::moe(const DeviceLayer& lw, const Batch& b, const float* a, float
     DI_CHECK(lw.mlp_type != MlpType::kHashMoe || lw.tid2eid, "hash-routed layer without tid2eid");
     // Permutation: pairs grouped by expert (stable), then grouped GEMMs over all experts at once.
     const int64_t NP = S * K;
-    int32_t* perm_src = workspace_.alloc_n<int32_t>(NP);
-    int32_t* perm_slot = workspace_.alloc_n<int32_t>(NP);
-    int32_t* perm_expert = workspace_.alloc_n<int32_t>(NP);
-    int32_t* offsets = workspace_.alloc_n<int32_t>(E + 1);
+    int32_t* perm_src = workspace_->alloc_n<int32_t>(NP);
+    int32_t* perm_slot = workspace_->alloc_n<int32_t>(NP);
+    int32_t* perm_expert = workspace_->alloc_n<int32_t>(NP);
+    int32_t* offsets = workspace_->alloc_n<int32_t>(E + 1);
     permute({.ids = ids, .rows = S, .top_k = K, .experts = E, .perm_src = perm_src, .perm_slot = perm_slot,
              .perm_expert = perm_expert, .expert_offsets = offsets},
             s);
     const DeviceExperts& ex = lw.experts;
     const int64_t I = ex.shape_w1.out_features;
-    float* y_slot = workspace_.alloc_n<float>(NP * D);
+    float* y_slot = workspace_->alloc_n<float>(NP * D);
     if (fast_ && fast_linear_supported(ex.shape_w1) && fast_linear_supported(ex.shape_w2) &&
         ex.shape_w1.kind != WeightKind::kBF16 && ex.shape_w2.kind != WeightKind::kBF16) {
         // Tensor-core grouped GEMMs, one launch per matrix over all experts: the tokens quantized once
         // (the GEMM gathers their rows), w2 writing each pair's row straight into slot order.
-        uint8_t* xq = workspace_.alloc_n<uint8_t>(S * D);
-        float* xs = workspace_.alloc_n<float>(S * (D / 128));
+        uint8_t* xq = workspace_->alloc_n<uint8_t>(S * D);
+        float* xs = workspace_->alloc_n<float>(S * (D / 128));
         act_quant_fp8({.x = a, .x_ld = D, .rows = S, .cols = D, .q = xq, .scale = xs}, s);
-        int32_t* tiles = workspace_.alloc_n<int32_t>(E + 1);
-        float* g = workspace_.alloc_n<float>(NP * I);
-        float* up = workspace_.alloc_n<float>(NP * I);
+        int32_t* tiles = workspace_->alloc_n<int32_t>(E + 1);
+        float* g = workspace_->alloc_n<float>(NP * I);
+        float* up = workspace_->alloc_n<float>(NP * I);
         FastLinearParams f{.a = xq, .a_scale = xs, .a_row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w1,
                            .expert_offsets = offsets, .num_experts = E, .tile_scratch = tiles, .y = g, .y_ld = I,
                            .rows = NP, .round_output_bf16 = off};
@@ -395,8 +476,8 @@ void CudaModel::moe(const DeviceLayer& lw, const Batch& b, const float* a, float
         swiglu({.g = g, .u = up, .row_weight = off ? wts : nullptr, .row_weight_index = perm_slot, .rows = NP,
                 .width = I, .limit = L, .round_bf16 = off},
                s);
-        uint8_t* gq = workspace_.alloc_n<uint8_t>(NP * I);
-        float* gs = workspace_.alloc_n<float>(NP * (I / 128));
+        uint8_t* gq = workspace_->alloc_n<uint8_t>(NP * I);
+        float* gs = workspace_->alloc_n<float>(NP * (I / 128));
         act_quant_fp8({.x = g, .x_ld = I, .rows = NP, .cols = I, .q = gq, .scale = gs}, s);
         fast_linear({.a = gq, .a_scale = gs, .weight = ex.shape_w2, .experts = ex.w2, .expert_offsets = offsets,
                      .num_experts = E, .tile_scratch = tiles, .y_row = perm_slot, .y = y_slot, .y_ld = D, .rows = NP,
@@ -406,12 +487,12 @@ void CudaModel::moe(const DeviceLayer& lw, const Batch& b, const float* a, float
         const bool q_in = off && quantized(ex.shape_w1), q_mid = off && quantized(ex.shape_w2);
         const float* xin = a;
         if (q_in) {
-            float* xq = workspace_.alloc_n<float>(S * D);
+            float* xq = workspace_->alloc_n<float>(S * D);
             act_quant_dequant({.x = a, .out = xq, .rows = S, .cols = D}, s);
             xin = xq;
         }
-        float* g = workspace_.alloc_n<float>(NP * I);
-        float* up = workspace_.alloc_n<float>(NP * I);
+        float* g = workspace_->alloc_n<float>(NP * I);
+        float* up = workspace_->alloc_n<float>(NP * I);
         linear({.x = xin, .x_ld = D, .row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w1, .row_expert = perm_expert,
                 .y = g, .y_ld = I, .rows = NP, .round_output_bf16 = off},
                s);
@@ -422,7 +503,7 @@ void CudaModel::moe(const DeviceLayer& lw, const Batch& b, const float* a, float
                 .limit = L, .round_bf16 = off},
                s);
         if (q_mid) act_quant_dequant({.x = g, .out = g, .rows = NP, .cols = I}, s);
-        float* y_perm = workspace_.alloc_n<float>(NP * D);
+        float* y_perm = workspace_->alloc_n<float>(NP * D);
         linear({.x = g, .x_ld = I, .weight = ex.shape_w2, .experts = ex.w2, .row_expert = perm_expert, .y = y_perm, .y_ld = D,
                 .rows = NP, .round_output_bf16 = off},
                s);
@@ -430,9 +511,9 @@ void CudaModel::moe(const DeviceLayer& lw, const Batch& b, const float* a, float
     }
     // Shared expert (no routing weight).
     const int64_t SI = lw.shared_w1.out_features;
-    float* sg = workspace_.alloc_n<float>(S * SI);
-    float* su = workspace_.alloc_n<float>(S * SI);
-    float* ys = workspace_.alloc_n<float>(S * D);
+    float* sg = workspace_->alloc_n<float>(S * SI);
+    float* su = workspace_->alloc_n<float>(S * SI);
+    float* ys = workspace_->alloc_n<float>(S * D);
     project(lw.shared_w1, a, S, sg);
     project(lw.shared_w3, a, S, su);
     swiglu({.g = sg, .u = su, .rows = S, .width = SI, .limit = L, .round_bf16 = off}, s);
@@ -448,11 +529,11 @@ void CudaModel::run_layer(const DeviceLayer& lw, const Batch& b, float*& x, floa
     const bool off = official();
     const int64_t S = b.rows, D = c.hidden_size, hc = c.hc_mult;
     const float eps = static_cast<float>(c.rms_norm_eps);
-    const size_t mark = workspace_.mark();
-    float* post = workspace_.alloc_n<float>(S * hc);
-    float* comb = workspace_.alloc_n<float>(S * hc * hc);
-    float* a = workspace_.alloc_n<float>(S * D);
-    float* out = workspace_.alloc_n<float>(S * D);
+    const size_t mark = workspace_->mark();
+    float* post = workspace_->alloc_n<float>(S * hc);
+    float* comb = workspace_->alloc_n<float>(S * hc * hc);
+    float* a = workspace_->alloc_n<float>(S * D);
+    float* out = workspace_->alloc_n<float>(S * D);
     auto pre = [&](const DeviceHc& w, const float* norm) {
         hc_pre({.x = x, .fn = w.fn, .base = w.base, .scale = w.scale, .rows = S, .hc = hc, .hidden = D,
                 .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps),
@@ -468,29 +549,117 @@ void CudaModel::run_layer(const DeviceLayer& lw, const Batch& b, float*& x, floa
     };
     pre(lw.hc_attn, lw.attn_norm);
     {
-        const size_t inner = workspace_.mark();
+        const size_t inner = workspace_->mark();
         attention(lw, b, a, out);
-        workspace_.reset(inner);
+        workspace_->reset(inner);
     }
     post_mix();
     pre(lw.hc_ffn, lw.ffn_norm);
     {
-        const size_t inner = workspace_.mark();
+        const size_t inner = workspace_->mark();
         moe(lw, b, a, out);
-        workspace_.reset(inner);
+        workspace_->reset(inner);
     }
     post_mix();
-    workspace_.reset(mark);
+    workspace_->reset(mark);
 }
 
-std::vector<std::vector<float>> CudaModel::forward_batch(std::span<const SequenceChunk> chunks) const {
-    std::lock_guard<std::mutex> lock(mutex_);
+size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int64_t D) const {
+    const ModelConfig& c = config_;
+    const int64_t Dm = c.hidden_size, hc = c.hc_mult, V = c.vocab_size, L = c.num_hidden_layers;
+    const int64_t H = c.num_attention_heads, Dh = c.head_dim, QL = c.q_lora_rank, G = c.o_groups, OL = c.o_lora_rank;
+    const int64_t E = c.n_routed_experts, K = c.num_experts_per_tok, NP = S * K;
+    // Each arena allocation is 256-aligned: count every one with a full extra 256 bytes.
+    auto bytes = [](int64_t n) { return align256(static_cast<size_t>(std::max<int64_t>(n, 0))) + 256; };
+    size_t total = bytes(S * 4) * 3 + bytes(L * N * int64_t(sizeof(DeviceSegment))) + bytes(R * 4);  // inputs
+    total += 2 * bytes(S * hc * Dm * 4);                                                               // x, y
+    size_t layer_peak = 0;
+    for (const DeviceLayer& lw : weights_.layers) {
+        const size_t fixed = bytes(S * hc * 4) + bytes(S * hc * hc * 4) + 2 * bytes(S * Dm * 4);
+        // Attention: everything it takes stays until its end, plus the largest act_quant scratch.
+        size_t at = bytes(S * QL * 4) + bytes(S * H * Dh * 4) + bytes(S * Dh * 4);
+        const int64_t m = std::max<int64_t>(lw.compress_ratio, 1);
+        for (const auto* cw : {&lw.compressor, &lw.indexer_compressor})
+            if (*cw) at += 2 * bytes(S * ((*cw)->overlap ? 2 : 1) * (*cw)->head_dim * 4);
+        int64_t max_cand = std::min<int64_t>(c.sliding_window, P);
+        if (lw.indexer_compressor) {
+            at += bytes(S * c.index_n_heads * c.index_head_dim * 4) + bytes(S * c.index_n_heads * 4) +
+                  bytes(S * std::max<int64_t>(P / m, 1) * 4) + bytes(S * c.index_topk * 4) + bytes(S * 4);
+            max_cand += std::min<int64_t>(c.index_topk, P / m);
+        } else if (lw.attention_type != AttentionType::kSliding) {
+            max_cand += P / m;
+        }
+        at += bytes(S * H * max_cand * 4) + bytes(S * H * Dh * 4) + bytes(S * G * OL * 4);
+        at += bytes(S * std::max({Dm, QL, G * OL}) * 4);
+        // MoE.
+        const int64_t I = lw.experts.shape_w1.out_features, SI = lw.shared_w1.out_features;
+        size_t mo = 2 * bytes(S * E * 4) + 2 * bytes(S * K * 4) + 3 * bytes(NP * 4) + bytes((E + 1) * 4) +
+                    bytes(S * Dm * 4) + 2 * bytes(NP * I * 4) + 2 * bytes(NP * Dm * 4) + 2 * bytes(S * SI * 4) +
+                    bytes(S * Dm * 4) + bytes(S * std::max(Dm, SI) * 4);
+        if (fast_)  // tensor-core experts: FP8 copies of the inputs and of the SwiGLU output, tile table
+            mo += bytes(NP * I) + bytes(NP * (I / 128) * 4) + bytes(S * Dm) + bytes(S * (Dm / 128) * 4) + bytes((E + 1) * 4);
+        // (fast GEMMs split act_quant's scratch in two allocations: one more alignment each)
+        layer_peak = std::max(layer_peak, fixed + std::max(at, mo) + 1024);
+    }
+    total += layer_peak;
+    total += bytes(R * hc * Dm * 4) + bytes(R * Dm * 4) + bytes(R * V * 4) + bytes(R * Dm * 4) + 256;  // head (+ fast GEMM scratch)
+    total += bytes(D * int64_t(sizeof(SampleRow))) + bytes(D * 4) + bytes(D * V * 8) + bytes(D * kMaxSampleTopK * 4) +
+             bytes(D * 4);  // sampling
+    return total;
+}
+
+float* CudaModel::compute(const Batch& batch) const {
     const ModelConfig& c = config_;
     const Stream s = stream_.get();
     const int64_t D = c.hidden_size, hc = c.hc_mult, V = c.vocab_size, L = c.num_hidden_layers;
+    Batch b = batch;
+    const int64_t S = b.rows;
+    float* x = workspace_->alloc_n<float>(S * hc * D);
+    float* y = workspace_->alloc_n<float>(S * hc * D);
+    embed({.table = weights_.embed, .tokens = b.tokens, .x = x, .rows = S, .hc = hc, .round_bf16 = official()}, s);
+    for (int64_t l = 0; l < L; ++l) {
+        b.segments = b.all_segments + l * b.num_segments;
+        run_layer(weights_.layers[size_t(l)], b, x, y);
+    }
+    if (b.num_picked == 0) return nullptr;
+    // Rows whose logits are wanted, gathered so the head runs once for the whole batch.
+    const int64_t R = b.num_picked;
+    float* xs = workspace_->alloc_n<float>(R * hc * D);
+    gather_rows({.src = x, .index = b.picked, .dst = xs, .n = R, .width = hc * D}, s);
+    float* hy = workspace_->alloc_n<float>(R * D);
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    hc_head({.x = xs, .fn = weights_.hc_head.fn, .base = weights_.hc_head.base, .scale = weights_.hc_head.scale,
+             .rows = R, .hc = hc, .hidden = D, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps), .y = hy,
+             .round_bf16 = official()},
+            s);
+    rms_norm({.x = hy, .weight = weights_.norm, .out = hy, .rows = R, .n = D, .eps = eps, .round_bf16 = official()}, s);
+    float* logits = workspace_->alloc_n<float>(R * V);
+    if (!project_fast(weights_.head, hy, R, logits, false))
+        linear({.x = hy, .x_ld = D, .weight = weights_.head, .y = logits, .y_ld = V, .rows = R}, s);
+    return logits;
+}
+
+ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks, std::span<const uint8_t> want_logits,
+                                          std::span<const DeviceDraw> draws) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const ModelConfig& c = config_;
+    const Stream s = stream_.get();
+    const int64_t V = c.vocab_size, L = c.num_hidden_layers;
+    DI_CHECK(want_logits.empty() || want_logits.size() == chunks.size(), "forward_sampled: ", want_logits.size(),
+             " logits flags for ", chunks.size(), " chunks");
+    auto wants = [&](size_t i) { return want_logits.empty() || want_logits[i] != 0; };
+    std::vector<uint8_t> drawn(chunks.size(), 0);
+    for (const DeviceDraw& d : draws) {
+        DI_CHECK(d.chunk >= 0 && size_t(d.chunk) < chunks.size(), "forward_sampled: draw of chunk ", d.chunk, " of ",
+                 chunks.size());
+        DI_CHECK(sample_supported(sample_row(d)), "forward_sampled: the device sampler cannot draw temperature ",
+                 d.temperature, ", top_k ", d.top_k, ", top_p ", d.top_p, ", min_p ", d.min_p);
+        drawn[size_t(d.chunk)] = 1;
+    }
     Batch b;
     std::vector<int32_t> tokens, positions, row_segment;
     std::vector<DeviceSequenceState*> states;
+    bool decode = !chunks.empty();
     for (size_t i = 0; i < chunks.size(); ++i) {
         const SequenceChunk& ch = chunks[i];
         DI_CHECK(ch.sequence != nullptr, "forward_batch: chunk without a sequence");
@@ -514,9 +683,27 @@ std::vector<std::vector<float>> CudaModel::forward_batch(std::span<const Sequenc
         b.max_rows = std::max(b.max_rows, n);
         b.max_position = std::max(b.max_position, P0 + n - 1);
         states.push_back(dev);
+        decode = decode && n == 1 && !(ch.all_logits && wants(i));
+    }
+    const int64_t real_rows = static_cast<int64_t>(tokens.size());
+    // A pure decode step replays the CUDA graph of its (rows, context) bucket; padding rows decode
+    // token 0 at position 0 of the scratch sequence (batch invariance: they change no other row).
+    const int64_t bucket = graphs_enabled_ && decode ? graph_bucket(real_rows) : 0;
+    b.graph = bucket > 0 && bucket <= max_rows_;
+    if (b.graph) {
+        auto* pad = static_cast<DeviceSequenceState*>(&pad_.state());
+        for (int64_t k = real_rows; k < bucket; ++k) {
+            tokens.push_back(0);
+            positions.push_back(0);
+            row_segment.push_back(static_cast<int32_t>(k));
+            b.first_position.push_back(0);
+            b.num_rows.push_back(1);
+            states.push_back(pad);
+        }
+        b.max_position = context_bucket(b.max_position + 1, max_len_) - 1;
     }
     b.rows = static_cast<int64_t>(tokens.size());
-    b.num_segments = static_cast<int64_t>(chunks.size());
+    b.num_segments = static_cast<int64_t>(states.size());
     std::vector<DeviceSegment> segs(static_cast<size_t>(L * b.num_segments));
     for (int64_t l = 0; l < L; ++l) {
         int64_t row = 0;
@@ -529,63 +716,145 @@ std::vector<std::vector<float>> CudaModel::forward_batch(std::span<const Sequenc
             row += b.num_rows[size_t(i)];
         }
     }
-    const size_t mark = workspace_.mark();
-    const int64_t S = b.rows;
-    int32_t* d_tokens = workspace_.alloc_n<int32_t>(S);
-    int32_t* d_pos = workspace_.alloc_n<int32_t>(S);
-    int32_t* d_rowseg = workspace_.alloc_n<int32_t>(S);
-    auto* d_segs = static_cast<DeviceSegment*>(workspace_.alloc(segs.size() * sizeof(DeviceSegment)));
-    copy_to_device(d_tokens, tokens.data(), size_t(S) * 4, s);
-    copy_to_device(d_pos, positions.data(), size_t(S) * 4, s);
-    copy_to_device(d_rowseg, row_segment.data(), size_t(S) * 4, s);
-    copy_to_device(d_segs, segs.data(), segs.size() * sizeof(DeviceSegment), s);
-    b.tokens = d_tokens;
-    b.positions = d_pos;
-    b.row_segment = d_rowseg;
-
-    float* x = workspace_.alloc_n<float>(S * hc * D);
-    float* y = workspace_.alloc_n<float>(S * hc * D);
-    embed({.table = weights_.embed, .tokens = d_tokens, .x = x, .rows = S, .hc = hc, .round_bf16 = official()}, s);
-    for (int64_t l = 0; l < L; ++l) {
-        b.segments = d_segs + l * b.num_segments;
-        run_layer(weights_.layers[size_t(l)], b, x, y);
-    }
-    // Rows whose logits are wanted, gathered so the head runs once for the whole batch.
+    // Rows of logits: every row of a graph step; else the rows a chunk wants (all or its last) and the
+    // last row of a chunk with draws. Chunks that want neither (mid-prefill) skip the head.
     std::vector<int32_t> picked;
-    std::vector<int64_t> counts;
-    int64_t offset = 0;
-    for (const SequenceChunk& ch : chunks) {
-        const int64_t n = static_cast<int64_t>(ch.tokens.size());
-        for (int64_t r = ch.all_logits ? 0 : n - 1; r < n; ++r) picked.push_back(static_cast<int32_t>(offset + r));
-        counts.push_back(ch.all_logits ? n : 1);
-        offset += n;
+    std::vector<int64_t> first_pick(chunks.size(), -1), num_pick(chunks.size(), 0);
+    {
+        int64_t offset = 0;
+        for (size_t i = 0; i < chunks.size(); ++i) {
+            const int64_t n = static_cast<int64_t>(chunks[i].tokens.size());
+            if (b.graph || wants(i) || drawn[i]) {
+                const int64_t from = wants(i) && chunks[i].all_logits ? 0 : n - 1;
+                first_pick[i] = static_cast<int64_t>(picked.size());
+                num_pick[i] = n - from;
+                for (int64_t r = from; r < n; ++r) picked.push_back(static_cast<int32_t>(offset + r));
+            }
+            offset += n;
+        }
+        if (b.graph)
+            for (int64_t r = real_rows; r < b.rows; ++r) picked.push_back(static_cast<int32_t>(r));
     }
-    const int64_t R = static_cast<int64_t>(picked.size());
-    int32_t* d_picked = workspace_.alloc_n<int32_t>(R);
-    copy_to_device(d_picked, picked.data(), size_t(R) * 4, s);
-    float* xs = workspace_.alloc_n<float>(R * hc * D);
-    gather_rows({.src = x, .index = d_picked, .dst = xs, .n = R, .width = hc * D}, s);
-    float* hy = workspace_.alloc_n<float>(R * D);
-    const float eps = static_cast<float>(c.rms_norm_eps);
-    hc_head({.x = xs, .fn = weights_.hc_head.fn, .base = weights_.hc_head.base, .scale = weights_.hc_head.scale,
-             .rows = R, .hc = hc, .hidden = D, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps), .y = hy,
-             .round_bf16 = official()},
-            s);
-    rms_norm({.x = hy, .weight = weights_.norm, .out = hy, .rows = R, .n = D, .eps = eps, .round_bf16 = official()}, s);
-    float* logits = workspace_.alloc_n<float>(R * V);
-    if (!project_fast(weights_.head, hy, R, logits, false))
-        linear({.x = hy, .x_ld = D, .weight = weights_.head, .y = logits, .y_ld = V, .rows = R}, s);
-    std::vector<float> host(static_cast<size_t>(R * V));
-    copy_to_host(host.data(), logits, host.size() * sizeof(float), s);
+    b.num_picked = static_cast<int64_t>(picked.size());
+
+    // Inputs: packed into pinned memory and copied with one transfer into one arena block.
+    const int64_t S = b.rows, D = static_cast<int64_t>(draws.size());
+    size_t in_bytes = 0;
+    auto place = [&](size_t n) {
+        const size_t at = in_bytes;
+        in_bytes = align256(in_bytes + n);
+        return at;
+    };
+    const size_t o_tok = place(size_t(S) * 4), o_pos = place(size_t(S) * 4), o_rs = place(size_t(S) * 4);
+    const size_t o_segs = place(segs.size() * sizeof(DeviceSegment)), o_pick = place(picked.size() * 4);
+    const size_t graph_inputs = in_bytes;  // a graph's inputs end here; the draw table follows
+    const size_t o_rows = place(size_t(D) * sizeof(SampleRow)), o_lrow = place(size_t(D) * 4);
+    if (!pinned_in_ || pinned_in_->nbytes() < in_bytes) pinned_in_ = std::make_unique<PinnedBuffer>(in_bytes * 2);
+    if (!pinned_out_ || pinned_out_->nbytes() < size_t(D) * 4 + 4)
+        pinned_out_ = std::make_unique<PinnedBuffer>(size_t(std::max<int64_t>(D, max_seqs_)) * 8 + 64);
+    auto* pin = static_cast<uint8_t*>(pinned_in_->host());
+    std::memcpy(pin + o_tok, tokens.data(), size_t(S) * 4);
+    std::memcpy(pin + o_pos, positions.data(), size_t(S) * 4);
+    std::memcpy(pin + o_rs, row_segment.data(), size_t(S) * 4);
+    std::memcpy(pin + o_segs, segs.data(), segs.size() * sizeof(DeviceSegment));
+    if (!picked.empty()) std::memcpy(pin + o_pick, picked.data(), picked.size() * 4);
+    auto* rows_h = reinterpret_cast<SampleRow*>(pin + o_rows);
+    auto* lrow_h = reinterpret_cast<int32_t*>(pin + o_lrow);
+    for (int64_t k = 0; k < D; ++k) {
+        const DeviceDraw& d = draws[size_t(k)];
+        rows_h[k] = sample_row(d);
+        lrow_h[k] = static_cast<int32_t>(first_pick[size_t(d.chunk)] + num_pick[size_t(d.chunk)] - 1);
+    }
+
+    const size_t mark = workspace_->mark();
+    ev_start_.record(s);
+    auto* d_in = static_cast<uint8_t*>(workspace_->alloc(graph_inputs));
+    copy_to_device(d_in, pin, graph_inputs, s);
+    b.tokens = reinterpret_cast<const int32_t*>(d_in + o_tok);
+    b.positions = reinterpret_cast<const int32_t*>(d_in + o_pos);
+    b.row_segment = reinterpret_cast<const int32_t*>(d_in + o_rs);
+    b.all_segments = reinterpret_cast<const DeviceSegment*>(d_in + o_segs);
+    b.picked = reinterpret_cast<const int32_t*>(d_in + o_pick);
+
+    float* logits = nullptr;
+    if (b.graph) {
+        // The captured work reads its inputs from the block above, at the same arena offset in every
+        // step of the bucket, and allocates the same arena ranges: replaying it is the eager path.
+        const auto key = std::make_pair(b.rows, b.max_position + 1);
+        auto it = graphs_.find(key);
+        if (it == graphs_.end()) {
+            const size_t start = workspace_->mark();
+            auto graph = std::make_unique<CudaGraph>();
+            CudaGraph::begin_capture(s);
+            try {
+                logits = compute(b);
+                graph->end_capture(s);
+            } catch (const std::exception& e) {
+                CudaGraph::abort_capture(s);
+                DI_LOG_WARN("CUDA graph capture failed ({}); decode steps launch their kernels directly from now on", e.what());
+                graphs_enabled_ = false;
+                workspace_->reset(start);
+                graph.reset();
+            }
+            if (graph) {
+                const size_t end = workspace_->mark();
+                workspace_->reset(start);  // the capture ran nothing: the replay below computes
+                it = graphs_.emplace(key, GraphEntry{std::move(graph), logits, start, end}).first;
+                ++stats_.graph_captures;
+            } else {
+                logits = compute(b);
+            }
+        }
+        if (it != graphs_.end()) {
+            const GraphEntry& g = it->second;
+            DI_ICHECK(workspace_->mark() == g.start);  // the inputs of a bucket sit at one arena offset
+            g.graph->launch(s);
+            workspace_->reset(g.end);
+            logits = g.logits;
+            ++stats_.graph_replays;
+        }
+    } else {
+        logits = compute(b);
+    }
+
+    // Device draws (groups of at most max_seqs_ draws share one scratch), then the small copies back.
+    std::vector<int32_t> drawn_tokens(static_cast<size_t>(D));
+    if (D > 0) {
+        auto* d_tab = static_cast<uint8_t*>(workspace_->alloc(in_bytes - graph_inputs));
+        copy_to_device(d_tab, pin + graph_inputs, in_bytes - graph_inputs, s);
+        const auto* d_rows = reinterpret_cast<const SampleRow*>(d_tab + (o_rows - graph_inputs));
+        const auto* d_lrow = reinterpret_cast<const int32_t*>(d_tab + (o_lrow - graph_inputs));
+        const int64_t group = std::min(D, max_seqs_);
+        double* scratch = workspace_->alloc_n<double>(group * V);
+        int32_t* index_scratch = workspace_->alloc_n<int32_t>(group * kMaxSampleTopK);
+        int32_t* d_tokens = workspace_->alloc_n<int32_t>(D);
+        for (int64_t g0 = 0; g0 < D; g0 += group)
+            sample({.logits = logits, .rows = std::min(group, D - g0), .vocab = V, .logit_row = d_lrow + g0,
+                    .row = d_rows + g0, .scratch = scratch, .index_scratch = index_scratch, .tokens = d_tokens + g0},
+                   s);
+        copy_to_host(pinned_out_->host(), d_tokens, size_t(D) * 4, s);
+        stats_.device_draws += D;
+    }
+    ForwardOutputs out;
+    out.logits.resize(chunks.size());
+    for (size_t i = 0; i < chunks.size(); ++i) {
+        if (!wants(i)) continue;
+        out.logits[i].resize(static_cast<size_t>(num_pick[i] * V));
+        copy_to_host(out.logits[i].data(), logits + first_pick[i] * V, out.logits[i].size() * sizeof(float), s);
+    }
+    DeviceEvent& end = ev_end_[ev_which_];
+    end.record(s);
     stream_.synchronize();
-    workspace_.reset(mark);
+    if (D > 0) std::memcpy(drawn_tokens.data(), pinned_out_->host(), size_t(D) * 4);
+    // Device time: this forward's span, and the idle gap since the previous forward ended.
+    stats_.gpu_seconds += DeviceEvent::elapsed_ms(ev_start_, end) * 1e-3;
+    if (have_prev_end_) stats_.gap_seconds += DeviceEvent::elapsed_ms(ev_end_[ev_which_ ^ 1], ev_start_) * 1e-3;
+    have_prev_end_ = true;
+    ev_which_ ^= 1;
+    ++stats_.forwards;
+    workspace_->reset(mark);
     for (size_t i = 0; i < chunks.size(); ++i) states[i]->length += static_cast<int64_t>(chunks[i].tokens.size());
-    std::vector<std::vector<float>> out;
-    int64_t r = 0;
-    for (int64_t n : counts) {
-        out.emplace_back(host.begin() + r * V, host.begin() + (r + n) * V);
-        r += n;
-    }
+    out.tokens = std::move(drawn_tokens);
     return out;
 }
 
@@ -602,7 +871,22 @@ std::unique_ptr<Model> load_cuda_model(const std::string& dir, const ModelOption
             q |= t.info->dtype == DType::kF8E4M3 || t.name.find(".scale") != std::string::npos;
         n = q ? Numerics::kOfficial : Numerics::kExact;
     }
-    return std::make_unique<CudaModel>(std::move(ckpt), n, cuda_options);
+    return std::make_unique<CudaModel>(std::move(ckpt), n, options, cuda_options);
+}
+
+namespace {
+const CudaModel& as_cuda(const Model& model) {
+    const auto* m = dynamic_cast<const CudaModel*>(&model);
+    DI_CHECK(m != nullptr, "not a CUDA model");
+    return *m;
+}
+}  // namespace
+
+CudaModelStats cuda_model_stats(const Model& model) { return as_cuda(model).stats(); }
+void reset_cuda_model_stats(const Model& model) { as_cuda(model).reset_stats(); }
+size_t cuda_workspace_bound(const Model& model, int64_t rows, int64_t sequences, int64_t logit_rows,
+                            int64_t positions, int64_t draws) {
+    return as_cuda(model).workspace_bound(rows, sequences, logit_rows, positions, draws);
 }
 
 }  // namespace deepinfer::cuda

@@ -21,7 +21,9 @@ struct CudaModelOptions {
     // entries and the RoPE tables. 0: min(max_position_embeddings, 65536).
     int64_t max_model_len = 0;
     // Device scratch for one forward (activations of all rows of a batch); allocated once at load.
-    size_t workspace_bytes = size_t(1) << 30;
+    // 0: sized from ModelOptions::max_batch_tokens / max_num_seqs and max_model_len (the largest
+    // forward those limits allow), so no forward ever needs more.
+    size_t workspace_bytes = 0;
     // GEMM kernels: kReference (CUDA cores, bit-identical to the CPU) or kFast (tensor cores, gemm_fast.h):
     // FP8/FP4 linears with act_quant'ed activations (in every numerics mode), the routed experts as one
     // grouped launch per matrix, the BF16 LM head. Router, compressors and wo_a stay on the reference
@@ -29,8 +31,25 @@ struct CudaModelOptions {
     GemmMode gemm = GemmMode::kReference;
 };
 
+// What a CUDA model measured since load (or the last reset): device time from CUDA events.
+struct CudaModelStats {
+    int64_t forwards = 0, graph_captures = 0, graph_replays = 0, device_draws = 0;
+    double gpu_seconds = 0;  // from each forward's first device operation to its last (its span on the stream)
+    double gap_seconds = 0;  // from one forward's last device operation to the next one's first: GPU idle
+    size_t workspace_bytes = 0, workspace_high_water = 0;
+    size_t workspace_need_max = 0;  // the bound for the limits the model was loaded with
+};
+
 // Loads a checkpoint directory onto the GPU. Numerics as Model::load (from the checkpoint unless set).
 std::unique_ptr<Model> load_cuda_model(const std::string& checkpoint_dir, const ModelOptions& options = {},
                                        const CudaModelOptions& cuda_options = {});
+
+// Measurements of a model made by load_cuda_model (throws for other models).
+CudaModelStats cuda_model_stats(const Model& model);
+void reset_cuda_model_stats(const Model& model);
+// The workspace bound of one forward of `rows` rows in `sequences` sequences with `logit_rows` rows
+// of logits, positions below `positions` and `draws` device draws (tests of the sizing).
+size_t cuda_workspace_bound(const Model& model, int64_t rows, int64_t sequences, int64_t logit_rows,
+                            int64_t positions, int64_t draws);
 
 }  // namespace deepinfer::cuda

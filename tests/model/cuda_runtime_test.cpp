@@ -1,0 +1,272 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA model as an engine runtime: sampling on the device (token-identical to the engine's host
+// sampler, with the per-request fallback to host logits), CUDA graphs for decode steps (bit-identical
+// to launching the kernels one by one), no device allocation in a decode step, and the workspace
+// sized at load from the engine's limits. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/model/cuda_model.h"
+#include "deepinfer/engine.h"
+#include "deepinfer/model.h"
+#include "model/forward.h"
+#include "unit/fixtures.h"
+
+namespace deepinfer {
+namespace {
+
+ModelOptions options(Numerics n, bool graphs) {
+    ModelOptions o;
+    o.numerics_from_checkpoint = false;
+    o.numerics = n;
+    o.cuda_graphs = graphs;
+    return o;
+}
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, int64_t n, int64_t vocab) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int32_t& x : t) x = static_cast<int32_t>(rng() % uint32_t(vocab));
+    return t;
+}
+
+class CudaRuntime : public ::testing::TestWithParam<Numerics> {
+protected:
+    void SetUp() override {
+        if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+        dir_ = test::data_path("models/v4_tiny_a");
+    }
+    std::string dir_;
+};
+
+// One request mix through the engine; every completion's tokens and logprobs.
+struct EngineRun {
+    std::map<std::string, std::vector<std::vector<int32_t>>> tokens;
+    std::map<std::string, std::vector<std::vector<float>>> logprobs;
+    EngineMetrics metrics;
+};
+
+EngineRun run_engine(std::shared_ptr<const Model> model, bool async, bool device_sampling) {
+    const int64_t V = model->info().vocab_size;
+    std::mt19937 rng(5);
+    const std::vector<int32_t> shared = random_tokens(rng, 70, V);
+    EngineConfig cfg;
+    cfg.max_num_batched_tokens = 128;
+    cfg.max_prefill_chunk = 48;
+    cfg.prefix_block = 16;
+    cfg.async_scheduling = async;
+    cfg.device_sampling = device_sampling;
+    Engine engine(std::move(model), nullptr, cfg);
+    // Device-drawable requests (greedy, temperature, top-k with top-p/min-p inside, low temperatures,
+    // n > 1) and host-fallback ones (top-p without top-k, logprobs, penalties, logit bias).
+    std::vector<SamplingParams> params;
+    auto add = [&](auto&& set) {
+        SamplingParams p;
+        p.max_tokens = 14;
+        p.ignore_eos = true;
+        set(p);
+        params.push_back(p);
+    };
+    add([](SamplingParams& p) { p.temperature = 0; });
+    add([](SamplingParams& p) { p.temperature = 0.8; });
+    add([](SamplingParams& p) { p.temperature = 0.05; });
+    add([](SamplingParams& p) { p.temperature = 1.1, p.top_k = 7; });
+    add([](SamplingParams& p) { p.temperature = 0.9, p.top_k = 40, p.top_p = 0.8; });
+    add([](SamplingParams& p) { p.temperature = 0.7, p.top_k = 1000, p.min_p = 0.05; });
+    add([](SamplingParams& p) { p.temperature = 1.0, p.n = 3; });
+    add([](SamplingParams& p) { p.temperature = 0.6, p.top_k = 5, p.n = 2; });
+    add([](SamplingParams& p) { p.temperature = 0.9, p.top_p = 0.9; });              // host: top-p alone
+    add([](SamplingParams& p) { p.temperature = 0.9, p.logprobs = 3; });             // host: logprobs
+    add([](SamplingParams& p) { p.temperature = 0.9, p.repetition_penalty = 1.3; });  // host: penalty
+    add([](SamplingParams& p) { p.temperature = 0, p.logit_bias = {{3, 5.0f}}; });  // host: bias
+    add([](SamplingParams& p) { p.temperature = 0.8, p.presence_penalty = 0.5, p.n = 2; });
+    for (size_t i = 0; i < params.size(); ++i) {
+        std::vector<int32_t> prompt = i % 2 ? shared : std::vector<int32_t>{};
+        const std::vector<int32_t> extra = random_tokens(rng, 1 + int64_t(rng() % 60), V);
+        prompt.insert(prompt.end(), extra.begin(), extra.end());
+        params[i].seed = 40 + i;
+        std::string id = std::to_string(i);
+        id.insert(0, 1, 'r');
+        engine.add_request(id, prompt, params[i]);
+    }
+    EngineRun out;
+    engine.run_until_done([&](RequestOutput&& r) {
+        for (const CompletionOutput& c : r.completions) {
+            out.tokens[r.request_id].push_back(c.token_ids);
+            std::vector<float> lp;
+            for (const TokenLogprob& t : c.logprobs) {
+                lp.push_back(t.logprob);
+                for (const auto& [tok, v] : t.top) lp.push_back(float(tok) + v);
+            }
+            out.logprobs[r.request_id].push_back(lp);
+        }
+    });
+    out.metrics = engine.metrics();
+    return out;
+}
+
+// The engine with device sampling produces the CPU engine's tokens and logprobs, synchronous and
+// asynchronous, and the device really drew the plain requests' tokens.
+TEST_P(CudaRuntime, DeviceSamplingEqualsHostSampling) {
+    std::shared_ptr<const Model> cpu = load_v4_model(dir_, options(GetParam(), false));
+    std::shared_ptr<const Model> gpu = cuda::load_cuda_model(dir_, options(GetParam(), true));
+    const EngineRun ref = run_engine(cpu, false, true);
+    EXPECT_EQ(ref.metrics.device_sampled_tokens, 0);  // a CPU model never samples on a device
+    for (bool async : {false, true}) {
+        const EngineRun got = run_engine(gpu, async, true);
+        EXPECT_EQ(got.tokens, ref.tokens) << "async " << async;
+        EXPECT_EQ(got.logprobs, ref.logprobs) << "async " << async;
+        EXPECT_EQ(got.metrics.generated_tokens, ref.metrics.generated_tokens);
+        // 8 plain requests (11 completions) x 14 tokens drawn on the device; the rest on the host.
+        EXPECT_EQ(got.metrics.device_sampled_tokens, 11 * 14) << "async " << async;
+    }
+    const EngineRun host = run_engine(gpu, true, false);
+    EXPECT_EQ(host.tokens, ref.tokens);
+    EXPECT_EQ(host.metrics.device_sampled_tokens, 0);
+}
+
+// Decode steps replayed from CUDA graphs (padded batch buckets) give the same logits and device
+// draws bit for bit as the eager path, across batch sizes, context buckets and compression windows.
+TEST_P(CudaRuntime, GraphDecodeBitIdenticalToEager) {
+    auto graphed = cuda::load_cuda_model(dir_, options(GetParam(), true));
+    auto eager = cuda::load_cuda_model(dir_, options(GetParam(), false));
+    const int64_t V = graphed->info().vocab_size;
+    std::mt19937 rng(9);
+    for (int64_t batch : {1, 3, 5, 17}) {
+        std::vector<Sequence> gs, es;
+        std::vector<SequenceChunk> gc, ec;
+        std::vector<std::vector<int32_t>> prompts;
+        for (int64_t i = 0; i < batch; ++i) prompts.push_back(random_tokens(rng, 20 + int64_t(rng() % 280), V));
+        for (int64_t i = 0; i < batch; ++i) {
+            gs.push_back(graphed->new_sequence());
+            es.push_back(eager->new_sequence());
+        }
+        for (int64_t i = 0; i < batch; ++i) {
+            gc.push_back({&gs[size_t(i)], prompts[size_t(i)], false});
+            ec.push_back({&es[size_t(i)], prompts[size_t(i)], false});
+        }
+        ASSERT_EQ(graphed->forward_batch(gc), eager->forward_batch(ec));  // prefill: eager on both
+        const auto before = cuda::cuda_model_stats(*graphed);
+        std::vector<int32_t> next(static_cast<size_t>(batch));
+        for (int step = 0; step < 12; ++step) {
+            for (int64_t i = 0; i < batch; ++i) next[size_t(i)] = static_cast<int32_t>(rng() % uint32_t(V));
+            std::vector<DeviceDraw> draws;
+            for (int64_t i = 0; i < batch; ++i)
+                draws.push_back({.chunk = int32_t(i), .seed = uint64_t(i), .stream = 0, .counter = uint64_t(step),
+                                 .temperature = i % 2 ? 0.8 : 0.0, .top_k = i % 3 == 2 ? 20 : 0});
+            std::vector<uint8_t> want(static_cast<size_t>(batch), 1);
+            for (int64_t i = 0; i < batch; ++i) {
+                gc[size_t(i)] = {&gs[size_t(i)], std::span<const int32_t>(&next[size_t(i)], 1), false};
+                ec[size_t(i)] = {&es[size_t(i)], std::span<const int32_t>(&next[size_t(i)], 1), false};
+            }
+            const ForwardOutputs a = graphed->forward_sampled(gc, want, draws);
+            const ForwardOutputs b = eager->forward_sampled(ec, want, draws);
+            ASSERT_EQ(a.logits, b.logits) << "batch " << batch << " step " << step;
+            ASSERT_EQ(a.tokens, b.tokens) << "batch " << batch << " step " << step;
+        }
+        const auto after = cuda::cuda_model_stats(*graphed);
+        EXPECT_EQ(after.graph_replays - before.graph_replays, 12) << "batch " << batch;
+        EXPECT_EQ(cuda::cuda_model_stats(*eager).graph_replays, 0);
+    }
+    // A decode step with a chunk that wants all its logits, and a mixed prefill+decode step, run
+    // eagerly (no graph) and still agree.
+    const auto st = cuda::cuda_model_stats(*graphed);
+    Sequence g1 = graphed->new_sequence(), e1 = eager->new_sequence();
+    const auto p = random_tokens(rng, 33, V);
+    EXPECT_EQ(graphed->forward(g1, p, true), eager->forward(e1, p, true));
+    const int32_t t = 5;
+    EXPECT_EQ(graphed->forward(g1, std::span<const int32_t>(&t, 1), true), eager->forward(e1, std::span<const int32_t>(&t, 1), true));
+    EXPECT_EQ(cuda::cuda_model_stats(*graphed).graph_replays, st.graph_replays);
+}
+
+// Decode steps (graph replays and eager launches) never allocate device memory.
+TEST_P(CudaRuntime, DecodeStepsAllocateNothing) {
+    for (bool graphs : {true, false}) {
+        auto model = cuda::load_cuda_model(dir_, options(GetParam(), graphs));
+        const int64_t V = model->info().vocab_size;
+        std::mt19937 rng(2);
+        std::vector<Sequence> seqs;
+        std::vector<std::vector<int32_t>> prompts;
+        for (int i = 0; i < 6; ++i) {
+            seqs.push_back(model->new_sequence());
+            prompts.push_back(random_tokens(rng, 10 + i * 13, V));
+        }
+        std::vector<SequenceChunk> chunks;
+        for (int i = 0; i < 6; ++i) chunks.push_back({&seqs[size_t(i)], prompts[size_t(i)], false});
+        model->forward_batch(chunks);
+        std::vector<int32_t> next(6, 1);
+        auto decode = [&] {
+            std::vector<DeviceDraw> draws;
+            for (int i = 0; i < 6; ++i) {
+                chunks[size_t(i)] = {&seqs[size_t(i)], std::span<const int32_t>(&next[size_t(i)], 1), false};
+                draws.push_back({.chunk = i, .seed = 3, .stream = uint64_t(i), .counter = 0, .temperature = 0.7});
+            }
+            const std::vector<uint8_t> want(6, 0);
+            next = model->forward_sampled(chunks, want, draws).tokens;
+        };
+        decode();  // first step of this bucket: captures the graph
+        const uint64_t allocations = cuda::device_allocation_count();
+        for (int step = 0; step < 10; ++step) decode();
+        EXPECT_EQ(cuda::device_allocation_count(), allocations) << "graphs " << graphs;
+        const auto st = cuda::cuda_model_stats(*model);
+        EXPECT_EQ(st.graph_replays, graphs ? 11 : 0);
+        EXPECT_GT(st.gpu_seconds, 0.0);
+        EXPECT_GE(st.gap_seconds, 0.0);
+    }
+}
+
+// The workspace sized at load from the limits holds the largest forward they allow (every row a
+// logits row, sequences near max_model_len, a full group of device draws), and the bound covers
+// what forwards really take.
+TEST_P(CudaRuntime, WorkspaceSizedFromLimits) {
+    ModelOptions o = options(GetParam(), true);
+    o.max_batch_tokens = 96;
+    o.max_num_seqs = 4;
+    cuda::CudaModelOptions co;
+    co.max_model_len = 640;
+    auto model = cuda::load_cuda_model(dir_, o, co);
+    const int64_t V = model->info().vocab_size;
+    const auto st0 = cuda::cuda_model_stats(*model);
+    EXPECT_EQ(st0.workspace_bytes, st0.workspace_need_max);
+    std::mt19937 rng(4);
+    std::vector<Sequence> seqs;
+    for (int i = 0; i < 4; ++i) seqs.push_back(model->new_sequence());
+    // Fill to 520 tokens each in chunks, then one forward of 96 rows (4 x 24) with all logits and
+    // 4 device draws at positions up to 543.
+    for (int64_t done = 0; done < 520; done += 65) {
+        std::vector<std::vector<int32_t>> toks;
+        std::vector<SequenceChunk> chunks;
+        for (int i = 0; i < 4; ++i) toks.push_back(random_tokens(rng, 65, V));
+        for (int i = 0; i < 4; ++i) chunks.push_back({&seqs[size_t(i)], toks[size_t(i)], false});
+        model->forward_batch(chunks);
+    }
+    std::vector<std::vector<int32_t>> toks;
+    std::vector<SequenceChunk> chunks;
+    std::vector<DeviceDraw> draws;
+    for (int i = 0; i < 4; ++i) toks.push_back(random_tokens(rng, 24, V));
+    for (int i = 0; i < 4; ++i) {
+        chunks.push_back({&seqs[size_t(i)], toks[size_t(i)], true});
+        draws.push_back({.chunk = i, .seed = 1, .temperature = 1.0});
+    }
+    const ForwardOutputs out = model->forward_sampled(chunks, {}, draws);
+    ASSERT_EQ(out.tokens.size(), 4u);
+    ASSERT_EQ(out.logits[0].size(), size_t(24 * V));
+    const auto st = cuda::cuda_model_stats(*model);
+    const size_t bound = cuda::cuda_workspace_bound(*model, 96, 4, 96, 544, 4);
+    std::printf("[workspace] capacity %zu, high water %zu, bound of the last forward %zu\n", st.workspace_bytes,
+                st.workspace_high_water, bound);
+    EXPECT_LE(st.workspace_high_water, bound);
+    EXPECT_LE(bound, st.workspace_bytes);
+    EXPECT_GT(double(st.workspace_high_water), 0.5 * double(bound));  // the bound is not loose
+}
+
+INSTANTIATE_TEST_SUITE_P(Numerics, CudaRuntime, ::testing::Values(Numerics::kExact, Numerics::kOfficial),
+                         [](const auto& param_info) { return std::string(numerics_name(param_info.param)); });
+
+}  // namespace
+}  // namespace deepinfer
