@@ -8,7 +8,7 @@
 // under four runtimes (host sampling + synchronous + no graphs = the first CUDA backend; device
 // sampling; + async scheduling; + CUDA graphs): wall ms per decode step and, from CUDA events, the
 // GPU's span per step and the idle gap between steps (the GPU idle fraction).
-//   cuda_forward_bench --engine-batches 1,32,256 [--engine-prompt 32] [--engine-tokens 9] [--gemm fast]
+//   cuda_forward_bench --engine-batches 1,32,256 [--engine-prompt 32] [--engine-tokens 9] [--gemm fast] [--model DIR]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -128,6 +128,7 @@ int main(int argc, char** argv) {
     int64_t experts = 256, prefill = 512, decode = 16;
     std::string layers = "csa,hca", batches = "1,8,64", dir = "/tmp/deepinfer-cuda-bench", engine_batches, gemm = "reference";
     int64_t engine_prompt = 32, engine_tokens = 9;
+    std::string model_dir;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
         if (k == "--experts") experts = std::stoll(v);
@@ -138,6 +139,7 @@ int main(int argc, char** argv) {
         else if (k == "--dir") dir = v;
         else if (k == "--gemm") gemm = v;  // reference | fast
         else if (k == "--engine-batches") engine_batches = v;
+        else if (k == "--model") model_dir = v;
         else if (k == "--engine-prompt") engine_prompt = std::stoll(v);
         else if (k == "--engine-tokens") engine_tokens = std::stoll(v);
         else {
@@ -150,7 +152,8 @@ int main(int argc, char** argv) {
     for (std::string item; std::getline(ls, item, ',');) ratios.push_back(item == "csa" ? 4 : item == "hca" ? 128 : 0);
     std::filesystem::create_directories(dir);
     auto t = Clock::now();
-    write_synthetic_checkpoint(dir, config(experts, ratios), {.seed = 1, .residual_damping = 0.25});
+    if (model_dir.empty()) write_synthetic_checkpoint(dir, config(experts, ratios), {.seed = 1, .residual_damping = 0.25});
+    else dir = model_dir;  // an existing checkpoint (e.g. a tiny fixture: launch-bound steps)
     const double write_s = since(t);
     if (!engine_batches.empty()) {
         // Two models of one checkpoint: CUDA graphs on and off; the workspace sized from the engine's
@@ -169,7 +172,8 @@ int main(int argc, char** argv) {
             models[g] = cuda::load_cuda_model(dir, mo, co);
             load_s = since(t);
         }
-        nlohmann::json base = {{"layers", layers}, {"experts", experts}, {"numerics", numerics_name(models[0]->numerics())},
+        nlohmann::json base = {{"model", model_dir.empty() ? "synthetic" : model_dir}, {"layers", layers}, {"experts", experts},
+                               {"numerics", numerics_name(models[0]->numerics())},
                                {"write_s", write_s}, {"load_s", load_s},
                                {"workspace_bytes", cuda::cuda_model_stats(*models[0]).workspace_bytes}};
         const Runtime runtimes[] = {{"host_sampling_sync", false, false, false},
@@ -185,7 +189,7 @@ int main(int argc, char** argv) {
                 std::fflush(stdout);
             }
         }
-        std::filesystem::remove_all(dir);
+        if (model_dir.empty()) std::filesystem::remove_all(dir);
         return 0;
     }
     cuda::CudaModelOptions co;

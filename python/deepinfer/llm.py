@@ -103,7 +103,8 @@ class LLM:
         self.model_dir, self.model_name = _resolve_model(model, revision, cache_dir)
         tok_path = tokenizer or _model_tokenizer(self.model_dir) or bundled_tokenizer()
         self._model = _core.Model.load(self.model_dir, numerics, tok_path, "cpu" if device == "auto" else device,
-                                       max_model_len or 0)
+                                       max_model_len or 0, max_batch_tokens=max_num_batched_tokens,
+                                       max_num_seqs=max_num_seqs)
         self._tokenizer = _core.Tokenizer.from_file(tok_path)
         info = self._model.info
         if self._tokenizer.vocab_size > info.vocab_size:

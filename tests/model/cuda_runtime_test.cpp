@@ -236,12 +236,12 @@ TEST_P(CudaRuntime, WorkspaceSizedFromLimits) {
     std::mt19937 rng(4);
     std::vector<Sequence> seqs;
     for (int i = 0; i < 4; ++i) seqs.push_back(model->new_sequence());
-    // Fill to 520 tokens each in chunks, then one forward of 96 rows (4 x 24) with all logits and
-    // 4 device draws at positions up to 543.
-    for (int64_t done = 0; done < 520; done += 65) {
+    // Fill to 528 tokens each in forwards of 4 x 24 rows (the limit), then one forward of 96 rows
+    // with all logits and 4 device draws at positions up to 551.
+    for (int64_t done = 0; done < 528; done += 24) {
         std::vector<std::vector<int32_t>> toks;
         std::vector<SequenceChunk> chunks;
-        for (int i = 0; i < 4; ++i) toks.push_back(random_tokens(rng, 65, V));
+        for (int i = 0; i < 4; ++i) toks.push_back(random_tokens(rng, 24, V));
         for (int i = 0; i < 4; ++i) chunks.push_back({&seqs[size_t(i)], toks[size_t(i)], false});
         model->forward_batch(chunks);
     }
@@ -257,7 +257,7 @@ TEST_P(CudaRuntime, WorkspaceSizedFromLimits) {
     ASSERT_EQ(out.tokens.size(), 4u);
     ASSERT_EQ(out.logits[0].size(), size_t(24 * V));
     const auto st = cuda::cuda_model_stats(*model);
-    const size_t bound = cuda::cuda_workspace_bound(*model, 96, 4, 96, 544, 4);
+    const size_t bound = cuda::cuda_workspace_bound(*model, 96, 4, 96, 552, 4);
     std::printf("[workspace] capacity %zu, high water %zu, bound of the last forward %zu\n", st.workspace_bytes,
                 st.workspace_high_water, bound);
     EXPECT_LE(st.workspace_high_water, bound);

@@ -161,6 +161,15 @@ Command register_bench(CLI::App& app) {
             mo.numerics = parse_numerics(o->numerics);
         }
         mo.device = parse_device(o->device);
+        // The GPU workspace is sized for the largest step this run makes.
+        mo.max_batch_tokens = std::max<int64_t>(2048, o->prefill);
+        if (!o->engine_batches.empty()) {
+            std::stringstream list(o->engine_batches);
+            int64_t most = 1;
+            for (std::string item; std::getline(list, item, ',');) most = std::max<int64_t>(most, std::stoll(item));
+            mo.max_num_seqs = most;
+            mo.max_batch_tokens = std::max(mo.max_batch_tokens, most);
+        }
         auto t_load = Clock::now();
         auto model = Model::load(dir, mo);
         const double load_s = seconds_since(t_load);

@@ -48,9 +48,10 @@ namespace {
 struct RunOptions {
     std::string model, revision, tokenizer, input, output, family = "auto", numerics, progress = "auto", cache_dir,
         device = "cpu";
-    bool resume = false, async = false, no_async = false, no_prefix_cache = false;
+    bool resume = false, async = false, no_async = false, no_prefix_cache = false, no_cuda_graphs = false,
+         host_sampling = false;
     int64_t max_num_seqs = 64, max_batched_tokens = 2048, max_prefill_chunk = 512, default_max_tokens = 256;
-    double state_memory_gib = 4.0, device_workspace_gib = 1.0;
+    double state_memory_gib = 4.0, device_workspace_gib = 0.0;
     int64_t max_model_len = 0, gpus_per_replica = 1;
     std::string gemm = "reference";
     uint64_t seed = 0;
@@ -129,6 +130,9 @@ int run_job(const RunOptions& o, Communicator* comm) {
     mo.max_model_len = o.max_model_len;
     mo.device_workspace_bytes = static_cast<uint64_t>(o.device_workspace_gib * double(uint64_t{1} << 30));
     mo.device_fast_gemm = o.gemm == "fast";
+    mo.max_batch_tokens = o.max_batched_tokens;
+    mo.max_num_seqs = o.max_num_seqs;
+    mo.cuda_graphs = !o.no_cuda_graphs;
     std::shared_ptr<const Model> model = Model::load(dir, mo);
     auto tok = std::make_shared<const Tokenizer>(Tokenizer::from_file(tokenizer_path));
     // A tokenizer with more ids than the model (a tiny test model) still decodes every sampled id;
@@ -147,7 +151,9 @@ int run_job(const RunOptions& o, Communicator* comm) {
     ec.max_prefill_chunk = o.max_prefill_chunk;
     ec.state_memory_bytes = static_cast<uint64_t>(o.state_memory_gib * double(uint64_t{1} << 30));
     ec.prefix_caching = !o.no_prefix_cache;
-    ec.async_scheduling = o.async && !o.no_async;
+    // Async by default on the GPU: the host post-processes a step while the device runs the next.
+    ec.async_scheduling = !o.no_async && (o.async || mo.device == Device::kCuda);
+    ec.device_sampling = !o.host_sampling;
     ec.job_seed = o.seed;
     ec.speculative_method = o.speculative;
     ec.num_speculative_tokens = o.num_speculative_tokens;
@@ -200,7 +206,10 @@ Command register_run(CLI::App& app) {
     sub->add_option("--device", o->device, "cpu | cuda: where the model runs (the engine is the same)")->capture_default_str();
     sub->add_option("--max-model-len", o->max_model_len, "cuda: longest sequence held on the GPU (0: min(context, 65536))");
     sub->add_option("--device-workspace-gib", o->device_workspace_gib,
-                    "cuda: scratch of one forward step, allocated at start-up")->capture_default_str();
+                    "cuda: scratch of one forward step, allocated at start-up (0: sized from --max-batched-tokens, "
+                    "--max-num-seqs and --max-model-len)")->capture_default_str();
+    sub->add_flag("--no-cuda-graphs", o->no_cuda_graphs, "cuda: launch decode steps kernel by kernel (same results)");
+    sub->add_flag("--host-sampling", o->host_sampling, "cuda: sample on the CPU from copied logits (same results)");
     sub->add_option("--gemm", o->gemm, "cuda: reference (bit-identical to the CPU) | fast (tensor cores, within tolerance)")
         ->capture_default_str()->check(CLI::IsMember({"reference", "fast"}));
     sub->add_option("--max-num-seqs", o->max_num_seqs, "Sequences per step")->capture_default_str()->check(CLI::Range(1, 65536));
@@ -213,7 +222,8 @@ Command register_run(CLI::App& app) {
     sub->add_option("--seed", o->seed, "Job seed (requests without a seed derive theirs from it and custom_id)");
     sub->add_flag("--async", o->async, "Asynchronous scheduling: post-process a step while the next forward runs "
                                         "(same results; off by default on the CPU backend, where it competes for cores)");
-    sub->add_flag("--no-async", o->no_async, "Synchronous scheduling (the default on the CPU backend)");
+    sub->add_flag("--no-async", o->no_async, "Synchronous scheduling (the default on the CPU backend; async is the "
+                                              "default with --device cuda)");
     sub->add_flag("--no-prefix-cache", o->no_prefix_cache, "Disable prefix sharing (same results)");
     sub->add_option("--speculative", o->speculative, "Speculative decoding: none | mtp | dspark | auto (the checkpoint's drafter, if any)")->capture_default_str();
     sub->add_option("--num-speculative-tokens", o->num_speculative_tokens, "Drafts per request and step, at most")
