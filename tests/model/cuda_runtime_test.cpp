@@ -6,15 +6,19 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/gemm_fast.h"
 #include "backends/cuda/model/cuda_model.h"
 #include "deepinfer/engine.h"
 #include "deepinfer/model.h"
+#include "deepinfer/synthetic.h"
 #include "model/forward.h"
 #include "unit/fixtures.h"
 
@@ -263,6 +267,72 @@ TEST_P(CudaRuntime, WorkspaceSizedFromLimits) {
     EXPECT_LE(st.workspace_high_water, bound);
     EXPECT_LE(bound, st.workspace_bytes);
     EXPECT_GT(double(st.workspace_high_water), 0.5 * double(bound));  // the bound is not loose
+}
+
+// At the real V4-Flash attention widths (FP8 linears, FP4 experts, a CSA and an HCA layer), in both
+// GEMM modes (the tensor-core one where the GPU has FP8 MMAs): graph replays equal eager steps bit for bit.
+TEST(CudaRuntimeFlashWidth, GraphDecodeBitIdenticalToEagerInBothGemmModes) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    const nlohmann::json cfg = {
+        {"architectures", {"DeepseekV4ForCausalLM"}}, {"model_type", "deepseek_v4"}, {"vocab_size", 2048},
+        {"hidden_size", 4096}, {"moe_intermediate_size", 2048}, {"num_hidden_layers", 2}, {"num_attention_heads", 64},
+        {"num_key_value_heads", 1}, {"head_dim", 512}, {"qk_rope_head_dim", 64}, {"q_lora_rank", 1024}, {"o_groups", 8},
+        {"o_lora_rank", 1024}, {"sliding_window", 128}, {"compress_ratios", {4, 128, 0}}, {"num_hash_layers", 0},
+        {"n_routed_experts", 16}, {"n_shared_experts", 1}, {"num_experts_per_tok", 6}, {"scoring_func", "sqrtsoftplus"},
+        {"routed_scaling_factor", 1.5}, {"swiglu_limit", 10.0}, {"rms_norm_eps", 1e-6}, {"hc_mult", 4},
+        {"hc_sinkhorn_iters", 20}, {"hc_eps", 1e-6}, {"rope_theta", 10000}, {"compress_rope_theta", 160000},
+        {"rope_scaling", {{"type", "yarn"}, {"factor", 16}, {"original_max_position_embeddings", 65536},
+                          {"beta_fast", 32}, {"beta_slow", 1}}},
+        {"index_n_heads", 64}, {"index_head_dim", 128}, {"index_topk", 512}, {"num_nextn_predict_layers", 0},
+        {"max_position_embeddings", 1048576}, {"expert_dtype", "fp4"},
+        {"quantization_config", {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"weight_block_size", {128, 128}},
+                                 {"scale_fmt", "ue8m0"}, {"activation_scheme", "dynamic"}}}};
+    const std::string dir = (std::filesystem::temp_directory_path() / "deepinfer-cuda-runtime-flash").string();
+    std::filesystem::create_directories(dir);
+    write_synthetic_checkpoint(dir, cfg.dump(2), {.seed = 5, .residual_damping = 0.25});
+    std::vector<cuda::GemmMode> modes = {cuda::GemmMode::kReference};
+    if (cuda::fast_fp8_available()) modes.push_back(cuda::GemmMode::kFast);
+    for (cuda::GemmMode mode : modes) {
+        std::unique_ptr<Model> m[2];
+        for (int g = 0; g < 2; ++g) {
+            ModelOptions o;
+            o.cuda_graphs = g == 1;
+            o.max_batch_tokens = 1024;
+            o.max_num_seqs = 8;
+            cuda::CudaModelOptions co;
+            co.max_model_len = 1024;
+            co.gemm = mode;
+            m[g] = cuda::load_cuda_model(dir, o, co);
+        }
+        std::mt19937 rng(8);
+        const int64_t B = 5;
+        std::vector<Sequence> s0, s1;
+        std::vector<std::vector<int32_t>> prompts;
+        for (int64_t i = 0; i < B; ++i) {
+            s0.push_back(m[0]->new_sequence());
+            s1.push_back(m[1]->new_sequence());
+            prompts.push_back(random_tokens(rng, 120 + 30 * i, 2048));
+        }
+        std::vector<SequenceChunk> c0, c1;
+        for (int64_t i = 0; i < B; ++i) {
+            c0.push_back({&s0[size_t(i)], prompts[size_t(i)], false});
+            c1.push_back({&s1[size_t(i)], prompts[size_t(i)], false});
+        }
+        ASSERT_EQ(m[0]->forward_batch(c0), m[1]->forward_batch(c1));
+        std::vector<int32_t> next(static_cast<size_t>(B));
+        for (int step = 0; step < 6; ++step) {
+            for (int64_t i = 0; i < B; ++i) {
+                next[size_t(i)] = static_cast<int32_t>(rng() % 2048);
+                c0[size_t(i)] = {&s0[size_t(i)], std::span<const int32_t>(&next[size_t(i)], 1), false};
+                c1[size_t(i)] = {&s1[size_t(i)], std::span<const int32_t>(&next[size_t(i)], 1), false};
+            }
+            ASSERT_EQ(m[0]->forward_batch(c0), m[1]->forward_batch(c1))
+                << "gemm " << (mode == cuda::GemmMode::kFast ? "fast" : "reference") << " step " << step;
+        }
+        EXPECT_EQ(cuda::cuda_model_stats(*m[1]).graph_replays, 6);
+        EXPECT_EQ(cuda::cuda_model_stats(*m[0]).graph_replays, 0);
+    }
+    std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Numerics, CudaRuntime, ::testing::Values(Numerics::kExact, Numerics::kOfficial),
