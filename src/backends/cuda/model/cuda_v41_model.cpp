@@ -42,7 +42,8 @@ ScoringFunc scoring_of(const std::string& name) {
 }  // namespace
 
 CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, const CudaModelOptions& o)
-    : workspace_(o.workspace_bytes), staging_(size_t(64) << 20) {
+    // workspace_bytes 0 ("size from the engine's limits", done by the V4 CudaModel): 1 GiB here so far.
+    : workspace_(o.workspace_bytes ? o.workspace_bytes : size_t(1) << 30), staging_(size_t(64) << 20) {
     DI_CHECK(o.device >= 0 && o.device < device_count(), "CUDA device ", o.device, " not available (", device_count(),
              " devices)");
     DI_CHECK(!options.v41_bounded_replay, dir, ": bounded replay runs on the CPU only so far (--device cpu)");
