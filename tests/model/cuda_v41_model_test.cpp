@@ -19,10 +19,13 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/model/cuda_v41_impl.h"
 #include "backends/cuda/model/cuda_v41_model.h"
 #include "deepinfer/embedded.h"
 #include "deepinfer/engine.h"
@@ -318,6 +321,60 @@ TEST(CudaV41Load, ModelLoadDispatchesV41ToCuda) {
     o.v41_bounded_replay = false;
     o.device_fast_gemm = true;  // the tensor-core GEMM mode is V4-only so far
     EXPECT_THROW(Model::load(test::data_path("v41/v41_tiny_a"), o), Error);
+}
+
+// Engram tables are not copied per process: they are page-locked where they lie in the checkpoint's
+// read-only mapping, so every process on the host shares the page cache's one copy (issue 12 item 3).
+TEST(CudaV41Engram, TablesReadInPlaceFromTheCheckpointMapping) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    if (!cuda::HostRegistration::read_only_supported()) GTEST_SKIP() << "device cannot map read-only host memory";
+    ModelOptions o = options_for(Numerics::kExact);
+    o.device = Device::kCuda;
+    const auto a = Model::load(test::data_path("v41/v41_tiny_a"), o);
+    const auto b = Model::load(test::data_path("v41/v41_tiny_a"), o);  // a second replica of the same file
+    for (const auto* m : {a.get(), b.get()}) {
+        const auto* c = dynamic_cast<const cuda::CudaV41Model*>(m);
+        ASSERT_NE(c, nullptr);
+        EXPECT_GT(c->engram_shared_bytes(), 0u);
+        EXPECT_EQ(c->engram_copied_bytes(), 0u);
+    }
+    // Each load maps the file anew (distinct ranges, each registered once); both compute the CPU's logits.
+    ModelOptions cpu_o = options_for(Numerics::kExact);
+    const auto cpu = Model::load(test::data_path("v41/v41_tiny_a"), cpu_o);
+    const std::vector<int32_t> prompt = {5, 17, 99, 1234, 42, 7, 7, 7, 300, 12};
+    Sequence sc = cpu->new_sequence(), sa = a->new_sequence(), sb = b->new_sequence();
+    const auto lc = cpu->forward(sc, prompt, true);
+    EXPECT_TRUE(same_bits(a->forward(sa, prompt, true), lc));
+    EXPECT_TRUE(same_bits(b->forward(sb, prompt, true), lc));
+}
+
+// A read-only file mapping registered in place is readable by the device, byte for byte.
+TEST(CudaHostRegistration, ReadOnlyFileMappingIsReadableFromTheDevice) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    if (!cuda::HostRegistration::read_only_supported()) GTEST_SKIP() << "device cannot map read-only host memory";
+    const std::string path = (fs::temp_directory_path() / ("deepinfer-hostreg-" + std::to_string(::getpid()))).string();
+    std::vector<uint8_t> bytes(3 * 4096 + 123);
+    std::mt19937 rng(7);
+    for (auto& x : bytes) x = static_cast<uint8_t>(rng());
+    { std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size())); }
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    void* map = ::mmap(nullptr, bytes.size(), PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    ASSERT_NE(map, MAP_FAILED);
+    {
+        const char* sub = static_cast<const char*>(map) + 1000;  // unaligned start: the range is widened to pages
+        const size_t n = bytes.size() - 1000;
+        cuda::HostRegistration reg(sub, n);
+        EXPECT_TRUE(reg.contains(sub, n));
+        cuda::DeviceBuffer dev(n);
+        dev.copy_from_device(reg.device_pointer(sub), n);
+        std::vector<uint8_t> back(n);
+        dev.copy_to_host(back.data(), n);
+        EXPECT_EQ(0, std::memcmp(back.data(), bytes.data() + 1000, n));
+    }
+    ::munmap(map, bytes.size());
+    fs::remove(path);
 }
 
 // The release's widths (hidden 5120, 64 heads x 512 with rope 64, q_lora 1280, 8 output groups x 1024,

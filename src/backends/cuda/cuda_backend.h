@@ -27,6 +27,7 @@ public:
     void* data() const { return data_; }
     size_t nbytes() const { return nbytes_; }
     void copy_from_host(const void* src, size_t nbytes);
+    void copy_from_device(const void* src, size_t nbytes);  // src: a device (or device-mapped) address
     void copy_to_host(void* dst, size_t nbytes) const;
 
 private:
@@ -90,6 +91,27 @@ private:
     void* host_ = nullptr;
     void* device_ = nullptr;
     size_t nbytes_ = 0;
+};
+
+// Host memory that already exists (a read-only file mapping) page-locked in place and mapped into the
+// device's address space: no copy, so every process that maps the same file shares one page-cache copy
+// (V4.1's Engram tables, issue 12). The range is widened to whole pages; it must outlive this object.
+class HostRegistration {
+public:
+    // True when the current device can map read-only host memory (cudaDevAttrHostRegisterReadOnlySupported).
+    static bool read_only_supported();
+    HostRegistration(const void* begin, size_t nbytes);  // throws deepinfer::Error when registration fails
+    ~HostRegistration();
+    HostRegistration(const HostRegistration&) = delete;
+    HostRegistration& operator=(const HostRegistration&) = delete;
+    bool contains(const void* p, size_t n) const;
+    const void* device_pointer(const void* host) const;  // host must lie in the range
+    size_t nbytes() const { return nbytes_; }
+
+private:
+    const char* begin_ = nullptr;  // page-aligned
+    size_t nbytes_ = 0;
+    const char* device_ = nullptr;
 };
 
 // An owned CUDA event (timing disabled) for ordering work between streams.

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include <unistd.h>
+
 #include "backends/cuda/common/cuda_check.h"
 #include "backends/cuda/cuda_backend.h"
 
@@ -104,6 +106,11 @@ void CudaGraph::launch(Stream s) const {
 
 void synchronize_stream(Stream s) { DI_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(s.handle))); }
 
+void DeviceBuffer::copy_from_device(const void* src, size_t nbytes) {
+    DI_CHECK(nbytes <= nbytes_, "copy of ", nbytes, " bytes into a device buffer of ", nbytes_);
+    DI_CUDA_CHECK(cudaMemcpy(data_, src, nbytes, cudaMemcpyDeviceToDevice));
+}
+
 void DeviceBuffer::copy_from_host(const void* src, size_t nbytes) {
     DI_CHECK(nbytes <= nbytes_, "copy of ", nbytes, " bytes into a device buffer of ", nbytes_);
     DI_CUDA_CHECK(cudaMemcpy(data_, src, nbytes, cudaMemcpyHostToDevice));
@@ -160,6 +167,54 @@ PinnedBuffer::PinnedBuffer(size_t nbytes) : nbytes_(nbytes) {
 
 PinnedBuffer::~PinnedBuffer() {
     if (host_) (void)cudaFreeHost(host_);
+}
+
+bool HostRegistration::read_only_supported() {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrHostRegisterReadOnlySupported, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return v != 0;
+}
+
+HostRegistration::HostRegistration(const void* begin, size_t nbytes) {
+    DI_CHECK(begin != nullptr && nbytes > 0, "HostRegistration: empty range");
+    const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+    const uintptr_t lo = uintptr_t(begin) / page * page;
+    const uintptr_t hi = (uintptr_t(begin) + nbytes + page - 1) / page * page;
+    void* p = reinterpret_cast<void*>(lo);
+    const cudaError_t e =
+        cudaHostRegister(p, hi - lo, cudaHostRegisterMapped | cudaHostRegisterReadOnly | cudaHostRegisterPortable);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        DI_CHECK(false, "cudaHostRegister of ", hi - lo, " bytes of mapped host memory failed: ", cudaGetErrorString(e));
+    }
+    void* d = nullptr;
+    const cudaError_t g = cudaHostGetDevicePointer(&d, p, 0);
+    if (g != cudaSuccess) {
+        (void)cudaGetLastError();
+        (void)cudaHostUnregister(p);
+        DI_CHECK(false, "cudaHostGetDevicePointer of registered host memory failed: ", cudaGetErrorString(g));
+    }
+    begin_ = reinterpret_cast<const char*>(lo);
+    nbytes_ = hi - lo;
+    device_ = static_cast<const char*>(d);
+}
+
+HostRegistration::~HostRegistration() {
+    if (begin_) (void)cudaHostUnregister(const_cast<char*>(begin_));
+}
+
+bool HostRegistration::contains(const void* p, size_t n) const {
+    const char* c = static_cast<const char*>(p);
+    return c >= begin_ && c + n <= begin_ + nbytes_;
+}
+
+const void* HostRegistration::device_pointer(const void* host) const {
+    DI_CHECK(contains(host, 0), "pointer outside the registered host range");
+    return device_ + (static_cast<const char*>(host) - begin_);
 }
 
 OwnedEvent::OwnedEvent() {

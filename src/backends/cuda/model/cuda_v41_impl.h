@@ -56,6 +56,11 @@ public:
     std::vector<float> forward(Sequence& seq, std::span<const int32_t> tokens, bool all_logits) const override;
     std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const override;
 
+    // Engram table bytes read in place from the checkpoint's mapping (shared by every process on the
+    // host) and bytes copied into this process's pinned buffers (devices without read-only mapping).
+    size_t engram_shared_bytes() const { return weights_.shared_host_bytes; }
+    size_t engram_copied_bytes() const { return weights_.host_bytes; }
+
     // What source layers publish within one forward for one segment (model/v41/attention.h SharedState).
     struct Shared {
         int64_t kv_source = -1;  // layer of the latest KV source
@@ -105,6 +110,7 @@ private:
     EngramTokenMap token_map_;
     EngramLayout engram_layout_;
     int64_t engram_pad_ = 0;
+    std::unique_ptr<const v41::Weights> host_;  // the checkpoint mapping the shared Engram tables live in
     V41DeviceWeights weights_;
     std::vector<std::unique_ptr<DeviceBuffer>> tables_;
     const float* rope_main_ = nullptr;

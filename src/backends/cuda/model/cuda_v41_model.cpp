@@ -54,7 +54,8 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
     info_ = {"deepseek_v41", c.vocab_size, config_.eos_token_ids, c.max_position_embeddings};
     max_len_ = o.max_model_len > 0 ? std::min(o.max_model_len, c.max_position_embeddings)
                                    : std::min<int64_t>(c.max_position_embeddings, 65536);
-    const v41::Weights host(dir, c);
+    host_ = std::make_unique<const v41::Weights>(dir, c);
+    const v41::Weights& host = *host_;
     const cpu::WeightFormat f = host.layers.at(0).attn.wq_a.format;
     const bool q = f == cpu::WeightFormat::kFp8Block || f == cpu::WeightFormat::kFp4;
     numerics_ = options.numerics_from_checkpoint ? (q ? Numerics::kOfficial : Numerics::kExact) : options.numerics;
@@ -84,6 +85,7 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
     rope_main_ = table(rope_cos_sin(cpu::RopeTable(c.rope_main, c.qk_rope_head_dim), max_len_));
     rope_comp_ = table(rope_cos_sin(cpu::RopeTable(c.rope_compress, c.qk_rope_head_dim), max_len_));
     state_bytes_ = make_v41_device_state(c, max_len_)->bytes();
+    if (weights_.registered.empty()) host_.reset();  // nothing points into the mapping
 }
 
 Sequence CudaV41Model::new_sequence(std::shared_ptr<StatePool>) const {

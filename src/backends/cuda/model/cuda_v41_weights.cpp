@@ -2,7 +2,11 @@
 // Uploads v41::Weights (views into the checkpoint mapping) to device memory, format unchanged.
 #include "backends/cuda/model/cuda_v41_weights.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <unistd.h>
+#include <utility>
 
 #include "deepinfer/check.h"
 
@@ -24,6 +28,8 @@ public:
     }
     const void* pinned(const void* src, size_t n) {
         if (n == 0) return nullptr;
+        for (const auto& r : out_.registered)
+            if (r->contains(src, n)) return r->device_pointer(src);
         auto buf = std::make_unique<PinnedBuffer>(n);
         std::memcpy(buf->host(), src, n);
         out_.host_bytes += n;
@@ -70,10 +76,39 @@ private:
     V41DeviceWeights& out_;
 };
 
+// Page-locks the Engram tables (weights and scales) where they lie in the checkpoint's mapping: the
+// tensors' page ranges, sorted and merged (two tensors may share a page; a page may be registered once).
+void register_engram_tables(const v41::Weights& w, V41DeviceWeights& d) {
+    const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+    std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+    size_t bytes = 0;
+    for (const v41::LayerWeights& lw : w.layers) {
+        if (!lw.engram) continue;
+        for (const TensorView* t : {&lw.engram->table.weight, &lw.engram->table.scale}) {
+            if (t->empty()) continue;
+            const uintptr_t lo = uintptr_t(t->data());
+            ranges.emplace_back(lo / page * page, (lo + t->nbytes() + page - 1) / page * page);
+            bytes += t->nbytes();
+        }
+    }
+    std::sort(ranges.begin(), ranges.end());
+    std::vector<std::pair<uintptr_t, uintptr_t>> merged;
+    for (const auto& r : ranges) {
+        if (!merged.empty() && r.first <= merged.back().second)
+            merged.back().second = std::max(merged.back().second, r.second);
+        else
+            merged.push_back(r);
+    }
+    for (const auto& [lo, hi] : merged)
+        d.registered.push_back(std::make_unique<HostRegistration>(reinterpret_cast<const void*>(lo), size_t(hi - lo)));
+    d.shared_host_bytes = bytes;
+}
+
 }  // namespace
 
-V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& c) {
+V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& c, bool share_engram) {
     V41DeviceWeights d;
+    if (share_engram && HostRegistration::read_only_supported()) register_engram_tables(w, d);
     Uploader up(d);
     d.embed = up.linear(w.embed);
     d.head = up.linear(w.head);

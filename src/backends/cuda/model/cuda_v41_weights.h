@@ -54,10 +54,16 @@ struct V41DeviceWeights {
     std::vector<V41DeviceLayer> layers;
     size_t device_bytes = 0, host_bytes = 0;
     std::vector<std::unique_ptr<DeviceBuffer>> storage;  // device allocations
-    std::vector<std::unique_ptr<PinnedBuffer>> pinned;   // Engram tables
+    std::vector<std::unique_ptr<PinnedBuffer>> pinned;   // Engram tables copied (when not shared)
+    // Engram tables read in place from the checkpoint's mapping (page-locked, mapped to the device):
+    // host_bytes counts none of them, and every process on the host shares one page-cache copy.
+    std::vector<std::unique_ptr<HostRegistration>> registered;
+    size_t shared_host_bytes = 0;
 };
 
-// Copies every weight the forward uses to the device (Engram tables to mapped host memory).
-V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& config);
+// Copies every weight the forward uses to the device. Engram tables stay in host memory: with
+// share_engram and a device that maps read-only host memory they are registered in place in the
+// checkpoint's mapping (w must then outlive the result), otherwise copied to pinned mapped buffers.
+V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& config, bool share_engram = true);
 
 }  // namespace deepinfer::cuda
