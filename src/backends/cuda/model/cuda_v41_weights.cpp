@@ -28,8 +28,6 @@ public:
     }
     const void* pinned(const void* src, size_t n) {
         if (n == 0) return nullptr;
-        for (const auto& r : out_.registered)
-            if (r->contains(src, n)) return r->device_pointer(src);
         auto buf = std::make_unique<PinnedBuffer>(n);
         std::memcpy(buf->host(), src, n);
         out_.host_bytes += n;
@@ -108,7 +106,9 @@ void register_engram_tables(const v41::Weights& w, V41DeviceWeights& d) {
 
 V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& c, bool share_engram) {
     V41DeviceWeights d;
-    if (share_engram && HostRegistration::read_only_supported()) register_engram_tables(w, d);
+    // Registration comes after every copy: cudaMemcpy from host memory that straddles a registered range
+    // (a neighbouring tensor on a shared page) is refused by the runtime.
+    const bool share = share_engram && HostRegistration::read_only_supported();
     Uploader up(d);
     d.embed = up.linear(w.embed);
     d.head = up.linear(w.head);
@@ -155,11 +155,26 @@ V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& 
         l.shared_w2 = up.linear(m.shared.w2);
         if (lw.engram) {
             l.has_engram = true;
-            l.engram.table = up.linear(lw.engram->table, /*host=*/true);
+            if (!share) l.engram.table = up.linear(lw.engram->table, /*host=*/true);
             l.engram.wkv = up.linear(lw.engram->wkv);
             l.engram.gate_weight = up.vec(lw.engram->gate_weight);
         }
         d.layers.push_back(std::move(l));
+    }
+    if (share) {
+        register_engram_tables(w, d);
+        auto in_place = [&](const TensorView& t) -> const void* {
+            if (t.empty()) return nullptr;
+            for (const auto& r : d.registered)
+                if (r->contains(t.data(), t.nbytes())) return r->device_pointer(t.data());
+            DI_CHECK(false, "Engram tensor ", t.describe(), " outside the registered ranges");
+            return nullptr;
+        };
+        for (size_t i = 0; i < w.layers.size(); ++i) {
+            if (!w.layers[i].engram) continue;
+            const v41::LinearWeight& t = w.layers[i].engram->table;
+            d.layers[i].engram.table = device_linear_like(t, in_place(t.weight), in_place(t.scale));
+        }
     }
     return d;
 }
