@@ -19,6 +19,7 @@
 #include "backends/cpu/linear.h"
 #include "backends/cpu/primitives.h"
 #include "backends/cuda/cuda_backend.h"
+#include "ops/cuda_test_util.h"
 #include "backends/cuda/gemm_fast.h"
 #include "backends/cuda/model/cuda_weights.h"
 #include "deepinfer/float_formats.h"
@@ -28,6 +29,7 @@ namespace {
 
 using cuda::DeviceBuffer;
 using cuda::Stream;
+using test::Dev;
 
 class CudaGemmFast : public ::testing::Test {
 protected:
@@ -37,21 +39,6 @@ protected:
     }
 };
 
-template <class T>
-struct Dev {
-    std::unique_ptr<DeviceBuffer> buf;
-    explicit Dev(const std::vector<T>& v) : buf(std::make_unique<DeviceBuffer>(std::max<size_t>(v.size(), 1) * sizeof(T))) {
-        if (!v.empty()) buf->copy_from_host(v.data(), v.size() * sizeof(T));
-    }
-    explicit Dev(size_t n) : buf(std::make_unique<DeviceBuffer>(std::max<size_t>(n, 1) * sizeof(T))) {}
-    T* ptr() const { return static_cast<T*>(buf->data()); }
-    std::vector<T> host(size_t n) const {
-        std::vector<T> v(n);
-        cuda::synchronize();
-        buf->copy_to_host(v.data(), n * sizeof(T));
-        return v;
-    }
-};
 
 std::vector<float> bf16_randn(size_t n, uint32_t seed, float scale = 1.0f) {
     std::mt19937 rng(seed);

@@ -19,6 +19,7 @@
 #include "backends/cpu/linear.h"
 #include "backends/cpu/primitives.h"
 #include "backends/cuda/cuda_backend.h"
+#include "ops/cuda_test_util.h"
 #include "backends/cuda/model/cuda_weights.h"
 #include "deepinfer/dequant.h"
 #include "deepinfer/float_formats.h"
@@ -31,6 +32,8 @@ namespace {
 
 using cuda::DeviceBuffer;
 using cuda::Stream;
+using test::Dev;
+using test::randn;
 
 class CudaOps : public ::testing::Test {
 protected:
@@ -39,30 +42,7 @@ protected:
     }
 };
 
-// Device copy of a host vector, kept alive by the test.
-template <class T>
-struct Dev {
-    std::unique_ptr<DeviceBuffer> buf;
-    explicit Dev(const std::vector<T>& v) : buf(std::make_unique<DeviceBuffer>(std::max<size_t>(v.size(), 1) * sizeof(T))) {
-        if (!v.empty()) buf->copy_from_host(v.data(), v.size() * sizeof(T));
-    }
-    explicit Dev(size_t n) : buf(std::make_unique<DeviceBuffer>(std::max<size_t>(n, 1) * sizeof(T))) {}
-    T* ptr() const { return static_cast<T*>(buf->data()); }
-    std::vector<T> host(size_t n) const {
-        std::vector<T> v(n);
-        cuda::synchronize();
-        buf->copy_to_host(v.data(), n * sizeof(T));
-        return v;
-    }
-};
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> nd(0.0f, scale);
-    std::vector<float> v(n);
-    for (float& x : v) x = nd(rng);
-    return v;
-}
 std::vector<float> bf16_values(std::vector<float> v) {
     for (float& x : v) x = cpu::round_bf16(x);
     return v;
