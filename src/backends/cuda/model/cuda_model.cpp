@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // CudaModel: composes the CUDA ops into the V4 forward, mirroring CpuModel (src/model/forward.cpp,
 // attention_block.cpp, compressor.cpp, moe_block.cpp) step by step, with the same rounding points.
+#include "backends/cuda/model/rope_tables.h"
 #include "backends/cuda/model/cuda_model.h"
 
 #include <algorithm>
@@ -71,19 +72,6 @@ ScoringFunc scoring_of(const std::string& name) {
     if (name == "sigmoid") return ScoringFunc::kSigmoid;
     if (name == "softmax") return ScoringFunc::kSoftmax;
     DI_THROW("unsupported scoring_func '", name, "'");
-}
-
-// [positions, rope_dim/2, 2] cos/sin with the CPU RopeTable's angles and std::cos/std::sin.
-std::vector<float> rope_cos_sin(const cpu::RopeTable& t, int64_t positions) {
-    const int64_t half = t.rope_dim() / 2;
-    std::vector<float> cs(static_cast<size_t>(positions * half * 2));
-    for (int64_t p = 0; p < positions; ++p)
-        for (int64_t i = 0; i < half; ++i) {
-            const float angle = static_cast<float>(p) * t.inv_freq()[size_t(i)];
-            cs[size_t((p * half + i) * 2)] = std::cos(angle);
-            cs[size_t((p * half + i) * 2 + 1)] = std::sin(angle);
-        }
-    return cs;
 }
 
 // ---- The model ----------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // CudaV41Model: loading, the batch, single-pass mHC, Engram, MoE and the head, mirroring
 // src/model/v41/forward.cpp and ffn.cpp step by step with the same rounding points.
+#include "backends/cuda/model/rope_tables.h"
 #include "backends/cuda/model/cuda_v41_model.h"
 
 #include <algorithm>
@@ -19,19 +20,6 @@ namespace {
 bool quantized(const DeviceLinear& w) { return w.kind == WeightKind::kFp8Block || w.kind == WeightKind::kFp4; }
 
 constexpr int64_t kActivationBlock = 32;  // V4.1's act_quant block (model/v41/numerics.h)
-
-// [positions, rope_dim/2, 2] cos/sin with the CPU RopeTable's angles and std::cos/std::sin.
-std::vector<float> rope_cos_sin(const cpu::RopeTable& t, int64_t positions) {
-    const int64_t half = t.rope_dim() / 2;
-    std::vector<float> cs(static_cast<size_t>(positions * half * 2));
-    for (int64_t p = 0; p < positions; ++p)
-        for (int64_t i = 0; i < half; ++i) {
-            const float angle = static_cast<float>(p) * t.inv_freq()[size_t(i)];
-            cs[size_t((p * half + i) * 2)] = std::cos(angle);
-            cs[size_t((p * half + i) * 2 + 1)] = std::sin(angle);
-        }
-    return cs;
-}
 
 ScoringFunc scoring_of(const std::string& name) {
     if (name == "sqrtsoftplus") return ScoringFunc::kSqrtSoftplus;
