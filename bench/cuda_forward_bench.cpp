@@ -4,6 +4,9 @@
 // at several batch sizes, one JSON line each. A tokenizer-free binary, so it runs on the GPU machine
 // with only libfmt/libgomp/libcudart beside it.
 //   cuda_forward_bench [--experts 256] [--layers csa,hca] [--prefill 512] [--decode 16] [--batches 1,8,64] [--gemm fast]
+//                      [--gpus 1,2]
+// --gpus: one run per GPU count (2+: expert parallelism, cuda_ep_model.h); prefill runs one sequence
+// per GPU (each of --prefill tokens), decode batches spread over the GPUs; tok/s per GPU reported.
 // Engine mode (--engine-batches 1,32,256): the offline engine on the GPU, decode steps of B requests
 // under four runtimes (host sampling + synchronous + no graphs = the first CUDA backend; device
 // sampling; + async scheduling; + CUDA graphs): wall ms per decode step and, from CUDA events, the
@@ -20,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/ep/cuda_ep_model.h"
 #include "backends/cuda/model/cuda_model.h"
 #include "deepinfer/engine.h"
 #include "deepinfer/model.h"
@@ -127,6 +131,7 @@ int main(int argc, char** argv) {
     using namespace deepinfer;
     int64_t experts = 256, prefill = 512, decode = 16;
     std::string layers = "csa,hca", batches = "1,8,64", dir = "/tmp/deepinfer-cuda-bench", engine_batches, gemm = "reference";
+    std::string gpus_list = "1";
     int64_t engine_prompt = 32, engine_tokens = 9;
     std::string model_dir;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -138,6 +143,7 @@ int main(int argc, char** argv) {
         else if (k == "--batches") batches = v;
         else if (k == "--dir") dir = v;
         else if (k == "--gemm") gemm = v;  // reference | fast
+        else if (k == "--gpus") gpus_list = v;
         else if (k == "--engine-batches") engine_batches = v;
         else if (k == "--model") model_dir = v;
         else if (k == "--engine-prompt") engine_prompt = std::stoll(v);
@@ -194,66 +200,90 @@ int main(int argc, char** argv) {
     }
     cuda::CudaModelOptions co;
     co.max_model_len = 8192;
-    co.workspace_bytes = size_t{24} << 30;  // f32 activations of a 16k-row prefill batch
     co.gemm = gemm == "fast" ? cuda::GemmMode::kFast : cuda::GemmMode::kReference;
-    t = Clock::now();
-    // The CUDA loader directly (Model::load's V4.1 branch would need ICU, absent on the GPU machine).
-    auto model = cuda::load_cuda_model(dir, {}, co);
-    const double load_s = since(t);
-    const int64_t V = model->info().vocab_size;
-    std::mt19937 rng(1);
-    auto prompt = [&](int64_t n) {
-        std::vector<int32_t> p(static_cast<size_t>(n));
-        for (int32_t& x : p) x = static_cast<int32_t>(rng() % uint32_t(V));
-        return p;
-    };
-    {  // warm-up (module load, first touches)
-        Sequence w = model->new_sequence();
-        model->forward(w, prompt(16), false);
-    }
-    nlohmann::json base = {{"layers", layers}, {"experts", experts}, {"numerics", numerics_name(model->numerics())},
-                           {"write_s", write_s}, {"load_s", load_s}, {"gemm", gemm}};
-    {
-        Sequence s = model->new_sequence();
-        const auto ids = prompt(prefill);
+    for (int64_t G : parse_list(gpus_list)) {
+        // The workspace: from the limits (every row of the largest batch or prefill, max_model_len).
+        ModelOptions mo;
+        mo.max_batch_tokens = std::max<int64_t>(prefill, 512);
+        mo.max_num_seqs = 512;
         t = Clock::now();
-        model->forward(s, ids, false);
-        const double secs = since(t);
-        nlohmann::json r = base;
-        r["mode"] = "prefill";
-        r["tokens"] = prefill;
-        r["seconds"] = secs;
-        r["tok_s"] = double(prefill) / secs;
-        std::printf("%s\n", r.dump().c_str());
-        std::fflush(stdout);
-    }
-    for (int64_t b : parse_list(batches)) {
-        std::vector<Sequence> seqs;
-        for (int64_t i = 0; i < b; ++i) seqs.push_back(model->new_sequence());
-        std::vector<std::vector<int32_t>> prompts;
-        for (int64_t i = 0; i < b; ++i) prompts.push_back(prompt(64));
-        std::vector<SequenceChunk> chunks;
-        for (int64_t i = 0; i < b; ++i) chunks.push_back({&seqs[size_t(i)], prompts[size_t(i)], false});
-        model->forward_batch(chunks);
-        std::vector<int32_t> next(static_cast<size_t>(b), 7);
-        t = Clock::now();
-        for (int64_t step = 0; step < decode; ++step) {
-            for (int64_t i = 0; i < b; ++i) chunks[size_t(i)] = {&seqs[size_t(i)], std::span<const int32_t>(&next[size_t(i)], 1), false};
-            auto out = model->forward_batch(chunks);
-            for (int64_t i = 0; i < b; ++i)
-                next[size_t(i)] = static_cast<int32_t>(std::max_element(out[size_t(i)].begin(), out[size_t(i)].end()) -
-                                                       out[size_t(i)].begin());
+        // The CUDA loaders directly (Model::load's V4.1 branch would need ICU, absent on the GPU machine).
+        std::vector<int> devices;
+        for (int g = 0; g < int(G); ++g) devices.push_back(g);
+        std::unique_ptr<Model> model = G == 1 ? cuda::load_cuda_model(dir, mo, co) : cuda::load_cuda_ep_model(dir, mo, co, devices);
+        const double load_s = since(t);
+        const int64_t V = model->info().vocab_size;
+        std::mt19937 rng(1);
+        auto prompt = [&](int64_t n) {
+            std::vector<int32_t> p(static_cast<size_t>(n));
+            for (int32_t& x : p) x = static_cast<int32_t>(rng() % uint32_t(V));
+            return p;
+        };
+        {  // warm-up (module load, first touches, NCCL connections)
+            std::vector<Sequence> w;
+            for (int64_t g = 0; g < G; ++g) w.push_back(model->new_sequence());
+            std::vector<std::vector<int32_t>> ps;
+            for (int64_t g = 0; g < G; ++g) ps.push_back(prompt(16));
+            std::vector<SequenceChunk> chunks;
+            for (int64_t g = 0; g < G; ++g) chunks.push_back({&w[size_t(g)], ps[size_t(g)], false});
+            model->forward_batch(chunks);
         }
-        const double secs = since(t);
-        nlohmann::json r = base;
-        r["mode"] = "decode";
-        r["batch"] = b;
-        r["steps"] = decode;
-        r["seconds"] = secs;
-        r["ms_per_step"] = 1e3 * secs / double(decode);
-        r["tok_s"] = double(b * decode) / secs;
-        std::printf("%s\n", r.dump().c_str());
-        std::fflush(stdout);
+        nlohmann::json base = {{"layers", layers}, {"experts", experts}, {"numerics", numerics_name(model->numerics())},
+                               {"write_s", write_s}, {"load_s", load_s}, {"gemm", gemm}, {"gpus", G}};
+        {
+            std::vector<Sequence> seqs;
+            std::vector<std::vector<int32_t>> ps;
+            std::vector<SequenceChunk> chunks;
+            for (int64_t g = 0; g < G; ++g) {
+                seqs.push_back(model->new_sequence());
+                ps.push_back(prompt(prefill));
+            }
+            for (int64_t g = 0; g < G; ++g) chunks.push_back({&seqs[size_t(g)], ps[size_t(g)], false});
+            t = Clock::now();
+            model->forward_batch(chunks);
+            const double secs = since(t);
+            nlohmann::json r = base;
+            r["mode"] = "prefill";
+            r["sequences"] = G;
+            r["tokens"] = prefill * G;
+            r["seconds"] = secs;
+            r["tok_s"] = double(prefill * G) / secs;
+            r["tok_s_per_gpu"] = double(prefill) / secs;
+            std::printf("%s\n", r.dump().c_str());
+            std::fflush(stdout);
+        }
+        for (int64_t b : parse_list(batches)) {
+            std::vector<Sequence> seqs;
+            for (int64_t i = 0; i < b; ++i) seqs.push_back(model->new_sequence());
+            std::vector<std::vector<int32_t>> prompts;
+            for (int64_t i = 0; i < b; ++i) prompts.push_back(prompt(64));
+            std::vector<SequenceChunk> chunks;
+            for (int64_t i = 0; i < b; ++i) chunks.push_back({&seqs[size_t(i)], prompts[size_t(i)], false});
+            for (size_t at = 0; at < chunks.size(); at += 16)  // prefill in groups (the workspace's row limit)
+                model->forward_batch(std::span<const SequenceChunk>(chunks).subspan(at, std::min<size_t>(16, chunks.size() - at)));
+            std::vector<int32_t> next(static_cast<size_t>(b), 7);
+            const std::vector<uint8_t> no_logits(static_cast<size_t>(b), 0);
+            std::vector<DeviceDraw> draws(static_cast<size_t>(b));
+            for (int64_t i = 0; i < b; ++i) draws[size_t(i)] = {.chunk = int32_t(i), .temperature = 0.0};
+            t = Clock::now();
+            for (int64_t step = 0; step < decode; ++step) {
+                for (int64_t i = 0; i < b; ++i) chunks[size_t(i)] = {&seqs[size_t(i)], std::span<const int32_t>(&next[size_t(i)], 1), false};
+                // Greedy tokens drawn on the GPU: no logits cross to the host (as in the engine).
+                const ForwardOutputs out = model->forward_sampled(chunks, no_logits, draws);
+                for (int64_t i = 0; i < b; ++i) next[size_t(i)] = out.tokens[size_t(i)];
+            }
+            const double secs = since(t);
+            nlohmann::json r = base;
+            r["mode"] = "decode";
+            r["batch"] = b;
+            r["steps"] = decode;
+            r["seconds"] = secs;
+            r["ms_per_step"] = 1e3 * secs / double(decode);
+            r["tok_s"] = double(b * decode) / secs;
+            r["tok_s_per_gpu"] = double(b * decode) / secs / double(G);
+            std::printf("%s\n", r.dump().c_str());
+            std::fflush(stdout);
+        }
     }
     std::filesystem::remove_all(dir);
     return 0;

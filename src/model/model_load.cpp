@@ -3,6 +3,7 @@
 // composite text_config layout or a deepseek_v41_text config); everything else is V4's. The device
 // dispatch too: ModelOptions::device = kCuda loads the CUDA backend's model (when the build has it).
 #include <filesystem>
+#include <vector>
 
 #include "deepinfer/check.h"
 #include "deepinfer/model.h"
@@ -11,6 +12,7 @@
 #include "model/config_json.h"
 #include "model/forward.h"
 #if DI_HAVE_CUDA
+#include "backends/cuda/ep/cuda_ep_model.h"
 #include "backends/cuda/model/cuda_model.h"
 #include "backends/cuda/model/cuda_v41_model.h"
 #endif
@@ -46,12 +48,21 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const ModelOptions& o
         co.max_model_len = options.max_model_len;
         co.workspace_bytes = options.device_workspace_bytes;
         co.gemm = options.device_fast_gemm ? cuda::GemmMode::kFast : cuda::GemmMode::kReference;
+        DI_CHECK(options.gpus >= 1, "gpus per replica must be at least 1, not ", options.gpus);
+        if (options.gpus > 1) {
+            DI_CHECK(!v41, dir, ": expert parallelism across GPUs runs DeepSeek-V4 checkpoints so far; DeepSeek-V4.1 "
+                               "runs on one GPU per replica (--gpus-per-replica 1)");
+            std::vector<int> devices;
+            for (int g = 0; g < int(options.gpus); ++g) devices.push_back(g);
+            return cuda::load_cuda_ep_model(dir, options, co, devices);
+        }
         if (v41) return cuda::load_cuda_v41_model(dir, with_engram_tokenizer(dir, options), co);
         return cuda::load_cuda_model(dir, options, co);
 #else
         DI_THROW("this build has no CUDA backend (nvcc was not found at configure time)");
 #endif
     }
+    DI_CHECK(options.gpus == 1, "gpus per replica (", options.gpus, ") > 1 needs --device cuda");
     if (v41) return V41Model::load(dir, with_engram_tokenizer(dir, options));
     DI_CHECK(!options.v41_bounded_replay, dir, ": bounded replay is a DeepSeek-V4.1 option; this is a V4 checkpoint");
     return load_v4_model(dir, options);

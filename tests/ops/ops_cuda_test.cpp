@@ -194,6 +194,57 @@ TEST_F(CudaOps, GroupedExpertGemmBitIdenticalToPerExpertCpu) {
     expect_bits_equal(ref, got, "grouped expert GEMM");
 }
 
+TEST_F(CudaOps, ExpertParallelPairMapsAndSkippedRows) {
+    // Rank 1 of 4, 6 experts each (24 in all): the local ids of 300 random pairs, the combine's
+    // source rows, and a grouped GEMM over local ids that skips the other ranks' pairs.
+    const int32_t per_rank = 6, rank = 1, experts = 24;
+    const int64_t n = 300;
+    std::vector<int32_t> ids(n);
+    std::mt19937 rng(17);
+    for (int32_t& e : ids) e = int32_t(rng() % experts);
+    Dev<int32_t> dids(ids), dlocal(static_cast<size_t>(n)), dindex(static_cast<size_t>(n));
+    cuda::expert_local_ids({.ids = dids.ptr(), .n = n, .first_expert = rank * per_rank, .experts_per_rank = per_rank,
+                            .local_ids = dlocal.ptr()},
+                           Stream{});
+    cuda::expert_source_rows({.ids = dids.ptr(), .n = n, .experts_per_rank = per_rank, .index = dindex.ptr()}, Stream{});
+    const auto local = dlocal.host(size_t(n)), index = dindex.host(size_t(n));
+    for (int64_t i = 0; i < n; ++i) {
+        const int32_t e = ids[size_t(i)];
+        EXPECT_EQ(local[size_t(i)], e / per_rank == rank ? e - rank * per_rank : per_rank) << i;
+        EXPECT_EQ(index[size_t(i)], (e / per_rank) * n + i) << i;
+    }
+    // Grouped FP8 GEMM over the first 40 pairs with their local ids: skipped rows keep their contents.
+    const int64_t I = 256, D = 384, NR = 40;
+    std::vector<std::unique_ptr<TestWeight>> ws;
+    std::vector<cuda::DeviceLinear> descs;
+    for (int32_t e = 0; e < per_rank; ++e) {
+        ws.push_back(std::make_unique<TestWeight>(cpu::WeightFormat::kFp8Block, I, D, 300 + uint32_t(e)));
+        descs.push_back(ws.back()->dev);
+    }
+    auto x = bf16_values(randn(size_t(NR * D), 6));
+    std::vector<float> y0(size_t(NR * I), -7.25f);
+    Dev<float> dx(x), dy(y0);
+    Dev<cuda::DeviceLinear> dd(descs);
+    cuda::linear({.x = dx.ptr(), .x_ld = D, .weight = descs[0], .experts = dd.ptr(), .row_expert = dlocal.ptr(),
+                  .num_experts = per_rank, .y = dy.ptr(), .y_ld = I, .rows = NR},
+                 Stream{});
+    const auto got = dy.host(size_t(NR * I));
+    int64_t computed = 0;
+    for (int64_t r = 0; r < NR; ++r) {
+        const int32_t e = local[size_t(r)];
+        std::vector<float> ref(size_t(I), -7.25f);
+        if (e < per_rank) {
+            ++computed;
+            cpu::linear({.x = TensorView(x.data() + r * D, DType::kF32, {1, D}), .weight = &ws[size_t(e)]->host,
+                         .y = TensorView(ref.data(), DType::kF32, {1, I})});
+        }
+        expect_bits_equal(ref, std::vector<float>(got.begin() + r * I, got.begin() + (r + 1) * I),
+                          "pair " + std::to_string(r) + (e < per_rank ? " (computed)" : " (skipped)"));
+    }
+    EXPECT_GT(computed, 0);
+    EXPECT_LT(computed, NR);
+}
+
 TEST_F(CudaOps, ActQuantBitIdentical) {
     for (int64_t cols : {int64_t(128), int64_t(4096), int64_t(8192)}) {
         const int64_t rows = 6;

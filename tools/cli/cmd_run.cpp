@@ -91,8 +91,6 @@ void place_replica(const RunOptions& o, const Communicator& comm) {
         if (o.gpus_per_replica != 1) DI_LOG_WARN("--gpus-per-replica has no effect with --device cpu");
         return;
     }
-    DI_CHECK(o.gpus_per_replica == 1, "--gpus-per-replica ", o.gpus_per_replica,
-             ": a replica runs on one GPU until expert parallelism across GPUs exists (issue 12)");
     // The replica's GPUs: the next G of the host's (of CUDA_VISIBLE_DEVICES when it is set).
     std::vector<std::string> gpus;
     if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v && *v) {
@@ -133,6 +131,7 @@ int run_job(const RunOptions& o, Communicator* comm) {
     mo.max_batch_tokens = o.max_batched_tokens;
     mo.max_num_seqs = o.max_num_seqs;
     mo.cuda_graphs = !o.no_cuda_graphs;
+    if (mo.device == Device::kCuda) mo.gpus = o.gpus_per_replica;  // > 1: expert parallelism across them
     std::shared_ptr<const Model> model = Model::load(dir, mo);
     auto tok = std::make_shared<const Tokenizer>(Tokenizer::from_file(tokenizer_path));
     // A tokenizer with more ids than the model (a tiny test model) still decodes every sampled id;
@@ -234,8 +233,9 @@ Command register_run(CLI::App& app) {
                   "Sampling requests: block verification (exact; accepts at least as many drafts)");
     sub->add_option("--progress", o->progress, "auto | always | never")->capture_default_str();
     sub->add_option("--gpus-per-replica", o->gpus_per_replica,
-                    "Under mpirun: GPUs of one replica (one rank per replica; each rank takes the next G GPUs of "
-                    "its host)")->capture_default_str()->check(CLI::Range(1, 64));
+                    "GPUs of one replica (--device cuda): more than 1 shards the routed experts across them "
+                    "(expert parallelism over NCCL; DeepSeek-V4). Under mpirun each rank takes the next G GPUs of "
+                    "its host")->capture_default_str()->check(CLI::Range(1, 64));
     sub->add_option("--cache-dir", o->cache_dir, "Where the built-in model is generated (default ~/.cache/deepinfer)");
     return [sub, o]() -> int {
         if (!sub->parsed()) return -1;

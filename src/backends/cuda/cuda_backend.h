@@ -15,6 +15,9 @@ namespace deepinfer::cuda {
 int device_count();
 // "NVIDIA H200 (sm_90, 132 SMs, 139 GiB)" for device `index`.
 std::string device_description(int index);
+// The calling thread's current device (every allocation, stream and launch of the thread uses it).
+void set_current_device(int index);
+int current_device();
 
 // Device memory owned RAII. Every device allocation of the backend goes through it (weights, tables,
 // sequence state, the workspace arena), so device_allocation_count() sees them all.

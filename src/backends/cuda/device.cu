@@ -13,6 +13,18 @@
 
 namespace deepinfer::cuda {
 
+void set_current_device(int index) {
+    DI_CHECK(index >= 0 && index < device_count(), "CUDA device ", index, " not available (", device_count(),
+             " devices)");
+    DI_CUDA_CHECK(cudaSetDevice(index));
+}
+
+int current_device() {
+    int d = 0;
+    DI_CUDA_CHECK(cudaGetDevice(&d));
+    return d;
+}
+
 int device_count() {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {

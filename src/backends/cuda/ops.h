@@ -45,6 +45,8 @@ struct LinearParams {
     DeviceLinear weight;                // used when experts == null
     const DeviceLinear* experts = nullptr;  // [num_experts] (device memory)
     const int32_t* row_expert = nullptr;    // [rows] i32
+    // Grouped form: rows whose row_expert >= num_experts are skipped (y untouched); 0: no row skipped.
+    int64_t num_experts = 0;
     float* y = nullptr;  // [rows, y_ld] f32
     int64_t y_ld = 0;
     int64_t rows = 0;
@@ -348,6 +350,30 @@ struct ScatterRowsParams {
 void scatter_rows(const ScatterRowsParams& p, Stream s);
 // Gathers rows: dst[i] = src[index[i]].
 void gather_rows(const ScatterRowsParams& p, Stream s);
+
+// ---- Expert parallelism (one rank of G, each holding experts_per_rank consecutive experts) ------
+
+// The pairs (rows * K slots) of the tokens gathered from every rank, seen from this rank:
+// local_ids[i] = ids[i] - first_expert when rank_of(ids[i]) is this rank, else experts_per_rank
+// (one past the rank's experts: permute() groups those pairs last, and the grouped GEMMs skip them).
+struct ExpertLocalIdsParams {
+    const int32_t* ids = nullptr;  // [n] i32 global expert ids
+    int64_t n = 0;
+    int32_t first_expert = 0, experts_per_rank = 0;
+    int32_t* local_ids = nullptr;  // [n] i32 in [0, experts_per_rank]
+};
+void expert_local_ids(const ExpertLocalIdsParams& p, Stream s);
+
+// The combine's gather index: the expert outputs of a rank's own n pairs come back as one block of n
+// rows from each rank; pair i's row is in the block of the rank holding its expert:
+// index[i] = (ids[i] / experts_per_rank) * n + i (for gather_rows over the blocks).
+struct ExpertSourceRowsParams {
+    const int32_t* ids = nullptr;  // [n] i32 global expert ids
+    int64_t n = 0;
+    int32_t experts_per_rank = 0;
+    int32_t* index = nullptr;  // [n] i32
+};
+void expert_source_rows(const ExpertSourceRowsParams& p, Stream s);
 
 // ---- Sampling -----------------------------------------------------------------------------------
 

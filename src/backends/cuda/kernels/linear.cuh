@@ -49,6 +49,7 @@ template <int kTile>
 static __global__ void __launch_bounds__(256) linear_kernel(const __grid_constant__ LinearParams p) {
     const int group = threadIdx.x / 8, lane = threadIdx.x % 8;
     const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTile;
+    if (p.experts && p.num_experts > 0 && p.row_expert[row0] >= p.num_experts) return;  // another rank's pair
     const DeviceLinear& w0 = p.experts ? p.experts[p.row_expert[row0]] : p.weight;
     const int64_t N = w0.out_features, K = w0.in_features;
     const int64_t n_raw = static_cast<int64_t>(blockIdx.y) * kLinearGroups + group;

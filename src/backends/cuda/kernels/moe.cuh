@@ -149,4 +149,17 @@ static __global__ void moe_combine_kernel(const __grid_constant__ CombineParams 
     }
 }
 
+static __global__ void expert_local_ids_kernel(const __grid_constant__ ExpertLocalIdsParams p) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= p.n) return;
+    const int32_t local = p.ids[i] - p.first_expert;
+    p.local_ids[i] = local >= 0 && local < p.experts_per_rank ? local : p.experts_per_rank;
+}
+
+static __global__ void expert_source_rows_kernel(const __grid_constant__ ExpertSourceRowsParams p) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= p.n) return;
+    p.index[i] = static_cast<int32_t>(static_cast<int64_t>(p.ids[i] / p.experts_per_rank) * p.n + i);
+}
+
 }  // namespace deepinfer::cuda::kernels

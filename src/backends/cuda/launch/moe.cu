@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Launchers of the MoE ops: router, permutation, SwiGLU, scatter/gather, combine.
+// Launchers of the MoE ops: router, permutation, SwiGLU, scatter/gather, combine, and the expert-
+// parallel pair maps.
 #include "backends/cuda/common/cuda_check.h"
 #include "backends/cuda/kernels/moe.cuh"
 
@@ -44,6 +45,21 @@ void moe_combine(const CombineParams& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.top_k <= kernels::kMaxTopK, "moe_combine: top_k ", p.top_k);
     kernels::moe_combine_kernel<<<static_cast<unsigned>(p.rows), 256, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void expert_local_ids(const ExpertLocalIdsParams& p, Stream s) {
+    if (p.n == 0) return;
+    DI_CHECK(p.experts_per_rank > 0 && p.first_expert >= 0, "expert_local_ids: ", p.experts_per_rank,
+             " experts per rank from ", p.first_expert);
+    kernels::expert_local_ids_kernel<<<static_cast<unsigned>((p.n + 255) / 256), 256, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void expert_source_rows(const ExpertSourceRowsParams& p, Stream s) {
+    if (p.n == 0) return;
+    DI_CHECK(p.experts_per_rank > 0, "expert_source_rows: ", p.experts_per_rank, " experts per rank");
+    kernels::expert_source_rows_kernel<<<static_cast<unsigned>((p.n + 255) / 256), 256, 0, raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 

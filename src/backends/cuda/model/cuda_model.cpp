@@ -14,6 +14,7 @@
 #include "backends/cpu/primitives.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/model/cuda_weights.h"
+#include "backends/cuda/model/expert_exchange.h"
 #include "deepinfer/check.h"
 #include "deepinfer/checkpoint.h"
 #include "deepinfer/log.h"
@@ -37,6 +38,7 @@ public:
     std::vector<LayerBuffers> layers;
     size_t nbytes = 0;
     int64_t length = 0;  // tokens consumed
+    int device = 0;      // where the buffers live
 
     int64_t num_tokens() const override { return length; }
     void truncate(int64_t n) override {
@@ -45,7 +47,9 @@ public:
     }
     size_t unshared_bytes() const override { return nbytes; }  // copies are deep (no shared pages)
     std::unique_ptr<SequenceState> clone() const override {
+        set_current_device(device);
         auto c = std::make_unique<DeviceSequenceState>();
+        c->device = device;
         auto dup = [&](const std::unique_ptr<DeviceBuffer>& b) -> std::unique_ptr<DeviceBuffer> {
             if (!b) return nullptr;
             auto n = std::make_unique<DeviceBuffer>(b->nbytes());
@@ -97,7 +101,8 @@ size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
 class CudaModel final : public Model {
 public:
     CudaModel(std::unique_ptr<Checkpoint> ckpt, Numerics numerics, const ModelOptions& mo, const CudaModelOptions& o)
-        : checkpoint_(std::move(ckpt)),
+        : device_(select_device(o)),
+          checkpoint_(std::move(ckpt)),
           config_(checkpoint_->config()),
           info_{"deepseek_v4", config_.vocab_size, config_.eos_token_ids, config_.max_position_embeddings},
           numerics_(numerics),
@@ -105,12 +110,19 @@ public:
           fast_(o.gemm == GemmMode::kFast),
           max_seqs_(std::max<int64_t>(1, mo.max_num_seqs)),
           max_rows_(std::max({int64_t{1}, mo.max_batch_tokens, graph_bucket(max_seqs_)})),
-          graphs_enabled_(mo.cuda_graphs) {
+          ep_(o.expert_exchange),
+          ep_rank_(o.expert_rank),
+          graphs_enabled_(mo.cuda_graphs && o.expert_exchange == nullptr) {
         DI_CHECK(!fast_ || fast_fp8_available(), "fast GEMM mode needs FP8 tensor cores (compute capability 8.9+)");
-        DI_CHECK(o.device >= 0 && o.device < device_count(), "CUDA device ", o.device, " not available (",
-                 device_count(), " devices)");
+        ExpertRange experts;
+        if (ep_) {
+            const int64_t G = ep_->ranks(), E = config_.n_routed_experts;
+            DI_CHECK(E % G == 0, "expert parallelism over ", G, " GPUs: the model's ", E,
+                     " routed experts do not divide evenly (use a GPU count that divides ", E, ")");
+            experts = {ep_rank_ * (E / G), (ep_rank_ + 1) * (E / G)};
+        }
         const ModelWeights host = load_model_weights(*checkpoint_, config_);
-        weights_ = upload_weights(host, config_);
+        weights_ = upload_weights(host, config_, experts);
         cpu::RopeTable main(config_.rope_main, config_.qk_rope_head_dim), comp(config_.rope_compress, config_.qk_rope_head_dim);
         rope_main_ = upload_floats(rope_cos_sin(main, max_len_));
         rope_comp_ = upload_floats(rope_cos_sin(comp, max_len_));
@@ -125,6 +137,7 @@ public:
 
     const ModelInfo& info() const override { return info_; }
     const ModelConfig& config() const { return config_; }
+    int64_t max_len() const { return max_len_; }
     Numerics numerics() const override { return numerics_; }
     // Device state is allocated whole when a sequence is created (capacity max_model_len).
     uint64_t estimate_state_bytes(int64_t, uint64_t) const override { return state_bytes_; }
@@ -193,6 +206,18 @@ private:
     // picked rows). Enqueues only: no allocation, no host synchronization, so a graph can capture it.
     float* compute(const Batch& b) const;
 
+    // The CUDA device, made the current device first (the stream, events, weights and buffers below
+    // are created there) and again by every forward (for its calling thread).
+    static int select_device(const CudaModelOptions& o) {
+        const ExpertExchange* ep = o.expert_exchange;
+        if (ep) DI_CHECK(o.expert_rank >= 0 && o.expert_rank < ep->ranks(), "expert rank ", o.expert_rank, " of ", ep->ranks());
+        const int device = ep ? ep->device(o.expert_rank) : o.device;
+        DI_CHECK(device >= 0 && device < device_count(), "CUDA device ", device, " not available (", device_count(),
+                 " devices)");
+        set_current_device(device);
+        return device;
+    }
+    int device_;
     std::unique_ptr<Checkpoint> checkpoint_;
     ModelConfig config_;
     ModelInfo info_;
@@ -200,6 +225,8 @@ private:
     int64_t max_len_;
     bool fast_ = false;  // CudaModelOptions::gemm == kFast
     int64_t max_seqs_, max_rows_;  // the limits the workspace is sized for
+    ExpertExchange* ep_ = nullptr;  // expert parallelism: the exchange (not owned), else null
+    int64_t ep_rank_ = 0;
     uint64_t state_bytes_ = 0;
     DeviceWeights weights_;
     std::vector<std::unique_ptr<DeviceBuffer>> tables_;
@@ -234,7 +261,9 @@ struct CudaModel::Batch {
 };
 
 Sequence CudaModel::new_sequence(std::shared_ptr<StatePool>) const {
+    set_current_device(device_);
     auto dev = std::make_unique<DeviceSequenceState>();
+    dev->device = device_;
     auto make = [&](int64_t rows, int64_t width) {
         auto b = std::make_unique<DeviceBuffer>(static_cast<size_t>(rows * width) * sizeof(float));
         fill_zero(b->data(), b->nbytes(), Stream{});
@@ -432,70 +461,121 @@ void CudaModel::moe(const DeviceLayer& lw, const Batch& b, const float* a, float
            .official = off, .biased = biased, .ids = ids, .weights = wts},
           s);
     DI_CHECK(lw.mlp_type != MlpType::kHashMoe || lw.tid2eid, "hash-routed layer without tid2eid");
+    const DeviceExperts& ex = lw.experts;
+    const int64_t I = ex.shape_w1.out_features;
+    const bool fast = fast_ && fast_linear_supported(ex.shape_w1) && fast_linear_supported(ex.shape_w2) &&
+                      ex.shape_w1.kind != WeightKind::kBF16 && ex.shape_w2.kind != WeightKind::kBF16;
+    const bool q_in = !fast && off && quantized(ex.shape_w1), q_mid = !fast && off && quantized(ex.shape_w2);
+    // The experts' inputs, quantized once per row: FP8 + scales (fast GEMMs, which gather the rows) or
+    // act_quant'ed f32 (official numerics on the reference kernels).
+    uint8_t* xq = nullptr;
+    float* xs = nullptr;
+    const float* xin = a;
+    if (fast) {
+        xq = workspace_->alloc_n<uint8_t>(S * D);
+        xs = workspace_->alloc_n<float>(S * (D / 128));
+        act_quant_fp8({.x = a, .x_ld = D, .rows = S, .cols = D, .q = xq, .scale = xs}, s);
+    } else if (q_in) {
+        float* aq = workspace_->alloc_n<float>(S * D);
+        act_quant_dequant({.x = a, .out = aq, .rows = S, .cols = D}, s);
+        xin = aq;
+    }
+    // The pairs the experts held here run: this GPU's own rows, or under expert parallelism every
+    // rank's rows (gathered), of which the pairs of another rank's experts are grouped last and skipped.
+    int64_t T = S, El = E;
+    const int32_t* group_ids = ids;
+    const float* t_wts = wts;
+    if (ep_) {
+        const int64_t G = ep_->ranks();
+        DI_ICHECK(ep_->rows(int(ep_rank_)) == S);
+        T = ep_->total_rows();
+        El = E / G;
+        if (fast) {
+            auto* tq = workspace_->alloc_n<uint8_t>(T * D);
+            auto* ts = workspace_->alloc_n<float>(T * (D / 128));
+            ep_->all_gather_rows(int(ep_rank_), xq, tq, size_t(D), s);
+            ep_->all_gather_rows(int(ep_rank_), xs, ts, size_t(D / 128) * sizeof(float), s);
+            xq = tq;
+            xs = ts;
+        } else {
+            auto* tx = workspace_->alloc_n<float>(T * D);
+            ep_->all_gather_rows(int(ep_rank_), xin, tx, size_t(D) * sizeof(float), s);
+            xin = tx;
+        }
+        auto* t_ids = workspace_->alloc_n<int32_t>(T * K);
+        auto* tw = workspace_->alloc_n<float>(T * K);
+        ep_->all_gather_rows(int(ep_rank_), ids, t_ids, size_t(K) * sizeof(int32_t), s);
+        ep_->all_gather_rows(int(ep_rank_), wts, tw, size_t(K) * sizeof(float), s);
+        auto* local = workspace_->alloc_n<int32_t>(T * K);
+        expert_local_ids({.ids = t_ids, .n = T * K, .first_expert = static_cast<int32_t>(ep_rank_ * El),
+                          .experts_per_rank = static_cast<int32_t>(El), .local_ids = local},
+                         s);
+        group_ids = local;
+        t_wts = tw;
+    }
     // Permutation: pairs grouped by expert (stable), then grouped GEMMs over all experts at once.
-    const int64_t NP = S * K;
+    const int64_t NP = T * K;
     int32_t* perm_src = workspace_->alloc_n<int32_t>(NP);
     int32_t* perm_slot = workspace_->alloc_n<int32_t>(NP);
     int32_t* perm_expert = workspace_->alloc_n<int32_t>(NP);
-    int32_t* offsets = workspace_->alloc_n<int32_t>(E + 1);
-    permute({.ids = ids, .rows = S, .top_k = K, .experts = E, .perm_src = perm_src, .perm_slot = perm_slot,
-             .perm_expert = perm_expert, .expert_offsets = offsets},
+    int32_t* offsets = workspace_->alloc_n<int32_t>(El + 2);
+    permute({.ids = group_ids, .rows = T, .top_k = K, .experts = ep_ ? El + 1 : El, .perm_src = perm_src,
+             .perm_slot = perm_slot, .perm_expert = perm_expert, .expert_offsets = offsets},
             s);
-    const DeviceExperts& ex = lw.experts;
-    const int64_t I = ex.shape_w1.out_features;
     float* y_slot = workspace_->alloc_n<float>(NP * D);
-    if (fast_ && fast_linear_supported(ex.shape_w1) && fast_linear_supported(ex.shape_w2) &&
-        ex.shape_w1.kind != WeightKind::kBF16 && ex.shape_w2.kind != WeightKind::kBF16) {
-        // Tensor-core grouped GEMMs, one launch per matrix over all experts: the tokens quantized once
-        // (the GEMM gathers their rows), w2 writing each pair's row straight into slot order.
-        uint8_t* xq = workspace_->alloc_n<uint8_t>(S * D);
-        float* xs = workspace_->alloc_n<float>(S * (D / 128));
-        act_quant_fp8({.x = a, .x_ld = D, .rows = S, .cols = D, .q = xq, .scale = xs}, s);
-        int32_t* tiles = workspace_->alloc_n<int32_t>(E + 1);
+    if (fast) {
+        // Tensor-core grouped GEMMs, one launch per matrix over all experts (the GEMM gathers the
+        // quantized rows), w2 writing each pair's row straight into slot order.
+        int32_t* tiles = workspace_->alloc_n<int32_t>(El + 1);
         float* g = workspace_->alloc_n<float>(NP * I);
         float* up = workspace_->alloc_n<float>(NP * I);
         FastLinearParams f{.a = xq, .a_scale = xs, .a_row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w1,
-                           .expert_offsets = offsets, .num_experts = E, .tile_scratch = tiles, .y = g, .y_ld = I,
+                           .expert_offsets = offsets, .num_experts = El, .tile_scratch = tiles, .y = g, .y_ld = I,
                            .rows = NP, .round_output_bf16 = off};
         fast_linear(f, s);
         f.experts = ex.w3;
         f.y = up;
         fast_linear(f, s);
-        swiglu({.g = g, .u = up, .row_weight = off ? wts : nullptr, .row_weight_index = perm_slot, .rows = NP,
+        swiglu({.g = g, .u = up, .row_weight = off ? t_wts : nullptr, .row_weight_index = perm_slot, .rows = NP,
                 .width = I, .limit = L, .round_bf16 = off},
                s);
         uint8_t* gq = workspace_->alloc_n<uint8_t>(NP * I);
         float* gs = workspace_->alloc_n<float>(NP * (I / 128));
         act_quant_fp8({.x = g, .x_ld = I, .rows = NP, .cols = I, .q = gq, .scale = gs}, s);
         fast_linear({.a = gq, .a_scale = gs, .weight = ex.shape_w2, .experts = ex.w2, .expert_offsets = offsets,
-                     .num_experts = E, .tile_scratch = tiles, .y_row = perm_slot, .y = y_slot, .y_ld = D, .rows = NP,
+                     .num_experts = El, .tile_scratch = tiles, .y_row = perm_slot, .y = y_slot, .y_ld = D, .rows = NP,
                      .round_output_bf16 = off},
                     s);
     } else {
-        const bool q_in = off && quantized(ex.shape_w1), q_mid = off && quantized(ex.shape_w2);
-        const float* xin = a;
-        if (q_in) {
-            float* xq = workspace_->alloc_n<float>(S * D);
-            act_quant_dequant({.x = a, .out = xq, .rows = S, .cols = D}, s);
-            xin = xq;
-        }
+        const int64_t skip = ep_ ? El : 0;  // another rank's pairs: left out of every grouped GEMM
         float* g = workspace_->alloc_n<float>(NP * I);
         float* up = workspace_->alloc_n<float>(NP * I);
         linear({.x = xin, .x_ld = D, .row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w1, .row_expert = perm_expert,
-                .y = g, .y_ld = I, .rows = NP, .round_output_bf16 = off},
+                .num_experts = skip, .y = g, .y_ld = I, .rows = NP, .round_output_bf16 = off},
                s);
         linear({.x = xin, .x_ld = D, .row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w3, .row_expert = perm_expert,
-                .y = up, .y_ld = I, .rows = NP, .round_output_bf16 = off},
+                .num_experts = skip, .y = up, .y_ld = I, .rows = NP, .round_output_bf16 = off},
                s);
-        swiglu({.g = g, .u = up, .row_weight = off ? wts : nullptr, .row_weight_index = perm_slot, .rows = NP, .width = I,
-                .limit = L, .round_bf16 = off},
+        swiglu({.g = g, .u = up, .row_weight = off ? t_wts : nullptr, .row_weight_index = perm_slot, .rows = NP,
+                .width = I, .limit = L, .round_bf16 = off},
                s);
         if (q_mid) act_quant_dequant({.x = g, .out = g, .rows = NP, .cols = I}, s);
         float* y_perm = workspace_->alloc_n<float>(NP * D);
-        linear({.x = g, .x_ld = I, .weight = ex.shape_w2, .experts = ex.w2, .row_expert = perm_expert, .y = y_perm, .y_ld = D,
-                .rows = NP, .round_output_bf16 = off},
+        linear({.x = g, .x_ld = I, .weight = ex.shape_w2, .experts = ex.w2, .row_expert = perm_expert,
+                .num_experts = skip, .y = y_perm, .y_ld = D, .rows = NP, .round_output_bf16 = off},
                s);
         scatter_rows({.src = y_perm, .index = perm_slot, .dst = y_slot, .n = NP, .width = D}, s);
+    }
+    if (ep_) {
+        // Every rank returns each rank the outputs of that rank's pairs; each pair then takes its row
+        // from the block of the rank holding its expert.
+        const int64_t G = ep_->ranks();
+        float* back = workspace_->alloc_n<float>(G * S * K * D);
+        ep_->return_rows(int(ep_rank_), y_slot, back, size_t(D) * sizeof(float), K, s);
+        int32_t* src_row = workspace_->alloc_n<int32_t>(S * K);
+        expert_source_rows({.ids = ids, .n = S * K, .experts_per_rank = static_cast<int32_t>(El), .index = src_row}, s);
+        y_slot = workspace_->alloc_n<float>(S * K * D);
+        gather_rows({.src = back, .index = src_row, .dst = y_slot, .n = S * K, .width = D}, s);
     }
     // Shared expert (no routing weight).
     const int64_t SI = lw.shared_w1.out_features;
@@ -556,7 +636,7 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
     const ModelConfig& c = config_;
     const int64_t Dm = c.hidden_size, hc = c.hc_mult, V = c.vocab_size, L = c.num_hidden_layers;
     const int64_t H = c.num_attention_heads, Dh = c.head_dim, QL = c.q_lora_rank, G = c.o_groups, OL = c.o_lora_rank;
-    const int64_t E = c.n_routed_experts, K = c.num_experts_per_tok, NP = S * K;
+    const int64_t E = c.n_routed_experts, K = c.num_experts_per_tok;
     // Each arena allocation is 256-aligned: count every one with a full extra 256 bytes.
     auto bytes = [](int64_t n) { return align256(static_cast<size_t>(std::max<int64_t>(n, 0))) + 256; };
     size_t total = bytes(S * 4) * 3 + bytes(L * N * int64_t(sizeof(DeviceSegment))) + bytes(R * 4);  // inputs
@@ -581,11 +661,17 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
         at += bytes(S * std::max({Dm, QL, G * OL}) * 4);
         // MoE.
         const int64_t I = lw.experts.shape_w1.out_features, SI = lw.shared_w1.out_features;
-        size_t mo = 2 * bytes(S * E * 4) + 2 * bytes(S * K * 4) + 3 * bytes(NP * 4) + bytes((E + 1) * 4) +
-                    bytes(S * Dm * 4) + 2 * bytes(NP * I * 4) + 2 * bytes(NP * Dm * 4) + 2 * bytes(S * SI * 4) +
+        // Expert parallelism: the experts here run the pairs of every rank's rows (T: at most this
+        // forward's rows plus one idle row of each other rank), and the outputs come back per rank.
+        const int64_t ranks = ep_ ? ep_->ranks() : 1, T = ep_ ? S + ranks : S, NT = T * K;
+        size_t mo = 2 * bytes(S * E * 4) + 2 * bytes(S * K * 4) + 3 * bytes(NT * 4) + bytes((E + 2) * 4) +
+                    bytes(S * Dm * 4) + 2 * bytes(NT * I * 4) + 2 * bytes(NT * Dm * 4) + 2 * bytes(S * SI * 4) +
                     bytes(S * Dm * 4) + bytes(S * std::max(Dm, SI) * 4);
         if (fast_)  // tensor-core experts: FP8 copies of the inputs and of the SwiGLU output, tile table
-            mo += bytes(NP * I) + bytes(NP * (I / 128) * 4) + bytes(S * Dm) + bytes(S * (Dm / 128) * 4) + bytes((E + 1) * 4);
+            mo += bytes(NT * I) + bytes(NT * (I / 128) * 4) + bytes(S * Dm) + bytes(S * (Dm / 128) * 4) + bytes((E + 1) * 4);
+        if (ep_)  // gathered inputs (f32 or FP8 + scales), ids, weights, local ids; returned blocks, index, slots
+            mo += bytes(T * Dm * 4) + bytes(T * Dm) + bytes(T * (Dm / 128) * 4) + 3 * bytes(T * K * 4) +
+                  bytes(ranks * S * K * Dm * 4) + bytes(S * K * 4) + bytes(S * K * Dm * 4);
         // (fast GEMMs split act_quant's scratch in two allocations: one more alignment each)
         layer_peak = std::max(layer_peak, fixed + std::max(at, mo) + 1024);
     }
@@ -630,6 +716,7 @@ float* CudaModel::compute(const Batch& batch) const {
 ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks, std::span<const uint8_t> want_logits,
                                           std::span<const DeviceDraw> draws) const {
     std::lock_guard<std::mutex> lock(mutex_);
+    set_current_device(device_);
     const ModelConfig& c = config_;
     const Stream s = stream_.get();
     const int64_t V = c.vocab_size, L = c.num_hidden_layers;
@@ -871,6 +958,7 @@ const CudaModel& as_cuda(const Model& model) {
 }  // namespace
 
 CudaModelStats cuda_model_stats(const Model& model) { return as_cuda(model).stats(); }
+int64_t cuda_model_max_len(const Model& model) { return as_cuda(model).max_len(); }
 void reset_cuda_model_stats(const Model& model) { as_cuda(model).reset_stats(); }
 size_t cuda_workspace_bound(const Model& model, int64_t rows, int64_t sequences, int64_t logit_rows,
                             int64_t positions, int64_t draws) {

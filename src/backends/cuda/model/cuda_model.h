@@ -15,6 +15,8 @@
 
 namespace deepinfer::cuda {
 
+class ExpertExchange;
+
 struct CudaModelOptions {
     int device = 0;
     // Longest sequence (prompt + generated) a sequence can hold: sizes each sequence's compressed
@@ -29,6 +31,12 @@ struct CudaModelOptions {
     // grouped launch per matrix, the BF16 LM head. Router, compressors and wo_a stay on the reference
     // kernels. Batch-invariant either way; kFast matches the CPU within tolerances, not bit for bit.
     GemmMode gemm = GemmMode::kReference;
+    // Expert parallelism (cuda_ep_model.h): this model is rank `expert_rank` of the exchange's ranks,
+    // on the exchange's device of that rank, holding that rank's slice of the routed experts; its
+    // forwards must run in step with the other ranks' (one host thread per rank), with the row counts
+    // set on the exchange first. No CUDA graphs (the exchange's sizes change every step). Null: one GPU.
+    ExpertExchange* expert_exchange = nullptr;
+    int expert_rank = 0;
 };
 
 // What a CUDA model measured since load (or the last reset): device time from CUDA events.
@@ -46,6 +54,8 @@ std::unique_ptr<Model> load_cuda_model(const std::string& checkpoint_dir, const 
 
 // Measurements of a model made by load_cuda_model (throws for other models).
 CudaModelStats cuda_model_stats(const Model& model);
+// The longest sequence (prompt + generated) the model holds (CudaModelOptions::max_model_len as resolved).
+int64_t cuda_model_max_len(const Model& model);
 void reset_cuda_model_stats(const Model& model);
 // The workspace bound of one forward of `rows` rows in `sequences` sequences with `logit_rows` rows
 // of logits, positions below `positions` and `draws` device draws (tests of the sizing).

@@ -2,6 +2,8 @@
 // Uploads ModelWeights (views into the checkpoint mapping) to device memory, format unchanged.
 #include "backends/cuda/model/cuda_weights.h"
 
+#include <span>
+
 #include "deepinfer/check.h"
 
 namespace deepinfer::cuda {
@@ -36,7 +38,7 @@ public:
         return {linear(c.wkv), linear(c.wgate), vec(c.ape), vec(c.norm), c.ratio, c.head_dim, c.overlap};
     }
 
-    DeviceExperts experts(const std::vector<ExpertWeights>& es) {
+    DeviceExperts experts(std::span<const ExpertWeights> es) {
         DeviceExperts d;
         if (es.empty()) return d;
         std::vector<DeviceLinear> w1, w3, w2;
@@ -92,7 +94,7 @@ DeviceLinear device_linear_like(const LinearWeight& w, const void* weight, const
     return d;
 }
 
-DeviceWeights upload_weights(const ModelWeights& w, const ModelConfig& config) {
+DeviceWeights upload_weights(const ModelWeights& w, const ModelConfig& config, ExpertRange experts) {
     DeviceWeights d;
     Uploader up(d);
     d.embed = up.linear(w.embed);
@@ -129,7 +131,11 @@ DeviceWeights upload_weights(const ModelWeights& w, const ModelConfig& config) {
             l.tid2eid = static_cast<const int32_t*>(up.bytes(lw.ffn.tid2eid.data(), lw.ffn.tid2eid.size() * sizeof(int32_t)));
         DI_CHECK(static_cast<int64_t>(lw.ffn.experts.size()) == config.n_routed_experts, "layer has ",
                  lw.ffn.experts.size(), " experts, config says ", config.n_routed_experts);
-        l.experts = up.experts(lw.ffn.experts);
+        const int64_t e1 = experts.end < 0 ? config.n_routed_experts : experts.end;
+        DI_CHECK(experts.begin >= 0 && experts.begin < e1 && e1 <= config.n_routed_experts, "expert range [",
+                 experts.begin, ", ", e1, ") of ", config.n_routed_experts, " experts");
+        l.experts = up.experts(std::span<const ExpertWeights>(lw.ffn.experts).subspan(
+            size_t(experts.begin), size_t(e1 - experts.begin)));
         l.shared_w1 = up.linear(lw.ffn.shared.w1);
         l.shared_w3 = up.linear(lw.ffn.shared.w3);
         l.shared_w2 = up.linear(lw.ffn.shared.w2);

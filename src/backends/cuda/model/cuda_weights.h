@@ -63,8 +63,15 @@ struct DeviceWeights {
     std::vector<std::unique_ptr<DeviceBuffer>> storage;  // owns every allocation above
 };
 
-// Copies every weight the forward uses to the device (synchronously).
-DeviceWeights upload_weights(const ModelWeights& w, const ModelConfig& config);
+// The routed experts a device holds: [begin, end) of every layer (expert parallelism gives each GPU
+// a slice; end < 0: all of them).
+struct ExpertRange {
+    int64_t begin = 0, end = -1;
+};
+
+// Copies every weight the forward uses to the device (synchronously); of the routed experts, those
+// of `experts` only (DeviceExperts then index them from 0).
+DeviceWeights upload_weights(const ModelWeights& w, const ModelConfig& config, ExpertRange experts = {});
 
 // The device form of a CPU LinearWeight whose tensors already live in device memory.
 DeviceLinear device_linear_like(const LinearWeight& w, const void* weight, const void* scale);

@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: Apache-2.0
+// CudaEpModel: the driver of an expert-parallel replica (cuda_ep_model.h).
+#include "backends/cuda/ep/cuda_ep_model.h"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <utility>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/ep/nccl_exchange.h"
+#include "backends/cuda/ep/rank_threads.h"
+#include "deepinfer/check.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+// Live sequences per rank (shared with the sequences, which may outlive a forward).
+struct RankLoad {
+    explicit RankLoad(int ranks) : live(size_t(ranks)) {}
+    std::vector<std::atomic<int64_t>> live;
+};
+
+// A sequence of the replica: the rank's own sequence, and which rank.
+class EpSequenceState final : public SequenceState {
+public:
+    EpSequenceState(int rank, Sequence inner, std::shared_ptr<RankLoad> load)
+        : rank_(rank), inner_(std::move(inner)), load_(std::move(load)) {
+        ++load_->live[size_t(rank_)];
+    }
+    ~EpSequenceState() override { --load_->live[size_t(rank_)]; }
+    int rank() const { return rank_; }
+    Sequence& inner() { return inner_; }
+    int64_t num_tokens() const override { return inner_.num_tokens(); }
+    std::unique_ptr<SequenceState> clone() const override {
+        return std::make_unique<EpSequenceState>(rank_, inner_.fork(), load_);
+    }
+    void truncate(int64_t n) override { inner_.truncate(n); }
+    size_t bytes() const override { return inner_.state().bytes(); }
+    size_t unshared_bytes() const override { return inner_.state().unshared_bytes(); }
+
+private:
+    int rank_;
+    Sequence inner_;
+    std::shared_ptr<RankLoad> load_;
+};
+
+class CudaEpModel final : public Model {
+public:
+    CudaEpModel(const std::string& dir, const ModelOptions& mo, const CudaModelOptions& co, const std::vector<int>& devices)
+        : exchange_(make_nccl_exchange(devices)), threads_(devices), ranks_(devices.size()),
+          load_(std::make_shared<RankLoad>(int(devices.size()))) {
+        // Every rank loads its slice on its own thread, all at once.
+        threads_.run_all([&](int r) {
+            CudaModelOptions o = co;
+            o.expert_exchange = exchange_.get();
+            o.expert_rank = r;
+            ranks_[size_t(r)] = load_cuda_model(dir, mo, o);
+        });
+        max_len_ = cuda_model_max_len(*ranks_[0]);
+        idle_.resize(ranks_.size());
+        threads_.run_all([&](int r) { idle_[size_t(r)] = std::make_unique<Sequence>(ranks_[size_t(r)]->new_sequence()); });
+    }
+    ~CudaEpModel() override {
+        // The rank models and their idle sequences go on their own threads (their devices current).
+        threads_.run_all([&](int r) {
+            idle_[size_t(r)].reset();
+            ranks_[size_t(r)].reset();
+        });
+    }
+
+    const ModelInfo& info() const override { return ranks_[0]->info(); }
+    Numerics numerics() const override { return ranks_[0]->numerics(); }
+    uint64_t estimate_state_bytes(int64_t n, uint64_t page) const override { return ranks_[0]->estimate_state_bytes(n, page); }
+    Sequence new_sequence() const override {
+        int best = 0;
+        for (int r = 1; r < int(ranks_.size()); ++r)
+            if (load_->live[size_t(r)].load() < load_->live[size_t(best)].load()) best = r;
+        Sequence inner{nullptr};
+        threads_.run_one(best, [&] { inner = ranks_[size_t(best)]->new_sequence(); });
+        return Sequence(std::make_unique<EpSequenceState>(best, std::move(inner), load_));
+    }
+    Sequence new_sequence(std::shared_ptr<StatePool>) const override { return new_sequence(); }
+    std::vector<float> forward(Sequence& seq, std::span<const int32_t> tokens, bool all_logits) const override {
+        SequenceChunk chunk{&seq, tokens, all_logits};
+        return std::move(forward_batch(std::span<const SequenceChunk>(&chunk, 1))[0]);
+    }
+    std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const override {
+        return forward_sampled(chunks, {}, {}).logits;
+    }
+    bool can_sample_on_device(const DeviceDraw& d) const override { return ranks_[0]->can_sample_on_device(d); }
+    ForwardOutputs forward_sampled(std::span<const SequenceChunk> chunks, std::span<const uint8_t> want_logits,
+                                   std::span<const DeviceDraw> draws) const override;
+
+    std::vector<const Model*> ranks() const {
+        std::vector<const Model*> v;
+        for (const auto& r : ranks_) v.push_back(r.get());
+        return v;
+    }
+
+private:
+    std::unique_ptr<ExpertExchange> exchange_;
+    mutable RankThreads threads_;
+    std::vector<std::unique_ptr<Model>> ranks_;
+    std::shared_ptr<RankLoad> load_;
+    std::vector<std::unique_ptr<Sequence>> idle_;  // per rank: one row of work when it has no sequence in a step
+    int64_t max_len_ = 0;
+    mutable std::mutex mutex_;  // one forward at a time
+};
+
+ForwardOutputs CudaEpModel::forward_sampled(std::span<const SequenceChunk> chunks, std::span<const uint8_t> want_logits,
+                                            std::span<const DeviceDraw> draws) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int G = int(ranks_.size());
+    const int64_t V = info().vocab_size;
+    DI_CHECK(want_logits.empty() || want_logits.size() == chunks.size(), "forward_sampled: ", want_logits.size(),
+             " logits flags for ", chunks.size(), " chunks");
+    // Everything a rank would refuse is refused here, before any rank starts: a rank that stopped
+    // half-way would leave the others waiting for its rows.
+    struct Place {
+        int rank = 0;
+        int64_t index = 0;
+    };
+    std::vector<Place> place(chunks.size());
+    std::vector<std::vector<SequenceChunk>> sub(static_cast<size_t>(G));
+    std::vector<std::vector<uint8_t>> sub_want(static_cast<size_t>(G));
+    std::vector<std::vector<DeviceDraw>> sub_draws(static_cast<size_t>(G));
+    std::vector<std::vector<size_t>> draw_index(static_cast<size_t>(G));
+    std::vector<int64_t> rows(size_t(G), 0);
+    std::vector<const SequenceState*> seen;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+        const SequenceChunk& ch = chunks[i];
+        DI_CHECK(ch.sequence != nullptr, "forward_batch: chunk without a sequence");
+        DI_CHECK(ch.image_span.empty(), "DeepSeek-V4 has no vision tower: image spans are not accepted");
+        auto* st = dynamic_cast<EpSequenceState*>(&ch.sequence->state());
+        DI_CHECK(st != nullptr, "forward: the sequence was not created by this expert-parallel model");
+        DI_CHECK(std::find(seen.begin(), seen.end(), st) == seen.end(), "forward: a sequence appears twice in a batch");
+        seen.push_back(st);
+        const int64_t n = static_cast<int64_t>(ch.tokens.size());
+        DI_CHECK(n > 0, "forward: chunk ", i, " has no tokens");
+        DI_CHECK(st->num_tokens() + n <= max_len_, "sequence of ", st->num_tokens() + n,
+                 " tokens exceeds the CUDA model's max_model_len ", max_len_);
+        for (int64_t t = 0; t < n; ++t)
+            DI_CHECK(ch.tokens[size_t(t)] >= 0 && ch.tokens[size_t(t)] < V, "token id ", ch.tokens[size_t(t)],
+                     " at index ", t, " is outside [0, ", V, ")");
+        const int r = st->rank();
+        place[i] = {r, int64_t(sub[size_t(r)].size())};
+        sub[size_t(r)].push_back({&st->inner(), ch.tokens, ch.all_logits, {}});
+        sub_want[size_t(r)].push_back(want_logits.empty() || want_logits[i] ? 1 : 0);
+        rows[size_t(r)] += n;
+    }
+    for (size_t k = 0; k < draws.size(); ++k) {
+        const DeviceDraw& d = draws[k];
+        DI_CHECK(d.chunk >= 0 && size_t(d.chunk) < chunks.size(), "forward_sampled: draw of chunk ", d.chunk, " of ",
+                 chunks.size());
+        DI_CHECK(can_sample_on_device(d), "forward_sampled: the device sampler cannot draw temperature ", d.temperature,
+                 ", top_k ", d.top_k, ", top_p ", d.top_p, ", min_p ", d.min_p);
+        const Place& p = place[size_t(d.chunk)];
+        DeviceDraw local = d;
+        local.chunk = static_cast<int32_t>(p.index);
+        sub_draws[size_t(p.rank)].push_back(local);
+        draw_index[size_t(p.rank)].push_back(k);
+    }
+    // A rank without sequences in this step still serves its experts: it runs one row of its idle
+    // sequence (token 0 at position 0, no logits), which changes no other row.
+    static const int32_t kIdleToken = 0;
+    for (int r = 0; r < G; ++r) {
+        if (!sub[size_t(r)].empty()) continue;
+        idle_[size_t(r)]->truncate(0);
+        sub[size_t(r)].push_back({idle_[size_t(r)].get(), std::span<const int32_t>(&kIdleToken, 1), false, {}});
+        sub_want[size_t(r)].push_back(0);
+        rows[size_t(r)] = 1;
+    }
+    exchange_->set_rows(rows);
+    std::vector<ForwardOutputs> outs(static_cast<size_t>(G));
+    threads_.run_all([&](int r) {
+        outs[size_t(r)] = ranks_[size_t(r)]->forward_sampled(sub[size_t(r)], sub_want[size_t(r)], sub_draws[size_t(r)]);
+    });
+    ForwardOutputs out;
+    out.logits.resize(chunks.size());
+    for (size_t i = 0; i < chunks.size(); ++i)
+        out.logits[i] = std::move(outs[size_t(place[i].rank)].logits[size_t(place[i].index)]);
+    out.tokens.resize(draws.size());
+    for (int r = 0; r < G; ++r)
+        for (size_t k = 0; k < draw_index[size_t(r)].size(); ++k)
+            out.tokens[draw_index[size_t(r)][k]] = outs[size_t(r)].tokens[k];
+    return out;
+}
+
+const CudaEpModel& as_ep(const Model& model) {
+    const auto* m = dynamic_cast<const CudaEpModel*>(&model);
+    DI_CHECK(m != nullptr, "not an expert-parallel CUDA model");
+    return *m;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_cuda_ep_model(const std::string& dir, const ModelOptions& options,
+                                          const CudaModelOptions& cuda_options, const std::vector<int>& devices) {
+    DI_CHECK(!devices.empty(), "expert parallelism over no GPUs");
+    DI_CHECK(device_count() >= int(devices.size()), "expert parallelism over ", devices.size(), " GPUs: ",
+             device_count(), " CUDA devices are available");
+    return std::make_unique<CudaEpModel>(dir, options, cuda_options, devices);
+}
+
+std::vector<const Model*> cuda_ep_ranks(const Model& model) { return as_ep(model).ranks(); }
+
+int cuda_ep_rank_of(const Model& model, const Sequence& sequence) {
+    as_ep(model);
+    const auto* st = dynamic_cast<const EpSequenceState*>(&sequence.state());
+    DI_CHECK(st != nullptr, "not a sequence of an expert-parallel model");
+    return st->rank();
+}
+
+}  // namespace deepinfer::cuda

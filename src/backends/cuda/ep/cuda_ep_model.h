@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: Apache-2.0
+// Expert parallelism on the GPUs of one host (DeepSeek-V4): one process drives G GPUs, one host
+// thread and one CudaModel "rank" per GPU. Every rank holds the non-expert weights (attention,
+// shared experts, router, embeddings, LM head: replicated) and E/G of each layer's routed experts;
+// a sequence lives on one rank (chosen when it is created: the rank with the fewest live sequences),
+// so attention and its state are data-parallel with no replicated KV. A forward splits the batch by
+// rank and runs the ranks together; in each MoE layer the ranks exchange rows over NCCL
+// (expert_exchange.h). Logits equal the single-GPU model's bit for bit (same kernels per row, same
+// combine order), in every numerics and GEMM mode.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/model/cuda_model.h"
+
+namespace deepinfer::cuda {
+
+// Loads `dir` across `devices` (CUDA device indices, one rank each; at least one).
+std::unique_ptr<Model> load_cuda_ep_model(const std::string& dir, const ModelOptions& options,
+                                          const CudaModelOptions& cuda_options, const std::vector<int>& devices);
+
+// The rank models of a model made by load_cuda_ep_model (for their CudaModelStats); throws for others.
+std::vector<const Model*> cuda_ep_ranks(const Model& model);
+// The rank a sequence of such a model lives on.
+int cuda_ep_rank_of(const Model& model, const Sequence& sequence);
+
+}  // namespace deepinfer::cuda
