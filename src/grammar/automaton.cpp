@@ -157,6 +157,9 @@ void minimize(Automaton& a) {
     m.root = a.root;
     m.rule_names = a.rule_names;
     for (int32_t st : a.rule_start) m.rule_start.push_back(new_id[size_t(cls[size_t(st)])]);
+    m.loops = a.loops;
+    m.rule_loop = a.rule_loop;
+    for (CountedLoop& l : m.loops) l.state = new_id[size_t(cls[size_t(l.state)])];
     m.next.assign(size_t(n) * 256, -1);
     m.edge_begin.push_back(0);
     std::vector<int32_t> order(static_cast<size_t>(n));
@@ -166,6 +169,7 @@ void minimize(Automaton& a) {
         m.state_rule.push_back(a.state_rule[size_t(s)]);
         m.state_final.push_back(a.state_final[size_t(s)]);
         m.state_bytes.push_back(a.state_bytes[size_t(s)]);
+        m.state_role.push_back(a.state_role[size_t(s)]);
         for (int b = 0; b < 256; ++b) {
             const int32_t t = a.next[size_t(s) * 256 + size_t(b)];
             m.next[size_t(i) * 256 + size_t(b)] = t < 0 ? -1 : new_id[size_t(cls[size_t(t)])];
@@ -176,6 +180,64 @@ void minimize(Automaton& a) {
     }
     a = std::move(m);
 }
+
+
+// A rule body  prefix child{min,max} suffix  (a sequence) that may become a counted repetition:
+// a large count, nothing that refers to rules, a non-empty suffix.
+struct CountedPlan {
+    bool ok = false;
+    size_t index = 0;  // the repetition among the sequence's children
+    int32_t min = 0, max = 0;
+};
+
+bool refers_to_rules(const Grammar& g, ExprId id) {
+    const Expr& e = g.expr(id);
+    if (e.kind == ExprKind::kRuleRef) return true;
+    for (ExprId c : e.children)
+        if (refers_to_rules(g, c)) return true;
+    return false;
+}
+
+CountedPlan plan_counted(const Grammar& g, ExprId body, int32_t threshold) {
+    CountedPlan p;
+    const Expr& e = g.expr(body);
+    if (e.kind != ExprKind::kSeq || e.children.size() < 2) return p;
+    for (size_t i = 0; i + 1 < e.children.size(); ++i) {
+        const Expr& c = g.expr(e.children[i]);
+        if (c.kind != ExprKind::kRepeat || (c.max >= 0 ? c.max : c.min) < threshold) continue;
+        p.ok = true;
+        p.index = i;
+        p.min = c.min;
+        p.max = c.max;
+        break;
+    }
+    if (p.ok && refers_to_rules(g, body)) p.ok = false;
+    return p;
+}
+
+// The NFA of a counted rule: prefix states [0, loop), the loop node, the child's states
+// (loop, suffix_begin), the suffix's states [suffix_begin, ...).
+struct CountedNfa {
+    int32_t loop = -1, child_end = -1, suffix_begin = -1;
+    CountRole role(const std::vector<int32_t>& set) const {
+        bool has_child = false;
+        for (int32_t q : set) {
+            if (q == loop) return CountRole::kLoop;
+            has_child |= q > loop && q < suffix_begin;
+        }
+        return has_child ? CountRole::kIteration : CountRole::kFixed;
+    }
+    // Iteration subsets hold only child states; the loop subset no prefix state.
+    bool consistent(const std::vector<int32_t>& set) const {
+        const CountRole r = role(set);
+        for (int32_t q : set) {
+            const bool prefix = q < loop, suffix = q >= suffix_begin;
+            if (r == CountRole::kIteration && (prefix || suffix)) return false;
+            if (r == CountRole::kLoop && prefix) return false;
+        }
+        return true;
+    }
+};
 
 }  // namespace
 
@@ -193,82 +255,156 @@ Automaton build_automaton(const Grammar& g, const AutomatonLimits& limits) {
     NfaBuilder nb(g, limits.max_nfa_states);
     std::vector<uint32_t> mark;
     uint32_t stamp = 0;
-    std::vector<std::pair<int32_t, int32_t>> nfa_edges_scratch;
+    a.rule_loop.assign(size_t(num_rules), -1);
     for (int32_t r = 0; r < num_rules; ++r) {
-        nb.states.clear();
-        nb.set_rule_name(rules[size_t(r)].name);
-        const int32_t start = nb.add();
-        const int32_t end = nb.build(rules[size_t(r)].body, start);
-        const auto& nfa = nb.states;
-        mark.assign(nfa.size(), 0);
-        stamp = 0;
-        // Subset construction.
-        std::map<std::vector<int32_t>, int32_t> ids;
-        std::vector<std::vector<int32_t>> work;
-        auto intern = [&](std::vector<int32_t> set) -> int32_t {
-            closure(nfa, set, mark, ++stamp);
-            auto it = ids.find(set);
-            if (it != ids.end()) return it->second;
-            const int32_t id = a.num_states();
-            if (id >= limits.max_dfa_states)
-                throw GrammarError("grammar", "rule '" + rules[size_t(r)].name + "'",
-                                   "the grammar is too large (more than " + std::to_string(limits.max_dfa_states) +
-                                       " automaton states)");
-            a.state_rule.push_back(r);
-            a.state_final.push_back(std::binary_search(set.begin(), set.end(), end) ? 1 : 0);
-            a.state_bytes.push_back({0, 0, 0, 0});
-            a.next.resize(a.next.size() + 256, -1);
-            ids.emplace(set, id);
-            work.push_back(std::move(set));
-            return id;
-        };
-        std::vector<std::vector<std::pair<int32_t, int32_t>>> rule_edges_of;  // per DFA state, local
-        const int32_t first = a.num_states();
-        a.rule_start[size_t(r)] = intern({start});
-        size_t done = 0;
-        while (done < work.size()) {
-            const std::vector<int32_t> set = work[done];
-            const int32_t sid = first + static_cast<int32_t>(done);
-            ++done;
-            // Byte transitions: split 0..255 at every range boundary.
-            std::vector<int32_t> cuts = {0, 256};
-            std::map<int32_t, std::vector<int32_t>> by_rule;
-            for (int32_t s : set) {
-                for (const auto& br : nfa[size_t(s)].bytes) {
-                    cuts.push_back(br[0]);
-                    cuts.push_back(br[1] + 1);
+        const CountedPlan plan = plan_counted(g, rules[size_t(r)].body, limits.counted_repeat_min);
+        // A counted repetition when the plan holds on the automaton, else the unrolled rule.
+        for (int attempt = plan.ok ? 0 : 1; attempt < 2; ++attempt) {
+            const bool counted = attempt == 0;
+            nb.states.clear();
+            nb.set_rule_name(rules[size_t(r)].name);
+            const int32_t start = nb.add();
+            int32_t end = -1;
+            CountedNfa cn;
+            if (counted) {
+                const Expr& body = g.expr(rules[size_t(r)].body);
+                int32_t cur = start;
+                for (size_t i = 0; i < plan.index; ++i) cur = nb.build(body.children[i], cur);
+                cn.loop = nb.add();
+                nb.states[size_t(cur)].eps.push_back(cn.loop);
+                const ExprId child = g.expr(body.children[plan.index]).children[0];
+                cn.child_end = nb.build(child, cn.loop);
+                nb.states[size_t(cn.child_end)].eps.push_back(cn.loop);
+                cn.suffix_begin = static_cast<int32_t>(nb.states.size());
+                cur = cn.loop;
+                for (size_t i = plan.index + 1; i < body.children.size(); ++i) cur = nb.build(body.children[i], cur);
+                end = cur;
+            } else {
+                end = nb.build(rules[size_t(r)].body, start);
+            }
+            const auto& nfa = nb.states;
+            mark.assign(nfa.size(), 0);
+            stamp = 0;
+            if (counted) {  // a nullable child would let iterations consume nothing
+                std::vector<int32_t> c = {cn.loop};
+                closure(nfa, c, mark, ++stamp);
+                if (std::binary_search(c.begin(), c.end(), cn.child_end)) continue;
+            }
+            // Subset construction. In a counted rule, states that only pass epsilon moves are left
+            // out of the subsets (they do not change what a subset does), so that the subset after
+            // an iteration is the subset at its start: the loop state.
+            std::map<std::vector<int32_t>, int32_t> ids;
+            std::vector<std::vector<int32_t>> work;
+            const int32_t first = a.num_states();
+            auto intern = [&](std::vector<int32_t> set) -> int32_t {
+                closure(nfa, set, mark, ++stamp);
+                if (counted)
+                    set.erase(std::remove_if(set.begin(), set.end(),
+                                             [&](int32_t q) {
+                                                 return q != end && nfa[size_t(q)].bytes.empty() && nfa[size_t(q)].rules.empty();
+                                             }),
+                              set.end());
+                auto it = ids.find(set);
+                if (it != ids.end()) return it->second;
+                const int32_t id = a.num_states();
+                if (id >= limits.max_dfa_states)
+                    throw GrammarError("grammar", "rule '" + rules[size_t(r)].name + "'",
+                                       "the grammar is too large (more than " + std::to_string(limits.max_dfa_states) +
+                                           " automaton states)");
+                a.state_rule.push_back(r);
+                a.state_final.push_back(std::binary_search(set.begin(), set.end(), end) ? 1 : 0);
+                a.state_bytes.push_back({0, 0, 0, 0});
+                a.state_role.push_back(counted ? cn.role(set) : CountRole::kNone);
+                a.next.resize(a.next.size() + 256, -1);
+                ids.emplace(set, id);
+                work.push_back(std::move(set));
+                return id;
+            };
+            std::vector<std::vector<std::pair<int32_t, int32_t>>> rule_edges_of;  // per DFA state, local
+            a.rule_start[size_t(r)] = intern({start});
+            CountedLoop loop;
+            bool ok = true;
+            size_t done = 0;
+            while (ok && done < work.size()) {
+                const std::vector<int32_t> set = work[done];
+                const int32_t sid = first + static_cast<int32_t>(done);
+                ++done;
+                const bool is_loop = counted && a.state_role[size_t(sid)] == CountRole::kLoop;
+                if (is_loop) {
+                    if (loop.state >= 0) ok = false;  // one loop state per rule
+                    loop.state = sid;
                 }
-                for (const auto& [rule, t] : nfa[size_t(s)].rules) by_rule[rule].push_back(t);
-            }
-            std::sort(cuts.begin(), cuts.end());
-            cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-            for (size_t k = 0; k + 1 < cuts.size(); ++k) {
-                const int32_t lo = cuts[k], hi = cuts[k + 1] - 1;
-                std::vector<int32_t> tgt;
-                for (int32_t s : set)
-                    for (const auto& br : nfa[size_t(s)].bytes)
-                        if (br[0] <= lo && br[1] >= hi) tgt.push_back(br[2]);
-                if (tgt.empty()) continue;
-                std::sort(tgt.begin(), tgt.end());
-                tgt.erase(std::unique(tgt.begin(), tgt.end()), tgt.end());
-                const int32_t t = intern(std::move(tgt));
-                for (int32_t b = lo; b <= hi; ++b) {
-                    a.next[size_t(sid) * 256 + size_t(b)] = t;
-                    byteset_add(a.state_bytes[size_t(sid)], uint8_t(b));
+                // Byte transitions: split 0..255 at every range boundary.
+                std::vector<int32_t> cuts = {0, 256};
+                std::map<int32_t, std::vector<int32_t>> by_rule;
+                for (int32_t s : set) {
+                    for (const auto& br : nfa[size_t(s)].bytes) {
+                        cuts.push_back(br[0]);
+                        cuts.push_back(br[1] + 1);
+                    }
+                    for (const auto& [rule, t] : nfa[size_t(s)].rules) by_rule[rule].push_back(t);
+                }
+                std::sort(cuts.begin(), cuts.end());
+                cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+                for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+                    const int32_t lo = cuts[k], hi = cuts[k + 1] - 1;
+                    std::vector<int32_t> tgt;
+                    for (int32_t s : set)
+                        for (const auto& br : nfa[size_t(s)].bytes)
+                            if (br[0] <= lo && br[1] >= hi) tgt.push_back(br[2]);
+                    if (tgt.empty()) continue;
+                    std::sort(tgt.begin(), tgt.end());
+                    tgt.erase(std::unique(tgt.begin(), tgt.end()), tgt.end());
+                    if (is_loop) {  // every byte either starts an iteration or leaves the repetition
+                        const bool into_suffix = tgt.front() >= cn.suffix_begin;
+                        if (into_suffix != (tgt.back() >= cn.suffix_begin)) ok = false;
+                        for (int32_t b = lo; into_suffix && b <= hi; ++b) byteset_add(loop.exit, uint8_t(b));
+                    }
+                    const int32_t t = intern(std::move(tgt));
+                    for (int32_t b = lo; b <= hi; ++b) {
+                        a.next[size_t(sid) * 256 + size_t(b)] = t;
+                        byteset_add(a.state_bytes[size_t(sid)], uint8_t(b));
+                    }
+                }
+                rule_edges_of.resize(size_t(sid - first + 1));
+                for (auto& [rule, tgts] : by_rule) {
+                    std::sort(tgts.begin(), tgts.end());
+                    tgts.erase(std::unique(tgts.begin(), tgts.end()), tgts.end());
+                    const int32_t t = intern(std::move(tgts));
+                    rule_edges_of[size_t(sid - first)].emplace_back(rule, t);
                 }
             }
-            rule_edges_of.resize(size_t(sid - first + 1));
-            for (auto& [rule, tgts] : by_rule) {
-                std::sort(tgts.begin(), tgts.end());
-                tgts.erase(std::unique(tgts.begin(), tgts.end()), tgts.end());
-                const int32_t t = intern(std::move(tgts));
-                rule_edges_of[size_t(sid - first)].emplace_back(rule, t);
+            if (counted) {
+                // The shape the counted walks and the Earley counts rely on: subsets mix no regions
+                // (CountedNfa::role), one loop state, final states after the suffix that scan nothing.
+                ok = ok && loop.state >= 0;
+                for (int32_t sid = first; ok && sid < a.num_states(); ++sid) {
+                    const std::vector<int32_t>& set = work[size_t(sid - first)];
+                    if (!cn.consistent(set)) ok = false;
+                    if (a.state_final[size_t(sid)] && (a.state_role[size_t(sid)] != CountRole::kFixed || a.has_bytes(sid)))
+                        ok = false;
+                }
+                if (!ok) {  // undo, and unroll the repetition instead
+                    a.state_rule.resize(size_t(first));
+                    a.state_final.resize(size_t(first));
+                    a.state_bytes.resize(size_t(first));
+                    a.state_role.resize(size_t(first));
+                    a.next.resize(size_t(first) * 256);
+                    continue;
+                }
+                loop.rule = r;
+                loop.min = plan.min;
+                loop.max = plan.max < 0 ? CountedLoop::kUnbounded : plan.max;
+                loop.cap = plan.max < 0 ? plan.min : plan.max;
+                a.rule_loop[size_t(r)] = static_cast<int32_t>(a.loops.size());
+                a.loops.push_back(loop);
             }
-        }
-        for (auto& es : rule_edges_of) {
-            if (a.edge_begin.empty()) a.edge_begin.push_back(0);
-            for (auto& e : es) a.edges.push_back(e);
-            a.edge_begin.push_back(static_cast<int32_t>(a.edges.size()));
+            for (auto& es : rule_edges_of) {
+                if (a.edge_begin.empty()) a.edge_begin.push_back(0);
+                for (auto& e : es) a.edges.push_back(e);
+                a.edge_begin.push_back(static_cast<int32_t>(a.edges.size()));
+            }
+            break;
         }
     }
     if (a.edge_begin.empty()) a.edge_begin.push_back(0);

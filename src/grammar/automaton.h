@@ -6,7 +6,9 @@
 // rule's completion (FOLLOW), which keep the token caches' "uncertain" sets small.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <climits>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -19,6 +21,29 @@ namespace deepinfer::grammar {
 using ByteSet = std::array<uint64_t, 4>;
 inline bool byteset_has(const ByteSet& s, uint8_t b) { return (s[b >> 6] >> (b & 63)) & 1; }
 inline void byteset_add(ByteSet& s, uint8_t b) { s[b >> 6] |= uint64_t{1} << (b & 63); }
+
+// A counted repetition: a rule  prefix child{min,max} suffix  (prefix, child and suffix without
+// rule references; the child not nullable and prefix-free) whose automaton loops through one
+// state, `loop`, once per iteration of the child. The iteration count lives in the Earley item
+// (Item::count) instead of one group of states per count: leaving `loop` on a byte of `exit`
+// ends the repetition (needs count >= min, resets the count to 0), on any other byte starts an
+// iteration (needs count < max, increments it). The rule's final states come after the suffix and
+// scan nothing.
+struct CountedLoop {
+    int32_t rule = -1, state = -1;
+    int32_t min = 0, max = 0;  // max = kUnbounded: no upper bound
+    int32_t cap = 0;           // counts saturate here (max, or min when unbounded)
+    ByteSet exit{0, 0, 0, 0};  // bytes from `state` into the suffix
+    static constexpr int32_t kUnbounded = INT32_MAX;
+};
+
+// Where a state sits in a counted repetition: what the count of an item there means.
+enum class CountRole : uint8_t {
+    kNone,       // not in a counted rule (count 0)
+    kFixed,      // prefix or suffix of a counted rule (count 0)
+    kIteration,  // inside an iteration (count = iterations started)
+    kLoop,       // the loop state (count = iterations done)
+};
 
 struct Automaton {
     int32_t root = 0;                      // root rule
@@ -33,10 +58,28 @@ struct Automaton {
     std::vector<int32_t> next;             // [num_states * 256] byte transitions, -1 = none
     std::vector<int32_t> edge_begin;       // [num_states + 1] CSR offsets into `edges`
     std::vector<std::pair<int32_t, int32_t>> edges;  // (rule, target state)
+    std::vector<CountedLoop> loops;        // counted repetitions
+    std::vector<int32_t> rule_loop;        // [num_rules] index into `loops`, -1 if none
+    std::vector<CountRole> state_role;     // [num_states]
 
     int32_t num_states() const { return static_cast<int32_t>(state_rule.size()); }
     int32_t num_rules() const { return static_cast<int32_t>(rule_start.size()); }
     bool has_edges(int32_t s) const { return edge_begin[size_t(s) + 1] != edge_begin[size_t(s)]; }
+    bool counted(int32_t s) const { return state_role[size_t(s)] != CountRole::kNone; }
+    // The state after scanning byte b from state s with an item count `count` (updated), or -1.
+    int32_t step(int32_t s, int32_t& count, uint8_t b) const {
+        const int32_t t = next[size_t(s) * 256 + b];
+        if (t < 0 || state_role[size_t(s)] != CountRole::kLoop) return t;
+        const CountedLoop& l = loops[size_t(rule_loop[size_t(state_rule[size_t(s)])])];
+        if (byteset_has(l.exit, b)) {
+            if (count < l.min) return -1;
+            count = 0;
+            return t;
+        }
+        if (count >= l.max) return -1;
+        count = std::min(count + 1, l.cap);
+        return t;
+    }
     bool has_bytes(int32_t s) const {
         const ByteSet& b = state_bytes[size_t(s)];
         return (b[0] | b[1] | b[2] | b[3]) != 0;
@@ -47,6 +90,9 @@ struct Automaton {
 struct AutomatonLimits {
     int64_t max_nfa_states = 400000;
     int64_t max_dfa_states = 100000;
+    // A rule  prefix child{min,max} suffix  becomes a counted repetition (CountedLoop) when max
+    // (or min, when unbounded) is at least this; smaller counts are unrolled into states.
+    int32_t counted_repeat_min = 16;
 };
 
 // Throws GrammarError (source "grammar") for undefined rules or a grammar past the limits.

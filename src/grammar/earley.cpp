@@ -4,10 +4,10 @@
 
 namespace deepinfer::grammar {
 
-void Earley::add(int32_t state, int32_t origin) {
+void Earley::add(int32_t state, int32_t origin, int32_t count) {
     for (size_t i = set_begin_.back(); i < items_.size(); ++i)
-        if (items_[i].state == state && items_[i].origin == origin) return;
-    items_.push_back({state, origin});
+        if (items_[i].state == state && items_[i].origin == origin && items_[i].count == count) return;
+    items_.push_back({state, origin, count});
 }
 
 void Earley::close(size_t set_idx) {
@@ -20,7 +20,7 @@ void Earley::close(size_t set_idx) {
         for (int32_t e = a.edge_begin[size_t(s)]; e < a.edge_begin[size_t(s) + 1]; ++e) {
             const auto [rule, t] = a.edges[size_t(e)];
             add(a.rule_start[size_t(rule)], k);
-            if (a.rule_nullable[size_t(rule)]) add(t, it.origin);
+            if (a.rule_nullable[size_t(rule)]) add(t, it.origin, it.count);
         }
         if (!a.state_final[size_t(s)]) continue;
         const int32_t rule = a.state_rule[size_t(s)];
@@ -37,7 +37,7 @@ void Earley::close(size_t set_idx) {
         for (size_t j = ob; j < oe; ++j) {
             const Item p = items_[j];
             for (int32_t e = a.edge_begin[size_t(p.state)]; e < a.edge_begin[size_t(p.state) + 1]; ++e)
-                if (a.edges[size_t(e)].first == rule) add(a.edges[size_t(e)].second, p.origin);
+                if (a.edges[size_t(e)].first == rule) add(a.edges[size_t(e)].second, p.origin, p.count);
         }
     }
     flags_.push_back(flags);
@@ -67,8 +67,9 @@ bool Earley::push_seeded(uint8_t b, std::span<const int32_t> seeds) {
     set_begin_.push_back(static_cast<uint32_t>(end));
     for (size_t i = begin; i < end; ++i) {
         const Item it = items_[i];
-        const int32_t t = a.next[size_t(it.state) * 256 + b];
-        if (t >= 0) add(t, it.origin);
+        int32_t count = it.count;
+        const int32_t t = a.step(it.state, count, b);
+        if (t >= 0) add(t, it.origin, count);
     }
     for (int32_t s : seeds) add(s, kOutside);
     close(set_begin_.size() - 1);
@@ -90,11 +91,12 @@ bool Earley::push(uint8_t b) {
     // Fast path: one item, a plain byte step inside a rule (strings, numbers, literals).
     if (end - begin == 1) {
         const Item it = items_[begin];
-        const int32_t t = a.next[size_t(it.state) * 256 + b];
+        int32_t count = it.count;
+        const int32_t t = a.step(it.state, count, b);
         if (t < 0) return false;
         if (!a.state_final[size_t(t)] && !a.has_edges(t)) {
             set_begin_.push_back(static_cast<uint32_t>(end));
-            items_.push_back({t, it.origin});
+            items_.push_back({t, it.origin, count});
             flags_.push_back(0);
             return true;
         }
@@ -102,8 +104,9 @@ bool Earley::push(uint8_t b) {
     set_begin_.push_back(static_cast<uint32_t>(end));
     for (size_t i = begin; i < end; ++i) {
         const Item it = items_[i];
-        const int32_t t = a.next[size_t(it.state) * 256 + b];
-        if (t >= 0) add(t, it.origin);
+        int32_t count = it.count;
+        const int32_t t = a.step(it.state, count, b);
+        if (t >= 0) add(t, it.origin, count);
     }
     if (items_.size() == end) {
         set_begin_.pop_back();

@@ -19,7 +19,8 @@ namespace deepinfer::grammar {
 
 struct Item {
     int32_t state;
-    int32_t origin;  // index of the set where the rule instance started; kOutside: unknown parent
+    int32_t origin;     // index of the set where the rule instance started; kOutside: unknown parent
+    int32_t count = 0;  // iterations of a counted repetition (CountedLoop; CountRole says which)
 };
 inline constexpr int32_t kOutside = -1;
 
@@ -52,7 +53,7 @@ public:
 
 private:
     static constexpr uint8_t kCanEnd = 1, kPopped = 2;
-    void add(int32_t state, int32_t origin);
+    void add(int32_t state, int32_t origin, int32_t count = 0);
     void close(size_t set_idx);
     const Automaton* a_;
     bool any_context_ = false;

@@ -514,7 +514,13 @@ private:
             return g_.seq({lit("\""), regex_expr(re, path + "/format", false), lit("\"")});
         }
         if (!has_len) return g_.ref(string_rule());
-        return g_.seq({lit("\""), g_.repeat(string_char(), int32_t(min_len), int32_t(max_len)), lit("\"")});
+        // A rule of its own per pair of bounds: with a large count it becomes a counted repetition
+        // (automaton.h), whose caches do not grow with the count.
+        auto [it, fresh] = bounded_strings_.try_emplace({min_len, max_len}, -1);
+        if (fresh)
+            it->second = g_.add_rule("json_string_" + std::to_string(min_len) + "_" + (max_len < 0 ? "inf" : std::to_string(max_len)),
+                                     g_.seq({lit("\""), g_.repeat(string_char(), int32_t(min_len), int32_t(max_len)), lit("\"")}));
+        return g_.ref(it->second);
     }
 
     static const char* format_regex(const std::string& f) {
@@ -852,6 +858,7 @@ private:
     JsonOptions o_;
     ExprId ws_ = -1;
     ExprId string_char_ = -1;
+    std::map<std::pair<int64_t, int64_t>, int32_t> bounded_strings_;  // (minLength, maxLength) -> rule
     int32_t string_rule_ = -1, number_rule_ = -1, integer_rule_ = -1, value_rule_ = -1, object_rule_ = -1;
     int32_t object_counter_ = 0;
     std::map<std::string, int32_t> ref_rules_;

@@ -48,7 +48,9 @@ public:
         for (int32_t s = 0; s < S_; ++s) {
             const bool final = a.state_final[size_t(s)];
             const int32_t rule = by_rule || final ? a.state_rule[size_t(s)] : -1;
-            const int32_t c = ids.emplace(std::make_pair(rule, int32_t(final)), int32_t(ids.size())).first->second;
+            // Counted repetitions: the roles stay apart (an item's count means something else in each).
+            const int32_t kind = int32_t(final) * 8 + static_cast<int32_t>(a.state_role[size_t(s)]);
+            const int32_t c = ids.emplace(std::make_pair(rule, kind), int32_t(ids.size())).first->second;
             cls_[size_t(s)] = c;
             if (size_t(c) >= members_.size()) members_.emplace_back();
             pos_.push_back(static_cast<int32_t>(members_[size_t(c)].size()));

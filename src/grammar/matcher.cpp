@@ -36,7 +36,8 @@ struct GrammarMatcher::Impl {
     Earley earley;
     std::vector<size_t> token_starts;  // earley.num_sets() before each accepted token
     bool terminated = false;
-    std::vector<int32_t> states, unc;
+    std::vector<const grammar::StateTokens*> states;
+    std::vector<int32_t> unc;
 
     explicit Impl(CompiledGrammar g)
         : grammar(std::move(g)),
@@ -64,13 +65,13 @@ struct GrammarMatcher::Impl {
         const auto& caches = grammar.impl().tokens;
         states.clear();
         for (const grammar::Item& it : earley.top())
-            if (a->has_bytes(it.state)) states.push_back(it.state);
+            if (a->has_bytes(it.state)) states.push_back(&caches[size_t(it.state)].for_count(it.count));
         std::sort(states.begin(), states.end());
         states.erase(std::unique(states.begin(), states.end()), states.end());
         unc.clear();
         size_t num_unc_lists = 0;
-        for (int32_t s : states) {
-            const grammar::StateTokens& st = caches[size_t(s)];
+        for (const grammar::StateTokens* sp : states) {
+            const grammar::StateTokens& st = *sp;
             if (st.accepted_bits) {
                 const std::vector<uint64_t>& bits = *st.accepted_bits;
                 const size_t n = std::min(mask.size(), bits.size());

@@ -133,7 +133,8 @@ struct Walker {
     void walk(int32_t node, int32_t y, int32_t depth) {
         const ByteSet allowed = inside.top_bytes();
         const auto top = inside.top();
-        const int32_t single = top.size() == 1 && outside.top().empty() ? top[0].state : -1;
+        // (Not in a counted repetition: the automaton alone does not know the item's count.)
+        const int32_t single = top.size() == 1 && outside.top().empty() && !a.counted(top[0].state) ? top[0].state : -1;
         if (single < 0 || top[0].origin != kOutside) y = -1;
         for (int32_t c = nodes[node].first_child; c >= 0; c = nodes[c].next_sibling) {
             const Node& n = nodes[c];
@@ -406,18 +407,170 @@ std::vector<int32_t> choose_representatives(const Automaton& a, const LookaheadC
     return rep;
 }
 
+
+// Caches of the states of a counted repetition (automaton.h, CountedLoop), which depend on the
+// item's count c. One walk per state with the rule's automaton (no rule references inside), c left
+// symbolic: a token is accepted for the counts in one range [lo, hi], since starting an iteration
+// at the loop state needs c + j < max and leaving the repetition needs c + j >= min, j being the
+// iterations the token started before. Likewise the uncertain tokens (the rule ends inside the
+// token, after the suffix, and the any-context recognizer over its return states goes on). The
+// caches per count follow, one per range of counts where the classification stays the same.
+struct CountedWalker {
+    using Node = TokenVocabulary::Impl::Node;
+    struct Range {
+        int32_t begin, end;  // sorted indices
+        int32_t lo, hi;      // counts
+    };
+    const Automaton& a;
+    const Node* nodes;
+    const CountedLoop& loop;
+    Earley outside;
+    std::span<const int32_t> returns;
+    std::vector<Range> acc, unc;
+
+    CountedWalker(const Automaton& a_, const TokenVocabulary::Impl& v, int32_t state)
+        : a(a_),
+          nodes(v.nodes.data()),
+          loop(a_.loops[size_t(a_.rule_loop[size_t(a_.state_rule[size_t(state)])])]),
+          outside(&a_),
+          returns(a_.rule_returns[size_t(a_.state_rule[size_t(state)])]) {}
+
+    void walk(int32_t node, int32_t x, int32_t j, int32_t lo) {
+        for (int32_t c = nodes[node].first_child; c >= 0; c = nodes[c].next_sibling) {
+            const Node& n = nodes[c];
+            const int32_t t = a.next[size_t(x) * 256 + n.byte];
+            if (t < 0) continue;
+            int32_t jt = j, lot = lo;
+            if (x == loop.state) {
+                if (byteset_has(loop.exit, n.byte)) {
+                    lot = loop.min - j;
+                } else if (++jt > loop.max) {
+                    continue;
+                }
+            }
+            const int32_t hi = loop.max == CountedLoop::kUnbounded ? INT32_MAX : loop.max - jt;
+            if (lot > hi) continue;
+            if (n.tok_end > n.sub_begin) acc.push_back({n.sub_begin, n.tok_end, lot, hi});
+            if (n.first_child < 0) continue;
+            if (a.state_final[size_t(t)]) {  // the rule ends here (final states scan nothing)
+                outside.start_any_context(returns);
+                walk_outside(c, lot, hi);
+            } else {
+                walk(c, t, jt, lot);
+            }
+        }
+    }
+    void walk_outside(int32_t node, int32_t lo, int32_t hi) {
+        for (int32_t c = nodes[node].first_child; c >= 0; c = nodes[c].next_sibling) {
+            const Node& n = nodes[c];
+            if (outside.push_seeded(n.byte, {})) {
+                if (n.tok_end > n.sub_begin) unc.push_back({n.sub_begin, n.tok_end, lo, hi});
+                if (n.first_child >= 0) walk_outside(c, lo, hi);
+            }
+            outside.pop();
+        }
+    }
+};
+
+void clear_bit_range(std::vector<uint64_t>& dst, int32_t lo, int32_t hi) {
+    for (int32_t i = lo; i < hi; ++i) dst[size_t(i) >> 6] &= ~(uint64_t{1} << (i & 63));
+}
+
+void add_uncertain(const std::vector<CountedWalker::Range>& unc, int32_t c, std::vector<int32_t>& out) {
+    for (const auto& r : unc)
+        if (r.lo <= c && c <= r.hi)
+            for (int32_t i = r.begin; i < r.end; ++i) out.push_back(i);
+}
+
+StateTokens compute_counted_state_tokens(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state) {
+    CountedWalker w(a, v, state);
+    w.walk(0, state, 0, INT32_MIN);
+    const size_t words = (v.sorted.size() + 63) / 64;
+    const CountRole role = a.state_role[size_t(state)];
+    if (role == CountRole::kFixed) {  // the count is 0 here
+        SortedTokens st;
+        st.accepted.assign(words, 0);
+        for (const auto& r : w.acc)
+            if (r.lo <= 0 && 0 <= r.hi) or_bit_range(st.accepted, nullptr, r.begin, r.end);
+        add_uncertain(w.unc, 0, st.uncertain);
+        return to_state_tokens(v, st, nullptr, nullptr);
+    }
+    // Counts 0..cap; the classification changes where a range starts (lo) or ends (hi + 1). The
+    // ranges found at every count go in at once; the others are bucketed by the count of their
+    // change (+(index + 1): starts there, -(index + 1): ends just before).
+    const int32_t cap = w.loop.cap;
+    SortedTokens cur, prev;
+    cur.accepted.assign(words, 0);
+    std::vector<int32_t> ev_begin(size_t(cap) + 2, 0), events;
+    std::vector<uint8_t> change(size_t(cap) + 1, 0);
+    change[0] = 1;
+    for (int pass = 0; pass < 2; ++pass) {
+        for (size_t i = 0; i < w.acc.size(); ++i) {
+            const auto& r = w.acc[i];
+            const int32_t lo = std::max(r.lo, 0), hi = std::min(r.hi, cap);
+            if (lo > hi) continue;
+            if (lo == 0 && hi == cap) {  // at every count (most tokens when the bound is far)
+                if (pass == 0) or_bit_range(cur.accepted, nullptr, r.begin, r.end);
+                continue;
+            }
+            if (pass == 0) {
+                ++ev_begin[size_t(lo) + 1];
+                if (hi < cap) ++ev_begin[size_t(hi) + 2];
+            } else {
+                events[size_t(ev_begin[size_t(lo)]++)] = int32_t(i) + 1;
+                if (hi < cap) events[size_t(ev_begin[size_t(hi) + 1]++)] = -(int32_t(i) + 1);
+            }
+        }
+        if (pass == 0) {
+            for (size_t k = 1; k < ev_begin.size(); ++k) ev_begin[k] += ev_begin[k - 1];
+            events.resize(size_t(ev_begin.back()));
+        } else {  // the fill advanced each bucket's start to the next one's: shift back
+            for (size_t k = ev_begin.size() - 1; k > 0; --k) ev_begin[k] = ev_begin[k - 1];
+            ev_begin[0] = 0;
+        }
+    }
+    for (int32_t c = 0; c <= cap; ++c) change[size_t(c)] |= ev_begin[size_t(c) + 1] > ev_begin[size_t(c)];
+    for (const auto& r : w.unc) {
+        if (r.lo > 0 && r.lo <= cap) change[size_t(r.lo)] = 1;
+        if (r.hi >= 0 && r.hi < cap) change[size_t(r.hi) + 1] = 1;
+    }
+    StateTokens out;
+    out.computed = true;
+    out.count_index.assign(size_t(cap) + 1, 0);
+    for (int32_t c = 0; c <= cap; ++c) {
+        if (!change[size_t(c)]) {
+            out.count_index[size_t(c)] = static_cast<int32_t>(out.by_count.size() - 1);
+            continue;
+        }
+        for (int32_t e = ev_begin[size_t(c)]; e < ev_begin[size_t(c) + 1]; ++e) {
+            const int32_t k = events[size_t(e)];
+            const auto& r = w.acc[size_t(std::abs(k) - 1)];
+            if (k > 0) or_bit_range(cur.accepted, nullptr, r.begin, r.end);
+            else clear_bit_range(cur.accepted, r.begin, r.end);
+        }
+        cur.uncertain.clear();
+        add_uncertain(w.unc, c, cur.uncertain);
+        const bool first = out.by_count.empty();
+        out.by_count.push_back(to_state_tokens(v, cur, first ? nullptr : &prev, first ? nullptr : &out.by_count.back()));
+        prev.accepted = cur.accepted;
+        out.count_index[size_t(c)] = static_cast<int32_t>(out.by_count.size() - 1);
+    }
+    return out;
+}
+
 }  // namespace
 
 StateTokens compute_state_tokens(const Automaton& a, const TokenVocabulary::Impl& v, int32_t state) {
+    if (a.counted(state)) return compute_counted_state_tokens(a, v, state);
     const WalkContext cx(a, v);
     return to_state_tokens(v, walk_state(cx, state, -1, nullptr), nullptr, nullptr);
 }
 
 std::vector<StateTokens> compute_all_state_tokens(const Automaton& a, const TokenVocabulary::Impl& v, bool share_work) {
     std::vector<StateTokens> out(size_t(a.num_states()));
-    std::vector<int32_t> todo;
+    std::vector<int32_t> todo, counted;
     for (int32_t s = 0; s < a.num_states(); ++s)
-        if (a.has_bytes(s)) todo.push_back(s);
+        if (a.has_bytes(s)) (a.counted(s) ? counted : todo).push_back(s);
     std::vector<int32_t> rep(size_t(a.num_states()), -1);
     std::unique_ptr<LookaheadClasses> eq;
     if (share_work && todo.size() > 1) {
@@ -440,13 +593,18 @@ std::vector<StateTokens> compute_all_state_tokens(const Automaton& a, const Toke
         if (rep[size_t(s)] >= 0) needed[size_t(rep[size_t(s)])] = 1;
     }
     std::vector<SortedTokens> kept(size_t(a.num_states()));
-    for (int32_t d = 0; d < num_levels; ++d) {
-        std::vector<int32_t> wave;
+    // Counted repetitions (walked alone) go with the first wave: fewer parallel regions to wait for.
+    for (int32_t d = 0; d < std::max(num_levels, counted.empty() ? 0 : 1); ++d) {
+        std::vector<int32_t> wave = d == 0 ? counted : std::vector<int32_t>();
         for (int32_t s : todo)
             if (level[size_t(s)] == d) wave.push_back(s);
 #pragma omp parallel for schedule(dynamic, 1) if (wave.size() > 1)
         for (int64_t i = 0; i < static_cast<int64_t>(wave.size()); ++i) {
             const int32_t s = wave[size_t(i)], r = rep[size_t(s)];
+            if (a.counted(s)) {
+                out[size_t(s)] = compute_counted_state_tokens(a, v, s);
+                continue;
+            }
             if (r >= 0 && cx.plain[size_t(s)] && cx.plain[size_t(r)] &&
                 eq->equivalent(s, r, static_cast<int32_t>(v.max_token_bytes))) {  // the same for every token
                 out[size_t(s)] = out[size_t(r)];

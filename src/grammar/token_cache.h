@@ -8,6 +8,7 @@
 // ones against the full parse, which is exact.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -24,6 +25,15 @@ struct StateTokens {
     std::shared_ptr<const std::vector<uint64_t>> accepted_bits;
     std::vector<int32_t> uncertain;       // sorted-order indices (TokenVocabulary::Impl::sorted), ascending
     int64_t num_accepted = 0;
+    // States of a counted repetition in its iterations (CountRole::kIteration, kLoop): the cache
+    // depends on the item's count c; it is by_count[count_index[min(c, count_index.size() - 1)]]
+    // (the fields above are unused then).
+    std::vector<int32_t> count_index;
+    std::vector<StateTokens> by_count;
+    const StateTokens& for_count(int32_t c) const {
+        if (count_index.empty()) return *this;
+        return by_count[size_t(count_index[std::min(size_t(c), count_index.size() - 1)])];
+    }
 };
 
 // Computes the cache of one state alone (thread-safe: only reads its arguments).
