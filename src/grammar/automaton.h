@@ -91,8 +91,9 @@ struct AutomatonLimits {
     int64_t max_nfa_states = 400000;
     int64_t max_dfa_states = 100000;
     // A rule  prefix child{min,max} suffix  becomes a counted repetition (CountedLoop) when max
-    // (or min, when unbounded) is at least this; smaller counts are unrolled into states.
-    int32_t counted_repeat_min = 16;
+    // (or min, when unbounded) is at least this; smaller counts are unrolled into states. Counting
+    // pays from 2 on (an unrolled JSON string character is ~14 states and a token-cache walk each).
+    int32_t counted_repeat_min = 2;
 };
 
 // Throws GrammarError (source "grammar") for undefined rules or a grammar past the limits.

@@ -514,8 +514,8 @@ private:
             return g_.seq({lit("\""), regex_expr(re, path + "/format", false), lit("\"")});
         }
         if (!has_len) return g_.ref(string_rule());
-        // A rule of its own per pair of bounds: with a large count it becomes a counted repetition
-        // (automaton.h), whose caches do not grow with the count.
+        // A rule of its own per pair of bounds: a counted repetition (automaton.h) when maxLength
+        // (or minLength) is at least 2, whose caches do not grow with the count.
         auto [it, fresh] = bounded_strings_.try_emplace({min_len, max_len}, -1);
         if (fresh)
             it->second = g_.add_rule("json_string_" + std::to_string(min_len) + "_" + (max_len < 0 ? "inf" : std::to_string(max_len)),

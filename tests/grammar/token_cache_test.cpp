@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <set>
 
 #include "deepinfer/tokenizer.h"
@@ -22,6 +23,14 @@ namespace {
 
 using grammar::Automaton;
 using grammar::StateTokens;
+
+// The sharing between states is about repetitions unrolled into states: build them so (counted
+// repetitions, the default for large counts, have tests of their own: counted_repetition_test.cpp).
+grammar::AutomatonLimits unrolled() {
+    grammar::AutomatonLimits l;
+    l.counted_repeat_min = INT32_MAX;
+    return l;
+}
 
 std::set<int32_t> accepted_set(const StateTokens& st) {
     std::set<int32_t> out(st.accepted_ids.begin(), st.accepted_ids.end());
@@ -63,7 +72,7 @@ TEST(TokenCacheSharing, CountedRepetitionsSmallVocabulary) {
     auto vocab = test::small_vocab("abc,.\"\\0123\xc3\xa9", 500, 17, 9);
     for (const std::string& text : kCountedEbnf) {
         SCOPED_TRACE(text);
-        const Automaton a = grammar::build_automaton(grammar::parse_ebnf(text));
+        const Automaton a = grammar::build_automaton(grammar::parse_ebnf(text), unrolled());
         EXPECT_GT(expect_sharing_exact(a, *vocab), 3);
     }
 }
@@ -81,7 +90,7 @@ TEST(TokenCacheSharing, JsonSchemaMaxLengthSmallVocabulary) {
     for (const std::string& s : schemas) {
         SCOPED_TRACE(s);
         for (JsonWhitespace ws : {JsonWhitespace::kCompact, JsonWhitespace::kFlexible}) {
-            const Automaton a = grammar::build_automaton(grammar::json_schema_grammar(s, {ws, 2, false}));
+            const Automaton a = grammar::build_automaton(grammar::json_schema_grammar(s, {ws, 2, false}), unrolled());
             expect_sharing_exact(a, *vocab);
         }
     }
@@ -95,14 +104,14 @@ TEST(TokenCacheSharing, DeepSeekVocabularyMaxLength) {
     const Automaton a = grammar::build_automaton(grammar::json_schema_grammar(
         R"J({"type": "object", "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 12},
             "tag": {"type": "string", "maxLength": 3}}, "required": ["name"], "additionalProperties": false})J",
-        {JsonWhitespace::kFlexible, -1, false}));
+        {JsonWhitespace::kFlexible, -1, false}), unrolled());
     EXPECT_GT(expect_sharing_exact(a, vocab), 30);
 }
 
 // Equivalence at depth d means: the same byte strings of length <= d are alive from both states,
 // ending in final states alike (all states here are of one rule without rule edges).
 TEST(LookaheadClasses, MatchesBruteForceOnCountedRepetition) {
-    const Automaton a = grammar::build_automaton(grammar::parse_ebnf(R"J(root ::= "<" [ab]{1,7} ">" "c"?)J"));
+    const Automaton a = grammar::build_automaton(grammar::parse_ebnf(R"J(root ::= "<" [ab]{1,7} ">" "c"?)J"), unrolled());
     const grammar::LookaheadClasses eq(a, 12);
     // Every byte string over the alphabet up to length `d` alive from `s` (final: may end).
     auto language = [&](int32_t s, int d) {
@@ -185,7 +194,7 @@ TEST(MaskExactness, CountedStringsEscapesUtf8AroundTokenLength) {
                                    "additionalProperties": false})J";
         SCOPED_TRACE(schema);
         const grammar::Grammar gr = grammar::json_schema_grammar(schema, {JsonWhitespace::kCompact, 0, false});
-        EXPECT_GT(expect_sharing_exact(grammar::build_automaton(gr), *vocab), max_len);
+        EXPECT_GT(expect_sharing_exact(grammar::build_automaton(gr, unrolled()), *vocab), max_len);
         auto g = compiler.compile_json_schema(schema, {JsonWhitespace::kCompact, 0, false});
         for (int w = 0; w < 6; ++w) {
             GrammarMatcher m(g);
