@@ -4,7 +4,9 @@
 // at several batch sizes, one JSON line each. A tokenizer-free binary, so it runs on the GPU machine
 // with only libfmt/libgomp/libcudart beside it.
 //   cuda_forward_bench [--experts 256] [--layers csa,hca] [--prefill 512] [--decode 16] [--batches 1,8,64] [--gemm fast]
-//                      [--gpus 1,2]
+//                      [--gpus 1,2] [--context 64] [--model DIR]
+// --context: the prompt tokens of each decode sequence (prefilled first, not timed). --model: an
+// existing checkpoint instead of a freshly written one (kept afterwards).
 // --gpus: one run per GPU count (2+: expert parallelism, cuda_ep_model.h); prefill runs one sequence
 // per GPU (each of --prefill tokens), decode batches spread over the GPUs; tok/s per GPU reported.
 // Engine mode (--engine-batches 1,32,256): the offline engine on the GPU, decode steps of B requests
@@ -132,7 +134,8 @@ int main(int argc, char** argv) {
     int64_t experts = 256, prefill = 512, decode = 16;
     std::string layers = "csa,hca", batches = "1,8,64", dir = "/tmp/deepinfer-cuda-bench", engine_batches, gemm = "reference";
     std::string gpus_list = "1";
-    int64_t engine_prompt = 32, engine_tokens = 9;
+    bool keep = false;
+    int64_t engine_prompt = 32, engine_tokens = 9, context = 64;
     std::string model_dir;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
@@ -144,6 +147,8 @@ int main(int argc, char** argv) {
         else if (k == "--dir") dir = v;
         else if (k == "--gemm") gemm = v;  // reference | fast
         else if (k == "--gpus") gpus_list = v;
+        else if (k == "--context") context = std::stoll(v);
+        else if (k == "--keep") keep = v == "1";  // keep the written checkpoint (for a later --model run)
         else if (k == "--engine-batches") engine_batches = v;
         else if (k == "--model") model_dir = v;
         else if (k == "--engine-prompt") engine_prompt = std::stoll(v);
@@ -204,7 +209,7 @@ int main(int argc, char** argv) {
     for (int64_t G : parse_list(gpus_list)) {
         // The workspace: from the limits (every row of the largest batch or prefill, max_model_len).
         ModelOptions mo;
-        mo.max_batch_tokens = std::max<int64_t>(prefill, 512);
+        mo.max_batch_tokens = std::max<int64_t>({prefill, context, 512}) * G;  // one prefill sequence per GPU at a time
         mo.max_num_seqs = 512;
         t = Clock::now();
         // The CUDA loaders directly (Model::load's V4.1 branch would need ICU, absent on the GPU machine).
@@ -230,7 +235,7 @@ int main(int argc, char** argv) {
         }
         nlohmann::json base = {{"layers", layers}, {"experts", experts}, {"numerics", numerics_name(model->numerics())},
                                {"write_s", write_s}, {"load_s", load_s}, {"gemm", gemm}, {"gpus", G}};
-        {
+        if (prefill > 0) {
             std::vector<Sequence> seqs;
             std::vector<std::vector<int32_t>> ps;
             std::vector<SequenceChunk> chunks;
@@ -256,11 +261,17 @@ int main(int argc, char** argv) {
             std::vector<Sequence> seqs;
             for (int64_t i = 0; i < b; ++i) seqs.push_back(model->new_sequence());
             std::vector<std::vector<int32_t>> prompts;
-            for (int64_t i = 0; i < b; ++i) prompts.push_back(prompt(64));
+            for (int64_t i = 0; i < b; ++i) prompts.push_back(prompt(context));
             std::vector<SequenceChunk> chunks;
             for (int64_t i = 0; i < b; ++i) chunks.push_back({&seqs[size_t(i)], prompts[size_t(i)], false});
-            for (size_t at = 0; at < chunks.size(); at += 16)  // prefill in groups (the workspace's row limit)
-                model->forward_batch(std::span<const SequenceChunk>(chunks).subspan(at, std::min<size_t>(16, chunks.size() - at)));
+            // Prefill in groups within the workspace's row limit (not timed).
+            const size_t group = size_t(std::max<int64_t>(1, mo.max_batch_tokens / std::max<int64_t>(context, 1)));
+            const std::vector<uint8_t> none(group, 0);
+            for (size_t at = 0; at < chunks.size(); at += group) {
+                const size_t n = std::min(group, chunks.size() - at);
+                model->forward_sampled(std::span<const SequenceChunk>(chunks).subspan(at, n),
+                                       std::span<const uint8_t>(none).first(n), {});
+            }
             std::vector<int32_t> next(static_cast<size_t>(b), 7);
             const std::vector<uint8_t> no_logits(static_cast<size_t>(b), 0);
             std::vector<DeviceDraw> draws(static_cast<size_t>(b));
@@ -276,6 +287,7 @@ int main(int argc, char** argv) {
             nlohmann::json r = base;
             r["mode"] = "decode";
             r["batch"] = b;
+            r["context"] = context;
             r["steps"] = decode;
             r["seconds"] = secs;
             r["ms_per_step"] = 1e3 * secs / double(decode);
@@ -285,6 +297,6 @@ int main(int argc, char** argv) {
             std::fflush(stdout);
         }
     }
-    std::filesystem::remove_all(dir);
+    if (model_dir.empty() && !keep) std::filesystem::remove_all(dir);
     return 0;
 }
