@@ -60,19 +60,40 @@ struct GrammarMatcher::Impl {
     }
 
     int64_t fill(std::span<uint64_t> mask) {
-        std::fill(mask.begin(), mask.end(), 0);
-        if (terminated) return 0;
+        if (terminated) {
+            std::fill(mask.begin(), mask.end(), 0);
+            return 0;
+        }
         const auto& caches = grammar.impl().tokens;
         states.clear();
         for (const grammar::Item& it : earley.top())
             if (a->has_bytes(it.state)) states.push_back(&caches[size_t(it.state)].for_count(it.count));
         std::sort(states.begin(), states.end());
         states.erase(std::unique(states.begin(), states.end()), states.end());
+        // The first accepted bitset is copied in (no separate clearing pass), the others OR'ed.
+        const grammar::StateTokens* copied = nullptr;
+        for (const grammar::StateTokens* sp : states)
+            if (sp->accepted_bits) {
+                copied = sp;
+                break;
+            }
+        if (copied) {
+            const std::vector<uint64_t>& bits = *copied->accepted_bits;
+            const size_t n = std::min(mask.size(), bits.size());
+            std::copy(bits.begin(), bits.begin() + std::ptrdiff_t(n), mask.begin());
+            std::fill(mask.begin() + std::ptrdiff_t(n), mask.end(), 0);
+        } else {
+            std::fill(mask.begin(), mask.end(), 0);
+        }
+        // With one cache the count is known without counting the mask's bits: its accepted tokens,
+        // plus what the checks below add.
+        int64_t count = states.empty() ? 0 : states.size() == 1 ? states[0]->num_accepted : -1;
         unc.clear();
         size_t num_unc_lists = 0;
         for (const grammar::StateTokens* sp : states) {
             const grammar::StateTokens& st = *sp;
-            if (st.accepted_bits) {
+            if (sp == copied) {
+            } else if (st.accepted_bits) {
                 const std::vector<uint64_t>& bits = *st.accepted_bits;
                 const size_t n = std::min(mask.size(), bits.size());
                 for (size_t w = 0; w < n; ++w) mask[w] |= bits[w];
@@ -102,13 +123,21 @@ struct GrammarMatcher::Impl {
             earley.truncate(base + lcp);
             pushed = lcp;
             while (pushed < b.size() && earley.push(static_cast<uint8_t>(b[pushed]))) ++pushed;
-            if (pushed == b.size()) mask[size_t(id >> 6)] |= uint64_t{1} << (id & 63);
+            if (pushed == b.size()) {
+                mask[size_t(id >> 6)] |= uint64_t{1} << (id & 63);
+                count += count >= 0;
+            }
             prev = b;
         }
         earley.truncate(base);
         if (earley.can_end())
-            for (int32_t e : v->eos_ids) mask[size_t(e >> 6)] |= uint64_t{1} << (e & 63);
-        return count_mask_bits(mask);
+            for (int32_t e : v->eos_ids) {
+                uint64_t& w = mask[size_t(e >> 6)];
+                const uint64_t bit = uint64_t{1} << (e & 63);
+                count += count >= 0 && !(w & bit);
+                w |= bit;
+            }
+        return count >= 0 ? count : count_mask_bits(mask);
     }
 
     bool accept(int32_t token) {
