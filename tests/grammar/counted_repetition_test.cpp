@@ -14,6 +14,8 @@
 #include <gtest/gtest.h>
 
 #include <climits>
+#include <initializer_list>
+#include <string_view>
 #include <random>
 
 #include "deepinfer/tokenizer.h"
@@ -217,6 +219,41 @@ TEST(CountedRepetition, JsonSchemaStringsSmallVocabulary) {
         ASSERT_GT(num_loops(counted), 0u);
         expect_walks_exact(counted, unrolled, vocab, 202, 8, 30);
     }
+}
+
+// Random grammars  root ::= head? q tail?  with q ::= prefix (child){m,n} suffix  built from
+// random literals and classes (some shapes count, some fall back): counted and unrolled
+// compilations give the same masks along random walks, which equal brute force.
+TEST(CountedRepetition, RandomGrammarsMatchUnrolled) {
+    std::shared_ptr<const TokenVocabulary> vocab = test::small_vocab("abc\"\\,.\xc3\xa9", 300, 51, 5);
+    std::mt19937_64 rng(123);
+    const std::vector<std::string> pieces = {"\"a\"", "\"b\"", "\"ab\"", "\"\\\\\" [ab]", "[a-c]", "[^,.\\\"]",
+                                             "\"\\u00e9\"", "(\"a\" | \"bc\")", "[ab] [c.]", "\",\"", "\".\""};
+    auto piece = [&] { return pieces[rng() % pieces.size()]; };
+    int counted_grammars = 0;
+    for (int i = 0; i < 80; ++i) {
+        const int m = int(rng() % 4), n = m + int(rng() % 6);
+        // (Appended piece by piece: GCC 12 warns falsely on chains of string temporaries.)
+        std::string child, text;
+        auto add = [](std::string& s, std::initializer_list<std::string_view> parts) {
+            for (std::string_view p : parts) s.append(p);
+        };
+        if (rng() % 2) add(child, {piece()});
+        else add(child, {"(", piece(), " | ", piece(), ")"});
+        add(text, {"root ::= "});
+        if (rng() % 2) add(text, {piece(), " "});
+        add(text, {"q"});
+        if (rng() % 2) add(text, {" ", piece()});
+        const std::string lo = std::to_string(m), hi = rng() % 4 ? std::to_string(std::max(n, 1)) : "";
+        add(text, {"\nq ::= ", piece(), " (", child, "){", lo, ",", hi, "} ", piece()});
+        if (rng() % 3 == 0) add(text, {" ", piece()});
+        SCOPED_TRACE(text);
+        const grammar::Grammar gr = grammar::parse_ebnf(text);
+        const CompiledGrammar counted = compile_with(gr, vocab, 1), unrolled = compile_with(gr, vocab, INT32_MAX);
+        counted_grammars += num_loops(counted) > 0;
+        expect_walks_exact(counted, unrolled, vocab, 300 + uint64_t(i), 4, 20);
+    }
+    EXPECT_GT(counted_grammars, 30);
 }
 
 TEST(CountedRepetition, DeepSeekVocabularyMaxLength) {
