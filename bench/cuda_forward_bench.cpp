@@ -4,7 +4,9 @@
 // at several batch sizes, one JSON line each. A tokenizer-free binary, so it runs on the GPU machine
 // with only libfmt/libgomp/libcudart beside it.
 //   cuda_forward_bench [--experts 256] [--layers csa,hca] [--prefill 512] [--decode 16] [--batches 1,8,64] [--gemm fast]
-//                      [--gpus 1,2] [--context 64] [--model DIR]
+//                      [--gpus 1,2] [--context 64] [--model DIR] [--max-len 8192]
+// --layers flash: the published V4-Flash schedule (43 layers: 2 sliding, 20 x CSA+HCA, 1 CSA; the first
+// 3 hash-routed), ~157 GB in the published formats: the checkpoint is written by all cores.
 // --context: the prompt tokens of each decode sequence (prefilled first, not timed). --model: an
 // existing checkpoint instead of a freshly written one (kept afterwards).
 // --gpus: one run per GPU count (2+: expert parallelism, cuda_ep_model.h); prefill runs one sequence
@@ -36,7 +38,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::string config(int64_t experts, const std::vector<int>& ratios) {
+std::string config(int64_t experts, const std::vector<int>& ratios, int hash_layers) {
     std::vector<int> cr = ratios;
     cr.push_back(0);  // the MTP entry
     nlohmann::json j = {
@@ -44,7 +46,7 @@ std::string config(int64_t experts, const std::vector<int>& ratios) {
         {"hidden_size", 4096}, {"moe_intermediate_size", 2048}, {"num_hidden_layers", int(ratios.size())},
         {"num_attention_heads", 64}, {"num_key_value_heads", 1}, {"head_dim", 512}, {"qk_rope_head_dim", 64},
         {"q_lora_rank", 1024}, {"o_groups", 8}, {"o_lora_rank", 1024}, {"sliding_window", 128},
-        {"compress_ratios", cr}, {"num_hash_layers", 0}, {"n_routed_experts", experts}, {"n_shared_experts", 1},
+        {"compress_ratios", cr}, {"num_hash_layers", hash_layers}, {"n_routed_experts", experts}, {"n_shared_experts", 1},
         {"num_experts_per_tok", 6}, {"scoring_func", "sqrtsoftplus"}, {"routed_scaling_factor", 1.5},
         {"swiglu_limit", 10.0}, {"rms_norm_eps", 1e-6}, {"hc_mult", 4}, {"hc_sinkhorn_iters", 20}, {"hc_eps", 1e-6},
         {"rope_theta", 10000}, {"compress_rope_theta", 160000},
@@ -135,7 +137,7 @@ int main(int argc, char** argv) {
     std::string layers = "csa,hca", batches = "1,8,64", dir = "/tmp/deepinfer-cuda-bench", engine_batches, gemm = "reference";
     std::string gpus_list = "1";
     bool keep = false;
-    int64_t engine_prompt = 32, engine_tokens = 9, context = 64;
+    int64_t engine_prompt = 32, engine_tokens = 9, context = 64, max_len = 8192;
     std::string model_dir;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
@@ -148,6 +150,7 @@ int main(int argc, char** argv) {
         else if (k == "--gemm") gemm = v;  // reference | fast
         else if (k == "--gpus") gpus_list = v;
         else if (k == "--context") context = std::stoll(v);
+        else if (k == "--max-len") max_len = std::stoll(v);
         else if (k == "--keep") keep = v == "1";  // keep the written checkpoint (for a later --model run)
         else if (k == "--engine-batches") engine_batches = v;
         else if (k == "--model") model_dir = v;
@@ -159,11 +162,20 @@ int main(int argc, char** argv) {
         }
     }
     std::vector<int> ratios;
-    std::stringstream ls(layers);
-    for (std::string item; std::getline(ls, item, ',');) ratios.push_back(item == "csa" ? 4 : item == "hca" ? 128 : 0);
+    int hash_layers = 0;
+    if (layers == "flash") {
+        ratios = {0, 0};
+        for (int i = 0; i < 20; ++i) ratios.insert(ratios.end(), {4, 128});
+        ratios.push_back(4);
+        hash_layers = 3;
+    } else {
+        std::stringstream ls(layers);
+        for (std::string item; std::getline(ls, item, ',');) ratios.push_back(item == "csa" ? 4 : item == "hca" ? 128 : 0);
+    }
     std::filesystem::create_directories(dir);
     auto t = Clock::now();
-    if (model_dir.empty()) write_synthetic_checkpoint(dir, config(experts, ratios), {.seed = 1, .residual_damping = 0.25});
+    if (model_dir.empty()) write_synthetic_checkpoint(dir, config(experts, ratios, hash_layers),
+                                                        {.seed = 1, .residual_damping = 0.25, .parallel = true});
     else dir = model_dir;  // an existing checkpoint (e.g. a tiny fixture: launch-bound steps)
     const double write_s = since(t);
     if (!engine_batches.empty()) {
@@ -204,7 +216,7 @@ int main(int argc, char** argv) {
         return 0;
     }
     cuda::CudaModelOptions co;
-    co.max_model_len = 8192;
+    co.max_model_len = max_len;
     co.gemm = gemm == "fast" ? cuda::GemmMode::kFast : cuda::GemmMode::kReference;
     for (int64_t G : parse_list(gpus_list)) {
         // The workspace: from the limits (every row of the largest batch or prefill, max_model_len).

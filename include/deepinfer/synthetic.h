@@ -24,6 +24,9 @@ struct SyntheticCheckpointOptions {
     bool include_drafter = true;
     bool include_vision = false;
     bool sharded = false;
+    // Fill with all OpenMP threads, one random stream per (tensor, 64 MiB piece): other values than the
+    // sequential single stream (same distributions); for checkpoints of hundreds of GB.
+    bool parallel = false;
 };
 
 // Writes `dir`/config.json (the given text) and `dir`/model.safetensors.

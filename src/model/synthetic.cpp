@@ -9,8 +9,10 @@
 #include <filesystem>
 #include <fmt/format.h>
 
+#include <fcntl.h>
 #include <fstream>
 #include <map>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -78,15 +80,12 @@ bool is_residual_out(const std::string& name) {
     return name.find("attn.wo_b") != std::string::npos || name.find(".w2.") != std::string::npos;
 }
 
-void fill(std::ofstream& out, const Planned& p, Rng& rng, const SyntheticLayout& layout, const CodeTables& codes) {
-    constexpr size_t kChunk = 1 << 20;
-    std::vector<uint8_t> buf;
-    buf.reserve(kChunk);
-    uint64_t remaining = p.bytes;
-    auto flush = [&] {
-        out.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
-        buf.clear();
-    };
+// Appends the next `n` bytes of tensor `p` to buf from rng. A tensor may be filled in pieces: every
+// piece but the last must hold whole units (8 bytes for FP8, 4 for FP4 and f32, 2 for bf16; tid2eid
+// tensors are filled whole).
+void fill_bytes(std::vector<uint8_t>& buf, uint64_t n, const Planned& p, Rng& rng, const SyntheticLayout& layout,
+                const CodeTables& codes) {
+    uint64_t remaining = n;
     auto put16 = [&](uint16_t v) {
         buf.push_back(static_cast<uint8_t>(v & 0xFF));
         buf.push_back(static_cast<uint8_t>(v >> 8));
@@ -134,11 +133,66 @@ void fill(std::ofstream& out, const Planned& p, Rng& rng, const SyntheticLayout&
                 break;
             }
         }
-        if (buf.size() >= kChunk) flush();
     }
-    flush();
 }
 
+// Streams tensor p into out in 1 MiB pieces from the checkpoint's one random stream.
+void fill(std::ofstream& out, const Planned& p, Rng& rng, const SyntheticLayout& layout, const CodeTables& codes) {
+    constexpr uint64_t kChunk = 1 << 20;  // whole units of every fill
+    std::vector<uint8_t> buf;
+    buf.reserve(kChunk + 64);
+    const uint64_t piece = p.fill == Planned::kTid2eid ? p.bytes : kChunk;
+    for (uint64_t done = 0; done < p.bytes;) {
+        const uint64_t n = std::min(piece, p.bytes - done);
+        buf.clear();
+        fill_bytes(buf, n, p, rng, layout, codes);
+        out.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
+        done += n;
+    }
+}
+
+// The parallel form: pieces of 64 MiB, each from its own stream seeded by (seed, tensor, piece), filled
+// by OpenMP threads and written at their offsets.
+void fill_parallel(const std::string& path, uint64_t data_start, const std::vector<const Planned*>& plan, uint64_t seed,
+                   const SyntheticLayout& layout, const CodeTables& codes) {
+    constexpr uint64_t kPiece = uint64_t{64} << 20;
+    struct Piece {
+        const Planned* p;
+        uint64_t tensor, index, offset, bytes;
+    };
+    std::vector<Piece> pieces;
+    uint64_t offset = data_start;
+    for (size_t t = 0; t < plan.size(); ++t) {
+        const Planned* p = plan[t];
+        const uint64_t step = p->fill == Planned::kTid2eid ? std::max<uint64_t>(p->bytes, 1) : kPiece;
+        for (uint64_t at = 0, k = 0; at < p->bytes; at += step, ++k)
+            pieces.push_back({p, t, k, offset + at, std::min(step, p->bytes - at)});
+        offset += p->bytes;
+    }
+    const int fd = ::open(path.c_str(), O_WRONLY);
+    DI_CHECK(fd >= 0, path, ": cannot open for writing");
+    bool ok = true;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i = 0; i < static_cast<int64_t>(pieces.size()); ++i) {
+        const Piece& pc = pieces[size_t(i)];
+        Rng rng{seed ^ (0x9E3779B97F4A7C15ull * (pc.tensor + 1)) ^ (0xD1B54A32D192ED03ull * (pc.index + 1))};
+        std::vector<uint8_t> buf;
+        buf.reserve(pc.bytes + 64);
+        fill_bytes(buf, pc.bytes, *pc.p, rng, layout, codes);
+        uint64_t written = 0;
+        while (written < buf.size()) {
+            const ssize_t w = ::pwrite(fd, buf.data() + written, buf.size() - written, static_cast<off_t>(pc.offset + written));
+            if (w <= 0) break;
+            written += static_cast<uint64_t>(w);
+        }
+        if (written != buf.size()) {
+#pragma omp atomic write
+            ok = false;
+        }
+    }
+    ::close(fd);
+    DI_CHECK(ok, path, ": write failed (disk full?)");
+}
 
 bool is_norm_weight(const std::string& name) {
     return name.find("norm.weight") != std::string::npos || name.find("norm1.weight") != std::string::npos ||
@@ -193,9 +247,10 @@ std::vector<Planned> plan_tensors(const std::vector<ExpectedTensor>& expected, c
     return plan;
 }
 
-// Writes one safetensors file holding `plan` (in order); the random stream continues across files.
+// Writes one safetensors file holding `plan` (in order); the random stream continues across files
+// (parallel: one stream per piece instead).
 void write_file(const std::string& path, const std::vector<const Planned*>& plan, uint64_t seed, Rng& rng,
-                const SyntheticLayout& layout, const CodeTables& codes) {
+                const SyntheticLayout& layout, const CodeTables& codes, bool parallel) {
     nlohmann::ordered_json header = nlohmann::ordered_json::object();
     header["__metadata__"] = {{"format", "pt"}, {"generator", "deepinfer synthetic"}, {"seed", std::to_string(seed)}};
     uint64_t offset = 0;
@@ -212,6 +267,12 @@ void write_file(const std::string& path, const std::vector<const Planned*>& plan
     const uint64_t n = h.size();
     for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xFF));
     out.write(h.data(), static_cast<std::streamsize>(h.size()));
+    if (parallel) {
+        out.close();
+        DI_CHECK(!out.fail(), path, ": write failed");
+        fill_parallel(path, 8 + n, plan, seed, layout, codes);
+        return;
+    }
     for (const Planned* p : plan) fill(out, *p, rng, layout, codes);
     DI_CHECK(out.good(), path, ": write failed (disk full?)");
 }
@@ -232,7 +293,7 @@ void write_synthetic_tensors(const std::string& dir, const std::vector<ExpectedT
     Rng rng{o.seed};
     const CodeTables codes;
     if (!layout.shard_of) {
-        write_file(dir + "/model.safetensors", by_shard.begin()->second, o.seed, rng, layout, codes);
+        write_file(dir + "/model.safetensors", by_shard.begin()->second, o.seed, rng, layout, codes, o.parallel);
         return;
     }
     // Shards are renamed model-0000i-of-0000n.safetensors, as the release names them.
@@ -244,7 +305,7 @@ void write_synthetic_tensors(const std::string& dir, const std::vector<ExpectedT
             weight_map[p->name] = file;
             total += p->bytes;
         }
-        write_file(dir + "/" + file, by_shard[shards[i]], o.seed, rng, layout, codes);
+        write_file(dir + "/" + file, by_shard[shards[i]], o.seed, rng, layout, codes, o.parallel);
     }
     std::ofstream index(dir + "/model.safetensors.index.json", std::ios::trunc);
     index << nlohmann::ordered_json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2);
