@@ -10,7 +10,9 @@
 
 namespace deepinfer::cuda::kernels {
 
-constexpr int kLinearGroups = 32;  // output columns per block (8 lanes each: 256 threads)
+constexpr int kLinearGroups = 8;  // output columns per block (8 lanes each: 64 threads): many blocks even for
+                                   // narrow outputs (a 256-expert router fills 32 SMs, not 8)
+constexpr int kLinearThreads = kLinearGroups * 8;
 constexpr int kLinearRows = 4;     // rows sharing each decoded weight element
 
 __device__ __forceinline__ float weight_scale(const DeviceLinear& w, int64_t si) {
@@ -43,10 +45,10 @@ __device__ __forceinline__ float weight_at(const DeviceLinear& w, int64_t n, int
     return 0.0f;
 }
 
-// grid (ceil(rows / tile), ceil(N / kLinearGroups)), block 256. `tile` = kLinearRows for a plain
+// grid (ceil(rows / tile), ceil(N / kLinearGroups)), block kLinearThreads. `tile` = kLinearRows for a plain
 // linear (rows share the weight), 1 for the grouped form (each row may use another expert).
 template <int kTile>
-static __global__ void __launch_bounds__(256) linear_kernel(const __grid_constant__ LinearParams p) {
+static __global__ void __launch_bounds__(kLinearThreads) linear_kernel(const __grid_constant__ LinearParams p) {
     const int group = threadIdx.x / 8, lane = threadIdx.x % 8;
     const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTile;
     if (p.experts && p.num_experts > 0 && p.row_expert[row0] >= p.num_experts) return;  // another rank's pair
@@ -68,7 +70,25 @@ static __global__ void __launch_bounds__(256) linear_kernel(const __grid_constan
 #pragma unroll
     for (int r = 0; r < kTile; ++r) acc[r] = 0.0f;
     const int64_t K8 = K - K % 8;
-    for (int64_t k = lane; k < K8; k += 8) {
+    // Each lane sums k = lane, lane + 8, ... in order (the CPU's blocked order). The loads of kUnroll
+    // steps are issued before their adds, so a lane has kUnroll loads in flight instead of one (small
+    // batches are bound by load latency); the order of the adds is unchanged.
+    constexpr int kUnroll = 8;
+    int64_t k = lane;
+    for (; k + 8 * (kUnroll - 1) < K8; k += 8 * kUnroll) {
+        float wv[kUnroll], xv[kTile][kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) wv[u] = weight_at(w0, n, k + 8 * u);
+#pragma unroll
+        for (int r = 0; r < kTile; ++r)
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u) xv[r][u] = xr[r][k + 8 * u];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+            for (int r = 0; r < kTile; ++r) acc[r] = dev::add(acc[r], dev::mul(xv[r][u], wv[u]));
+    }
+    for (; k < K8; k += 8) {
         const float wv = weight_at(w0, n, k);
 #pragma unroll
         for (int r = 0; r < kTile; ++r) acc[r] = dev::add(acc[r], dev::mul(xr[r][k], wv));

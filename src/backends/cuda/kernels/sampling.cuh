@@ -22,30 +22,62 @@ __device__ __forceinline__ double counter_uniform(uint64_t seed, uint64_t stream
     return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
 }
 
+// The block's first maximum of l[0, V): the lowest id among the largest values (NaN never wins), as
+// the CPU's "strictly greater replaces" scan; also the plain maximum (fmaxf: order-free). Every
+// thread gets both.
+struct BlockArgmax {
+    float value;
+    int32_t index;
+};
+__device__ BlockArgmax block_argmax(const float* l, int64_t V) {
+    __shared__ float val_sh[kTopkThreads];
+    __shared__ int32_t idx_sh[kTopkThreads];
+    float best = -INFINITY;
+    int32_t at = static_cast<int32_t>(V);  // none yet
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+        const float x = l[v];
+        if (x > best || (x == best && v < at)) {  // (a thread's ids ascend: the first equal one stays)
+            best = x;
+            at = static_cast<int32_t>(v);
+        }
+    }
+    val_sh[threadIdx.x] = best;
+    idx_sh[threadIdx.x] = at;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) {
+            const float o = val_sh[threadIdx.x + half];
+            const int32_t oi = idx_sh[threadIdx.x + half];
+            if (o > val_sh[threadIdx.x] || (o == val_sh[threadIdx.x] && oi < idx_sh[threadIdx.x])) {
+                val_sh[threadIdx.x] = o;
+                idx_sh[threadIdx.x] = oi;
+            }
+        }
+        __syncthreads();
+    }
+    BlockArgmax out{val_sh[0], idx_sh[0]};
+    __syncthreads();  // (the shared slots may be reused by the caller's next call)
+    return out;
+}
+
 static __global__ void __launch_bounds__(kTopkThreads) sample_kernel(const __grid_constant__ SampleParams p) {
-    __shared__ float mx_sh;
     const int64_t r = blockIdx.x, V = p.vocab;
     const SampleRow& row = p.row[r];
     const float* l = p.logits + (p.logit_row ? static_cast<int64_t>(p.logit_row[r]) : r) * V;
     double* prob = p.scratch + r * V;
     if (row.temperature <= 0) {
-        if (threadIdx.x == 0) {
-            int32_t chosen = 0;
-            for (int64_t v = 1; v < V; ++v)
-                if (l[v] > l[chosen]) chosen = static_cast<int32_t>(v);
-            p.tokens[r] = chosen;
-        }
+        // The CPU keeps id 0 unless a later logit is strictly greater: a NaN at 0 is never replaced;
+        // otherwise the first of the largest (an all -inf or NaN row: id 0 too).
+        const BlockArgmax a = block_argmax(l, V);
+        if (threadIdx.x == 0) p.tokens[r] = isnan(l[0]) || a.index >= V ? 0 : a.index;
         return;
     }
     const double inv_t = 1.0 / row.temperature;
     if (row.top_k == 0) {  // untruncated: one pass in id order
-        if (threadIdx.x == 0) {
-            float mx = l[0];
-            for (int64_t v = 1; v < V; ++v) mx = fmaxf(mx, l[v]);
-            mx_sh = mx;
-        }
-        __syncthreads();
-        const double mx = mx_sh;
+        // fmaxf ignores NaN and is order-free, so a block reduction equals the CPU's running fmaxf,
+        // except that a row of only NaN gives NaN there (l[0]) and -inf here: keep l[0] then.
+        const BlockArgmax a = block_argmax(l, V);
+        const double mx = a.index >= V ? static_cast<double>(l[0]) : static_cast<double>(a.value);
         for (int64_t v = threadIdx.x; v < V; v += blockDim.x) prob[v] = exp((static_cast<double>(l[v]) - mx) * inv_t);
         __syncthreads();
         if (threadIdx.x == 0) {

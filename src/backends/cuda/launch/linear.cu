@@ -36,17 +36,19 @@ void linear(const LinearParams& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.x && p.y, "cuda linear: null x or y");
     const auto stream = static_cast<cudaStream_t>(s.handle);
+    DI_CHECK((p.weight.out_features + kernels::kLinearGroups - 1) / kernels::kLinearGroups < 65536,
+             "cuda linear: ", p.weight.out_features, " outputs exceed the grid");
     if (p.experts) {
         DI_CHECK(p.row_expert && p.weight.out_features > 0, "cuda grouped linear: needs row_expert and the experts' shape in weight");
         const dim3 grid(static_cast<unsigned>(p.rows),
                         static_cast<unsigned>((p.weight.out_features + kernels::kLinearGroups - 1) / kernels::kLinearGroups));
-        kernels::linear_kernel<1><<<grid, 256, 0, stream>>>(p);
+        kernels::linear_kernel<1><<<grid, kernels::kLinearThreads, 0, stream>>>(p);
     } else {
         DI_CHECK(p.weight.weight && p.x_ld >= p.weight.in_features && p.y_ld >= p.weight.out_features,
                  "cuda linear: bad strides or weight");
         const dim3 grid(static_cast<unsigned>((p.rows + kernels::kLinearRows - 1) / kernels::kLinearRows),
                         static_cast<unsigned>((p.weight.out_features + kernels::kLinearGroups - 1) / kernels::kLinearGroups));
-        kernels::linear_kernel<kernels::kLinearRows><<<grid, 256, 0, stream>>>(p);
+        kernels::linear_kernel<kernels::kLinearRows><<<grid, kernels::kLinearThreads, 0, stream>>>(p);
     }
     DI_CUDA_CHECK(cudaGetLastError());
 }
