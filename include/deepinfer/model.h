@@ -56,7 +56,7 @@ struct ModelOptions {
     // of the bit-exact reference kernels (--gemm reference).
     bool device_fast_gemm = false;
     // CUDA: GPUs of one replica (--gpus-per-replica): > 1 shards the routed experts across the first
-    // `gpus` visible GPUs (expert parallelism over NCCL, one host thread per GPU; DeepSeek-V4 so far).
+    // `gpus` visible GPUs (expert parallelism over NCCL, one host thread per GPU).
     int64_t gpus = 1;
 };
 Device parse_device(std::string_view name);  // "cpu" | "cuda"

@@ -50,11 +50,17 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const ModelOptions& o
         co.gemm = options.device_fast_gemm ? cuda::GemmMode::kFast : cuda::GemmMode::kReference;
         DI_CHECK(options.gpus >= 1, "gpus per replica must be at least 1, not ", options.gpus);
         if (options.gpus > 1) {
-            DI_CHECK(!v41, dir, ": expert parallelism across GPUs runs DeepSeek-V4 checkpoints so far; DeepSeek-V4.1 "
-                               "runs on one GPU per replica (--gpus-per-replica 1)");
             std::vector<int> devices;
             for (int g = 0; g < int(options.gpus); ++g) devices.push_back(g);
-            return cuda::load_cuda_ep_model(dir, options, co, devices);
+            if (!v41) return cuda::load_cuda_ep_model(dir, options, co, devices);
+            const ModelOptions o41 = with_engram_tokenizer(dir, options);
+            return cuda::load_cuda_ep_model(
+                [&](const cuda::CudaModelOptions& o) {
+                    auto m = cuda::load_cuda_v41_model(dir, o41, o);
+                    const int64_t len = cuda::cuda_v41_model_max_len(*m);
+                    return cuda::CudaRank{std::move(m), len};
+                },
+                co, devices);
         }
         if (v41) return cuda::load_cuda_v41_model(dir, with_engram_tokenizer(dir, options), co);
         return cuda::load_cuda_model(dir, options, co);

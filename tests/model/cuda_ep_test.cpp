@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Expert parallelism (src/backends/cuda/ep): a DeepSeek-V4 model whose routed experts are sharded
+// Expert parallelism (src/backends/cuda/ep): a DeepSeek-V4 or V4.1 model whose routed experts are sharded
 // across GPUs gives logits bit-identical to the same model on one GPU — the tiny fixture models in
 // exact and official numerics, and a model at the real V4-Flash widths (FP8 linears, FP4 experts, a
 // hash-routed layer) on the reference and the fast (tensor-core) GEMMs — for batches that spread
@@ -144,6 +144,29 @@ TEST_P(CudaEpTiny, OneRankLogitsEqualPlainModel) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaEpTiny,
                          ::testing::Values(Case{"v4_tiny_a", Numerics::kExact}, Case{"v4_tiny_b", Numerics::kExact},
                                            Case{"v4_tiny_a", Numerics::kOfficial}, Case{"v4_tiny_b", Numerics::kOfficial}),
+                         [](const auto& p) {
+                             return std::string(p.param.model) + "_" + std::string(numerics_name(p.param.numerics));
+                         });
+
+// DeepSeek-V4.1 (the default family): the tiny fixtures through Model::load, one GPU vs two.
+class CudaEpV41 : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaEpV41, TwoGpuLogitsEqualOneGpu) {
+    if (auto why = skip_reason(2); !why.empty()) GTEST_SKIP() << why;
+    const std::string dir = test::data_path(std::string("v41/") + GetParam().model);
+    ModelOptions mo = with_numerics(GetParam().numerics);
+    mo.device = Device::kCuda;
+    auto one = Model::load(dir, mo);
+    mo.gpus = 2;
+    auto ep = Model::load(dir, mo);
+    ASSERT_EQ(cuda::cuda_ep_ranks(*ep).size(), 2u);
+    EXPECT_EQ(ep->info().family, "deepseek_v41");
+    expect_script_equal(*one, *ep, std::string(GetParam().model) + " V4.1 2 GPUs");
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaEpV41,
+                         ::testing::Values(Case{"v41_tiny_a", Numerics::kExact}, Case{"v41_tiny_b", Numerics::kExact},
+                                           Case{"v41_tiny_a", Numerics::kOfficial}, Case{"v41_tiny_b", Numerics::kOfficial}),
                          [](const auto& p) {
                              return std::string(p.param.model) + "_" + std::string(numerics_name(p.param.numerics));
                          });

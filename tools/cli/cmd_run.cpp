@@ -234,7 +234,7 @@ Command register_run(CLI::App& app) {
     sub->add_option("--progress", o->progress, "auto | always | never")->capture_default_str();
     sub->add_option("--gpus-per-replica", o->gpus_per_replica,
                     "GPUs of one replica (--device cuda): more than 1 shards the routed experts across them "
-                    "(expert parallelism over NCCL; DeepSeek-V4). Under mpirun each rank takes the next G GPUs of "
+                    "(expert parallelism over NCCL). Under mpirun each rank takes the next G GPUs of "
                     "its host")->capture_default_str()->check(CLI::Range(1, 64));
     sub->add_option("--cache-dir", o->cache_dir, "Where the built-in model is generated (default ~/.cache/deepinfer)");
     return [sub, o]() -> int {

@@ -47,17 +47,20 @@ private:
 
 class CudaEpModel final : public Model {
 public:
-    CudaEpModel(const std::string& dir, const ModelOptions& mo, const CudaModelOptions& co, const std::vector<int>& devices)
+    CudaEpModel(const CudaRankLoader& load_rank, const CudaModelOptions& co, const std::vector<int>& devices)
         : exchange_(make_nccl_exchange(devices)), threads_(devices), ranks_(devices.size()),
           load_(std::make_shared<RankLoad>(int(devices.size()))) {
         // Every rank loads its slice on its own thread, all at once.
+        std::vector<int64_t> max_len(devices.size());
         threads_.run_all([&](int r) {
             CudaModelOptions o = co;
             o.expert_exchange = exchange_.get();
             o.expert_rank = r;
-            ranks_[size_t(r)] = load_cuda_model(dir, mo, o);
+            CudaRank rank = load_rank(o);
+            ranks_[size_t(r)] = std::move(rank.model);
+            max_len[size_t(r)] = rank.max_len;
         });
-        max_len_ = cuda_model_max_len(*ranks_[0]);
+        max_len_ = *std::min_element(max_len.begin(), max_len.end());
         idle_.resize(ranks_.size());
         threads_.run_all([&](int r) { idle_[size_t(r)] = std::make_unique<Sequence>(ranks_[size_t(r)]->new_sequence()); });
     }
@@ -131,7 +134,7 @@ ForwardOutputs CudaEpModel::forward_sampled(std::span<const SequenceChunk> chunk
     for (size_t i = 0; i < chunks.size(); ++i) {
         const SequenceChunk& ch = chunks[i];
         DI_CHECK(ch.sequence != nullptr, "forward_batch: chunk without a sequence");
-        DI_CHECK(ch.image_span.empty(), "DeepSeek-V4 has no vision tower: image spans are not accepted");
+        DI_CHECK(ch.image_span.empty(), "image spans are not supported on the CUDA backend yet (--device cpu)");
         auto* st = dynamic_cast<EpSequenceState*>(&ch.sequence->state());
         DI_CHECK(st != nullptr, "forward: the sequence was not created by this expert-parallel model");
         DI_CHECK(std::find(seen.begin(), seen.end(), st) == seen.end(), "forward: a sequence appears twice in a batch");
@@ -195,12 +198,23 @@ const CudaEpModel& as_ep(const Model& model) {
 
 }  // namespace
 
-std::unique_ptr<Model> load_cuda_ep_model(const std::string& dir, const ModelOptions& options,
-                                          const CudaModelOptions& cuda_options, const std::vector<int>& devices) {
+std::unique_ptr<Model> load_cuda_ep_model(const CudaRankLoader& load_rank, const CudaModelOptions& cuda_options,
+                                          const std::vector<int>& devices) {
     DI_CHECK(!devices.empty(), "expert parallelism over no GPUs");
     DI_CHECK(device_count() >= int(devices.size()), "expert parallelism over ", devices.size(), " GPUs: ",
              device_count(), " CUDA devices are available");
-    return std::make_unique<CudaEpModel>(dir, options, cuda_options, devices);
+    return std::make_unique<CudaEpModel>(load_rank, cuda_options, devices);
+}
+
+std::unique_ptr<Model> load_cuda_ep_model(const std::string& dir, const ModelOptions& options,
+                                          const CudaModelOptions& cuda_options, const std::vector<int>& devices) {
+    return load_cuda_ep_model(
+        [&](const CudaModelOptions& o) {
+            auto m = load_cuda_model(dir, options, o);
+            const int64_t len = cuda_model_max_len(*m);
+            return CudaRank{std::move(m), len};
+        },
+        cuda_options, devices);
 }
 
 std::vector<const Model*> cuda_ep_ranks(const Model& model) { return as_ep(model).ranks(); }

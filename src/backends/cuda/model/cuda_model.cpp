@@ -208,15 +208,7 @@ private:
 
     // The CUDA device, made the current device first (the stream, events, weights and buffers below
     // are created there) and again by every forward (for its calling thread).
-    static int select_device(const CudaModelOptions& o) {
-        const ExpertExchange* ep = o.expert_exchange;
-        if (ep) DI_CHECK(o.expert_rank >= 0 && o.expert_rank < ep->ranks(), "expert rank ", o.expert_rank, " of ", ep->ranks());
-        const int device = ep ? ep->device(o.expert_rank) : o.device;
-        DI_CHECK(device >= 0 && device < device_count(), "CUDA device ", device, " not available (", device_count(),
-                 " devices)");
-        set_current_device(device);
-        return device;
-    }
+    static int select_device(const CudaModelOptions& o) { return select_cuda_model_device(o); }
     int device_;
     std::unique_ptr<Checkpoint> checkpoint_;
     ModelConfig config_;
@@ -934,6 +926,16 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
 }
 
 }  // namespace
+
+int select_cuda_model_device(const CudaModelOptions& o) {
+    const ExpertExchange* ep = o.expert_exchange;
+    if (ep) DI_CHECK(o.expert_rank >= 0 && o.expert_rank < ep->ranks(), "expert rank ", o.expert_rank, " of ", ep->ranks());
+    const int device = ep ? ep->device(o.expert_rank) : o.device;
+    DI_CHECK(device >= 0 && device < device_count(), "CUDA device ", device, " not available (", device_count(),
+             " devices)");
+    set_current_device(device);
+    return device;
+}
 
 std::unique_ptr<Model> load_cuda_model(const std::string& dir, const ModelOptions& options,
                                        const CudaModelOptions& cuda_options) {

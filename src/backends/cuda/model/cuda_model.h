@@ -48,6 +48,10 @@ struct CudaModelStats {
     size_t workspace_need_max = 0;  // the bound for the limits the model was loaded with
 };
 
+// The device a model built with `o` runs on (the exchange's device of the expert rank, else o.device),
+// checked and made the calling thread's current device.
+int select_cuda_model_device(const CudaModelOptions& o);
+
 // Loads a checkpoint directory onto the GPU. Numerics as Model::load (from the checkpoint unless set).
 std::unique_ptr<Model> load_cuda_model(const std::string& checkpoint_dir, const ModelOptions& options = {},
                                        const CudaModelOptions& cuda_options = {});

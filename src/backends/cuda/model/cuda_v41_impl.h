@@ -60,6 +60,7 @@ public:
     // host) and bytes copied into this process's pinned buffers (devices without read-only mapping).
     size_t engram_shared_bytes() const { return weights_.shared_host_bytes; }
     size_t engram_copied_bytes() const { return weights_.host_bytes; }
+    int64_t max_len() const { return max_len_; }
 
     // What source layers publish within one forward for one segment (model/v41/attention.h SharedState).
     struct Shared {
@@ -101,6 +102,9 @@ private:
     // Engram rows of every chunk's tokens (host), history rings updated: [n_engram, rows, cols].
     std::vector<int64_t> engram_rows(std::span<const SequenceChunk> chunks, const Batch& b) const;
 
+    int device_;  // made current first (the streams, events, buffers below live there) and by every forward
+    ExpertExchange* ep_ = nullptr;  // expert parallelism (cuda_model.h CudaModelOptions), else null
+    int64_t ep_rank_ = 0;
     V41ModelConfig config_;
     ModelInfo info_;
     Numerics numerics_ = Numerics::kExact;

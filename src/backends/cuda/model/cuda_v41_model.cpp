@@ -11,6 +11,7 @@
 
 #include "backends/cpu/primitives.h"
 #include "backends/cuda/model/cuda_v41_impl.h"
+#include "backends/cuda/model/expert_exchange.h"
 #include "deepinfer/check.h"
 #include "model/v41/weights.h"
 
@@ -31,9 +32,11 @@ ScoringFunc scoring_of(const std::string& name) {
 
 CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, const CudaModelOptions& o)
     // workspace_bytes 0 ("size from the engine's limits", done by the V4 CudaModel): 1 GiB here so far.
-    : workspace_(o.workspace_bytes ? o.workspace_bytes : size_t(1) << 30), staging_(size_t(64) << 20) {
-    DI_CHECK(o.device >= 0 && o.device < device_count(), "CUDA device ", o.device, " not available (", device_count(),
-             " devices)");
+    : device_(select_cuda_model_device(o)),
+      ep_(o.expert_exchange),
+      ep_rank_(o.expert_rank),
+      workspace_(o.workspace_bytes ? o.workspace_bytes : size_t(1) << 30),
+      staging_(size_t(64) << 20) {
     DI_CHECK(!options.v41_bounded_replay, dir, ": bounded replay runs on the CPU only so far (--device cpu)");
     DI_CHECK(o.gemm == GemmMode::kReference, dir,
              ": the fast (tensor-core) GEMM mode is not available for DeepSeek-V4.1 yet (use --gemm reference)");
@@ -62,7 +65,14 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
         engram_layout_.check_num_embeddings(c.engram_num_embeddings, dir + "/config.json");
         engram_pad_ = token_map_.compressed_ids.at(size_t(c.engram_pad_id));
     }
-    weights_ = upload_v41_weights(host, c);
+    ExpertRange experts;
+    if (ep_) {
+        const int64_t G = ep_->ranks(), E = c.n_routed_experts;
+        DI_CHECK(E % G == 0, "expert parallelism over ", G, " GPUs: the model's ", E,
+                 " routed experts do not divide evenly (use a GPU count that divides ", E, ")");
+        experts = {ep_rank_ * (E / G), (ep_rank_ + 1) * (E / G)};
+    }
+    weights_ = upload_v41_weights(host, c, /*share_engram=*/true, experts);
     formats_ = V41CacheFormats::of(c);
     auto table = [&](const std::vector<float>& v) {
         auto buf = std::make_unique<DeviceBuffer>(v.size() * sizeof(float));
@@ -77,6 +87,7 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
 }
 
 Sequence CudaV41Model::new_sequence(std::shared_ptr<StatePool>) const {
+    set_current_device(device_);
     return Sequence(make_v41_device_state(config_.text, max_len_));
 }
 
@@ -157,14 +168,6 @@ void CudaV41Model::moe(int64_t layer, const Batch& b, const float* a, float* out
            .temperature = static_cast<float>(c.gate_temp), .sum_in_selection_order = true, .biased = biased, .ids = ids,
            .weights = wts},
           s);
-    const int64_t NP = S * K;
-    int32_t* perm_src = workspace_.alloc_n<int32_t>(NP);
-    int32_t* perm_slot = workspace_.alloc_n<int32_t>(NP);
-    int32_t* perm_expert = workspace_.alloc_n<int32_t>(NP);
-    int32_t* offsets = workspace_.alloc_n<int32_t>(E + 1);
-    permute({.ids = ids, .rows = S, .top_k = K, .experts = E, .perm_src = perm_src, .perm_slot = perm_slot,
-             .perm_expert = perm_expert, .expert_offsets = offsets},
-            s);
     const DeviceExperts& ex = lw.experts;
     const int64_t I = ex.shape_w1.out_features;
     const float* xin = a;
@@ -173,26 +176,67 @@ void CudaV41Model::moe(int64_t layer, const Batch& b, const float* a, float* out
         act_quant_dequant({.x = a, .out = xq, .rows = S, .cols = D, .block = kActivationBlock}, s);
         xin = xq;
     }
+    // Expert parallelism (as in the V4 CudaModel::moe): the experts here run the pairs of every rank's
+    // rows that chose one of them; the others are grouped last and skipped.
+    int64_t T = S, El = E;
+    const int32_t* group_ids = ids;
+    const float* t_wts = wts;
+    if (ep_) {
+        const int rank = static_cast<int>(ep_rank_);
+        DI_ICHECK(ep_->rows(rank) == S);
+        T = ep_->total_rows();
+        El = E / ep_->ranks();
+        auto* tx = workspace_.alloc_n<float>(T * D);
+        auto* t_ids = workspace_.alloc_n<int32_t>(T * K);
+        auto* tw = workspace_.alloc_n<float>(T * K);
+        ep_->all_gather_rows(rank, xin, tx, size_t(D) * sizeof(float), s);
+        ep_->all_gather_rows(rank, ids, t_ids, size_t(K) * sizeof(int32_t), s);
+        ep_->all_gather_rows(rank, wts, tw, size_t(K) * sizeof(float), s);
+        auto* local = workspace_.alloc_n<int32_t>(T * K);
+        expert_local_ids({.ids = t_ids, .n = T * K, .first_expert = static_cast<int32_t>(ep_rank_ * El),
+                          .experts_per_rank = static_cast<int32_t>(El), .local_ids = local},
+                         s);
+        xin = tx;
+        group_ids = local;
+        t_wts = tw;
+    }
+    const int64_t NP = T * K, skip = ep_ ? El : 0;
+    int32_t* perm_src = workspace_.alloc_n<int32_t>(NP);
+    int32_t* perm_slot = workspace_.alloc_n<int32_t>(NP);
+    int32_t* perm_expert = workspace_.alloc_n<int32_t>(NP);
+    int32_t* offsets = workspace_.alloc_n<int32_t>(El + 2);
+    permute({.ids = group_ids, .rows = T, .top_k = K, .experts = ep_ ? El + 1 : El, .perm_src = perm_src,
+             .perm_slot = perm_slot, .perm_expert = perm_expert, .expert_offsets = offsets},
+            s);
     float* g = workspace_.alloc_n<float>(NP * I);
     float* up = workspace_.alloc_n<float>(NP * I);
     linear({.x = xin, .x_ld = D, .row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w1, .row_expert = perm_expert,
-            .y = g, .y_ld = I, .rows = NP, .round_output_bf16 = off},
+            .num_experts = skip, .y = g, .y_ld = I, .rows = NP, .round_output_bf16 = off},
            s);
     linear({.x = xin, .x_ld = D, .row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w3, .row_expert = perm_expert,
-            .y = up, .y_ld = I, .rows = NP, .round_output_bf16 = off},
+            .num_experts = skip, .y = up, .y_ld = I, .rows = NP, .round_output_bf16 = off},
            s);
     // The routing weight multiplies the activation before w2 in both numerics (spec §6).
-    swiglu({.g = g, .u = up, .row_weight = wts, .row_weight_index = perm_slot, .rows = NP, .width = I, .limit = L,
+    swiglu({.g = g, .u = up, .row_weight = t_wts, .row_weight_index = perm_slot, .rows = NP, .width = I, .limit = L,
             .round_bf16 = off},
            s);
     if (off && quantized(ex.shape_w2))
         act_quant_dequant({.x = g, .out = g, .rows = NP, .cols = I, .block = kActivationBlock}, s);
     float* y_perm = workspace_.alloc_n<float>(NP * D);
     float* y_slot = workspace_.alloc_n<float>(NP * D);
-    linear({.x = g, .x_ld = I, .weight = ex.shape_w2, .experts = ex.w2, .row_expert = perm_expert, .y = y_perm, .y_ld = D,
-            .rows = NP, .round_output_bf16 = off},
+    linear({.x = g, .x_ld = I, .weight = ex.shape_w2, .experts = ex.w2, .row_expert = perm_expert, .num_experts = skip,
+            .y = y_perm, .y_ld = D, .rows = NP, .round_output_bf16 = off},
            s);
     scatter_rows({.src = y_perm, .index = perm_slot, .dst = y_slot, .n = NP, .width = D}, s);
+    if (ep_) {
+        const int64_t G = ep_->ranks();
+        float* back = workspace_.alloc_n<float>(G * S * K * D);
+        ep_->return_rows(static_cast<int>(ep_rank_), y_slot, back, size_t(D) * sizeof(float), K, s);
+        int32_t* src_row = workspace_.alloc_n<int32_t>(S * K);
+        expert_source_rows({.ids = ids, .n = S * K, .experts_per_rank = static_cast<int32_t>(El), .index = src_row}, s);
+        y_slot = workspace_.alloc_n<float>(S * K * D);
+        gather_rows({.src = back, .index = src_row, .dst = y_slot, .n = S * K, .width = D}, s);
+    }
     const int64_t SI = lw.shared_w1.out_features;
     float* sg = workspace_.alloc_n<float>(S * SI);
     float* su = workspace_.alloc_n<float>(S * SI);
@@ -208,6 +252,7 @@ void CudaV41Model::moe(int64_t layer, const Batch& b, const float* a, float* out
 
 std::vector<std::vector<float>> CudaV41Model::forward_batch(std::span<const SequenceChunk> chunks) const {
     std::lock_guard<std::mutex> lock(mutex_);
+    set_current_device(device_);
     const V41TextConfig& c = config_.text;
     const Stream s = stream_.get(), side = side_stream_.get();
     const int64_t D = c.hidden_size, hc = c.hc_mult, V = c.vocab_size, L = c.num_hidden_layers;
@@ -365,6 +410,12 @@ std::vector<std::vector<float>> CudaV41Model::forward_batch(std::span<const Sequ
         r += n;
     }
     return out;
+}
+
+int64_t cuda_v41_model_max_len(const Model& model) {
+    const auto* m = dynamic_cast<const CudaV41Model*>(&model);
+    DI_CHECK(m != nullptr, "not a CUDA DeepSeek-V4.1 model");
+    return m->max_len();
 }
 
 std::unique_ptr<Model> load_cuda_v41_model(const std::string& dir, const ModelOptions& options,

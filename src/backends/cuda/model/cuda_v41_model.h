@@ -21,5 +21,7 @@ namespace deepinfer::cuda {
 // the GPU yet (rejected clearly).
 std::unique_ptr<Model> load_cuda_v41_model(const std::string& checkpoint_dir, const ModelOptions& options,
                                            const CudaModelOptions& cuda_options = {});
+// The longest sequence a model made by load_cuda_v41_model holds (throws for other models).
+int64_t cuda_v41_model_max_len(const Model& model);
 
 }  // namespace deepinfer::cuda

@@ -20,6 +20,7 @@ V41CacheFormats V41CacheFormats::of(const V41TextConfig& c) {
 
 std::unique_ptr<V41DeviceState> make_v41_device_state(const V41TextConfig& c, int64_t max_len) {
     auto st = std::make_unique<V41DeviceState>();
+    st->device = current_device();
     const V41CacheFormats f = V41CacheFormats::of(c);
     auto make = [&](int64_t rows, int64_t row_bytes) {
         auto b = std::make_unique<DeviceBuffer>(static_cast<size_t>(rows * row_bytes));
@@ -54,7 +55,9 @@ void V41DeviceState::truncate(int64_t n) {
 }
 
 std::unique_ptr<SequenceState> V41DeviceState::clone() const {
+    set_current_device(device);
     auto c = std::make_unique<V41DeviceState>();
+    c->device = device;
     auto dup = [](const std::unique_ptr<DeviceBuffer>& b) -> std::unique_ptr<DeviceBuffer> {
         if (!b) return nullptr;
         auto n = std::make_unique<DeviceBuffer>(b->nbytes());

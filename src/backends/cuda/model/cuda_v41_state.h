@@ -42,6 +42,7 @@ public:
     std::vector<int64_t> engram_history;  // compressed id of position p in slot p % size (host)
     int64_t length = 0;
     size_t nbytes = 0;
+    int device = 0;  // where the buffers live (clone copies there)
 
     int64_t num_tokens() const override { return length; }
     void truncate(int64_t n) override;

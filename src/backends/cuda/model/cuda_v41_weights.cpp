@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <unistd.h>
 #include <utility>
 
@@ -49,7 +50,7 @@ public:
 
     DeviceHc hc(const v41::HcSiteWeights& h) { return {vec(h.fn), vec(h.base), vec(h.scale)}; }
 
-    DeviceExperts experts(const std::vector<v41::ExpertWeights>& es) {
+    DeviceExperts experts(std::span<const v41::ExpertWeights> es) {
         DeviceExperts d;
         if (es.empty()) return d;
         std::vector<DeviceLinear> w1, w3, w2;
@@ -104,7 +105,8 @@ void register_engram_tables(const v41::Weights& w, V41DeviceWeights& d) {
 
 }  // namespace
 
-V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& c, bool share_engram) {
+V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& c, bool share_engram,
+                                    ExpertRange experts) {
     V41DeviceWeights d;
     // Registration comes after every copy: cudaMemcpy from host memory that straddles a registered range
     // (a neighbouring tensor on a shared page) is refused by the runtime.
@@ -149,7 +151,11 @@ V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& 
                  " experts, config says ", c.n_routed_experts);
         l.gate = up.linear(m.gate);
         l.bias = up.vec(m.bias);
-        l.experts = up.experts(m.experts);
+        const int64_t e1 = experts.end < 0 ? c.n_routed_experts : experts.end;
+        DI_CHECK(experts.begin >= 0 && experts.begin < e1 && e1 <= c.n_routed_experts, "expert range [", experts.begin,
+                 ", ", e1, ") of ", c.n_routed_experts, " experts");
+        l.experts = up.experts(std::span<const v41::ExpertWeights>(m.experts).subspan(size_t(experts.begin),
+                                                                                     size_t(e1 - experts.begin)));
         l.shared_w1 = up.linear(m.shared.w1);
         l.shared_w3 = up.linear(m.shared.w3);
         l.shared_w2 = up.linear(m.shared.w2);

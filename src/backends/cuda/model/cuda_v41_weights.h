@@ -64,6 +64,7 @@ struct V41DeviceWeights {
 // Copies every weight the forward uses to the device. Engram tables stay in host memory: with
 // share_engram and a device that maps read-only host memory they are registered in place in the
 // checkpoint's mapping (w must then outlive the result), otherwise copied to pinned mapped buffers.
-V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& config, bool share_engram = true);
+V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& config, bool share_engram = true,
+                                    ExpertRange experts = {});
 
 }  // namespace deepinfer::cuda
