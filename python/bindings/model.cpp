@@ -34,7 +34,7 @@ void register_model(nb::module_& m) {
             "load",
             [](const std::string& checkpoint_dir, std::optional<std::string> numerics, const std::string& tokenizer_json,
                std::string_view device, int64_t max_model_len, int64_t max_batch_tokens, int64_t max_num_seqs,
-               bool cuda_graphs) {
+               bool cuda_graphs, int64_t gpus) {
                 ModelOptions options;
                 if (numerics) {
                     options.numerics_from_checkpoint = false;
@@ -46,16 +46,18 @@ void register_model(nb::module_& m) {
                 options.max_batch_tokens = max_batch_tokens;
                 options.max_num_seqs = max_num_seqs;
                 options.cuda_graphs = cuda_graphs;
+                options.gpus = gpus;
                 return std::shared_ptr<Model>(Model::load(checkpoint_dir, options));
             },
             nb::arg("checkpoint_dir"), nb::arg("numerics") = nb::none(), nb::arg("tokenizer_json") = "",
             nb::arg("device") = "cpu", nb::arg("max_model_len") = 0, nb::arg("max_batch_tokens") = 2048,
-            nb::arg("max_num_seqs") = 256, nb::arg("cuda_graphs") = true,
+            nb::arg("max_num_seqs") = 256, nb::arg("cuda_graphs") = true, nb::arg("gpus") = 1,
             nb::call_guard<nb::gil_scoped_release>(),
             "Loads a checkpoint directory (DeepSeek-V4 or V4.1). `numerics`: 'exact' | 'official' (default: "
             "official for FP8/FP4 checkpoints, exact otherwise); `tokenizer_json`: V4.1's Engram token map source; "
-            "`device`: 'cpu' | 'cuda' (one GPU; DeepSeek-V4 only so far); cuda: `max_batch_tokens` / `max_num_seqs` "
-            "size the device workspace (the engine's limits), `cuda_graphs` replays decode steps from CUDA graphs.")
+            "`device`: 'cpu' | 'cuda'; cuda: `max_batch_tokens` / `max_num_seqs` size the device workspace (the "
+            "engine's limits), `cuda_graphs` replays decode steps from CUDA graphs, `gpus` > 1 shards the routed "
+            "experts across that many GPUs (expert parallelism over NCCL; same outputs as one GPU).")
         .def_prop_ro("info", &Model::info, nb::rv_policy::reference_internal)
         .def_prop_ro("numerics", [](const Model& model) { return std::string(numerics_name(model.numerics())); });
 

@@ -52,8 +52,10 @@ class LLM:
             text is random by design). In production: ``LLM("deepseek-ai/DeepSeek-V4.1-Flash-1017")``.
         revision: the Hub revision (branch, tag or commit) of a repo id; default "main".
         tokenizer: a tokenizer.json; default the model's, else the bundled DeepSeek-V4 one.
-        device: "cpu" (the default, "auto"), or "cuda" for one GPU (DeepSeek-V4 checkpoints so far;
-            a build without nvcc raises deepinfer.Error).
+        device: "cpu" (the default, "auto"), or "cuda" for the GPU (a build without nvcc raises
+            deepinfer.Error).
+        gpus: with device="cuda", the GPUs the model spans (default 1); more than one shards the routed
+            experts across them (expert parallelism over NCCL; outputs identical to one GPU).
         numerics: "exact" or "official"; default official for FP8/FP4 checkpoints.
         max_model_len: the most tokens (prompt + max_tokens) of one request; default the model's.
         seed: the job seed that requests without their own seed derive theirs from.
@@ -88,9 +90,14 @@ class LLM:
         cache_dir: Optional[str] = None,
         num_threads: Optional[int] = None,
         log_level: str = "warn",
+        gpus: int = 1,
     ) -> None:
         if device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device={device!r}: use 'cpu', 'cuda' or 'auto' (the CPU)")
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+            raise ValueError(f"gpus must be a positive int, got {gpus!r}")
+        if gpus > 1 and device != "cuda":
+            raise ValueError(f"gpus={gpus} needs device='cuda' (expert parallelism across GPUs)")
         if max_model_len is not None and (isinstance(max_model_len, bool) or not isinstance(max_model_len, int)
                                           or max_model_len < 1):
             raise ValueError(f"max_model_len must be a positive int, got {max_model_len!r}")
@@ -104,7 +111,7 @@ class LLM:
         tok_path = tokenizer or _model_tokenizer(self.model_dir) or bundled_tokenizer()
         self._model = _core.Model.load(self.model_dir, numerics, tok_path, "cpu" if device == "auto" else device,
                                        max_model_len or 0, max_batch_tokens=max_num_batched_tokens,
-                                       max_num_seqs=max_num_seqs)
+                                       max_num_seqs=max_num_seqs, gpus=gpus)
         self._tokenizer = _core.Tokenizer.from_file(tok_path)
         info = self._model.info
         if self._tokenizer.vocab_size > info.vocab_size:

@@ -219,6 +219,10 @@ def test_bad_arguments_raise_with_the_cpp_message(llm, cache_dir):
         llm.generate(PROMPTS, [SamplingParams()] * 2, use_tqdm=False)
     with pytest.raises(ValueError, match="use 'cpu', 'cuda' or 'auto'"):
         LLM(cache_dir=cache_dir, device="tpu")
+    with pytest.raises(ValueError, match="gpus must be a positive int"):
+        LLM(cache_dir=cache_dir, gpus=0)
+    with pytest.raises(ValueError, match="needs device='cuda'"):
+        LLM(cache_dir=cache_dir, gpus=2)
     with pytest.raises(deepinfer.Error, match="no such directory, and not a Hub repo id"):
         LLM("/nonexistent/model-dir")
     small = LLM(cache_dir=cache_dir, max_model_len=8)

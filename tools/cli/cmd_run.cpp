@@ -132,6 +132,7 @@ int run_job(const RunOptions& o, Communicator* comm) {
     mo.max_num_seqs = o.max_num_seqs;
     mo.cuda_graphs = !o.no_cuda_graphs;
     if (mo.device == Device::kCuda) mo.gpus = o.gpus_per_replica;  // > 1: expert parallelism across them
+    else if (o.gpus_per_replica != 1 && !comm) DI_LOG_WARN("--gpus-per-replica has no effect with --device cpu");
     std::shared_ptr<const Model> model = Model::load(dir, mo);
     auto tok = std::make_shared<const Tokenizer>(Tokenizer::from_file(tokenizer_path));
     // A tokenizer with more ids than the model (a tiny test model) still decodes every sampled id;
