@@ -39,24 +39,7 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::string config(int64_t experts, const std::vector<int>& ratios, int hash_layers) {
-    std::vector<int> cr = ratios;
-    cr.push_back(0);  // the MTP entry
-    nlohmann::json j = {
-        {"architectures", {"DeepseekV4ForCausalLM"}}, {"model_type", "deepseek_v4"}, {"vocab_size", 129280},
-        {"hidden_size", 4096}, {"moe_intermediate_size", 2048}, {"num_hidden_layers", int(ratios.size())},
-        {"num_attention_heads", 64}, {"num_key_value_heads", 1}, {"head_dim", 512}, {"qk_rope_head_dim", 64},
-        {"q_lora_rank", 1024}, {"o_groups", 8}, {"o_lora_rank", 1024}, {"sliding_window", 128},
-        {"compress_ratios", cr}, {"num_hash_layers", hash_layers}, {"n_routed_experts", experts}, {"n_shared_experts", 1},
-        {"num_experts_per_tok", 6}, {"scoring_func", "sqrtsoftplus"}, {"routed_scaling_factor", 1.5},
-        {"swiglu_limit", 10.0}, {"rms_norm_eps", 1e-6}, {"hc_mult", 4}, {"hc_sinkhorn_iters", 20}, {"hc_eps", 1e-6},
-        {"rope_theta", 10000}, {"compress_rope_theta", 160000},
-        {"rope_scaling", {{"type", "yarn"}, {"factor", 16}, {"original_max_position_embeddings", 65536},
-                          {"beta_fast", 32}, {"beta_slow", 1}}},
-        {"index_n_heads", 64}, {"index_head_dim", 128}, {"index_topk", 512}, {"num_nextn_predict_layers", 0},
-        {"max_position_embeddings", 1048576}, {"expert_dtype", "fp4"},
-        {"quantization_config", {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"weight_block_size", {128, 128}},
-                                 {"scale_fmt", "ue8m0"}, {"activation_scheme", "dynamic"}}}};
-    return j.dump(2);
+    return deepinfer::v4_flash_config({.compress_ratios = ratios, .num_hash_layers = hash_layers, .n_routed_experts = experts});
 }
 
 std::vector<int64_t> parse_list(const std::string& s) {

@@ -29,6 +29,18 @@ struct SyntheticCheckpointOptions {
     bool parallel = false;
 };
 
+// A DeepseekV4 config.json at the published DeepSeek-V4-Flash widths (hidden 4096, 64 heads x 512,
+// q_lora 1024, 8 output groups, window 128, indexer 64 x 128 top-512, HC 4 x 4096, moe width 2048
+// top-6, FP8 linears with 128x128 ue8m0 blocks, FP4 experts) with the layer schedule, expert count and
+// vocabulary cut as a test or benchmark needs.
+struct V4FlashShape {
+    std::vector<int> compress_ratios = {4, 128};  // one per layer: 0 sliding, 4 CSA, 128 HCA (MTP entry added)
+    int64_t num_hash_layers = 0;
+    int64_t n_routed_experts = 256;
+    int64_t vocab_size = 129280;
+};
+std::string v4_flash_config(const V4FlashShape& shape);
+
 // Writes `dir`/config.json (the given text) and `dir`/model.safetensors.
 void write_synthetic_checkpoint(const std::string& dir, const std::string& config_json,
                                 const SyntheticCheckpointOptions& options = {});

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "deepinfer/model_config.h"
 #include "deepinfer/synthetic.h"
 #include "model/forward.h"
 #include "unit/fixtures.h"
@@ -59,6 +60,25 @@ TEST(SyntheticWriter, ParallelIsDeterministicSameLayoutOtherValuesAndRuns) {
     ASSERT_EQ(logits.size(), prompt.size() * size_t(m->info().vocab_size));
     for (float v : logits) ASSERT_TRUE(std::isfinite(v));
     std::filesystem::remove_all(root);
+}
+
+TEST(SyntheticWriter, FlashConfigHasTheScheduleAndCuts) {
+    const std::string text =
+        v4_flash_config({.compress_ratios = {0, 4, 128, 4}, .num_hash_layers = 2, .n_routed_experts = 32, .vocab_size = 4096});
+    const ModelConfig c = parse_model_config(text, "v4_flash_config");
+    EXPECT_EQ(c.num_hidden_layers, 4);
+    ASSERT_EQ(c.layer_types.size(), 4u);
+    EXPECT_EQ(c.layer_types[0], AttentionType::kSliding);
+    EXPECT_EQ(c.layer_types[1], AttentionType::kCsa);
+    EXPECT_EQ(c.layer_types[2], AttentionType::kHca);
+    EXPECT_EQ(c.compress_ratio(1), 4);
+    EXPECT_EQ(c.compress_ratio(2), 128);
+    EXPECT_EQ(c.mlp_layer_types[1], MlpType::kHashMoe);
+    EXPECT_EQ(c.mlp_layer_types[2], MlpType::kMoe);
+    EXPECT_EQ(c.n_routed_experts, 32);
+    EXPECT_EQ(c.vocab_size, 4096);
+    EXPECT_EQ(c.hidden_size, 4096);
+    EXPECT_EQ(c.num_experts_per_tok, 6);
 }
 
 }  // namespace

@@ -34,22 +34,7 @@ std::string flash_layer_config(const std::string& kind) {
     const int ratio = kind == "csa" ? 4 : kind == "hca" ? 128 : 0;
     DI_CHECK(kind == "csa" || kind == "hca" || kind == "sliding", "--synthetic: unknown layer kind '", kind,
              "' (expected flash-csa, flash-hca or flash-sliding)");
-    nlohmann::json j = {
-        {"architectures", {"DeepseekV4ForCausalLM"}}, {"model_type", "deepseek_v4"}, {"vocab_size", 1024},
-        {"hidden_size", 4096}, {"moe_intermediate_size", 2048}, {"num_hidden_layers", 1},
-        {"num_attention_heads", 64}, {"num_key_value_heads", 1}, {"head_dim", 512}, {"qk_rope_head_dim", 64},
-        {"q_lora_rank", 1024}, {"o_groups", 8}, {"o_lora_rank", 1024}, {"sliding_window", 128},
-        {"compress_ratios", {ratio, 0}}, {"num_hash_layers", 0}, {"n_routed_experts", 256},
-        {"n_shared_experts", 1}, {"num_experts_per_tok", 6}, {"scoring_func", "sqrtsoftplus"},
-        {"routed_scaling_factor", 1.5}, {"swiglu_limit", 10.0}, {"rms_norm_eps", 1e-6}, {"hc_mult", 4},
-        {"hc_sinkhorn_iters", 20}, {"hc_eps", 1e-6}, {"rope_theta", 10000}, {"compress_rope_theta", 160000},
-        {"rope_scaling", {{"type", "yarn"}, {"factor", 16}, {"original_max_position_embeddings", 65536},
-                          {"beta_fast", 32}, {"beta_slow", 1}}},
-        {"index_n_heads", 64}, {"index_head_dim", 128}, {"index_topk", 512}, {"num_nextn_predict_layers", 0},
-        {"max_position_embeddings", 1048576}, {"expert_dtype", "fp4"},
-        {"quantization_config", {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"weight_block_size", {128, 128}},
-                                 {"scale_fmt", "ue8m0"}, {"activation_scheme", "dynamic"}}}};
-    return j.dump(2);
+    return v4_flash_config({.compress_ratios = {ratio}, .num_hash_layers = 0, .n_routed_experts = 256, .vocab_size = 1024});
 }
 
 // Multiply-adds per token of the layers' linears (attention, compressors, indexer, routed top-k
