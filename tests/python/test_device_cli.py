@@ -69,3 +69,10 @@ def test_run_on_two_gpus_equals_one_or_fails_cleanly(deepinfer_bin, tmp_path):
         return out
 
     assert records(tmp_path / "one.jsonl") == records(tmp_path / "two.jsonl")
+
+
+def test_bench_gpus_need_cuda(deepinfer_bin, data_dir: pathlib.Path):
+    proc = subprocess.run([deepinfer_bin, "bench", "--model", str(data_dir / "models" / "v4_tiny_a"), "--prefill", "4",
+                           "--decode", "1", "--gpus-per-replica", "2"], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "--gpus-per-replica 2 needs --device cuda" in proc.stderr

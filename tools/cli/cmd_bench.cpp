@@ -84,7 +84,7 @@ double cpu_gemm_gflops(int64_t tokens) {
 Command register_bench(CLI::App& app) {
     struct Options {
         std::string model, synthetic, numerics, dir, output, device = "cpu";
-        int64_t prefill = 128, decode = 16, warmup = 1;
+        int64_t prefill = 128, decode = 16, warmup = 1, gpus = 1;
         std::string engine_batches;  // "1,8,64,256": offline engine throughput at these batch sizes
         bool no_async = false, async = false;
         uint64_t seed = 1;
@@ -106,6 +106,9 @@ Command register_bench(CLI::App& app) {
     sub->add_option("--decode", o->decode, "Decode steps")->check(CLI::Range(0, 1 << 20));
     sub->add_option("--numerics", o->numerics, "exact | official");
     sub->add_option("--device", o->device, "cpu | cuda")->capture_default_str();
+    sub->add_option("--gpus-per-replica", o->gpus, "With --device cuda: GPUs the model spans (expert parallelism)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 64));
     sub->add_option("--output", o->output, "Append the JSON result line to this file");
     sub->add_option("--engine-batches", o->engine_batches,
                     "Offline engine mode: comma-separated batch sizes (requests of --prefill prompt tokens and "
@@ -146,6 +149,8 @@ Command register_bench(CLI::App& app) {
             mo.numerics = parse_numerics(o->numerics);
         }
         mo.device = parse_device(o->device);
+        DI_CHECK(o->gpus == 1 || mo.device == Device::kCuda, "--gpus-per-replica ", o->gpus, " needs --device cuda");
+        mo.gpus = o->gpus;
         // The GPU workspace is sized for the largest step this run makes.
         mo.max_batch_tokens = std::max<int64_t>(2048, o->prefill);
         if (!o->engine_batches.empty()) {
@@ -187,7 +192,7 @@ Command register_bench(CLI::App& app) {
                 engine.run_until_done([](RequestOutput&&) {});
                 const double secs = seconds_since(t0);
                 const EngineMetrics& m = engine.metrics();
-                nlohmann::json r = {{"mode", "engine"}, {"model", dir}, {"device", o->device}, {"batch", batch}, {"async", ec.async_scheduling},
+                nlohmann::json r = {{"mode", "engine"}, {"model", dir}, {"device", o->device}, {"gpus", o->gpus}, {"batch", batch}, {"async", ec.async_scheduling},
                                     {"prompt_tokens", m.prompt_tokens}, {"generated_tokens", m.generated_tokens},
                                     {"seconds", secs}, {"generated_tok_s", double(m.generated_tokens) / secs},
                                     {"total_tok_s", double(m.generated_tokens + m.prompt_tokens) / secs},
@@ -235,7 +240,7 @@ Command register_bench(CLI::App& app) {
         const double g_prefill = cpu_gemm_gflops(std::min<int64_t>(o->prefill, 256));
         const double g_decode = cpu_gemm_gflops(1);
         nlohmann::json r = {
-            {"model", o->synthetic.empty() ? o->model : o->synthetic}, {"device", o->device},
+            {"model", o->synthetic.empty() ? o->model : o->synthetic}, {"device", o->device}, {"gpus", o->gpus},
             {"numerics", numerics_name(model->numerics())},
             {"threads", cpu_num_threads()}, {"layers", c.num_hidden_layers}, {"hidden_size", c.hidden_size},
             {"load_s", load_s}, {"prefill_tokens", o->prefill}, {"prefill_s", prefill_s},
