@@ -5,7 +5,7 @@
 // hash-routed layer) on the reference and the fast (tensor-core) GEMMs — for batches that spread
 // sequences over the ranks (prefill, chunked prefill, batched decode, a rank left without sequences)
 // and through the offline engine with device sampling. Skips without two GPUs or without NCCL; the
-// one-rank form (every exchange a local copy) runs on any GPU.
+// one-rank form (every exchange a local copy) runs on any GPU; the batch split runs everywhere.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/ep/batch_split.h"
 #include "backends/cuda/ep/cuda_ep_model.h"
 #include "backends/cuda/ep/nccl_exchange.h"
 #include "backends/cuda/model/cuda_model.h"
@@ -110,6 +111,41 @@ void expect_script_equal(const Model& one, const Model& ep, const std::string& w
     const auto a = run_script(one, 5), b = run_script(ep, 5);
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) expect_same(a[i], b[i], what + ", logits block " + std::to_string(i));
+}
+
+// The batch split (host logic, no GPU): chunks keep their order per rank, draws follow their chunk's
+// rank with the chunk's index there, a rank without chunks runs one idle row, bad indices throw.
+TEST(CudaEpSplit, ChunksDrawsAndIdleRanks) {
+    const std::vector<int> rank = {1, 0, 1, 1};
+    const std::vector<int64_t> rows = {5, 1, 1, 30};
+    const std::vector<int32_t> draws = {3, 1, 0};
+    const cuda::EpSplit s = cuda::split_ep_batch(3, rank, rows, draws);
+    ASSERT_EQ(s.chunks.size(), 3u);
+    EXPECT_EQ(s.chunks[0], (std::vector<size_t>{1}));
+    EXPECT_EQ(s.chunks[1], (std::vector<size_t>{0, 2, 3}));
+    EXPECT_TRUE(s.chunks[2].empty());
+    EXPECT_EQ(s.rows, (std::vector<int64_t>{1, 36, 1}));
+    EXPECT_EQ(s.idle, (std::vector<uint8_t>{0, 0, 1}));
+    EXPECT_EQ(s.chunk[3].rank, 1);
+    EXPECT_EQ(s.chunk[3].index, 2);
+    EXPECT_EQ(s.chunk[1].index, 0);
+    EXPECT_EQ(s.draws[0], (std::vector<size_t>{1}));
+    EXPECT_EQ(s.draws[1], (std::vector<size_t>{0, 2}));
+    EXPECT_TRUE(s.draws[2].empty());
+    // No chunks at all: every rank idles (it still serves its experts).
+    const cuda::EpSplit none = cuda::split_ep_batch(2, {}, {}, {});
+    EXPECT_EQ(none.rows, (std::vector<int64_t>{1, 1}));
+    EXPECT_EQ(none.idle, (std::vector<uint8_t>{1, 1}));
+    EXPECT_THROW(cuda::split_ep_batch(2, std::vector<int>{2}, std::vector<int64_t>{1}, {}), Error);
+    EXPECT_THROW(cuda::split_ep_batch(2, std::vector<int>{0}, std::vector<int64_t>{1}, std::vector<int32_t>{1}), Error);
+    EXPECT_THROW(cuda::split_ep_batch(0, {}, {}, {}), Error);
+}
+
+TEST(CudaEpSplit, NewSequencesGoToTheLeastLoadedRank) {
+    EXPECT_EQ(cuda::least_loaded_rank(std::vector<int64_t>{3, 1, 1}), 1);
+    EXPECT_EQ(cuda::least_loaded_rank(std::vector<int64_t>{0, 0}), 0);
+    EXPECT_EQ(cuda::least_loaded_rank(std::vector<int64_t>{4, 5, 2}), 2);
+    EXPECT_THROW(cuda::least_loaded_rank({}), Error);
 }
 
 struct Case {

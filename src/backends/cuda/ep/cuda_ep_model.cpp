@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/ep/batch_split.h"
 #include "backends/cuda/ep/nccl_exchange.h"
 #include "backends/cuda/ep/rank_threads.h"
 #include "deepinfer/check.h"
@@ -76,9 +77,9 @@ public:
     Numerics numerics() const override { return ranks_[0]->numerics(); }
     uint64_t estimate_state_bytes(int64_t n, uint64_t page) const override { return ranks_[0]->estimate_state_bytes(n, page); }
     Sequence new_sequence() const override {
-        int best = 0;
-        for (int r = 1; r < int(ranks_.size()); ++r)
-            if (load_->live[size_t(r)].load() < load_->live[size_t(best)].load()) best = r;
+        std::vector<int64_t> live(ranks_.size());
+        for (size_t r = 0; r < live.size(); ++r) live[r] = load_->live[r].load();
+        const int best = least_loaded_rank(live);
         Sequence inner{nullptr};
         threads_.run_one(best, [&] { inner = ranks_[size_t(best)]->new_sequence(); });
         return Sequence(std::make_unique<EpSequenceState>(best, std::move(inner), load_));
@@ -120,25 +121,18 @@ ForwardOutputs CudaEpModel::forward_sampled(std::span<const SequenceChunk> chunk
              " logits flags for ", chunks.size(), " chunks");
     // Everything a rank would refuse is refused here, before any rank starts: a rank that stopped
     // half-way would leave the others waiting for its rows.
-    struct Place {
-        int rank = 0;
-        int64_t index = 0;
-    };
-    std::vector<Place> place(chunks.size());
-    std::vector<std::vector<SequenceChunk>> sub(static_cast<size_t>(G));
-    std::vector<std::vector<uint8_t>> sub_want(static_cast<size_t>(G));
-    std::vector<std::vector<DeviceDraw>> sub_draws(static_cast<size_t>(G));
-    std::vector<std::vector<size_t>> draw_index(static_cast<size_t>(G));
-    std::vector<int64_t> rows(size_t(G), 0);
-    std::vector<const SequenceState*> seen;
+    std::vector<EpSequenceState*> states(chunks.size());
+    std::vector<int> chunk_rank(chunks.size());
+    std::vector<int64_t> chunk_rows(chunks.size());
     for (size_t i = 0; i < chunks.size(); ++i) {
         const SequenceChunk& ch = chunks[i];
         DI_CHECK(ch.sequence != nullptr, "forward_batch: chunk without a sequence");
         DI_CHECK(ch.image_span.empty(), "image spans are not supported on the CUDA backend yet (--device cpu)");
         auto* st = dynamic_cast<EpSequenceState*>(&ch.sequence->state());
         DI_CHECK(st != nullptr, "forward: the sequence was not created by this expert-parallel model");
-        DI_CHECK(std::find(seen.begin(), seen.end(), st) == seen.end(), "forward: a sequence appears twice in a batch");
-        seen.push_back(st);
+        DI_CHECK(std::find(states.begin(), states.begin() + std::ptrdiff_t(i), st) == states.begin() + std::ptrdiff_t(i),
+                 "forward: a sequence appears twice in a batch");
+        states[i] = st;
         const int64_t n = static_cast<int64_t>(ch.tokens.size());
         DI_CHECK(n > 0, "forward: chunk ", i, " has no tokens");
         DI_CHECK(st->num_tokens() + n <= max_len_, "sequence of ", st->num_tokens() + n,
@@ -146,34 +140,41 @@ ForwardOutputs CudaEpModel::forward_sampled(std::span<const SequenceChunk> chunk
         for (int64_t t = 0; t < n; ++t)
             DI_CHECK(ch.tokens[size_t(t)] >= 0 && ch.tokens[size_t(t)] < V, "token id ", ch.tokens[size_t(t)],
                      " at index ", t, " is outside [0, ", V, ")");
-        const int r = st->rank();
-        place[i] = {r, int64_t(sub[size_t(r)].size())};
-        sub[size_t(r)].push_back({&st->inner(), ch.tokens, ch.all_logits, {}});
-        sub_want[size_t(r)].push_back(want_logits.empty() || want_logits[i] ? 1 : 0);
-        rows[size_t(r)] += n;
+        chunk_rank[i] = st->rank();
+        chunk_rows[i] = n;
     }
+    std::vector<int32_t> draw_chunk(draws.size());
     for (size_t k = 0; k < draws.size(); ++k) {
         const DeviceDraw& d = draws[k];
-        DI_CHECK(d.chunk >= 0 && size_t(d.chunk) < chunks.size(), "forward_sampled: draw of chunk ", d.chunk, " of ",
-                 chunks.size());
         DI_CHECK(can_sample_on_device(d), "forward_sampled: the device sampler cannot draw temperature ", d.temperature,
                  ", top_k ", d.top_k, ", top_p ", d.top_p, ", min_p ", d.min_p);
-        const Place& p = place[size_t(d.chunk)];
-        DeviceDraw local = d;
-        local.chunk = static_cast<int32_t>(p.index);
-        sub_draws[size_t(p.rank)].push_back(local);
-        draw_index[size_t(p.rank)].push_back(k);
+        draw_chunk[k] = d.chunk;
     }
+    const EpSplit split = split_ep_batch(G, chunk_rank, chunk_rows, draw_chunk);
+    std::vector<std::vector<SequenceChunk>> sub(static_cast<size_t>(G));
+    std::vector<std::vector<uint8_t>> sub_want(static_cast<size_t>(G));
+    std::vector<std::vector<DeviceDraw>> sub_draws(static_cast<size_t>(G));
     // A rank without sequences in this step still serves its experts: it runs one row of its idle
     // sequence (token 0 at position 0, no logits), which changes no other row.
     static const int32_t kIdleToken = 0;
     for (int r = 0; r < G; ++r) {
-        if (!sub[size_t(r)].empty()) continue;
-        idle_[size_t(r)]->truncate(0);
-        sub[size_t(r)].push_back({idle_[size_t(r)].get(), std::span<const int32_t>(&kIdleToken, 1), false, {}});
-        sub_want[size_t(r)].push_back(0);
-        rows[size_t(r)] = 1;
+        const size_t R = size_t(r);
+        for (size_t i : split.chunks[R]) {
+            sub[R].push_back({&states[i]->inner(), chunks[i].tokens, chunks[i].all_logits, {}});
+            sub_want[R].push_back(want_logits.empty() || want_logits[i] ? 1 : 0);
+        }
+        for (size_t k : split.draws[R]) {
+            DeviceDraw local = draws[k];
+            local.chunk = static_cast<int32_t>(split.chunk[size_t(draws[k].chunk)].index);
+            sub_draws[R].push_back(local);
+        }
+        if (split.idle[R]) {
+            idle_[R]->truncate(0);
+            sub[R].push_back({idle_[R].get(), std::span<const int32_t>(&kIdleToken, 1), false, {}});
+            sub_want[R].push_back(0);
+        }
     }
+    const std::vector<int64_t>& rows = split.rows;
     exchange_->set_rows(rows);
     std::vector<ForwardOutputs> outs(static_cast<size_t>(G));
     threads_.run_all([&](int r) {
@@ -182,11 +183,11 @@ ForwardOutputs CudaEpModel::forward_sampled(std::span<const SequenceChunk> chunk
     ForwardOutputs out;
     out.logits.resize(chunks.size());
     for (size_t i = 0; i < chunks.size(); ++i)
-        out.logits[i] = std::move(outs[size_t(place[i].rank)].logits[size_t(place[i].index)]);
+        out.logits[i] = std::move(outs[size_t(split.chunk[i].rank)].logits[size_t(split.chunk[i].index)]);
     out.tokens.resize(draws.size());
     for (int r = 0; r < G; ++r)
-        for (size_t k = 0; k < draw_index[size_t(r)].size(); ++k)
-            out.tokens[draw_index[size_t(r)][k]] = outs[size_t(r)].tokens[k];
+        for (size_t k = 0; k < split.draws[size_t(r)].size(); ++k)
+            out.tokens[split.draws[size_t(r)][k]] = outs[size_t(r)].tokens[k];
     return out;
 }
 
