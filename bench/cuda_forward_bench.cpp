@@ -9,7 +9,8 @@
 // 3 hash-routed), ~157 GB in the published formats: the checkpoint is written by all cores.
 // --context: the prompt tokens of each decode sequence (prefilled first, not timed). --model: an
 // existing checkpoint instead of a freshly written one (kept afterwards).
-// --gpus: one run per GPU count (2+: expert parallelism, cuda_ep_model.h); prefill runs one sequence
+// --gpus: one run per GPU count (2+: expert parallelism, cuda_ep_model.h; engine mode: the first count);
+// prefill runs one sequence
 // per GPU (each of --prefill tokens), decode batches spread over the GPUs; tok/s per GPU reported.
 // Engine mode (--engine-batches 1,32,256): the offline engine on the GPU, decode steps of B requests
 // under four runtimes (host sampling + synchronous + no graphs = the first CUDA backend; device
@@ -49,6 +50,13 @@ std::vector<int64_t> parse_list(const std::string& s) {
     return v;
 }
 
+// The CUDA models whose stats describe `model`: itself, or the ranks of an expert-parallel model
+// (rank 0's span stands for the step: the ranks run in step).
+std::vector<const deepinfer::Model*> stat_models(const deepinfer::Model& model) {
+    if (deepinfer::cuda::is_cuda_ep_model(model)) return deepinfer::cuda::cuda_ep_ranks(model);
+    return {&model};
+}
+
 struct Runtime {
     const char* name;
     bool device_sampling, async, graphs;
@@ -85,12 +93,12 @@ nlohmann::json engine_decode(const std::shared_ptr<const deepinfer::Model>& mode
     }
     // Prefill (every request has its first token), then measure the decode steps.
     while (engine.metrics().generated_tokens < batch) engine.step();
-    cuda::reset_cuda_model_stats(*model);
+    for (const Model* m : stat_models(*model)) cuda::reset_cuda_model_stats(*m);
     const int64_t steps0 = engine.metrics().steps, gen0 = engine.metrics().generated_tokens;
     const auto t = Clock::now();
     while (engine.has_unfinished()) engine.step();
     const double secs = since(t);
-    const cuda::CudaModelStats st = cuda::cuda_model_stats(*model);
+    const cuda::CudaModelStats st = cuda::cuda_model_stats(*stat_models(*model)[0]);
     const int64_t steps = engine.metrics().steps - steps0;
     nlohmann::json r = base;
     r["mode"] = "engine_decode";
@@ -109,6 +117,8 @@ nlohmann::json engine_decode(const std::shared_ptr<const deepinfer::Model>& mode
     r["gap_ms_per_step"] = 1e3 * st.gap_seconds / double(std::max<int64_t>(st.forwards - 1, 1));
     r["gpu_idle_fraction"] = st.gap_seconds / std::max(st.gap_seconds + st.gpu_seconds, 1e-12);
     r["tok_s"] = double(engine.metrics().generated_tokens - gen0) / secs;
+    r["gpus"] = int64_t(stat_models(*model).size());
+    r["tok_s_per_gpu"] = r["tok_s"].get<double>() / double(stat_models(*model).size());
     return r;
 }
 
@@ -119,7 +129,7 @@ int main(int argc, char** argv) {
     int64_t experts = 256, prefill = 512, decode = 16;
     std::string layers = "csa,hca", batches = "1,8,64", dir = "/tmp/deepinfer-cuda-bench", engine_batches, gemm = "reference";
     std::string gpus_list = "1";
-    bool keep = false;
+    bool keep = false, max_len_given = false;
     int64_t engine_prompt = 32, engine_tokens = 9, context = 64, max_len = 8192;
     std::string model_dir;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -133,7 +143,7 @@ int main(int argc, char** argv) {
         else if (k == "--gemm") gemm = v;  // reference | fast
         else if (k == "--gpus") gpus_list = v;
         else if (k == "--context") context = std::stoll(v);
-        else if (k == "--max-len") max_len = std::stoll(v);
+        else if (k == "--max-len") max_len = std::stoll(v), max_len_given = true;
         else if (k == "--keep") keep = v == "1";  // keep the written checkpoint (for a later --model run)
         else if (k == "--engine-batches") engine_batches = v;
         else if (k == "--model") model_dir = v;
@@ -164,6 +174,9 @@ int main(int argc, char** argv) {
     if (!engine_batches.empty()) {
         // Two models of one checkpoint: CUDA graphs on and off; the workspace sized from the engine's
         // limits (2048 tokens, 256 sequences) at max_model_len 1024.
+        // --gpus G (one count) > 1: one expert-parallel model (no CUDA graphs on its ranks), the
+        // runtimes without graphs only.
+        const int64_t G = parse_list(gpus_list).front();
         std::shared_ptr<const Model> models[2];
         double load_s = 0;
         for (int g = 0; g < 2; ++g) {
@@ -172,16 +185,22 @@ int main(int argc, char** argv) {
             mo.max_batch_tokens = 2048;
             mo.max_num_seqs = 256;
             cuda::CudaModelOptions co;
-            co.max_model_len = 1024;
+            co.max_model_len = max_len_given ? max_len : 1024;
             co.gemm = gemm == "fast" ? cuda::GemmMode::kFast : cuda::GemmMode::kReference;
             t = Clock::now();
-            models[g] = cuda::load_cuda_model(dir, mo, co);
-            load_s = since(t);
+            if (G == 1) {
+                models[g] = cuda::load_cuda_model(dir, mo, co);
+            } else {
+                std::vector<int> devices;
+                for (int d = 0; d < int(G); ++d) devices.push_back(d);
+                models[g] = g == 0 ? std::shared_ptr<const Model>(cuda::load_cuda_ep_model(dir, mo, co, devices)) : models[0];
+            }
+            load_s = g == 0 || G == 1 ? since(t) : load_s;
         }
         nlohmann::json base = {{"model", model_dir.empty() ? "synthetic" : model_dir}, {"layers", layers}, {"experts", experts},
                                {"numerics", numerics_name(models[0]->numerics())},
                                {"write_s", write_s}, {"load_s", load_s},
-                               {"workspace_bytes", cuda::cuda_model_stats(*models[0]).workspace_bytes}};
+                               {"workspace_bytes", cuda::cuda_model_stats(*stat_models(*models[0])[0]).workspace_bytes}};
         const Runtime runtimes[] = {{"host_sampling_sync", false, false, false},
                                     {"device_sampling_sync", true, false, false},
                                     {"device_sampling_async", true, true, false},
@@ -190,6 +209,7 @@ int main(int argc, char** argv) {
         for (int64_t b : parse_list(engine_batches)) {
             engine_decode(models[1], runtimes[3], std::min<int64_t>(b, 4), 8, 3, base);  // warm-up (module load, captures)
             for (const Runtime& rt : runtimes) {
+                if (G > 1 && rt.graphs) continue;
                 const nlohmann::json r = engine_decode(models[rt.graphs ? 1 : 0], rt, b, engine_prompt, engine_tokens, base);
                 std::printf("%s\n", r.dump().c_str());
                 std::fflush(stdout);

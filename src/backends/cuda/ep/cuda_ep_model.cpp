@@ -218,6 +218,8 @@ std::unique_ptr<Model> load_cuda_ep_model(const std::string& dir, const ModelOpt
         cuda_options, devices);
 }
 
+bool is_cuda_ep_model(const Model& model) { return dynamic_cast<const CudaEpModel*>(&model) != nullptr; }
+
 std::vector<const Model*> cuda_ep_ranks(const Model& model) { return as_ep(model).ranks(); }
 
 int cuda_ep_rank_of(const Model& model, const Sequence& sequence) {

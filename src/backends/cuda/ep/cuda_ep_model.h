@@ -34,6 +34,8 @@ std::unique_ptr<Model> load_cuda_ep_model(const CudaRankLoader& load_rank, const
 std::unique_ptr<Model> load_cuda_ep_model(const std::string& dir, const ModelOptions& options,
                                           const CudaModelOptions& cuda_options, const std::vector<int>& devices);
 
+// Whether `model` was made by load_cuda_ep_model.
+bool is_cuda_ep_model(const Model& model);
 // The rank models of a model made by load_cuda_ep_model (for their CudaModelStats); throws for others.
 std::vector<const Model*> cuda_ep_ranks(const Model& model);
 // The rank a sequence of such a model lives on.
