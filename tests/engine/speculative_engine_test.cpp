@@ -26,6 +26,7 @@
 #include "deepinfer/check.h"
 #include "deepinfer/synthetic.h"
 #include "engine/chi_square.h"
+#include "engine/spec_test_util.h"
 #include "model/paged_rows.h"
 #include "unit/fixtures.h"
 
@@ -77,22 +78,10 @@ std::vector<int32_t> random_prompt(std::mt19937& rng, int64_t len, int64_t vocab
     return p;
 }
 
-using Requests = std::vector<std::tuple<std::string, std::vector<int32_t>, SamplingParams>>;
-
-struct RunResult {
-    std::map<std::string, RequestOutput> outputs;
-    EngineMetrics metrics;
-};
-
-RunResult run(std::shared_ptr<const Model> model, const EngineConfig& cfg, const Requests& reqs,
-              std::shared_ptr<const Drafter> drafter = nullptr) {
-    Engine engine(std::move(model), nullptr, cfg, std::move(drafter));
-    for (const auto& [id, prompt, sp] : reqs) engine.add_request(id, prompt, sp);
-    RunResult r;
-    engine.run_until_done([&](RequestOutput&& o) { r.outputs.emplace(o.request_id, std::move(o)); });
-    r.metrics = engine.metrics();
-    return r;
-}
+using test::greedy;
+using test::Requests;
+using test::run;
+using test::RunResult;
 
 EngineConfig spec_config(int64_t k, bool scheduler) {
     EngineConfig c;
@@ -101,14 +90,6 @@ EngineConfig spec_config(int64_t k, bool scheduler) {
     c.speculative_scheduler = scheduler;
     c.max_prefill_chunk = 32;
     return c;
-}
-
-SamplingParams greedy(int64_t max_tokens) {
-    SamplingParams sp;
-    sp.temperature = 0;
-    sp.max_tokens = max_tokens;
-    sp.ignore_eos = true;
-    return sp;
 }
 
 TEST(SpeculativeEngine, ModelHasTheMtpDrafter) {
@@ -365,30 +346,11 @@ TEST(SpeculativeEngine, SampledOutputKeepsTheTargetDistribution) {
         int n;
         ~Restore() { set_cpu_num_threads(n); }
     } restore{threads};
-    const int64_t V = vocab_of(*model), n = 400, len = 4;
+    const int64_t n = 400, len = 4;
     const std::vector<int32_t> prompt = {3, 7, 1, 12, 5};
     // Independent samples: every arm draws its own seeds.
     auto histograms = [&](const EngineConfig& cfg, const SamplingParams& base, uint64_t seed0, EngineMetrics* m) {
-        Requests reqs;
-        for (int64_t s = 0; s < n; ++s) {
-            SamplingParams sp = base;
-            sp.seed = seed0 + static_cast<uint64_t>(s);
-            std::string id = std::to_string(s);
-            id.insert(id.begin(), 's');
-            reqs.emplace_back(std::move(id), prompt, sp);
-        }
-        EngineConfig c = cfg;
-        c.max_num_seqs = 512;
-        c.max_num_batched_tokens = 8192;
-        const RunResult r = run(model, c, reqs);
-        if (m) *m = r.metrics;
-        std::vector<std::vector<int64_t>> h(size_t(len), std::vector<int64_t>(size_t(V), 0));
-        for (const auto& [id, out] : r.outputs) {
-            const auto& toks = out.completions.at(0).token_ids;
-            EXPECT_EQ(static_cast<int64_t>(toks.size()), len);
-            for (int64_t p = 0; p < len && p < static_cast<int64_t>(toks.size()); ++p) ++h[size_t(p)][size_t(toks[size_t(p)])];
-        }
-        return h;
+        return test::token_histograms(model, cfg, base, seed0, n, len, prompt, m);
     };
     SamplingParams sp;
     sp.temperature = 1.0;
@@ -412,11 +374,7 @@ TEST(SpeculativeEngine, SampledOutputKeepsTheTargetDistribution) {
             // The random drafter agrees often enough on 16 tokens that both branches are exercised.
             EXPECT_GT(m.spec_accepted_tokens, 0) << arm.name;
             EXPECT_LT(m.spec_accepted_tokens, m.spec_draft_tokens) << arm.name;
-            for (int64_t pos = 0; pos < len; ++pos) {
-                int df = 0;
-                const double x2 = two_sample_chi_square(want[size_t(pos)], got[size_t(pos)], &df);
-                EXPECT_LT(x2, chi_square_bound(df)) << arm.name << " position " << pos << " df " << df;
-            }
+            test::expect_same_token_distribution(want, got, arm.name);
         }
     }
 }

@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: Apache-2.0
+// Shared by the speculative-decoding engine tests (MTP and DSpark): running requests through an
+// Engine, greedy parameters, and the two-sample test that sampled outputs with speculation follow the
+// distribution of sampled outputs without it (per output position, a chi-square bound).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "deepinfer/drafter.h"
+#include "deepinfer/engine.h"
+#include "engine/chi_square.h"
+
+namespace deepinfer::test {
+
+using Requests = std::vector<std::tuple<std::string, std::vector<int32_t>, SamplingParams>>;
+
+struct RunResult {
+    std::map<std::string, RequestOutput> outputs;
+    EngineMetrics metrics;
+};
+
+inline RunResult run(std::shared_ptr<const Model> model, const EngineConfig& cfg, const Requests& reqs,
+                     std::shared_ptr<const Drafter> drafter = nullptr) {
+    Engine engine(std::move(model), nullptr, cfg, std::move(drafter));
+    for (const auto& [id, prompt, sp] : reqs) engine.add_request(id, prompt, sp);
+    RunResult r;
+    engine.run_until_done([&](RequestOutput&& o) { r.outputs.emplace(o.request_id, std::move(o)); });
+    r.metrics = engine.metrics();
+    return r;
+}
+
+inline SamplingParams greedy(int64_t max_tokens) {
+    SamplingParams sp;
+    sp.temperature = 0;
+    sp.max_tokens = max_tokens;
+    sp.ignore_eos = true;
+    return sp;
+}
+
+// Per output position, how often each token was drawn by n requests of `prompt` with `base` and seeds
+// seed0, seed0 + 1, ... (every request generates `len` tokens); `metrics` receives the run's metrics.
+inline std::vector<std::vector<int64_t>> token_histograms(const std::shared_ptr<const Model>& model,
+                                                          const EngineConfig& cfg, const SamplingParams& base,
+                                                          uint64_t seed0, int64_t n, int64_t len,
+                                                          const std::vector<int32_t>& prompt, EngineMetrics* metrics) {
+    Requests reqs;
+    for (int64_t s = 0; s < n; ++s) {
+        SamplingParams sp = base;
+        sp.seed = seed0 + static_cast<uint64_t>(s);
+        std::string id = std::to_string(s);
+        id.insert(id.begin(), 's');  // not "s" + ...: GCC 12 warns falsely (-Wrestrict)
+        reqs.emplace_back(std::move(id), prompt, sp);
+    }
+    EngineConfig c = cfg;
+    c.max_num_seqs = 512;
+    c.max_num_batched_tokens = 8192;
+    const RunResult r = run(model, c, reqs);
+    if (metrics) *metrics = r.metrics;
+    const int64_t V = model->info().vocab_size;
+    std::vector<std::vector<int64_t>> h(size_t(len), std::vector<int64_t>(size_t(V), 0));
+    for (const auto& [id, out] : r.outputs) {
+        const auto& toks = out.completions.at(0).token_ids;
+        EXPECT_EQ(static_cast<int64_t>(toks.size()), len);
+        for (int64_t p = 0; p < len && p < static_cast<int64_t>(toks.size()); ++p) ++h[size_t(p)][size_t(toks[size_t(p)])];
+    }
+    return h;
+}
+
+// Every position's two histograms pass the two-sample chi-square test at chi_square_bound.
+inline void expect_same_token_distribution(const std::vector<std::vector<int64_t>>& want,
+                                           const std::vector<std::vector<int64_t>>& got, const std::string& what) {
+    ASSERT_EQ(want.size(), got.size()) << what;
+    for (size_t pos = 0; pos < want.size(); ++pos) {
+        int df = 0;
+        const double x2 = two_sample_chi_square(want[pos], got[pos], &df);
+        EXPECT_LT(x2, chi_square_bound(df)) << what << " position " << pos << " df " << df;
+    }
+}
+
+}  // namespace deepinfer::test
