@@ -4,7 +4,9 @@
 // at several batch sizes, one JSON line each. A tokenizer-free binary, so it runs on the GPU machine
 // with only libfmt/libgomp/libcudart beside it.
 //   cuda_forward_bench [--experts 256] [--layers csa,hca] [--prefill 512] [--decode 16] [--batches 1,8,64] [--gemm fast]
-//                      [--gpus 1,2] [--context 64] [--model DIR] [--max-len 8192]
+//                      [--gpus 1,2] [--context 64] [--model DIR] [--max-len 8192] [--profile 1]
+// --profile 1: cudaProfilerStart/Stop around the timed prefill and decode loops only (ncu/nsys with
+// capture from the API), so warm-up and context prefill stay out of a profile.
 // --layers flash: the published V4-Flash schedule (43 layers: 2 sliding, 20 x CSA+HCA, 1 CSA; the first
 // 3 hash-routed), ~157 GB in the published formats: the checkpoint is written by all cores.
 // --context: the prompt tokens of each decode sequence (prefilled first, not timed). --model: an
@@ -17,6 +19,8 @@
 // sampling; + async scheduling; + CUDA graphs): wall ms per decode step and, from CUDA events, the
 // GPU's span per step and the idle gap between steps (the GPU idle fraction).
 //   cuda_forward_bench --engine-batches 1,32,256 [--engine-prompt 32] [--engine-tokens 9] [--gemm fast] [--model DIR]
+#include <cuda_profiler_api.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -129,7 +133,7 @@ int main(int argc, char** argv) {
     int64_t experts = 256, prefill = 512, decode = 16;
     std::string layers = "csa,hca", batches = "1,8,64", dir = "/tmp/deepinfer-cuda-bench", engine_batches, gemm = "reference";
     std::string gpus_list = "1";
-    bool keep = false, max_len_given = false;
+    bool keep = false, max_len_given = false, profile = false;
     int64_t engine_prompt = 32, engine_tokens = 9, context = 64, max_len = 8192;
     std::string model_dir;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -144,7 +148,8 @@ int main(int argc, char** argv) {
         else if (k == "--gpus") gpus_list = v;
         else if (k == "--context") context = std::stoll(v);
         else if (k == "--max-len") max_len = std::stoll(v), max_len_given = true;
-        else if (k == "--keep") keep = v == "1";  // keep the written checkpoint (for a later --model run)
+        else if (k == "--keep") keep = v == "1";
+        else if (k == "--profile") profile = v == "1";  // profiler capture only around the timed prefill/decode  // keep the written checkpoint (for a later --model run)
         else if (k == "--engine-batches") engine_batches = v;
         else if (k == "--model") model_dir = v;
         else if (k == "--engine-prompt") engine_prompt = std::stoll(v);
@@ -259,9 +264,11 @@ int main(int argc, char** argv) {
                 ps.push_back(prompt(prefill));
             }
             for (int64_t g = 0; g < G; ++g) chunks.push_back({&seqs[size_t(g)], ps[size_t(g)], false});
+            if (profile) cudaProfilerStart();
             t = Clock::now();
             model->forward_batch(chunks);
             const double secs = since(t);
+            if (profile) cudaProfilerStop();
             nlohmann::json r = base;
             r["mode"] = "prefill";
             r["sequences"] = G;
@@ -291,6 +298,7 @@ int main(int argc, char** argv) {
             const std::vector<uint8_t> no_logits(static_cast<size_t>(b), 0);
             std::vector<DeviceDraw> draws(static_cast<size_t>(b));
             for (int64_t i = 0; i < b; ++i) draws[size_t(i)] = {.chunk = int32_t(i), .temperature = 0.0};
+            if (profile) cudaProfilerStart();
             t = Clock::now();
             for (int64_t step = 0; step < decode; ++step) {
                 for (int64_t i = 0; i < b; ++i) chunks[size_t(i)] = {&seqs[size_t(i)], std::span<const int32_t>(&next[size_t(i)], 1), false};
@@ -299,6 +307,7 @@ int main(int argc, char** argv) {
                 for (int64_t i = 0; i < b; ++i) next[size_t(i)] = out.tokens[size_t(i)];
             }
             const double secs = since(t);
+            if (profile) cudaProfilerStop();
             nlohmann::json r = base;
             r["mode"] = "decode";
             r["batch"] = b;

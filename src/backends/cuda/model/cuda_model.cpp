@@ -15,6 +15,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/model/cuda_weights.h"
 #include "backends/cuda/model/expert_exchange.h"
+#include "backends/cuda/model/routed_experts.h"
 #include "deepinfer/check.h"
 #include "deepinfer/checkpoint.h"
 #include "deepinfer/log.h"
@@ -453,122 +454,11 @@ void CudaModel::moe(const DeviceLayer& lw, const Batch& b, const float* a, float
            .official = off, .biased = biased, .ids = ids, .weights = wts},
           s);
     DI_CHECK(lw.mlp_type != MlpType::kHashMoe || lw.tid2eid, "hash-routed layer without tid2eid");
-    const DeviceExperts& ex = lw.experts;
-    const int64_t I = ex.shape_w1.out_features;
-    const bool fast = fast_ && fast_linear_supported(ex.shape_w1) && fast_linear_supported(ex.shape_w2) &&
-                      ex.shape_w1.kind != WeightKind::kBF16 && ex.shape_w2.kind != WeightKind::kBF16;
-    const bool q_in = !fast && off && quantized(ex.shape_w1), q_mid = !fast && off && quantized(ex.shape_w2);
-    // The experts' inputs, quantized once per row: FP8 + scales (fast GEMMs, which gather the rows) or
-    // act_quant'ed f32 (official numerics on the reference kernels).
-    uint8_t* xq = nullptr;
-    float* xs = nullptr;
-    const float* xin = a;
-    if (fast) {
-        xq = workspace_->alloc_n<uint8_t>(S * D);
-        xs = workspace_->alloc_n<float>(S * (D / 128));
-        act_quant_fp8({.x = a, .x_ld = D, .rows = S, .cols = D, .q = xq, .scale = xs}, s);
-    } else if (q_in) {
-        float* aq = workspace_->alloc_n<float>(S * D);
-        act_quant_dequant({.x = a, .out = aq, .rows = S, .cols = D}, s);
-        xin = aq;
-    }
-    // The pairs the experts held here run: this GPU's own rows, or under expert parallelism every
-    // rank's rows (gathered), of which the pairs of another rank's experts are grouped last and skipped.
-    int64_t T = S, El = E;
-    const int32_t* group_ids = ids;
-    const float* t_wts = wts;
-    if (ep_) {
-        const int64_t G = ep_->ranks();
-        DI_ICHECK(ep_->rows(int(ep_rank_)) == S);
-        T = ep_->total_rows();
-        El = E / G;
-        if (fast) {
-            auto* tq = workspace_->alloc_n<uint8_t>(T * D);
-            auto* ts = workspace_->alloc_n<float>(T * (D / 128));
-            ep_->all_gather_rows(int(ep_rank_), xq, tq, size_t(D), s);
-            ep_->all_gather_rows(int(ep_rank_), xs, ts, size_t(D / 128) * sizeof(float), s);
-            xq = tq;
-            xs = ts;
-        } else {
-            auto* tx = workspace_->alloc_n<float>(T * D);
-            ep_->all_gather_rows(int(ep_rank_), xin, tx, size_t(D) * sizeof(float), s);
-            xin = tx;
-        }
-        auto* t_ids = workspace_->alloc_n<int32_t>(T * K);
-        auto* tw = workspace_->alloc_n<float>(T * K);
-        ep_->all_gather_rows(int(ep_rank_), ids, t_ids, size_t(K) * sizeof(int32_t), s);
-        ep_->all_gather_rows(int(ep_rank_), wts, tw, size_t(K) * sizeof(float), s);
-        auto* local = workspace_->alloc_n<int32_t>(T * K);
-        expert_local_ids({.ids = t_ids, .n = T * K, .first_expert = static_cast<int32_t>(ep_rank_ * El),
-                          .experts_per_rank = static_cast<int32_t>(El), .local_ids = local},
-                         s);
-        group_ids = local;
-        t_wts = tw;
-    }
-    // Permutation: pairs grouped by expert (stable), then grouped GEMMs over all experts at once.
-    const int64_t NP = T * K;
-    int32_t* perm_src = workspace_->alloc_n<int32_t>(NP);
-    int32_t* perm_slot = workspace_->alloc_n<int32_t>(NP);
-    int32_t* perm_expert = workspace_->alloc_n<int32_t>(NP);
-    int32_t* offsets = workspace_->alloc_n<int32_t>(El + 2);
-    permute({.ids = group_ids, .rows = T, .top_k = K, .experts = ep_ ? El + 1 : El, .perm_src = perm_src,
-             .perm_slot = perm_slot, .perm_expert = perm_expert, .expert_offsets = offsets},
-            s);
-    float* y_slot = workspace_->alloc_n<float>(NP * D);
-    if (fast) {
-        // Tensor-core grouped GEMMs, one launch per matrix over all experts (the GEMM gathers the
-        // quantized rows), w2 writing each pair's row straight into slot order.
-        int32_t* tiles = workspace_->alloc_n<int32_t>(El + 1);
-        float* g = workspace_->alloc_n<float>(NP * I);
-        float* up = workspace_->alloc_n<float>(NP * I);
-        FastLinearParams f{.a = xq, .a_scale = xs, .a_row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w1,
-                           .expert_offsets = offsets, .num_experts = El, .tile_scratch = tiles, .y = g, .y_ld = I,
-                           .rows = NP, .round_output_bf16 = off};
-        fast_linear(f, s);
-        f.experts = ex.w3;
-        f.y = up;
-        fast_linear(f, s);
-        swiglu({.g = g, .u = up, .row_weight = off ? t_wts : nullptr, .row_weight_index = perm_slot, .rows = NP,
-                .width = I, .limit = L, .round_bf16 = off},
-               s);
-        uint8_t* gq = workspace_->alloc_n<uint8_t>(NP * I);
-        float* gs = workspace_->alloc_n<float>(NP * (I / 128));
-        act_quant_fp8({.x = g, .x_ld = I, .rows = NP, .cols = I, .q = gq, .scale = gs}, s);
-        fast_linear({.a = gq, .a_scale = gs, .weight = ex.shape_w2, .experts = ex.w2, .expert_offsets = offsets,
-                     .num_experts = El, .tile_scratch = tiles, .y_row = perm_slot, .y = y_slot, .y_ld = D, .rows = NP,
-                     .round_output_bf16 = off},
-                    s);
-    } else {
-        const int64_t skip = ep_ ? El : 0;  // another rank's pairs: left out of every grouped GEMM
-        float* g = workspace_->alloc_n<float>(NP * I);
-        float* up = workspace_->alloc_n<float>(NP * I);
-        linear({.x = xin, .x_ld = D, .row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w1, .row_expert = perm_expert,
-                .num_experts = skip, .y = g, .y_ld = I, .rows = NP, .round_output_bf16 = off},
-               s);
-        linear({.x = xin, .x_ld = D, .row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w3, .row_expert = perm_expert,
-                .num_experts = skip, .y = up, .y_ld = I, .rows = NP, .round_output_bf16 = off},
-               s);
-        swiglu({.g = g, .u = up, .row_weight = off ? t_wts : nullptr, .row_weight_index = perm_slot, .rows = NP,
-                .width = I, .limit = L, .round_bf16 = off},
-               s);
-        if (q_mid) act_quant_dequant({.x = g, .out = g, .rows = NP, .cols = I}, s);
-        float* y_perm = workspace_->alloc_n<float>(NP * D);
-        linear({.x = g, .x_ld = I, .weight = ex.shape_w2, .experts = ex.w2, .row_expert = perm_expert,
-                .num_experts = skip, .y = y_perm, .y_ld = D, .rows = NP, .round_output_bf16 = off},
-               s);
-        scatter_rows({.src = y_perm, .index = perm_slot, .dst = y_slot, .n = NP, .width = D}, s);
-    }
-    if (ep_) {
-        // Every rank returns each rank the outputs of that rank's pairs; each pair then takes its row
-        // from the block of the rank holding its expert.
-        const int64_t G = ep_->ranks();
-        float* back = workspace_->alloc_n<float>(G * S * K * D);
-        ep_->return_rows(int(ep_rank_), y_slot, back, size_t(D) * sizeof(float), K, s);
-        int32_t* src_row = workspace_->alloc_n<int32_t>(S * K);
-        expert_source_rows({.ids = ids, .n = S * K, .experts_per_rank = static_cast<int32_t>(El), .index = src_row}, s);
-        y_slot = workspace_->alloc_n<float>(S * K * D);
-        gather_rows({.src = back, .index = src_row, .dst = y_slot, .n = S * K, .width = D}, s);
-    }
+    const float* y_slot = routed_experts({.experts = &lw.experts, .x = a, .ids = ids, .weights = wts, .rows = S,
+                                          .hidden = D, .top_k = K, .experts_total = E, .swiglu_limit = L,
+                                          .official = off, .weight_before_w2 = off, .fast = fast_,
+                                          .exchange = ep_, .rank = static_cast<int>(ep_rank_)},
+                                         *workspace_, s);
     // Shared expert (no routing weight).
     const int64_t SI = lw.shared_w1.out_features;
     float* sg = workspace_->alloc_n<float>(S * SI);

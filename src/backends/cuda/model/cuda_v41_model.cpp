@@ -12,6 +12,7 @@
 #include "backends/cpu/primitives.h"
 #include "backends/cuda/model/cuda_v41_impl.h"
 #include "backends/cuda/model/expert_exchange.h"
+#include "backends/cuda/model/routed_experts.h"
 #include "deepinfer/check.h"
 #include "model/v41/weights.h"
 
@@ -168,75 +169,12 @@ void CudaV41Model::moe(int64_t layer, const Batch& b, const float* a, float* out
            .temperature = static_cast<float>(c.gate_temp), .sum_in_selection_order = true, .biased = biased, .ids = ids,
            .weights = wts},
           s);
-    const DeviceExperts& ex = lw.experts;
-    const int64_t I = ex.shape_w1.out_features;
-    const float* xin = a;
-    if (off && quantized(ex.shape_w1)) {
-        float* xq = workspace_.alloc_n<float>(S * D);
-        act_quant_dequant({.x = a, .out = xq, .rows = S, .cols = D, .block = kActivationBlock}, s);
-        xin = xq;
-    }
-    // Expert parallelism (as in the V4 CudaModel::moe): the experts here run the pairs of every rank's
-    // rows that chose one of them; the others are grouped last and skipped.
-    int64_t T = S, El = E;
-    const int32_t* group_ids = ids;
-    const float* t_wts = wts;
-    if (ep_) {
-        const int rank = static_cast<int>(ep_rank_);
-        DI_ICHECK(ep_->rows(rank) == S);
-        T = ep_->total_rows();
-        El = E / ep_->ranks();
-        auto* tx = workspace_.alloc_n<float>(T * D);
-        auto* t_ids = workspace_.alloc_n<int32_t>(T * K);
-        auto* tw = workspace_.alloc_n<float>(T * K);
-        ep_->all_gather_rows(rank, xin, tx, size_t(D) * sizeof(float), s);
-        ep_->all_gather_rows(rank, ids, t_ids, size_t(K) * sizeof(int32_t), s);
-        ep_->all_gather_rows(rank, wts, tw, size_t(K) * sizeof(float), s);
-        auto* local = workspace_.alloc_n<int32_t>(T * K);
-        expert_local_ids({.ids = t_ids, .n = T * K, .first_expert = static_cast<int32_t>(ep_rank_ * El),
-                          .experts_per_rank = static_cast<int32_t>(El), .local_ids = local},
-                         s);
-        xin = tx;
-        group_ids = local;
-        t_wts = tw;
-    }
-    const int64_t NP = T * K, skip = ep_ ? El : 0;
-    int32_t* perm_src = workspace_.alloc_n<int32_t>(NP);
-    int32_t* perm_slot = workspace_.alloc_n<int32_t>(NP);
-    int32_t* perm_expert = workspace_.alloc_n<int32_t>(NP);
-    int32_t* offsets = workspace_.alloc_n<int32_t>(El + 2);
-    permute({.ids = group_ids, .rows = T, .top_k = K, .experts = ep_ ? El + 1 : El, .perm_src = perm_src,
-             .perm_slot = perm_slot, .perm_expert = perm_expert, .expert_offsets = offsets},
-            s);
-    float* g = workspace_.alloc_n<float>(NP * I);
-    float* up = workspace_.alloc_n<float>(NP * I);
-    linear({.x = xin, .x_ld = D, .row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w1, .row_expert = perm_expert,
-            .num_experts = skip, .y = g, .y_ld = I, .rows = NP, .round_output_bf16 = off},
-           s);
-    linear({.x = xin, .x_ld = D, .row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w3, .row_expert = perm_expert,
-            .num_experts = skip, .y = up, .y_ld = I, .rows = NP, .round_output_bf16 = off},
-           s);
     // The routing weight multiplies the activation before w2 in both numerics (spec §6).
-    swiglu({.g = g, .u = up, .row_weight = t_wts, .row_weight_index = perm_slot, .rows = NP, .width = I, .limit = L,
-            .round_bf16 = off},
-           s);
-    if (off && quantized(ex.shape_w2))
-        act_quant_dequant({.x = g, .out = g, .rows = NP, .cols = I, .block = kActivationBlock}, s);
-    float* y_perm = workspace_.alloc_n<float>(NP * D);
-    float* y_slot = workspace_.alloc_n<float>(NP * D);
-    linear({.x = g, .x_ld = I, .weight = ex.shape_w2, .experts = ex.w2, .row_expert = perm_expert, .num_experts = skip,
-            .y = y_perm, .y_ld = D, .rows = NP, .round_output_bf16 = off},
-           s);
-    scatter_rows({.src = y_perm, .index = perm_slot, .dst = y_slot, .n = NP, .width = D}, s);
-    if (ep_) {
-        const int64_t G = ep_->ranks();
-        float* back = workspace_.alloc_n<float>(G * S * K * D);
-        ep_->return_rows(static_cast<int>(ep_rank_), y_slot, back, size_t(D) * sizeof(float), K, s);
-        int32_t* src_row = workspace_.alloc_n<int32_t>(S * K);
-        expert_source_rows({.ids = ids, .n = S * K, .experts_per_rank = static_cast<int32_t>(El), .index = src_row}, s);
-        y_slot = workspace_.alloc_n<float>(S * K * D);
-        gather_rows({.src = back, .index = src_row, .dst = y_slot, .n = S * K, .width = D}, s);
-    }
+    const float* y_slot = routed_experts({.experts = &lw.experts, .x = a, .ids = ids, .weights = wts, .rows = S,
+                                          .hidden = D, .top_k = K, .experts_total = E, .swiglu_limit = L,
+                                          .official = off, .act_block = kActivationBlock, .weight_before_w2 = true,
+                                          .exchange = ep_, .rank = static_cast<int>(ep_rank_)},
+                                         workspace_, s);
     const int64_t SI = lw.shared_w1.out_features;
     float* sg = workspace_.alloc_n<float>(S * SI);
     float* su = workspace_.alloc_n<float>(S * SI);

@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: Apache-2.0
+// The routed experts of one MoE layer on the GPU, shared by the V4 (cuda_model.cpp) and V4.1
+// (cuda_v41_model.cpp) models: the pairs (row, k) grouped by expert, the grouped w1/w3 GEMMs, the
+// clamped SwiGLU, the grouped w2, each pair's output in slot order. Under expert parallelism
+// (expert_exchange.h) the same steps run on every rank's gathered pairs, the other ranks' experts
+// skipped, and each pair's output comes back from the rank holding its expert, so a rank's result
+// equals the single-GPU one bit for bit. Router, shared expert and combine stay with the caller.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/model/cuda_weights.h"
+
+namespace deepinfer::cuda {
+
+class ExpertExchange;
+
+struct RoutedExpertsParams {
+    const DeviceExperts* experts = nullptr;  // this GPU's experts (under expert parallelism: its slice)
+    const float* x = nullptr;                // [rows, hidden] f32 MoE input of this GPU's rows
+    const int32_t* ids = nullptr;            // [rows, top_k] each pair's expert (global ids)
+    const float* weights = nullptr;          // [rows, top_k] each pair's routing weight
+    int64_t rows = 0, hidden = 0, top_k = 0;
+    int64_t experts_total = 0;               // routed experts of the layer (all ranks)
+    float swiglu_limit = 0;
+    // Official numerics: bf16 rounding points, and activations act_quant'ed per `act_block` elements
+    // before quantized (FP8/FP4) expert weights on the reference kernels.
+    bool official = false;
+    int64_t act_block = 128;
+    // The routing weight scales the SwiGLU output before w2 (V4 official, V4.1 always); else the
+    // caller's combine applies it.
+    bool weight_before_w2 = false;
+    // Tensor-core grouped GEMMs (gemm_fast.h) over FP8 activations quantized per 128, when the
+    // experts' formats allow; otherwise the reference kernels.
+    bool fast = false;
+    ExpertExchange* exchange = nullptr;      // expert parallelism, else null
+    int rank = 0;                            // this GPU's rank in `exchange`
+};
+
+// Returns each pair's expert output (before routing weights unless weight_before_w2), [rows · top_k,
+// hidden] f32 in slot order (pair (r, k) at row r · top_k + k), allocated in `ws`; enqueued on `s`.
+float* routed_experts(const RoutedExpertsParams& p, DeviceArena& ws, Stream s);
+
+}  // namespace deepinfer::cuda
