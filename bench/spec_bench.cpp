@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// Speculative-decoding speedup on the CPU: a random DeepSeek-V4 model whose MTP drafter (--family v4)
-// or a random DeepSeek-V4.1 model whose DSpark drafter (--family v41) is built to agree with the
-// target, the engine with speculation off, with a fixed draft length, and with the confidence
+// Speculative-decoding speedup on the CPU: a random DeepSeek-V4 model whose MTP drafter (--family v4),
+// a random DeepSeek-V4 model with a V4-Flash-0731-style DSpark drafter (--family v4-dspark), or a random
+// DeepSeek-V4.1 model whose DSpark drafter (--family v41) is built to agree with the target, the engine with speculation off, with a fixed draft length, and with the confidence
 // scheduler, across batch sizes, each run --repeat times. One JSON line per run on stdout, then one
 // summary line per (batch, arm) with the medians and the load average before and after.
 //
-// The agreeing V4.1 model: make_dspark_agree_with_target (include/deepinfer/synthetic_v41.h).
+// The agreeing V4.1 model: make_dspark_agree_with_target (include/deepinfer/synthetic_v41.h); the
+// agreeing 0731 model: the V4 shape below with a 3-stage DSpark drafter (Markov rank = hidden, the
+// target's expert count, taps = the last three layers' outputs) through make_v4_dspark_agree_with_target
+// (include/deepinfer/synthetic.h).
 // The agreeing V4 model: every residual branch's output projection is zero (attention wo_b, routed and
 // shared expert w2), so the target's streams stay the token's embedding (up to the mHC mixing of
 // equal streams) and its next-token distribution depends on the current token only; the MTP block's
@@ -128,6 +131,22 @@ void write_agreeing_model(const std::string& dir, int64_t hidden, int64_t layers
     for (const char* t : {"hc_head_fn", "hc_head_base", "hc_head_scale"}) p.copy(t, std::string("mtp.0.") + t);
 }
 
+void write_agreeing_v4_dspark_model(const std::string& dir, int64_t hidden, int64_t layers, int64_t vocab, double noise) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    nlohmann::json c = nlohmann::json::parse(config_json(hidden, layers, vocab));
+    c["dspark_block_size"] = 5;
+    c["dspark_noise_token_id"] = vocab - 1;
+    c["dspark_markov_rank"] = hidden;
+    di::SyntheticCheckpointOptions o;
+    o.seed = 3;
+    o.fp8_linears = false;
+    o.fp4_experts = false;
+    o.dspark_stages = 3;
+    di::write_synthetic_checkpoint(dir, c.dump(2), o);
+    di::make_v4_dspark_agree_with_target(dir, noise);
+}
+
 // A V4.1 config of the given size with every layer kind (window-only, ratio-2 and ratio-1 Full + Reuse,
 // Reindex, candidate stage), Engram at layers 1 and 2, and a 3-stage drafter tapping the last three
 // layers whose Markov rank is the hidden size (make_dspark_agree_with_target needs it).
@@ -221,20 +240,22 @@ int main(int argc, char** argv) {
                                             {"--dir", (std::filesystem::temp_directory_path() / "deepinfer-spec-bench").string()}};
     for (int i = 1; i + 1 < argc; i += 2) a[argv[i]] = argv[i + 1];
     const int64_t hidden = std::stoll(a["--hidden"]), layers = std::stoll(a["--layers"]), vocab = std::stoll(a["--vocab"]);
-    const bool v41 = a["--family"] == "v41";
+    const bool v41 = a["--family"] == "v41", v4_dspark = a["--family"] == "v4-dspark";
     if (std::stoi(a["--threads"]) > 0) di::set_cpu_num_threads(std::stoi(a["--threads"]));
-    if (!v41 && a["--family"] != "v4") throw std::runtime_error("--family must be v4 or v41");
+    if (!v41 && !v4_dspark && a["--family"] != "v4") throw std::runtime_error("--family must be v4, v4-dspark or v41");
     di::ModelOptions mo;
     if (v41) {
         write_agreeing_v41_model(a["--dir"], hidden, layers, vocab, std::stod(a["--noise"]));
         mo.tokenizer_json = a["--tokenizer"];  // the Engram token map (bf16 weights: exact numerics)
+    } else if (v4_dspark) {
+        write_agreeing_v4_dspark_model(a["--dir"], hidden, layers, vocab, std::stod(a["--noise"]));
     } else {
         write_agreeing_model(a["--dir"], hidden, layers, vocab, std::stod(a["--noise"]));
         mo.numerics_from_checkpoint = false;
         mo.numerics = di::Numerics::kExact;
     }
     std::shared_ptr<const di::Model> model(di::Model::load(a["--dir"], mo));
-    const char* method = v41 ? "dspark" : "mtp";
+    const char* method = v41 || v4_dspark ? "dspark" : "mtp";
     struct Arm { std::string name; std::string method; bool scheduler; };
     std::vector<Arm> arms;
     {

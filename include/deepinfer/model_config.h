@@ -91,6 +91,16 @@ struct ModelConfig {
     int64_t index_topk = 0;
 
     int64_t num_nextn_predict_layers = 0;
+
+    // DSpark drafter of DeepSeek-V4-Flash-0731 (speculative-decoding.md §1.2), used when the checkpoint
+    // carries one (mtp.N blocks with main_proj; the stage count is that of the stored blocks).
+    int64_t dspark_block_size = 5;
+    int64_t dspark_noise_token_id = 128799;
+    // Target layers whose OUTPUT streams are tapped; default: the last three layers ([40, 41, 42] at 43).
+    std::vector<int64_t> dspark_target_layer_ids;
+    int64_t dspark_markov_rank = 256;
+    int64_t dspark_n_routed_experts = 0;     // default: n_routed_experts
+    int64_t dspark_num_experts_per_tok = 0;  // default: num_experts_per_tok
     int64_t max_position_embeddings = 0;
 
     QuantizationConfig quantization;

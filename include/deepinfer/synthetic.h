@@ -22,6 +22,9 @@ struct SyntheticCheckpointOptions {
     // V4.1: also write the DSpark drafter (mtp.0..) and the vision tower, and shard the checkpoint as
     // the release does (one shard per layer, the Engram tables apart, model.safetensors.index.json).
     bool include_drafter = true;
+    // V4: > 0 writes a DeepSeek-V4-Flash-0731-style DSpark drafter with this many stages under mtp.N
+    // (expected_dspark_tensors) instead of the config's MTP blocks; the config's dspark_* keys size it.
+    int64_t dspark_stages = 0;
     bool include_vision = false;
     bool sharded = false;
     // Fill with all OpenMP threads, one random stream per (tensor, 64 MiB piece): other values than the
@@ -44,6 +47,13 @@ std::string v4_flash_config(const V4FlashShape& shape);
 // Writes `dir`/config.json (the given text) and `dir`/model.safetensors.
 void write_synthetic_checkpoint(const std::string& dir, const std::string& config_json,
                                 const SyntheticCheckpointOptions& options = {});
+
+// Rewrites a random V4 checkpoint with a DSpark drafter written by write_synthetic_checkpoint (one file,
+// bf16 linears and experts: fp8_linears = fp4_experts = false; dspark_stages > 0; config
+// dspark_markov_rank == hidden_size) so that its drafter agrees with the target: residual branches
+// zeroed in the target and the stages, the noise embedding zero, the Markov head = (n(x) + noise, the
+// target's head), the confidence head zero (model/dspark_agree.h says what each part does).
+void make_v4_dspark_agree_with_target(const std::string& dir, double noise = 0.0, uint64_t seed = 7);
 
 struct ExpectedTensor;
 

@@ -32,12 +32,19 @@ struct ExpectedTensor {
 // Every expected tensor, in checkpoint order. MTP blocks are included when `include_mtp`.
 std::vector<ExpectedTensor> expected_tensors(const ModelConfig& config, bool include_mtp = true);
 
+// The tensors of a DeepSeek-V4-Flash-0731 DSpark drafter with `stages` stages under mtp.N
+// (speculative-decoding.md §1.8): per stage a sliding-window score-routed layer with
+// dspark_n_routed_experts experts; mtp.0.main_proj / main_norm; on the last stage norm, hc_head_*,
+// markov_head.markov_w1 / markov_w2 and confidence_head.proj.
+std::vector<ExpectedTensor> expected_dspark_tensors(const ModelConfig& config, int64_t stages);
+
 struct InventoryReport {
     std::vector<std::string> missing;     // expected, not found (canonical names)
     std::vector<std::string> unexpected;  // found, not expected (stored names)
     std::vector<std::string> mismatched;  // found with the wrong shape or dtype: one message each
     bool merged_experts = false;          // transformers' merged experts.gate_up_proj / down_proj
-    bool has_mtp = false;
+    bool has_mtp = false;     // mtp.* tensors: an MTP block or (has_dspark) a DSpark drafter
+    bool has_dspark = false;  // V4: 0731-style DSpark drafter (mtp.0.main_proj, no e_proj)
     bool has_vision = false;  // V4.1: the vision tower, aligner or image delimiters are present
     int64_t num_parameters = 0;  // logical elements of weights (scales not counted)
     int64_t num_scale_elements = 0;

@@ -31,6 +31,68 @@ void head_rms_norm(const BlockContext& ctx, float* q, int64_t dim) {
 
 }  // namespace
 
+void attention_queries(const BlockContext& ctx, const AttentionWeights& w, const cpu::RopeTable& rope, const float* a,
+                       int64_t S, const int64_t* position, float* qr, float* q) {
+    const ModelConfig& c = ctx.config;
+    const int64_t H = c.num_attention_heads, Dh = c.head_dim, QL = c.q_lora_rank, R = rope.rope_dim();
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    project(ctx, w.wq_a, a, S, qr);
+    for (int64_t t = 0; t < S; ++t) {
+        cpu::rms_norm(qr + t * QL, w.q_norm.ptr(), eps, QL, qr + t * QL);
+        if (ctx.official()) cpu::round_bf16_inplace(qr + t * QL, QL);
+    }
+    project(ctx, w.wq_b, qr, S, q);
+#pragma omp parallel for schedule(static) if (S * H * Dh > (1 << 16))
+    for (int64_t i = 0; i < S * H; ++i) {
+        float* qh = q + i * Dh;
+        head_rms_norm(ctx, qh, Dh);
+        rope.apply(qh, Dh, position[i / H]);
+        if (ctx.official()) cpu::round_bf16_inplace(qh + Dh - R, R);
+    }
+}
+
+void attention_kv_rows(const BlockContext& ctx, const AttentionWeights& w, const cpu::RopeTable& rope, const float* a,
+                       int64_t S, const int64_t* position, float* kv) {
+    const ModelConfig& c = ctx.config;
+    const int64_t Dh = c.head_dim, R = rope.rope_dim();
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    project(ctx, w.wkv, a, S, kv);
+    for (int64_t t = 0; t < S; ++t) {
+        float* row = kv + t * Dh;
+        cpu::rms_norm(row, w.kv_norm.ptr(), eps, Dh, row);
+        if (ctx.official()) cpu::round_bf16_inplace(row, Dh);
+        rope.apply(row, Dh, position[t]);
+        if (ctx.official()) {
+            cpu::round_bf16_inplace(row + Dh - R, R);
+            fp8_simulate_nope(row, Dh - R);
+        }
+    }
+}
+
+void attention_head_epilogue(const BlockContext& ctx, const cpu::RopeTable& rope, float* oh, int64_t position) {
+    const int64_t Dh = ctx.config.head_dim, R = rope.rope_dim();
+    if (ctx.official()) cpu::round_bf16_inplace(oh, Dh);
+    rope.apply(oh, Dh, position, /*inverse=*/true);
+    if (ctx.official()) cpu::round_bf16_inplace(oh + Dh - R, R);
+}
+
+void attention_output(const BlockContext& ctx, const AttentionWeights& w, const float* o, int64_t S, float* out) {
+    const ModelConfig& c = ctx.config;
+    const int64_t H = c.num_attention_heads, Dh = c.head_dim;
+    const int64_t G = c.o_groups, OL = c.o_lora_rank, GW = H * Dh / G;
+    std::vector<float> grp(static_cast<size_t>(S * GW)), u(static_cast<size_t>(S * G * OL)),
+        ug(static_cast<size_t>(S * OL));
+    for (int64_t g = 0; g < G; ++g) {
+        for (int64_t t = 0; t < S; ++t) std::copy_n(o + t * H * Dh + g * GW, GW, grp.begin() + t * GW);
+        LinearWeight wg = w.wo_a.rows(g * OL, (g + 1) * OL);
+        // Official: wo_a is a bf16 GEMM (dequantized at load), no activation quantization.
+        linear({.x = view2(grp.data(), S, GW), .weight = &wg, .y = view2(ug.data(), S, OL),
+                .round_output_bf16 = ctx.official()});
+        for (int64_t t = 0; t < S; ++t) std::copy_n(ug.begin() + t * OL, OL, u.begin() + t * G * OL + g * OL);
+    }
+    project(ctx, w.wo_b, u.data(), S, out);
+}
+
 std::vector<int32_t> topk_lowest_index(const float* scores, int64_t n, int64_t k) {
     std::vector<int32_t> idx(static_cast<size_t>(n));
     std::iota(idx.begin(), idx.end(), 0);
@@ -49,44 +111,18 @@ void attention_block(const BlockContext& ctx, const AttentionBlockParams& p) {
     const AttentionWeights& w = lw.attn;
     const int64_t S = p.num_tokens, H = c.num_attention_heads, Dh = c.head_dim, D = c.hidden_size;
     const int64_t W = c.sliding_window, QL = c.q_lora_rank;
-    const float eps = static_cast<float>(c.rms_norm_eps);
     const bool compressed = lw.attention_type != AttentionType::kSliding;
     const cpu::RopeTable& rope = compressed ? ctx.rope_compress : ctx.rope_main;
-    const int64_t R = rope.rope_dim();
     // Position of every row (rows of a segment are consecutive positions of one sequence).
     std::vector<int64_t> position(static_cast<size_t>(S));
     for (const Segment& seg : p.segments)
         for (int64_t r = 0; r < seg.num_rows; ++r) position[size_t(seg.row_begin + r)] = seg.first_position + r;
 
-    // ---- Q path (all rows): qr = q_norm(wq_a a); q = head_norm(wq_b qr); RoPE ----
+    // ---- Q path (all rows) and KV path (all rows) ----
     std::vector<float> qr(static_cast<size_t>(S * QL)), q(static_cast<size_t>(S * H * Dh));
-    project(ctx, w.wq_a, p.a, S, qr.data());
-    for (int64_t t = 0; t < S; ++t) {
-        cpu::rms_norm(qr.data() + t * QL, w.q_norm.ptr(), eps, QL, qr.data() + t * QL);
-        if (ctx.official()) cpu::round_bf16_inplace(qr.data() + t * QL, QL);
-    }
-    project(ctx, w.wq_b, qr.data(), S, q.data());
-#pragma omp parallel for schedule(static) if (S * H * Dh > (1 << 16))
-    for (int64_t i = 0; i < S * H; ++i) {
-        float* qh = q.data() + i * Dh;
-        head_rms_norm(ctx, qh, Dh);
-        rope.apply(qh, Dh, position[size_t(i / H)]);
-        if (ctx.official()) cpu::round_bf16_inplace(qh + Dh - R, R);
-    }
-
-    // ---- KV path (all rows): kv = kv_norm(wkv a); RoPE; FP8 simulation of the nope dims (official) ----
+    attention_queries(ctx, w, rope, p.a, S, position.data(), qr.data(), q.data());
     std::vector<float> kv(static_cast<size_t>(S * Dh));
-    project(ctx, w.wkv, p.a, S, kv.data());
-    for (int64_t t = 0; t < S; ++t) {
-        float* row = kv.data() + t * Dh;
-        cpu::rms_norm(row, w.kv_norm.ptr(), eps, Dh, row);
-        if (ctx.official()) cpu::round_bf16_inplace(row, Dh);
-        rope.apply(row, Dh, position[size_t(t)]);
-        if (ctx.official()) {
-            cpu::round_bf16_inplace(row + Dh - R, R);
-            fp8_simulate_nope(row, Dh - R);
-        }
-    }
+    attention_kv_rows(ctx, w, rope, p.a, S, position.data(), kv.data());
 
     // ---- Indexer queries and head weights (all rows) ----
     const int64_t IH = c.index_n_heads, ID = c.index_head_dim;
@@ -180,9 +216,7 @@ void attention_block(const BlockContext& ctx, const AttentionBlockParams& p) {
                     for (int64_t d = 0; d < Dh; ++d) oh[d] += pj * v[d];
                 }
                 for (int64_t d = 0; d < Dh; ++d) oh[d] /= den;
-                if (ctx.official()) cpu::round_bf16_inplace(oh, Dh);
-                rope.apply(oh, Dh, pos, /*inverse=*/true);
-                if (ctx.official()) cpu::round_bf16_inplace(oh + Dh - R, R);
+                attention_head_epilogue(ctx, rope, oh, pos);
             }
         }
 
@@ -191,19 +225,7 @@ void attention_block(const BlockContext& ctx, const AttentionBlockParams& p) {
             std::copy_n(kv_seg + t * Dh, Dh, st.window.mutable_row((P0 + t) % st.window_rows));
     }
 
-    // ---- Grouped output projection (all rows): wo_a per group on the flattened heads, then wo_b ----
-    const int64_t G = c.o_groups, OL = c.o_lora_rank, GW = H * Dh / G;
-    std::vector<float> grp(static_cast<size_t>(S * GW)), u(static_cast<size_t>(S * G * OL)),
-        ug(static_cast<size_t>(S * OL));
-    for (int64_t g = 0; g < G; ++g) {
-        for (int64_t t = 0; t < S; ++t) std::copy_n(o.begin() + t * H * Dh + g * GW, GW, grp.begin() + t * GW);
-        LinearWeight wg = w.wo_a.rows(g * OL, (g + 1) * OL);
-        // Official: wo_a is a bf16 GEMM (dequantized at load), no activation quantization.
-        linear({.x = view2(grp.data(), S, GW), .weight = &wg, .y = view2(ug.data(), S, OL),
-                .round_output_bf16 = ctx.official()});
-        for (int64_t t = 0; t < S; ++t) std::copy_n(ug.begin() + t * OL, OL, u.begin() + t * G * OL + g * OL);
-    }
-    project(ctx, w.wo_b, u.data(), S, p.out);
+    attention_output(ctx, w, o.data(), S, p.out);
 }
 
 }  // namespace deepinfer

@@ -4,6 +4,7 @@
 // both vocabularies must agree. Every error names the file, the key and the value.
 #include "deepinfer/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -136,6 +137,18 @@ ModelConfig parse_model_config(std::string_view json_text, std::string_view sour
     c.index_topk = r.get_int({"index_topk"}, int64_t{512});
     c.num_nextn_predict_layers = r.get_int({"num_nextn_predict_layers", "n_mtp_layers"}, int64_t{0});
     c.max_position_embeddings = r.get_int({"max_position_embeddings"}, int64_t{1048576});
+    c.dspark_block_size = r.get_int({"dspark_block_size"}, int64_t{5});
+    c.dspark_noise_token_id = r.get_int({"dspark_noise_token_id"}, int64_t{128799});
+    if (auto targets = r.opt_int_list({"dspark_target_layer_ids"})) {
+        c.dspark_target_layer_ids = *targets;
+    } else {  // the 0731 release taps the outputs of the last three layers (40, 41, 42 of 43)
+        for (int64_t l = std::max<int64_t>(0, c.num_hidden_layers - 3); l < c.num_hidden_layers; ++l)
+            c.dspark_target_layer_ids.push_back(l);
+    }
+    c.dspark_markov_rank = r.get_int({"dspark_markov_rank"}, int64_t{256});
+    c.dspark_n_routed_experts = r.get_int({"dspark_n_routed_experts"}, c.n_routed_experts);
+    c.dspark_num_experts_per_tok =
+        r.get_int({"dspark_num_experts_per_tok", "dspark_n_activated_experts"}, c.num_experts_per_tok);
     c.tie_word_embeddings = r.get_bool({"tie_word_embeddings"}, false);
     c.bos_token_id = r.get_int({"bos_token_id"}, int64_t{0});
     if (const json* eos = r.find({"eos_token_id"})) {
@@ -326,6 +339,13 @@ void validate_model_config(const ModelConfig& c, std::string_view source) {
     require_range(source, "n_shared_experts", c.n_shared_experts, 1, 1);
     require_range(source, "num_nextn_predict_layers", c.num_nextn_predict_layers, 0, 16);
     require_range(source, "qk_rope_head_dim", c.qk_rope_head_dim, 2, c.head_dim);
+    positive("dspark_block_size", c.dspark_block_size, 1024);
+    positive("dspark_markov_rank", c.dspark_markov_rank, 1 << 16);
+    positive("dspark_n_routed_experts", c.dspark_n_routed_experts, 1 << 16);
+    positive("dspark_num_experts_per_tok", c.dspark_num_experts_per_tok, c.dspark_n_routed_experts);
+    for (int64_t t : c.dspark_target_layer_ids)
+        DI_CHECK(t >= 0 && t < c.num_hidden_layers, source, ": dspark_target_layer_ids entry ", t,
+                 " is outside [0, ", c.num_hidden_layers, ")");
     DI_CHECK(c.qk_rope_head_dim % 2 == 0, source, ": qk_rope_head_dim = ", c.qk_rope_head_dim, " must be even");
     DI_CHECK((c.num_attention_heads * c.head_dim) % c.o_groups == 0, source, ": num_attention_heads*head_dim = ",
              c.num_attention_heads * c.head_dim, " is not divisible by o_groups = ", c.o_groups);

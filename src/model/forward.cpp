@@ -8,7 +8,7 @@
 #include "backends/cpu/linear.h"
 #include "deepinfer/check.h"
 #include "model/attention_block.h"
-#include "model/moe_block.h"
+#include "model/v4_block.h"
 
 namespace deepinfer {
 
@@ -55,6 +55,9 @@ CpuModel::CpuModel(std::unique_ptr<Checkpoint> checkpoint, Numerics numerics)
       rope_main_(config_.rope_main, config_.qk_rope_head_dim),
       rope_compress_(config_.rope_compress, config_.qk_rope_head_dim) {
     if (!weights_.mtp.empty()) mtp_drafter_ = std::make_unique<MtpDrafter>(*this);
+    if (weights_.dspark)
+        dspark_drafter_ = std::make_unique<V4DSparkDrafter>(
+            make_v4_dspark_model(config_, weights_, rope_main_, rope_compress_, numerics_));
 }
 
 uint64_t CpuModel::estimate_state_bytes(int64_t num_tokens, uint64_t page_bytes) const {
@@ -77,37 +80,10 @@ Sequence CpuModel::new_sequence(std::shared_ptr<StatePool> pool) const {
 void CpuModel::run_layer(const LayerWeights& lw, std::span<const Segment> segments, std::vector<float>& x,
                          std::span<const int32_t> tokens) const {
     const BlockContext ctx = context();
-    const int64_t S = static_cast<int64_t>(tokens.size()), D = config_.hidden_size, hc = config_.hc_mult;
-    const float eps = static_cast<float>(config_.rms_norm_eps);
-    const bool off = ctx.official();
-    std::vector<float> post(size_t(S * hc)), comb(size_t(S * hc * hc)), a(size_t(S * D)), out(size_t(S * D)),
-        y(size_t(S * hc * D));
-    auto pre = [&](const HcWeights& w) {
-        cpu::hc_pre({.x = x.data(), .fn = w.fn.ptr(), .base = w.base.ptr(), .scale = w.scale.ptr(), .num_tokens = S,
-                     .hc = hc, .hidden = D, .sinkhorn_iters = config_.hc_sinkhorn_iters, .norm_eps = eps,
-                     .hc_eps = static_cast<float>(config_.hc_eps), .post = post.data(), .comb = comb.data(),
-                     .collapsed = a.data(), .round_bf16 = off});
-    };
-    auto norm = [&](const Vec& w) {
-        for (int64_t t = 0; t < S; ++t) {
-            cpu::rms_norm(a.data() + t * D, w.ptr(), eps, D, a.data() + t * D);
-            if (off) cpu::round_bf16_inplace(a.data() + t * D, D);
-        }
-    };
-    auto post_mix = [&] {
-        cpu::hc_post({.out = out.data(), .x = x.data(), .post = post.data(), .comb = comb.data(), .num_tokens = S,
-                      .hc = hc, .hidden = D, .y = y.data(), .round_bf16 = off});
-        x.swap(y);
-    };
-    pre(lw.hc_attn);
-    norm(lw.attn_norm);
-    attention_block(ctx, {.layer = &lw, .segments = segments, .a = a.data(), .num_tokens = S, .out = out.data()});
-    post_mix();
-    pre(lw.hc_ffn);
-    norm(lw.ffn_norm);
-    moe_block(ctx, {.weights = &lw.ffn, .hash_routing = lw.mlp_type == MlpType::kHashMoe, .x = a.data(),
-                    .token_ids = tokens.data(), .num_tokens = S, .out = out.data()});
-    post_mix();
+    const int64_t S = static_cast<int64_t>(tokens.size());
+    run_v4_block(ctx, ctx, lw, x, tokens, [&](const float* a, float* out) {
+        attention_block(ctx, {.layer = &lw, .segments = segments, .a = a, .num_tokens = S, .out = out});
+    });
 }
 
 std::vector<float> CpuModel::forward_streams(V4SequenceState& st, std::span<const int32_t> tokens) const {
@@ -143,10 +119,14 @@ std::vector<float> CpuModel::forward_streams_batch(std::span<V4SequenceState* co
         if (numerics_ == Numerics::kOfficial) cpu::round_bf16_inplace(row.data(), D);
         for (int64_t j = 0; j < hc; ++j) std::copy(row.begin(), row.end(), x.begin() + (t * hc + j) * D);
     }
+    // DSpark taps: the streams leaving the tapped layers, for the attached sequences.
+    V4DSparkTaps taps(dspark_drafter_ ? &dspark_drafter_->model() : nullptr, states, segments);
     for (size_t l = 0; l < weights_.layers.size(); ++l) {
         for (size_t i = 0; i < states.size(); ++i) segments[i].state = &states[i]->layers[l];
         run_layer(weights_.layers[l], segments, x, all);
+        taps.after_layer(static_cast<int64_t>(l), x.data());
     }
+    taps.write_context();
     for (size_t i = 0; i < states.size(); ++i) states[i]->length += static_cast<int64_t>(tokens[i].size());
     return x;
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // CpuModel: the whole DeepseekV4ForCausalLM forward on the CPU backend (spec §2): embedding, HC
 // expansion, the layers (attention and MoE sub-blocks between HC pre/post), HC head, final norm
-// and LM head; plus the MTP block.
+// and LM head; plus the drafter the checkpoint carries (the preview's MTP block or 0731's DSpark).
 #pragma once
 
 #include <memory>
@@ -11,6 +11,7 @@
 #include "deepinfer/model.h"
 #include "model/attention_block.h"
 #include "model/block_context.h"
+#include "model/dspark_v4.h"
 #include "model/mtp_drafter.h"
 #include "model/state.h"
 #include "model/weights.h"
@@ -60,7 +61,10 @@ public:
     std::vector<float> forward_mtp_batch(int64_t index, std::span<const MtpRows> segments, const float* streams,
                                          std::span<const int32_t> next_tokens, std::vector<float>* out_streams,
                                          bool want_logits) const;
-    const Drafter* drafter() const override { return mtp_drafter_.get(); }
+    // The checkpoint's drafter: the preview's MTP block or 0731's DSpark (null when it has none).
+    const Drafter* drafter() const override {
+        return mtp_drafter_ ? static_cast<const Drafter*>(mtp_drafter_.get()) : dspark_drafter_.get();
+    }
     const ModelWeights& weights() const { return weights_; }
     // This model's state of `sequence` (an error if another model opened it).
     static V4SequenceState& state_of(Sequence& sequence);
@@ -79,6 +83,7 @@ private:
     ModelWeights weights_;
     cpu::RopeTable rope_main_, rope_compress_;
     std::unique_ptr<MtpDrafter> mtp_drafter_;  // when the checkpoint has an MTP block
+    std::unique_ptr<V4DSparkDrafter> dspark_drafter_;  // when it has a 0731-style DSpark drafter
 };
 
 }  // namespace deepinfer

@@ -39,6 +39,7 @@ size_t compressor_ring_unshared(const CompressorState& s) {
 
 V4SequenceState make_sequence_state(const ModelConfig& c, int64_t num_mtp_layers, std::shared_ptr<StatePool> pool) {
     V4SequenceState s;
+    s.pool = pool;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l)
         s.layers.push_back(make_layer(c, c.layer_types[size_t(l)], c.compress_ratio(l), pool));
     for (int64_t m = 0; m < num_mtp_layers; ++m) s.mtp_layers.push_back(make_layer(c, AttentionType::kSliding, 0, pool));
@@ -51,6 +52,7 @@ size_t V4SequenceState::bytes() const {
         for (const LayerState& l : *group)
             total += l.window.bytes() + compressor_ring_bytes(l.compressor) + compressor_ring_bytes(l.indexer) +
                      l.compressor.entries.bytes() + l.indexer.entries.bytes();
+    for (const PagedRing& r : dspark.stages) total += r.bytes();
     return total;
 }
 
@@ -70,6 +72,7 @@ size_t V4SequenceState::unshared_bytes() const {
             total += l.window.unshared_bytes() + compressor_ring_unshared(l.compressor) +
                      compressor_ring_unshared(l.indexer) + l.compressor.entries.unshared_bytes() +
                      l.indexer.entries.unshared_bytes();
+    for (const PagedRing& r : dspark.stages) total += r.unshared_bytes();
     return total;
 }
 

@@ -13,6 +13,7 @@
 
 #include "deepinfer/model.h"
 #include "deepinfer/model_config.h"
+#include "model/dspark_common.h"
 #include "model/paged_rows.h"
 
 namespace deepinfer {
@@ -58,6 +59,8 @@ struct V4SequenceState final : SequenceState {
     std::vector<LayerState> layers;
     std::vector<LayerState> mtp_layers;
     MtpTaps mtp_taps;  // MTP drafting (model/mtp_drafter.h); unused unless attached
+    DSparkRings dspark;  // DSpark drafting (model/dspark_v4.h): context rings, empty unless attached
+    std::shared_ptr<StatePool> pool;  // where the pages come from (null: the heap)
 
     int64_t num_tokens() const override { return length; }
     std::unique_ptr<SequenceState> clone() const override { return std::make_unique<V4SequenceState>(*this); }

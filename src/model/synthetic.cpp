@@ -18,7 +18,9 @@
 
 #include "deepinfer/check.h"
 #include "deepinfer/float_formats.h"
+#include "deepinfer/safetensors.h"
 #include "deepinfer/weight_inventory.h"
+#include "model/dspark_agree.h"
 
 namespace deepinfer {
 namespace {
@@ -347,7 +349,35 @@ void write_synthetic_checkpoint(const std::string& dir, const std::string& confi
                            .block_cols = c.quantization.weight_block_cols,
                            .routed_experts = c.n_routed_experts,
                            .experts_per_token = c.num_experts_per_tok};
-    write_synthetic_tensors(dir, expected_tensors(c, o.include_drafter), layout, o);
+    std::vector<ExpectedTensor> expected = expected_tensors(c, o.include_drafter && o.dspark_stages == 0);
+    if (o.include_drafter && o.dspark_stages > 0) {
+        const std::vector<ExpectedTensor> d = expected_dspark_tensors(c, o.dspark_stages);
+        expected.insert(expected.end(), d.begin(), d.end());
+    }
+    write_synthetic_tensors(dir, expected, layout, o);
+}
+
+void make_v4_dspark_agree_with_target(const std::string& dir, double noise, uint64_t seed) {
+    const ModelConfig c = load_model_config(dir + "/config.json");
+    const std::string path = dir + "/model.safetensors";
+    DSparkAgreeLayout l;
+    l.hidden = c.hidden_size;
+    l.vocab = c.vocab_size;
+    l.rank = c.dspark_markov_rank;
+    l.noise_token = c.dspark_noise_token_id;
+    l.rms_norm_eps = c.rms_norm_eps;
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) l.blocks.emplace_back("layers." + std::to_string(i) + ".", c.n_routed_experts);
+    const SafetensorsFile file(path);
+    int64_t stages = 0;
+    for (; file.find("mtp." + std::to_string(stages) + ".attn_norm.weight"); ++stages)
+        l.blocks.emplace_back("mtp." + std::to_string(stages) + ".", c.dspark_n_routed_experts);
+    DI_CHECK(stages > 0 && file.find("mtp.0.main_proj.weight"), dir, ": the checkpoint has no DSpark drafter");
+    const std::string last = "mtp." + std::to_string(stages - 1) + ".";
+    l.last_norm = last + "norm.weight";
+    l.markov_embed = last + "markov_head.markov_w1.weight";
+    l.markov_head = last + "markov_head.markov_w2.weight";
+    l.confidence = last + "confidence_head.proj.weight";
+    make_dspark_agree(path, l, noise, seed);
 }
 
 }  // namespace deepinfer

@@ -12,8 +12,12 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// A target layer, the preview's MTP block, or a 0731 DSpark stage (both sliding-window, score-routed).
+enum class Block : uint8_t { kLayer, kMtp, kDSparkStage };
+
 void add_block(std::vector<ExpectedTensor>& out, const ModelConfig& c, const std::string& p, int64_t layer,
-               bool is_mtp) {
+               Block block) {
+    const bool is_mtp = block != Block::kLayer;
     const int64_t D = c.hidden_size, H = c.num_attention_heads, Dh = c.head_dim, hc = c.hc_mult;
     const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size;
     auto add = [&](std::string name, Shape shape, WeightKind kind) { out.push_back({p + name, shape, kind}); };
@@ -66,7 +70,7 @@ void add_block(std::vector<ExpectedTensor>& out, const ModelConfig& c, const std
         add(ep + "w3.weight", {I, D}, WeightKind::kExpertLinear);
         add(ep + "w2.weight", {D, I}, WeightKind::kExpertLinear);
     }
-    if (is_mtp) {
+    if (block == Block::kMtp) {
         add("e_proj.weight", {D, D}, WeightKind::kLinear);
         add("h_proj.weight", {D, D}, WeightKind::kLinear);
         add("enorm.weight", {D}, WeightKind::kFloat);
@@ -95,7 +99,7 @@ std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c, bool include_
     std::vector<ExpectedTensor> out;
     const int64_t D = c.hidden_size, hc = c.hc_mult;
     out.push_back({"embed.weight", {c.vocab_size, D}, WeightKind::kFloat});
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) add_block(out, c, "layers." + std::to_string(l) + ".", l, false);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) add_block(out, c, "layers." + std::to_string(l) + ".", l, Block::kLayer);
     out.push_back({"norm.weight", {D}, WeightKind::kFloat});
     out.push_back({"head.weight", {c.vocab_size, D}, WeightKind::kFloat});
     out.push_back({"hc_head_fn", {hc, hc * D}, WeightKind::kFloat});
@@ -103,7 +107,29 @@ std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c, bool include_
     out.push_back({"hc_head_scale", {1}, WeightKind::kFloat});
     if (include_mtp)
         for (int64_t m = 0; m < c.num_nextn_predict_layers; ++m)
-            add_block(out, c, "mtp." + std::to_string(m) + ".", -1, true);
+            add_block(out, c, "mtp." + std::to_string(m) + ".", -1, Block::kMtp);
+    return out;
+}
+
+std::vector<ExpectedTensor> expected_dspark_tensors(const ModelConfig& c, int64_t stages) {
+    const int64_t D = c.hidden_size, hc = c.hc_mult, V = c.vocab_size, r = c.dspark_markov_rank;
+    const int64_t taps = static_cast<int64_t>(c.dspark_target_layer_ids.size());
+    ModelConfig sc = c;  // the stages' own expert count
+    sc.n_routed_experts = c.dspark_n_routed_experts;
+    sc.num_experts_per_tok = c.dspark_num_experts_per_tok;
+    std::vector<ExpectedTensor> out;
+    for (int64_t s = 0; s < stages; ++s) add_block(out, sc, "mtp." + std::to_string(s) + ".", -1, Block::kDSparkStage);
+    if (stages == 0) return out;
+    const std::string last = "mtp." + std::to_string(stages - 1) + ".";
+    out.push_back({"mtp.0.main_proj.weight", {D, taps * D}, WeightKind::kLinear});
+    out.push_back({"mtp.0.main_norm.weight", {D}, WeightKind::kFloat});
+    out.push_back({last + "norm.weight", {D}, WeightKind::kFloat});
+    out.push_back({last + "hc_head_fn", {hc, hc * D}, WeightKind::kFloat});
+    out.push_back({last + "hc_head_base", {hc}, WeightKind::kFloat});
+    out.push_back({last + "hc_head_scale", {1}, WeightKind::kFloat});
+    out.push_back({last + "markov_head.markov_w1.weight", {V, r}, WeightKind::kFloat});
+    out.push_back({last + "markov_head.markov_w2.weight", {V, r}, WeightKind::kFloat});
+    out.push_back({last + "confidence_head.proj.weight", {1, D + r}, WeightKind::kFloat});
     return out;
 }
 
@@ -212,7 +238,16 @@ InventoryReport check_inventory(const Checkpoint& ckpt, const ModelConfig& c) {
         report.has_mtp |= t.name.rfind("mtp.", 0) == 0;
         report.merged_experts |= t.name.find(".ffn.experts.gate_up_proj") != std::string::npos;
     }
-    for (const ExpectedTensor& e : expected_tensors(c, report.has_mtp)) {
+    // The drafter is told apart by names (0731's DSpark has main_proj, no e_proj) and counted by blocks.
+    int64_t stages = 0;
+    while (ckpt.find("mtp." + std::to_string(stages) + ".attn_norm.weight")) ++stages;
+    report.has_dspark = ckpt.find("mtp.0.main_proj.weight") != nullptr && !ckpt.find("mtp.0.e_proj.weight");
+    std::vector<ExpectedTensor> expected = expected_tensors(c, report.has_mtp && !report.has_dspark);
+    if (report.has_dspark) {
+        const std::vector<ExpectedTensor> d = expected_dspark_tensors(c, stages);
+        expected.insert(expected.end(), d.begin(), d.end());
+    }
+    for (const ExpectedTensor& e : expected) {
         // transformers' merged layout replaces every per-expert w1/w3/w2 of a layer by two tensors.
         const size_t pos = e.name.find(".ffn.experts.");
         if (pos != std::string::npos) {

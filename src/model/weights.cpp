@@ -161,7 +161,49 @@ private:
     const ModelConfig& c_;
 };
 
+DSparkV4Weights load_dspark(const Checkpoint& ckpt, const ModelConfig& c, int64_t stages) {
+    const int64_t D = c.hidden_size, V = c.vocab_size, r = c.dspark_markov_rank;
+    const int64_t taps = static_cast<int64_t>(c.dspark_target_layer_ids.size());
+    DI_CHECK(taps > 0, ckpt.path(), ": the checkpoint has a DSpark drafter but dspark_target_layer_ids is empty");
+    DI_CHECK(c.dspark_noise_token_id >= 0 && c.dspark_noise_token_id < V, ckpt.path(),
+             ": the DSpark drafter's dspark_noise_token_id ", c.dspark_noise_token_id, " is outside the vocabulary [0, ",
+             V, ") (set the config key)");
+    ModelConfig sc = c;  // the stages' MoE has the drafter's own expert counts
+    sc.n_routed_experts = c.dspark_n_routed_experts;
+    sc.num_experts_per_tok = c.dspark_num_experts_per_tok;
+    const Loader ld(ckpt, c), stage_ld(ckpt, sc);
+    DSparkV4Weights d;
+    for (int64_t s = 0; s < stages; ++s)
+        d.stages.push_back(stage_ld.layer("mtp." + std::to_string(s) + ".", AttentionType::kSliding, MlpType::kMoe, 0));
+    const std::string last = "mtp." + std::to_string(stages - 1) + ".";
+    d.main_proj = ld.linear("mtp.0.main_proj", D, taps * D);
+    d.main_norm = ld.vec("mtp.0.main_norm.weight", {D});
+    d.norm = ld.vec(last + "norm.weight", {D});
+    d.hc_head = ld.hc_weights(last + "hc_head", c.hc_mult, true);
+    d.markov_w1 = ld.linear(last + "markov_head.markov_w1", V, r);
+    d.markov_w2 = ld.linear(last + "markov_head.markov_w2", V, r);
+    d.confidence = ld.vec(last + "confidence_head.proj.weight", {1, D + r});
+    return d;
+}
+
 }  // namespace
+
+V4DrafterKind detect_v4_drafter(const Checkpoint& ckpt, int64_t* stages) {
+    int64_t n = 0;
+    while (ckpt.find("mtp." + std::to_string(n) + ".attn_norm.weight")) ++n;
+    if (stages) *stages = n;
+    bool any = n > 0;
+    for (const CheckpointTensor& t : ckpt.tensors()) any |= t.name.rfind("mtp.", 0) == 0;
+    if (!any) return V4DrafterKind::kNone;
+    const bool mtp = ckpt.find("mtp.0.e_proj.weight") != nullptr;
+    const bool dspark = ckpt.find("mtp.0.main_proj.weight") != nullptr;
+    DI_CHECK(n > 0, ckpt.path(), ": the checkpoint has mtp.* tensors but no mtp.0.attn_norm.weight (a drafter block "
+             "without its layer tensors)");
+    DI_CHECK(!(mtp && dspark), ckpt.path(), ": mtp.0 has both e_proj (an MTP block) and main_proj (a DSpark drafter)");
+    DI_CHECK(mtp || dspark, ckpt.path(), ": mtp.0 is neither an MTP block (no mtp.0.e_proj.weight) nor a DSpark "
+             "drafter (no mtp.0.main_proj.weight)");
+    return mtp ? V4DrafterKind::kMtp : V4DrafterKind::kDSpark;
+}
 
 ModelWeights load_model_weights(const Checkpoint& ckpt, const ModelConfig& c) {
     Loader ld(ckpt, c);
@@ -173,18 +215,24 @@ ModelWeights load_model_weights(const Checkpoint& ckpt, const ModelConfig& c) {
     for (int64_t l = 0; l < c.num_hidden_layers; ++l)
         w.layers.push_back(ld.layer("layers." + std::to_string(l) + ".", c.layer_types[size_t(l)],
                                     c.mlp_layer_types[size_t(l)], c.compress_ratio(l)));
-    for (int64_t m = 0; m < c.num_nextn_predict_layers; ++m) {
-        const std::string p = "mtp." + std::to_string(m) + ".";
-        if (!ld.has(p + "e_proj.weight")) break;  // transformers does not save MTP blocks
-        MtpWeights mw;
-        mw.e_proj = ld.linear(p + "e_proj", c.hidden_size, c.hidden_size);
-        mw.h_proj = ld.linear(p + "h_proj", c.hidden_size, c.hidden_size);
-        mw.enorm = ld.vec(p + "enorm.weight", {c.hidden_size});
-        mw.hnorm = ld.vec(p + "hnorm.weight", {c.hidden_size});
-        mw.norm = ld.vec(p + "norm.weight", {c.hidden_size});
-        mw.hc_head = ld.hc_weights(p + "hc_head", c.hc_mult, true);
-        mw.block = ld.layer(p, AttentionType::kSliding, MlpType::kMoe, 0);
-        w.mtp.push_back(std::move(mw));
+    int64_t blocks = 0;
+    switch (detect_v4_drafter(ckpt, &blocks)) {
+        case V4DrafterKind::kNone: break;
+        case V4DrafterKind::kMtp:
+            for (int64_t m = 0; m < blocks; ++m) {
+                const std::string p = "mtp." + std::to_string(m) + ".";
+                MtpWeights mw;
+                mw.e_proj = ld.linear(p + "e_proj", c.hidden_size, c.hidden_size);
+                mw.h_proj = ld.linear(p + "h_proj", c.hidden_size, c.hidden_size);
+                mw.enorm = ld.vec(p + "enorm.weight", {c.hidden_size});
+                mw.hnorm = ld.vec(p + "hnorm.weight", {c.hidden_size});
+                mw.norm = ld.vec(p + "norm.weight", {c.hidden_size});
+                mw.hc_head = ld.hc_weights(p + "hc_head", c.hc_mult, true);
+                mw.block = ld.layer(p, AttentionType::kSliding, MlpType::kMoe, 0);
+                w.mtp.push_back(std::move(mw));
+            }
+            break;
+        case V4DrafterKind::kDSpark: w.dspark = load_dspark(ckpt, c, blocks); break;
     }
     return w;
 }

@@ -90,14 +90,38 @@ struct MtpWeights {
     LayerWeights block;           // sliding attention, score-routed MoE
 };
 
+// The DSpark drafter of DeepSeek-V4-Flash-0731 under `mtp.N.` (speculative-decoding.md §1.8): N stages
+// with the tensor set of a sliding-window, score-routed layer (dspark_n_routed_experts experts), stage
+// 0's context projection, and on the last stage the norm, the HC head, the Markov head (markov_w1 /
+// markov_w2) and the confidence head. Shares the target's embed and head. No e_proj/h_proj/enorm/hnorm.
+struct DSparkV4Weights {
+    std::vector<LayerWeights> stages;  // mtp.0 .. mtp.N-1
+    LinearWeight main_proj;            // [D, taps*D] (FP8 in the release)
+    Vec main_norm;                     // [D]
+    Vec norm;                          // [D] last stage
+    HcWeights hc_head;                 // last stage: fn [hc, hc*D], base [hc], scale [1]
+    LinearWeight markov_w1;            // [vocab, markov_rank] W1 (rows looked up)
+    LinearWeight markov_w2;            // [vocab, markov_rank] W2 (bias = e · W2ᵀ)
+    Vec confidence;                    // [1, D + markov_rank] confidence_head.proj (no bias)
+};
+
 struct ModelWeights {
     LinearWeight embed;  // [vocab, D]
     LinearWeight head;   // [vocab, D]
     Vec norm;            // [D]
     HcWeights hc_head;
     std::vector<LayerWeights> layers;
-    std::vector<MtpWeights> mtp;  // empty when the checkpoint has no mtp.* tensors
+    // The checkpoint's drafter, told apart by tensor names (spec §0.2): `mtp.0.e_proj` = the preview's
+    // MTP block(s), `mtp.0.main_proj` = 0731's DSpark; the count is that of the stored `mtp.N` blocks
+    // (num_nextn_predict_layers is not trusted). Both empty when there are no mtp.* tensors.
+    std::vector<MtpWeights> mtp;
+    std::optional<DSparkV4Weights> dspark;
 };
+
+// Which drafter the `mtp.N` tensors of a checkpoint are (see ModelWeights::mtp); throws when mtp.0 is
+// neither or both. `stages` receives the number of stored blocks.
+enum class V4DrafterKind : uint8_t { kNone, kMtp, kDSpark };
+V4DrafterKind detect_v4_drafter(const Checkpoint& checkpoint, int64_t* stages = nullptr);
 
 // Loads (views) every weight; throws naming the first missing or malformed tensor.
 ModelWeights load_model_weights(const Checkpoint& checkpoint, const ModelConfig& config);

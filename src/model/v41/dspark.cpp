@@ -10,7 +10,6 @@
 
 #include "backends/cpu/linear.h"
 #include "deepinfer/check.h"
-#include "model/draft_sampling.h"
 #include "model/v41/ffn.h"
 #include "model/v41/mhc.h"
 #include "model/v41/numerics.h"
@@ -52,7 +51,6 @@ void dspark_attention(const DSparkModel& m, int64_t stage, const AttentionWeight
     const V41TextConfig& c = *m.config;
     const Numerics nm = m.numerics;
     const int64_t G = m.block_size(), S = int64_t(states.size()) * G, H = c.num_attention_heads, hd = c.head_dim;
-    const int64_t W = c.sliding_window;
     const float eps = float(c.rms_norm_eps);
     std::vector<int64_t> position(static_cast<size_t>(S));
     for (size_t i = 0; i < states.size(); ++i)
@@ -67,40 +65,17 @@ void dspark_attention(const DSparkModel& m, int64_t stage, const AttentionWeight
     std::vector<float> kv(static_cast<size_t>(S * hd));
     kv_rows(m, w, x, S, position.data(), kv.data());
 
-    // Sink attention: every block row sees the context rows max(0, P-W) .. P-1 (oldest first) and all
-    // γ rows of its block (non-causal), as the reference's get_dspark_topk_idxs.
-    std::vector<float> o(static_cast<size_t>(S * H * hd), 0.0f);
-    const float scale = 1.0f / std::sqrt(float(hd));
-#pragma omp parallel for schedule(dynamic) if (S * H * hd * (W + G) > (1 << 18))
-    for (int64_t t = 0; t < S; ++t) {
-        const size_t i = size_t(t / G);
-        const DSparkRings& rings = states[i]->dspark;
-        const PagedRing& ring = rings.stages[size_t(stage)];
-        const int64_t P = anchor_pos[i];
-        std::vector<const float*> keys;
-        for (int64_t p = std::max<int64_t>(0, P - W); p < P; ++p) keys.push_back(ring.row(p % rings.rows));
-        for (int64_t k = 0; k < G; ++k) keys.push_back(kv.data() + (int64_t(i) * G + k) * hd);
-        std::vector<float> logits(keys.size());
-        for (int64_t h = 0; h < H; ++h) {
-            const float* qh = q.data() + (t * H + h) * hd;
-            const float sink = w.sink[size_t(h)];
-            float mx = sink;
-            for (size_t k = 0; k < keys.size(); ++k) {
-                logits[k] = cpu::dot(qh, keys[k], hd) * scale;
-                mx = std::max(mx, logits[k]);
-            }
-            // exp rounded once from double, as the target's attention (identical on the CUDA backend).
-            float den = cpu::exp_f32(sink - mx);
-            for (size_t k = 0; k < keys.size(); ++k) den += (logits[k] = cpu::exp_f32(logits[k] - mx));
-            float* oh = o.data() + (t * H + h) * hd;
-            for (size_t k = 0; k < keys.size(); ++k) {
-                // The reference kernel rounds the probabilities to bf16 before P·V (official).
-                const float pr = nm == Numerics::kOfficial ? cpu::round_bf16(logits[k] / den) : logits[k] / den;
-                for (int64_t d = 0; d < hd; ++d) oh[d] += pr * keys[k][d];
-            }
-            round_activations(nm, oh, hd);
-            rope_row(m, oh, hd, position[size_t(t)], /*inverse=*/true);
-        }
+    // Sink attention over the stage's context window and the whole block (model/dspark_common.h).
+    std::vector<const DSparkRings*> rings;
+    for (SequenceState* st : states) rings.push_back(&st->dspark);
+    std::vector<float> o(static_cast<size_t>(S * H * hd));
+    dspark_attention_core({.q = q.data(), .block_kv = kv.data(), .rings = rings, .anchor_positions = anchor_pos,
+                           .stage = stage, .block = G, .heads = H, .head_dim = hd, .window = c.sliding_window,
+                           .sink = w.sink.data(), .form = DSparkSoftmaxForm::kProbsThenSum,
+                           .round_bf16 = nm == Numerics::kOfficial, .o = o.data()});
+    for (int64_t i = 0; i < S * H; ++i) {
+        round_activations(nm, o.data() + i * hd, hd);
+        rope_row(m, o.data() + i * hd, hd, position[size_t(i / H)], /*inverse=*/true);
     }
 
     // Grouped wo_a, then wo_b (the target's epilogue).
@@ -176,9 +151,8 @@ void write_context(const DSparkModel& m, std::span<const TapRows> rows) {
         kv_rows(m, d.stages[s].attn, main.data(), M, position.data(), kv.data());
         int64_t at = 0;
         for (const TapRows& r : rows) {
-            DSparkRings& rings = r.state->dspark;
-            for (int64_t t = 0; t < r.num_rows; ++t, ++at)
-                std::copy_n(kv.data() + at * hd, hd, rings.stages[s].mutable_row((r.first_position + t) % rings.rows));
+            write_dspark_ring_rows(r.state->dspark, int64_t(s), r.first_position, r.num_rows, kv.data() + at * hd, hd);
+            at += r.num_rows;
         }
     }
 }
@@ -260,79 +234,32 @@ void DSparkDrafter::attach(Sequence& sequence) const {
     DI_CHECK(st.length == 0, "DSparkDrafter::attach: attach a sequence before its first forward");
     DI_CHECK(!st.layers.empty(), "DSparkDrafter::attach: the sequence has no state");
     const V41TextConfig& c = *m_.config;
-    st.dspark.attached = true;
-    st.dspark.rows = c.sliding_window + kRingHeadroom;
-    st.dspark.stages.clear();
-    for (size_t s = 0; s < m_.weights->dspark->stages.size(); ++s)
-        st.dspark.stages.emplace_back(st.dspark.rows, c.head_dim, st.pool);
+    attach_dspark_rings(st.dspark, int64_t(m_.weights->dspark->stages.size()), c.sliding_window, c.head_dim, st.pool);
 }
 
 uint64_t DSparkDrafter::state_bytes(uint64_t page_bytes) const {
     const V41TextConfig& c = *m_.config;
-    return uint64_t(m_.weights->dspark->stages.size()) *
-           paged_bytes(c.sliding_window + kRingHeadroom, c.head_dim, page_bytes);
+    return dspark_ring_bytes(int64_t(m_.weights->dspark->stages.size()), c.sliding_window, c.head_dim, page_bytes);
 }
 
 std::vector<Draft> DSparkDrafter::draft(std::span<const DraftRequest> requests) const {
     const V41TextConfig& c = *m_.config;
     const DSparkWeights& d = *m_.weights->dspark;
-    const int64_t G = m_.block_size(), D = c.hidden_size, V = c.vocab_size, r = c.dspark_markov_rank;
+    check_dspark_requests(requests, m_.block_size(), c.vocab_size);
     std::vector<SequenceState*> states;
     std::vector<int32_t> anchors;
     for (const DraftRequest& q : requests) {
-        DI_CHECK(q.sequence != nullptr && q.num_drafts >= 1 && q.num_drafts <= G, "DSpark drafting: bad request (",
-                 q.num_drafts, " drafts, the block holds ", G, ")");
-        DI_CHECK(q.uniforms.empty() || int64_t(q.uniforms.size()) == q.num_drafts, "DSpark drafting: ",
-                 q.uniforms.size(), " uniforms for ", q.num_drafts, " drafts");
-        DI_CHECK(q.anchor >= 0 && q.anchor < V, "DSpark drafting: anchor ", q.anchor, " out of range");
         SequenceState& st = v41_state(*q.sequence);
         DI_CHECK(st.dspark.attached, "DSpark drafting: the sequence is not attached to the drafter");
         DI_CHECK(st.length > 0, "DSpark drafting: the sequence has not run its prompt");
         states.push_back(&st);
         anchors.push_back(q.anchor);
     }
-    std::vector<Draft> out(requests.size());
-    if (requests.empty()) return out;
-    const DSparkBlockOutput block = dspark_block_forward(m_, states, anchors);
-
-    // Markov drafting, left to right, batched over the requests still drafting.
-    std::vector<size_t> active(requests.size());
-    for (size_t i = 0; i < active.size(); ++i) active[i] = i;
-    std::vector<int32_t> prev(anchors);
-    std::vector<float> cat(static_cast<size_t>(D + r));
-    for (int64_t k = 0; k < G && !active.empty(); ++k) {
-        const int64_t A = int64_t(active.size());
-        std::vector<float> e(static_cast<size_t>(A * r)), bias(static_cast<size_t>(A * V));
-        for (int64_t a = 0; a < A; ++a) {
-            const int32_t tok = prev[active[size_t(a)]];
-            cpu::dequantize_rows(d.markov_embed, tok, tok + 1, e.data() + a * r);
-        }
-        cpu::linear_rows(d.markov_head, e.data(), A, bias.data());  // β = W1[x] · W2ᵀ, fp32
-        std::vector<size_t> still;
-        std::vector<float> logits(static_cast<size_t>(V));
-        for (int64_t a = 0; a < A; ++a) {
-            const size_t i = active[size_t(a)];
-            const DraftRequest& q = requests[i];
-            Draft& dr = out[i];
-            const int64_t row = int64_t(i) * G + k;
-            const float* U = block.U.data() + row * V;
-            const float* b = bias.data() + a * V;
-            for (int64_t v = 0; v < V; ++v) logits[size_t(v)] = U[v] + b[v];
-            // Confidence logit over [y_{k}; e] (pre-norm collapsed row of the same block row, Markov embedding).
-            std::copy_n(block.y.data() + row * D, D, cat.data());
-            std::copy_n(e.data() + a * r, r, cat.data() + D);
-            const float z = cpu::dot(d.confidence.data(), cat.data(), D + r);
-            dr.confidence.push_back(cpu::sigmoid(z));
-            const bool sampled = !q.uniforms.empty() && q.temperature > 0;
-            const int32_t pick =
-                draw_draft(logits.data(), V, q.temperature, sampled ? &q.uniforms[size_t(k)] : nullptr, dr.probs);
-            dr.tokens.push_back(pick);
-            prev[i] = pick;
-            if (k + 1 < q.num_drafts) still.push_back(i);
-        }
-        active.swap(still);
-    }
-    return out;
+    if (requests.empty()) return {};
+    const DSparkHeads heads{.markov_embed = &d.markov_embed, .markov_head = &d.markov_head,
+                            .confidence = d.confidence.data(), .hidden = c.hidden_size,
+                            .rank = c.dspark_markov_rank, .vocab = c.vocab_size, .block = m_.block_size()};
+    return dspark_markov_draft(heads, requests, dspark_block_forward(m_, states, anchors));
 }
 
 }  // namespace deepinfer::v41

@@ -17,7 +17,8 @@
 // stage's FFN pre-mix collapses the streams (y), U = head(norm(y)) with the target's head, and the
 // Markov head drafts left to right: ℓ_k = U_{k-1} + W1[x_{k-1}]·W2ᵀ, d_k = argmax or a draw from
 // softmax(ℓ_k / T); confidence c_k = sigmoid(w · [y_{k-1}; W1[x_{k-1}]]) (the reference returns the
-// logit; the engine's scheduler calibrates it online).
+// logit; the engine's scheduler calibrates it online). The rings, the attention core and the Markov
+// drafting are shared with the V4-Flash-0731 drafter (model/dspark_common.h).
 #pragma once
 
 #include <cstdint>
@@ -28,10 +29,13 @@
 #include "deepinfer/drafter.h"
 #include "deepinfer/model.h"
 #include "deepinfer/model_config_v41.h"
+#include "model/dspark_common.h"
 #include "model/v41/state.h"
 #include "model/v41/weights.h"
 
 namespace deepinfer::v41 {
+
+using ::deepinfer::DSparkBlockOutput;
 
 // What the drafter uses of the target model (owned by V41Model's implementation).
 struct DSparkModel {
@@ -80,12 +84,7 @@ private:
 };
 
 // The drafter's outputs for one block, before drafting decisions (tests and debugging): the collapsed
-// last-stage rows y [γ, D] (pre-norm) and the base logits U [γ, V] of each request.
-struct DSparkBlockOutput {
-    std::vector<float> y;  // [requests * γ, D]
-    std::vector<float> U;  // [requests * γ, V]
-};
-// Runs the stages and the head over the blocks of `states` (committed through position P-1 each) with
+// last-stage rows y (pre-norm) and the base logits U of each request (model/dspark_common.h). Runs the stages and the head over the blocks of `states` (committed through position P-1 each) with
 // anchors `anchors` at positions P.
 DSparkBlockOutput dspark_block_forward(const DSparkModel& m, std::span<SequenceState* const> states,
                                        std::span<const int32_t> anchors);

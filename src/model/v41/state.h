@@ -19,6 +19,7 @@
 
 #include "deepinfer/model.h"
 #include "deepinfer/model_config_v41.h"
+#include "model/dspark_common.h"
 #include "model/paged_rows.h"
 #include "model/state.h"
 
@@ -35,18 +36,6 @@ struct LayerState {
     PagedRing pending_kv;            // [pending_rows, head_dim] fp32 compressor projections, by position
     PagedRing pending_gate;          // [pending_rows, head_dim]
     int64_t num_entries() const { return compressed.size(); }
-};
-
-// The DSpark drafter's context rings (speculative-decoding.md §1.4 step 2, §1.9), present once the
-// sequence is attached to the drafter: per stage the context K=V row of position p (from the target's
-// taps at p) in slot p % rows, rows = sliding_window + kRingHeadroom. Every target pass writes the rows
-// of its positions (a verify pass also its rejected ones, which later passes overwrite before a draft
-// reads them: drafting at anchor position P reads P - sliding_window .. P - 1 only), so rollback needs
-// no undo.
-struct DSparkRings {
-    bool attached = false;
-    int64_t rows = 0;
-    std::vector<PagedRing> stages;  // [stages] of [rows, head_dim]
 };
 
 struct SequenceState final : ::deepinfer::SequenceState {

@@ -13,6 +13,7 @@
 #include "deepinfer/safetensors.h"
 #include "deepinfer/model_config_v41.h"
 #include "deepinfer/weight_inventory_v41.h"
+#include "model/dspark_agree.h"
 
 namespace deepinfer {
 namespace {
@@ -28,90 +29,30 @@ std::string v41_shard_of(const std::string& name) {
     return "top";
 }
 
-// Overwrites bf16 tensors of a safetensors file in place.
-class Bf16Patcher {
-public:
-    explicit Bf16Patcher(const std::string& path)
-        : file_(path), out_(path, std::ios::in | std::ios::out | std::ios::binary) {
-        uint64_t header = 0;
-        std::ifstream in(path, std::ios::binary);
-        in.read(reinterpret_cast<char*>(&header), 8);
-        data_ = 8 + header;
-        DI_CHECK(out_.good(), path, ": cannot open for writing");
-    }
-    bool has(const std::string& name) const { return file_.find(name) != nullptr; }
-    const SafetensorsTensorInfo& info(const std::string& name) const {
-        const SafetensorsTensorInfo* t = file_.find(name);
-        DI_CHECK(t != nullptr && t->dtype == DType::kBF16, "make_dspark_agree_with_target: tensor ", name,
-                 " is missing or not bf16 (write the checkpoint with bf16 linears and experts)");
-        return *t;
-    }
-    std::vector<float> read(const std::string& name) const {
-        const SafetensorsTensorInfo& t = info(name);
-        const TensorView v = file_.view(t);
-        std::vector<float> out(static_cast<size_t>(v.numel()));
-        for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_f32(v.data_as<const uint16_t>()[i]);
-        return out;
-    }
-    void write(const std::string& name, const std::vector<float>& values) {
-        const SafetensorsTensorInfo& t = info(name);
-        DI_CHECK(values.size() * 2 == t.end - t.begin, "make_dspark_agree_with_target: size of ", name);
-        std::vector<uint16_t> bits(values.size());
-        for (size_t i = 0; i < values.size(); ++i) bits[i] = f32_to_bf16(values[i]);
-        out_.seekp(static_cast<std::streamoff>(data_ + t.begin));
-        out_.write(reinterpret_cast<const char*>(bits.data()), static_cast<std::streamsize>(bits.size() * 2));
-    }
-    void zero(const std::string& name) { write(name, std::vector<float>((info(name).end - info(name).begin) / 2, 0.0f)); }
-
-private:
-    SafetensorsFile file_;
-    std::fstream out_;
-    uint64_t data_ = 0;
-};
-
 }  // namespace
 
 void make_dspark_agree_with_target(const std::string& dir, double noise, uint64_t seed) {
     const V41ModelConfig mc = load_v41_model_config(dir + "/config.json");
     const V41TextConfig& c = mc.text;
-    const int64_t D = c.hidden_size, V = c.vocab_size, r = c.dspark_markov_rank;
-    DI_CHECK(r == D, dir, ": make_dspark_agree_with_target needs dspark_markov_rank == hidden_size (", r, " vs ", D, ")");
-    Bf16Patcher p(dir + "/model.safetensors");
-    auto zero_branches = [&](const std::string& prefix, int64_t experts) {
-        p.zero(prefix + "attn.wo_b.weight");
-        p.zero(prefix + "ffn.shared_experts.w2.weight");
-        for (int64_t e = 0; e < experts; ++e) p.zero(prefix + "ffn.experts." + std::to_string(e) + ".w2.weight");
-        if (p.has(prefix + "engram.wkv.weight")) p.zero(prefix + "engram.wkv.weight");
-    };
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) zero_branches("layers." + std::to_string(l) + ".", c.n_routed_experts);
+    const std::string path = dir + "/model.safetensors";
+    DSparkAgreeLayout l;
+    l.hidden = c.hidden_size;
+    l.vocab = c.vocab_size;
+    l.rank = c.dspark_markov_rank;
+    l.noise_token = c.dspark_noise_token_id;
+    l.rms_norm_eps = c.rms_norm_eps;
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) l.blocks.emplace_back("layers." + std::to_string(i) + ".", c.n_routed_experts);
+    const SafetensorsFile file(path);
     int64_t stages = 0;
-    for (; p.has("mtp." + std::to_string(stages) + ".attn_norm.weight"); ++stages)
-        zero_branches("mtp." + std::to_string(stages) + ".", c.dspark_n_routed_experts);
+    for (; file.find("mtp." + std::to_string(stages) + ".attn_norm.weight"); ++stages)
+        l.blocks.emplace_back("mtp." + std::to_string(stages) + ".", c.dspark_n_routed_experts);
     DI_CHECK(stages > 0, dir, ": the checkpoint has no DSpark drafter");
     const std::string last = "mtp." + std::to_string(stages - 1) + ".";
-    std::vector<float> embed = p.read("embed.weight");
-    const std::vector<float> norm = p.read("norm.weight");
-    // n(x) = norm ⊙ rmsnorm(embed[x]), from the embedding before the noise row is cleared.
-    std::vector<float> W1(static_cast<size_t>(V * D));
-    std::mt19937_64 rng(seed);
-    std::normal_distribution<double> nd(0.0, 1.0);
-    for (int64_t x = 0; x < V; ++x) {
-        const float* e = embed.data() + x * D;
-        double ss = 0;
-        for (int64_t d = 0; d < D; ++d) ss += double(e[d]) * e[d];
-        const double inv = 1.0 / std::sqrt(ss / double(D) + c.rms_norm_eps);
-        double nn = 0;
-        for (int64_t d = 0; d < D; ++d) nn += std::pow(double(norm[size_t(d)]) * e[d] * inv, 2);
-        const double rms = std::sqrt(nn / double(D));
-        for (int64_t d = 0; d < D; ++d)
-            W1[size_t(x * D + d)] = float(double(norm[size_t(d)]) * e[d] * inv + noise * rms * nd(rng));
-    }
-    std::fill_n(embed.begin() + c.dspark_noise_token_id * D, D, 0.0f);
-    p.write("embed.weight", embed);
-    p.write(last + "norm.weight", norm);
-    p.write(last + "markov_head.embed.weight", W1);
-    p.write(last + "markov_head.head.weight", p.read("head.weight"));
-    p.zero(last + "confidence_head.proj.weight");
+    l.last_norm = last + "norm.weight";
+    l.markov_embed = last + "markov_head.embed.weight";
+    l.markov_head = last + "markov_head.head.weight";
+    l.confidence = last + "confidence_head.proj.weight";
+    make_dspark_agree(path, l, noise, seed);
 }
 
 nlohmann::ordered_json v41_flash_config() {

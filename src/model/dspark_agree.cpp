@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: Apache-2.0
+// The agreeing-drafter rewrite (model/dspark_agree.h), in place on a bf16 safetensors file.
+#include "model/dspark_agree.h"
+
+#include <cmath>
+#include <fstream>
+#include <random>
+
+#include "deepinfer/check.h"
+#include "deepinfer/float_formats.h"
+#include "deepinfer/safetensors.h"
+
+namespace deepinfer {
+namespace {
+
+// Overwrites bf16 tensors of a safetensors file in place.
+class Bf16Patcher {
+public:
+    explicit Bf16Patcher(const std::string& path)
+        : file_(path), out_(path, std::ios::in | std::ios::out | std::ios::binary) {
+        uint64_t header = 0;
+        std::ifstream in(path, std::ios::binary);
+        in.read(reinterpret_cast<char*>(&header), 8);
+        data_ = 8 + header;
+        DI_CHECK(out_.good(), path, ": cannot open for writing");
+    }
+    bool has(const std::string& name) const { return file_.find(name) != nullptr; }
+    const SafetensorsTensorInfo& info(const std::string& name) const {
+        const SafetensorsTensorInfo* t = file_.find(name);
+        DI_CHECK(t != nullptr && t->dtype == DType::kBF16, "make_dspark_agree: tensor ", name,
+                 " is missing or not bf16 (write the checkpoint with bf16 linears and experts)");
+        return *t;
+    }
+    std::vector<float> read(const std::string& name) const {
+        const SafetensorsTensorInfo& t = info(name);
+        const TensorView v = file_.view(t);
+        std::vector<float> out(static_cast<size_t>(v.numel()));
+        for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_f32(v.data_as<const uint16_t>()[i]);
+        return out;
+    }
+    void write(const std::string& name, const std::vector<float>& values) {
+        const SafetensorsTensorInfo& t = info(name);
+        DI_CHECK(values.size() * 2 == t.end - t.begin, "make_dspark_agree: size of ", name);
+        std::vector<uint16_t> bits(values.size());
+        for (size_t i = 0; i < values.size(); ++i) bits[i] = f32_to_bf16(values[i]);
+        out_.seekp(static_cast<std::streamoff>(data_ + t.begin));
+        out_.write(reinterpret_cast<const char*>(bits.data()), static_cast<std::streamsize>(bits.size() * 2));
+    }
+    void zero(const std::string& name) { write(name, std::vector<float>((info(name).end - info(name).begin) / 2, 0.0f)); }
+
+private:
+    SafetensorsFile file_;
+    std::fstream out_;
+    uint64_t data_ = 0;
+};
+
+}  // namespace
+
+void make_dspark_agree(const std::string& path, const DSparkAgreeLayout& l, double noise, uint64_t seed) {
+    const int64_t D = l.hidden, V = l.vocab;
+    DI_CHECK(l.rank == D, path, ": an agreeing DSpark drafter needs dspark_markov_rank == hidden_size (", l.rank,
+             " vs ", D, ")");
+    DI_CHECK(l.noise_token >= 0 && l.noise_token < V, path, ": noise token ", l.noise_token, " outside the vocabulary");
+    Bf16Patcher p(path);
+    for (const auto& [prefix, experts] : l.blocks) {
+        p.zero(prefix + "attn.wo_b.weight");
+        p.zero(prefix + "ffn.shared_experts.w2.weight");
+        for (int64_t e = 0; e < experts; ++e) p.zero(prefix + "ffn.experts." + std::to_string(e) + ".w2.weight");
+        if (p.has(prefix + "engram.wkv.weight")) p.zero(prefix + "engram.wkv.weight");
+    }
+    std::vector<float> embed = p.read("embed.weight");
+    const std::vector<float> norm = p.read("norm.weight");
+    // n(x) = norm ⊙ rmsnorm(embed[x]), from the embedding before the noise row is cleared.
+    std::vector<float> W1(static_cast<size_t>(V * D));
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> nd(0.0, 1.0);
+    for (int64_t x = 0; x < V; ++x) {
+        const float* e = embed.data() + x * D;
+        double ss = 0;
+        for (int64_t d = 0; d < D; ++d) ss += double(e[d]) * e[d];
+        const double inv = 1.0 / std::sqrt(ss / double(D) + l.rms_norm_eps);
+        double nn = 0;
+        for (int64_t d = 0; d < D; ++d) nn += std::pow(double(norm[size_t(d)]) * e[d] * inv, 2);
+        const double rms = std::sqrt(nn / double(D));
+        for (int64_t d = 0; d < D; ++d)
+            W1[size_t(x * D + d)] = float(double(norm[size_t(d)]) * e[d] * inv + noise * rms * nd(rng));
+    }
+    std::fill_n(embed.begin() + l.noise_token * D, D, 0.0f);
+    p.write("embed.weight", embed);
+    p.write(l.last_norm, norm);
+    p.write(l.markov_embed, W1);
+    p.write(l.markov_head, p.read("head.weight"));
+    p.zero(l.confidence);
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,619 @@
+// SPDX-License-Identifier: Apache-2.0
+// The DSpark drafter of DeepSeek-V4-Flash-0731 on the V4 backbone (model/dspark_v4.h), on tiny random
+// V4 checkpoints written in the published layout (the v4_tiny_a shape: sliding, CSA and HCA layers,
+// hash-routed layers, window 16 so the drafter's rings wrap) with a 3-stage drafter whose MoE has its
+// own expert count, and a config that says num_nextn_predict_layers = 1 as the 0731 HF config does:
+//   * detection by tensor names (MTP vs DSpark vs neither), the stage count from the stored blocks,
+//     the inventory, and clear errors naming a missing or misshaped drafter tensor;
+//   * against the reference's formulas (exact numerics): the context rows come from the mean stream
+//     LEAVING each tapped layer (capture-after, not the layer's input), a block attends to exactly the
+//     last window of context rows, the drafts and confidences follow the Markov and confidence heads;
+//   * rollback without undo (all, some, no drafts accepted) and batch invariance of drafting;
+//   * through the engine: greedy output token-identical to no speculation (k = 1..5, the scheduler on
+//     and off, alone and batched with penalties, logprobs and a sampled neighbour), `auto`;
+//   * an agreeing drafter (make_v4_dspark_agree_with_target): every draft accepted; the same drafter
+//     with every draft shifted: none accepted; the output is plain greedy either way;
+//   * sampled output with speculation follows the same per-position token distribution as without
+//     (two-sample chi-square over many seeds, 16-token vocabulary).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <map>
+#include <random>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "deepinfer/check.h"
+#include "deepinfer/drafter.h"
+#include "deepinfer/engine.h"
+#include "deepinfer/parallel.h"
+#include "deepinfer/synthetic.h"
+#include "deepinfer/weight_inventory.h"
+#include "engine/spec_test_util.h"
+#include "model/dspark_v4.h"
+#include "model/forward.h"
+#include "unit/fixtures.h"
+
+namespace deepinfer {
+namespace {
+
+struct OneThread {
+    int saved = cpu_num_threads();
+    OneThread() { set_cpu_num_threads(1); }
+    ~OneThread() { set_cpu_num_threads(saved); }
+};
+
+std::string temp_dir(const std::string& name) {
+    return (std::filesystem::temp_directory_path() / ("deepinfer_dspark_v4_" + name + "_" + std::to_string(::getpid())))
+        .string();
+}
+
+// The v4_tiny_a shape with 0731's DSpark keys (target layers: the default, the last three).
+nlohmann::json tiny_config() {
+    std::ifstream in(test::data_path("models/v4_tiny_a_mtp/config.json"));
+    nlohmann::json j = nlohmann::json::parse(in);
+    j["num_nextn_predict_layers"] = 1;  // vestigial in the 0731 HF config: 3 stages are stored
+    j["dspark_block_size"] = 5;
+    j["dspark_noise_token_id"] = int64_t(j["vocab_size"]) - 1;
+    j["dspark_markov_rank"] = 16;
+    j["dspark_n_routed_experts"] = 4;
+    j["dspark_num_experts_per_tok"] = 2;
+    return j;
+}
+
+SyntheticCheckpointOptions drafter_options(uint64_t seed, bool official) {
+    SyntheticCheckpointOptions o;
+    o.seed = seed;
+    o.fp8_linears = o.fp4_experts = official;
+    o.residual_damping = 0.5;
+    o.dspark_stages = 3;
+    return o;
+}
+
+std::shared_ptr<const Model> load_and_remove(const std::string& dir) {
+    auto m = std::shared_ptr<const Model>(Model::load(dir, {}));
+    std::filesystem::remove_all(dir);
+    return m;
+}
+
+// official: FP8 linears and FP4 experts (official numerics, the checkpoint's default), else bf16 (exact).
+std::shared_ptr<const Model> tiny_model(bool official) {
+    static std::map<bool, std::shared_ptr<const Model>> cache;
+    auto& m = cache[official];
+    if (!m) {
+        const std::string dir = temp_dir(official ? "official" : "exact");
+        nlohmann::json j = tiny_config();
+        if (official) {  // FP8 activation quantization runs in blocks of 128: every quantized GEMM's input
+            j["hidden_size"] = 128;
+            j["q_lora_rank"] = 128;
+            j["o_lora_rank"] = 128;
+            j["moe_intermediate_size"] = 128;
+        }
+        write_synthetic_checkpoint(dir, j.dump(2), drafter_options(17, official));
+        m = load_and_remove(dir);
+    }
+    return m;
+}
+
+std::shared_ptr<const Model> small_vocab_model() {
+    static std::shared_ptr<const Model> m = [] {
+        const std::string dir = temp_dir("v16");
+        nlohmann::json j = tiny_config();
+        j["vocab_size"] = 16;
+        j["dspark_noise_token_id"] = 15;
+        write_synthetic_checkpoint(dir, j.dump(2), drafter_options(37, false));
+        return load_and_remove(dir);
+    }();
+    return m;
+}
+
+std::shared_ptr<const Model> agreeing_model() {
+    static std::shared_ptr<const Model> m = [] {
+        const std::string dir = temp_dir("agree");
+        nlohmann::json j = tiny_config();
+        j["dspark_markov_rank"] = j["hidden_size"];
+        write_synthetic_checkpoint(dir, j.dump(2), drafter_options(23, false));
+        make_v4_dspark_agree_with_target(dir);
+        return load_and_remove(dir);
+    }();
+    return m;
+}
+
+const V4DSparkModel& dspark_of(const Model& model) {
+    const auto* d = dynamic_cast<const V4DSparkDrafter*>(model.drafter());
+    if (d == nullptr) throw std::runtime_error("no V4 DSpark drafter");
+    return d->model();
+}
+
+std::vector<int32_t> random_prompt(std::mt19937& rng, int64_t len, int64_t vocab) {
+    std::vector<int32_t> p(static_cast<size_t>(len));
+    for (int32_t& t : p) t = static_cast<int32_t>(rng() % uint32_t(vocab - 1));  // never the noise token
+    return p;
+}
+
+Sequence attached(const Model& model, std::span<const int32_t> tokens, size_t chunk) {
+    Sequence s = model.new_sequence();
+    model.drafter()->attach(s);
+    for (size_t i = 0; i < tokens.size(); i += chunk) model.forward(s, tokens.subspan(i, std::min(chunk, tokens.size() - i)), false);
+    return s;
+}
+
+void expect_same_draft(const Draft& a, const Draft& b, const std::string& what) {
+    EXPECT_EQ(a.tokens, b.tokens) << what;
+    EXPECT_EQ(a.confidence, b.confidence) << what;
+    ASSERT_EQ(a.probs.size(), b.probs.size()) << what;
+    for (size_t i = 0; i < a.probs.size(); ++i) ASSERT_EQ(a.probs[i], b.probs[i]) << what << " prob " << i;
+}
+
+// ---- detection, loading, errors ----
+
+TEST(DSparkV4Load, TensorNamesTellMtpFromDSpark) {
+    const OneThread one_thread;
+    const std::string mtp = temp_dir("mtp"), ds = temp_dir("ds"), none = temp_dir("none");
+    SyntheticCheckpointOptions o = drafter_options(3, false);
+    write_synthetic_checkpoint(ds, tiny_config().dump(2), o);
+    o.dspark_stages = 0;
+    write_synthetic_checkpoint(mtp, tiny_config().dump(2), o);
+    o.include_drafter = false;
+    write_synthetic_checkpoint(none, tiny_config().dump(2), o);
+    int64_t stages = -1;
+    EXPECT_EQ(detect_v4_drafter(Checkpoint(ds), &stages), V4DrafterKind::kDSpark);
+    EXPECT_EQ(stages, 3);  // the stored blocks, not num_nextn_predict_layers (1)
+    EXPECT_EQ(detect_v4_drafter(Checkpoint(mtp), &stages), V4DrafterKind::kMtp);
+    EXPECT_EQ(stages, 1);
+    EXPECT_EQ(detect_v4_drafter(Checkpoint(none), &stages), V4DrafterKind::kNone);
+    const InventoryReport inv = check_inventory(Checkpoint(ds), load_model_config(ds + "/config.json"));
+    EXPECT_TRUE(inv.complete()) << (inv.missing.empty() ? "" : inv.missing[0])
+                                << (inv.mismatched.empty() ? "" : inv.mismatched[0])
+                                << (inv.unexpected.empty() ? "" : inv.unexpected[0]);
+    EXPECT_TRUE(inv.has_dspark);
+    EXPECT_FALSE(check_inventory(Checkpoint(mtp), load_model_config(mtp + "/config.json")).has_dspark);
+    const auto m_ds = load_and_remove(ds), m_mtp = load_and_remove(mtp), m_none = load_and_remove(none);
+    ASSERT_NE(m_ds->drafter(), nullptr);
+    EXPECT_EQ(m_ds->drafter()->method(), "dspark");
+    EXPECT_EQ(m_ds->drafter()->max_drafts(), 5);
+    EXPECT_EQ(dspark_of(*m_ds).dspark().stages.size(), 3u);
+    EXPECT_EQ(dspark_of(*m_ds).dspark().stages[0].ffn.experts.size(), 4u);  // dspark_n_routed_experts
+    ASSERT_NE(m_mtp->drafter(), nullptr);
+    EXPECT_EQ(m_mtp->drafter()->method(), "mtp");
+    EXPECT_EQ(m_none->drafter(), nullptr);
+    // The engine picks the drafter the names say; asking for the other one is an error.
+    EngineConfig c;
+    c.speculative_method = "mtp";
+    EXPECT_THROW(Engine(m_ds, nullptr, c), Error);
+    c.speculative_method = "dspark";
+    EXPECT_THROW(Engine(m_mtp, nullptr, c), Error);
+}
+
+// Writes a tiny DSpark checkpoint whose tensor list is `edit`ed first; returns the load error.
+std::string load_error(const std::string& name, const std::function<void(std::vector<ExpectedTensor>&)>& edit,
+                       const nlohmann::json& config = tiny_config()) {
+    const std::string dir = temp_dir(name);
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/config.json") << config.dump(2);
+    const ModelConfig c = load_model_config(dir + "/config.json");
+    std::vector<ExpectedTensor> expected = expected_tensors(c, false);
+    const std::vector<ExpectedTensor> d = expected_dspark_tensors(c, 3);
+    expected.insert(expected.end(), d.begin(), d.end());
+    edit(expected);
+    SyntheticCheckpointOptions o = drafter_options(5, false);
+    write_synthetic_tensors(dir, expected, {.block_rows = 128, .block_cols = 128, .routed_experts = c.n_routed_experts, .experts_per_token = c.num_experts_per_tok},
+                            o);
+    std::string message;
+    try {
+        Model::load(dir, {});
+    } catch (const Error& e) {
+        message = e.what();
+    }
+    std::filesystem::remove_all(dir);
+    return message;
+}
+
+TEST(DSparkV4Load, MissingOrMisshapedTensorsAreNamed) {
+    const OneThread one_thread;
+    auto drop = [](const std::string& name) {
+        return [name](std::vector<ExpectedTensor>& e) {
+            std::erase_if(e, [&](const ExpectedTensor& t) { return t.name == name; });
+        };
+    };
+    auto reshape = [](const std::string& name, Shape shape) {
+        return [name, shape](std::vector<ExpectedTensor>& e) {
+            for (ExpectedTensor& t : e)
+                if (t.name == name) t.shape = shape;
+        };
+    };
+    std::string m = load_error("conf", drop("mtp.2.confidence_head.proj.weight"));
+    EXPECT_NE(m.find("mtp.2.confidence_head.proj.weight"), std::string::npos) << m;
+    m = load_error("w2", reshape("mtp.2.markov_head.markov_w2.weight", {512, 8}));
+    EXPECT_NE(m.find("mtp.2.markov_head.markov_w2.weight"), std::string::npos) << m;
+    m = load_error("hc", drop("mtp.2.hc_head_base"));
+    EXPECT_NE(m.find("mtp.2.hc_head_base"), std::string::npos) << m;
+    m = load_error("expert", drop("mtp.1.ffn.experts.3.w2.weight"));
+    EXPECT_NE(m.find("mtp.1.ffn.experts.3.w2.weight"), std::string::npos) << m;
+    // Without main_proj (and without e_proj) mtp.0 is no known drafter.
+    m = load_error("main", drop("mtp.0.main_proj.weight"));
+    EXPECT_NE(m.find("mtp.0.main_proj.weight"), std::string::npos) << m;
+    EXPECT_NE(m.find("neither"), std::string::npos) << m;
+    // Two taps in the config, three in the checkpoint: main_proj's width is wrong.
+    nlohmann::json two = tiny_config();
+    two["dspark_target_layer_ids"] = {4, 5};
+    m = load_error("taps", [](std::vector<ExpectedTensor>& e) {
+        for (ExpectedTensor& t : e)
+            if (t.name == "mtp.0.main_proj.weight") t.shape = {64, 3 * 64};
+    }, two);
+    EXPECT_NE(m.find("mtp.0.main_proj"), std::string::npos) << m;
+}
+
+// ---- the reference's formulas, exact numerics ----
+
+// The streams leaving layer `l` of `model`'s target: a model truncated after layer l (the same tensors,
+// a config with l + 1 layers) runs the prompt.
+std::vector<float> streams_leaving(int64_t l, const std::vector<int32_t>& prompt) {
+    const std::string dir = temp_dir("cut" + std::to_string(l));
+    nlohmann::json j = tiny_config();
+    write_synthetic_checkpoint(dir, j.dump(2), drafter_options(17, false));  // the tiny_model(false) weights
+    j["num_hidden_layers"] = l + 1;
+    std::vector<int64_t> ratios = j["compress_ratios"].get<std::vector<int64_t>>();
+    ratios.resize(size_t(l + 1));
+    j["compress_ratios"] = ratios;
+    j["num_hash_layers"] = std::min<int64_t>(3, l + 1);
+    j["dspark_target_layer_ids"] = {l - 2, l - 1, l};  // valid for the cut model; unused here
+    std::ofstream(dir + "/config.json") << j.dump(2);
+    const auto cut = load_and_remove(dir);
+    auto& cpu = dynamic_cast<const CpuModel&>(*cut);
+    Sequence s = cpu.new_sequence();
+    return cpu.forward_streams(CpuModel::state_of(s), prompt);
+}
+
+TEST(DSparkV4Formula, ContextRowsComeFromTheMeanStreamLeavingTheTargetLayers) {
+    const OneThread one_thread;
+    const auto model = tiny_model(false);
+    const V4DSparkModel& dm = dspark_of(*model);
+    const ModelConfig& c = *dm.config;
+    ASSERT_EQ(c.dspark_target_layer_ids, (std::vector<int64_t>{3, 4, 5}));  // the default: the last three
+    const int64_t D = c.hidden_size, hc = c.hc_mult, hd = c.head_dim, T = dm.num_taps(), W = c.sliding_window;
+    std::mt19937 rng(41);
+    const std::vector<int32_t> prompt = random_prompt(rng, 21, c.vocab_size);
+    Sequence s = attached(*model, prompt, 5);
+    std::map<int64_t, std::vector<float>> leaving;
+    for (int64_t l = 2; l <= 5; ++l) leaving[l] = streams_leaving(l, prompt);
+    const DSparkV4Weights& w = dm.dspark();
+    const auto& st = dynamic_cast<const V4SequenceState&>(s.state());
+    const int64_t P = int64_t(prompt.size());
+    for (bool after : {true, false}) {  // the layer's output (0731) vs its input (V4.1's rule: must differ)
+        int64_t same = 0, rows = 0;
+        for (int64_t p = P - W; p < P; ++p) {
+            std::vector<float> taps(static_cast<size_t>(T * D)), main(static_cast<size_t>(D)), kv(static_cast<size_t>(hd));
+            for (int64_t j = 0; j < T; ++j) {
+                const int64_t l = c.dspark_target_layer_ids[size_t(j)] - (after ? 0 : 1);
+                const float* x = leaving.at(l).data() + p * hc * D;
+                for (int64_t d = 0; d < D; ++d) {
+                    float sum = 0;
+                    for (int64_t k = 0; k < hc; ++k) sum += x[k * D + d];
+                    taps[size_t(j * D + d)] = sum / float(hc);
+                }
+            }
+            cpu::linear_rows(w.main_proj, taps.data(), 1, main.data());
+            cpu::rms_norm(main.data(), w.main_norm.ptr(), float(c.rms_norm_eps), D, main.data());
+            for (size_t stage = 0; stage < w.stages.size(); ++stage) {
+                cpu::linear_rows(w.stages[stage].attn.wkv, main.data(), 1, kv.data());
+                cpu::rms_norm(kv.data(), w.stages[stage].attn.kv_norm.ptr(), float(c.rms_norm_eps), hd, kv.data());
+                dm.rope_main->apply(kv.data(), hd, p);  // main RoPE set; exact numerics: no FP8 simulation
+                const float* ring = st.dspark.stages[stage].row(p % st.dspark.rows);
+                same += std::equal(kv.begin(), kv.end(), ring);
+                ++rows;
+            }
+        }
+        if (after) {
+            EXPECT_EQ(same, rows);
+        } else {
+            EXPECT_EQ(same, 0);
+        }
+    }
+}
+
+TEST(DSparkV4Formula, BlockAttendsToExactlyTheLastWindowOfContextRows) {
+    const OneThread one_thread;
+    const auto model = tiny_model(false);
+    const V4DSparkModel& dm = dspark_of(*model);
+    const int64_t W = dm.config->sliding_window, hd = dm.config->head_dim;
+    std::mt19937 rng(43);
+    const int64_t P = 25;  // > W + 1, < the ring (W + headroom): every position has its own slot
+    Sequence s = attached(*model, random_prompt(rng, P, dm.config->vocab_size), 64);
+    auto block = [&](Sequence& q) {
+        V4SequenceState* st = &dynamic_cast<V4SequenceState&>(q.state());
+        const int32_t anchor = 9;
+        return v4_dspark_block_forward(dm, std::span<V4SequenceState* const>(&st, 1), std::span(&anchor, 1));
+    };
+    const DSparkBlockOutput base = block(s);
+    for (int64_t p : {P - W - 2, P - W - 1, P - W, P - 1}) {
+        Sequence f = s.fork();
+        auto& st = dynamic_cast<V4SequenceState&>(f.state());
+        ASSERT_GT(st.dspark.rows, P);
+        for (PagedRing& ring : st.dspark.stages) std::fill_n(ring.mutable_row(p % st.dspark.rows), hd, 0.5f);
+        EXPECT_EQ(block(f).y != base.y, p >= P - W) << "context position " << p;
+    }
+    EXPECT_EQ(block(s).y, base.y);  // the forks wrote their own pages
+}
+
+TEST(DSparkV4Formula, DraftsFollowTheMarkovAndConfidenceHeads) {
+    const OneThread one_thread;
+    const auto model = tiny_model(false);
+    const V4DSparkModel& dm = dspark_of(*model);
+    const ModelConfig& c = *dm.config;
+    const DSparkV4Weights& w = dm.dspark();
+    const int64_t D = c.hidden_size, V = c.vocab_size, r = c.dspark_markov_rank, G = dm.block_size();
+    std::mt19937 rng(47);
+    Sequence s = attached(*model, random_prompt(rng, 10, V), 64);
+    const int32_t anchor = 77;
+    const double T = 0.8;
+    const std::vector<double> u = {0.25, 0.5, 0.75, 0.1, 0.9};
+    const DraftRequest req{.sequence = &s, .anchor = anchor, .num_drafts = G, .temperature = T, .uniforms = u};
+    const Draft d = model->drafter()->draft({&req, 1})[0];
+    V4SequenceState* st = &dynamic_cast<V4SequenceState&>(s.state());
+    const DSparkBlockOutput b = v4_dspark_block_forward(dm, std::span<V4SequenceState* const>(&st, 1), std::span(&anchor, 1));
+    // y is the last stage's HC head over its streams, U = head(norm(y)).
+    std::vector<float> yn(static_cast<size_t>(D)), U(static_cast<size_t>(V));
+    for (int64_t k = 0; k < G; ++k) {
+        cpu::rms_norm(b.y.data() + k * D, w.norm.ptr(), float(c.rms_norm_eps), D, yn.data());
+        cpu::linear_rows(dm.weights->head, yn.data(), 1, U.data());
+        for (int64_t v = 0; v < V; ++v) ASSERT_NEAR(U[size_t(v)], b.U[size_t(k * V + v)], 1e-4) << k;
+    }
+    int32_t prev = anchor;
+    for (int64_t k = 0; k < G; ++k) {
+        std::vector<float> e(static_cast<size_t>(r)), head_row(static_cast<size_t>(r));
+        cpu::dequantize_rows(w.markov_w1, prev, prev + 1, e.data());
+        std::vector<double> l(static_cast<size_t>(V));
+        double mx = -1e300;
+        for (int64_t v = 0; v < V; ++v) {
+            cpu::dequantize_rows(w.markov_w2, v, v + 1, head_row.data());
+            double beta = 0;
+            for (int64_t i = 0; i < r; ++i) beta += double(e[size_t(i)]) * head_row[size_t(i)];
+            l[size_t(v)] = double(b.U[size_t(k * V + v)]) + beta;
+            mx = std::max(mx, l[size_t(v)]);
+        }
+        double den = 0;
+        for (double x : l) den += std::exp((x - mx) / T);
+        double worst = 0;
+        for (int64_t v = 0; v < V; ++v)
+            worst = std::max(worst, std::abs(std::exp((l[size_t(v)] - mx) / T) / den - d.probs[size_t(k * V + v)]));
+        EXPECT_LT(worst, 1e-5) << "draft " << k;
+        double z = 0;
+        for (int64_t i = 0; i < D; ++i) z += double(w.confidence.data[size_t(i)]) * b.y[size_t(k * D + i)];
+        for (int64_t i = 0; i < r; ++i) z += double(w.confidence.data[size_t(D + i)]) * e[size_t(i)];
+        EXPECT_NEAR(d.confidence[size_t(k)], 1.0 / (1.0 + std::exp(-z)), 1e-5) << "draft " << k;
+        prev = d.tokens[size_t(k)];
+    }
+}
+
+// ---- rollback and batching, both numerics ----
+
+class DSparkV4 : public ::testing::TestWithParam<bool> {  // official numerics?
+    OneThread one_thread_;
+};
+
+TEST_P(DSparkV4, RollbackNeedsNoUndoAndChunkingDoesNotMatter) {
+    const auto model = tiny_model(GetParam());
+    const Drafter& d = *model->drafter();
+    const int64_t V = model->info().vocab_size;
+    std::mt19937 rng(11);
+    // Prompts around and beyond the window (16) and the ring (16 + headroom), so context rows wrap.
+    for (int64_t len : {3, 17, 45}) {
+        const std::vector<int32_t> prompt = random_prompt(rng, len, V);
+        for (int64_t accepted : {0, 2, 5}) {  // all rejected, some, all accepted
+            const std::vector<int32_t> pass = random_prompt(rng, 6, V);
+            Sequence spec = attached(*model, prompt, 7);
+            model->forward(spec, pass, true);
+            spec.truncate(len + 1 + accepted);
+            std::vector<int32_t> committed = prompt;
+            committed.insert(committed.end(), pass.begin(), pass.begin() + 1 + accepted);
+            Sequence fresh = attached(*model, committed, committed.size());
+            const int32_t anchor = static_cast<int32_t>(rng() % uint32_t(V - 1));
+            const std::vector<double> u = {0.3, 0.8, 0.15, 0.6, 0.45};
+            for (double temp : {0.0, 0.7}) {
+                DraftRequest a{.sequence = &spec, .anchor = anchor, .num_drafts = 5, .temperature = temp,
+                               .uniforms = temp > 0 ? std::span<const double>(u) : std::span<const double>()};
+                DraftRequest b = a;
+                b.sequence = &fresh;
+                expect_same_draft(d.draft({&a, 1})[0], d.draft({&b, 1})[0],
+                                  "len " + std::to_string(len) + " accepted " + std::to_string(accepted) + " T " +
+                                      std::to_string(temp));
+            }
+        }
+    }
+}
+
+TEST_P(DSparkV4, DraftingIsBatchInvariantAndStateBytesAreCounted) {
+    const auto model = tiny_model(GetParam());
+    const Drafter& d = *model->drafter();
+    std::mt19937 rng(12);
+    std::vector<Sequence> seqs;
+    for (int64_t len : {2, 16, 21, 40}) seqs.push_back(attached(*model, random_prompt(rng, len, model->info().vocab_size), 16));
+    const std::vector<double> u = {0.9, 0.2, 0.4};
+    std::vector<DraftRequest> reqs;
+    for (size_t i = 0; i < seqs.size(); ++i)
+        reqs.push_back({.sequence = &seqs[i], .anchor = int32_t(5 + i), .num_drafts = int64_t(1 + i % 3),
+                        .temperature = i % 2 ? 0.9 : 0.0,
+                        .uniforms = i % 2 ? std::span<const double>(u).first(1 + i % 3) : std::span<const double>()});
+    const std::vector<Draft> together = d.draft(reqs);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        expect_same_draft(together[i], d.draft({&reqs[i], 1})[0], "request " + std::to_string(i));
+        for (float c : together[i].confidence) EXPECT_TRUE(c > 0.0f && c < 1.0f) << c;
+    }
+    // The rings are what attaching adds to a sequence's state.
+    const uint64_t page = 1024;
+    auto pool = std::make_shared<StatePool>(uint64_t{64} << 20, page);
+    const std::vector<int32_t> prompt = random_prompt(rng, 19, model->info().vocab_size);
+    Sequence plain = model->new_sequence(pool), s = model->new_sequence(pool);
+    d.attach(s);
+    model->forward(plain, prompt, false);
+    model->forward(s, prompt, false);
+    EXPECT_GT(d.state_bytes(page), 0u);
+    EXPECT_EQ(plain.state_bytes(), model->estimate_state_bytes(int64_t(prompt.size()), page));
+    EXPECT_EQ(s.state_bytes(), plain.state_bytes() + d.state_bytes(page));
+}
+
+// ---- through the engine ----
+
+using test::greedy;
+using test::Requests;
+using test::run;
+using test::RunResult;
+
+EngineConfig spec_config(int64_t k, bool scheduler, const char* method = "dspark") {
+    EngineConfig c;
+    c.speculative_method = method;
+    c.num_speculative_tokens = k;
+    c.speculative_scheduler = scheduler;
+    c.max_prefill_chunk = 16;
+    return c;
+}
+
+void expect_same_outputs(const RunResult& plain, const RunResult& spec, const Requests& reqs, const std::string& what) {
+    for (const auto& [id, prompt, sp] : reqs) {
+        if (sp.temperature > 0) continue;
+        const CompletionOutput& a = plain.outputs.at(id).completions.at(0);
+        const CompletionOutput& b = spec.outputs.at(id).completions.at(0);
+        EXPECT_EQ(a.token_ids, b.token_ids) << what << " " << id;
+        EXPECT_EQ(a.finish_reason, b.finish_reason) << what << " " << id;
+        ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << what;
+        for (size_t t = 0; t < a.logprobs.size(); ++t) {
+            EXPECT_EQ(a.logprobs[t].logprob, b.logprobs[t].logprob) << what << " " << t;
+            EXPECT_EQ(a.logprobs[t].top, b.logprobs[t].top) << what << " " << t;
+        }
+    }
+}
+
+TEST_P(DSparkV4, GreedyIsTokenIdenticalToNoSpeculation) {
+    const auto model = tiny_model(GetParam());
+    const int64_t V = model->info().vocab_size;
+    std::mt19937 rng(21);
+    Requests reqs;
+    for (int i = 0; i < 5; ++i) {
+        SamplingParams sp = greedy(8 + i);
+        if (i == 2) sp.repetition_penalty = 1.3;
+        if (i == 3) sp.logprobs = 2;
+        reqs.emplace_back("g" + std::to_string(i), random_prompt(rng, 2 + int64_t(rng() % 40), V), sp);
+    }
+    SamplingParams hot;  // a sampled neighbour
+    hot.temperature = 1.0;
+    hot.max_tokens = 7;
+    hot.ignore_eos = true;
+    reqs.emplace_back("hot", random_prompt(rng, 12, V), hot);
+    const RunResult plain = run(model, {}, reqs);
+    const std::vector<std::pair<int64_t, bool>> arms =
+        GetParam() ? std::vector<std::pair<int64_t, bool>>{{2, false}, {5, true}}
+                   : std::vector<std::pair<int64_t, bool>>{{1, false}, {2, false}, {3, false}, {4, false},
+                                                           {5, false}, {3, true}, {5, true}};
+    for (const auto& [k, sched] : arms) {
+        const RunResult spec = run(model, spec_config(k, sched), reqs);
+        const std::string what = "k=" + std::to_string(k) + " scheduler=" + std::to_string(sched);
+        expect_same_outputs(plain, spec, reqs, what);
+        if (!sched) {
+            EXPECT_GT(spec.metrics.spec_draft_tokens, 0) << what;
+        }
+    }
+    const Requests one(reqs.begin() + 1, reqs.begin() + 2);  // alone, no neighbours
+    expect_same_outputs(plain, run(model, spec_config(4, false), one), one, "alone");
+    const RunResult a = run(model, spec_config(9, false, "auto"), reqs);  // the checkpoint's drafter, k capped
+    expect_same_outputs(plain, a, reqs, "auto");
+    EXPECT_GT(a.metrics.spec_draft_tokens, 0);
+    EXPECT_EQ(a.metrics.spec_position_verified.size(), 5u);
+}
+
+INSTANTIATE_TEST_SUITE_P(SpeculativeEngine, DSparkV4, ::testing::Values(true, false),
+                         [](const auto& p) { return p.param ? "official" : "exact"; });
+
+// The model's own drafter with every draft token shifted by one (argmax drafts only): with the agreeing
+// model every shifted draft is wrong, so each verify pass rejects all of its drafts.
+class ShiftedDrafter final : public Drafter {
+public:
+    explicit ShiftedDrafter(const Drafter& inner, int64_t vocab) : inner_(inner), vocab_(vocab) {}
+    std::string_view method() const override { return inner_.method(); }
+    int64_t max_drafts() const override { return inner_.max_drafts(); }
+    void attach(Sequence& s) const override { inner_.attach(s); }
+    uint64_t state_bytes(uint64_t page) const override { return inner_.state_bytes(page); }
+    std::vector<Draft> draft(std::span<const DraftRequest> requests) const override {
+        std::vector<Draft> out = inner_.draft(requests);
+        for (Draft& d : out)
+            for (int32_t& t : d.tokens) t = static_cast<int32_t>((t + 1) % vocab_);
+        return out;
+    }
+
+private:
+    const Drafter& inner_;
+    int64_t vocab_;
+};
+
+TEST(DSparkV4Agreeing, EveryDraftAcceptedOrEveryDraftRejected) {
+    const OneThread one_thread;
+    const auto model = agreeing_model();
+    const int64_t V = model->info().vocab_size;
+    std::mt19937 rng(31);
+    Requests reqs;
+    for (int i = 0; i < 4; ++i) reqs.emplace_back("r" + std::to_string(i), random_prompt(rng, 5 + 9 * i, V), greedy(24));
+    const RunResult plain = run(model, {}, reqs);
+    const RunResult all = run(model, spec_config(5, false), reqs);
+    expect_same_outputs(plain, all, reqs, "all accepted");
+    EXPECT_EQ(all.metrics.spec_accepted_tokens, all.metrics.spec_draft_tokens);
+    EXPECT_GT(all.metrics.spec_draft_tokens, 0);
+    EXPECT_LT(2 * all.metrics.steps, plain.metrics.steps);
+    const auto shifted = std::make_shared<ShiftedDrafter>(*model->drafter(), V);
+    const RunResult none = run(model, spec_config(5, false), reqs, shifted);
+    expect_same_outputs(plain, none, reqs, "all rejected");
+    EXPECT_GT(none.metrics.spec_draft_tokens, 0);
+    EXPECT_EQ(none.metrics.spec_accepted_tokens, 0);
+    // Sampled drafts (T = 1): after the first, each draft comes from the target's own distribution
+    // given the previous draft (up to bf16 rounding), so later positions are nearly always accepted.
+    SamplingParams hot;
+    hot.temperature = 1.0;
+    hot.max_tokens = 24;
+    hot.ignore_eos = true;
+    hot.seed = 5;
+    Requests sampled;
+    for (const auto& [id, prompt, sp] : reqs) sampled.emplace_back(id, prompt, hot);
+    const EngineMetrics m = run(model, spec_config(5, false), sampled).metrics;
+    ASSERT_EQ(m.spec_position_verified.size(), 5u);
+    for (size_t j = 1; j < 5; ++j) {
+        if (m.spec_position_verified[j] < 5) continue;
+        EXPECT_GT(double(m.spec_position_accepted[j]), 0.85 * double(m.spec_position_verified[j])) << "position " << j;
+    }
+}
+
+TEST(DSparkV4Sampled, OutputKeepsTheTargetDistribution) {
+    const OneThread one_thread;
+    const auto model = small_vocab_model();
+    const int64_t n = 400, len = 4;
+    const std::vector<int32_t> prompt = {3, 7, 1, 12, 5, 9, 2, 11, 4, 6, 8, 10, 13, 0, 14, 3, 2, 9};  // > window
+    SamplingParams sp;
+    sp.temperature = 0.9;
+    sp.top_k = 10;
+    sp.presence_penalty = 0.3;
+    sp.max_tokens = len;
+    sp.ignore_eos = true;
+    const auto want = test::token_histograms(model, EngineConfig{}, sp, 1000, n, len, prompt, nullptr);
+    struct Arm {
+        const char* name;
+        EngineConfig cfg;
+    };
+    std::vector<Arm> arms = {{"sampled drafts k=3", spec_config(3, false)},
+                             {"one-hot drafts k=2", spec_config(2, false)},
+                             {"scheduler k=5", spec_config(5, true)}};
+    arms[1].cfg.speculative_sample_drafts = false;
+    uint64_t seed0 = 1000;
+    for (const Arm& arm : arms) {
+        EngineMetrics m;
+        seed0 += 100000;
+        const auto got = test::token_histograms(model, arm.cfg, sp, seed0, n, len, prompt, &m);
+        EXPECT_GT(m.spec_accepted_tokens, 0) << arm.name;  // both branches of the rejection rule run
+        EXPECT_LT(m.spec_accepted_tokens, m.spec_draft_tokens) << arm.name;
+        test::expect_same_token_distribution(want, got, arm.name);
+    }
+}
+
+}  // namespace
+}  // namespace deepinfer
