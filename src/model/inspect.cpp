@@ -69,10 +69,24 @@ std::string inspect_text(const Checkpoint& ckpt) {
         out += fmt::format("  {:>5}  {:<8} {:>5}  {:<28} {}\n", l, attention_type_name(c.layer_types[size_t(l)]),
                            c.compress_ratio(l), rope_label(c, l), mlp_type_name(c.mlp_layer_types[size_t(l)]));
     }
-    for (int64_t m = 0; m < c.num_nextn_predict_layers; ++m)
-        out += fmt::format("  {:>5}  {:<8} {:>5}  {:<28} {}{}\n", fmt::format("mtp.{}", m), "sliding", 0,
-                           fmt::format("main(theta={:g})", c.rope_main.rope_theta), "moe",
-                           r.has_mtp ? "" : "  (not in checkpoint)");
+    if (r.has_dspark) {  // V4-Flash-0731's DSpark: the stored blocks, whatever num_nextn_predict_layers says
+        int64_t stages = 0;
+        while (ckpt.find(fmt::format("mtp.{}.attn_norm.weight", stages))) ++stages;
+        for (int64_t m = 0; m < stages; ++m)
+            out += fmt::format("  {:>5}  {:<8} {:>5}  {:<28} moe ({} experts top-{}, DSpark stage)\n",
+                               fmt::format("mtp.{}", m), "sliding", 0,
+                               fmt::format("main(theta={:g})", c.rope_main.rope_theta), c.dspark_n_routed_experts,
+                               c.dspark_num_experts_per_tok);
+        std::string taps;
+        for (int64_t t : c.dspark_target_layer_ids) taps += (taps.empty() ? "" : ", ") + std::to_string(t);
+        out += fmt::format("dspark              block {}, taps = outputs of layers [{}], markov rank {}, noise id {}\n",
+                           c.dspark_block_size, taps, c.dspark_markov_rank, c.dspark_noise_token_id);
+    } else {
+        for (int64_t m = 0; m < c.num_nextn_predict_layers; ++m)
+            out += fmt::format("  {:>5}  {:<8} {:>5}  {:<28} {}{}\n", fmt::format("mtp.{}", m), "sliding", 0,
+                               fmt::format("main(theta={:g})", c.rope_main.rope_theta), "moe",
+                               r.has_mtp ? "" : "  (not in checkpoint)");
+    }
     out += inspect_inventory_text(ckpt, r);
     return out;
 }
@@ -84,6 +98,7 @@ void inspect_inventory_json(const InventoryReport& r, nlohmann::json& j) {
     j["tensors_by_dtype"] = r.tensors_by_dtype;
     j["merged_experts"] = r.merged_experts;
     j["has_mtp"] = r.has_mtp;
+    j["has_dspark"] = r.has_dspark;
     j["missing"] = r.missing;
     j["unexpected"] = r.unexpected;
     j["mismatched"] = r.mismatched;

@@ -30,6 +30,7 @@
 #include "deepinfer/check.h"
 #include "deepinfer/drafter.h"
 #include "deepinfer/engine.h"
+#include "deepinfer/inspect.h"
 #include "deepinfer/parallel.h"
 #include "deepinfer/synthetic.h"
 #include "deepinfer/weight_inventory.h"
@@ -172,6 +173,10 @@ TEST(DSparkV4Load, TensorNamesTellMtpFromDSpark) {
                                 << (inv.unexpected.empty() ? "" : inv.unexpected[0]);
     EXPECT_TRUE(inv.has_dspark);
     EXPECT_FALSE(check_inventory(Checkpoint(mtp), load_model_config(mtp + "/config.json")).has_dspark);
+    const std::string text = inspect_text(Checkpoint(ds));  // `deepinfer inspect`: the stored stages
+    EXPECT_NE(text.find("mtp.2"), std::string::npos) << text;
+    EXPECT_NE(text.find("4 experts top-2, DSpark stage"), std::string::npos) << text;
+    EXPECT_NE(text.find("taps = outputs of layers [3, 4, 5]"), std::string::npos) << text;
     const auto m_ds = load_and_remove(ds), m_mtp = load_and_remove(mtp), m_none = load_and_remove(none);
     ASSERT_NE(m_ds->drafter(), nullptr);
     EXPECT_EQ(m_ds->drafter()->method(), "dspark");

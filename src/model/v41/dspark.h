@@ -7,7 +7,7 @@
 // hc streams of the residual stream ENTERING each target layer (after its Engram, before its attention
 // site), concatenated over dspark_target_layer_ids. From them `write_context` computes, per position p,
 // main_x = main_norm(main_proj(taps)) and per stage the context K=V row kv_norm(wkv(main_x)) with RoPE
-// at p (main set) and the FP8 cache QAT, written to the stage's ring slot p % rows (state.h DSparkRings).
+// at p (main set) and the FP8 cache QAT, written to the stage's ring slot p % rows (DSparkRings, model/dspark_common.h).
 //
 // Drafting at anchor position P (DSparkDrafter::draft, batched over sequences): the block ids
 // [anchor, noise x (γ-1)] at positions P .. P+γ-1 are embedded into every stream and run through the
