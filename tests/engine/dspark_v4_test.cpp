@@ -11,6 +11,7 @@
 //   * rollback without undo (all, some, no drafts accepted) and batch invariance of drafting;
 //   * through the engine: greedy output token-identical to no speculation (k = 1..5, the scheduler on
 //     and off, alone and batched with penalties, logprobs and a sampled neighbour), `auto`;
+//   * asynchronous scheduling and prefix-cache snapshots compose with the drafter;
 //   * an agreeing drafter (make_v4_dspark_agree_with_target): every draft accepted; the same drafter
 //     with every draft shifted: none accepted; the output is plain greedy either way;
 //   * sampled output with speculation follows the same per-position token distribution as without
@@ -528,6 +529,65 @@ TEST_P(DSparkV4, GreedyIsTokenIdenticalToNoSpeculation) {
     expect_same_outputs(plain, a, reqs, "auto");
     EXPECT_GT(a.metrics.spec_draft_tokens, 0);
     EXPECT_EQ(a.metrics.spec_position_verified.size(), 5u);
+}
+
+TEST(DSparkV4Async, AsynchronousSchedulingComposesWithTheDrafter) {
+    // The next step is sized before its drafts exist and the forward worker drafts: with a fixed k every
+    // output (sampled ones too) equals the synchronous engine's; with the scheduler greedy equals plain.
+    // (Exact numerics only: the drafter's numerics do not enter the engine's scheduling.)
+    const OneThread one_thread;
+    const auto model = tiny_model(false);
+    const int64_t V = model->info().vocab_size;
+    std::mt19937 rng(61);
+    Requests reqs;
+    for (int i = 0; i < 5; ++i) {
+        SamplingParams sp = greedy(7 + i);
+        if (i % 2) {
+            sp.temperature = 0.9;
+            sp.seed = uint64_t(100 + i);
+        }
+        reqs.emplace_back("a" + std::to_string(i), random_prompt(rng, 3 + int64_t(rng() % 30), V), sp);
+    }
+    const RunResult plain = run(model, {}, reqs);
+    EngineConfig sync_cfg = spec_config(3, false), async_cfg = sync_cfg;
+    async_cfg.async_scheduling = true;
+    const RunResult sync = run(model, sync_cfg, reqs), async = run(model, async_cfg, reqs);
+    for (const auto& [id, prompt, sp] : reqs)
+        EXPECT_EQ(sync.outputs.at(id).completions.at(0).token_ids, async.outputs.at(id).completions.at(0).token_ids) << id;
+    EXPECT_EQ(sync.metrics.spec_accepted_tokens, async.metrics.spec_accepted_tokens);
+    expect_same_outputs(plain, async, reqs, "async fixed");
+    EngineConfig sched = spec_config(5, true);
+    sched.async_scheduling = true;
+    expect_same_outputs(plain, run(model, sched, reqs), reqs, "async scheduler");
+}
+
+TEST(DSparkV4PrefixCache, SnapshotsCarryTheContextRings) {
+    // Requests sharing a long prefix, one at a time: later ones start from prefix-cache snapshots, whose
+    // copies carry the drafter's rings, so every draft (hence every acceptance count) is the same as
+    // with the cache off.
+    const OneThread one_thread;
+    const auto model = small_vocab_model();  // 16 tokens: random drafts are sometimes accepted
+    std::mt19937 rng(67);
+    const std::vector<int32_t> shared = random_prompt(rng, 41, 16);
+    Requests reqs;
+    for (int i = 0; i < 3; ++i) {
+        std::vector<int32_t> p = shared;
+        const std::vector<int32_t> tail = random_prompt(rng, 2 + i, 16);
+        p.insert(p.end(), tail.begin(), tail.end());
+        reqs.emplace_back("p" + std::to_string(i), p, greedy(16));
+    }
+    EngineConfig cached = spec_config(4, false);
+    cached.max_num_seqs = 1;
+    cached.prefix_block = 8;
+    EngineConfig uncached = cached;
+    uncached.prefix_caching = false;
+    EngineConfig plain_cfg = uncached;
+    plain_cfg.speculative_method = "none";
+    const RunResult a = run(model, cached, reqs), b = run(model, uncached, reqs), plain = run(model, plain_cfg, reqs);
+    EXPECT_GT(a.metrics.prefix_cache_hit_tokens, 0);
+    expect_same_outputs(plain, a, reqs, "prefix cache");
+    EXPECT_EQ(a.metrics.spec_position_accepted, b.metrics.spec_position_accepted);
+    EXPECT_GT(a.metrics.spec_accepted_tokens, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(SpeculativeEngine, DSparkV4, ::testing::Values(true, false),
