@@ -36,6 +36,7 @@
 #include "deepinfer/synthetic.h"
 #include "deepinfer/weight_inventory.h"
 #include "engine/spec_test_util.h"
+#include "model/compressor.h"
 #include "model/dspark_v4.h"
 #include "model/forward.h"
 #include "unit/fixtures.h"
@@ -67,6 +68,18 @@ nlohmann::json tiny_config() {
     return j;
 }
 
+// Official numerics quantize activations in blocks of 128: every quantized GEMM's input is a multiple.
+nlohmann::json config_for(bool official) {
+    nlohmann::json j = tiny_config();
+    if (official) {
+        j["hidden_size"] = 128;
+        j["q_lora_rank"] = 128;
+        j["o_lora_rank"] = 128;
+        j["moe_intermediate_size"] = 128;
+    }
+    return j;
+}
+
 SyntheticCheckpointOptions drafter_options(uint64_t seed, bool official) {
     SyntheticCheckpointOptions o;
     o.seed = seed;
@@ -88,14 +101,7 @@ std::shared_ptr<const Model> tiny_model(bool official) {
     auto& m = cache[official];
     if (!m) {
         const std::string dir = temp_dir(official ? "official" : "exact");
-        nlohmann::json j = tiny_config();
-        if (official) {  // FP8 activation quantization runs in blocks of 128: every quantized GEMM's input
-            j["hidden_size"] = 128;
-            j["q_lora_rank"] = 128;
-            j["o_lora_rank"] = 128;
-            j["moe_intermediate_size"] = 128;
-        }
-        write_synthetic_checkpoint(dir, j.dump(2), drafter_options(17, official));
+        write_synthetic_checkpoint(dir, config_for(official).dump(2), drafter_options(17, official));
         m = load_and_remove(dir);
     }
     return m;
@@ -258,10 +264,10 @@ TEST(DSparkV4Load, MissingOrMisshapedTensorsAreNamed) {
 
 // The streams leaving layer `l` of `model`'s target: a model truncated after layer l (the same tensors,
 // a config with l + 1 layers) runs the prompt.
-std::vector<float> streams_leaving(int64_t l, const std::vector<int32_t>& prompt) {
+std::vector<float> streams_leaving(int64_t l, const std::vector<int32_t>& prompt, bool official = false) {
     const std::string dir = temp_dir("cut" + std::to_string(l));
-    nlohmann::json j = tiny_config();
-    write_synthetic_checkpoint(dir, j.dump(2), drafter_options(17, false));  // the tiny_model(false) weights
+    nlohmann::json j = config_for(official);
+    write_synthetic_checkpoint(dir, j.dump(2), drafter_options(17, official));  // the tiny_model(official) weights
     j["num_hidden_layers"] = l + 1;
     std::vector<int64_t> ratios = j["compress_ratios"].get<std::vector<int64_t>>();
     ratios.resize(size_t(l + 1));
@@ -315,6 +321,67 @@ TEST(DSparkV4Formula, ContextRowsComeFromTheMeanStreamLeavingTheTargetLayers) {
             }
         }
         if (after) {
+            EXPECT_EQ(same, rows);
+        } else {
+            EXPECT_EQ(same, 0);
+        }
+    }
+}
+
+TEST(DSparkV4Formula, OfficialContextRowsRoundLikeTheReference) {
+    // Official numerics (FP8 checkpoint): tap = bf16(mean of the streams leaving the layer); main_x =
+    // bf16(main_norm(bf16(main_proj(e4m3 act_quant per 128 of the taps)))); the K=V row as the target's
+    // cache row: bf16(kv_norm(bf16(wkv(act_quant(main_x))))), RoPE with the rotated dims rounded, and the
+    // FP8 simulation of the nope dims in blocks of 64 (the reference's act_quant(kv[..., :-rd], 64)).
+    // Built here from the primitives; without the FP8 step no row matches.
+    const OneThread one_thread;
+    const auto model = tiny_model(true);
+    const V4DSparkModel& dm = dspark_of(*model);
+    ASSERT_EQ(dm.numerics, Numerics::kOfficial);
+    const ModelConfig& c = *dm.config;
+    const int64_t D = c.hidden_size, hc = c.hc_mult, hd = c.head_dim, T = dm.num_taps(), W = c.sliding_window;
+    const int64_t R = c.qk_rope_head_dim;
+    std::mt19937 rng(42);
+    const std::vector<int32_t> prompt = random_prompt(rng, 19, c.vocab_size);
+    Sequence s = attached(*model, prompt, 6);
+    std::map<int64_t, std::vector<float>> leaving;
+    for (int64_t l : c.dspark_target_layer_ids) leaving[l] = streams_leaving(l, prompt, true);
+    const DSparkV4Weights& w = dm.dspark();
+    const auto& st = dynamic_cast<const V4SequenceState&>(s.state());
+    auto official_linear = [](const cpu::LinearWeight& wt, const float* x, float* y) {
+        cpu::linear({.x = TensorView(const_cast<float*>(x), DType::kF32, {1, wt.in_features}), .weight = &wt,
+                     .y = TensorView(y, DType::kF32, {1, wt.out_features}), .quantize_activations = true,
+                     .activation_block = 128, .round_output_bf16 = true});
+    };
+    const int64_t P = int64_t(prompt.size());
+    for (bool qat : {true, false}) {
+        int64_t same = 0, rows = 0;
+        for (int64_t p = P - W; p < P; ++p) {
+            std::vector<float> taps(static_cast<size_t>(T * D)), main(static_cast<size_t>(D)), kv(static_cast<size_t>(hd));
+            for (int64_t j = 0; j < T; ++j) {
+                const float* x = leaving.at(c.dspark_target_layer_ids[size_t(j)]).data() + p * hc * D;
+                for (int64_t d = 0; d < D; ++d) {
+                    float sum = 0;
+                    for (int64_t k = 0; k < hc; ++k) sum += x[k * D + d];
+                    taps[size_t(j * D + d)] = cpu::round_bf16(sum / float(hc));
+                }
+            }
+            official_linear(w.main_proj, taps.data(), main.data());
+            cpu::rms_norm(main.data(), w.main_norm.ptr(), float(c.rms_norm_eps), D, main.data());
+            cpu::round_bf16_inplace(main.data(), D);
+            for (size_t stage = 0; stage < w.stages.size(); ++stage) {
+                official_linear(w.stages[stage].attn.wkv, main.data(), kv.data());
+                cpu::rms_norm(kv.data(), w.stages[stage].attn.kv_norm.ptr(), float(c.rms_norm_eps), hd, kv.data());
+                cpu::round_bf16_inplace(kv.data(), hd);
+                dm.rope_main->apply(kv.data(), hd, p);
+                cpu::round_bf16_inplace(kv.data() + hd - R, R);
+                if (qat) fp8_simulate_nope(kv.data(), hd - R);
+                const float* ring = st.dspark.stages[stage].row(p % st.dspark.rows);
+                same += std::equal(kv.begin(), kv.end(), ring);
+                ++rows;
+            }
+        }
+        if (qat) {
             EXPECT_EQ(same, rows);
         } else {
             EXPECT_EQ(same, 0);
@@ -393,6 +460,64 @@ TEST(DSparkV4Formula, DraftsFollowTheMarkovAndConfidenceHeads) {
         for (int64_t i = 0; i < r; ++i) z += double(w.confidence.data[size_t(D + i)]) * e[size_t(i)];
         EXPECT_NEAR(d.confidence[size_t(k)], 1.0 / (1.0 + std::exp(-z)), 1e-5) << "draft " << k;
         prev = d.tokens[size_t(k)];
+    }
+}
+
+TEST(DSparkCore, AttentionIsTheSinkSoftmaxOverTheWindowAndTheBlock) {
+    // dspark_attention_core (shared by both drafters) against the closed form
+    // o = Σ_j e^{s_j} v_j / (e^{sink} + Σ_j e^{s_j}) over the ring's positions P-W .. P-1 and all block rows
+    // (double precision, both softmax forms); in official numerics each form rounds what it multiplies V
+    // with: V4's kernel bf16(e^{s - m}) then / den, V4.1's bf16(e^{s - m} / den).
+    const int64_t H = 2, hd = 8, W = 4, G = 3, stages = 1;
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    DSparkRings rings;
+    attach_dspark_rings(rings, stages, W, hd, nullptr);
+    for (int64_t slot = 0; slot < rings.rows; ++slot)
+        for (int64_t d = 0; d < hd; ++d) rings.stages[0].mutable_row(slot)[d] = nd(rng);
+    const int64_t P = 7;  // context rows of positions 3 .. 6
+    std::vector<float> q(size_t(G * H * hd)), kv(size_t(G * hd)), sink = {0.3f, -0.7f};
+    for (float& x : q) x = nd(rng);
+    for (float& x : kv) x = nd(rng);
+    const DSparkRings* ring_ptr = &rings;
+    const int64_t anchor = P;
+    for (auto form : {DSparkSoftmaxForm::kProbsThenSum, DSparkSoftmaxForm::kSumThenDivide}) {
+        for (bool official : {false, true}) {
+            std::vector<float> o(q.size());
+            dspark_attention_core({.q = q.data(), .block_kv = kv.data(), .rings = std::span(&ring_ptr, 1),
+                                   .anchor_positions = std::span(&anchor, 1), .stage = 0, .block = G, .heads = H,
+                                   .head_dim = hd, .window = W, .sink = sink.data(), .form = form,
+                                   .round_bf16 = official, .o = o.data()});
+            for (int64_t t = 0; t < G; ++t)
+                for (int64_t h = 0; h < H; ++h) {
+                    std::vector<const float*> keys;
+                    for (int64_t p = P - W; p < P; ++p) keys.push_back(rings.stages[0].row(p % rings.rows));
+                    for (int64_t k = 0; k < G; ++k) keys.push_back(kv.data() + k * hd);
+                    const float* qh = q.data() + (t * H + h) * hd;
+                    std::vector<double> e;
+                    double mx = sink[size_t(h)], den = 0;
+                    for (const float* k : keys) {
+                        double sdot = 0;
+                        for (int64_t d = 0; d < hd; ++d) sdot += double(qh[d]) * k[d];
+                        e.push_back(sdot / std::sqrt(double(hd)));
+                        mx = std::max(mx, e.back());
+                    }
+                    den = std::exp(sink[size_t(h)] - mx);
+                    for (double& x : e) den += (x = std::exp(x - mx));
+                    for (int64_t d = 0; d < hd; ++d) {
+                        double want = 0;
+                        for (size_t j = 0; j < keys.size(); ++j) {
+                            double wj = e[j] / den;
+                            if (official)
+                                wj = form == DSparkSoftmaxForm::kSumThenDivide ? cpu::round_bf16(float(e[j])) / den
+                                                                               : cpu::round_bf16(float(e[j] / den));
+                            want += wj * keys[j][d];
+                        }
+                        EXPECT_NEAR(o[size_t((t * H + h) * hd + d)], want, 1e-5)
+                            << "form " << int(form) << " official " << official << " row " << t << " head " << h;
+                    }
+                }
+        }
     }
 }
 
@@ -503,7 +628,7 @@ TEST_P(DSparkV4, GreedyIsTokenIdenticalToNoSpeculation) {
         SamplingParams sp = greedy(8 + i);
         if (i == 2) sp.repetition_penalty = 1.3;
         if (i == 3) sp.logprobs = 2;
-        reqs.emplace_back("g" + std::to_string(i), random_prompt(rng, 2 + int64_t(rng() % 40), V), sp);
+        reqs.emplace_back(std::string("g").append(std::to_string(i)), random_prompt(rng, 2 + int64_t(rng() % 40), V), sp);
     }
     SamplingParams hot;  // a sampled neighbour
     hot.temperature = 1.0;
@@ -546,7 +671,7 @@ TEST(DSparkV4Async, AsynchronousSchedulingComposesWithTheDrafter) {
             sp.temperature = 0.9;
             sp.seed = uint64_t(100 + i);
         }
-        reqs.emplace_back("a" + std::to_string(i), random_prompt(rng, 3 + int64_t(rng() % 30), V), sp);
+        reqs.emplace_back(std::string("a").append(std::to_string(i)), random_prompt(rng, 3 + int64_t(rng() % 30), V), sp);
     }
     const RunResult plain = run(model, {}, reqs);
     EngineConfig sync_cfg = spec_config(3, false), async_cfg = sync_cfg;
@@ -574,7 +699,7 @@ TEST(DSparkV4PrefixCache, SnapshotsCarryTheContextRings) {
         std::vector<int32_t> p = shared;
         const std::vector<int32_t> tail = random_prompt(rng, 2 + i, 16);
         p.insert(p.end(), tail.begin(), tail.end());
-        reqs.emplace_back("p" + std::to_string(i), p, greedy(16));
+        reqs.emplace_back(std::string("p").append(std::to_string(i)), p, greedy(16));
     }
     EngineConfig cached = spec_config(4, false);
     cached.max_num_seqs = 1;
@@ -620,7 +745,7 @@ TEST(DSparkV4Agreeing, EveryDraftAcceptedOrEveryDraftRejected) {
     const int64_t V = model->info().vocab_size;
     std::mt19937 rng(31);
     Requests reqs;
-    for (int i = 0; i < 4; ++i) reqs.emplace_back("r" + std::to_string(i), random_prompt(rng, 5 + 9 * i, V), greedy(24));
+    for (int i = 0; i < 4; ++i) reqs.emplace_back(std::string("r").append(std::to_string(i)), random_prompt(rng, 5 + 9 * i, V), greedy(24));
     const RunResult plain = run(model, {}, reqs);
     const RunResult all = run(model, spec_config(5, false), reqs);
     expect_same_outputs(plain, all, reqs, "all accepted");
