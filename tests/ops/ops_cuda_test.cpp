@@ -141,6 +141,13 @@ TEST_F(CudaOps, LinearBitIdenticalToCpuInEveryFormat) {
         {cpu::WeightFormat::kFp4, 6, 2048, 4096, true, true},     // expert w1/w3
         {cpu::WeightFormat::kFp4, 6, 4096, 2048, true, true},     // expert w2
         {cpu::WeightFormat::kF32, 9, 1024, 4096, false, false},   // exact numerics
+        // The staged kernel's tiles (1 row x 16 outputs up to 2 rows, else 4 x 8): single rows, outputs
+        // and rows not multiples of a tile, K not a multiple of its 256-wide chunk, decode batches.
+        {cpu::WeightFormat::kBF16, 1, 256, 4096, false, true},     // router, decode batch 1
+        {cpu::WeightFormat::kBF16, 2, 1000, 264, false, false},
+        {cpu::WeightFormat::kF32, 1, 25, 16384, false, false},     // mHC mixing logits
+        {cpu::WeightFormat::kF32, 64, 513, 1032, false, true},
+        {cpu::WeightFormat::kBF16, 131, 72, 512, false, false},
     };
     uint32_t seed = 10;
     for (const LinearCase& c : cases) {
@@ -366,13 +373,18 @@ TEST_F(CudaOps, HyperConnectionsMatchCpu) {
                      .hc = hc, .hidden = D, .sinkhorn_iters = 20, .norm_eps = 1e-6f, .hc_eps = 1e-6f,
                      .post = post.data(), .comb = comb.data(), .collapsed = a.data(), .round_bf16 = true});
         Dev<float> dx(x), dfn(fn), db(base), ds(scale), dpost(post.size()), dcomb(comb.size()), da(a.size());
-        cuda::hc_pre({.x = dx.ptr(), .fn = dfn.ptr(), .base = db.ptr(), .scale = ds.ptr(), .rows = T, .hc = hc,
-                      .hidden = D, .sinkhorn_iters = 20, .norm_eps = 1e-6f, .hc_eps = 1e-6f, .post = dpost.ptr(),
-                      .comb = dcomb.ptr(), .collapsed = da.ptr(), .round_bf16 = true},
-                     Stream{});
-        expect_bits_equal(post, dpost.host(post.size()), "hc_pre post");
-        expect_bits_equal(comb, dcomb.host(comb.size()), "hc_pre comb (Sinkhorn)");
-        expect_bits_equal(a, da.host(a.size()), "hc_pre collapsed (bf16)");
+        Dev<float> dmix(size_t(T * (outputs + 1)));
+        for (bool staged : {false, true}) {  // mixing logits in the kernel, or by the staged GEMM first
+            const std::string how = staged ? " (staged mixing logits)" : "";
+            cuda::hc_pre({.x = dx.ptr(), .fn = dfn.ptr(), .base = db.ptr(), .scale = ds.ptr(), .rows = T, .hc = hc,
+                          .hidden = D, .sinkhorn_iters = 20, .norm_eps = 1e-6f, .hc_eps = 1e-6f, .post = dpost.ptr(),
+                          .comb = dcomb.ptr(), .collapsed = da.ptr(), .round_bf16 = true,
+                          .mix = staged ? dmix.ptr() : nullptr},
+                         Stream{});
+            expect_bits_equal(post, dpost.host(post.size()), "hc_pre post" + how);
+            expect_bits_equal(comb, dcomb.host(comb.size()), "hc_pre comb (Sinkhorn)" + how);
+            expect_bits_equal(a, da.host(a.size()), "hc_pre collapsed (bf16)" + how);
+        }
         // HC post from the CPU's post/comb: no transcendental, bit-identical.
         auto o = bf16_values(randn(size_t(T * D), 5));
         std::vector<float> y(x.size());
@@ -390,10 +402,13 @@ TEST_F(CudaOps, HyperConnectionsMatchCpu) {
         cpu::hc_head({.x = x.data(), .fn = hfn.data(), .base = hb.data(), .scale = hs.data(), .num_tokens = T, .hc = hc,
                       .hidden = D, .norm_eps = 1e-6f, .hc_eps = 1e-6f, .y = hy.data(), .round_bf16 = false});
         Dev<float> dhfn(hfn), dhb(hb), dhs(hs), dhy(hy.size());
-        cuda::hc_head({.x = dx.ptr(), .fn = dhfn.ptr(), .base = dhb.ptr(), .scale = dhs.ptr(), .rows = T, .hc = hc,
-                       .hidden = D, .norm_eps = 1e-6f, .hc_eps = 1e-6f, .y = dhy.ptr()},
-                      Stream{});
-        expect_bits_equal(hy, dhy.host(hy.size()), "hc_head");
+        for (bool staged : {false, true}) {
+            cuda::hc_head({.x = dx.ptr(), .fn = dhfn.ptr(), .base = dhb.ptr(), .scale = dhs.ptr(), .rows = T, .hc = hc,
+                           .hidden = D, .norm_eps = 1e-6f, .hc_eps = 1e-6f, .y = dhy.ptr(),
+                           .mix = staged ? dmix.ptr() : nullptr},
+                          Stream{});
+            expect_bits_equal(hy, dhy.host(hy.size()), staged ? "hc_head (staged mixing logits)" : "hc_head");
+        }
     }
 }
 
@@ -515,9 +530,10 @@ TEST_F(CudaOps, IndexerScoresAndTop512BitIdentical) {
 
 TEST_F(CudaOps, SparseSinkAttentionMatchesCpu) {
     // One CSA query batch at the real widths: 64 heads x 512, window 128 (ring of 144), top-512 of 1500
-    // compressed entries; rows in the chunk at positions 5997..6000 (window partly in the ring).
+    // compressed entries; rows in the chunk at positions 5997..6008 (window partly in the ring). All 12
+    // rows (16 heads per block), then the first 4 alone (4 heads per block).
     const int64_t H = 64, Dh = 512, R = 64, W = 128, WR = W + 16, topk = 512, m = 4, n_entries = 1500;
-    const int64_t P0 = 5997, rows = 4;
+    const int64_t P0 = 5997, rows = 12;
     const cpu::RopeTable rope(flash_yarn(), R);
     Dev<float> dcs(cos_sin(rope, 8192));
     auto ring = bf16_values(randn(size_t(WR * Dh), 41));
@@ -564,22 +580,28 @@ TEST_F(CudaOps, SparseSinkAttentionMatchesCpu) {
         }
         Dev<float> dring(ring), dent(entries), dkv(kv), dq(q), dsink(sink), dout(ref.size()),
             dscratch(size_t(rows * H * (W + topk)));
-        Dev<int32_t> dsel(selected), dpos(std::vector<int32_t>{int32_t(P0), int32_t(P0 + 1), int32_t(P0 + 2), int32_t(P0 + 3)}),
-            drs(std::vector<int32_t>(size_t(rows), 0));
+        std::vector<int32_t> positions(static_cast<size_t>(rows));
+        for (int64_t t = 0; t < rows; ++t) positions[size_t(t)] = int32_t(P0 + t);
+        Dev<int32_t> dsel(selected), dpos(positions), drs(std::vector<int32_t>(size_t(rows), 0));
         cuda::DeviceSegment seg;
         seg.num_rows = rows;
         seg.first_position = P0;
         seg.window = dring.ptr();
         seg.comp_entries = dent.ptr();
         Dev<cuda::DeviceSegment> dseg(std::vector<cuda::DeviceSegment>{seg});
-        cuda::sparse_attention({.segments = dseg.ptr(), .row_segment = drs.ptr(), .positions = dpos.ptr(), .rows = rows,
-                                .heads = H, .head_dim = Dh, .q = dq.ptr(), .kv = dkv.ptr(), .sink = dsink.ptr(),
-                                .window = W, .window_rows = WR, .kind = cuda::AttentionKind::kCsa, .ratio = m,
-                                .selected = dsel.ptr(), .topk = topk, .max_candidates = W + topk,
-                                .scratch = dscratch.ptr(), .cos_sin = dcs.ptr(), .rope_dim = R,
-                                .softmax_scale = scale, .official = official, .out = dout.ptr()},
-                               Stream{});
-        expect_bits_equal(ref, dout.host(ref.size()), official ? "sparse attention (official)" : "sparse attention (exact)");
+        for (int64_t n : {rows, int64_t(4)}) {
+            cuda::sparse_attention({.segments = dseg.ptr(), .row_segment = drs.ptr(), .positions = dpos.ptr(), .rows = n,
+                                    .heads = H, .head_dim = Dh, .q = dq.ptr(), .kv = dkv.ptr(), .sink = dsink.ptr(),
+                                    .window = W, .window_rows = WR, .kind = cuda::AttentionKind::kCsa, .ratio = m,
+                                    .selected = dsel.ptr(), .topk = topk, .max_candidates = W + topk,
+                                    .scratch = dscratch.ptr(), .cos_sin = dcs.ptr(), .rope_dim = R,
+                                    .softmax_scale = scale, .official = official, .out = dout.ptr()},
+                                   Stream{});
+            const std::vector<float> want(ref.begin(), ref.begin() + n * H * Dh);
+            expect_bits_equal(want, dout.host(want.size()),
+                              std::string(official ? "sparse attention (official)" : "sparse attention (exact)") + ", " +
+                                  std::to_string(n) + " rows");
+        }
     }
 }
 

@@ -54,6 +54,24 @@ struct LinearParams {
 };
 void linear(const LinearParams& p, Stream s);
 
+// The plain form of linear() for f32 / bf16 / f16 weights with its operands staged through shared
+// memory (kernels/linear_staged.cuh): bit-identical to linear(), which uses it whenever it applies.
+// `self_dot`: one more output column per row, y[r, N] = dot(x_r, x_r) in the same order (mHC).
+struct StagedLinearParams {
+    const float* x = nullptr;  // [*, x_ld] f32
+    int64_t x_ld = 0;
+    const int32_t* row_src = nullptr;  // [rows] i32 or null
+    DeviceLinear weight;               // [N, K]
+    bool self_dot = false;
+    float* y = nullptr;  // [rows, y_ld] f32, y_ld >= N (+ 1 with self_dot)
+    int64_t y_ld = 0;
+    int64_t rows = 0;
+    bool round_output_bf16 = false;
+};
+// Whether staged_linear takes these operands: f32/bf16/f16 weights, K % 8 == 0, 16-byte aligned rows.
+bool staged_linear_supported(const float* x, int64_t x_ld, const DeviceLinear& w);
+void staged_linear(const StagedLinearParams& p, Stream s);
+
 // DeepSeek's act_quant followed by dequantization: out = e4m3(clamp(x / s, ±448)) · s with
 // s = 2^ceil(log2(max(amax, 1e-4)/448)) per 128 consecutive elements of a row (exact in f32).
 struct ActQuantParams {
@@ -123,6 +141,9 @@ struct HcPreParams {
     float* comb = nullptr;       // [rows, hc, hc]
     float* collapsed = nullptr;  // [rows, D]
     bool round_bf16 = false;
+    // [rows, (2+hc)*hc + 1] f32 scratch: the mixing logits and dot(x, x) computed by the staged GEMM
+    // across many blocks (null: inside the one block per row, slowly).
+    float* mix = nullptr;
 };
 void hc_pre(const HcPreParams& p, Stream s);
 
@@ -148,6 +169,7 @@ struct HcHeadParams {
     float norm_eps = 1e-6f, hc_eps = 1e-6f;
     float* y = nullptr;  // [rows, D]
     bool round_bf16 = false;
+    float* mix = nullptr;  // [rows, hc + 1] f32 scratch, as HcPreParams::mix
 };
 void hc_head(const HcHeadParams& p, Stream s);
 

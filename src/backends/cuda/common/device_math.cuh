@@ -92,7 +92,18 @@ __device__ __forceinline__ float dot_serial(const float* a, const float* b, int6
 __device__ __forceinline__ float dot_group8(const float* a, const float* b, int64_t n, int lane) {
     float v = 0.0f;
     const int64_t n8 = n - n % 8;
-    for (int64_t k = lane; k < n8; k += 8) v = add(v, mul(a[k], b[k]));
+    int64_t k = lane;
+    for (; k + 56 < n8; k += 64) {  // the loads of 8 steps issued before their (ordered) adds
+        float av[8], bv[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            av[u] = a[k + 8 * u];
+            bv[u] = b[k + 8 * u];
+        }
+#pragma unroll
+        for (int u = 0; u < 8; ++u) v = add(v, mul(av[u], bv[u]));
+    }
+    for (; k < n8; k += 8) v = add(v, mul(a[k], b[k]));
     v = hsum8(v);
     float t = __shfl_sync(0xFFFFFFFFu, v, 0, 8);
     for (int64_t k = n8; k < n; ++k) t = add(t, mul(a[k], b[k]));

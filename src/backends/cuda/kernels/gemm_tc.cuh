@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "backends/cuda/common/cp_async.cuh"
 #include "backends/cuda/common/device_math.cuh"
 #include "backends/cuda/gemm_fast.h"
 
@@ -40,21 +41,11 @@ struct TcArgs {
 
 // ---- PTX wrappers ---------------------------------------------------------------------------------
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// 16-byte async copy; src_bytes = 0 fills the destination with zeros (no global read).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+using dev::cp_async16;  // (common/cp_async.cuh)
+using dev::cp_async4;
+using dev::cp_async_commit;
+using dev::cp_async_wait;
+using dev::smem_addr;
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -351,17 +342,31 @@ static __global__ void __launch_bounds__(WM* WN * 32, 1) tc_gemm_kernel(const __
     }
 }
 
-// tile_offsets[e] = Σ_{e' < e} ceil(count(e') / bm) for e = 0..E (one block).
-static __global__ void expert_tiles_kernel(const int32_t* expert_offsets, int64_t num_experts, int bm,
-                                           int32_t* tile_offsets) {
-    if (threadIdx.x != 0) return;
-    int32_t t = 0;
-    for (int64_t e = 0; e < num_experts; ++e) {
-        tile_offsets[e] = t;
-        const int32_t c = expert_offsets[e + 1] - expert_offsets[e];
-        t += (c + bm - 1) / bm;
+// tile_offsets[e] = Σ_{e' < e} ceil(count(e') / bm) for e = 0..E: one block of kExpertTileThreads
+// threads, a prefix sum over each kExpertTileThreads experts (integers: exact in any order).
+constexpr int kExpertTileThreads = 1024;
+static __global__ void __launch_bounds__(kExpertTileThreads) expert_tiles_kernel(const int32_t* expert_offsets,
+                                                                               int64_t num_experts, int bm,
+                                                                               int32_t* tile_offsets) {
+    __shared__ int32_t sh[kExpertTileThreads];
+    const int i = threadIdx.x;
+    int32_t carry = 0;
+    for (int64_t base = 0; base < num_experts; base += kExpertTileThreads) {
+        const int64_t e = base + i;
+        const int32_t tiles = e < num_experts ? (expert_offsets[e + 1] - expert_offsets[e] + bm - 1) / bm : 0;
+        sh[i] = tiles;
+        __syncthreads();
+        for (int o = 1; o < kExpertTileThreads; o <<= 1) {  // inclusive scan
+            const int32_t add = i >= o ? sh[i - o] : 0;
+            __syncthreads();
+            sh[i] += add;
+            __syncthreads();
+        }
+        if (e < num_experts) tile_offsets[e] = carry + sh[i] - tiles;
+        carry += sh[kExpertTileThreads - 1];
+        __syncthreads();
     }
-    tile_offsets[num_experts] = t;
+    if (i == 0) tile_offsets[num_experts] = carry;
 }
 
 // ---- Activation conversion ---------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Device code of mHC (spec §2.4): HC pre (mixing logits, sigmoid, Sinkhorn, collapse), HC post and the
-// HC head. One block per token; mixing logits are cpu::dot products by 8-thread groups; the Sinkhorn
-// iterations run on one thread in the CPU's order (hc x hc is tiny).
+// HC head. One block per token; mixing logits are cpu::dot products by 8-thread groups (here, or
+// before by the staged GEMM across many blocks, which is much faster and bit-identical); Sinkhorn runs
+// on hc lanes of one warp, each element through the CPU's sequence of operations (hc x hc is tiny).
 #pragma once
 
 #include "backends/cuda/common/device_math.cuh"
@@ -28,50 +29,74 @@ __device__ __forceinline__ void hc_mix_dots(const float* x, const float* fn, int
     __syncthreads();
 }
 
+// The mixing logits of token t: from `staged` ([rows, outputs + 1], the staged GEMM's, bit-identical)
+// when given, else computed by hc_mix_dots.
+__device__ __forceinline__ void hc_mix(const float* x, const float* fn, const float* staged, int64_t t, int64_t outputs,
+                                       int64_t flat, float* mix, float* xx) {
+    if (staged == nullptr) return hc_mix_dots(x, fn, outputs, flat, mix, xx);
+    for (int64_t j = threadIdx.x; j <= outputs; j += blockDim.x) {
+        const float v = staged[t * (outputs + 1) + j];
+        if (j < outputs) mix[j] = v;
+        else *xx = v;
+    }
+    __syncthreads();
+}
+
 static __global__ void hc_pre_kernel(const __grid_constant__ HcPreParams p) {
     __shared__ float mix[kHcMaxOutputs], pre[kHcMax], xx;
     const int64_t hc = p.hc, D = p.hidden, flat = hc * D, outputs = (2 + hc) * hc, t = blockIdx.x;
     const float* x = p.x + t * flat;
-    hc_mix_dots(x, p.fn, outputs, flat, mix, &xx);
-    if (threadIdx.x == 0) {
+    hc_mix(x, p.fn, p.mix, t, outputs, flat, mix, &xx);
+    // Warp 0: the same operations as the CPU's one loop, spread over lanes wherever the elements are
+    // independent (every element sees the same sequence of operations): Sinkhorn's row sums on lane j
+    // for row j, column sums on lane k for column k.
+    __shared__ float c[kHcMax * kHcMax];
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
         const float r = 1.0f / sqrtf(dev::add(xx / static_cast<float>(flat), p.norm_eps));
-        for (int64_t j = 0; j < outputs; ++j) mix[j] = dev::mul(mix[j], r);
-        float* post = p.post + t * hc;
-        float* C = p.comb + t * hc * hc;
-        for (int64_t j = 0; j < hc; ++j) {
+        for (int64_t j = lane; j < outputs; j += 32) mix[j] = dev::mul(mix[j], r);
+        __syncwarp();
+        if (lane < hc) {
+            const int64_t j = lane;
             pre[j] = dev::add(dev::sigmoid(dev::add(dev::mul(mix[j], p.scale[0]), p.base[j])), p.hc_eps);
-            post[j] = 2.0f * dev::sigmoid(dev::add(dev::mul(mix[hc + j], p.scale[1]), p.base[hc + j]));
+            p.post[t * hc + j] = 2.0f * dev::sigmoid(dev::add(dev::mul(mix[hc + j], p.scale[1]), p.base[hc + j]));
         }
-        float c[kHcMax * kHcMax];
-        for (int64_t i = 0; i < hc * hc; ++i) c[i] = dev::add(dev::mul(mix[2 * hc + i], p.scale[2]), p.base[2 * hc + i]);
-        for (int64_t j = 0; j < hc; ++j) {
-            float* row = c + j * hc;
+        for (int64_t i = lane; i < hc * hc; i += 32) c[i] = dev::add(dev::mul(mix[2 * hc + i], p.scale[2]), p.base[2 * hc + i]);
+        __syncwarp();
+        if (lane < hc) {  // softmax of row j
+            float* row = c + lane * hc;
             float m = row[0];
             for (int64_t k = 1; k < hc; ++k) m = fmaxf(m, row[k]);
-            float s = 0;
-            for (int64_t k = 0; k < hc; ++k) s = dev::add(s, row[k] = dev::exp_f32(dev::add(row[k], -m)));
-            for (int64_t k = 0; k < hc; ++k) row[k] = dev::add(row[k] / s, p.hc_eps);
+            float sum = 0;
+            for (int64_t k = 0; k < hc; ++k) sum = dev::add(sum, row[k] = dev::exp_f32(dev::add(row[k], -m)));
+            for (int64_t k = 0; k < hc; ++k) row[k] = dev::add(row[k] / sum, p.hc_eps);
         }
+        __syncwarp();
         auto col_norm = [&] {
-            for (int64_t k = 0; k < hc; ++k) {
-                float s = 0;
-                for (int64_t j = 0; j < hc; ++j) s = dev::add(s, c[j * hc + k]);
-                for (int64_t j = 0; j < hc; ++j) c[j * hc + k] = c[j * hc + k] / dev::add(s, p.hc_eps);
+            if (lane < hc) {
+                const int64_t k = lane;
+                float sum = 0;
+                for (int64_t j = 0; j < hc; ++j) sum = dev::add(sum, c[j * hc + k]);
+                for (int64_t j = 0; j < hc; ++j) c[j * hc + k] = c[j * hc + k] / dev::add(sum, p.hc_eps);
             }
+            __syncwarp();
         };
         auto row_norm = [&] {
-            for (int64_t j = 0; j < hc; ++j) {
-                float s = 0;
-                for (int64_t k = 0; k < hc; ++k) s = dev::add(s, c[j * hc + k]);
-                for (int64_t k = 0; k < hc; ++k) c[j * hc + k] = c[j * hc + k] / dev::add(s, p.hc_eps);
+            if (lane < hc) {
+                const int64_t j = lane;
+                float sum = 0;
+                for (int64_t k = 0; k < hc; ++k) sum = dev::add(sum, c[j * hc + k]);
+                for (int64_t k = 0; k < hc; ++k) c[j * hc + k] = c[j * hc + k] / dev::add(sum, p.hc_eps);
             }
+            __syncwarp();
         };
         col_norm();
         for (int64_t it = 1; it < p.sinkhorn_iters; ++it) {
             row_norm();
             col_norm();
         }
-        for (int64_t i = 0; i < hc * hc; ++i) C[i] = c[i];
+        float* C = p.comb + t * hc * hc;
+        for (int64_t i = lane; i < hc * hc; i += 32) C[i] = c[i];
     }
     __syncthreads();
     float* a = p.collapsed + t * D;
@@ -108,11 +133,11 @@ static __global__ void hc_head_kernel(const __grid_constant__ HcHeadParams p) {
     __shared__ float mix[kHcMaxOutputs], xx;
     const int64_t hc = p.hc, D = p.hidden, flat = hc * D, t = blockIdx.x;
     const float* x = p.x + t * flat;
-    hc_mix_dots(x, p.fn, hc, flat, mix, &xx);
-    if (threadIdx.x == 0) {
+    hc_mix(x, p.fn, p.mix, t, hc, flat, mix, &xx);
+    if (threadIdx.x < hc) {
+        const int64_t j = threadIdx.x;
         const float r = 1.0f / sqrtf(dev::add(xx / static_cast<float>(flat), p.norm_eps));
-        for (int64_t j = 0; j < hc; ++j)
-            mix[j] = dev::add(dev::sigmoid(dev::add(dev::mul(dev::mul(mix[j], r), p.scale[0]), p.base[j])), p.hc_eps);
+        mix[j] = dev::add(dev::sigmoid(dev::add(dev::mul(dev::mul(mix[j], r), p.scale[0]), p.base[j])), p.hc_eps);
     }
     __syncthreads();
     float* y = p.y + t * D;

@@ -34,13 +34,24 @@ __device__ BlockArgmax block_argmax(const float* l, int64_t V) {
     __shared__ int32_t idx_sh[kTopkThreads];
     float best = -INFINITY;
     int32_t at = static_cast<int32_t>(V);  // none yet
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-        const float x = l[v];
-        if (x > best || (x == best && v < at)) {  // (a thread's ids ascend: the first equal one stays)
+    // A thread visits its ids in ascending order (the first equal one stays); 8 loads are issued
+    // before their comparisons, so a row is not read one load latency at a time.
+    const int64_t B = blockDim.x;
+    auto visit = [&](float x, int64_t v) {
+        if (x > best || (x == best && v < at)) {
             best = x;
             at = static_cast<int32_t>(v);
         }
+    };
+    int64_t v = threadIdx.x;
+    for (; v + 7 * B < V; v += 8 * B) {
+        float x[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) x[u] = l[v + u * B];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) visit(x[u], v + u * B);
     }
+    for (; v < V; v += B) visit(l[v], v);
     val_sh[threadIdx.x] = best;
     idx_sh[threadIdx.x] = at;
     __syncthreads();

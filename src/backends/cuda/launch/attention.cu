@@ -2,6 +2,7 @@
 // Launchers of the attention block's ops: ring writes, ape, compressor, indexer + top-k, sparse attention.
 #include "backends/cuda/common/cuda_check.h"
 #include "backends/cuda/kernels/attention.cuh"
+#include "backends/cuda/kernels/attention_mqa.cuh"
 #include "backends/cuda/kernels/topk.cuh"
 
 namespace deepinfer::cuda {
@@ -51,9 +52,28 @@ void indexer_topk(const IndexerParams& p, Stream s) {
          s);
 }
 
+namespace {
+template <int kHeads>
+void launch_mqa(const SparseAttentionParams& p, Stream s) {
+    constexpr int64_t kMaxBytes = kernels::mqa_smem_bytes(kHeads, kernels::kMqaMaxDim);
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::mqa_attention_kernel<kHeads>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kMaxBytes)));
+    const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.heads / kHeads));
+    kernels::mqa_attention_kernel<kHeads><<<grid, kernels::kMqaThreads,
+                                            static_cast<size_t>(kernels::mqa_smem_bytes(kHeads, p.head_dim)), raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+}  // namespace
+
 void sparse_attention(const SparseAttentionParams& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.kind != AttentionKind::kCsa || p.selected, "sparse_attention: CSA needs the indexer's picks");
+    // Heads sharing each staged candidate row (attention_mqa.cuh): 16 for batches of many rows, 4 for
+    // a few rows (more blocks); the one-block-per-head kernel where the shapes do not fit.
+    const bool aligned = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.kv) % 16 == 0;
+    const bool mqa = aligned && p.head_dim % 8 == 0 && p.head_dim <= kernels::kMqaMaxDim;
+    if (mqa && p.heads % 16 == 0 && p.rows > 8) return launch_mqa<16>(p, s);
+    if (mqa && p.heads % 4 == 0) return launch_mqa<4>(p, s);
     const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.heads));
     kernels::sparse_attention_kernel<<<grid, 256, static_cast<size_t>(p.head_dim) * sizeof(float), raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());

@@ -23,7 +23,7 @@ void launch(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     int64_t grid_x = (p.rows + C::BM - 1) / C::BM;
     TcArgs args = a;
     if (p.experts) {
-        kernels::tc::expert_tiles_kernel<<<1, 32, 0, st>>>(p.expert_offsets, p.num_experts, C::BM, p.tile_scratch);
+        kernels::tc::expert_tiles_kernel<<<1, kernels::tc::kExpertTileThreads, 0, st>>>(p.expert_offsets, p.num_experts, C::BM, p.tile_scratch);
         DI_CUDA_CHECK(cudaGetLastError());
         args.tile_offsets = p.tile_scratch;
         // Every tile holds at least one row, and at most one partial tile per non-empty expert.
@@ -46,7 +46,7 @@ void launch_wgmma(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     int64_t grid_x = (p.rows + C::BM - 1) / C::BM;
     TcArgs args = a;
     if (p.experts) {
-        kernels::tc::expert_tiles_kernel<<<1, 32, 0, st>>>(p.expert_offsets, p.num_experts, C::BM, p.tile_scratch);
+        kernels::tc::expert_tiles_kernel<<<1, kernels::tc::kExpertTileThreads, 0, st>>>(p.expert_offsets, p.num_experts, C::BM, p.tile_scratch);
         DI_CUDA_CHECK(cudaGetLastError());
         args.tile_offsets = p.tile_scratch;
         grid_x = std::min<int64_t>(p.rows, grid_x + std::min<int64_t>(p.num_experts, p.rows));

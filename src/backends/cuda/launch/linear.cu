@@ -2,8 +2,58 @@
 // Launchers of the GEMM (plain and grouped) and of act_quant: shape checks, grid, launch check.
 #include "backends/cuda/common/cuda_check.h"
 #include "backends/cuda/kernels/linear.cuh"
+#include "backends/cuda/kernels/linear_staged.cuh"
 
 namespace deepinfer::cuda {
+namespace {
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <int kTR, int kTN>
+void launch_staged_tile(const kernels::StagedLinearArgs& a, cudaStream_t stream) {
+    constexpr int64_t kMaxBytes = kernels::kStagedStages * kernels::staged_stage_bytes(kTR, kTN, 4);
+    const int64_t bytes = kernels::kStagedStages * kernels::staged_stage_bytes(kTR, kTN, a.elt_bytes);
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::staged_linear_kernel<kTR, kTN>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMaxBytes)));
+    const int64_t outputs = a.N + (a.self_dot ? 1 : 0);
+    DI_CHECK((outputs + kTN - 1) / kTN < 65536, "cuda linear: ", outputs, " outputs exceed the grid");
+    const dim3 grid(static_cast<unsigned>((a.rows + kTR - 1) / kTR), static_cast<unsigned>((outputs + kTN - 1) / kTN));
+    kernels::staged_linear_kernel<kTR, kTN><<<grid, 8 * kTR * kTN, static_cast<size_t>(bytes), stream>>>(a);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+bool staged_linear_supported(const float* x, int64_t x_ld, const DeviceLinear& w) {
+    const bool kind = w.kind == WeightKind::kF32 || w.kind == WeightKind::kBF16 || w.kind == WeightKind::kF16;
+    return kind && w.in_features >= 8 && w.in_features % 8 == 0 && x_ld % 4 == 0 && aligned16(x) && aligned16(w.weight);
+}
+
+void staged_linear(const StagedLinearParams& p, Stream s) {
+    if (p.rows == 0) return;
+    DI_CHECK(staged_linear_supported(p.x, p.x_ld, p.weight), "staged linear: unsupported weight or alignment");
+    if (p.row_src == nullptr) DI_CHECK(p.x_ld >= p.weight.in_features, "staged linear: x_ld < in_features");
+    kernels::StagedLinearArgs a;
+    a.x = p.x;
+    a.x_ld = p.x_ld;
+    a.row_src = p.row_src;
+    a.w = static_cast<const uint8_t*>(p.weight.weight);
+    a.kind = p.weight.kind;
+    a.elt_bytes = p.weight.kind == WeightKind::kF32 ? 4 : 2;
+    a.N = p.weight.out_features;
+    a.K = p.weight.in_features;
+    a.self_dot = p.self_dot;
+    a.y = p.y;
+    a.y_ld = p.y_ld;
+    a.rows = p.rows;
+    a.round_bf16 = p.round_output_bf16;
+    const auto stream = static_cast<cudaStream_t>(s.handle);
+    // Decode-sized batches: one row per block, 16 outputs (4 for narrow outputs such as mHC's 25, to spread
+    // them over more SMs); else 4 rows x 8 outputs (weights reused by 4 rows).
+    if (p.rows <= 2 && a.N < 128) launch_staged_tile<1, 4>(a, stream);
+    else if (p.rows <= 2) launch_staged_tile<1, 16>(a, stream);
+    else launch_staged_tile<4, 8>(a, stream);
+}
 
 DeviceLinear DeviceLinear::rows(int64_t begin, int64_t end) const {
     DI_CHECK(begin >= 0 && begin <= end && end <= out_features, "device linear row slice [", begin, ", ", end,
@@ -46,6 +96,12 @@ void linear(const LinearParams& p, Stream s) {
     } else {
         DI_CHECK(p.weight.weight && p.x_ld >= p.weight.in_features && p.y_ld >= p.weight.out_features,
                  "cuda linear: bad strides or weight");
+        if (staged_linear_supported(p.x, p.x_ld, p.weight)) {  // same arithmetic, operands staged
+            staged_linear({.x = p.x, .x_ld = p.x_ld, .row_src = p.row_src, .weight = p.weight, .y = p.y, .y_ld = p.y_ld,
+                           .rows = p.rows, .round_output_bf16 = p.round_output_bf16},
+                          s);
+            return;
+        }
         const dim3 grid(static_cast<unsigned>((p.rows + kernels::kLinearRows - 1) / kernels::kLinearRows),
                         static_cast<unsigned>((p.weight.out_features + kernels::kLinearGroups - 1) / kernels::kLinearGroups));
         kernels::linear_kernel<kernels::kLinearRows><<<grid, kernels::kLinearThreads, 0, stream>>>(p);

@@ -31,9 +31,23 @@ void embed(const EmbedParams& p, Stream s) {
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
+namespace {
+// mix [rows, outputs + 1] = x · fnᵀ and dot(x, x), by the staged GEMM (bit-identical to hc_mix_dots).
+void hc_mix_logits(const float* x, const float* fn, int64_t rows, int64_t outputs, int64_t flat, float* mix, Stream s) {
+    DeviceLinear w;
+    w.weight = fn;
+    w.kind = WeightKind::kF32;
+    w.out_features = outputs;
+    w.in_features = flat;
+    DI_CHECK(staged_linear_supported(x, flat, w), "hc mix: unaligned streams or hc*hidden % 8 != 0");
+    staged_linear({.x = x, .x_ld = flat, .weight = w, .self_dot = true, .y = mix, .y_ld = outputs + 1, .rows = rows}, s);
+}
+}  // namespace
+
 void hc_pre(const HcPreParams& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.hc >= 1 && p.hc <= kernels::kHcMax, "hc_pre: hc_mult ", p.hc, " > ", kernels::kHcMax);
+    if (p.mix) hc_mix_logits(p.x, p.fn, p.rows, (2 + p.hc) * p.hc, p.hc * p.hidden, p.mix, s);
     kernels::hc_pre_kernel<<<static_cast<unsigned>(p.rows), 256, 0, raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
@@ -48,6 +62,7 @@ void hc_post(const HcPostParams& p, Stream s) {
 void hc_head(const HcHeadParams& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.hc >= 1 && p.hc <= kernels::kHcMax, "hc_head: hc_mult ", p.hc);
+    if (p.mix) hc_mix_logits(p.x, p.fn, p.rows, p.hc, p.hc * p.hidden, p.mix, s);
     kernels::hc_head_kernel<<<static_cast<unsigned>(p.rows), 256, 0, raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }

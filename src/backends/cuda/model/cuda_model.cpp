@@ -115,7 +115,9 @@ public:
           ep_rank_(o.expert_rank),
           graphs_enabled_(mo.cuda_graphs && o.expert_exchange == nullptr) {
         DI_CHECK(!fast_ || fast_fp8_available(), "fast GEMM mode needs FP8 tensor cores (compute capability 8.9+)");
-        ExpertRange experts;
+        UploadOptions upload;
+        upload.wo_a_bf16 = fast_;  // the tensor-core wo_a takes bf16 weights
+        ExpertRange& experts = upload.experts;
         if (ep_) {
             const int64_t G = ep_->ranks(), E = config_.n_routed_experts;
             DI_CHECK(E % G == 0, "expert parallelism over ", G, " GPUs: the model's ", E,
@@ -123,7 +125,7 @@ public:
             experts = {ep_rank_ * (E / G), (ep_rank_ + 1) * (E / G)};
         }
         const ModelWeights host = load_model_weights(*checkpoint_, config_);
-        weights_ = upload_weights(host, config_, experts);
+        weights_ = upload_weights(host, config_, upload);
         cpu::RopeTable main(config_.rope_main, config_.qk_rope_head_dim), comp(config_.rope_compress, config_.qk_rope_head_dim);
         rope_main_ = upload_floats(rope_cos_sin(main, max_len_));
         rope_comp_ = upload_floats(rope_cos_sin(comp, max_len_));
@@ -430,10 +432,22 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
     // Grouped output projection: wo_a per group of the flattened heads (bf16 GEMM), then wo_b.
     const int64_t G = c.o_groups, OL = c.o_lora_rank, GW = H * Dh / G;
     float* u = workspace_->alloc_n<float>(S * G * OL);
-    for (int64_t g = 0; g < G; ++g)
-        linear({.x = o + g * GW, .x_ld = H * Dh, .weight = lw.wo_a.rows(g * OL, (g + 1) * OL), .y = u + g * OL,
-                .y_ld = G * OL, .rows = S, .round_output_bf16 = off},
-               s);
+    if (fast_ && lw.wo_a.kind == WeightKind::kBF16 && fast_linear_supported(lw.wo_a.rows(0, OL))) {
+        // Tensor cores, as the reference's bf16 einsum: each group's slice of o in bf16, made dense
+        // ([G, S, GW] group-major), times its rows of wo_a with f32 accumulation.
+        uint16_t* ob = workspace_->alloc_n<uint16_t>(G * S * GW);
+        for (int64_t g = 0; g < G; ++g) {
+            to_bf16({.x = o + g * GW, .x_ld = H * Dh, .rows = S, .cols = GW, .out = ob + g * S * GW}, s);
+            fast_linear({.a = ob + g * S * GW, .weight = lw.wo_a.rows(g * OL, (g + 1) * OL), .y = u + g * OL,
+                         .y_ld = G * OL, .rows = S, .round_output_bf16 = off},
+                        s);
+        }
+    } else {
+        for (int64_t g = 0; g < G; ++g)
+            linear({.x = o + g * GW, .x_ld = H * Dh, .weight = lw.wo_a.rows(g * OL, (g + 1) * OL), .y = u + g * OL,
+                    .y_ld = G * OL, .rows = S, .round_output_bf16 = off},
+                   s);
+    }
     project(lw.wo_b, u, S, out);
 }
 
@@ -484,10 +498,11 @@ void CudaModel::run_layer(const DeviceLayer& lw, const Batch& b, float*& x, floa
     float* comb = workspace_->alloc_n<float>(S * hc * hc);
     float* a = workspace_->alloc_n<float>(S * D);
     float* out = workspace_->alloc_n<float>(S * D);
+    float* mix = workspace_->alloc_n<float>(S * ((2 + hc) * hc + 1));
     auto pre = [&](const DeviceHc& w, const float* norm) {
         hc_pre({.x = x, .fn = w.fn, .base = w.base, .scale = w.scale, .rows = S, .hc = hc, .hidden = D,
                 .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps),
-                .post = post, .comb = comb, .collapsed = a, .round_bf16 = off},
+                .post = post, .comb = comb, .collapsed = a, .round_bf16 = off, .mix = mix},
                s);
         rms_norm({.x = a, .weight = norm, .out = a, .rows = S, .n = D, .eps = eps, .round_bf16 = off}, s);
     };
@@ -525,7 +540,8 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
     total += 2 * bytes(S * hc * Dm * 4);                                                               // x, y
     size_t layer_peak = 0;
     for (const DeviceLayer& lw : weights_.layers) {
-        const size_t fixed = bytes(S * hc * 4) + bytes(S * hc * hc * 4) + 2 * bytes(S * Dm * 4);
+        const size_t fixed = bytes(S * hc * 4) + bytes(S * hc * hc * 4) + 2 * bytes(S * Dm * 4) +
+                             bytes(S * ((2 + hc) * hc + 1) * 4);  // post, comb, a, out, mixing logits
         // Attention: everything it takes stays until its end, plus the largest act_quant scratch.
         size_t at = bytes(S * QL * 4) + bytes(S * H * Dh * 4) + bytes(S * Dh * 4);
         const int64_t m = std::max<int64_t>(lw.compress_ratio, 1);
@@ -541,6 +557,7 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
         }
         at += bytes(S * H * max_cand * 4) + bytes(S * H * Dh * 4) + bytes(S * G * OL * 4);
         at += bytes(S * std::max({Dm, QL, G * OL}) * 4);
+        if (fast_) at += bytes(S * H * Dh * 2);  // wo_a on tensor cores: o in bf16, group-major
         // MoE.
         const int64_t I = lw.experts.shape_w1.out_features, SI = lw.shared_w1.out_features;
         // Expert parallelism: the experts here run the pairs of every rank's rows (T: at most this
@@ -558,7 +575,8 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
         layer_peak = std::max(layer_peak, fixed + std::max(at, mo) + 1024);
     }
     total += layer_peak;
-    total += bytes(R * hc * Dm * 4) + bytes(R * Dm * 4) + bytes(R * V * 4) + bytes(R * Dm * 4) + 256;  // head (+ fast GEMM scratch)
+    total += bytes(R * hc * Dm * 4) + bytes(R * Dm * 4) + bytes(R * (hc + 1) * 4) + bytes(R * V * 4) + bytes(R * Dm * 4) +
+             256;  // head (+ fast GEMM scratch)
     total += bytes(D * int64_t(sizeof(SampleRow))) + bytes(D * 4) + bytes(D * V * 8) + bytes(D * kMaxSampleTopK * 4) +
              bytes(D * 4);  // sampling
     return total;
@@ -583,10 +601,11 @@ float* CudaModel::compute(const Batch& batch) const {
     float* xs = workspace_->alloc_n<float>(R * hc * D);
     gather_rows({.src = x, .index = b.picked, .dst = xs, .n = R, .width = hc * D}, s);
     float* hy = workspace_->alloc_n<float>(R * D);
+    float* mix = workspace_->alloc_n<float>(R * (hc + 1));
     const float eps = static_cast<float>(c.rms_norm_eps);
     hc_head({.x = xs, .fn = weights_.hc_head.fn, .base = weights_.hc_head.base, .scale = weights_.hc_head.scale,
              .rows = R, .hc = hc, .hidden = D, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps), .y = hy,
-             .round_bf16 = official()},
+             .round_bf16 = official(), .mix = mix},
             s);
     rms_norm({.x = hy, .weight = weights_.norm, .out = hy, .rows = R, .n = D, .eps = eps, .round_bf16 = official()}, s);
     float* logits = workspace_->alloc_n<float>(R * V);

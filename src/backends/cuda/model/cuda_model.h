@@ -28,7 +28,8 @@ struct CudaModelOptions {
     size_t workspace_bytes = 0;
     // GEMM kernels: kReference (CUDA cores, bit-identical to the CPU) or kFast (tensor cores, gemm_fast.h):
     // FP8/FP4 linears with act_quant'ed activations (in every numerics mode), the routed experts as one
-    // grouped launch per matrix, the BF16 LM head. Router, compressors and wo_a stay on the reference
+    // grouped launch per matrix, the BF16 LM head and the BF16 grouped wo_a (bf16 activations, as the
+    // reference's bf16 einsum). Router and compressors (f32 in the reference) stay on the reference
     // kernels. Batch-invariant either way; kFast matches the CPU within tolerances, not bit for bit.
     GemmMode gemm = GemmMode::kReference;
     // Expert parallelism (cuda_ep_model.h): this model is rank `expert_rank` of the exchange's ranks,

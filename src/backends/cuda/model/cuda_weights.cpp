@@ -2,12 +2,25 @@
 // Uploads ModelWeights (views into the checkpoint mapping) to device memory, format unchanged.
 #include "backends/cuda/model/cuda_weights.h"
 
+#include <cmath>
 #include <span>
 
 #include "deepinfer/check.h"
 
 namespace deepinfer::cuda {
 namespace {
+
+// Every scale a power of two (ue8m0 always; f32 checked value by value).
+bool power_of_two_scales(const TensorView& s) {
+    if (s.dtype() == DType::kF8E8M0) return true;
+    if (s.dtype() != DType::kF32 || !s.is_contiguous()) return false;
+    const auto* v = static_cast<const float*>(s.data());
+    for (int64_t i = 0; i < s.numel(); ++i) {
+        int e = 0;
+        if (!(v[i] > 0) || std::frexp(v[i], &e) != 0.5f) return false;
+    }
+    return true;
+}
 
 class Uploader {
 public:
@@ -30,6 +43,30 @@ public:
         const void* wp = bytes(w.weight.data(), w.weight.nbytes());
         const void* sp = w.scale.empty() ? nullptr : bytes(w.scale.data(), w.scale.nbytes());
         return device_linear_like(w, wp, sp);
+    }
+
+    // An FP8 block-scaled weight with power-of-two scales, dequantized on the device to bf16 (exact);
+    // the FP8 bytes pass through temporary buffers. Other formats: uploaded unchanged.
+    DeviceLinear linear_bf16(const LinearWeight& w) {
+        if (w.empty() || w.format != cpu::WeightFormat::kFp8Block || !power_of_two_scales(w.scale)) return linear(w);
+        DI_CHECK(w.weight.is_contiguous() && w.scale.is_contiguous(), "weight ", w.weight.describe(), " is not contiguous");
+        DeviceBuffer q(w.weight.nbytes()), sc(w.scale.nbytes());
+        q.copy_from_host(w.weight.data(), w.weight.nbytes());
+        sc.copy_from_host(w.scale.data(), w.scale.nbytes());
+        const Shape shape{w.out_features, w.in_features};
+        auto buf = std::make_unique<DeviceBuffer>(size_t(w.out_features * w.in_features * 2));
+        dequant_fp8_block({.weight = TensorView(q.data(), DType::kF8E4M3, shape, Device::kCuda),
+                           .scale = TensorView(sc.data(), w.scale.dtype(), w.scale.shape(), Device::kCuda),
+                           .out = TensorView(buf->data(), DType::kBF16, shape, Device::kCuda),
+                           .block_rows = w.block_rows,
+                           .block_cols = w.block_cols});
+        synchronize();  // before the temporary buffers go
+        DeviceLinear d = device_linear_like(w, buf->data(), nullptr);
+        d.kind = WeightKind::kBF16;
+        d.scale_kind = ScaleKind::kNone;
+        out_.bytes += buf->nbytes();
+        out_.storage.push_back(std::move(buf));
+        return d;
     }
 
     DeviceHc hc(const HcWeights& h) { return {vec(h.fn), vec(h.base), vec(h.scale)}; }
@@ -94,7 +131,8 @@ DeviceLinear device_linear_like(const LinearWeight& w, const void* weight, const
     return d;
 }
 
-DeviceWeights upload_weights(const ModelWeights& w, const ModelConfig& config, ExpertRange experts) {
+DeviceWeights upload_weights(const ModelWeights& w, const ModelConfig& config, const UploadOptions& options) {
+    const ExpertRange& experts = options.experts;
     DeviceWeights d;
     Uploader up(d);
     d.embed = up.linear(w.embed);
@@ -117,7 +155,7 @@ DeviceWeights upload_weights(const ModelWeights& w, const ModelConfig& config, E
         l.wq_a = up.linear(a.wq_a);
         l.wq_b = up.linear(a.wq_b);
         l.wkv = up.linear(a.wkv);
-        l.wo_a = up.linear(a.wo_a);
+        l.wo_a = options.wo_a_bf16 ? up.linear_bf16(a.wo_a) : up.linear(a.wo_a);
         l.wo_b = up.linear(a.wo_b);
         if (a.compressor) l.compressor = up.compressor(*a.compressor);
         if (a.indexer) {

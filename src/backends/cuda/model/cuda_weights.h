@@ -71,7 +71,15 @@ struct ExpertRange {
 
 // Copies every weight the forward uses to the device (synchronously); of the routed experts, those
 // of `experts` only (DeviceExperts then index them from 0).
-DeviceWeights upload_weights(const ModelWeights& w, const ModelConfig& config, ExpertRange experts = {});
+// What the upload may convert for the kernels that will use the weights.
+struct UploadOptions {
+    ExpertRange experts;
+    // wo_a stored as FP8 with power-of-two block scales is uploaded dequantized to bf16 (exact: e4m3 times a
+    // power of two has 4 significant bits), as the reference does at load, for the tensor-core bf16 GEMM.
+    bool wo_a_bf16 = false;
+};
+
+DeviceWeights upload_weights(const ModelWeights& w, const ModelConfig& config, const UploadOptions& options = {});
 
 // The device form of a CPU LinearWeight whose tensors already live in device memory.
 DeviceLinear device_linear_like(const LinearWeight& w, const void* weight, const void* scale);
