@@ -148,6 +148,9 @@ TEST_F(CudaOps, LinearBitIdenticalToCpuInEveryFormat) {
         {cpu::WeightFormat::kF32, 1, 25, 16384, false, false},     // mHC mixing logits
         {cpu::WeightFormat::kF32, 64, 513, 1032, false, true},
         {cpu::WeightFormat::kBF16, 131, 72, 512, false, false},
+        // K too wide to stage whole: the chunked one-row tiles (4 and 16 outputs).
+        {cpu::WeightFormat::kF32, 1, 20, 26624, false, false},
+        {cpu::WeightFormat::kF32, 2, 200, 26624, false, true},
     };
     uint32_t seed = 10;
     for (const LinearCase& c : cases) {
@@ -385,6 +388,14 @@ TEST_F(CudaOps, HyperConnectionsMatchCpu) {
             expect_bits_equal(comb, dcomb.host(comb.size()), "hc_pre comb (Sinkhorn)" + how);
             expect_bits_equal(a, da.host(a.size()), "hc_pre collapsed (bf16)" + how);
         }
+        // One row (decode): the mixing logits with all of K staged at once.
+        cuda::hc_pre({.x = dx.ptr(), .fn = dfn.ptr(), .base = db.ptr(), .scale = ds.ptr(), .rows = 1, .hc = hc,
+                      .hidden = D, .sinkhorn_iters = 20, .norm_eps = 1e-6f, .hc_eps = 1e-6f, .post = dpost.ptr(),
+                      .comb = dcomb.ptr(), .collapsed = da.ptr(), .round_bf16 = true, .mix = dmix.ptr()},
+                     Stream{});
+        expect_bits_equal(std::vector<float>(comb.begin(), comb.begin() + hc * hc), dcomb.host(size_t(hc * hc)),
+                          "hc_pre comb, one row");
+        expect_bits_equal(std::vector<float>(a.begin(), a.begin() + D), da.host(size_t(D)), "hc_pre collapsed, one row");
         // HC post from the CPU's post/comb: no transcendental, bit-identical.
         auto o = bf16_values(randn(size_t(T * D), 5));
         std::vector<float> y(x.size());

@@ -397,6 +397,18 @@ struct ExpertSourceRowsParams {
 };
 void expert_source_rows(const ExpertSourceRowsParams& p, Stream s);
 
+// ---- Grouped projections ------------------------------------------------------------------------
+
+// Tables of a grouped GEMM over `groups` column groups of `rows` rows (wo_a: 8 groups of the heads):
+// grouped row i = g·rows + s is row s, group g; its source/destination row in the [rows·groups, width]
+// view of the row-major activations is s·groups + g. offsets[g] = g·rows (g = 0..groups).
+struct GroupRowTablesParams {
+    int64_t groups = 0, rows = 0;
+    int32_t* offsets = nullptr;  // [groups + 1] i32
+    int32_t* rows_of = nullptr;  // [groups · rows] i32
+};
+void group_row_tables(const GroupRowTablesParams& p, Stream s);
+
 // ---- Sampling -----------------------------------------------------------------------------------
 
 // One token per row from logits [rows, vocab], with src/engine/sampler.cpp's rules and its

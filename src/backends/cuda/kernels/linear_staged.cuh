@@ -122,3 +122,54 @@ static __global__ void __launch_bounds__(8 * kTR* kTN) staged_linear_kernel(cons
 }
 
 }  // namespace deepinfer::cuda::kernels
+
+namespace deepinfer::cuda::kernels {
+
+constexpr int kStagedWholeThreads = 128;                  // threads issuing the copies
+constexpr int64_t kStagedWholeMaxBytes = 200 * 1024;      // shared memory of one block
+
+// Bytes of one row's x (f32) and kTN weight rows when all of K is staged at once.
+__host__ __device__ constexpr int64_t staged_whole_bytes(int tn, int64_t K, int elt_bytes) {
+    return K * 4 + tn * K * elt_bytes;
+}
+
+// Decode-sized batches with narrow outputs: one row per block, kTN outputs, and ALL of K staged at once
+// (every copy in flight together), then each output's chain runs from shared memory. Same arithmetic as
+// staged_linear_kernel. grid (rows, ceil((N + self_dot) / kTN)), block kStagedWholeThreads, dynamic
+// shared memory staged_whole_bytes(kTN, K, elt_bytes).
+template <int kTN>
+static __global__ void __launch_bounds__(kStagedWholeThreads)
+    staged_linear_whole_kernel(const __grid_constant__ StagedLinearArgs p) {
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int64_t row = blockIdx.x, n0 = static_cast<int64_t>(blockIdx.y) * kTN, K = p.K;
+    const float* x = p.x + (p.row_src ? static_cast<int64_t>(p.row_src[row]) : row) * p.x_ld;
+    float* xs = reinterpret_cast<float*>(smem);
+    uint8_t* ws = smem + K * 4;
+    const int64_t xq = K / 4, wq = K * p.elt_bytes / 16;
+    for (int64_t i = threadIdx.x; i < xq; i += kStagedWholeThreads) dev::cp_async16(xs + 4 * i, x + 4 * i, 16);
+    for (int64_t i = threadIdx.x; i < kTN * wq; i += kStagedWholeThreads) {
+        const int64_t nn = i / wq, q = i % wq;
+        const int64_t n = min(n0 + nn, p.N - 1);  // outputs past the weight rows: a duplicate, never used
+        dev::cp_async16(ws + nn * K * p.elt_bytes + q * 16, p.w + n * K * p.elt_bytes + q * 16, 16);
+    }
+    dev::cp_async_commit();
+    dev::cp_async_wait<0>();
+    __syncthreads();
+    if (threadIdx.x >= 32 * ((kTN + 3) / 4)) return;  // whole warps past the outputs (the shuffles need whole warps)
+    const int group = threadIdx.x / 8, lane = threadIdx.x % 8;
+    const int g = group < kTN ? group : 0;  // groups past kTN in the last warp: a duplicate, never stored
+    const int64_t n = n0 + g;
+    const bool self = p.self_dot && n == p.N;
+    const uint8_t* wr = ws + g * K * p.elt_bytes;
+    const auto* w16 = reinterpret_cast<const uint16_t*>(wr);
+    const int len = static_cast<int>(K);
+    float acc = 0.0f;
+    if (self) acc = staged_chunk_dot(acc, xs, [&](int k) { return xs[k]; }, lane, len);
+    else if (p.kind == WeightKind::kBF16) acc = staged_chunk_dot(acc, xs, [&](int k) { return dev::bf16_value(w16[k]); }, lane, len);
+    else if (p.kind == WeightKind::kF16) acc = staged_chunk_dot(acc, xs, [&](int k) { return dev::f16_value(w16[k]); }, lane, len);
+    else acc = staged_chunk_dot(acc, xs, [&](int k) { return reinterpret_cast<const float*>(wr)[k]; }, lane, len);
+    const float t = dev::hsum8(acc);
+    if (lane == 0 && group < kTN && n < p.N + (p.self_dot ? 1 : 0)) p.y[row * p.y_ld + n] = dev::maybe_bf16(t, p.round_bf16);
+}
+
+}  // namespace deepinfer::cuda::kernels

@@ -162,4 +162,12 @@ static __global__ void expert_source_rows_kernel(const __grid_constant__ ExpertS
     p.index[i] = static_cast<int32_t>(static_cast<int64_t>(p.ids[i] / p.experts_per_rank) * p.n + i);
 }
 
+static __global__ void group_row_tables_kernel(const __grid_constant__ GroupRowTablesParams p) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i <= p.groups) p.offsets[i] = static_cast<int32_t>(i * p.rows);
+    if (i >= p.groups * p.rows) return;
+    const int64_t g = i / p.rows, r = i % p.rows;
+    p.rows_of[i] = static_cast<int32_t>(r * p.groups + g);
+}
+
 }  // namespace deepinfer::cuda::kernels

@@ -11,10 +11,20 @@
 namespace deepinfer::cuda::kernels {
 
 // cpu::rms_norm on one row held by a block; warp 0 computes the dot product.
+// One block per row. With `staged` (dynamic shared memory of n floats), every thread first copies its
+// part of the row into shared memory, so warp 0's ordered dot reads shared memory instead of waiting on
+// global loads one step at a time; the arithmetic is the same.
+template <bool kStaged>
 static __global__ void rms_norm_kernel(const __grid_constant__ RmsNormParams p) {
+    extern __shared__ float row_sh[];
     __shared__ float r_sh;
     const float* x = p.x + static_cast<int64_t>(blockIdx.x) * p.n;
     float* out = p.out + static_cast<int64_t>(blockIdx.x) * p.n;
+    if constexpr (kStaged) {
+        for (int64_t i = threadIdx.x; i < p.n; i += blockDim.x) row_sh[i] = x[i];
+        __syncthreads();
+        x = row_sh;
+    }
     if (threadIdx.x < 32) {
         const float d = dev::dot_group8(x, x, p.n, threadIdx.x % 8);
         if (threadIdx.x == 0) r_sh = 1.0f / sqrtf(dev::add(d / static_cast<float>(p.n), p.eps));

@@ -22,6 +22,18 @@ void launch_staged_tile(const kernels::StagedLinearArgs& a, cudaStream_t stream)
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
+template <int kTN>
+void launch_staged_whole(const kernels::StagedLinearArgs& a, cudaStream_t stream) {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::staged_linear_whole_kernel<kTN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kernels::kStagedWholeMaxBytes)));
+    const int64_t outputs = a.N + (a.self_dot ? 1 : 0);
+    DI_CHECK((outputs + kTN - 1) / kTN < 65536, "cuda linear: ", outputs, " outputs exceed the grid");
+    const dim3 grid(static_cast<unsigned>(a.rows), static_cast<unsigned>((outputs + kTN - 1) / kTN));
+    const size_t bytes = static_cast<size_t>(kernels::staged_whole_bytes(kTN, a.K, a.elt_bytes));
+    kernels::staged_linear_whole_kernel<kTN><<<grid, kernels::kStagedWholeThreads, bytes, stream>>>(a);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
 
 bool staged_linear_supported(const float* x, int64_t x_ld, const DeviceLinear& w) {
@@ -48,9 +60,14 @@ void staged_linear(const StagedLinearParams& p, Stream s) {
     a.rows = p.rows;
     a.round_bf16 = p.round_output_bf16;
     const auto stream = static_cast<cudaStream_t>(s.handle);
-    // Decode-sized batches: one row per block, 16 outputs (4 for narrow outputs such as mHC's 25, to spread
-    // them over more SMs); else 4 rows x 8 outputs (weights reused by 4 rows).
-    if (p.rows <= 2 && a.N < 128) launch_staged_tile<1, 4>(a, stream);
+    // Decode-sized batches: one row per block and all of K in shared memory at once when it fits (4
+    // outputs per block, or 1: mHC's 16384-wide f32 rows); else one row x 16 outputs (4 for narrow
+    // outputs), chunked; larger batches 4 rows x 8 outputs (weights reused by 4 rows).
+    if (p.rows <= 2 && kernels::staged_whole_bytes(4, a.K, a.elt_bytes) <= kernels::kStagedWholeMaxBytes)
+        launch_staged_whole<4>(a, stream);
+    else if (p.rows <= 2 && kernels::staged_whole_bytes(1, a.K, a.elt_bytes) <= kernels::kStagedWholeMaxBytes)
+        launch_staged_whole<1>(a, stream);
+    else if (p.rows <= 2 && a.N < 128) launch_staged_tile<1, 4>(a, stream);
     else if (p.rows <= 2) launch_staged_tile<1, 16>(a, stream);
     else launch_staged_tile<4, 8>(a, stream);
 }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Launchers of the MoE ops: router, permutation, SwiGLU, scatter/gather, combine, and the expert-
 // parallel pair maps.
+#include <algorithm>
+
 #include "backends/cuda/common/cuda_check.h"
 #include "backends/cuda/kernels/moe.cuh"
 
@@ -53,6 +55,14 @@ void expert_local_ids(const ExpertLocalIdsParams& p, Stream s) {
     DI_CHECK(p.experts_per_rank > 0 && p.first_expert >= 0, "expert_local_ids: ", p.experts_per_rank,
              " experts per rank from ", p.first_expert);
     kernels::expert_local_ids_kernel<<<static_cast<unsigned>((p.n + 255) / 256), 256, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void group_row_tables(const GroupRowTablesParams& p, Stream s) {
+    DI_CHECK(p.groups > 0 && p.rows >= 0 && p.groups * p.rows < (int64_t(1) << 31), "group_row_tables: ", p.groups,
+             " groups of ", p.rows, " rows");
+    const int64_t n = std::max(p.groups * p.rows, p.groups + 1);
+    kernels::group_row_tables_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 

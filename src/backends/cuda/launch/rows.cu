@@ -11,7 +11,10 @@ cudaStream_t raw(Stream s) { return static_cast<cudaStream_t>(s.handle); }
 
 void rms_norm(const RmsNormParams& p, Stream s) {
     if (p.rows == 0) return;
-    kernels::rms_norm_kernel<<<static_cast<unsigned>(p.rows), 256, 0, raw(s)>>>(p);
+    if (p.n <= 8192)  // the row staged in shared memory (out may alias x: each block reads its row first)
+        kernels::rms_norm_kernel<true><<<static_cast<unsigned>(p.rows), 256, static_cast<size_t>(p.n) * 4, raw(s)>>>(p);
+    else
+        kernels::rms_norm_kernel<false><<<static_cast<unsigned>(p.rows), 256, 0, raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -432,16 +432,19 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
     // Grouped output projection: wo_a per group of the flattened heads (bf16 GEMM), then wo_b.
     const int64_t G = c.o_groups, OL = c.o_lora_rank, GW = H * Dh / G;
     float* u = workspace_->alloc_n<float>(S * G * OL);
-    if (fast_ && lw.wo_a.kind == WeightKind::kBF16 && fast_linear_supported(lw.wo_a.rows(0, OL))) {
-        // Tensor cores, as the reference's bf16 einsum: each group's slice of o in bf16, made dense
-        // ([G, S, GW] group-major), times its rows of wo_a with f32 accumulation.
-        uint16_t* ob = workspace_->alloc_n<uint16_t>(G * S * GW);
-        for (int64_t g = 0; g < G; ++g) {
-            to_bf16({.x = o + g * GW, .x_ld = H * Dh, .rows = S, .cols = GW, .out = ob + g * S * GW}, s);
-            fast_linear({.a = ob + g * S * GW, .weight = lw.wo_a.rows(g * OL, (g + 1) * OL), .y = u + g * OL,
-                         .y_ld = G * OL, .rows = S, .round_output_bf16 = off},
-                        s);
-        }
+    if (fast_ && lw.wo_a_groups && fast_linear_supported(lw.wo_a.rows(0, OL))) {
+        // Tensor cores, as the reference's bf16 einsum: o in bf16, viewed as [S·G, GW] rows; one grouped
+        // launch over the G row slices of wo_a (row s of group g is view row s·G + g, in and out).
+        uint16_t* ob = workspace_->alloc_n<uint16_t>(S * H * Dh);
+        int32_t* offsets = workspace_->alloc_n<int32_t>(G + 1);
+        int32_t* rows_of = workspace_->alloc_n<int32_t>(G * S);
+        int32_t* tiles = workspace_->alloc_n<int32_t>(G + 1);
+        to_bf16({.x = o, .x_ld = GW, .rows = S * G, .cols = GW, .out = ob}, s);
+        group_row_tables({.groups = G, .rows = S, .offsets = offsets, .rows_of = rows_of}, s);
+        fast_linear({.a = ob, .a_row_src = rows_of, .weight = lw.wo_a.rows(0, OL), .experts = lw.wo_a_groups,
+                     .expert_offsets = offsets, .num_experts = G, .tile_scratch = tiles, .y_row = rows_of, .y = u,
+                     .y_ld = OL, .rows = G * S, .round_output_bf16 = off},
+                    s);
     } else {
         for (int64_t g = 0; g < G; ++g)
             linear({.x = o + g * GW, .x_ld = H * Dh, .weight = lw.wo_a.rows(g * OL, (g + 1) * OL), .y = u + g * OL,
@@ -557,7 +560,8 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
         }
         at += bytes(S * H * max_cand * 4) + bytes(S * H * Dh * 4) + bytes(S * G * OL * 4);
         at += bytes(S * std::max({Dm, QL, G * OL}) * 4);
-        if (fast_) at += bytes(S * H * Dh * 2);  // wo_a on tensor cores: o in bf16, group-major
+        if (fast_)  // wo_a on tensor cores: o in bf16, the group tables, the tile table
+            at += bytes(S * H * Dh * 2) + 2 * bytes((G + 1) * 4) + bytes(G * S * 4);
         // MoE.
         const int64_t I = lw.experts.shape_w1.out_features, SI = lw.shared_w1.out_features;
         // Expert parallelism: the experts here run the pairs of every rank's rows (T: at most this

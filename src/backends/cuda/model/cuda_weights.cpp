@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <span>
+#include <vector>
 
 #include "deepinfer/check.h"
 
@@ -156,6 +157,12 @@ DeviceWeights upload_weights(const ModelWeights& w, const ModelConfig& config, c
         l.wq_b = up.linear(a.wq_b);
         l.wkv = up.linear(a.wkv);
         l.wo_a = options.wo_a_bf16 ? up.linear_bf16(a.wo_a) : up.linear(a.wo_a);
+        if (options.wo_a_bf16 && l.wo_a.kind == WeightKind::kBF16 && config.o_groups > 0) {
+            std::vector<DeviceLinear> groups;
+            for (int64_t g = 0; g < config.o_groups; ++g)
+                groups.push_back(l.wo_a.rows(g * config.o_lora_rank, (g + 1) * config.o_lora_rank));
+            l.wo_a_groups = static_cast<const DeviceLinear*>(up.bytes(groups.data(), groups.size() * sizeof(DeviceLinear)));
+        }
         l.wo_b = up.linear(a.wo_b);
         if (a.compressor) l.compressor = up.compressor(*a.compressor);
         if (a.indexer) {

@@ -45,6 +45,9 @@ struct DeviceLayer {
     const float* kv_norm = nullptr;
     const float* sink = nullptr;
     DeviceLinear wq_a, wq_b, wkv, wo_a, wo_b;
+    // [o_groups] device array of wo_a's row slices, one per output group (the grouped tensor-core
+    // launch); null unless wo_a was uploaded as bf16 for the fast GEMMs.
+    const DeviceLinear* wo_a_groups = nullptr;
     std::optional<DeviceCompressor> compressor, indexer_compressor;
     DeviceLinear indexer_wq_b, indexer_weights_proj;
     DeviceLinear gate;
