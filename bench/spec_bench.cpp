@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Speculative-decoding speedup on the CPU: a random DeepSeek-V4 model whose MTP drafter (--family v4),
-// a random DeepSeek-V4 model with a V4-Flash-0731-style DSpark drafter (--family v4-dspark), or a random
-// DeepSeek-V4.1 model whose DSpark drafter (--family v41) is built to agree with the target, the engine with speculation off, with a fixed draft length, and with the confidence
+// Speculative-decoding speedup on the CPU (or, with --device cuda, one GPU): a random DeepSeek-V4 model
+// whose MTP drafter (--family v4), a random DeepSeek-V4 model with a V4-Flash-0731-style DSpark drafter
+// (--family v4-dspark), or a random DeepSeek-V4.1 model whose DSpark drafter (--family v41) is built to
+// agree with the target, the engine with speculation off, with a fixed draft length, and with the confidence
 // scheduler, across batch sizes, each run --repeat times. One JSON line per run on stdout, then one
 // summary line per (batch, arm) with the medians and the load average before and after.
 //
@@ -237,6 +238,7 @@ int main(int argc, char** argv) {
                                             {"--vocab", "2048"}, {"--noise", "0.0"}, {"--k", "3"},
                                             {"--temperature", "0"}, {"--repeat", "1"}, {"--arms", "none,fixed,scheduler"},
                                             {"--tokenizer", "assets/tokenizer/deepseek-v4/tokenizer.json"}, {"--threads", "0"},
+                                            {"--device", "cpu"}, {"--async", "0"}, {"--warmup", "0"}, {"--max-batch-tokens", "4096"},
                                             {"--dir", (std::filesystem::temp_directory_path() / "deepinfer-spec-bench").string()}};
     for (int i = 1; i + 1 < argc; i += 2) a[argv[i]] = argv[i + 1];
     const int64_t hidden = std::stoll(a["--hidden"]), layers = std::stoll(a["--layers"]), vocab = std::stoll(a["--vocab"]);
@@ -254,6 +256,16 @@ int main(int argc, char** argv) {
         mo.numerics_from_checkpoint = false;
         mo.numerics = di::Numerics::kExact;
     }
+    // --device cuda: the GPU model's workspace is sized for the engine's limits below.
+    mo.device = di::parse_device(a["--device"]);
+    int64_t max_batch = 1;
+    {
+        std::stringstream list(a["--batches"]);
+        for (std::string item; std::getline(list, item, ',');) max_batch = std::max<int64_t>(max_batch, std::stoll(item));
+    }
+    const int64_t max_tokens = std::max<int64_t>(std::stoll(a["--max-batch-tokens"]), max_batch * 8);
+    mo.max_batch_tokens = max_tokens;
+    mo.max_num_seqs = max_batch;
     std::shared_ptr<const di::Model> model(di::Model::load(a["--dir"], mo));
     const char* method = v41 || v4_dspark ? "dspark" : "mtp";
     struct Arm { std::string name; std::string method; bool scheduler; };
@@ -274,11 +286,14 @@ int main(int argc, char** argv) {
         std::map<std::string, std::vector<double>> tok_s, tok_cpu_s, steps_of, accepted_len;
         const std::vector<double> load_before = load_average();
         // Rounds interleave the arms, so slow phases of a shared machine hit every arm alike.
-        for (int64_t round = 0; round < repeat; ++round) {
+        // Warm-up rounds (first-use costs: CUDA graph captures, allocator growth) print but are not summarized.
+        const int64_t warmup = std::stoll(a["--warmup"]);
+        for (int64_t round = -warmup; round < repeat; ++round) {
             for (const Arm& arm : arms) {
                 di::EngineConfig ec;
                 ec.max_num_seqs = batch;
-                ec.max_num_batched_tokens = std::max<int64_t>(4096, batch * 8);
+                ec.max_num_batched_tokens = max_tokens;
+                ec.async_scheduling = a["--async"] == "1";
                 ec.prefix_caching = false;
                 ec.speculative_method = arm.method;
                 ec.num_speculative_tokens = std::stoll(a["--k"]);
@@ -310,7 +325,13 @@ int main(int argc, char** argv) {
                                     {"generated_tok_s", double(m.generated_tokens) / secs}, {"cpu_s", cpu},
                                     {"generated_tok_per_cpu_s", double(m.generated_tokens) / cpu}, {"steps", m.steps},
                                     {"forward_s", m.forward_seconds}, {"draft_s", m.draft_seconds},
-                                    {"threads", di::cpu_num_threads()}};
+                                    {"threads", di::cpu_num_threads()}, {"device", a["--device"]},
+                                    {"async", ec.async_scheduling}};
+                if (round < 0) {
+                    r["warmup"] = true;
+                    std::printf("%s\n", r.dump().c_str());
+                    continue;
+                }
                 tok_s[arm.name].push_back(double(m.generated_tokens) / secs);
                 tok_cpu_s[arm.name].push_back(double(m.generated_tokens) / cpu);
                 steps_of[arm.name].push_back(double(m.steps));

@@ -159,39 +159,7 @@ TEST(SpeculativeEngine, GreedyIsTokenIdenticalToNoSpeculation) {
     }
 }
 
-// Drafts from a table of the target's own greedy continuation, keyed by (position, anchor): every
-// draft is accepted when `corrupt` is false; every draft is wrong (and rejected) when it is true.
-class TableDrafter final : public Drafter {
-public:
-    TableDrafter(std::map<int64_t, int32_t> token_at, int64_t vocab, bool corrupt, bool check_anchor = true)
-        : token_at_(std::move(token_at)), vocab_(vocab), corrupt_(corrupt), check_anchor_(check_anchor) {}
-    std::string_view method() const override { return "mtp"; }
-    int64_t max_drafts() const override { return 8; }
-    void attach(Sequence&) const override {}
-    std::vector<Draft> draft(std::span<const DraftRequest> reqs) const override {
-        std::vector<Draft> out;
-        for (const DraftRequest& r : reqs) {
-            Draft d;
-            const int64_t anchor_pos = r.sequence->num_tokens();
-            if (check_anchor_) {
-                EXPECT_EQ(token_at_.at(anchor_pos), r.anchor) << "the anchor is the target's token";
-            }
-            for (int64_t k = 0; k < r.num_drafts; ++k) {
-                auto it = token_at_.find(anchor_pos + 1 + k);
-                const int32_t t = it == token_at_.end() ? 0 : it->second;
-                d.tokens.push_back(corrupt_ ? static_cast<int32_t>((t + 1) % vocab_) : t);
-            }
-            out.push_back(std::move(d));
-        }
-        return out;
-    }
-
-private:
-    std::map<int64_t, int32_t> token_at_;
-    int64_t vocab_;
-    bool corrupt_;
-    bool check_anchor_;  // false: sampled runs leave the table's path
-};
+using test::TableDrafter;
 
 std::shared_ptr<const Model> v41_model() {
     static std::shared_ptr<const Model> m = [] {

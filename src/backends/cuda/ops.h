@@ -438,6 +438,56 @@ struct SampleParams {
 };
 void sample(const SampleParams& p, Stream s);
 
+// ---- MTP drafting (the V4-Flash preview's MTP block, cuda_mtp.cpp) ------------------------------
+
+// dst[r] = src_ptr[r] ? src_ptr[r][0, width) : base[base_row[r]] (the MTP rows' hidden streams: from a
+// sequence's tap ring or from this pass's final streams).
+struct RowSourcesParams {
+    const float* const* src_ptr = nullptr;  // [rows] device pointers (null: take base_row[r])
+    const float* base = nullptr;            // [*, width]
+    const int32_t* base_row = nullptr;      // [rows]
+    float* dst = nullptr;                   // [rows, width]
+    int64_t rows = 0, width = 0;
+};
+void gather_row_sources(const RowSourcesParams& p, Stream s);
+
+// dst_ptr[r][0, width) = src[r] for every row with a non-null destination (the tap rings' writes).
+struct ScatterRowPtrsParams {
+    const float* src = nullptr;       // [rows, width]
+    float* const* dst_ptr = nullptr;  // [rows] device pointers (null: skip)
+    int64_t rows = 0, width = 0;
+};
+void scatter_row_ptrs(const ScatterRowPtrsParams& p, Stream s);
+
+// x[t, j, :] = e[t, :] + h[t, j, :] for every stream j (bf16-rounded when asked): the MTP block's input.
+struct AddStreamsParams {
+    const float* e = nullptr;  // [rows, D]
+    const float* h = nullptr;  // [rows, hc, D]
+    float* x = nullptr;        // [rows, hc, D]
+    int64_t rows = 0, hc = 1, hidden = 0;
+    bool round_bf16 = false;
+};
+void add_streams(const AddStreamsParams& p, Stream s);
+
+// One draft per row of draft logits, as src/model/draft_sampling.h: argmax (the lowest id among the
+// largest), or for a row with sampled[r] and temperature[r] > 0, softmax(logits / T) in f64 stored as
+// f32 `probs` and drawn by inverse CDF in id order with uniform[r * uniform_stride]; plus the
+// confidence proxy of model/mtp_drafter.cpp (the pick's softmax probability at temperature 1). The
+// sums run on one thread in the CPU's order, so results equal the CPU's.
+struct DraftSampleParams {
+    const float* logits = nullptr;       // [rows, vocab]
+    int64_t rows = 0, vocab = 0;
+    const double* temperature = nullptr;  // [rows]
+    const int32_t* sampled = nullptr;     // [rows] 0/1
+    const double* uniform = nullptr;      // [rows * uniform_stride]
+    int64_t uniform_stride = 1;
+    double* scratch = nullptr;   // [rows, vocab] f64
+    float* probs = nullptr;      // [rows, vocab]: written for sampled rows
+    int32_t* tokens = nullptr;   // [rows]
+    float* confidence = nullptr;  // [rows]
+};
+void draft_sample(const DraftSampleParams& p, Stream s);
+
 // ---- DeepSeek-V4.1 (src/model/v41: single-pass mHC, CSA2 caches, Engram) ------------------------
 
 // V4.1 mHC of one site for every row (model/v41/mhc.cpp): the site's mixes from the RMS-normalized

@@ -29,7 +29,7 @@ struct BlockArgmax {
     float value;
     int32_t index;
 };
-__device__ BlockArgmax block_argmax(const float* l, int64_t V) {
+__device__ inline BlockArgmax block_argmax(const float* l, int64_t V) {
     __shared__ float val_sh[kTopkThreads];
     __shared__ int32_t idx_sh[kTopkThreads];
     float best = -INFINITY;

@@ -1,259 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // CudaModel: composes the CUDA ops into the V4 forward, mirroring CpuModel (src/model/forward.cpp,
 // attention_block.cpp, compressor.cpp, moe_block.cpp) step by step, with the same rounding points.
-#include "backends/cuda/model/rope_tables.h"
-#include "backends/cuda/model/cuda_model.h"
+#include "backends/cuda/model/cuda_model_impl.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <map>
-#include <mutex>
-#include <vector>
 
-#include "backends/cpu/primitives.h"
-#include "backends/cuda/cuda_backend.h"
-#include "backends/cuda/model/cuda_weights.h"
-#include "backends/cuda/model/expert_exchange.h"
 #include "backends/cuda/model/routed_experts.h"
-#include "deepinfer/check.h"
-#include "deepinfer/checkpoint.h"
 #include "deepinfer/log.h"
-#include "model/state.h"
-#include "model/weights.h"
 
-namespace deepinfer::cuda {
-namespace {
-
-// ---- Per-sequence device state ------------------------------------------------------------------
-
-struct LayerBuffers {
-    std::unique_ptr<DeviceBuffer> window, comp_kv, comp_gate, comp_entries, idx_kv, idx_gate, idx_entries;
-};
-
-// One sequence's state of every layer in device memory (sizes fixed at creation: no allocation
-// while the sequence runs). Position-keyed like the CPU state, so truncate() needs no device work:
-// entries past the new length are simply no longer visible, ring rows are overwritten before use.
-class DeviceSequenceState final : public SequenceState {
-public:
-    std::vector<LayerBuffers> layers;
-    size_t nbytes = 0;
-    int64_t length = 0;  // tokens consumed
-    int device = 0;      // where the buffers live
-
-    int64_t num_tokens() const override { return length; }
-    void truncate(int64_t n) override {
-        DI_CHECK(n >= 0 && n <= length, "truncate to ", n, " tokens of a sequence of ", length);
-        length = n;
-    }
-    size_t unshared_bytes() const override { return nbytes; }  // copies are deep (no shared pages)
-    std::unique_ptr<SequenceState> clone() const override {
-        set_current_device(device);
-        auto c = std::make_unique<DeviceSequenceState>();
-        c->device = device;
-        auto dup = [&](const std::unique_ptr<DeviceBuffer>& b) -> std::unique_ptr<DeviceBuffer> {
-            if (!b) return nullptr;
-            auto n = std::make_unique<DeviceBuffer>(b->nbytes());
-            copy_on_device(n->data(), b->data(), b->nbytes(), Stream{});
-            return n;
-        };
-        for (const LayerBuffers& l : layers)
-            c->layers.push_back({dup(l.window), dup(l.comp_kv), dup(l.comp_gate), dup(l.comp_entries), dup(l.idx_kv),
-                                 dup(l.idx_gate), dup(l.idx_entries)});
-        c->nbytes = nbytes;
-        c->length = length;
-        synchronize_stream(Stream{});  // the legacy stream only: a forward in flight on the model stream goes on
-        return c;
-    }
-    size_t bytes() const override { return nbytes; }
-};
-
-float* fptr(const std::unique_ptr<DeviceBuffer>& b) { return b ? static_cast<float*>(b->data()) : nullptr; }
-
-bool quantized(const DeviceLinear& w) { return w.kind == WeightKind::kFp8Block || w.kind == WeightKind::kFp4; }
-
-ScoringFunc scoring_of(const std::string& name) {
-    if (name == "sqrtsoftplus") return ScoringFunc::kSqrtSoftplus;
-    if (name == "sigmoid") return ScoringFunc::kSigmoid;
-    if (name == "softmax") return ScoringFunc::kSoftmax;
-    DI_THROW("unsupported scoring_func '", name, "'");
-}
-
-// ---- The model ----------------------------------------------------------------------------------
-
-// Padded batch sizes of decode steps that replay a CUDA graph (a step of S sequences runs the graph
-// of the smallest bucket >= S; padding rows decode token 0 at position 0 of a scratch sequence).
-constexpr int64_t kGraphBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512};
-int64_t graph_bucket(int64_t rows) {
-    for (int64_t b : kGraphBuckets)
-        if (b >= rows) return b;
-    return 0;
-}
-// Context bucket of a graph: the sizes that depend on the longest sequence (indexer scores,
-// attention candidates) are taken for the next power of two of (largest position + 1), at least 256.
-int64_t context_bucket(int64_t positions, int64_t max_len) {
-    int64_t b = 256;
-    while (b < positions) b *= 2;
-    return std::min(b, max_len);
-}
-
-size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
-
-class CudaModel final : public Model {
-public:
-    CudaModel(std::unique_ptr<Checkpoint> ckpt, Numerics numerics, const ModelOptions& mo, const CudaModelOptions& o)
-        : device_(select_device(o)),
-          checkpoint_(std::move(ckpt)),
-          config_(checkpoint_->config()),
-          info_{"deepseek_v4", config_.vocab_size, config_.eos_token_ids, config_.max_position_embeddings},
-          numerics_(numerics),
-          max_len_(o.max_model_len > 0 ? o.max_model_len : std::min<int64_t>(config_.max_position_embeddings, 65536)),
-          fast_(o.gemm == GemmMode::kFast),
-          max_seqs_(std::max<int64_t>(1, mo.max_num_seqs)),
-          max_rows_(std::max({int64_t{1}, mo.max_batch_tokens, graph_bucket(max_seqs_)})),
-          ep_(o.expert_exchange),
-          ep_rank_(o.expert_rank),
-          graphs_enabled_(mo.cuda_graphs && o.expert_exchange == nullptr) {
-        DI_CHECK(!fast_ || fast_fp8_available(), "fast GEMM mode needs FP8 tensor cores (compute capability 8.9+)");
-        UploadOptions upload;
-        upload.wo_a_bf16 = fast_;  // the tensor-core wo_a takes bf16 weights
-        ExpertRange& experts = upload.experts;
-        if (ep_) {
-            const int64_t G = ep_->ranks(), E = config_.n_routed_experts;
-            DI_CHECK(E % G == 0, "expert parallelism over ", G, " GPUs: the model's ", E,
-                     " routed experts do not divide evenly (use a GPU count that divides ", E, ")");
-            experts = {ep_rank_ * (E / G), (ep_rank_ + 1) * (E / G)};
-        }
-        const ModelWeights host = load_model_weights(*checkpoint_, config_);
-        weights_ = upload_weights(host, config_, upload);
-        cpu::RopeTable main(config_.rope_main, config_.qk_rope_head_dim), comp(config_.rope_compress, config_.qk_rope_head_dim);
-        rope_main_ = upload_floats(rope_cos_sin(main, max_len_));
-        rope_comp_ = upload_floats(rope_cos_sin(comp, max_len_));
-        // The workspace: the given size, else the largest forward the limits allow (every row a
-        // logits row, every sequence at max_model_len, a full group of device draws).
-        workspace_ = std::make_unique<DeviceArena>(
-            o.workspace_bytes ? o.workspace_bytes : workspace_need(max_rows_, max_rows_, max_rows_, max_len_, max_seqs_));
-        pad_ = new_sequence();  // the padding rows of graph steps write here
-        state_bytes_ = pad_.state_bytes();
-        // The CPU weights view the checkpoint mapping; the device has its own copies now.
-    }
-
-    const ModelInfo& info() const override { return info_; }
-    const ModelConfig& config() const { return config_; }
-    int64_t max_len() const { return max_len_; }
-    Numerics numerics() const override { return numerics_; }
-    // Device state is allocated whole when a sequence is created (capacity max_model_len).
-    uint64_t estimate_state_bytes(int64_t, uint64_t) const override { return state_bytes_; }
-    Sequence new_sequence() const override { return new_sequence(nullptr); }
-    Sequence new_sequence(std::shared_ptr<StatePool>) const override;
-    std::vector<float> forward(Sequence& seq, std::span<const int32_t> tokens, bool all_logits) const override {
-        SequenceChunk chunk{&seq, tokens, all_logits};
-        return std::move(forward_batch(std::span<const SequenceChunk>(&chunk, 1))[0]);
-    }
-    std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const override {
-        return forward_sampled(chunks, {}, {}).logits;
-    }
-    bool can_sample_on_device(const DeviceDraw& d) const override { return sample_supported(sample_row(d)); }
-    ForwardOutputs forward_sampled(std::span<const SequenceChunk> chunks, std::span<const uint8_t> want_logits,
-                                   std::span<const DeviceDraw> draws) const override;
-
-    CudaModelStats stats() const {
-        std::lock_guard<std::mutex> lock(mutex_);
-        CudaModelStats st = stats_;
-        st.workspace_bytes = workspace_->capacity();
-        st.workspace_high_water = workspace_->high_water();
-        st.workspace_need_max = workspace_need(max_rows_, max_rows_, max_rows_, max_len_, max_seqs_);
-        return st;
-    }
-    void reset_stats() const {
-        std::lock_guard<std::mutex> lock(mutex_);
-        stats_ = {};
-        have_prev_end_ = false;
-    }
-    size_t workspace_bound(int64_t rows, int64_t segments, int64_t logit_rows, int64_t positions, int64_t draws) const {
-        return workspace_need(rows, segments, logit_rows, positions, draws);
-    }
-
-private:
-    struct Batch;
-    struct GraphEntry {
-        std::unique_ptr<CudaGraph> graph;
-        float* logits = nullptr;  // where the replay leaves the logits
-        size_t start = 0, end = 0;  // the arena range the captured work uses
-    };
-    static SampleRow sample_row(const DeviceDraw& d) {
-        return {.seed = d.seed, .stream = d.stream, .counter = d.counter, .temperature = d.temperature,
-                .top_k = static_cast<int32_t>(std::min<int64_t>(d.top_k, int64_t{1} << 30)), .top_p = d.top_p,
-                .min_p = d.min_p};
-    }
-    const float* upload_floats(const std::vector<float>& v) {
-        auto buf = std::make_unique<DeviceBuffer>(v.size() * sizeof(float));
-        buf->copy_from_host(v.data(), buf->nbytes());
-        const float* p = static_cast<const float*>(buf->data());
-        tables_.push_back(std::move(buf));
-        return p;
-    }
-    bool official() const { return numerics_ == Numerics::kOfficial; }
-    // Upper bound of the workspace one forward takes: S rows in N sequences, R rows of logits,
-    // positions below P, D device draws per sampling launch.
-    size_t workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int64_t D) const;
-    // y[rows, out] = x · Wᵀ with the numerics' rounding points (official: act_quant before FP8/FP4).
-    void project(const DeviceLinear& w, const float* x, int64_t rows, float* y) const;
-    // The fast (tensor-core) form of project() for a supported weight; returns false otherwise.
-    bool project_fast(const DeviceLinear& w, const float* x, int64_t rows, float* y, bool round_bf16) const;
-    void run_layer(const DeviceLayer& lw, const Batch& b, float*& x, float*& y) const;
-    void attention(const DeviceLayer& lw, const Batch& b, const float* a, float* out) const;
-    void moe(const DeviceLayer& lw, const Batch& b, const float* a, float* out) const;
-    // Embedding -> layers -> head over a batch whose inputs are on the device; returns the logits
-    // [b.num_picked, vocab] (arena memory, valid until the forward resets the arena; null without
-    // picked rows). Enqueues only: no allocation, no host synchronization, so a graph can capture it.
-    float* compute(const Batch& b) const;
-
-    // The CUDA device, made the current device first (the stream, events, weights and buffers below
-    // are created there) and again by every forward (for its calling thread).
-    static int select_device(const CudaModelOptions& o) { return select_cuda_model_device(o); }
-    int device_;
-    std::unique_ptr<Checkpoint> checkpoint_;
-    ModelConfig config_;
-    ModelInfo info_;
-    Numerics numerics_;
-    int64_t max_len_;
-    bool fast_ = false;  // CudaModelOptions::gemm == kFast
-    int64_t max_seqs_, max_rows_;  // the limits the workspace is sized for
-    ExpertExchange* ep_ = nullptr;  // expert parallelism: the exchange (not owned), else null
-    int64_t ep_rank_ = 0;
-    uint64_t state_bytes_ = 0;
-    DeviceWeights weights_;
-    std::vector<std::unique_ptr<DeviceBuffer>> tables_;
-    const float* rope_main_ = nullptr;
-    const float* rope_comp_ = nullptr;
-    OwnedStream stream_;
-    std::unique_ptr<DeviceArena> workspace_;
-    mutable std::mutex mutex_;  // one forward at a time (the workspace and stream are shared)
-    // Guarded by mutex_:
-    mutable bool graphs_enabled_;  // turned off for good if a capture fails
-    mutable Sequence pad_{nullptr};  // the scratch sequence of padding rows
-    mutable std::map<std::pair<int64_t, int64_t>, GraphEntry> graphs_;  // by (rows, context) bucket
-    mutable std::unique_ptr<PinnedBuffer> pinned_in_, pinned_out_;
-    mutable DeviceEvent ev_start_, ev_end_[2];
-    mutable int ev_which_ = 0;
-    mutable bool have_prev_end_ = false;
-    mutable CudaModelStats stats_;
-};
-
-struct CudaModel::Batch {
-    int64_t rows = 0, num_segments = 0, max_rows = 0;
-    const int32_t* tokens = nullptr;       // [rows] device
-    const int32_t* positions = nullptr;    // [rows] device
-    const int32_t* row_segment = nullptr;  // [rows] device
-    const DeviceSegment* all_segments = nullptr;  // [layers, num_segments] (device)
-    const DeviceSegment* segments = nullptr;      // [num_segments] of the current layer (device)
-    const int32_t* picked = nullptr;  // [num_picked] rows whose logits are computed (device)
-    int64_t num_picked = 0;
-    std::vector<int64_t> first_position, num_rows;  // host copies per segment
-    int64_t max_position = 0;                       // largest position in the batch (graphs: of the bucket)
-    bool graph = false;  // sizes from the buckets, so the captured work serves every step of its bucket
-};
+namespace deepinfer::cuda::v4 {
 
 Sequence CudaModel::new_sequence(std::shared_ptr<StatePool>) const {
     set_current_device(device_);
@@ -541,55 +297,68 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
     auto bytes = [](int64_t n) { return align256(static_cast<size_t>(std::max<int64_t>(n, 0))) + 256; };
     size_t total = bytes(S * 4) * 3 + bytes(L * N * int64_t(sizeof(DeviceSegment))) + bytes(R * 4);  // inputs
     total += 2 * bytes(S * hc * Dm * 4);                                                               // x, y
-    size_t layer_peak = 0;
-    for (const DeviceLayer& lw : weights_.layers) {
-        const size_t fixed = bytes(S * hc * 4) + bytes(S * hc * hc * 4) + 2 * bytes(S * Dm * 4) +
-                             bytes(S * ((2 + hc) * hc + 1) * 4);  // post, comb, a, out, mixing logits
+    auto peak_of = [&](const DeviceLayer& lw, int64_t n) -> size_t {
+        const size_t fixed = bytes(n * hc * 4) + bytes(n * hc * hc * 4) + 2 * bytes(n * Dm * 4) +
+                             bytes(n * ((2 + hc) * hc + 1) * 4);  // post, comb, a, out, mixing logits
         // Attention: everything it takes stays until its end, plus the largest act_quant scratch.
-        size_t at = bytes(S * QL * 4) + bytes(S * H * Dh * 4) + bytes(S * Dh * 4);
+        size_t at = bytes(n * QL * 4) + bytes(n * H * Dh * 4) + bytes(n * Dh * 4);
         const int64_t m = std::max<int64_t>(lw.compress_ratio, 1);
         for (const auto* cw : {&lw.compressor, &lw.indexer_compressor})
-            if (*cw) at += 2 * bytes(S * ((*cw)->overlap ? 2 : 1) * (*cw)->head_dim * 4);
+            if (*cw) at += 2 * bytes(n * ((*cw)->overlap ? 2 : 1) * (*cw)->head_dim * 4);
         int64_t max_cand = std::min<int64_t>(c.sliding_window, P);
         if (lw.indexer_compressor) {
-            at += bytes(S * c.index_n_heads * c.index_head_dim * 4) + bytes(S * c.index_n_heads * 4) +
-                  bytes(S * std::max<int64_t>(P / m, 1) * 4) + bytes(S * c.index_topk * 4) + bytes(S * 4);
+            at += bytes(n * c.index_n_heads * c.index_head_dim * 4) + bytes(n * c.index_n_heads * 4) +
+                  bytes(n * std::max<int64_t>(P / m, 1) * 4) + bytes(n * c.index_topk * 4) + bytes(n * 4);
             max_cand += std::min<int64_t>(c.index_topk, P / m);
         } else if (lw.attention_type != AttentionType::kSliding) {
             max_cand += P / m;
         }
-        at += bytes(S * H * max_cand * 4) + bytes(S * H * Dh * 4) + bytes(S * G * OL * 4);
-        at += bytes(S * std::max({Dm, QL, G * OL}) * 4);
+        at += bytes(n * H * max_cand * 4) + bytes(n * H * Dh * 4) + bytes(n * G * OL * 4);
+        at += bytes(n * std::max({Dm, QL, G * OL}) * 4);
         if (fast_)  // wo_a on tensor cores: o in bf16, the group tables, the tile table
-            at += bytes(S * H * Dh * 2) + 2 * bytes((G + 1) * 4) + bytes(G * S * 4);
+            at += bytes(n * H * Dh * 2) + 2 * bytes((G + 1) * 4) + bytes(G * n * 4);
         // MoE.
         const int64_t I = lw.experts.shape_w1.out_features, SI = lw.shared_w1.out_features;
         // Expert parallelism: the experts here run the pairs of every rank's rows (T: at most this
         // forward's rows plus one idle row of each other rank), and the outputs come back per rank.
-        const int64_t ranks = ep_ ? ep_->ranks() : 1, T = ep_ ? S + ranks : S, NT = T * K;
-        size_t mo = 2 * bytes(S * E * 4) + 2 * bytes(S * K * 4) + 3 * bytes(NT * 4) + bytes((E + 2) * 4) +
-                    bytes(S * Dm * 4) + 2 * bytes(NT * I * 4) + 2 * bytes(NT * Dm * 4) + 2 * bytes(S * SI * 4) +
-                    bytes(S * Dm * 4) + bytes(S * std::max(Dm, SI) * 4);
+        const int64_t ranks = ep_ ? ep_->ranks() : 1, T = ep_ ? n + ranks : n, NT = T * K;
+        size_t mo = 2 * bytes(n * E * 4) + 2 * bytes(n * K * 4) + 3 * bytes(NT * 4) + bytes((E + 2) * 4) +
+                    bytes(n * Dm * 4) + 2 * bytes(NT * I * 4) + 2 * bytes(NT * Dm * 4) + 2 * bytes(n * SI * 4) +
+                    bytes(n * Dm * 4) + bytes(n * std::max(Dm, SI) * 4);
         if (fast_)  // tensor-core experts: FP8 copies of the inputs and of the SwiGLU output, tile table
-            mo += bytes(NT * I) + bytes(NT * (I / 128) * 4) + bytes(S * Dm) + bytes(S * (Dm / 128) * 4) + bytes((E + 1) * 4);
+            mo += bytes(NT * I) + bytes(NT * (I / 128) * 4) + bytes(n * Dm) + bytes(n * (Dm / 128) * 4) + bytes((E + 1) * 4);
         if (ep_)  // gathered inputs (f32 or FP8 + scales), ids, weights, local ids; returned blocks, index, slots
             mo += bytes(T * Dm * 4) + bytes(T * Dm) + bytes(T * (Dm / 128) * 4) + 3 * bytes(T * K * 4) +
-                  bytes(ranks * S * K * Dm * 4) + bytes(S * K * 4) + bytes(S * K * Dm * 4);
+                  bytes(ranks * n * K * Dm * 4) + bytes(n * K * 4) + bytes(n * K * Dm * 4);
         // (fast GEMMs split act_quant's scratch in two allocations: one more alignment each)
-        layer_peak = std::max(layer_peak, fixed + std::max(at, mo) + 1024);
-    }
+        return fixed + std::max(at, mo) + 1024;
+    };
+    size_t layer_peak = 0;
+    for (const DeviceLayer& lw : weights_.layers) layer_peak = std::max(layer_peak, peak_of(lw, S));
+    // The MTP rows of a pass (at most one per row) run after the layers, with their own inputs and streams.
+    auto mtp_rows = [&](int64_t M) { return 3 * bytes(M * hc * Dm * 4) + 2 * bytes(M * Dm * 4) + 2 * bytes(M * hc * Dm * 4); };
+    if (weights_.mtp) layer_peak = std::max(layer_peak, mtp_rows(S) + peak_of(weights_.mtp->block, S));
     total += layer_peak;
-    total += bytes(R * hc * Dm * 4) + bytes(R * Dm * 4) + bytes(R * (hc + 1) * 4) + bytes(R * V * 4) + bytes(R * Dm * 4) +
-             256;  // head (+ fast GEMM scratch)
+    const size_t head = bytes(R * hc * Dm * 4) + bytes(R * Dm * 4) + bytes(R * (hc + 1) * 4) + bytes(R * V * 4) +
+                        bytes(R * Dm * 4) + 256;  // (+ fast GEMM scratch)
+    total += head;
     total += bytes(D * int64_t(sizeof(SampleRow))) + bytes(D * 4) + bytes(D * V * 8) + bytes(D * kMaxSampleTopK * 4) +
              bytes(D * 4);  // sampling
+    if (weights_.mtp) {  // a draft of up to D requests (cuda_mtp.cpp: inputs, two stream buffers, one chained step)
+        const int64_t Rd = std::max<int64_t>(D, 1);
+        const size_t draft = 16 * bytes(Rd * 64) + 2 * bytes(Rd * hc * Dm * 4) + bytes(Rd * 16 * 12) + mtp_rows(Rd) +
+                             peak_of(weights_.mtp->block, Rd) + bytes(Rd * hc * Dm * 4) + bytes(Rd * Dm * 4) + bytes(Rd * (hc + 1) * 4) +
+                             bytes(Rd * V * 4) + bytes(Rd * Dm * 4) + 256 + bytes(Rd * V * 8) + bytes(Rd * V * 4) +
+                             2 * bytes(Rd * 4);
+        total = std::max(total, draft);
+    }
     return total;
 }
 
 float* CudaModel::compute(const Batch& batch) const {
     const ModelConfig& c = config_;
     const Stream s = stream_.get();
-    const int64_t D = c.hidden_size, hc = c.hc_mult, V = c.vocab_size, L = c.num_hidden_layers;
+    const int64_t D = c.hidden_size, hc = c.hc_mult, L = c.num_hidden_layers;
     Batch b = batch;
     const int64_t S = b.rows;
     float* x = workspace_->alloc_n<float>(S * hc * D);
@@ -599,19 +368,26 @@ float* CudaModel::compute(const Batch& batch) const {
         b.segments = b.all_segments + l * b.num_segments;
         run_layer(weights_.layers[size_t(l)], b, x, y);
     }
+    if (b.mtp) run_mtp_pass(b, x);
     if (b.num_picked == 0) return nullptr;
     // Rows whose logits are wanted, gathered so the head runs once for the whole batch.
     const int64_t R = b.num_picked;
     float* xs = workspace_->alloc_n<float>(R * hc * D);
     gather_rows({.src = x, .index = b.picked, .dst = xs, .n = R, .width = hc * D}, s);
+    return head_logits(xs, R, weights_.hc_head, weights_.norm);
+}
+
+float* CudaModel::head_logits(const float* xs, int64_t R, const DeviceHc& hcw, const float* norm) const {
+    const ModelConfig& c = config_;
+    const Stream s = stream_.get();
+    const int64_t D = c.hidden_size, V = c.vocab_size;
     float* hy = workspace_->alloc_n<float>(R * D);
-    float* mix = workspace_->alloc_n<float>(R * (hc + 1));
+    float* mix = workspace_->alloc_n<float>(R * (c.hc_mult + 1));
     const float eps = static_cast<float>(c.rms_norm_eps);
-    hc_head({.x = xs, .fn = weights_.hc_head.fn, .base = weights_.hc_head.base, .scale = weights_.hc_head.scale,
-             .rows = R, .hc = hc, .hidden = D, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps), .y = hy,
-             .round_bf16 = official(), .mix = mix},
+    hc_head({.x = xs, .fn = hcw.fn, .base = hcw.base, .scale = hcw.scale, .rows = R, .hc = c.hc_mult, .hidden = D,
+             .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps), .y = hy, .round_bf16 = official(), .mix = mix},
             s);
-    rms_norm({.x = hy, .weight = weights_.norm, .out = hy, .rows = R, .n = D, .eps = eps, .round_bf16 = official()}, s);
+    rms_norm({.x = hy, .weight = norm, .out = hy, .rows = R, .n = D, .eps = eps, .round_bf16 = official()}, s);
     float* logits = workspace_->alloc_n<float>(R * V);
     if (!project_fast(weights_.head, hy, R, logits, false))
         linear({.x = hy, .x_ld = D, .weight = weights_.head, .y = logits, .y_ld = V, .rows = R}, s);
@@ -666,9 +442,12 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
         decode = decode && n == 1 && !(ch.all_logits && wants(i));
     }
     const int64_t real_rows = static_cast<int64_t>(tokens.size());
+    // MTP-attached sequences: the MTP rows this pass completes (they run eagerly, without a graph).
+    MtpPassPlan mtp_plan;
+    if (weights_.mtp) mtp_plan = mtp_pass_plan(states, chunks);
     // A pure decode step replays the CUDA graph of its (rows, context) bucket; padding rows decode
     // token 0 at position 0 of the scratch sequence (batch invariance: they change no other row).
-    const int64_t bucket = graphs_enabled_ && decode ? graph_bucket(real_rows) : 0;
+    const int64_t bucket = graphs_enabled_ && decode && !mtp_plan.any ? graph_bucket(real_rows) : 0;
     b.graph = bucket > 0 && bucket <= max_rows_;
     if (b.graph) {
         auto* pad = static_cast<DeviceSequenceState*>(&pad_.state());
@@ -727,6 +506,7 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     };
     const size_t o_tok = place(size_t(S) * 4), o_pos = place(size_t(S) * 4), o_rs = place(size_t(S) * 4);
     const size_t o_segs = place(segs.size() * sizeof(DeviceSegment)), o_pick = place(picked.size() * 4);
+    const size_t o_mtp = place(mtp_pass_bytes(mtp_plan));
     const size_t graph_inputs = in_bytes;  // a graph's inputs end here; the draw table follows
     const size_t o_rows = place(size_t(D) * sizeof(SampleRow)), o_lrow = place(size_t(D) * 4);
     if (!pinned_in_ || pinned_in_->nbytes() < in_bytes) pinned_in_ = std::make_unique<PinnedBuffer>(in_bytes * 2);
@@ -738,6 +518,7 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     std::memcpy(pin + o_rs, row_segment.data(), size_t(S) * 4);
     std::memcpy(pin + o_segs, segs.data(), segs.size() * sizeof(DeviceSegment));
     if (!picked.empty()) std::memcpy(pin + o_pick, picked.data(), picked.size() * 4);
+    mtp_pass_pack(mtp_plan, pin + o_mtp);
     auto* rows_h = reinterpret_cast<SampleRow*>(pin + o_rows);
     auto* lrow_h = reinterpret_cast<int32_t*>(pin + o_lrow);
     for (int64_t k = 0; k < D; ++k) {
@@ -755,6 +536,7 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     b.row_segment = reinterpret_cast<const int32_t*>(d_in + o_rs);
     b.all_segments = reinterpret_cast<const DeviceSegment*>(d_in + o_segs);
     b.picked = reinterpret_cast<const int32_t*>(d_in + o_pick);
+    mtp_pass_bind(mtp_plan, d_in + o_mtp, b);
 
     float* logits = nullptr;
     if (b.graph) {
@@ -833,12 +615,17 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     ev_which_ ^= 1;
     ++stats_.forwards;
     workspace_->reset(mark);
+    if (mtp_plan.any) mtp_pass_done(std::span<DeviceSequenceState* const>(states.data(), chunks.size()), chunks);
     for (size_t i = 0; i < chunks.size(); ++i) states[i]->length += static_cast<int64_t>(chunks[i].tokens.size());
     out.tokens = std::move(drawn_tokens);
     return out;
 }
 
-}  // namespace
+}  // namespace deepinfer::cuda::v4
+
+namespace deepinfer::cuda {
+
+using v4::CudaModel;
 
 int select_cuda_model_device(const CudaModelOptions& o) {
     const ExpertExchange* ep = o.expert_exchange;

@@ -132,59 +132,72 @@ DeviceLinear device_linear_like(const LinearWeight& w, const void* weight, const
     return d;
 }
 
+namespace {
+
+DeviceLayer upload_layer(Uploader& up, const LayerWeights& lw, const ModelConfig& config, ExpertRange experts,
+                         bool wo_a_bf16) {
+    DeviceLayer l;
+    l.attention_type = lw.attention_type;
+    l.mlp_type = lw.mlp_type;
+    l.compress_ratio = lw.compress_ratio;
+    l.attn_norm = up.vec(lw.attn_norm);
+    l.ffn_norm = up.vec(lw.ffn_norm);
+    l.hc_attn = up.hc(lw.hc_attn);
+    l.hc_ffn = up.hc(lw.hc_ffn);
+    const AttentionWeights& a = lw.attn;
+    l.q_norm = up.vec(a.q_norm);
+    l.kv_norm = up.vec(a.kv_norm);
+    l.sink = up.vec(a.sink);
+    l.wq_a = up.linear(a.wq_a);
+    l.wq_b = up.linear(a.wq_b);
+    l.wkv = up.linear(a.wkv);
+    l.wo_a = wo_a_bf16 ? up.linear_bf16(a.wo_a) : up.linear(a.wo_a);
+    if (wo_a_bf16 && l.wo_a.kind == WeightKind::kBF16 && config.o_groups > 0) {
+        std::vector<DeviceLinear> groups;
+        for (int64_t g = 0; g < config.o_groups; ++g)
+            groups.push_back(l.wo_a.rows(g * config.o_lora_rank, (g + 1) * config.o_lora_rank));
+        l.wo_a_groups = static_cast<const DeviceLinear*>(up.bytes(groups.data(), groups.size() * sizeof(DeviceLinear)));
+    }
+    l.wo_b = up.linear(a.wo_b);
+    if (a.compressor) l.compressor = up.compressor(*a.compressor);
+    if (a.indexer) {
+        l.indexer_compressor = up.compressor(a.indexer->compressor);
+        l.indexer_wq_b = up.linear(a.indexer->wq_b);
+        l.indexer_weights_proj = up.linear(a.indexer->weights_proj);
+    }
+    l.gate = up.linear(lw.ffn.gate);
+    if (lw.ffn.bias) l.gate_bias = up.vec(*lw.ffn.bias);
+    if (!lw.ffn.tid2eid.empty())
+        l.tid2eid = static_cast<const int32_t*>(up.bytes(lw.ffn.tid2eid.data(), lw.ffn.tid2eid.size() * sizeof(int32_t)));
+    DI_CHECK(static_cast<int64_t>(lw.ffn.experts.size()) == config.n_routed_experts, "layer has ",
+             lw.ffn.experts.size(), " experts, config says ", config.n_routed_experts);
+    const int64_t e1 = experts.end < 0 ? config.n_routed_experts : experts.end;
+    DI_CHECK(experts.begin >= 0 && experts.begin < e1 && e1 <= config.n_routed_experts, "expert range [",
+             experts.begin, ", ", e1, ") of ", config.n_routed_experts, " experts");
+    l.experts = up.experts(std::span<const ExpertWeights>(lw.ffn.experts).subspan(
+        size_t(experts.begin), size_t(e1 - experts.begin)));
+    l.shared_w1 = up.linear(lw.ffn.shared.w1);
+    l.shared_w3 = up.linear(lw.ffn.shared.w3);
+    l.shared_w2 = up.linear(lw.ffn.shared.w2);
+    return l;
+}
+
+}  // namespace
+
 DeviceWeights upload_weights(const ModelWeights& w, const ModelConfig& config, const UploadOptions& options) {
-    const ExpertRange& experts = options.experts;
     DeviceWeights d;
     Uploader up(d);
     d.embed = up.linear(w.embed);
     d.head = up.linear(w.head);
     d.norm = up.vec(w.norm);
     d.hc_head = up.hc(w.hc_head);
-    for (const LayerWeights& lw : w.layers) {
-        DeviceLayer l;
-        l.attention_type = lw.attention_type;
-        l.mlp_type = lw.mlp_type;
-        l.compress_ratio = lw.compress_ratio;
-        l.attn_norm = up.vec(lw.attn_norm);
-        l.ffn_norm = up.vec(lw.ffn_norm);
-        l.hc_attn = up.hc(lw.hc_attn);
-        l.hc_ffn = up.hc(lw.hc_ffn);
-        const AttentionWeights& a = lw.attn;
-        l.q_norm = up.vec(a.q_norm);
-        l.kv_norm = up.vec(a.kv_norm);
-        l.sink = up.vec(a.sink);
-        l.wq_a = up.linear(a.wq_a);
-        l.wq_b = up.linear(a.wq_b);
-        l.wkv = up.linear(a.wkv);
-        l.wo_a = options.wo_a_bf16 ? up.linear_bf16(a.wo_a) : up.linear(a.wo_a);
-        if (options.wo_a_bf16 && l.wo_a.kind == WeightKind::kBF16 && config.o_groups > 0) {
-            std::vector<DeviceLinear> groups;
-            for (int64_t g = 0; g < config.o_groups; ++g)
-                groups.push_back(l.wo_a.rows(g * config.o_lora_rank, (g + 1) * config.o_lora_rank));
-            l.wo_a_groups = static_cast<const DeviceLinear*>(up.bytes(groups.data(), groups.size() * sizeof(DeviceLinear)));
-        }
-        l.wo_b = up.linear(a.wo_b);
-        if (a.compressor) l.compressor = up.compressor(*a.compressor);
-        if (a.indexer) {
-            l.indexer_compressor = up.compressor(a.indexer->compressor);
-            l.indexer_wq_b = up.linear(a.indexer->wq_b);
-            l.indexer_weights_proj = up.linear(a.indexer->weights_proj);
-        }
-        l.gate = up.linear(lw.ffn.gate);
-        if (lw.ffn.bias) l.gate_bias = up.vec(*lw.ffn.bias);
-        if (!lw.ffn.tid2eid.empty())
-            l.tid2eid = static_cast<const int32_t*>(up.bytes(lw.ffn.tid2eid.data(), lw.ffn.tid2eid.size() * sizeof(int32_t)));
-        DI_CHECK(static_cast<int64_t>(lw.ffn.experts.size()) == config.n_routed_experts, "layer has ",
-                 lw.ffn.experts.size(), " experts, config says ", config.n_routed_experts);
-        const int64_t e1 = experts.end < 0 ? config.n_routed_experts : experts.end;
-        DI_CHECK(experts.begin >= 0 && experts.begin < e1 && e1 <= config.n_routed_experts, "expert range [",
-                 experts.begin, ", ", e1, ") of ", config.n_routed_experts, " experts");
-        l.experts = up.experts(std::span<const ExpertWeights>(lw.ffn.experts).subspan(
-            size_t(experts.begin), size_t(e1 - experts.begin)));
-        l.shared_w1 = up.linear(lw.ffn.shared.w1);
-        l.shared_w3 = up.linear(lw.ffn.shared.w3);
-        l.shared_w2 = up.linear(lw.ffn.shared.w2);
-        d.layers.push_back(std::move(l));
+    for (const LayerWeights& lw : w.layers)
+        d.layers.push_back(upload_layer(up, lw, config, options.experts, options.wo_a_bf16));
+    if (options.with_mtp && !w.mtp.empty()) {
+        const MtpWeights& m = w.mtp.front();
+        d.mtp = DeviceMtp{.e_proj = up.linear(m.e_proj), .h_proj = up.linear(m.h_proj), .enorm = up.vec(m.enorm),
+                          .hnorm = up.vec(m.hnorm), .norm = up.vec(m.norm), .hc_head = up.hc(m.hc_head),
+                          .block = upload_layer(up, m.block, config, {}, options.wo_a_bf16)};
     }
     return d;
 }

@@ -57,11 +57,23 @@ struct DeviceLayer {
     DeviceLinear shared_w1, shared_w3, shared_w2;
 };
 
+// The V4-Flash preview's MTP block (speculative-decoding.md §5): its own input projections and norms,
+// a sliding-window layer, and its own HC head and final norm (embedding and LM head are the target's).
+struct DeviceMtp {
+    DeviceLinear e_proj, h_proj;  // [D, D]
+    const float* enorm = nullptr;
+    const float* hnorm = nullptr;
+    const float* norm = nullptr;
+    DeviceHc hc_head;
+    DeviceLayer block;
+};
+
 struct DeviceWeights {
     DeviceLinear embed, head;
     const float* norm = nullptr;
     DeviceHc hc_head;
     std::vector<DeviceLayer> layers;
+    std::optional<DeviceMtp> mtp;  // the first MTP block, when the checkpoint has one and it was asked for
     size_t bytes = 0;
     std::vector<std::unique_ptr<DeviceBuffer>> storage;  // owns every allocation above
 };
@@ -73,13 +85,15 @@ struct ExpertRange {
 };
 
 // Copies every weight the forward uses to the device (synchronously); of the routed experts, those
-// of `experts` only (DeviceExperts then index them from 0).
+// of `upload.experts` only (DeviceExperts then index them from 0); the MTP block (all its experts) when
+// `with_mtp` and the checkpoint has one.
 // What the upload may convert for the kernels that will use the weights.
 struct UploadOptions {
     ExpertRange experts;
     // wo_a stored as FP8 with power-of-two block scales is uploaded dequantized to bf16 (exact: e4m3 times a
     // power of two has 4 significant bits), as the reference does at load, for the tensor-core bf16 GEMM.
     bool wo_a_bf16 = false;
+    bool with_mtp = false;  // also the first MTP block (speculative decoding, cuda_mtp.cpp)
 };
 
 DeviceWeights upload_weights(const ModelWeights& w, const ModelConfig& config, const UploadOptions& options = {});

@@ -1,0 +1,324 @@
+// SPDX-License-Identifier: Apache-2.0
+// CudaModel's declaration, shared by its translation units: cuda_model.cpp (load, the batch, the
+// layers, the head, sampling) and cuda_mtp.cpp (the MTP block: its rows in every target pass of an
+// attached sequence, and drafting, cuda_mtp_drafter.h).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/model/cuda_model.h"
+#include "backends/cuda/model/cuda_weights.h"
+#include "backends/cuda/model/expert_exchange.h"
+#include "backends/cuda/model/rope_tables.h"
+#include "backends/cpu/primitives.h"
+#include "deepinfer/check.h"
+#include "deepinfer/checkpoint.h"
+#include "deepinfer/drafter.h"
+#include "model/state.h"
+#include "model/weights.h"
+
+namespace deepinfer::cuda::v4 {
+
+// ---- Per-sequence device state ------------------------------------------------------------------
+
+struct LayerBuffers {
+    std::unique_ptr<DeviceBuffer> window, comp_kv, comp_gate, comp_entries, idx_kv, idx_gate, idx_entries;
+};
+
+// Rows of the target's final HC streams an MTP-attached sequence keeps (a position-keyed ring): a
+// verify pass commits at least its first row and at most 17 rows are ever rolled back to, so the row
+// of the last committed position is always among the last 32 written.
+inline constexpr int64_t kMtpTapRows = 32;
+
+// What an MTP-attached sequence keeps on the device (cuda_mtp.cpp, speculative-decoding.md §5, §7.3):
+// the MTP block's sliding-window ring (position p in slot p % (sliding_window + kRingHeadroom)) and
+// the final HC streams of the target's last rows (position p in slot p % kMtpTapRows). Rows written
+// for positions that are later rolled back are overwritten before any read: nothing is undone.
+struct DeviceMtpState {
+    std::unique_ptr<DeviceBuffer> window;  // [sliding_window + kRingHeadroom, head_dim] f32
+    std::unique_ptr<DeviceBuffer> taps;    // [kMtpTapRows, hc * D] f32
+    int64_t taps_first = 0, taps_end = 0;  // positions [taps_first, taps_end) whose streams the ring holds
+};
+
+// One sequence's state of every layer in device memory (sizes fixed at creation: no allocation
+// while the sequence runs). Position-keyed like the CPU state, so truncate() needs no device work:
+// entries past the new length are simply no longer visible, ring rows are overwritten before use.
+class DeviceSequenceState final : public SequenceState {
+public:
+    std::vector<LayerBuffers> layers;
+    std::optional<DeviceMtpState> mtp;  // attached to the MTP drafter
+    size_t nbytes = 0;
+    int64_t length = 0;  // tokens consumed
+    int device = 0;      // where the buffers live
+
+    int64_t num_tokens() const override { return length; }
+    void truncate(int64_t n) override {
+        DI_CHECK(n >= 0 && n <= length, "truncate to ", n, " tokens of a sequence of ", length);
+        length = n;
+        if (mtp) mtp->taps_end = std::min(mtp->taps_end, n);  // rolled-back rows' streams are stale
+    }
+    size_t unshared_bytes() const override { return nbytes; }  // copies are deep (no shared pages)
+    std::unique_ptr<SequenceState> clone() const override {
+        set_current_device(device);
+        auto c = std::make_unique<DeviceSequenceState>();
+        c->device = device;
+        auto dup = [&](const std::unique_ptr<DeviceBuffer>& b) -> std::unique_ptr<DeviceBuffer> {
+            if (!b) return nullptr;
+            auto n = std::make_unique<DeviceBuffer>(b->nbytes());
+            copy_on_device(n->data(), b->data(), b->nbytes(), Stream{});
+            return n;
+        };
+        for (const LayerBuffers& l : layers)
+            c->layers.push_back({dup(l.window), dup(l.comp_kv), dup(l.comp_gate), dup(l.comp_entries), dup(l.idx_kv),
+                                 dup(l.idx_gate), dup(l.idx_entries)});
+        if (mtp) c->mtp = DeviceMtpState{dup(mtp->window), dup(mtp->taps), mtp->taps_first, mtp->taps_end};
+        c->nbytes = nbytes;
+        c->length = length;
+        synchronize_stream(Stream{});  // the legacy stream only: a forward in flight on the model stream goes on
+        return c;
+    }
+    size_t bytes() const override { return nbytes; }
+};
+
+inline float* fptr(const std::unique_ptr<DeviceBuffer>& b) { return b ? static_cast<float*>(b->data()) : nullptr; }
+
+inline bool quantized(const DeviceLinear& w) { return w.kind == WeightKind::kFp8Block || w.kind == WeightKind::kFp4; }
+
+inline ScoringFunc scoring_of(const std::string& name) {
+    if (name == "sqrtsoftplus") return ScoringFunc::kSqrtSoftplus;
+    if (name == "sigmoid") return ScoringFunc::kSigmoid;
+    if (name == "softmax") return ScoringFunc::kSoftmax;
+    DI_THROW("unsupported scoring_func '", name, "'");
+}
+
+// ---- The model ----------------------------------------------------------------------------------
+
+// Padded batch sizes of decode steps that replay a CUDA graph (a step of S sequences runs the graph
+// of the smallest bucket >= S; padding rows decode token 0 at position 0 of a scratch sequence).
+constexpr int64_t kGraphBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512};
+inline int64_t graph_bucket(int64_t rows) {
+    for (int64_t b : kGraphBuckets)
+        if (b >= rows) return b;
+    return 0;
+}
+// Context bucket of a graph: the sizes that depend on the longest sequence (indexer scores,
+// attention candidates) are taken for the next power of two of (largest position + 1), at least 256.
+inline int64_t context_bucket(int64_t positions, int64_t max_len) {
+    int64_t b = 256;
+    while (b < positions) b *= 2;
+    return std::min(b, max_len);
+}
+
+inline size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
+
+class CudaModel final : public Model {
+public:
+    CudaModel(std::unique_ptr<Checkpoint> ckpt, Numerics numerics, const ModelOptions& mo, const CudaModelOptions& o)
+        : device_(select_device(o)),
+          checkpoint_(std::move(ckpt)),
+          config_(checkpoint_->config()),
+          info_{"deepseek_v4", config_.vocab_size, config_.eos_token_ids, config_.max_position_embeddings},
+          numerics_(numerics),
+          max_len_(o.max_model_len > 0 ? o.max_model_len : std::min<int64_t>(config_.max_position_embeddings, 65536)),
+          fast_(o.gemm == GemmMode::kFast),
+          max_seqs_(std::max<int64_t>(1, mo.max_num_seqs)),
+          max_rows_(std::max({int64_t{1}, mo.max_batch_tokens, graph_bucket(max_seqs_)})),
+          ep_(o.expert_exchange),
+          ep_rank_(o.expert_rank),
+          graphs_enabled_(mo.cuda_graphs && o.expert_exchange == nullptr) {
+        DI_CHECK(!fast_ || fast_fp8_available(), "fast GEMM mode needs FP8 tensor cores (compute capability 8.9+)");
+        UploadOptions upload;
+        upload.wo_a_bf16 = fast_;  // the tensor-core wo_a takes bf16 weights
+        upload.with_mtp = ep_ == nullptr;  // the MTP drafter runs on one GPU only
+        ExpertRange& experts = upload.experts;
+        if (ep_) {
+            const int64_t G = ep_->ranks(), E = config_.n_routed_experts;
+            DI_CHECK(E % G == 0, "expert parallelism over ", G, " GPUs: the model's ", E,
+                     " routed experts do not divide evenly (use a GPU count that divides ", E, ")");
+            experts = {ep_rank_ * (E / G), (ep_rank_ + 1) * (E / G)};
+        }
+        const ModelWeights host = load_model_weights(*checkpoint_, config_);
+        weights_ = upload_weights(host, config_, upload);
+        if (weights_.mtp) mtp_drafter_ = make_mtp_drafter();
+        cpu::RopeTable main(config_.rope_main, config_.qk_rope_head_dim), comp(config_.rope_compress, config_.qk_rope_head_dim);
+        rope_main_ = upload_floats(rope_cos_sin(main, max_len_));
+        rope_comp_ = upload_floats(rope_cos_sin(comp, max_len_));
+        // The workspace: the given size, else the largest forward the limits allow (every row a
+        // logits row, every sequence at max_model_len, a full group of device draws).
+        workspace_ = std::make_unique<DeviceArena>(
+            o.workspace_bytes ? o.workspace_bytes : workspace_need(max_rows_, max_rows_, max_rows_, max_len_, max_seqs_));
+        pad_ = new_sequence();  // the padding rows of graph steps write here
+        state_bytes_ = pad_.state_bytes();
+        // The CPU weights view the checkpoint mapping; the device has its own copies now.
+    }
+
+    const ModelInfo& info() const override { return info_; }
+    const ModelConfig& config() const { return config_; }
+    int64_t max_len() const { return max_len_; }
+    Numerics numerics() const override { return numerics_; }
+    // Device state is allocated whole when a sequence is created (capacity max_model_len).
+    uint64_t estimate_state_bytes(int64_t, uint64_t) const override { return state_bytes_; }
+    Sequence new_sequence() const override { return new_sequence(nullptr); }
+    Sequence new_sequence(std::shared_ptr<StatePool>) const override;
+    std::vector<float> forward(Sequence& seq, std::span<const int32_t> tokens, bool all_logits) const override {
+        SequenceChunk chunk{&seq, tokens, all_logits};
+        return std::move(forward_batch(std::span<const SequenceChunk>(&chunk, 1))[0]);
+    }
+    std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const override {
+        return forward_sampled(chunks, {}, {}).logits;
+    }
+    bool can_sample_on_device(const DeviceDraw& d) const override { return sample_supported(sample_row(d)); }
+    // The MTP drafter (cuda_mtp_drafter.h) when the checkpoint has an MTP block (one GPU only).
+    const Drafter* drafter() const override { return mtp_drafter_.get(); }
+    // MTP drafting (cuda_mtp.cpp): attaches a new sequence; the device bytes that adds; k drafts per request.
+    void mtp_attach(Sequence& sequence) const;
+    uint64_t mtp_state_bytes() const;
+    std::vector<Draft> mtp_draft(std::span<const DraftRequest> requests) const;
+    ForwardOutputs forward_sampled(std::span<const SequenceChunk> chunks, std::span<const uint8_t> want_logits,
+                                   std::span<const DeviceDraw> draws) const override;
+
+    CudaModelStats stats() const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        CudaModelStats st = stats_;
+        st.workspace_bytes = workspace_->capacity();
+        st.workspace_high_water = workspace_->high_water();
+        st.workspace_need_max = workspace_need(max_rows_, max_rows_, max_rows_, max_len_, max_seqs_);
+        return st;
+    }
+    void reset_stats() const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stats_ = {};
+        have_prev_end_ = false;
+    }
+    size_t workspace_bound(int64_t rows, int64_t segments, int64_t logit_rows, int64_t positions, int64_t draws) const {
+        return workspace_need(rows, segments, logit_rows, positions, draws);
+    }
+
+private:
+    struct Batch;
+    struct MtpPassPlan;
+    struct GraphEntry {
+        std::unique_ptr<CudaGraph> graph;
+        float* logits = nullptr;  // where the replay leaves the logits
+        size_t start = 0, end = 0;  // the arena range the captured work uses
+    };
+    static SampleRow sample_row(const DeviceDraw& d) {
+        return {.seed = d.seed, .stream = d.stream, .counter = d.counter, .temperature = d.temperature,
+                .top_k = static_cast<int32_t>(std::min<int64_t>(d.top_k, int64_t{1} << 30)), .top_p = d.top_p,
+                .min_p = d.min_p};
+    }
+    const float* upload_floats(const std::vector<float>& v) {
+        auto buf = std::make_unique<DeviceBuffer>(v.size() * sizeof(float));
+        buf->copy_from_host(v.data(), buf->nbytes());
+        const float* p = static_cast<const float*>(buf->data());
+        tables_.push_back(std::move(buf));
+        return p;
+    }
+    bool official() const { return numerics_ == Numerics::kOfficial; }
+    // Upper bound of the workspace one forward takes: S rows in N sequences, R rows of logits,
+    // positions below P, D device draws per sampling launch.
+    size_t workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int64_t D) const;
+    // y[rows, out] = x · Wᵀ with the numerics' rounding points (official: act_quant before FP8/FP4).
+    void project(const DeviceLinear& w, const float* x, int64_t rows, float* y) const;
+    // The fast (tensor-core) form of project() for a supported weight; returns false otherwise.
+    bool project_fast(const DeviceLinear& w, const float* x, int64_t rows, float* y, bool round_bf16) const;
+    void run_layer(const DeviceLayer& lw, const Batch& b, float*& x, float*& y) const;
+    void attention(const DeviceLayer& lw, const Batch& b, const float* a, float* out) const;
+    void moe(const DeviceLayer& lw, const Batch& b, const float* a, float* out) const;
+    // Embedding -> layers -> head over a batch whose inputs are on the device; returns the logits
+    // [b.num_picked, vocab] (arena memory, valid until the forward resets the arena; null without
+    // picked rows). Enqueues only: no allocation, no host synchronization, so a graph can capture it.
+    float* compute(const Batch& b) const;
+    // Logits [rows, vocab] (arena) of final streams xs [rows, hc, D] through `hc` head, `norm` and the LM head.
+    float* head_logits(const float* xs, int64_t rows, const DeviceHc& hc, const float* norm) const;
+
+    // ---- MTP (cuda_mtp.cpp) ----
+    std::unique_ptr<Drafter> make_mtp_drafter() const;
+    // The MTP rows of a target pass over `states` (real chunks, in order): every attached sequence's
+    // rows whose next token this pass learns, and its tap-ring writes.
+    MtpPassPlan mtp_pass_plan(std::span<DeviceSequenceState* const> states, std::span<const SequenceChunk> chunks) const;
+    static size_t mtp_pass_bytes(const MtpPassPlan& plan);                        // packed input size
+    static void mtp_pass_pack(const MtpPassPlan& plan, uint8_t* host);             // into pinned memory
+    static void mtp_pass_bind(const MtpPassPlan& plan, const uint8_t* device, Batch& b);  // the copy's device pointers
+    // After the layers of compute(): the pass's MTP rows (from the streams x [b.rows, hc, D]) and tap writes.
+    void run_mtp_pass(const Batch& b, const float* x) const;
+    // Host bookkeeping of the tap rings once the pass has run (before lengths advance).
+    static void mtp_pass_done(std::span<DeviceSequenceState* const> states, std::span<const SequenceChunk> chunks);
+    // The MTP block over the rows of `mb` (one segment per run of a sequence's consecutive positions):
+    // hidden streams h [rows, hc, D] of positions p and the tokens at p+1 (mb.tokens). Returns the
+    // block's output streams [rows, hc, D] (arena).
+    float* mtp_block(const Batch& mb, const float* h) const;
+
+    // The CUDA device, made the current device first (the stream, events, weights and buffers below
+    // are created there) and again by every forward (for its calling thread).
+    static int select_device(const CudaModelOptions& o) { return select_cuda_model_device(o); }
+    int device_;
+    std::unique_ptr<Checkpoint> checkpoint_;
+    ModelConfig config_;
+    ModelInfo info_;
+    Numerics numerics_;
+    int64_t max_len_;
+    bool fast_ = false;  // CudaModelOptions::gemm == kFast
+    int64_t max_seqs_, max_rows_;  // the limits the workspace is sized for
+    ExpertExchange* ep_ = nullptr;  // expert parallelism: the exchange (not owned), else null
+    int64_t ep_rank_ = 0;
+    uint64_t state_bytes_ = 0;
+    DeviceWeights weights_;
+    std::vector<std::unique_ptr<DeviceBuffer>> tables_;
+    const float* rope_main_ = nullptr;
+    const float* rope_comp_ = nullptr;
+    OwnedStream stream_;
+    std::unique_ptr<DeviceArena> workspace_;
+    mutable std::mutex mutex_;  // one forward at a time (the workspace and stream are shared)
+    // Guarded by mutex_:
+    mutable bool graphs_enabled_;  // turned off for good if a capture fails
+    mutable Sequence pad_{nullptr};  // the scratch sequence of padding rows
+    mutable std::map<std::pair<int64_t, int64_t>, GraphEntry> graphs_;  // by (rows, context) bucket
+    mutable std::unique_ptr<PinnedBuffer> pinned_in_, pinned_out_;
+    mutable DeviceEvent ev_start_, ev_end_[2];
+    mutable int ev_which_ = 0;
+    mutable bool have_prev_end_ = false;
+    mutable CudaModelStats stats_;
+    std::unique_ptr<Drafter> mtp_drafter_;  // set when weights_.mtp
+};
+
+struct CudaModel::Batch {
+    int64_t rows = 0, num_segments = 0, max_rows = 0;
+    const int32_t* tokens = nullptr;       // [rows] device
+    const int32_t* positions = nullptr;    // [rows] device
+    const int32_t* row_segment = nullptr;  // [rows] device
+    const DeviceSegment* all_segments = nullptr;  // [layers, num_segments] (device)
+    const DeviceSegment* segments = nullptr;      // [num_segments] of the current layer (device)
+    const int32_t* picked = nullptr;  // [num_picked] rows whose logits are computed (device)
+    int64_t num_picked = 0;
+    std::vector<int64_t> first_position, num_rows;  // host copies per segment
+    int64_t max_position = 0;                       // largest position in the batch (graphs: of the bucket)
+    bool graph = false;  // sizes from the buckets, so the captured work serves every step of its bucket
+    // The pass's MTP rows (device inputs bound by mtp_pass_bind; null: none).
+    const MtpPassPlan* mtp = nullptr;
+    const int32_t *mtp_tokens = nullptr, *mtp_positions = nullptr, *mtp_row_segment = nullptr, *mtp_src_row = nullptr;
+    const float* const* mtp_src_ptr = nullptr;  // [mtp rows]
+    float* const* mtp_tap_dst = nullptr;        // [rows]
+    const DeviceSegment* mtp_segments = nullptr;
+};
+
+// The MTP rows of one target pass, built on the host (cuda_mtp.cpp).
+struct CudaModel::MtpPassPlan {
+    bool any = false;  // some chunk's sequence is attached
+    std::vector<int32_t> tokens, positions, row_segment, src_row;  // [M]: the token at p+1, p, segment, pass row of h_p (-1: ring)
+    std::vector<const float*> src_ptr;                              // [M]: the tap-ring row of h_p, or null
+    std::vector<DeviceSegment> segments;                            // one per attached chunk with MTP rows
+    std::vector<int64_t> first_position, num_rows;
+    std::vector<float*> tap_dst;  // [pass rows]: the ring row each pass row's streams go to, or null
+    int64_t max_rows = 0, max_position = 0;
+};
+
+}  // namespace deepinfer::cuda::v4

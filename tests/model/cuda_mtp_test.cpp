@@ -1,0 +1,277 @@
+// SPDX-License-Identifier: Apache-2.0
+// The MTP drafter of CudaModel against the CPU MtpDrafter on the tiny MTP fixture (exact and official
+// numerics, reference GEMMs): drafts, draft distributions and confidences bit-identical after chunked
+// prefills, after verify passes rolled back by different amounts, and from a forked sequence; then the
+// offline engine on the GPU with speculation: greedy output token-identical to no speculation (several
+// draft lengths, scheduler on and off, batched with neighbours), whole blocks accepted or rejected
+// (rollback of the CUDA sequence state), and sampled output equal to the CPU engine's speculative run
+// with the same seeds. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/model/cuda_model.h"
+#include "deepinfer/drafter.h"
+#include "deepinfer/engine.h"
+#include "engine/spec_test_util.h"
+#include "model/forward.h"
+#include "unit/fixtures.h"
+
+namespace deepinfer {
+namespace {
+
+ModelOptions numerics(Numerics n) {
+    ModelOptions o;
+    o.numerics_from_checkpoint = false;
+    o.numerics = n;
+    return o;
+}
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, int64_t n, int64_t vocab) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int32_t& x : t) x = static_cast<int32_t>(rng() % uint32_t(vocab));
+    return t;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+// The same sequences on the CPU model and the GPU model, driven in lockstep.
+struct Pair {
+    std::vector<Sequence> cpu, gpu;
+};
+
+class CudaMtp : public ::testing::TestWithParam<Numerics> {
+protected:
+    void SetUp() override {
+        if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+        const std::string dir = test::data_path("models/v4_tiny_a_mtp");
+        cpu_ = load_v4_model(dir, numerics(GetParam()));
+        gpu_ = cuda::load_cuda_model(dir, numerics(GetParam()));
+        ASSERT_NE(cpu_->drafter(), nullptr);
+        ASSERT_NE(gpu_->drafter(), nullptr);
+        EXPECT_EQ(gpu_->drafter()->method(), "mtp");
+        EXPECT_EQ(gpu_->drafter()->max_drafts(), cpu_->drafter()->max_drafts());
+    }
+    // One batched forward of `chunks[i]` for sequence i on both models; logits of every row equal.
+    void forward(Pair& p, const std::vector<std::vector<int32_t>>& chunks, bool all_logits) {
+        std::vector<SequenceChunk> c, g;
+        for (size_t i = 0; i < chunks.size(); ++i) {
+            if (chunks[i].empty()) continue;
+            c.push_back({&p.cpu[i], chunks[i], all_logits, {}});
+            g.push_back({&p.gpu[i], chunks[i], all_logits, {}});
+        }
+        const auto lc = cpu_->forward_batch(c);
+        const auto lg = gpu_->forward_batch(g);
+        ASSERT_EQ(lc.size(), lg.size());
+        for (size_t i = 0; i < lc.size(); ++i) EXPECT_TRUE(same_bits(lc[i], lg[i])) << "chunk " << i;
+    }
+    // Drafts on both models for every sequence; tokens, probs and confidences bit-identical. Returns them.
+    std::vector<Draft> draft(Pair& p, const std::vector<int32_t>& anchors, const std::vector<int64_t>& counts,
+                             const std::vector<double>& temps, const std::vector<std::vector<double>>& uniforms,
+                             const std::string& what) {
+        std::vector<DraftRequest> rc, rg;
+        for (size_t i = 0; i < anchors.size(); ++i) {
+            rc.push_back({&p.cpu[i], anchors[i], counts[i], temps[i], uniforms[i]});
+            rg.push_back({&p.gpu[i], anchors[i], counts[i], temps[i], uniforms[i]});
+        }
+        const std::vector<Draft> dc = cpu_->drafter()->draft(rc), dg = gpu_->drafter()->draft(rg);
+        EXPECT_EQ(dc.size(), dg.size());
+        for (size_t i = 0; i < dc.size() && i < dg.size(); ++i) {
+            EXPECT_EQ(dc[i].tokens, dg[i].tokens) << what << " request " << i;
+            EXPECT_EQ(int64_t(dg[i].tokens.size()), counts[i]) << what;
+            EXPECT_TRUE(same_bits(dc[i].probs, dg[i].probs)) << what << " request " << i << " (probs " << dc[i].probs.size()
+                                                             << " vs " << dg[i].probs.size() << ")";
+            EXPECT_TRUE(same_bits(dc[i].confidence, dg[i].confidence)) << what << " request " << i;
+        }
+        return dg;
+    }
+    std::unique_ptr<Model> cpu_, gpu_;
+};
+
+TEST_P(CudaMtp, DraftsEqualTheCpuDrafterThroughPrefillVerifyAndRollback) {
+    const int64_t V = cpu_->info().vocab_size;
+    std::mt19937 rng(7);
+    Pair p;
+    for (int i = 0; i < 3; ++i) {
+        p.cpu.push_back(cpu_->new_sequence());
+        p.gpu.push_back(gpu_->new_sequence());
+        cpu_->drafter()->attach(p.cpu.back());
+        gpu_->drafter()->attach(p.gpu.back());
+    }
+    // Prompts of 5, 23 and 70 tokens (the last in chunks of 9, 40 and 21: chunks longer than the tap ring).
+    std::vector<std::vector<int32_t>> prompts = {random_tokens(rng, 5, V), random_tokens(rng, 23, V),
+                                                 random_tokens(rng, 70, V)};
+    forward(p, {prompts[0], prompts[1], {prompts[2].begin(), prompts[2].begin() + 9}}, false);
+    forward(p, {{}, {}, {prompts[2].begin() + 9, prompts[2].begin() + 49}}, false);
+    forward(p, {{}, {}, {prompts[2].begin() + 49, prompts[2].end()}}, false);
+    std::uniform_real_distribution<double> u01(0.0, 1.0);
+    auto uniforms = [&](int64_t n) {
+        std::vector<double> u(static_cast<size_t>(n));
+        for (double& x : u) x = u01(rng);
+        return u;
+    };
+    // Rounds of draft -> verify pass over [anchor, drafts] -> rollback to a different accepted count.
+    std::vector<int32_t> anchors = random_tokens(rng, 3, V);
+    for (int round = 0; round < 4; ++round) {
+        const std::vector<int64_t> counts = {5 + round, 2, 16 - 3 * round};
+        const std::vector<double> temps = {0.0, 0.8, 1.3};
+        const std::vector<std::vector<double>> u = {{}, uniforms(counts[1]), uniforms(counts[2])};
+        const std::vector<Draft> d = draft(p, anchors, counts, temps, u, "round " + std::to_string(round));
+        std::vector<std::vector<int32_t>> verify;
+        for (size_t i = 0; i < 3; ++i) {
+            std::vector<int32_t> rows = {anchors[i]};
+            rows.insert(rows.end(), d[i].tokens.begin(), d[i].tokens.end());
+            verify.push_back(rows);
+        }
+        forward(p, verify, true);
+        // Accept none, some, all (rotating), then a new anchor.
+        for (size_t i = 0; i < 3; ++i) {
+            const int64_t n = static_cast<int64_t>(verify[i].size()), before = p.cpu[i].num_tokens() - n;
+            const int64_t accepted = (int64_t(i) + round) % 3 == 0 ? 0 : (int64_t(i) + round) % 3 == 1 ? n / 2 : n - 1;
+            p.cpu[i].truncate(before + 1 + accepted);
+            p.gpu[i].truncate(before + 1 + accepted);
+            anchors[i] = static_cast<int32_t>(rng() % uint32_t(V));
+        }
+    }
+    // A fork drafts as its original.
+    Pair f;
+    f.cpu.push_back(p.cpu[1].fork());
+    f.gpu.push_back(p.gpu[1].fork());
+    draft(f, {anchors[1]}, {4}, {0.9}, {uniforms(4)}, "fork");
+}
+
+INSTANTIATE_TEST_SUITE_P(CudaMtp, CudaMtp, ::testing::Values(Numerics::kExact, Numerics::kOfficial),
+                         [](const ::testing::TestParamInfo<Numerics>& p) { return std::string(numerics_name(p.param)); });
+
+// ---- The engine on the GPU with MTP speculation ---------------------------------------------------
+
+class CudaMtpEngine : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+        const std::string dir = test::data_path("models/v4_tiny_a_mtp");
+        cpu_ = std::shared_ptr<const Model>(load_v4_model(dir, numerics(Numerics::kExact)));
+        gpu_ = std::shared_ptr<const Model>(cuda::load_cuda_model(dir, numerics(Numerics::kExact)));
+    }
+    static EngineConfig spec(int64_t k, bool scheduler, bool async) {
+        EngineConfig c;
+        c.speculative_method = "mtp";
+        c.num_speculative_tokens = k;
+        c.speculative_scheduler = scheduler;
+        c.async_scheduling = async;
+        c.max_prefill_chunk = 32;
+        return c;
+    }
+    std::shared_ptr<const Model> cpu_, gpu_;
+};
+
+TEST_F(CudaMtpEngine, GreedyIsTokenIdenticalToNoSpeculation) {
+    const int64_t V = gpu_->info().vocab_size;
+    std::mt19937 rng(21);
+    test::Requests reqs;
+    for (int i = 0; i < 6; ++i) {
+        SamplingParams sp = test::greedy(10 + 3 * i);
+        if (i == 2) sp.repetition_penalty = 1.3;  // penalties count the accepted drafts of a step
+        reqs.emplace_back("g" + std::to_string(i), random_tokens(rng, 3 + int64_t(rng() % 60), V), sp);
+    }
+    SamplingParams hot;  // a sampled neighbour
+    hot.temperature = 1.0;
+    hot.max_tokens = 9;
+    hot.ignore_eos = true;
+    hot.seed = 3;
+    reqs.emplace_back("hot", random_tokens(rng, 17, V), hot);
+    const test::RunResult plain = test::run(gpu_, {}, reqs);
+    const test::RunResult cpu_plain = test::run(cpu_, {}, reqs);
+    for (const auto& [id, prompt, sp] : reqs)
+        EXPECT_EQ(plain.outputs.at(id).completions.at(0).token_ids, cpu_plain.outputs.at(id).completions.at(0).token_ids) << id;
+    for (int64_t k : {1, 3, 7}) {
+        for (bool sched : {false, true}) {
+            for (bool async : {false, true}) {
+                for (size_t batch : {size_t{1}, reqs.size()}) {
+                    const test::Requests sub(reqs.begin(), reqs.begin() + std::ptrdiff_t(batch));
+                    const test::RunResult r = test::run(gpu_, spec(k, sched, async), sub);
+                    const std::string what = "k=" + std::to_string(k) + " scheduler=" + std::to_string(sched) +
+                                             " async=" + std::to_string(async) + " batch=" + std::to_string(batch);
+                    for (const auto& [id, prompt, sp] : sub) {
+                        if (sp.temperature > 0) continue;
+                        EXPECT_EQ(plain.outputs.at(id).completions.at(0).token_ids,
+                                  r.outputs.at(id).completions.at(0).token_ids)
+                            << what << " " << id;
+                    }
+                    if (!sched) {
+                        EXPECT_GT(r.metrics.spec_draft_tokens, 0) << what;
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST_F(CudaMtpEngine, WholeBlocksAcceptedOrRejectedRollBackTheDeviceState) {
+    // Drafts from a table of the target's own greedy output (all accepted) or off by one (all
+    // rejected); the long prompt crosses ratio-4 and ratio-128 group boundaries inside verify passes.
+    const int64_t V = gpu_->info().vocab_size;
+    std::mt19937 rng(5);
+    const test::Requests reqs = {{"short", random_tokens(rng, 6, V), test::greedy(20)},
+                                 {"long", random_tokens(rng, 150, V), test::greedy(24)}};
+    const test::RunResult plain = test::run(gpu_, {}, reqs);
+    std::map<int64_t, int32_t> table;
+    for (const auto& [id, prompt, sp] : reqs) {
+        const auto& toks = plain.outputs.at(id).completions.at(0).token_ids;
+        for (size_t i = 0; i < toks.size(); ++i) table[static_cast<int64_t>(prompt.size() + i)] = toks[i];
+    }
+    for (bool corrupt : {false, true}) {
+        for (int64_t k : {1, 3, 8}) {
+            auto drafter = std::make_shared<test::TableDrafter>(table, V, corrupt);
+            const test::RunResult r = test::run(gpu_, spec(k, false, false), reqs, drafter);
+            for (const auto& [id, prompt, sp] : reqs)
+                EXPECT_EQ(plain.outputs.at(id).completions.at(0).token_ids, r.outputs.at(id).completions.at(0).token_ids)
+                    << "corrupt=" << corrupt << " k=" << k << " " << id;
+            if (corrupt) {
+                EXPECT_EQ(r.metrics.spec_accepted_tokens, 0);
+            } else {
+                EXPECT_EQ(r.metrics.spec_accepted_tokens, r.metrics.spec_draft_tokens);
+                EXPECT_LT(r.metrics.steps, plain.metrics.steps);
+            }
+        }
+    }
+}
+
+TEST_F(CudaMtpEngine, SampledOutputEqualsTheCpuEnginesSpeculativeRun) {
+    const int64_t V = gpu_->info().vocab_size;
+    std::mt19937 rng(9);
+    test::Requests reqs;
+    for (int i = 0; i < 8; ++i) {
+        SamplingParams sp;
+        sp.temperature = i % 2 ? 0.7 : 1.2;
+        if (i == 3) sp.top_k = 20;
+        if (i == 5) sp.top_p = 0.9;
+        sp.max_tokens = 12 + i;
+        sp.ignore_eos = true;
+        sp.seed = uint64_t(100 + i);
+        reqs.emplace_back("s" + std::to_string(i), random_tokens(rng, 4 + int64_t(rng() % 30), V), sp);
+    }
+    for (bool sample_drafts : {true, false}) {
+        for (int64_t k : {2, 5}) {
+            EngineConfig c = spec(k, false, false);  // (the scheduler's budgets follow timings)
+            c.speculative_sample_drafts = sample_drafts;
+            const test::RunResult a = test::run(cpu_, c, reqs), b = test::run(gpu_, c, reqs);
+            for (const auto& [id, prompt, sp] : reqs)
+                EXPECT_EQ(a.outputs.at(id).completions.at(0).token_ids, b.outputs.at(id).completions.at(0).token_ids)
+                    << "sampled drafts " << sample_drafts << " k=" << k << " " << id;
+            EXPECT_EQ(a.metrics.spec_accepted_tokens, b.metrics.spec_accepted_tokens);
+            EXPECT_GT(b.metrics.spec_draft_tokens, 0);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace deepinfer
