@@ -238,7 +238,7 @@ int main(int argc, char** argv) {
                                             {"--vocab", "2048"}, {"--noise", "0.0"}, {"--k", "3"},
                                             {"--temperature", "0"}, {"--repeat", "1"}, {"--arms", "none,fixed,scheduler"},
                                             {"--tokenizer", "assets/tokenizer/deepseek-v4/tokenizer.json"}, {"--threads", "0"},
-                                            {"--device", "cpu"}, {"--async", "0"}, {"--warmup", "0"}, {"--max-batch-tokens", "4096"},
+                                            {"--device", "cpu"}, {"--async", "0"}, {"--warmup", "0"}, {"--gemm", "reference"}, {"--max-batch-tokens", "4096"},
                                             {"--dir", (std::filesystem::temp_directory_path() / "deepinfer-spec-bench").string()}};
     for (int i = 1; i + 1 < argc; i += 2) a[argv[i]] = argv[i + 1];
     const int64_t hidden = std::stoll(a["--hidden"]), layers = std::stoll(a["--layers"]), vocab = std::stoll(a["--vocab"]);
@@ -258,6 +258,8 @@ int main(int argc, char** argv) {
     }
     // --device cuda: the GPU model's workspace is sized for the engine's limits below.
     mo.device = di::parse_device(a["--device"]);
+    if (a["--gemm"] != "reference" && a["--gemm"] != "fast") throw std::runtime_error("--gemm must be reference or fast");
+    mo.device_fast_gemm = a["--gemm"] == "fast";  // CUDA: tensor-core GEMMs
     int64_t max_batch = 1;
     {
         std::stringstream list(a["--batches"]);
@@ -325,7 +327,7 @@ int main(int argc, char** argv) {
                                     {"generated_tok_s", double(m.generated_tokens) / secs}, {"cpu_s", cpu},
                                     {"generated_tok_per_cpu_s", double(m.generated_tokens) / cpu}, {"steps", m.steps},
                                     {"forward_s", m.forward_seconds}, {"draft_s", m.draft_seconds},
-                                    {"threads", di::cpu_num_threads()}, {"device", a["--device"]},
+                                    {"threads", di::cpu_num_threads()}, {"device", a["--device"]}, {"gemm", a["--gemm"]},
                                     {"async", ec.async_scheduling}};
                 if (round < 0) {
                     r["warmup"] = true;

@@ -37,6 +37,9 @@ struct LayerBuffers {
 // verify pass commits at least its first row and at most 17 rows are ever rolled back to, so the row
 // of the last committed position is always among the last 32 written.
 inline constexpr int64_t kMtpTapRows = 32;
+// Drafts per request and draft call (as the CPU MtpDrafter: a verify pass of at most 17 rows).
+inline constexpr int64_t kMtpMaxDrafts = 16;
+static_assert(kMtpMaxDrafts + 1 <= kMtpTapRows);
 
 // What an MTP-attached sequence keeps on the device (cuda_mtp.cpp, speculative-decoding.md §5, §7.3):
 // the MTP block's sliding-window ring (position p in slot p % (sliding_window + kRingHeadroom)) and

@@ -18,14 +18,10 @@ class CudaMtpDrafter final : public Drafter {
 public:
     explicit CudaMtpDrafter(const CudaModel& model) : model_(model) {}
     std::string_view method() const override { return "mtp"; }
-    int64_t max_drafts() const override { return kMaxDrafts; }
+    int64_t max_drafts() const override { return kMtpMaxDrafts; }
     void attach(Sequence& sequence) const override { model_.mtp_attach(sequence); }
     uint64_t state_bytes(uint64_t) const override { return model_.mtp_state_bytes(); }
     std::vector<Draft> draft(std::span<const DraftRequest> requests) const override { return model_.mtp_draft(requests); }
-
-    // As the CPU MtpDrafter: a verify pass has at most 17 rows (16 drafts), all within the tap ring.
-    static constexpr int64_t kMaxDrafts = 16;
-    static_assert(kMaxDrafts + 1 <= kMtpTapRows);
 
 private:
     const CudaModel& model_;

@@ -35,8 +35,8 @@ std::vector<Draft> CudaModel::mtp_draft(std::span<const DraftRequest> requests) 
     int64_t K = 0;
     for (int64_t a = 0; a < R; ++a) {
         const DraftRequest& r = requests[size_t(order[size_t(a)])];
-        DI_CHECK(r.sequence != nullptr && r.num_drafts >= 1 && r.num_drafts <= 16, "MTP drafting: bad request (",
-                 r.num_drafts, " drafts, at most 16)");
+        DI_CHECK(r.sequence != nullptr && r.num_drafts >= 1 && r.num_drafts <= kMtpMaxDrafts,
+                 "MTP drafting: bad request (", r.num_drafts, " drafts, at most ", kMtpMaxDrafts, ")");
         DI_CHECK(r.uniforms.empty() || static_cast<int64_t>(r.uniforms.size()) == r.num_drafts, "MTP drafting: ",
                  r.uniforms.size(), " uniforms for ", r.num_drafts, " drafts");
         DI_CHECK(r.anchor >= 0 && r.anchor < V, "MTP drafting: anchor ", r.anchor, " outside the vocabulary");
