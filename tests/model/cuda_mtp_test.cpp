@@ -17,6 +17,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/model/cuda_model.h"
+#include "deepinfer/check.h"
 #include "deepinfer/drafter.h"
 #include "deepinfer/engine.h"
 #include "engine/spec_test_util.h"
@@ -146,6 +147,25 @@ TEST_P(CudaMtp, DraftsEqualTheCpuDrafterThroughPrefillVerifyAndRollback) {
     f.cpu.push_back(p.cpu[1].fork());
     f.gpu.push_back(p.gpu[1].fork());
     draft(f, {anchors[1]}, {4}, {0.9}, {uniforms(4)}, "fork");
+}
+
+TEST_P(CudaMtp, AttachAddsTheDrafterStateBytesAndOnlyBeforeTheFirstForward) {
+    Sequence s = gpu_->new_sequence();
+    const size_t plain = s.state_bytes();
+    EXPECT_EQ(plain, gpu_->estimate_state_bytes(100, 16 << 10));
+    gpu_->drafter()->attach(s);
+    const uint64_t extra = gpu_->drafter()->state_bytes(16 << 10);
+    EXPECT_GT(extra, 0u);
+    EXPECT_EQ(s.state_bytes(), plain + extra);  // what the engine's admission estimate counts
+    EXPECT_EQ(s.fork().state_bytes(), plain + extra);
+    const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
+    gpu_->forward(s, prompt, false);
+    Sequence late = gpu_->new_sequence();
+    gpu_->forward(late, prompt, false);
+    EXPECT_THROW(gpu_->drafter()->attach(late), Error);
+    // Drafting needs an attached sequence.
+    const DraftRequest r{&late, 2, 3, 0.0, {}};
+    EXPECT_THROW(gpu_->drafter()->draft(std::span<const DraftRequest>(&r, 1)), Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(CudaMtp, CudaMtp, ::testing::Values(Numerics::kExact, Numerics::kOfficial),

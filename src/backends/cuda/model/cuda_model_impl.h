@@ -291,6 +291,7 @@ private:
     mutable bool have_prev_end_ = false;
     mutable CudaModelStats stats_;
     std::unique_ptr<Drafter> mtp_drafter_;  // set when weights_.mtp
+    mutable std::unique_ptr<PinnedBuffer> pinned_probs_;  // (mutex_) sampled drafts' distributions, [K, R, vocab]
 };
 
 struct CudaModel::Batch {

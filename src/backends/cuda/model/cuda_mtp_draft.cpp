@@ -58,6 +58,7 @@ std::vector<Draft> CudaModel::mtp_draft(std::span<const DraftRequest> requests) 
         K = std::max(K, r.num_drafts);
     }
     uniforms.assign(static_cast<size_t>(R * K), 0.0);
+    const bool any_sampled = std::find(sampled.begin(), sampled.end(), 1) != sampled.end();
     for (int64_t a = 0; a < R; ++a) {
         const DraftRequest& r = requests[size_t(order[size_t(a)])];
         for (size_t k = 0; k < r.uniforms.size(); ++k) uniforms[size_t(a * K) + k] = r.uniforms[k];
@@ -95,6 +96,9 @@ std::vector<Draft> CudaModel::mtp_draft(std::span<const DraftRequest> requests) 
     if (!pinned_in_ || pinned_in_->nbytes() < bytes) pinned_in_ = std::make_unique<PinnedBuffer>(bytes * 2);
     const size_t out_bytes = size_t(2 * K * R) * 4;
     if (!pinned_out_ || pinned_out_->nbytes() < out_bytes) pinned_out_ = std::make_unique<PinnedBuffer>(out_bytes * 2);
+    const size_t probs_bytes = size_t(K * R * V) * sizeof(float);
+    if (any_sampled && (!pinned_probs_ || pinned_probs_->nbytes() < probs_bytes))
+        pinned_probs_ = std::make_unique<PinnedBuffer>(probs_bytes);
     auto* pin = static_cast<uint8_t*>(pinned_in_->host());
     std::memcpy(pin + o_anchor, anchors.data(), size_t(R) * 4);
     std::memcpy(pin + o_sampled, sampled.data(), size_t(R) * 4);
@@ -147,9 +151,9 @@ std::vector<Draft> CudaModel::mtp_draft(std::span<const DraftRequest> requests) 
                       .uniform = d_unif + k, .uniform_stride = K, .scratch = scratch, .probs = probs,
                       .tokens = d_tokens + k * R, .confidence = d_conf + k * R},
                      s);
-        for (int64_t a = 0; a < n; ++a)
-            if (sampled[size_t(a)])
-                copy_to_host(out[size_t(order[size_t(a)])].probs.data() + k * V, probs + a * V, size_t(V) * 4, s);
+        // The step's distributions in one copy (rows of greedy drafts are copied but not read).
+        if (any_sampled)
+            copy_to_host(static_cast<float*>(pinned_probs_->host()) + k * R * V, probs, size_t(n * V) * 4, s);
         if (k + 1 < K) copy_on_device(h[(k + 1) % 2], xo, size_t(active[size_t(k + 1)] * W) * 4, s);
         workspace_->reset(step);  // stream-ordered: the next step's scratch follows on the stream
     }
@@ -166,6 +170,9 @@ std::vector<Draft> CudaModel::mtp_draft(std::span<const DraftRequest> requests) 
         for (int64_t k = 0; k < nd; ++k) {
             d.tokens.push_back(toks[k * R + a]);
             d.confidence.push_back(conf[k * R + a]);
+            if (sampled[size_t(a)])
+                std::memcpy(d.probs.data() + k * V, static_cast<const float*>(pinned_probs_->host()) + (k * R + a) * V,
+                            size_t(V) * 4);
         }
     }
     return out;
