@@ -33,6 +33,7 @@
 #include "deepinfer/parallel.h"
 #include "deepinfer/synthetic_v41.h"
 #include "engine/chi_square.h"
+#include "engine/drafter_checks.h"
 #include "engine/spec_test_util.h"
 #include "model/v41/dspark.h"
 #include "model/paged_rows.h"
@@ -122,29 +123,9 @@ std::shared_ptr<const Model> agreeing_model() {
     return m;
 }
 
-std::vector<int32_t> random_prompt(std::mt19937& rng, int64_t len, int64_t vocab) {
-    std::vector<int32_t> p(static_cast<size_t>(len));
-    for (int32_t& t : p) t = static_cast<int32_t>(rng() % uint32_t(vocab - 1));  // never the noise token
-    return p;
-}
-
-// A sequence attached to the drafter that has run `tokens` (in chunks of `chunk`).
-Sequence attached(const Model& model, std::span<const int32_t> tokens, size_t chunk) {
-    Sequence s = model.new_sequence();
-    model.drafter()->attach(s);
-    for (size_t i = 0; i < tokens.size(); i += chunk) {
-        const size_t n = std::min(chunk, tokens.size() - i);
-        model.forward(s, tokens.subspan(i, n), false);
-    }
-    return s;
-}
-
-void expect_same_draft(const Draft& a, const Draft& b, const std::string& what) {
-    EXPECT_EQ(a.tokens, b.tokens) << what;
-    EXPECT_EQ(a.confidence, b.confidence) << what;
-    ASSERT_EQ(a.probs.size(), b.probs.size()) << what;
-    for (size_t i = 0; i < a.probs.size(); ++i) ASSERT_EQ(a.probs[i], b.probs[i]) << what << " prob " << i;
-}
+using drafter_checks::attached;
+using drafter_checks::expect_same_draft;
+using drafter_checks::random_prompt;
 
 class DSpark : public ::testing::TestWithParam<bool> {  // official numerics?
     OneThread one_thread_;
@@ -230,52 +211,14 @@ TEST(DSparkLoad, StageCountComesFromTheCheckpointNotTheConfig) {
 }
 
 TEST_P(DSpark, RollbackNeedsNoUndoAndChunkingDoesNotMatter) {
-    const auto model = tiny_model(GetParam());
-    const Drafter& d = *model->drafter();
-    const int64_t V = model->info().vocab_size;
-    std::mt19937 rng(11);
     // Prompts around and beyond the window (8) and the ring (8 + headroom), so context rows wrap.
-    for (int64_t len : {3, 9, 30}) {
-        const std::vector<int32_t> prompt = random_prompt(rng, len, V);
-        for (int64_t accepted : {0, 2, 5}) {
-            // Verify pass [anchor, d1..d5] at positions len .., then keep anchor + `accepted` drafts.
-            std::vector<int32_t> pass = random_prompt(rng, 6, V);
-            Sequence spec = attached(*model, prompt, 7);
-            model->forward(spec, pass, true);
-            spec.truncate(len + 1 + accepted);
-            std::vector<int32_t> committed = prompt;
-            committed.insert(committed.end(), pass.begin(), pass.begin() + 1 + accepted);
-            Sequence fresh = attached(*model, committed, committed.size());
-            const int32_t anchor = static_cast<int32_t>(rng() % uint32_t(V - 1));
-            const std::vector<double> u = {0.3, 0.8, 0.15, 0.6, 0.45};
-            for (double temp : {0.0, 0.7}) {
-                DraftRequest a{.sequence = &spec, .anchor = anchor, .num_drafts = 5, .temperature = temp,
-                               .uniforms = temp > 0 ? std::span<const double>(u) : std::span<const double>()};
-                DraftRequest b = a;
-                b.sequence = &fresh;
-                expect_same_draft(d.draft({&a, 1})[0], d.draft({&b, 1})[0],
-                                  "len " + std::to_string(len) + " accepted " + std::to_string(accepted) + " T " +
-                                      std::to_string(temp));
-            }
-        }
-    }
+    const int64_t lens[] = {3, 9, 30};
+    drafter_checks::check_rollback_needs_no_undo(*tiny_model(GetParam()), lens);
 }
 
 TEST_P(DSpark, DraftingIsBatchInvariant) {
-    const auto model = tiny_model(GetParam());
-    const Drafter& d = *model->drafter();
-    std::mt19937 rng(12);
-    std::vector<Sequence> seqs;
-    for (int64_t len : {2, 8, 21, 40}) seqs.push_back(attached(*model, random_prompt(rng, len, model->info().vocab_size), 16));
-    const std::vector<double> u = {0.9, 0.2, 0.4};
-    std::vector<DraftRequest> reqs;
-    for (size_t i = 0; i < seqs.size(); ++i)
-        reqs.push_back({.sequence = &seqs[i], .anchor = int32_t(5 + i), .num_drafts = int64_t(1 + i % 3),
-                        .temperature = i % 2 ? 0.9 : 0.0,
-                        .uniforms = i % 2 ? std::span<const double>(u).first(1 + i % 3) : std::span<const double>()});
-    const std::vector<Draft> together = d.draft(reqs);
-    for (size_t i = 0; i < reqs.size(); ++i)
-        expect_same_draft(together[i], d.draft({&reqs[i], 1})[0], "request " + std::to_string(i));
+    const int64_t lens[] = {2, 8, 21, 40};
+    drafter_checks::check_drafting_batch_invariant(*tiny_model(GetParam()), lens);
 }
 
 // ---- the reference's formulas (inference/model.py of V4.1), exact numerics ----

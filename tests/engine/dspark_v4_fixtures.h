@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "deepinfer/check.h"
+#include "engine/drafter_checks.h"
 #include "deepinfer/drafter.h"
 #include "deepinfer/engine.h"
 #include "deepinfer/parallel.h"
@@ -121,24 +122,8 @@ inline const V4DSparkModel& dspark_of(const Model& model) {
     return d->model();
 }
 
-inline std::vector<int32_t> random_prompt(std::mt19937& rng, int64_t len, int64_t vocab) {
-    std::vector<int32_t> p(static_cast<size_t>(len));
-    for (int32_t& t : p) t = static_cast<int32_t>(rng() % uint32_t(vocab - 1));  // never the noise token
-    return p;
-}
-
-inline Sequence attached(const Model& model, std::span<const int32_t> tokens, size_t chunk) {
-    Sequence s = model.new_sequence();
-    model.drafter()->attach(s);
-    for (size_t i = 0; i < tokens.size(); i += chunk) model.forward(s, tokens.subspan(i, std::min(chunk, tokens.size() - i)), false);
-    return s;
-}
-
-inline void expect_same_draft(const Draft& a, const Draft& b, const std::string& what) {
-    EXPECT_EQ(a.tokens, b.tokens) << what;
-    EXPECT_EQ(a.confidence, b.confidence) << what;
-    ASSERT_EQ(a.probs.size(), b.probs.size()) << what;
-    for (size_t i = 0; i < a.probs.size(); ++i) ASSERT_EQ(a.probs[i], b.probs[i]) << what << " prob " << i;
-}
+using drafter_checks::attached;
+using drafter_checks::expect_same_draft;
+using drafter_checks::random_prompt;
 
 }  // namespace deepinfer::dspark_v4_test

@@ -400,53 +400,18 @@ class DSparkV4Drafting : public ::testing::TestWithParam<bool> {  // official nu
 };
 
 TEST_P(DSparkV4Drafting, RollbackNeedsNoUndoAndChunkingDoesNotMatter) {
-    const auto model = tiny_model(GetParam());
-    const Drafter& d = *model->drafter();
-    const int64_t V = model->info().vocab_size;
-    std::mt19937 rng(11);
     // Prompts around and beyond the window (16) and the ring (16 + headroom), so context rows wrap.
-    for (int64_t len : {3, 17, 45}) {
-        const std::vector<int32_t> prompt = random_prompt(rng, len, V);
-        for (int64_t accepted : {0, 2, 5}) {  // all rejected, some, all accepted
-            const std::vector<int32_t> pass = random_prompt(rng, 6, V);
-            Sequence spec = attached(*model, prompt, 7);
-            model->forward(spec, pass, true);
-            spec.truncate(len + 1 + accepted);
-            std::vector<int32_t> committed = prompt;
-            committed.insert(committed.end(), pass.begin(), pass.begin() + 1 + accepted);
-            Sequence fresh = attached(*model, committed, committed.size());
-            const int32_t anchor = static_cast<int32_t>(rng() % uint32_t(V - 1));
-            const std::vector<double> u = {0.3, 0.8, 0.15, 0.6, 0.45};
-            for (double temp : {0.0, 0.7}) {
-                DraftRequest a{.sequence = &spec, .anchor = anchor, .num_drafts = 5, .temperature = temp,
-                               .uniforms = temp > 0 ? std::span<const double>(u) : std::span<const double>()};
-                DraftRequest b = a;
-                b.sequence = &fresh;
-                expect_same_draft(d.draft({&a, 1})[0], d.draft({&b, 1})[0],
-                                  "len " + std::to_string(len) + " accepted " + std::to_string(accepted) + " T " +
-                                      std::to_string(temp));
-            }
-        }
-    }
+    const int64_t lens[] = {3, 17, 45};
+    drafter_checks::check_rollback_needs_no_undo(*tiny_model(GetParam()), lens);
 }
 
 TEST_P(DSparkV4Drafting, DraftingIsBatchInvariantAndStateBytesAreCounted) {
     const auto model = tiny_model(GetParam());
     const Drafter& d = *model->drafter();
-    std::mt19937 rng(12);
-    std::vector<Sequence> seqs;
-    for (int64_t len : {2, 16, 21, 40}) seqs.push_back(attached(*model, random_prompt(rng, len, model->info().vocab_size), 16));
-    const std::vector<double> u = {0.9, 0.2, 0.4};
-    std::vector<DraftRequest> reqs;
-    for (size_t i = 0; i < seqs.size(); ++i)
-        reqs.push_back({.sequence = &seqs[i], .anchor = int32_t(5 + i), .num_drafts = int64_t(1 + i % 3),
-                        .temperature = i % 2 ? 0.9 : 0.0,
-                        .uniforms = i % 2 ? std::span<const double>(u).first(1 + i % 3) : std::span<const double>()});
-    const std::vector<Draft> together = d.draft(reqs);
-    for (size_t i = 0; i < reqs.size(); ++i) {
-        expect_same_draft(together[i], d.draft({&reqs[i], 1})[0], "request " + std::to_string(i));
-        for (float c : together[i].confidence) EXPECT_TRUE(c > 0.0f && c < 1.0f) << c;
-    }
+    const int64_t lens[] = {2, 16, 21, 40};
+    for (const Draft& draft : drafter_checks::check_drafting_batch_invariant(*model, lens))
+        for (float c : draft.confidence) EXPECT_TRUE(c > 0.0f && c < 1.0f) << c;
+    std::mt19937 rng(13);
     // The rings are what attaching adds to a sequence's state.
     const uint64_t page = 1024;
     auto pool = std::make_shared<StatePool>(uint64_t{64} << 20, page);
