@@ -652,9 +652,9 @@ std::unique_ptr<Model> load_cuda_model(const std::string& dir, const ModelOption
 }
 
 namespace {
-const CudaModel& as_cuda(const Model& model) {
-    const auto* m = dynamic_cast<const CudaModel*>(&model);
-    DI_CHECK(m != nullptr, "not a CUDA model");
+const CudaModelRuntime& as_cuda(const Model& model) {
+    const auto* m = dynamic_cast<const CudaModelRuntime*>(&model);
+    DI_CHECK(m != nullptr, "not a one-GPU CUDA model");
     return *m;
 }
 }  // namespace

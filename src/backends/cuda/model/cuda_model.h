@@ -49,6 +49,20 @@ struct CudaModelStats {
     size_t workspace_need_max = 0;  // the bound for the limits the model was loaded with
 };
 
+// The engine-facing measurements and limits of a one-GPU CUDA model (the V4 CudaModel and the V4.1
+// CudaV41Model implement it; the functions below take either).
+class CudaModelRuntime {
+public:
+    virtual ~CudaModelRuntime() = default;
+    virtual CudaModelStats stats() const = 0;
+    virtual void reset_stats() const = 0;
+    virtual int64_t max_len() const = 0;
+    // The workspace bound of one forward of `rows` rows in `sequences` sequences with `logit_rows`
+    // rows of logits, positions below `positions` and `draws` device draws.
+    virtual size_t workspace_bound(int64_t rows, int64_t sequences, int64_t logit_rows, int64_t positions,
+                                   int64_t draws) const = 0;
+};
+
 // The device a model built with `o` runs on (the exchange's device of the expert rank, else o.device),
 // checked and made the calling thread's current device.
 int select_cuda_model_device(const CudaModelOptions& o);
@@ -57,7 +71,7 @@ int select_cuda_model_device(const CudaModelOptions& o);
 std::unique_ptr<Model> load_cuda_model(const std::string& checkpoint_dir, const ModelOptions& options = {},
                                        const CudaModelOptions& cuda_options = {});
 
-// Measurements of a model made by load_cuda_model (throws for other models).
+// Measurements of a model made by load_cuda_model or load_cuda_v41_model (throws for other models).
 CudaModelStats cuda_model_stats(const Model& model);
 // The longest sequence (prompt + generated) the model holds (CudaModelOptions::max_model_len as resolved).
 int64_t cuda_model_max_len(const Model& model);

@@ -16,6 +16,8 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/model/cuda_model.h"
 #include "backends/cuda/model/cuda_weights.h"
+#include "backends/cuda/model/decode_graphs.h"
+#include "backends/cuda/model/device_draws.h"
 #include "backends/cuda/model/expert_exchange.h"
 #include "backends/cuda/model/rope_tables.h"
 #include "backends/cpu/primitives.h"
@@ -104,25 +106,11 @@ inline ScoringFunc scoring_of(const std::string& name) {
 
 // ---- The model ----------------------------------------------------------------------------------
 
-// Padded batch sizes of decode steps that replay a CUDA graph (a step of S sequences runs the graph
-// of the smallest bucket >= S; padding rows decode token 0 at position 0 of a scratch sequence).
-constexpr int64_t kGraphBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512};
-inline int64_t graph_bucket(int64_t rows) {
-    for (int64_t b : kGraphBuckets)
-        if (b >= rows) return b;
-    return 0;
-}
-// Context bucket of a graph: the sizes that depend on the longest sequence (indexer scores,
-// attention candidates) are taken for the next power of two of (largest position + 1), at least 256.
-inline int64_t context_bucket(int64_t positions, int64_t max_len) {
-    int64_t b = 256;
-    while (b < positions) b *= 2;
-    return std::min(b, max_len);
-}
+// Decode steps replay CUDA graphs per (rows, context) bucket: graph_bucket, context_bucket (decode_graphs.h).
 
 inline size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
 
-class CudaModel final : public Model {
+class CudaModel final : public Model, public CudaModelRuntime {
 public:
     CudaModel(std::unique_ptr<Checkpoint> ckpt, Numerics numerics, const ModelOptions& mo, const CudaModelOptions& o)
         : device_(select_device(o)),
@@ -132,8 +120,8 @@ public:
           numerics_(numerics),
           max_len_(o.max_model_len > 0 ? o.max_model_len : std::min<int64_t>(config_.max_position_embeddings, 65536)),
           fast_(o.gemm == GemmMode::kFast),
-          max_seqs_(std::max<int64_t>(1, mo.max_num_seqs)),
-          max_rows_(std::max({int64_t{1}, mo.max_batch_tokens, graph_bucket(max_seqs_)})),
+          max_seqs_(ForwardLimits::of(mo).max_seqs),
+          max_rows_(ForwardLimits::of(mo).max_rows),
           ep_(o.expert_exchange),
           ep_rank_(o.expert_rank),
           graphs_enabled_(mo.cuda_graphs && o.expert_exchange == nullptr) {
@@ -165,7 +153,7 @@ public:
 
     const ModelInfo& info() const override { return info_; }
     const ModelConfig& config() const { return config_; }
-    int64_t max_len() const { return max_len_; }
+    int64_t max_len() const override { return max_len_; }
     Numerics numerics() const override { return numerics_; }
     // Device state is allocated whole when a sequence is created (capacity max_model_len).
     uint64_t estimate_state_bytes(int64_t, uint64_t) const override { return state_bytes_; }
@@ -178,7 +166,7 @@ public:
     std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const override {
         return forward_sampled(chunks, {}, {}).logits;
     }
-    bool can_sample_on_device(const DeviceDraw& d) const override { return sample_supported(sample_row(d)); }
+    bool can_sample_on_device(const DeviceDraw& d) const override { return device_draw_supported(d); }
     // The MTP drafter (cuda_mtp_drafter.h) when the checkpoint has an MTP block (one GPU only).
     const Drafter* drafter() const override { return mtp_drafter_.get(); }
     // MTP drafting (cuda_mtp.cpp): attaches a new sequence; the device bytes that adds; k drafts per request.
@@ -188,7 +176,7 @@ public:
     ForwardOutputs forward_sampled(std::span<const SequenceChunk> chunks, std::span<const uint8_t> want_logits,
                                    std::span<const DeviceDraw> draws) const override;
 
-    CudaModelStats stats() const {
+    CudaModelStats stats() const override {
         std::lock_guard<std::mutex> lock(mutex_);
         CudaModelStats st = stats_;
         st.workspace_bytes = workspace_->capacity();
@@ -196,12 +184,12 @@ public:
         st.workspace_need_max = workspace_need(max_rows_, max_rows_, max_rows_, max_len_, max_seqs_);
         return st;
     }
-    void reset_stats() const {
+    void reset_stats() const override {
         std::lock_guard<std::mutex> lock(mutex_);
         stats_ = {};
         have_prev_end_ = false;
     }
-    size_t workspace_bound(int64_t rows, int64_t segments, int64_t logit_rows, int64_t positions, int64_t draws) const {
+    size_t workspace_bound(int64_t rows, int64_t segments, int64_t logit_rows, int64_t positions, int64_t draws) const override {
         return workspace_need(rows, segments, logit_rows, positions, draws);
     }
 
@@ -213,11 +201,6 @@ private:
         float* logits = nullptr;  // where the replay leaves the logits
         size_t start = 0, end = 0;  // the arena range the captured work uses
     };
-    static SampleRow sample_row(const DeviceDraw& d) {
-        return {.seed = d.seed, .stream = d.stream, .counter = d.counter, .temperature = d.temperature,
-                .top_k = static_cast<int32_t>(std::min<int64_t>(d.top_k, int64_t{1} << 30)), .top_p = d.top_p,
-                .min_p = d.min_p};
-    }
     const float* upload_floats(const std::vector<float>& v) {
         auto buf = std::make_unique<DeviceBuffer>(v.size() * sizeof(float));
         buf->copy_from_host(v.data(), buf->nbytes());

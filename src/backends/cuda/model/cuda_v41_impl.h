@@ -1,11 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
-// CudaV41Model's declaration, shared by its translation units (cuda_v41_model.cpp: load, batch,
-// mHC, MoE, Engram, head; cuda_v41_attention.cpp: the CSA2 attention of one layer).
+// CudaV41Model's declaration, shared by its translation units (cuda_v41_model.cpp: load and the
+// forward's steps; cuda_v41_plan.cpp: the host tables of a forward; cuda_v41_compute.cpp: embedding,
+// mHC, Engram, MoE and head on the device; cuda_v41_attention.cpp: the CSA2 attention of one layer;
+// cuda_v41_workspace.cpp: the workspace bound).
+//
+// A forward runs in two phases. The plan (host) walks the batch's segments through the layers the
+// way the CPU's SharedState does (what KV / index / candidate sources publish per segment) and packs
+// every per-row table the kernels read (row pointers, destinations, index rows, Engram rows) into one
+// input block, copied to the workspace with one transfer. compute() (device) then only enqueues
+// kernels reading that block: no host work, no allocation outside the arena, no synchronization, so
+// a decode step's compute() can be captured into a CUDA graph and replayed with the next step's block.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <vector>
@@ -14,6 +24,9 @@
 #include "backends/cuda/model/cuda_model.h"
 #include "backends/cuda/model/cuda_v41_state.h"
 #include "backends/cuda/model/cuda_v41_weights.h"
+#include "backends/cuda/model/decode_graphs.h"
+#include "backends/cuda/model/device_draws.h"
+#include "backends/cuda/model/step_timer.h"
 #include "deepinfer/check.h"
 #include "deepinfer/engram.h"
 #include "deepinfer/model.h"
@@ -21,30 +34,29 @@
 
 namespace deepinfer::cuda {
 
-// Host staging for the small per-forward tables (row pointers, positions, index rows): packed into
-// page-locked memory and copied asynchronously into the workspace. Reset at the start of a forward
-// (the previous forward has synchronized).
-class HostStaging {
+// The host side of a forward's input block: tables appended at 256-byte aligned offsets.
+class InputBlock {
 public:
-    explicit HostStaging(size_t capacity) : buffer_(capacity) {}
-    void reset() { used_ = 0; }
-    // Copies `n` objects to the device memory `dst` on stream `s` through the staging buffer.
+    void clear() { bytes_.clear(); }
     template <class T>
-    void upload(T* dst, const T* src, size_t n, Stream s) {
-        const size_t bytes = n * sizeof(T), begin = (used_ + 255) & ~size_t(255);
-        DI_CHECK(begin + bytes <= buffer_.nbytes(), "CUDA host staging exhausted (", begin + bytes, " of ",
-                 buffer_.nbytes(), " bytes)");
-        std::memcpy(static_cast<uint8_t*>(buffer_.host()) + begin, src, bytes);
-        copy_to_device(dst, static_cast<uint8_t*>(buffer_.host()) + begin, bytes, s);
-        used_ = begin + bytes;
+    size_t add(const T* data, size_t n) {
+        const size_t at = (bytes_.size() + 255) & ~size_t(255);
+        bytes_.resize(at + std::max<size_t>(n * sizeof(T), 1));
+        if (n > 0) std::memcpy(bytes_.data() + at, data, n * sizeof(T));
+        return at;
     }
+    template <class T>
+    size_t add(const std::vector<T>& v) {
+        return add(v.data(), v.size());
+    }
+    size_t size() const { return bytes_.size(); }
+    const uint8_t* data() const { return bytes_.data(); }
 
 private:
-    PinnedBuffer buffer_;
-    size_t used_ = 0;
+    std::vector<uint8_t> bytes_;
 };
 
-class CudaV41Model final : public Model {
+class CudaV41Model final : public Model, public CudaModelRuntime {
 public:
     CudaV41Model(const std::string& dir, const ModelOptions& options, const CudaModelOptions& cuda_options);
 
@@ -54,13 +66,26 @@ public:
     Sequence new_sequence() const override { return new_sequence(nullptr); }
     Sequence new_sequence(std::shared_ptr<StatePool>) const override;
     std::vector<float> forward(Sequence& seq, std::span<const int32_t> tokens, bool all_logits) const override;
-    std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const override;
+    std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const override {
+        return forward_sampled(chunks, {}, {}).logits;
+    }
+    bool can_sample_on_device(const DeviceDraw& d) const override { return device_draw_supported(d); }
+    ForwardOutputs forward_sampled(std::span<const SequenceChunk> chunks, std::span<const uint8_t> want_logits,
+                                   std::span<const DeviceDraw> draws) const override;
+
+    // CudaModelRuntime.
+    CudaModelStats stats() const override;
+    void reset_stats() const override;
+    int64_t max_len() const override { return max_len_; }
+    size_t workspace_bound(int64_t rows, int64_t sequences, int64_t logit_rows, int64_t positions,
+                           int64_t draws) const override {
+        return workspace_need(rows, sequences, logit_rows, positions, draws);
+    }
 
     // Engram table bytes read in place from the checkpoint's mapping (shared by every process on the
     // host) and bytes copied into this process's pinned buffers (devices without read-only mapping).
     size_t engram_shared_bytes() const { return weights_.shared_host_bytes; }
     size_t engram_copied_bytes() const { return weights_.host_bytes; }
-    int64_t max_len() const { return max_len_; }
 
     // What source layers publish within one forward for one segment (model/v41/attention.h SharedState).
     struct Shared {
@@ -69,38 +94,72 @@ public:
         bool has_candidates = false;
         int64_t candidate_entries = 0;
     };
+    // Offsets in the input block (b.in) of one layer's tables, and their sizes.
+    struct CompressPlan {
+        int64_t groups = 0;  // groups the forward completes (graph steps: one slot per row, unused ones discarded)
+        size_t kv_rows = 0, gate_rows = 0, group_pos = 0, entry_dst = 0, key_dst = 0, ring_kv = 0, ring_gate = 0;
+    };
+    struct IndexPlan {
+        int64_t rows = 0, max_entries = 0;  // IndexRows (graph steps: one per row) and the scores' width
+        bool candidates = false;            // run the candidate stage (build or mask)
+        size_t index_rows = 0, lengths = 0;
+    };
+    struct LayerPlan {
+        CompressPlan compress;
+        IndexPlan index;
+        size_t sink_segments = 0, ring_dst = 0;
+    };
     struct Batch {
         int64_t rows = 0, max_position = 0, max_rows = 0;
-        std::vector<V41DeviceState*> states;
+        bool graph = false;  // sizes from the buckets: one captured graph serves every step of its bucket
+        std::vector<V41DeviceState*> states;                        // per segment (graph steps: padding too)
         std::vector<int64_t> row_begin, num_rows, first_position;  // per segment
-        const int32_t* positions = nullptr;    // [rows] device
-        const int32_t* row_segment = nullptr;  // [rows] device
-        std::vector<Shared> shared;            // per segment
-        int32_t* topk = nullptr;               // [rows, index_topk] published top-k (device)
-        uint8_t* mask = nullptr;               // [rows, mask_ld] candidate mask (device)
+        std::vector<int32_t> tokens;                                // [rows] host
+        std::vector<Shared> shared;                                 // per segment, while planning
+        std::vector<LayerPlan> layers;
+        int64_t num_picked = 0;  // rows of logits
+        size_t positions = 0, row_segment = 0, token_ids = 0, pre_mix = 0, picked = 0, code_rows = 0, engram_rows = 0;
+        // Scratch every layer reuses, taken before the plan (their addresses are in its tables).
+        float* ckv = nullptr;    // [rows, head_dim] compressor kv projection
+        float* cg = nullptr;     // [rows, head_dim] compressor gate projection
+        uint8_t* codes = nullptr;  // [rows, window row bytes] compact window K=V rows
+        const uint8_t* in = nullptr;  // the input block on the device
+        template <class T>
+        const T* at(size_t offset) const {
+            return reinterpret_cast<const T*>(in + offset);
+        }
+        int32_t* topk = nullptr;  // [rows + 1, index_topk] published top-k (device; row `rows`: discarded)
+        uint8_t* mask = nullptr;  // [rows + 1, mask_ld] candidate mask (device)
         int64_t mask_ld = 0;
     };
 
 private:
     bool official() const { return numerics_ == Numerics::kOfficial; }
-    // Device copy of a host vector (workspace memory, via the staging buffer), on `s` (default: main).
-    template <class T>
-    T* upload(const std::vector<T>& v, Stream s = {}) const {
-        T* d = workspace_.alloc_n<T>(std::max<int64_t>(1, static_cast<int64_t>(v.size())));
-        staging_.upload(d, v.data(), v.size(), s.handle ? s : stream_.get());
-        return d;
-    }
     // y = x · Wᵀ with V4.1's rounding points: official = act_quant per 32 before FP8/FP4 weights, bf16 output.
     // `keep_scratch`: the act_quant scratch stays allocated (work on the side stream).
     void project(const DeviceLinear& w, const float* x, int64_t rows, float* y, Stream s = {}, bool keep_scratch = false) const;
     // A linear the reference runs in bf16 (no activation quantization; bf16 output in official numerics).
     void project_bf16(const DeviceLinear& w, const float* x, int64_t rows, float* y) const;
-    void attention(int64_t layer, Batch& b, const float* a, float* out) const;
-    void compress(int64_t layer, Batch& b, const float* a) const;
-    void index(int64_t layer, Batch& b, const float* a, const float* qr) const;
+
+    // The plan (cuda_v41_plan.cpp): every layer's tables in `in`, the segments' SharedState walked.
+    void plan(Batch& b, InputBlock& in) const;
+    void plan_compress(int64_t layer, Batch& b, InputBlock& in) const;
+    void plan_index(int64_t layer, Batch& b, InputBlock& in) const;
+    void plan_attention(int64_t layer, Batch& b, InputBlock& in) const;
+    // Engram rows of every segment's tokens (host), history rings updated: [n_engram, rows, cols].
+    std::vector<int64_t> engram_rows(const Batch& b) const;
+
+    // The device work of a planned batch (enqueue only): returns the logits [b.num_picked, vocab]
+    // (arena memory; null without picked rows).
+    float* compute(const Batch& b) const;
+    void attention(int64_t layer, const Batch& b, const float* a, float* out) const;
+    void compress(int64_t layer, const Batch& b, const float* a) const;
+    void index(int64_t layer, const Batch& b, const float* a, const float* qr) const;
     void moe(int64_t layer, const Batch& b, const float* a, float* out) const;
-    // Engram rows of every chunk's tokens (host), history rings updated: [n_engram, rows, cols].
-    std::vector<int64_t> engram_rows(std::span<const SequenceChunk> chunks, const Batch& b) const;
+
+    // Upper bound of the workspace one forward takes (cuda_v41_workspace.cpp): S rows in N segments,
+    // R rows of logits, positions below P, D device draws.
+    size_t workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int64_t D) const;
 
     int device_;  // made current first (the streams, events, buffers below live there) and by every forward
     ExpertExchange* ep_ = nullptr;  // expert parallelism (cuda_model.h CudaModelOptions), else null
@@ -109,6 +168,7 @@ private:
     ModelInfo info_;
     Numerics numerics_ = Numerics::kExact;
     int64_t max_len_ = 0;
+    ForwardLimits limits_;  // the largest forward the workspace is sized for
     uint64_t state_bytes_ = 0;
     V41CacheFormats formats_;
     EngramTokenMap token_map_;
@@ -120,10 +180,19 @@ private:
     const float* rope_main_ = nullptr;
     const float* rope_comp_ = nullptr;
     OwnedStream stream_, side_stream_;
-    mutable OwnedEvent engram_ready_;
+    mutable OwnedEvent engram_fork_, engram_ready_;
+    mutable std::mutex mutex_;  // one forward at a time (workspace, pinned inputs, streams are shared)
+    // Guarded by mutex_:
+    mutable DeviceDraws draws_;
+    // The workspace: sized at load (CudaModelOptions::workspace_bytes, else workspace_need() of the
+    // largest forward the limits allow; initialized after the members that bound uses).
     mutable DeviceArena workspace_;
-    mutable HostStaging staging_;
-    mutable std::mutex mutex_;  // one forward at a time (workspace, staging and streams are shared)
+    mutable DecodeGraphs graphs_;  // by (rows, context) bucket
+    mutable Sequence pad_{nullptr};  // the scratch sequence of graph steps' padding rows
+    mutable InputBlock input_;
+    mutable std::unique_ptr<PinnedBuffer> pinned_in_;
+    mutable StepTimer timer_;
+    mutable CudaModelStats stats_;
 };
 
 }  // namespace deepinfer::cuda

@@ -1,0 +1,256 @@
+// SPDX-License-Identifier: Apache-2.0
+// CudaV41Model's forward: the step (chunks -> segments, a pure decode step padded to its graph
+// bucket), the plan copied to the workspace with one transfer, compute() run eagerly or as the
+// bucket's CUDA graph, device draws, and the copies back; compute() itself: Engram on the side
+// stream, embedding, per layer Engram fusion -> attention site -> FFN site with the single-pass mHC,
+// final collapse -> norm -> head (mirroring src/model/v41/forward.cpp).
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cuda/model/cuda_v41_impl.h"
+#include "deepinfer/check.h"
+
+namespace deepinfer::cuda {
+
+CudaModelStats CudaV41Model::stats() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    CudaModelStats st = stats_;
+    st.workspace_bytes = workspace_.capacity();
+    st.workspace_high_water = workspace_.high_water();
+    st.workspace_need_max = workspace_need(limits_.max_rows, limits_.max_rows, limits_.max_rows, max_len_, limits_.max_seqs);
+    return st;
+}
+
+void CudaV41Model::reset_stats() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_ = {};
+    timer_.reset();
+}
+
+float* CudaV41Model::compute(const Batch& b) const {
+    const V41TextConfig& c = config_.text;
+    const Stream s = stream_.get(), side = side_stream_.get();
+    const int64_t S = b.rows, D = c.hidden_size, hc = c.hc_mult, V = c.vocab_size, L = c.num_hidden_layers;
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    const bool off = official();
+
+    // Engram first, on the side stream (forked from the main stream after the input copy, joined
+    // before the first Engram layer; inside a graph capture the events make it a branch of the
+    // graph): gather the table rows (mapped host memory) and project them, overlapped with the layers
+    // before the first Engram layer.
+    const int64_t n_engram = engram_layout_.num_layers(), cols = engram_layout_.num_cols();
+    std::vector<float*> engram_kv(static_cast<size_t>(n_engram), nullptr);
+    if (n_engram > 0) {
+        engram_fork_.record(s);
+        engram_fork_.wait(side);
+        const int64_t* d_rows = b.at<int64_t>(b.engram_rows);
+        for (int64_t l = 0; l < L; ++l) {
+            const V41DeviceLayer& lw = weights_.layers[size_t(l)];
+            if (!lw.has_engram) continue;
+            const int64_t e = c.engram_index(l), in = cols * c.engram_head_dim;
+            float* emb = workspace_.alloc_n<float>(S * in);
+            engram_gather({.table = lw.engram.table, .rows = d_rows + e * S * cols, .tokens = S, .cols = cols, .out = emb},
+                          side);
+            engram_kv[size_t(e)] = workspace_.alloc_n<float>(S * (hc + 1) * D);
+            project(lw.engram.wkv, emb, S, engram_kv[size_t(e)], side, /*keep_scratch=*/true);
+        }
+        engram_ready_.record(side);
+    }
+
+    float* x = workspace_.alloc_n<float>(S * hc * D);
+    float* x2 = workspace_.alloc_n<float>(S * hc * D);
+    embed({.table = weights_.embed, .tokens = b.at<int32_t>(b.token_ids), .x = x, .rows = S, .hc = hc, .round_bf16 = off}, s);
+    float* pre_mix = workspace_.alloc_n<float>(S * hc);
+    copy_on_device(pre_mix, b.at<float>(b.pre_mix), size_t(S * hc) * sizeof(float), s);
+    float* pre_a = workspace_.alloc_n<float>(S * hc);
+    float* pre_f = workspace_.alloc_n<float>(S * hc);
+    float* post = workspace_.alloc_n<float>(S * hc);
+    float* comb = workspace_.alloc_n<float>(S * hc * hc);
+    float* a = workspace_.alloc_n<float>(S * D);
+    float* o = workspace_.alloc_n<float>(S * D);
+    bool waited = false;
+    for (int64_t l = 0; l < L; ++l) {
+        const V41DeviceLayer& lw = weights_.layers[size_t(l)];
+        if (lw.has_engram) {
+            if (!waited) engram_ready_.wait(s);
+            waited = true;
+            engram_fuse({.kv = engram_kv[size_t(c.engram_index(l))], .gate_weight = lw.engram.gate_weight, .streams = x,
+                         .tokens = S, .hc = hc, .hidden = D, .eps = eps, .round_bf16 = off},
+                        s);
+        }
+        for (int site = 0; site < 2; ++site) {
+            const DeviceHc& hw = site == 0 ? lw.hc_attn : lw.hc_ffn;
+            hc_mixes({.x = x, .fn = hw.fn, .base = hw.base, .scale = hw.scale, .rows = S, .hc = hc, .hidden = D,
+                      .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps),
+                      .pre = site == 0 ? pre_a : pre_f, .post = post, .comb = comb,
+                      .collapse_pre = site == 0 ? pre_mix : pre_a, .collapsed = a, .round_bf16 = off},
+                     s);
+            rms_norm({.x = a, .weight = site == 0 ? lw.attn_norm : lw.ffn_norm, .out = a, .rows = S, .n = D, .eps = eps,
+                      .round_bf16 = off},
+                     s);
+            const size_t inner = workspace_.mark();
+            if (site == 0) attention(l, b, a, o);
+            else moe(l, b, a, o);
+            workspace_.reset(inner);
+            hc_post({.out = o, .x = x, .post = post, .comb = comb, .y = x2, .rows = S, .hc = hc, .hidden = D,
+                     .round_bf16 = off, .mix_first = true},
+                    s);
+            std::swap(x, x2);
+        }
+        std::swap(pre_mix, pre_f);
+    }
+    if (n_engram > 0 && !waited) engram_ready_.wait(s);  // join the side stream (a capture must end joined)
+
+    // Final collapse with the last FFN site's pre, norm and head for the rows whose logits are wanted.
+    const int64_t R = b.num_picked;
+    if (R == 0) return nullptr;
+    const int32_t* d_picked = b.at<int32_t>(b.picked);
+    float* xs = workspace_.alloc_n<float>(R * hc * D);
+    float* ps = workspace_.alloc_n<float>(R * hc);
+    gather_rows({.src = x, .index = d_picked, .dst = xs, .n = R, .width = hc * D}, s);
+    gather_rows({.src = pre_mix, .index = d_picked, .dst = ps, .n = R, .width = hc}, s);
+    float* y = workspace_.alloc_n<float>(R * D);
+    hc_collapse({.x = xs, .pre = ps, .out = y, .rows = R, .hc = hc, .hidden = D, .round_bf16 = off}, s);
+    rms_norm({.x = y, .weight = weights_.norm, .out = y, .rows = R, .n = D, .eps = eps, .round_bf16 = off}, s);
+    float* logits = workspace_.alloc_n<float>(R * V);
+    linear({.x = y, .x_ld = D, .weight = weights_.head, .y = logits, .y_ld = V, .rows = R}, s);
+    return logits;
+}
+
+ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chunks, std::span<const uint8_t> want_logits,
+                                             std::span<const DeviceDraw> draws) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    set_current_device(device_);
+    const V41TextConfig& c = config_.text;
+    const Stream s = stream_.get();
+    const int64_t V = c.vocab_size;
+    DI_CHECK(want_logits.empty() || want_logits.size() == chunks.size(), "forward_sampled: ", want_logits.size(),
+             " logits flags for ", chunks.size(), " chunks");
+    auto wants = [&](size_t i) { return want_logits.empty() || want_logits[i] != 0; };
+    const std::vector<uint8_t> drawn = check_device_draws(draws, chunks.size());
+    Batch b;
+    bool decode = !chunks.empty();
+    for (size_t i = 0; i < chunks.size(); ++i) {
+        const SequenceChunk& ch = chunks[i];
+        DI_CHECK(ch.sequence != nullptr, "forward_batch: chunk without a sequence");
+        DI_CHECK(ch.image_span.empty(), "image spans are not supported on the CUDA backend yet (--device cpu)");
+        const int64_t n = static_cast<int64_t>(ch.tokens.size());
+        DI_CHECK(n > 0, "forward: chunk ", i, " has no tokens");
+        auto* st = dynamic_cast<V41DeviceState*>(&ch.sequence->state());
+        DI_CHECK(st != nullptr, "forward: the sequence was not created by this CUDA DeepSeek-V4.1 model");
+        for (V41DeviceState* o : b.states) DI_CHECK(o != st, "forward: a sequence appears twice in a batch");
+        const int64_t P0 = st->length;
+        DI_CHECK(P0 + n <= max_len_, "sequence of ", P0 + n, " tokens exceeds the CUDA model's max_model_len ", max_len_);
+        b.row_begin.push_back(static_cast<int64_t>(b.tokens.size()));
+        for (int64_t t = 0; t < n; ++t) {
+            const int32_t tok = ch.tokens[size_t(t)];
+            DI_CHECK(tok >= 0 && tok < V, "token id ", tok, " at index ", t, " is outside [0, ", V, ")");
+            b.tokens.push_back(tok);
+        }
+        b.num_rows.push_back(n);
+        b.first_position.push_back(P0);
+        b.max_position = std::max(b.max_position, P0 + n - 1);
+        b.max_rows = std::max(b.max_rows, n);
+        b.states.push_back(st);
+        decode = decode && n == 1 && !(ch.all_logits && wants(i));
+    }
+    const int64_t real_rows = static_cast<int64_t>(b.tokens.size());
+    // A pure decode step replays the CUDA graph of its (rows, context) bucket; padding rows decode
+    // token 0 at position 0 of the scratch sequence (batch invariance: they change no other row).
+    const int64_t bucket = graphs_.enabled() && decode ? graph_bucket(real_rows) : 0;
+    b.graph = bucket > 0 && bucket <= limits_.max_rows;
+    if (b.graph) {
+        auto* pad = static_cast<V41DeviceState*>(&pad_.state());
+        for (int64_t k = real_rows; k < bucket; ++k) {
+            b.row_begin.push_back(k);
+            b.tokens.push_back(0);
+            b.num_rows.push_back(1);
+            b.first_position.push_back(0);
+            b.states.push_back(pad);
+        }
+        b.max_position = context_bucket(b.max_position + 1, max_len_) - 1;
+    }
+    const int64_t S = static_cast<int64_t>(b.tokens.size());
+    b.rows = S;
+    b.mask_ld = b.max_position + 1;
+    // Rows of logits: every row of a graph step; else the rows a chunk wants (all or its last) and the
+    // last row of a chunk with draws. Chunks that want neither (mid-prefill) skip the head.
+    std::vector<int32_t> picked;
+    std::vector<int64_t> first_pick(chunks.size(), -1), num_pick(chunks.size(), 0);
+    for (size_t i = 0; i < chunks.size(); ++i) {
+        const int64_t n = b.num_rows[i];
+        if (b.graph || wants(i) || drawn[i]) {
+            const int64_t from = wants(i) && chunks[i].all_logits ? 0 : n - 1;
+            first_pick[i] = static_cast<int64_t>(picked.size());
+            num_pick[i] = n - from;
+            for (int64_t r = from; r < n; ++r) picked.push_back(static_cast<int32_t>(b.row_begin[i] + r));
+        }
+    }
+    if (b.graph)
+        for (int64_t r = real_rows; r < S; ++r) picked.push_back(static_cast<int32_t>(r));
+    b.num_picked = static_cast<int64_t>(picked.size());
+    std::vector<int32_t> draw_rows;  // each draw samples its chunk's last logits row
+    for (const DeviceDraw& d : draws)
+        draw_rows.push_back(static_cast<int32_t>(first_pick[size_t(d.chunk)] + num_pick[size_t(d.chunk)] - 1));
+
+    const size_t mark = workspace_.mark();
+    // On an exception the streams are drained and the scratch returned, so the next forward starts clean.
+    struct Release {
+        const CudaV41Model& m;
+        size_t mark;
+        bool armed = true;
+        ~Release() {
+            if (!armed) return;
+            try {
+                m.stream_.synchronize();
+                m.side_stream_.synchronize();
+            } catch (...) {
+            }
+            m.workspace_.reset(mark);
+        }
+    } release{*this, mark};
+
+    // The scratch every layer reuses, then the plan: its tables point into that scratch, the
+    // sequences' state and the pending rings; one transfer puts them in the workspace.
+    timer_.start(s);
+    b.ckv = workspace_.alloc_n<float>(S * c.head_dim);
+    b.cg = workspace_.alloc_n<float>(S * c.head_dim);
+    b.codes = workspace_.alloc_n<uint8_t>(S * formats_.window_bytes);
+    input_.clear();
+    b.picked = input_.add(picked);
+    plan(b, input_);
+    const size_t in_bytes = input_.size();
+    if (!pinned_in_ || pinned_in_->nbytes() < in_bytes) pinned_in_ = std::make_unique<PinnedBuffer>(in_bytes * 2);
+    std::memcpy(pinned_in_->host(), input_.data(), in_bytes);
+    auto* d_in = static_cast<uint8_t*>(workspace_.alloc(in_bytes));
+    copy_to_device(d_in, pinned_in_->host(), in_bytes, s);
+    b.in = d_in;
+    b.topk = workspace_.alloc_n<int32_t>((S + 1) * c.index_topk);
+    b.mask = workspace_.alloc_n<uint8_t>((S + 1) * b.mask_ld);
+
+    // A graph step: the captured work reads its inputs from the block above, at the same arena offset
+    // in every step of the bucket, and allocates the same arena ranges: replaying it is the eager path.
+    float* logits = b.graph ? graphs_.run({S, b.max_position + 1}, workspace_, s, [&] { return compute(b); }, stats_)
+                            : compute(b);
+
+    draws_.enqueue(logits, V, draws, draw_rows, workspace_, s);
+    stats_.device_draws += static_cast<int64_t>(draws.size());
+    ForwardOutputs out;
+    out.logits.resize(chunks.size());
+    for (size_t i = 0; i < chunks.size(); ++i) {
+        if (!wants(i)) continue;
+        out.logits[i].resize(static_cast<size_t>(num_pick[i] * V));
+        copy_to_host(out.logits[i].data(), logits + first_pick[i] * V, out.logits[i].size() * sizeof(float), s);
+    }
+    timer_.end(s);
+    stream_.synchronize();
+    side_stream_.synchronize();
+    timer_.account(stats_);
+    release.armed = false;
+    workspace_.reset(mark);
+    for (size_t i = 0; i < chunks.size(); ++i) b.states[i]->length += b.num_rows[i];
+    out.tokens = draws_.tokens(draws.size());
+    return out;
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: Apache-2.0
+// CudaV41Model's workspace bound: what one forward takes from the arena, mirroring the allocations
+// of forward_sampled (cuda_v41_forward.cpp), the plan's input block (cuda_v41_plan.cpp), compute(),
+// attention (cuda_v41_attention.cpp) and the MoE (cuda_v41_model.cpp) from the config alone, so the
+// arena can be sized at load before the weights are read. Every allocation is counted with a full
+// extra 256 bytes (its alignment). tests/model/cuda_v41_runtime_test.cpp checks that forwards of
+// varied shapes stay below the bound of their shape.
+#include <algorithm>
+
+#include "backends/cuda/model/cuda_v41_impl.h"
+#include "backends/cuda/model/expert_exchange.h"
+
+namespace deepinfer::cuda {
+
+size_t CudaV41Model::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int64_t D) const {
+    const V41TextConfig& c = config_.text;
+    const int64_t Dm = c.hidden_size, hc = c.hc_mult, V = c.vocab_size, L = c.num_hidden_layers;
+    const int64_t H = c.num_attention_heads, hd = c.head_dim, QL = c.q_lora_rank, G = c.o_groups, OR = c.o_lora_rank;
+    const int64_t IH = c.index_n_heads, ID = c.index_head_dim, K = c.index_topk, E = c.n_routed_experts;
+    const int64_t KE = c.num_experts_per_tok, I = c.moe_intermediate_size, W = c.sliding_window;
+    const int64_t n_engram = static_cast<int64_t>(c.engram_layer_ids.size()), cols = c.engram_num_hash_cols();
+    S = std::max<int64_t>(S, 1);
+    N = std::max<int64_t>(N, 1);
+    P = std::max<int64_t>(P, 1);
+    auto bytes = [](int64_t n) { return ((static_cast<size_t>(std::max<int64_t>(n, 0)) + 255) & ~size_t(255)) + 256; };
+
+    // Scratch every layer reuses, and the input block (every table counted at its largest).
+    size_t total = 2 * bytes(S * hd * 4) + bytes(S * formats_.window_bytes);
+    size_t in = bytes(R * 4) + 3 * bytes(S * 4) + bytes(S * hc * 4) + bytes(S * 8) + bytes(n_engram * S * cols * 8);
+    for (int64_t l = 0; l < L; ++l) {
+        const int64_t r = c.compress_ratio(l);
+        if (r > 0 && c.is_kv_source(l))
+            in += 2 * bytes(S * r * 8) + bytes(S * 4) + 4 * bytes(S * 8);
+        if (r > 0 && c.is_index_source(l)) in += bytes(S * int64_t(sizeof(IndexRow))) + bytes(S * 4);
+        in += bytes(N * int64_t(sizeof(SinkSegment))) + bytes(S * 8);
+    }
+    total += in + bytes((S + 1) * K * 4) + bytes((S + 1) * P);  // input block, top-k, candidate mask
+
+    // compute(): Engram on the side stream (kept for the whole forward), streams and mixes.
+    total += static_cast<size_t>(n_engram) * (2 * bytes(S * cols * c.engram_head_dim * 4) + bytes(S * (hc + 1) * Dm * 4));
+    total += 2 * bytes(S * hc * Dm * 4) + 4 * bytes(S * hc * 4) + bytes(S * hc * hc * 4) + 2 * bytes(S * Dm * 4);
+    // The largest site of a layer: attention (with its compressor and indexer) or the MoE. Each
+    // projection's act_quant scratch is released right after it: one of the widest is counted.
+    size_t site = 0;
+    for (int64_t l = 0; l < L; ++l) {
+        const int64_t r = c.compress_ratio(l);
+        size_t at = bytes(S * QL * 4) + bytes(S * H * hd * 4) + bytes(S * hd * 4);
+        if (r > 0 && c.is_kv_source(l)) at += bytes(S * hd * 4) + bytes(S * ID * 4);
+        if (r > 0 && c.is_index_source(l)) {
+            const int64_t entries = P, blocks = (entries + c.candidate_block_size - 1) / c.candidate_block_size;
+            at += bytes(S * IH * ID * 4) + bytes(S * IH * 4) + bytes(S * entries * 4) + bytes(S * blocks * 4) +
+                  bytes(S * c.candidate_topk_blocks * 4) + bytes(S * K * 4);
+        }
+        const int64_t max_cand = std::min(W, P) + (r > 0 ? K : 0);
+        at += bytes(S * H * max_cand * 4) + bytes(S * H * hd * 4) + bytes(S * G * OR * 4);
+        at += bytes(S * std::max({Dm, QL, G * OR}) * 4);
+        // MoE: under expert parallelism the experts here run the pairs of every rank's rows (at most
+        // this forward's rows plus one idle row of each other rank) and the outputs come back per rank.
+        const int64_t ranks = ep_ ? ep_->ranks() : 1, T = ep_ ? S + ranks : S, NT = T * KE;
+        size_t mo = 2 * bytes(S * E * 4) + 2 * bytes(S * KE * 4) + bytes(S * Dm * 4) + 3 * bytes(NT * 4) +
+                    bytes((E + 2) * 4) + 2 * bytes(NT * I * 4) + 2 * bytes(NT * Dm * 4) + 2 * bytes(S * I * 4) +
+                    bytes(S * Dm * 4) + bytes(S * std::max(Dm, I) * 4);
+        if (ep_)
+            mo += bytes(T * Dm * 4) + 3 * bytes(T * KE * 4) + bytes(ranks * S * KE * Dm * 4) + bytes(S * KE * 4) +
+                  bytes(S * KE * Dm * 4);
+        site = std::max(site, std::max(at, mo));
+    }
+    total += site;
+    total += bytes(R * hc * Dm * 4) + bytes(R * hc * 4) + bytes(R * Dm * 4) + bytes(R * V * 4);  // head
+    total += draws_.workspace_need(D, V);                                                       // sampling
+    return total;
+}
+
+}  // namespace deepinfer::cuda
