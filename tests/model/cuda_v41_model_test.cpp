@@ -32,6 +32,7 @@
 #include "deepinfer/model.h"
 #include "deepinfer/model_v41.h"
 #include "deepinfer/synthetic_v41.h"
+#include "model/v41_flash_fixture.h"
 #include "unit/fixtures.h"
 
 namespace deepinfer {
@@ -319,8 +320,12 @@ TEST(CudaV41Load, ModelLoadDispatchesV41ToCuda) {
     o.v41_bounded_replay = true;
     EXPECT_THROW(Model::load(test::data_path("v41/v41_tiny_a"), o), Error);
     o.v41_bounded_replay = false;
-    o.device_fast_gemm = true;  // the tensor-core GEMM mode is V4-only so far
-    EXPECT_THROW(Model::load(test::data_path("v41/v41_tiny_a"), o), Error);
+    o.device_fast_gemm = true;  // the tensor-core GEMM mode (cuda_v41_fast_test.cpp)
+    if (cuda::fast_fp8_available()) {
+        EXPECT_EQ(Model::load(test::data_path("v41/v41_tiny_a"), o)->info().family, "deepseek_v41");
+    } else {
+        EXPECT_THROW(Model::load(test::data_path("v41/v41_tiny_a"), o), Error);
+    }
 }
 
 // Engram tables are not copied per process: they are page-locked where they lie in the checkpoint's
@@ -384,23 +389,7 @@ TEST(CudaHostRegistration, ReadOnlyFileMappingIsReadableFromTheDevice) {
 TEST(CudaV41FlashWidth, OfficialLogitsBitIdenticalToCpu) {
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
     const std::string dir = (fs::temp_directory_path() / ("deepinfer-cuda-v41-flash-" + std::to_string(::getpid()))).string();
-    nlohmann::ordered_json j = v41_flash_config();
-    auto& t = j["text_config"];
-    t["vocab_size"] = 1024;
-    t["num_hidden_layers"] = 3;
-    t["num_nextn_predict_layers"] = 0;
-    t["compress_ratios"] = {0, 2, 1};
-    t["kv_source_layer_ids"] = {1, 2};
-    t["index_source_layer_ids"] = {1, 2};
-    t["candidate_source_layer_id"] = 2;
-    t["candidate_topk_blocks"] = 8;  // 8 blocks of 8: the candidate stage selects within 160 entries
-    t["n_routed_experts"] = 16;
-    t["engram_layer_ids"] = {0};
-    t["engram_vocab_size"] = 2000;
-    t["dspark_target_layer_ids"] = nlohmann::ordered_json::array();
-    j.erase("vision_config");
-    set_v41_engram_rows(j);
-    write_synthetic_v41_checkpoint(dir, j.dump(), {.seed = 5, .residual_damping = 0.25, .include_drafter = false});
+    test::write_v41_flash_width_checkpoint(dir);
     ModelOptions o;
     o.tokenizer_json = DI_TOKENIZER_JSON;
     o.max_model_len = 1024;

@@ -155,13 +155,16 @@ void CudaV41Model::attention(int64_t layer, const Batch& b, const float* a, floa
                    s);
     copy_rows({.src = b.codes, .dst = b.at<void*>(plan.ring_dst), .rows = S, .row_bytes = formats_.window_bytes}, s);
 
-    // Grouped wo_a (a bf16 linear per group of the flattened heads), then wo_b.
+    // Grouped wo_a (a bf16 linear per group of the flattened heads; tensor cores in the fast mode), then wo_b.
     const int64_t G = c.o_groups, gin = H * hd / G, OR = c.o_lora_rank;
     float* u = workspace_.alloc_n<float>(S * G * OR);
-    for (int64_t g = 0; g < G; ++g)
-        linear({.x = o + g * gin, .x_ld = H * hd, .weight = lw.wo_a.rows(g * OR, (g + 1) * OR), .y = u + g * OR,
-                .y_ld = G * OR, .rows = S, .round_output_bf16 = off},
-               s);
+    for (int64_t g = 0; g < G; ++g) {
+        const DeviceLinear wg = lw.wo_a.rows(g * OR, (g + 1) * OR);
+        if (!project_fast(wg, o + g * gin, H * hd, S, u + g * OR, G * OR, false, off, s, false))
+            linear({.x = o + g * gin, .x_ld = H * hd, .weight = wg, .y = u + g * OR, .y_ld = G * OR, .rows = S,
+                    .round_output_bf16 = off},
+                   s);
+    }
     project(lw.wo_b, u, S, out);
 }
 

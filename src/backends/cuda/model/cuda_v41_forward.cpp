@@ -113,7 +113,8 @@ float* CudaV41Model::compute(const Batch& b) const {
     hc_collapse({.x = xs, .pre = ps, .out = y, .rows = R, .hc = hc, .hidden = D, .round_bf16 = off}, s);
     rms_norm({.x = y, .weight = weights_.norm, .out = y, .rows = R, .n = D, .eps = eps, .round_bf16 = off}, s);
     float* logits = workspace_.alloc_n<float>(R * V);
-    linear({.x = y, .x_ld = D, .weight = weights_.head, .y = logits, .y_ld = V, .rows = R}, s);
+    if (!project_fast(weights_.head, y, D, R, logits, V, false, false, s, false))
+        linear({.x = y, .x_ld = D, .weight = weights_.head, .y = logits, .y_ld = V, .rows = R}, s);
     return logits;
 }
 

@@ -140,6 +140,12 @@ private:
     void project(const DeviceLinear& w, const float* x, int64_t rows, float* y, Stream s = {}, bool keep_scratch = false) const;
     // A linear the reference runs in bf16 (no activation quantization; bf16 output in official numerics).
     void project_bf16(const DeviceLinear& w, const float* x, int64_t rows, float* y) const;
+    // The fast GEMM mode's form of a linear (tensor cores, gemm_fast.h): y[rows, y_ld] = x[rows, x_ld] · Wᵀ.
+    // BF16 weights (also the FP8 ones dequantized at load) take bf16 activations, act_quant'ed per 32
+    // first with `act_quant`; FP8 (128x128 blocks) / FP4 weights take FP8 activations quantized per 128.
+    // False (nothing enqueued) when the mode is off or the weight is not supported.
+    bool project_fast(const DeviceLinear& w, const float* x, int64_t x_ld, int64_t rows, float* y, int64_t y_ld,
+                      bool act_quant, bool round_bf16, Stream s, bool keep_scratch) const;
 
     // The plan (cuda_v41_plan.cpp): every layer's tables in `in`, the segments' SharedState walked.
     void plan(Batch& b, InputBlock& in) const;
@@ -171,6 +177,7 @@ private:
     ForwardLimits limits_;  // the largest forward the workspace is sized for
     uint64_t state_bytes_ = 0;
     V41CacheFormats formats_;
+    bool fast_ = false;  // CudaModelOptions::gemm == kFast
     EngramTokenMap token_map_;
     EngramLayout engram_layout_;
     int64_t engram_pad_ = 0;

@@ -46,6 +46,7 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
       max_len_(resolve_max_len(config_.text, o)),
       limits_(ForwardLimits::of(options)),
       formats_(V41CacheFormats::of(config_.text)),
+      fast_(o.gemm == GemmMode::kFast),
       draws_(limits_.max_seqs),
       // The given size, else the largest forward the limits allow (every row a logits row, every
       // sequence at max_model_len, a full group of device draws).
@@ -54,8 +55,7 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
                                                     limits_.max_seqs)),
       graphs_(options.cuda_graphs && o.expert_exchange == nullptr) {
     DI_CHECK(!options.v41_bounded_replay, dir, ": bounded replay runs on the CPU only so far (--device cpu)");
-    DI_CHECK(o.gemm == GemmMode::kReference, dir,
-             ": the fast (tensor-core) GEMM mode is not available for DeepSeek-V4.1 yet (use --gemm reference)");
+    DI_CHECK(!fast_ || fast_fp8_available(), "fast GEMM mode needs FP8 tensor cores (compute capability 8.9+)");
     const V41TextConfig& c = config_.text;
     info_ = {"deepseek_v41", c.vocab_size, config_.eos_token_ids, c.max_position_embeddings};
     host_ = std::make_unique<const v41::Weights>(dir, c);
@@ -85,7 +85,7 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
                  " routed experts do not divide evenly (use a GPU count that divides ", E, ")");
         experts = {ep_rank_ * (E / G), (ep_rank_ + 1) * (E / G)};
     }
-    weights_ = upload_v41_weights(host, c, /*share_engram=*/true, experts);
+    weights_ = upload_v41_weights(host, c, /*share_engram=*/true, experts, /*fp8_as_bf16=*/fast_);
     auto table = [&](const std::vector<float>& v) {
         auto buf = std::make_unique<DeviceBuffer>(v.size() * sizeof(float));
         buf->copy_from_host(v.data(), buf->nbytes());
@@ -109,8 +109,44 @@ std::vector<float> CudaV41Model::forward(Sequence& seq, std::span<const int32_t>
     return std::move(forward_batch(std::span<const SequenceChunk>(&chunk, 1))[0]);
 }
 
+bool CudaV41Model::project_fast(const DeviceLinear& w, const float* x, int64_t x_ld, int64_t rows, float* y, int64_t y_ld,
+                                bool act_quant, bool round_bf16, Stream s, bool keep) const {
+    if (!fast_ || !fast_linear_supported(w)) return false;
+    const size_t mark = workspace_.mark();
+    const int64_t K = w.in_features;
+    FastLinearParams f{.weight = w, .y = y, .y_ld = y_ld, .rows = rows, .round_output_bf16 = round_bf16};
+    if (w.kind == WeightKind::kBF16) {
+        // The reference's act_quant per 32 (official numerics, FP8 weights) gives values bf16 holds
+        // exactly, and so do the FP8 weights dequantized at load: only the f32 summation order differs.
+        const float* xin = x;
+        int64_t ld = x_ld;
+        if (act_quant) {
+            DI_ICHECK(x_ld == K);
+            float* xq = workspace_.alloc_n<float>(rows * K);
+            act_quant_dequant({.x = x, .out = xq, .rows = rows, .cols = K, .block = kActivationBlock}, s);
+            xin = xq;
+            ld = K;
+        }
+        uint16_t* xb = workspace_.alloc_n<uint16_t>(rows * K);
+        to_bf16({.x = xin, .x_ld = ld, .rows = rows, .cols = K, .out = xb}, s);
+        f.a = xb;
+    } else {  // FP8 with 128x128 blocks or FP4: activations act_quant'ed to FP8 per 128 (as the V4 fast mode)
+        uint8_t* q = workspace_.alloc_n<uint8_t>(rows * K);
+        float* qs = workspace_.alloc_n<float>(rows * (K / 128));
+        act_quant_fp8({.x = x, .x_ld = x_ld, .rows = rows, .cols = K, .q = q, .scale = qs}, s);
+        f.a = q;
+        f.a_scale = qs;
+    }
+    fast_linear(f, s);
+    if (!keep) workspace_.reset(mark);  // stream-ordered
+    return true;
+}
+
 void CudaV41Model::project(const DeviceLinear& w, const float* x, int64_t rows, float* y, Stream s, bool keep) const {
     if (!s.handle) s = stream_.get();
+    if (project_fast(w, x, w.in_features, rows, y, w.out_features, official() && (quantized(w) || weights_.from_fp8(w)),
+                     official(), s, keep))
+        return;
     if (official() && quantized(w)) {
         const size_t mark = workspace_.mark();
         float* xq = workspace_.alloc_n<float>(rows * w.in_features);
@@ -127,6 +163,7 @@ void CudaV41Model::project(const DeviceLinear& w, const float* x, int64_t rows, 
 }
 
 void CudaV41Model::project_bf16(const DeviceLinear& w, const float* x, int64_t rows, float* y) const {
+    if (project_fast(w, x, w.in_features, rows, y, w.out_features, false, official(), stream_.get(), false)) return;
     linear({.x = x, .x_ld = w.in_features, .weight = w, .y = y, .y_ld = w.out_features, .rows = rows,
             .round_output_bf16 = official()},
            stream_.get());
@@ -154,7 +191,7 @@ void CudaV41Model::moe(int64_t layer, const Batch& b, const float* a, float* out
     const float* y_slot = routed_experts({.experts = &lw.experts, .x = a, .ids = ids, .weights = wts, .rows = S,
                                           .hidden = D, .top_k = K, .experts_total = E, .swiglu_limit = L,
                                           .official = off, .act_block = kActivationBlock, .weight_before_w2 = true,
-                                          .exchange = ep_, .rank = static_cast<int>(ep_rank_)},
+                                          .fast = fast_, .exchange = ep_, .rank = static_cast<int>(ep_rank_)},
                                          workspace_, s);
     const int64_t SI = lw.shared_w1.out_features;
     float* sg = workspace_.alloc_n<float>(S * SI);

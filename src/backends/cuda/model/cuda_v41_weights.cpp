@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <utility>
 
+#include "backends/cuda/model/bf16_weights.h"
 #include "deepinfer/check.h"
 
 namespace deepinfer::cuda {
@@ -16,7 +17,16 @@ namespace {
 
 class Uploader {
 public:
-    explicit Uploader(V41DeviceWeights& out) : out_(out) {}
+    Uploader(V41DeviceWeights& out, bool fp8_as_bf16) : out_(out), fp8_as_bf16_(fp8_as_bf16) {}
+
+    // A dense linear the fast GEMM mode may run in bf16: FP8 with power-of-two scales dequantized.
+    DeviceLinear dense(const v41::LinearWeight& w) {
+        if (!fp8_as_bf16_ || !fp8_exact_in_bf16(w)) return linear(w);
+        DeviceLinear d = upload_fp8_as_bf16(w, out_.storage);
+        out_.device_bytes += size_t(d.out_features * d.in_features * 2);
+        out_.bf16_from_fp8.push_back(d.weight);
+        return d;
+    }
 
     const void* bytes(const void* src, size_t n) {
         if (n == 0) return nullptr;
@@ -73,6 +83,7 @@ public:
 
 private:
     V41DeviceWeights& out_;
+    bool fp8_as_bf16_;
 };
 
 // Page-locks the Engram tables (weights and scales) where they lie in the checkpoint's mapping: the
@@ -105,13 +116,17 @@ void register_engram_tables(const v41::Weights& w, V41DeviceWeights& d) {
 
 }  // namespace
 
+bool V41DeviceWeights::from_fp8(const DeviceLinear& w) const {
+    return std::binary_search(bf16_from_fp8.begin(), bf16_from_fp8.end(), w.weight);
+}
+
 V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& c, bool share_engram,
-                                    ExpertRange experts) {
+                                    ExpertRange experts, bool fp8_as_bf16) {
     V41DeviceWeights d;
     // Registration comes after every copy: cudaMemcpy from host memory that straddles a registered range
     // (a neighbouring tensor on a shared page) is refused by the runtime.
     const bool share = share_engram && HostRegistration::read_only_supported();
-    Uploader up(d);
+    Uploader up(d, fp8_as_bf16);
     d.embed = up.linear(w.embed);
     d.head = up.linear(w.head);
     d.norm = up.vec(w.norm);
@@ -122,11 +137,11 @@ V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& 
         l.hc_attn = up.hc(lw.hc_attn);
         l.hc_ffn = up.hc(lw.hc_ffn);
         const v41::AttentionWeights& a = lw.attn;
-        l.wq_a = up.linear(a.wq_a);
-        l.wq_b = up.linear(a.wq_b);
-        l.wkv = up.linear(a.wkv);
-        l.wo_a = up.linear(a.wo_a);
-        l.wo_b = up.linear(a.wo_b);
+        l.wq_a = up.dense(a.wq_a);
+        l.wq_b = up.dense(a.wq_b);
+        l.wkv = up.dense(a.wkv);
+        l.wo_a = up.dense(a.wo_a);
+        l.wo_b = up.dense(a.wo_b);
         l.q_norm = up.vec(a.q_norm);
         l.kv_norm = up.vec(a.kv_norm);
         l.sink = up.vec(a.sink);
@@ -138,7 +153,7 @@ V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& 
         }
         l.has_indexer = a.has_indexer;
         if (a.has_indexer) {
-            l.indexer_wq_b = up.linear(a.indexer_wq_b);
+            l.indexer_wq_b = up.dense(a.indexer_wq_b);
             l.indexer_weights_proj = up.linear(a.indexer_weights_proj);
             l.has_index_keys = a.has_index_keys;
             if (a.has_index_keys) {
@@ -156,17 +171,18 @@ V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& 
                  ", ", e1, ") of ", c.n_routed_experts, " experts");
         l.experts = up.experts(std::span<const v41::ExpertWeights>(m.experts).subspan(size_t(experts.begin),
                                                                                      size_t(e1 - experts.begin)));
-        l.shared_w1 = up.linear(m.shared.w1);
-        l.shared_w3 = up.linear(m.shared.w3);
-        l.shared_w2 = up.linear(m.shared.w2);
+        l.shared_w1 = up.dense(m.shared.w1);
+        l.shared_w3 = up.dense(m.shared.w3);
+        l.shared_w2 = up.dense(m.shared.w2);
         if (lw.engram) {
             l.has_engram = true;
             if (!share) l.engram.table = up.linear(lw.engram->table, /*host=*/true);
-            l.engram.wkv = up.linear(lw.engram->wkv);
+            l.engram.wkv = up.dense(lw.engram->wkv);
             l.engram.gate_weight = up.vec(lw.engram->gate_weight);
         }
         d.layers.push_back(std::move(l));
     }
+    std::sort(d.bf16_from_fp8.begin(), d.bf16_from_fp8.end());
     if (share) {
         register_engram_tables(w, d);
         auto in_place = [&](const TensorView& t) -> const void* {

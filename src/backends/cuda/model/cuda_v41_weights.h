@@ -59,12 +59,18 @@ struct V41DeviceWeights {
     // host_bytes counts none of them, and every process on the host shares one page-cache copy.
     std::vector<std::unique_ptr<HostRegistration>> registered;
     size_t shared_host_bytes = 0;
+    // FP8 weights uploaded dequantized to bf16 (fp8_as_bf16), sorted: the reference act_quants their
+    // inputs in official numerics, so the fast GEMMs do too.
+    std::vector<const void*> bf16_from_fp8;
+    bool from_fp8(const DeviceLinear& w) const;
 };
 
 // Copies every weight the forward uses to the device. Engram tables stay in host memory: with
 // share_engram and a device that maps read-only host memory they are registered in place in the
 // checkpoint's mapping (w must then outlive the result), otherwise copied to pinned mapped buffers.
+// fp8_as_bf16 (the fast GEMM mode): the dense FP8 linears with power-of-two block scales (the attention
+// projections, shared experts, Engram wkv) are uploaded dequantized to bf16 (bf16_weights.h, exact).
 V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& config, bool share_engram = true,
-                                    ExpertRange experts = {});
+                                    ExpertRange experts = {}, bool fp8_as_bf16 = false);
 
 }  // namespace deepinfer::cuda

@@ -37,7 +37,8 @@ size_t CudaV41Model::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, 
     total += in + bytes((S + 1) * K * 4) + bytes((S + 1) * P);  // input block, top-k, candidate mask
 
     // compute(): Engram on the side stream (kept for the whole forward), streams and mixes.
-    total += static_cast<size_t>(n_engram) * (2 * bytes(S * cols * c.engram_head_dim * 4) + bytes(S * (hc + 1) * Dm * 4));
+    // (the fast GEMMs keep a bf16 copy of the input too)
+    total += static_cast<size_t>(n_engram) * (3 * bytes(S * cols * c.engram_head_dim * 4) + bytes(S * (hc + 1) * Dm * 4));
     total += 2 * bytes(S * hc * Dm * 4) + 4 * bytes(S * hc * 4) + bytes(S * hc * hc * 4) + 2 * bytes(S * Dm * 4);
     // The largest site of a layer: attention (with its compressor and indexer) or the MoE. Each
     // projection's act_quant scratch is released right after it: one of the widest is counted.
@@ -53,20 +54,24 @@ size_t CudaV41Model::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, 
         }
         const int64_t max_cand = std::min(W, P) + (r > 0 ? K : 0);
         at += bytes(S * H * max_cand * 4) + bytes(S * H * hd * 4) + bytes(S * G * OR * 4);
-        at += bytes(S * std::max({Dm, QL, G * OR}) * 4);
+        at += bytes(S * std::max({Dm, QL, G * OR, IH * ID}) * 4);
+        if (fast_) at += bytes(S * std::max({Dm, QL, G * OR, H * hd / G, IH * ID}) * 2) + 512;  // bf16 / FP8 copies
         // MoE: under expert parallelism the experts here run the pairs of every rank's rows (at most
         // this forward's rows plus one idle row of each other rank) and the outputs come back per rank.
         const int64_t ranks = ep_ ? ep_->ranks() : 1, T = ep_ ? S + ranks : S, NT = T * KE;
         size_t mo = 2 * bytes(S * E * 4) + 2 * bytes(S * KE * 4) + bytes(S * Dm * 4) + 3 * bytes(NT * 4) +
                     bytes((E + 2) * 4) + 2 * bytes(NT * I * 4) + 2 * bytes(NT * Dm * 4) + 2 * bytes(S * I * 4) +
                     bytes(S * Dm * 4) + bytes(S * std::max(Dm, I) * 4);
+        if (fast_)  // FP8 inputs and SwiGLU outputs with scales, tile table; the shared expert's bf16 input
+            mo += bytes(S * Dm) + bytes(S * (Dm / 128 + 1) * 4) + bytes(NT * I) + bytes(NT * (I / 128 + 1) * 4) +
+                  bytes((E + 1) * 4) + bytes(T * Dm) + bytes(T * (Dm / 128 + 1) * 4) + bytes(S * std::max(Dm, I) * 2);
         if (ep_)
             mo += bytes(T * Dm * 4) + 3 * bytes(T * KE * 4) + bytes(ranks * S * KE * Dm * 4) + bytes(S * KE * 4) +
                   bytes(S * KE * Dm * 4);
         site = std::max(site, std::max(at, mo));
     }
     total += site;
-    total += bytes(R * hc * Dm * 4) + bytes(R * hc * 4) + bytes(R * Dm * 4) + bytes(R * V * 4);  // head
+    total += bytes(R * hc * Dm * 4) + bytes(R * hc * 4) + bytes(R * Dm * 4) + bytes(R * V * 4) + bytes(R * Dm * 2);  // head
     total += draws_.workspace_need(D, V);                                                       // sampling
     return total;
 }

@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: Apache-2.0
+// CudaV41Model with the fast (tensor-core) GEMM mode at the release's widths (FP8 32x32 linears run as
+// exact bf16 weights on bf16 tensor cores, MXFP4 experts as grouped FP8 launches, official numerics)
+// against the CPU reference: logits within the V4 fast tests' tolerances (cuda_fast_model_test.cpp)
+// and different from the reference kernels' (the mode is on); batch invariance bit for bit (a
+// sequence's logits alone equal its logits beside other sequences, prefill and decode); decode
+// steps replayed from CUDA graphs equal eager launches bit for bit. Skips without FP8 tensor cores.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/gemm_fast.h"
+#include "backends/cuda/model/cuda_model.h"
+#include "backends/cuda/model/cuda_v41_model.h"
+#include "deepinfer/model.h"
+#include "deepinfer/model_v41.h"
+#include "model/v41_flash_fixture.h"
+
+namespace deepinfer {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr int64_t kVocab = 1024;
+
+class CudaV41Fast : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        if (cuda::device_count() == 0 || !cuda::fast_fp8_available()) return;
+        dir_ = (fs::temp_directory_path() / ("deepinfer-cuda-v41-fast-" + std::to_string(::getpid()))).string();
+        test::write_v41_flash_width_checkpoint(dir_, 7);
+    }
+    static void TearDownTestSuite() {
+        if (!dir_.empty()) fs::remove_all(dir_);
+    }
+    void SetUp() override {
+        if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+        if (!cuda::fast_fp8_available()) GTEST_SKIP() << "FP8 tensor cores need compute capability 8.9+";
+    }
+    static ModelOptions options(bool graphs = true) {
+        ModelOptions o;
+        o.tokenizer_json = DI_TOKENIZER_JSON;
+        o.max_model_len = 1024;
+        o.max_batch_tokens = 512;
+        o.max_num_seqs = 8;
+        o.cuda_graphs = graphs;
+        return o;
+    }
+    static std::unique_ptr<Model> gpu(cuda::GemmMode mode, bool graphs = true) {
+        cuda::CudaModelOptions co;
+        co.max_model_len = 1024;
+        co.gemm = mode;
+        return cuda::load_cuda_v41_model(dir_, options(graphs), co);
+    }
+    static std::string dir_;
+};
+std::string CudaV41Fast::dir_;
+
+std::vector<int32_t> random_tokens(size_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<int32_t> t(n);
+    for (int32_t& x : t) x = static_cast<int32_t>(rng() % kVocab);
+    return t;
+}
+
+// 160-token prefill (past the window, compressed entries and the candidate stage) + 4 decode steps.
+std::vector<float> run_script(const Model& m) {
+    const auto prompt = random_tokens(160, 3);
+    Sequence s = m.new_sequence();
+    std::vector<float> out = m.forward(s, prompt, true);
+    for (int32_t t : {17, 400, 3, 999}) {
+        const auto l = m.forward(s, std::span<const int32_t>(&t, 1), false);
+        out.insert(out.end(), l.begin(), l.end());
+    }
+    return out;
+}
+
+TEST_F(CudaV41Fast, LogitsWithinToleranceOfCpu) {
+    const auto cpu = V41Model::load(dir_, options());
+    const auto fast = gpu(cuda::GemmMode::kFast), reference = gpu(cuda::GemmMode::kReference);
+    ASSERT_EQ(fast->numerics(), Numerics::kOfficial);
+    const std::vector<float> ref = run_script(*cpu), got = run_script(*fast), exact = run_script(*reference);
+    ASSERT_EQ(ref.size(), got.size());
+    EXPECT_EQ(0, std::memcmp(ref.data(), exact.data(), ref.size() * 4)) << "the reference kernels equal the CPU";
+    double max_abs = 0, max_ref = 0, sum_abs = 0, sum_ref = 0;
+    int64_t argmax_same = 0, differing = 0;
+    const int64_t rows = int64_t(ref.size()) / kVocab;
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* a = ref.data() + r * kVocab;
+        const float* b = got.data() + r * kVocab;
+        for (int64_t v = 0; v < kVocab; ++v) {
+            ASSERT_TRUE(std::isfinite(b[v]));
+            const double d = std::fabs(double(a[v]) - double(b[v]));
+            max_abs = std::max(max_abs, d);
+            max_ref = std::max(max_ref, std::fabs(double(a[v])));
+            sum_abs += d;
+            sum_ref += std::fabs(double(a[v]));
+            differing += d != 0;
+        }
+        argmax_same += (std::max_element(a, a + kVocab) - a) == (std::max_element(b, b + kVocab) - b);
+    }
+    std::printf("[v41-fast-vs-cpu] flash width, official, 160-token prefill + 4 decode steps: max|diff| %.3g (max|logit| %.3g, "
+                "rel %.3g), mean|diff|/mean|logit| %.3g, argmax agreement %lld/%lld, logits differing %lld of %lld\n",
+                max_abs, max_ref, max_abs / max_ref, sum_abs / sum_ref, (long long)argmax_same, (long long)rows,
+                (long long)differing, (long long)ref.size());
+    EXPECT_GT(differing, 0) << "the fast mode ran the reference kernels";
+    EXPECT_LE(max_abs, 5e-2 * max_ref);
+    EXPECT_LE(sum_abs, 1e-2 * sum_ref);
+    EXPECT_GE(argmax_same, rows * 9 / 10);
+}
+
+TEST_F(CudaV41Fast, BatchInvariantBitForBit) {
+    const auto m = gpu(cuda::GemmMode::kFast);
+    const auto a = random_tokens(50, 5), b = random_tokens(300, 6), c = random_tokens(7, 7);
+    Sequence s1 = m->new_sequence();
+    const auto alone = m->forward(s1, a, true);
+    const int32_t t1 = 11, t2 = 900;
+    const auto alone_d1 = m->forward(s1, std::span<const int32_t>(&t1, 1), false);
+    const auto alone_d2 = m->forward(s1, std::span<const int32_t>(&t2, 1), false);
+    Sequence sa = m->new_sequence(), sb = m->new_sequence(), sc = m->new_sequence();
+    {
+        const SequenceChunk chunks[] = {{&sb, b, false, {}}, {&sa, a, true, {}}, {&sc, c, true, {}}};
+        const auto out = m->forward_batch(chunks);
+        ASSERT_EQ(out[1].size(), alone.size());
+        EXPECT_EQ(0, std::memcmp(out[1].data(), alone.data(), alone.size() * 4)) << "prefill beside 307 other rows";
+    }
+    {
+        const int32_t tb = 5, tc = 6;
+        const SequenceChunk chunks[] = {{&sa, std::span<const int32_t>(&t1, 1), false, {}},
+                                        {&sb, std::span<const int32_t>(&tb, 1), false, {}},
+                                        {&sc, std::span<const int32_t>(&tc, 1), false, {}}};
+        const auto out = m->forward_batch(chunks);
+        EXPECT_EQ(0, std::memcmp(out[0].data(), alone_d1.data(), alone_d1.size() * 4)) << "decode in a batch of 3";
+    }
+    {
+        const auto d = m->forward(sa, std::span<const int32_t>(&t2, 1), false);
+        EXPECT_EQ(0, std::memcmp(d.data(), alone_d2.data(), alone_d2.size() * 4)) << "decode alone after a batch";
+    }
+}
+
+TEST_F(CudaV41Fast, GraphDecodeBitIdenticalToEager) {
+    const auto graphed = gpu(cuda::GemmMode::kFast, true), eager = gpu(cuda::GemmMode::kFast, false);
+    const int64_t B = 5;
+    std::vector<Sequence> gs, es;
+    std::vector<SequenceChunk> gc, ec;
+    std::vector<std::vector<int32_t>> prompts;
+    for (int64_t i = 0; i < B; ++i) {
+        gs.push_back(graphed->new_sequence());
+        es.push_back(eager->new_sequence());
+        prompts.push_back(random_tokens(size_t(40 + 37 * i), uint32_t(20 + i)));
+    }
+    for (int64_t i = 0; i < B; ++i) {
+        gc.push_back({&gs[size_t(i)], prompts[size_t(i)], false, {}});
+        ec.push_back({&es[size_t(i)], prompts[size_t(i)], false, {}});
+    }
+    ASSERT_EQ(graphed->forward_batch(gc), eager->forward_batch(ec));
+    std::mt19937 rng(8);
+    std::vector<int32_t> next(static_cast<size_t>(B));
+    for (int step = 0; step < 6; ++step) {
+        const size_t n = size_t(B) - size_t(step % 3);  // batches of 5, 4, 3: buckets 8 and 4
+        gc.resize(n);
+        ec.resize(n);
+        for (size_t i = 0; i < n; ++i) {
+            next[i] = static_cast<int32_t>(rng() % kVocab);
+            gc[i] = {&gs[i], std::span<const int32_t>(&next[i], 1), false, {}};
+            ec[i] = {&es[i], std::span<const int32_t>(&next[i], 1), false, {}};
+        }
+        ASSERT_EQ(graphed->forward_batch(gc), eager->forward_batch(ec)) << "step " << step;
+    }
+    EXPECT_EQ(cuda::cuda_model_stats(*graphed).graph_replays, 6);
+    EXPECT_EQ(cuda::cuda_model_stats(*eager).graph_replays, 0);
+}
+
+}  // namespace
+}  // namespace deepinfer
