@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -164,6 +165,7 @@ TEST_F(CudaV41Fast, GraphDecodeBitIdenticalToEager) {
     ASSERT_EQ(graphed->forward_batch(gc), eager->forward_batch(ec));
     std::mt19937 rng(8);
     std::vector<int32_t> next(static_cast<size_t>(B));
+    double graph_s = 0, eager_s = 0;
     for (int step = 0; step < 6; ++step) {
         const size_t n = size_t(B) - size_t(step % 3);  // batches of 5, 4, 3: buckets 8 and 4
         gc.resize(n);
@@ -173,8 +175,19 @@ TEST_F(CudaV41Fast, GraphDecodeBitIdenticalToEager) {
             gc[i] = {&gs[i], std::span<const int32_t>(&next[i], 1), false, {}};
             ec[i] = {&es[i], std::span<const int32_t>(&next[i], 1), false, {}};
         }
-        ASSERT_EQ(graphed->forward_batch(gc), eager->forward_batch(ec)) << "step " << step;
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto g = graphed->forward_batch(gc);
+        const auto t1 = std::chrono::steady_clock::now();
+        const auto e = eager->forward_batch(ec);
+        const auto t2 = std::chrono::steady_clock::now();
+        if (step >= 3) {  // the buckets are captured by now
+            graph_s += std::chrono::duration<double>(t1 - t0).count();
+            eager_s += std::chrono::duration<double>(t2 - t1).count();
+        }
+        ASSERT_EQ(g, e) << "step " << step;
     }
+    std::printf("[v41-fast-graphs] flash width, 3 layers, decode batches 5/4/3: %.3f ms per step replayed, %.3f ms eager\n",
+                graph_s / 3 * 1e3, eager_s / 3 * 1e3);
     EXPECT_EQ(cuda::cuda_model_stats(*graphed).graph_replays, 6);
     EXPECT_EQ(cuda::cuda_model_stats(*eager).graph_replays, 0);
 }
