@@ -130,10 +130,20 @@ bool CudaV41Model::project_fast(const DeviceLinear& w, const float* x, int64_t x
         uint16_t* xb = workspace_.alloc_n<uint16_t>(rows * K);
         to_bf16({.x = xin, .x_ld = ld, .rows = rows, .cols = K, .out = xb}, s);
         f.a = xb;
-    } else {  // FP8 with 128x128 blocks or FP4: activations act_quant'ed to FP8 per 128 (as the V4 fast mode)
+    } else {  // FP8 with 128x128 blocks or FP4: activations in the kernels' FP8 form per 128, after the
+              // reference's act_quant per 32 where it quantizes (as routed_experts does)
+        const float* xin = x;
+        int64_t ld = x_ld;
+        if (act_quant) {
+            DI_ICHECK(x_ld == K);
+            float* xq = workspace_.alloc_n<float>(rows * K);
+            act_quant_dequant({.x = x, .out = xq, .rows = rows, .cols = K, .block = kActivationBlock}, s);
+            xin = xq;
+            ld = K;
+        }
         uint8_t* q = workspace_.alloc_n<uint8_t>(rows * K);
         float* qs = workspace_.alloc_n<float>(rows * (K / 128));
-        act_quant_fp8({.x = x, .x_ld = x_ld, .rows = rows, .cols = K, .q = q, .scale = qs}, s);
+        act_quant_fp8({.x = xin, .x_ld = ld, .rows = rows, .cols = K, .q = q, .scale = qs}, s);
         f.a = q;
         f.a_scale = qs;
     }

@@ -62,8 +62,9 @@ size_t CudaV41Model::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, 
         size_t mo = 2 * bytes(S * E * 4) + 2 * bytes(S * KE * 4) + bytes(S * Dm * 4) + 3 * bytes(NT * 4) +
                     bytes((E + 2) * 4) + 2 * bytes(NT * I * 4) + 2 * bytes(NT * Dm * 4) + 2 * bytes(S * I * 4) +
                     bytes(S * Dm * 4) + bytes(S * std::max(Dm, I) * 4);
-        if (fast_)  // FP8 inputs and SwiGLU outputs with scales, tile table; the shared expert's bf16 input
-            mo += bytes(S * Dm) + bytes(S * (Dm / 128 + 1) * 4) + bytes(NT * I) + bytes(NT * (I / 128 + 1) * 4) +
+        if (fast_)  // FP8 inputs (after a per-32 act_quant) and SwiGLU outputs with scales, tile table; the
+                    // shared expert's bf16 input
+            mo += bytes(S * Dm * 4) + bytes(S * Dm) + bytes(S * (Dm / 128 + 1) * 4) + bytes(NT * I) + bytes(NT * (I / 128 + 1) * 4) +
                   bytes((E + 1) * 4) + bytes(T * Dm) + bytes(T * (Dm / 128 + 1) * 4) + bytes(S * std::max(Dm, I) * 2);
         if (ep_)
             mo += bytes(T * Dm * 4) + 3 * bytes(T * KE * 4) + bytes(ranks * S * KE * Dm * 4) + bytes(S * KE * 4) +

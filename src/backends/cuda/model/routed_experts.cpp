@@ -23,6 +23,11 @@ float* routed_experts(const RoutedExpertsParams& p, DeviceArena& ws, Stream s) {
     const DeviceExperts& ex = *p.experts;
     const int64_t S = p.rows, D = p.hidden, K = p.top_k, E = p.experts_total, I = ex.shape_w1.out_features;
     const bool off = p.official, fast = p.fast && fast_supported(ex);
+    // Fast GEMMs under official numerics with a finer act_quant than the kernels' 128 (V4.1: 32): the
+    // reference's per-block quantization first, then the kernels' FP8 form per 128 of its result (the
+    // same e4m3 codes wherever a block's scale is its 128-group's largest, else shifted by the scales'
+    // distance, exact down to e4m3's normal range).
+    const bool fine = fast && off && p.act_block < 128;
     const bool q_in = !fast && off && quantized(ex.shape_w1), q_mid = !fast && off && quantized(ex.shape_w2);
     // The experts' inputs, quantized once per row: FP8 + scales (fast GEMMs, which gather the rows) or
     // act_quant'ed f32 (official numerics on the reference kernels).
@@ -30,9 +35,15 @@ float* routed_experts(const RoutedExpertsParams& p, DeviceArena& ws, Stream s) {
     float* xs = nullptr;
     const float* xin = p.x;
     if (fast) {
+        const float* xf = p.x;
+        if (fine) {
+            float* aq = ws.alloc_n<float>(S * D);
+            act_quant_dequant({.x = p.x, .out = aq, .rows = S, .cols = D, .block = p.act_block}, s);
+            xf = aq;
+        }
         xq = ws.alloc_n<uint8_t>(S * D);
         xs = ws.alloc_n<float>(S * (D / 128));
-        act_quant_fp8({.x = p.x, .x_ld = D, .rows = S, .cols = D, .q = xq, .scale = xs}, s);
+        act_quant_fp8({.x = xf, .x_ld = D, .rows = S, .cols = D, .q = xq, .scale = xs}, s);
     } else if (q_in) {
         float* aq = ws.alloc_n<float>(S * D);
         act_quant_dequant({.x = p.x, .out = aq, .rows = S, .cols = D, .block = p.act_block}, s);
@@ -99,6 +110,7 @@ float* routed_experts(const RoutedExpertsParams& p, DeviceArena& ws, Stream s) {
         swiglu({.g = g, .u = up, .row_weight = row_weight, .row_weight_index = perm_slot, .rows = NP, .width = I,
                 .limit = L, .round_bf16 = off},
                s);
+        if (fine) act_quant_dequant({.x = g, .out = g, .rows = NP, .cols = I, .block = p.act_block}, s);
         uint8_t* gq = ws.alloc_n<uint8_t>(NP * I);
         float* gs = ws.alloc_n<float>(NP * (I / 128));
         act_quant_fp8({.x = g, .x_ld = I, .rows = NP, .cols = I, .q = gq, .scale = gs}, s);

@@ -32,7 +32,8 @@ struct RoutedExpertsParams {
     // caller's combine applies it.
     bool weight_before_w2 = false;
     // Tensor-core grouped GEMMs (gemm_fast.h) over FP8 activations quantized per 128, when the
-    // experts' formats allow; otherwise the reference kernels.
+    // experts' formats allow; otherwise the reference kernels. Official numerics with act_block < 128:
+    // act_quant per act_block first (the reference's rounding), then the kernels' per-128 FP8 form.
     bool fast = false;
     ExpertExchange* exchange = nullptr;      // expert parallelism, else null
     int rank = 0;                            // this GPU's rank in `exchange`
