@@ -352,28 +352,13 @@ using test::run;
 using test::RunResult;
 
 EngineConfig spec_config(int64_t k, bool scheduler, const char* method = "dspark") {
-    EngineConfig c;
-    c.speculative_method = method;
-    c.num_speculative_tokens = k;
-    c.speculative_scheduler = scheduler;
-    c.max_prefill_chunk = 8;
-    return c;
+    return test::spec_config(k, scheduler, method, 8);
+}
+void expect_same_outputs(const RunResult& plain, const RunResult& spec, const Requests& reqs, const std::string& what) {
+    test::expect_same_greedy_outputs(plain, spec, reqs, what);
 }
 
-void expect_same_outputs(const RunResult& plain, const RunResult& spec, const Requests& reqs, const std::string& what) {
-    for (const auto& [id, prompt, sp] : reqs) {
-        if (sp.temperature > 0) continue;
-        const CompletionOutput& a = plain.outputs.at(id).completions.at(0);
-        const CompletionOutput& b = spec.outputs.at(id).completions.at(0);
-        EXPECT_EQ(a.token_ids, b.token_ids) << what << " " << id;
-        EXPECT_EQ(a.finish_reason, b.finish_reason) << what << " " << id;
-        ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << what;
-        for (size_t t = 0; t < a.logprobs.size(); ++t) {
-            EXPECT_EQ(a.logprobs[t].logprob, b.logprobs[t].logprob) << what << " " << t;
-            EXPECT_EQ(a.logprobs[t].top, b.logprobs[t].top) << what << " " << t;
-        }
-    }
-}
+
 
 TEST_P(DSpark, GreedyIsTokenIdenticalToNoSpeculation) {
     const auto model = tiny_model(GetParam());

@@ -36,6 +36,33 @@ inline RunResult run(std::shared_ptr<const Model> model, const EngineConfig& cfg
     return r;
 }
 
+// An engine configuration that speculates with `method`, k drafts (the scheduler's maximum when it is on).
+inline EngineConfig spec_config(int64_t k, bool scheduler, const char* method, int64_t max_prefill_chunk) {
+    EngineConfig c;
+    c.speculative_method = method;
+    c.num_speculative_tokens = k;
+    c.speculative_scheduler = scheduler;
+    c.max_prefill_chunk = max_prefill_chunk;
+    return c;
+}
+
+// The greedy requests of `reqs` (temperature 0) gave the same tokens, finish reasons and logprobs.
+inline void expect_same_greedy_outputs(const RunResult& plain, const RunResult& spec, const Requests& reqs,
+                                       const std::string& what) {
+    for (const auto& [id, prompt, sp] : reqs) {
+        if (sp.temperature > 0) continue;
+        const CompletionOutput& a = plain.outputs.at(id).completions.at(0);
+        const CompletionOutput& b = spec.outputs.at(id).completions.at(0);
+        EXPECT_EQ(a.token_ids, b.token_ids) << what << " " << id;
+        EXPECT_EQ(a.finish_reason, b.finish_reason) << what << " " << id;
+        ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << what;
+        for (size_t t = 0; t < a.logprobs.size(); ++t) {
+            EXPECT_EQ(a.logprobs[t].logprob, b.logprobs[t].logprob) << what << " " << t;
+            EXPECT_EQ(a.logprobs[t].top, b.logprobs[t].top) << what << " " << t;
+        }
+    }
+}
+
 inline SamplingParams greedy(int64_t max_tokens) {
     SamplingParams sp;
     sp.temperature = 0;

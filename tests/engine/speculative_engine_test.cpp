@@ -83,14 +83,7 @@ using test::Requests;
 using test::run;
 using test::RunResult;
 
-EngineConfig spec_config(int64_t k, bool scheduler) {
-    EngineConfig c;
-    c.speculative_method = "mtp";
-    c.num_speculative_tokens = k;
-    c.speculative_scheduler = scheduler;
-    c.max_prefill_chunk = 32;
-    return c;
-}
+EngineConfig spec_config(int64_t k, bool scheduler) { return test::spec_config(k, scheduler, "mtp", 32); }
 
 TEST(SpeculativeEngine, ModelHasTheMtpDrafter) {
     ASSERT_NE(mtp_model()->drafter(), nullptr);
@@ -134,18 +127,7 @@ TEST(SpeculativeEngine, GreedyIsTokenIdenticalToNoSpeculation) {
                 const RunResult spec = run(mtp_model(), spec_config(k, sched), sub);
                 const std::string what = "k=" + std::to_string(k) + " scheduler=" + std::to_string(sched) +
                                          " batch=" + std::to_string(batch);
-                for (const auto& [id, prompt, sp] : sub) {
-                    if (sp.temperature > 0) continue;
-                    const CompletionOutput& a = plain.outputs.at(id).completions.at(0);
-                    const CompletionOutput& b = spec.outputs.at(id).completions.at(0);
-                    EXPECT_EQ(a.token_ids, b.token_ids) << what << " " << id;
-                    EXPECT_EQ(a.finish_reason, b.finish_reason) << what << " " << id;
-                    ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << what;
-                    for (size_t t = 0; t < a.logprobs.size(); ++t) {
-                        EXPECT_EQ(a.logprobs[t].logprob, b.logprobs[t].logprob) << what << " " << t;
-                        EXPECT_EQ(a.logprobs[t].top, b.logprobs[t].top) << what << " " << t;
-                    }
-                }
+                test::expect_same_greedy_outputs(plain, spec, sub, what);
                 if (!sched) {
                     EXPECT_GT(spec.metrics.spec_draft_tokens, 0) << what;
                 }
