@@ -2,26 +2,14 @@
 // Uploads ModelWeights (views into the checkpoint mapping) to device memory, format unchanged.
 #include "backends/cuda/model/cuda_weights.h"
 
-#include <cmath>
 #include <span>
 #include <vector>
 
+#include "backends/cuda/model/bf16_weights.h"
 #include "deepinfer/check.h"
 
 namespace deepinfer::cuda {
 namespace {
-
-// Every scale a power of two (ue8m0 always; f32 checked value by value).
-bool power_of_two_scales(const TensorView& s) {
-    if (s.dtype() == DType::kF8E8M0) return true;
-    if (s.dtype() != DType::kF32 || !s.is_contiguous()) return false;
-    const auto* v = static_cast<const float*>(s.data());
-    for (int64_t i = 0; i < s.numel(); ++i) {
-        int e = 0;
-        if (!(v[i] > 0) || std::frexp(v[i], &e) != 0.5f) return false;
-    }
-    return true;
-}
 
 class Uploader {
 public:
@@ -46,27 +34,12 @@ public:
         return device_linear_like(w, wp, sp);
     }
 
-    // An FP8 block-scaled weight with power-of-two scales, dequantized on the device to bf16 (exact);
-    // the FP8 bytes pass through temporary buffers. Other formats: uploaded unchanged.
+    // An FP8 block-scaled weight with power-of-two scales uploaded dequantized to bf16 (exact,
+    // bf16_weights.h); other formats unchanged.
     DeviceLinear linear_bf16(const LinearWeight& w) {
-        if (w.empty() || w.format != cpu::WeightFormat::kFp8Block || !power_of_two_scales(w.scale)) return linear(w);
-        DI_CHECK(w.weight.is_contiguous() && w.scale.is_contiguous(), "weight ", w.weight.describe(), " is not contiguous");
-        DeviceBuffer q(w.weight.nbytes()), sc(w.scale.nbytes());
-        q.copy_from_host(w.weight.data(), w.weight.nbytes());
-        sc.copy_from_host(w.scale.data(), w.scale.nbytes());
-        const Shape shape{w.out_features, w.in_features};
-        auto buf = std::make_unique<DeviceBuffer>(size_t(w.out_features * w.in_features * 2));
-        dequant_fp8_block({.weight = TensorView(q.data(), DType::kF8E4M3, shape, Device::kCuda),
-                           .scale = TensorView(sc.data(), w.scale.dtype(), w.scale.shape(), Device::kCuda),
-                           .out = TensorView(buf->data(), DType::kBF16, shape, Device::kCuda),
-                           .block_rows = w.block_rows,
-                           .block_cols = w.block_cols});
-        synchronize();  // before the temporary buffers go
-        DeviceLinear d = device_linear_like(w, buf->data(), nullptr);
-        d.kind = WeightKind::kBF16;
-        d.scale_kind = ScaleKind::kNone;
-        out_.bytes += buf->nbytes();
-        out_.storage.push_back(std::move(buf));
+        if (!fp8_exact_in_bf16(w)) return linear(w);
+        const DeviceLinear d = upload_fp8_as_bf16(w, out_.storage);
+        out_.bytes += size_t(d.out_features * d.in_features * 2);
         return d;
     }
 
