@@ -342,8 +342,7 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
     const size_t head = bytes(R * hc * Dm * 4) + bytes(R * Dm * 4) + bytes(R * (hc + 1) * 4) + bytes(R * V * 4) +
                         bytes(R * Dm * 4) + 256;  // (+ fast GEMM scratch)
     total += head;
-    total += bytes(D * int64_t(sizeof(SampleRow))) + bytes(D * 4) + bytes(D * V * 8) + bytes(D * kMaxSampleTopK * 4) +
-             bytes(D * 4);  // sampling
+    total += draws_.workspace_need(D, V);  // sampling
     if (weights_.mtp) {  // a draft of up to D requests (cuda_mtp.cpp: inputs, two stream buffers, one chained step)
         const int64_t Rd = std::max<int64_t>(D, 1);
         const size_t draft = 16 * bytes(Rd * 64) + 2 * bytes(Rd * hc * Dm * 4) + bytes(Rd * 16 * 12) + mtp_rows(Rd) +
@@ -404,14 +403,7 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     DI_CHECK(want_logits.empty() || want_logits.size() == chunks.size(), "forward_sampled: ", want_logits.size(),
              " logits flags for ", chunks.size(), " chunks");
     auto wants = [&](size_t i) { return want_logits.empty() || want_logits[i] != 0; };
-    std::vector<uint8_t> drawn(chunks.size(), 0);
-    for (const DeviceDraw& d : draws) {
-        DI_CHECK(d.chunk >= 0 && size_t(d.chunk) < chunks.size(), "forward_sampled: draw of chunk ", d.chunk, " of ",
-                 chunks.size());
-        DI_CHECK(sample_supported(sample_row(d)), "forward_sampled: the device sampler cannot draw temperature ",
-                 d.temperature, ", top_k ", d.top_k, ", top_p ", d.top_p, ", min_p ", d.min_p);
-        drawn[size_t(d.chunk)] = 1;
-    }
+    const std::vector<uint8_t> drawn = check_device_draws(draws, chunks.size());
     Batch b;
     std::vector<int32_t> tokens, positions, row_segment;
     std::vector<DeviceSequenceState*> states;
@@ -447,7 +439,7 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     if (weights_.mtp) mtp_plan = mtp_pass_plan(states, chunks);
     // A pure decode step replays the CUDA graph of its (rows, context) bucket; padding rows decode
     // token 0 at position 0 of the scratch sequence (batch invariance: they change no other row).
-    const int64_t bucket = graphs_enabled_ && decode && !mtp_plan.any ? graph_bucket(real_rows) : 0;
+    const int64_t bucket = graphs_.enabled() && decode && !mtp_plan.any ? graph_bucket(real_rows) : 0;
     b.graph = bucket > 0 && bucket <= max_rows_;
     if (b.graph) {
         auto* pad = static_cast<DeviceSequenceState*>(&pad_.state());
@@ -507,11 +499,8 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     const size_t o_tok = place(size_t(S) * 4), o_pos = place(size_t(S) * 4), o_rs = place(size_t(S) * 4);
     const size_t o_segs = place(segs.size() * sizeof(DeviceSegment)), o_pick = place(picked.size() * 4);
     const size_t o_mtp = place(mtp_pass_bytes(mtp_plan));
-    const size_t graph_inputs = in_bytes;  // a graph's inputs end here; the draw table follows
-    const size_t o_rows = place(size_t(D) * sizeof(SampleRow)), o_lrow = place(size_t(D) * 4);
+    const size_t graph_inputs = in_bytes;  // a graph's inputs end here
     if (!pinned_in_ || pinned_in_->nbytes() < in_bytes) pinned_in_ = std::make_unique<PinnedBuffer>(in_bytes * 2);
-    if (!pinned_out_ || pinned_out_->nbytes() < size_t(D) * 4 + 4)
-        pinned_out_ = std::make_unique<PinnedBuffer>(size_t(std::max<int64_t>(D, max_seqs_)) * 8 + 64);
     auto* pin = static_cast<uint8_t*>(pinned_in_->host());
     std::memcpy(pin + o_tok, tokens.data(), size_t(S) * 4);
     std::memcpy(pin + o_pos, positions.data(), size_t(S) * 4);
@@ -519,16 +508,14 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     std::memcpy(pin + o_segs, segs.data(), segs.size() * sizeof(DeviceSegment));
     if (!picked.empty()) std::memcpy(pin + o_pick, picked.data(), picked.size() * 4);
     mtp_pass_pack(mtp_plan, pin + o_mtp);
-    auto* rows_h = reinterpret_cast<SampleRow*>(pin + o_rows);
-    auto* lrow_h = reinterpret_cast<int32_t*>(pin + o_lrow);
+    std::vector<int32_t> draw_rows(static_cast<size_t>(D));  // each draw samples its chunk's last logits row
     for (int64_t k = 0; k < D; ++k) {
         const DeviceDraw& d = draws[size_t(k)];
-        rows_h[k] = sample_row(d);
-        lrow_h[k] = static_cast<int32_t>(first_pick[size_t(d.chunk)] + num_pick[size_t(d.chunk)] - 1);
+        draw_rows[size_t(k)] = static_cast<int32_t>(first_pick[size_t(d.chunk)] + num_pick[size_t(d.chunk)] - 1);
     }
 
     const size_t mark = workspace_->mark();
-    ev_start_.record(s);
+    timer_.start(s);
     auto* d_in = static_cast<uint8_t*>(workspace_->alloc(graph_inputs));
     copy_to_device(d_in, pin, graph_inputs, s);
     b.tokens = reinterpret_cast<const int32_t*>(d_in + o_tok);
@@ -538,65 +525,15 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     b.picked = reinterpret_cast<const int32_t*>(d_in + o_pick);
     mtp_pass_bind(mtp_plan, d_in + o_mtp, b);
 
-    float* logits = nullptr;
-    if (b.graph) {
-        // The captured work reads its inputs from the block above, at the same arena offset in every
-        // step of the bucket, and allocates the same arena ranges: replaying it is the eager path.
-        const auto key = std::make_pair(b.rows, b.max_position + 1);
-        auto it = graphs_.find(key);
-        if (it == graphs_.end()) {
-            const size_t start = workspace_->mark();
-            auto graph = std::make_unique<CudaGraph>();
-            CudaGraph::begin_capture(s);
-            try {
-                logits = compute(b);
-                graph->end_capture(s);
-            } catch (const std::exception& e) {
-                CudaGraph::abort_capture(s);
-                DI_LOG_WARN("CUDA graph capture failed ({}); decode steps launch their kernels directly from now on", e.what());
-                graphs_enabled_ = false;
-                workspace_->reset(start);
-                graph.reset();
-            }
-            if (graph) {
-                const size_t end = workspace_->mark();
-                workspace_->reset(start);  // the capture ran nothing: the replay below computes
-                it = graphs_.emplace(key, GraphEntry{std::move(graph), logits, start, end}).first;
-                ++stats_.graph_captures;
-            } else {
-                logits = compute(b);
-            }
-        }
-        if (it != graphs_.end()) {
-            const GraphEntry& g = it->second;
-            DI_ICHECK(workspace_->mark() == g.start);  // the inputs of a bucket sit at one arena offset
-            g.graph->launch(s);
-            workspace_->reset(g.end);
-            logits = g.logits;
-            ++stats_.graph_replays;
-        }
-    } else {
-        logits = compute(b);
-    }
+    // A graph step (decode_graphs.h): the captured work reads its inputs from the block above, at the
+    // same arena offset in every step of the bucket, and allocates the same arena ranges: replaying it
+    // is the eager path.
+    float* logits = b.graph ? graphs_.run({b.rows, b.max_position + 1}, *workspace_, s, [&] { return compute(b); }, stats_)
+                            : compute(b);
 
     // Device draws (groups of at most max_seqs_ draws share one scratch), then the small copies back.
-    std::vector<int32_t> drawn_tokens(static_cast<size_t>(D));
-    if (D > 0) {
-        auto* d_tab = static_cast<uint8_t*>(workspace_->alloc(in_bytes - graph_inputs));
-        copy_to_device(d_tab, pin + graph_inputs, in_bytes - graph_inputs, s);
-        const auto* d_rows = reinterpret_cast<const SampleRow*>(d_tab + (o_rows - graph_inputs));
-        const auto* d_lrow = reinterpret_cast<const int32_t*>(d_tab + (o_lrow - graph_inputs));
-        const int64_t group = std::min(D, max_seqs_);
-        double* scratch = workspace_->alloc_n<double>(group * V);
-        int32_t* index_scratch = workspace_->alloc_n<int32_t>(group * kMaxSampleTopK);
-        int32_t* d_tokens = workspace_->alloc_n<int32_t>(D);
-        for (int64_t g0 = 0; g0 < D; g0 += group)
-            sample({.logits = logits, .rows = std::min(group, D - g0), .vocab = V, .logit_row = d_lrow + g0,
-                    .row = d_rows + g0, .scratch = scratch, .index_scratch = index_scratch, .tokens = d_tokens + g0},
-                   s);
-        copy_to_host(pinned_out_->host(), d_tokens, size_t(D) * 4, s);
-        stats_.device_draws += D;
-    }
+    draws_.enqueue(logits, V, draws, draw_rows, *workspace_, s);
+    stats_.device_draws += D;
     ForwardOutputs out;
     out.logits.resize(chunks.size());
     for (size_t i = 0; i < chunks.size(); ++i) {
@@ -604,20 +541,13 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
         out.logits[i].resize(static_cast<size_t>(num_pick[i] * V));
         copy_to_host(out.logits[i].data(), logits + first_pick[i] * V, out.logits[i].size() * sizeof(float), s);
     }
-    DeviceEvent& end = ev_end_[ev_which_];
-    end.record(s);
+    timer_.end(s);
     stream_.synchronize();
-    if (D > 0) std::memcpy(drawn_tokens.data(), pinned_out_->host(), size_t(D) * 4);
-    // Device time: this forward's span, and the idle gap since the previous forward ended.
-    stats_.gpu_seconds += DeviceEvent::elapsed_ms(ev_start_, end) * 1e-3;
-    if (have_prev_end_) stats_.gap_seconds += DeviceEvent::elapsed_ms(ev_end_[ev_which_ ^ 1], ev_start_) * 1e-3;
-    have_prev_end_ = true;
-    ev_which_ ^= 1;
-    ++stats_.forwards;
+    timer_.account(stats_);  // this forward's span, and the idle gap since the previous forward ended
     workspace_->reset(mark);
     if (mtp_plan.any) mtp_pass_done(std::span<DeviceSequenceState* const>(states.data(), chunks.size()), chunks);
     for (size_t i = 0; i < chunks.size(); ++i) states[i]->length += static_cast<int64_t>(chunks[i].tokens.size());
-    out.tokens = std::move(drawn_tokens);
+    out.tokens = draws_.tokens(draws.size());
     return out;
 }
 

@@ -18,6 +18,7 @@
 #include "backends/cuda/model/cuda_weights.h"
 #include "backends/cuda/model/decode_graphs.h"
 #include "backends/cuda/model/device_draws.h"
+#include "backends/cuda/model/step_timer.h"
 #include "backends/cuda/model/expert_exchange.h"
 #include "backends/cuda/model/rope_tables.h"
 #include "backends/cpu/primitives.h"
@@ -124,7 +125,8 @@ public:
           max_rows_(ForwardLimits::of(mo).max_rows),
           ep_(o.expert_exchange),
           ep_rank_(o.expert_rank),
-          graphs_enabled_(mo.cuda_graphs && o.expert_exchange == nullptr) {
+          graphs_(mo.cuda_graphs && o.expert_exchange == nullptr),
+          draws_(max_seqs_) {
         DI_CHECK(!fast_ || fast_fp8_available(), "fast GEMM mode needs FP8 tensor cores (compute capability 8.9+)");
         UploadOptions upload;
         upload.wo_a_bf16 = fast_;  // the tensor-core wo_a takes bf16 weights
@@ -187,7 +189,7 @@ public:
     void reset_stats() const override {
         std::lock_guard<std::mutex> lock(mutex_);
         stats_ = {};
-        have_prev_end_ = false;
+        timer_.reset();
     }
     size_t workspace_bound(int64_t rows, int64_t segments, int64_t logit_rows, int64_t positions, int64_t draws) const override {
         return workspace_need(rows, segments, logit_rows, positions, draws);
@@ -196,11 +198,6 @@ public:
 private:
     struct Batch;
     struct MtpPassPlan;
-    struct GraphEntry {
-        std::unique_ptr<CudaGraph> graph;
-        float* logits = nullptr;  // where the replay leaves the logits
-        size_t start = 0, end = 0;  // the arena range the captured work uses
-    };
     const float* upload_floats(const std::vector<float>& v) {
         auto buf = std::make_unique<DeviceBuffer>(v.size() * sizeof(float));
         buf->copy_from_host(v.data(), buf->nbytes());
@@ -265,13 +262,12 @@ private:
     std::unique_ptr<DeviceArena> workspace_;
     mutable std::mutex mutex_;  // one forward at a time (the workspace and stream are shared)
     // Guarded by mutex_:
-    mutable bool graphs_enabled_;  // turned off for good if a capture fails
+    mutable DecodeGraphs graphs_;  // by (rows, context) bucket; turned off for good if a capture fails
+    mutable DeviceDraws draws_;
     mutable Sequence pad_{nullptr};  // the scratch sequence of padding rows
-    mutable std::map<std::pair<int64_t, int64_t>, GraphEntry> graphs_;  // by (rows, context) bucket
-    mutable std::unique_ptr<PinnedBuffer> pinned_in_, pinned_out_;
-    mutable DeviceEvent ev_start_, ev_end_[2];
-    mutable int ev_which_ = 0;
-    mutable bool have_prev_end_ = false;
+    mutable std::unique_ptr<PinnedBuffer> pinned_in_;
+    mutable std::unique_ptr<PinnedBuffer> pinned_out_;  // MTP drafting's copies back (cuda_mtp_draft.cpp)
+    mutable StepTimer timer_;
     mutable CudaModelStats stats_;
     std::unique_ptr<Drafter> mtp_drafter_;  // set when weights_.mtp
     mutable std::unique_ptr<PinnedBuffer> pinned_probs_;  // (mutex_) sampled drafts' distributions, [K, R, vocab]
