@@ -391,6 +391,12 @@ struct Engine::Impl {
         // Asynchronous speculative decoding: the worker drafted before the forward (draft_seconds).
         const double forward_seconds = since(plan.launched) - (cfg.async_scheduling ? last_draft_seconds : 0.0);
         metrics.forward_seconds += forward_seconds;
+        // The verify cost the scheduler learns is the step's forward plus this host work on its rows
+        // (sampling, acceptance of verify rows from their logits), observed at the end: with a GPU
+        // forward the host's part can be what makes speculation not pay.
+        const auto host_start = Clock::now();
+        int64_t spec_rows = 0, spec_drafted = 0;
+        double spec_draft_seconds = 0;
         if (verify_scheduler) {
             int64_t rows = 0, decode_rows = 0;
             for (const Scheduled& s : plan.items) {
@@ -398,7 +404,9 @@ struct Engine::Impl {
                 if (s.drafts > 0 || total_tokens(*s.completion) - s.completion->num_computed == 1)
                     decode_rows += static_cast<int64_t>(s.tokens.size());
             }
-            verify_scheduler->observe_step(rows, forward_seconds, last_drafted, last_draft_seconds);
+            spec_rows = rows;
+            spec_drafted = last_drafted;
+            spec_draft_seconds = last_draft_seconds;
             last_drafted = 0;
             if (cfg.async_scheduling) last_draft_seconds = 0;  // set again by the next step's worker
             ++metrics.spec_steps;
@@ -457,6 +465,14 @@ struct Engine::Impl {
         // memory it does not account for would be taken).
         for (Completion* c : advanced)
             if (c->token_finished) c->seq.reset();
+        if (verify_scheduler) {
+            // Asynchronous: the next forward runs during this host work, so a step costs the longer of
+            // the two; synchronous: both, one after the other.
+            const double host_seconds = since(host_start);
+            const double step_seconds =
+                cfg.async_scheduling ? std::max(forward_seconds, host_seconds) : forward_seconds + host_seconds;
+            verify_scheduler->observe_step(spec_rows, step_seconds, spec_drafted, spec_draft_seconds);
+        }
         return advanced;
     }
 

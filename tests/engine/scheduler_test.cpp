@@ -57,6 +57,28 @@ TEST(VerifyScheduler, StopsDraftingWhenItDoesNotPayAndProbesAgain) {
     EXPECT_GT(drafted, 8);   // but probing
 }
 
+TEST(VerifyScheduler, StopsDraftingWhenTheDrafterCostsMoreThanItsDraftsGain) {
+    // Verification nearly free per token, likely drafts (survival 0.5, 0.25), but drafting costs five
+    // times a step: 2 tokens per 1.0 s without drafting beat at most 3.5 per 6.0 s with it. A comparison
+    // that charged the drafter to B = 0 as well would always verify everything.
+    const std::vector<float> half = {0.5f, 0.5f};
+    VerifyScheduler s(2, true);
+    for (int i = 0; i < 20; ++i) s.observe_step(10 + i, 1.0 + 0.001 * (10 + i), 2, 5.0);
+    std::vector<VerifyCandidate> c = {{2, half, half}, {2, half, half}};
+    EXPECT_EQ(s.plan(c, 2, 100), (std::vector<int64_t>{0, 0}));
+    int drafted = 0;
+    for (int step = 0; step < 200; ++step) {
+        if (!s.should_draft()) continue;
+        ++drafted;
+        s.plan(c, 2, 100);
+    }
+    EXPECT_LT(drafted, 60);
+    // The same drafter when drafting is cheap: verifying pays.
+    VerifyScheduler cheap(2, true);
+    for (int i = 0; i < 20; ++i) cheap.observe_step(10 + i, 1.0 + 0.001 * (10 + i), 2, 0.01);
+    EXPECT_EQ(cheap.plan(c, 2, 100), (std::vector<int64_t>{2, 2}));
+}
+
 TEST(ConfidenceCalibrator, MovesTowardRealizedAcceptance) {
     ConfidenceCalibrator cal(3);
     EXPECT_NEAR(cal.calibrated(0, 0.9f), double(0.9f), 1e-12);  // cold start: the raw score

@@ -106,7 +106,9 @@ int64_t VerifyScheduler::budget(std::span<const VerifyCandidate> cands, int64_t 
             int64_t best_b = 0;
             for (int64_t b = 0; b <= cap; ++b) {
                 if (b > 0) tau += s[size_t(b - 1)];
-                const double cost = draft + verify_cost_.predict(double(non_draft + b));
+                // B = 0 is a step without drafting: it does not pay the drafter (else drafting, a
+                // cost of every B > 0, would never be compared against not drafting at all).
+                const double cost = (b > 0 ? draft : 0.0) + verify_cost_.predict(double(non_draft + b));
                 const double theta = cost > 0 ? tau / cost : tau;
                 if (theta > best * (1 + 1e-9)) {  // first maximum: smallest B on ties
                     best = theta;
