@@ -53,7 +53,7 @@ TEST(VerifyScheduler, StopsDraftingWhenItDoesNotPayAndProbesAgain) {
         s.plan(c, 2, 100);
         EXPECT_LE(s.last_budget(), 1);  // 0, or 1 on a cost-model exploration plan
     }
-    EXPECT_LT(drafted, 60);  // mostly off
+    EXPECT_LT(drafted, 20);  // mostly off: 8 plans to learn it, then one step per probe
     EXPECT_GT(drafted, 8);   // but probing
 }
 

@@ -75,7 +75,9 @@ bool VerifyScheduler::should_draft() {
     if (!adaptive_ || zero_budget_steps_ < kFallbackAfter) return true;
     if (++idle_steps_ >= kProbeEvery) {
         idle_steps_ = 0;
-        zero_budget_steps_ = 0;  // probe: draft again and re-plan with fresh costs
+        // Probe: draft again and re-plan with fresh costs; one more B* = 0 plan turns drafting off
+        // again at once (a probe that finds B* > 0 resets the count and drafting stays on).
+        zero_budget_steps_ = kFallbackAfter - 1;
         return true;
     }
     return false;
