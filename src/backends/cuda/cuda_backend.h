@@ -18,6 +18,9 @@ std::string device_description(int index);
 // The calling thread's current device (every allocation, stream and launch of the thread uses it).
 void set_current_device(int index);
 int current_device();
+// Dynamic shared memory one block may use on the current device after opting in (227 KiB on sm_90,
+// 163 KiB on sm_80, 99 KiB on sm_86/sm_89): kernels with large staging buffers pick their shapes by it.
+int64_t max_shared_memory_per_block();
 
 // Device memory owned RAII. Every device allocation of the backend goes through it (weights, tables,
 // sequence state, the workspace arena), so device_allocation_count() sees them all.

@@ -25,6 +25,12 @@ int current_device() {
     return d;
 }
 
+int64_t max_shared_memory_per_block() {
+    int v = 0;
+    DI_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, current_device()));
+    return v;
+}
+
 int device_count() {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Launchers of the attention block's ops: ring writes, ape, compressor, indexer + top-k, sparse attention.
 #include "backends/cuda/common/cuda_check.h"
+#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/attention.cuh"
 #include "backends/cuda/kernels/attention_mqa.cuh"
 #include "backends/cuda/kernels/topk.cuh"
@@ -55,9 +56,8 @@ void indexer_topk(const IndexerParams& p, Stream s) {
 namespace {
 template <int kHeads>
 void launch_mqa(const SparseAttentionParams& p, Stream s) {
-    constexpr int64_t kMaxBytes = kernels::mqa_smem_bytes(kHeads, kernels::kMqaMaxDim);
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::mqa_attention_kernel<kHeads>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kMaxBytes)));
+                                       static_cast<int>(kernels::mqa_smem_bytes(kHeads, p.head_dim))));
     const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.heads / kHeads));
     kernels::mqa_attention_kernel<kHeads><<<grid, kernels::kMqaThreads,
                                             static_cast<size_t>(kernels::mqa_smem_bytes(kHeads, p.head_dim)), raw(s)>>>(p);
@@ -72,8 +72,9 @@ void sparse_attention(const SparseAttentionParams& p, Stream s) {
     // a few rows (more blocks); the one-block-per-head kernel where the shapes do not fit.
     const bool aligned = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.kv) % 16 == 0;
     const bool mqa = aligned && p.head_dim % 8 == 0 && p.head_dim <= kernels::kMqaMaxDim;
-    if (mqa && p.heads % 16 == 0 && p.rows > 8) return launch_mqa<16>(p, s);
-    if (mqa && p.heads % 4 == 0) return launch_mqa<4>(p, s);
+    const int64_t smem = mqa ? max_shared_memory_per_block() : 0;  // 16 heads need ~101 KiB at head_dim 512
+    if (mqa && p.heads % 16 == 0 && p.rows > 8 && kernels::mqa_smem_bytes(16, p.head_dim) <= smem) return launch_mqa<16>(p, s);
+    if (mqa && p.heads % 4 == 0 && kernels::mqa_smem_bytes(4, p.head_dim) <= smem) return launch_mqa<4>(p, s);
     const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.heads));
     kernels::sparse_attention_kernel<<<grid, 256, static_cast<size_t>(p.head_dim) * sizeof(float), raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Launchers of the GEMM (plain and grouped) and of act_quant: shape checks, grid, launch check.
+#include <algorithm>
+
 #include "backends/cuda/common/cuda_check.h"
+#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/linear.cuh"
 #include "backends/cuda/kernels/linear_staged.cuh"
 
@@ -23,9 +26,9 @@ void launch_staged_tile(const kernels::StagedLinearArgs& a, cudaStream_t stream)
 }
 
 template <int kTN>
-void launch_staged_whole(const kernels::StagedLinearArgs& a, cudaStream_t stream) {
+void launch_staged_whole(const kernels::StagedLinearArgs& a, int64_t smem_limit, cudaStream_t stream) {
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::staged_linear_whole_kernel<kTN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kernels::kStagedWholeMaxBytes)));
+                                       static_cast<int>(smem_limit)));
     const int64_t outputs = a.N + (a.self_dot ? 1 : 0);
     DI_CHECK((outputs + kTN - 1) / kTN < 65536, "cuda linear: ", outputs, " outputs exceed the grid");
     const dim3 grid(static_cast<unsigned>(a.rows), static_cast<unsigned>((outputs + kTN - 1) / kTN));
@@ -63,10 +66,11 @@ void staged_linear(const StagedLinearParams& p, Stream s) {
     // Decode-sized batches: one row per block and all of K in shared memory at once when it fits (4
     // outputs per block, or 1: mHC's 16384-wide f32 rows); else one row x 16 outputs (4 for narrow
     // outputs), chunked; larger batches 4 rows x 8 outputs (weights reused by 4 rows).
-    if (p.rows <= 2 && kernels::staged_whole_bytes(4, a.K, a.elt_bytes) <= kernels::kStagedWholeMaxBytes)
-        launch_staged_whole<4>(a, stream);
-    else if (p.rows <= 2 && kernels::staged_whole_bytes(1, a.K, a.elt_bytes) <= kernels::kStagedWholeMaxBytes)
-        launch_staged_whole<1>(a, stream);
+    const int64_t whole_limit = std::min(kernels::kStagedWholeMaxBytes, max_shared_memory_per_block());
+    if (p.rows <= 2 && kernels::staged_whole_bytes(4, a.K, a.elt_bytes) <= whole_limit)
+        launch_staged_whole<4>(a, whole_limit, stream);
+    else if (p.rows <= 2 && kernels::staged_whole_bytes(1, a.K, a.elt_bytes) <= whole_limit)
+        launch_staged_whole<1>(a, whole_limit, stream);
     else if (p.rows <= 2 && a.N < 128) launch_staged_tile<1, 4>(a, stream);
     else if (p.rows <= 2) launch_staged_tile<1, 16>(a, stream);
     else launch_staged_tile<4, 8>(a, stream);
