@@ -204,6 +204,20 @@ TEST_F(CudaOps, GroupedExpertGemmBitIdenticalToPerExpertCpu) {
     expect_bits_equal(ref, got, "grouped expert GEMM");
 }
 
+TEST_F(CudaOps, GroupRowTablesOfTheGroupedWoA) {
+    // 8 groups of 5 rows (and 1 row, decode): grouped row g * rows + s is row s of group g, which is row
+    // s * groups + g of the [rows * groups, width] view; group g starts at g * rows.
+    for (int64_t rows : {int64_t(5), int64_t(1)}) {
+        const int64_t groups = 8;
+        Dev<int32_t> doff(static_cast<size_t>(groups + 1)), drows(static_cast<size_t>(groups * rows));
+        cuda::group_row_tables({.groups = groups, .rows = rows, .offsets = doff.ptr(), .rows_of = drows.ptr()}, Stream{});
+        const auto off = doff.host(size_t(groups + 1)), rows_of = drows.host(size_t(groups * rows));
+        for (int64_t g = 0; g <= groups; ++g) EXPECT_EQ(off[size_t(g)], g * rows) << g;
+        for (int64_t g = 0; g < groups; ++g)
+            for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(rows_of[size_t(g * rows + r)], r * groups + g) << g << " " << r;
+    }
+}
+
 TEST_F(CudaOps, ExpertParallelPairMapsAndSkippedRows) {
     // Rank 1 of 4, 6 experts each (24 in all): the local ids of 300 random pairs, the combine's
     // source rows, and a grouped GEMM over local ids that skips the other ranks' pairs.
