@@ -93,4 +93,26 @@ void make_dspark_agree(const std::string& path, const DSparkAgreeLayout& l, doub
     p.zero(l.confidence);
 }
 
+DSparkAgreeLayout dspark_agree_layout(const std::string& path, const DSparkAgreeShape& shape,
+                                      const std::string& markov_embed, const std::string& markov_head) {
+    DSparkAgreeLayout l;
+    l.hidden = shape.hidden;
+    l.vocab = shape.vocab;
+    l.rank = shape.rank;
+    l.noise_token = shape.noise_token;
+    l.rms_norm_eps = shape.rms_norm_eps;
+    for (int64_t i = 0; i < shape.layers; ++i) l.blocks.emplace_back("layers." + std::to_string(i) + ".", shape.experts);
+    const SafetensorsFile file(path);
+    int64_t stages = 0;
+    for (; file.find("mtp." + std::to_string(stages) + ".attn_norm.weight"); ++stages)
+        l.blocks.emplace_back("mtp." + std::to_string(stages) + ".", shape.stage_experts);
+    DI_CHECK(stages > 0, path, ": the checkpoint has no DSpark drafter");
+    const std::string last = "mtp." + std::to_string(stages - 1) + ".";
+    l.last_norm = last + "norm.weight";
+    l.markov_embed = last + markov_embed;
+    l.markov_head = last + markov_head;
+    l.confidence = last + "confidence_head.proj.weight";
+    return l;
+}
+
 }  // namespace deepinfer

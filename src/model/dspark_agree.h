@@ -31,6 +31,19 @@ struct DSparkAgreeLayout {
     double rms_norm_eps = 1e-6;
 };
 
+// The sizes a layout needs from either family's config.
+struct DSparkAgreeShape {
+    int64_t hidden = 0, vocab = 0, rank = 0, noise_token = 0;
+    int64_t layers = 0, experts = 0, stage_experts = 0;  // target layers, their and the stages' routed experts
+    double rms_norm_eps = 1e-6;
+};
+
+// The layout of the single model.safetensors at `path`: the target layers ("layers.N.") and the stored
+// drafter stages ("mtp.N.", counted by their attn_norm), the last stage's norm and confidence head, and
+// its Markov tables named `markov_embed` / `markov_head` under that stage. Throws when no stage is stored.
+DSparkAgreeLayout dspark_agree_layout(const std::string& path, const DSparkAgreeShape& shape,
+                                      const std::string& markov_embed, const std::string& markov_head);
+
 // `path`: a single model.safetensors whose tensors above are bf16 (rank must equal hidden).
 void make_dspark_agree(const std::string& path, const DSparkAgreeLayout& layout, double noise, uint64_t seed);
 

@@ -35,23 +35,12 @@ void make_dspark_agree_with_target(const std::string& dir, double noise, uint64_
     const V41ModelConfig mc = load_v41_model_config(dir + "/config.json");
     const V41TextConfig& c = mc.text;
     const std::string path = dir + "/model.safetensors";
-    DSparkAgreeLayout l;
-    l.hidden = c.hidden_size;
-    l.vocab = c.vocab_size;
-    l.rank = c.dspark_markov_rank;
-    l.noise_token = c.dspark_noise_token_id;
-    l.rms_norm_eps = c.rms_norm_eps;
-    for (int64_t i = 0; i < c.num_hidden_layers; ++i) l.blocks.emplace_back("layers." + std::to_string(i) + ".", c.n_routed_experts);
-    const SafetensorsFile file(path);
-    int64_t stages = 0;
-    for (; file.find("mtp." + std::to_string(stages) + ".attn_norm.weight"); ++stages)
-        l.blocks.emplace_back("mtp." + std::to_string(stages) + ".", c.dspark_n_routed_experts);
-    DI_CHECK(stages > 0, dir, ": the checkpoint has no DSpark drafter");
-    const std::string last = "mtp." + std::to_string(stages - 1) + ".";
-    l.last_norm = last + "norm.weight";
-    l.markov_embed = last + "markov_head.embed.weight";
-    l.markov_head = last + "markov_head.head.weight";
-    l.confidence = last + "confidence_head.proj.weight";
+    const DSparkAgreeLayout l = dspark_agree_layout(
+        path,
+        {.hidden = c.hidden_size, .vocab = c.vocab_size, .rank = c.dspark_markov_rank, .noise_token = c.dspark_noise_token_id,
+         .layers = c.num_hidden_layers, .experts = c.n_routed_experts, .stage_experts = c.dspark_n_routed_experts,
+         .rms_norm_eps = c.rms_norm_eps},
+        "markov_head.embed.weight", "markov_head.head.weight");
     make_dspark_agree(path, l, noise, seed);
 }
 
