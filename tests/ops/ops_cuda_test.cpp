@@ -627,6 +627,35 @@ TEST_F(CudaOps, SparseSinkAttentionMatchesCpu) {
                               std::string(official ? "sparse attention (official)" : "sparse attention (exact)") + ", " +
                                   std::to_string(n) + " rows");
         }
+        if (!official) continue;
+        // The tensor-core kernel (fast mode): the official kernel's online softmax in blocks of 64 with
+        // bf16 P; equal to the reference within bf16 rounding of the outputs, and batch-invariant.
+        std::vector<float> first;
+        for (int64_t n : {rows, int64_t(4)}) {
+            Dev<float> dtc(ref.size());
+            cuda::sparse_attention({.segments = dseg.ptr(), .row_segment = drs.ptr(), .positions = dpos.ptr(), .rows = n,
+                                    .heads = H, .head_dim = Dh, .q = dq.ptr(), .kv = dkv.ptr(), .sink = dsink.ptr(),
+                                    .window = W, .window_rows = WR, .kind = cuda::AttentionKind::kCsa, .ratio = m,
+                                    .selected = dsel.ptr(), .topk = topk, .max_candidates = W + topk,
+                                    .scratch = nullptr, .cos_sin = dcs.ptr(), .rope_dim = R, .softmax_scale = scale,
+                                    .official = true, .tensor_cores = true, .out = dtc.ptr()},
+                                   Stream{});
+            const std::vector<float> got = dtc.host(size_t(n * H * Dh));
+            double max_ref = 0, max_err = 0, sum_ref = 0, sum_err = 0;
+            for (size_t i = 0; i < got.size(); ++i) {
+                const double e = std::fabs(double(got[i]) - double(ref[i]));
+                max_ref = std::max(max_ref, std::fabs(double(ref[i])));
+                max_err = std::max(max_err, e);
+                sum_ref += std::fabs(double(ref[i]));
+                sum_err += e;
+            }
+            EXPECT_LE(max_err, 2e-2 * max_ref) << n << " rows";
+            EXPECT_LE(sum_err, 4e-3 * sum_ref) << n << " rows";
+            EXPECT_GT(max_err, 0.0) << "the tensor-core path ran (it differs from the reference in rounding)";
+            if (first.empty()) first = got;
+            else expect_bits_equal(std::vector<float>(first.begin(), first.begin() + n * H * Dh), got,
+                                   "tensor-core attention: rows alone equal rows in a batch");
+        }
     }
 }
 

@@ -293,6 +293,11 @@ struct SparseAttentionParams {
     int64_t rope_dim = 0;
     float softmax_scale = 0;
     bool official = false;
+    // Fast GEMM mode: the tensor-core kernel (kernels/attention_tc.cuh, the official kernel's online
+    // softmax in blocks of 64) when official numerics, head_dim in {64, 128, 256, 512} and the shared
+    // memory allow; equal to the reference kernels within the fast mode's tolerances. The scratch is
+    // not used then.
+    bool tensor_cores = false;
     float* out = nullptr;  // [rows, heads, head_dim]
 };
 void sparse_attention(const SparseAttentionParams& p, Stream s);

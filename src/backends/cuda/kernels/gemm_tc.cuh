@@ -15,6 +15,7 @@
 
 #include "backends/cuda/common/cp_async.cuh"
 #include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/common/mma_sync.cuh"
 #include "backends/cuda/gemm_fast.h"
 
 namespace deepinfer::cuda::kernels::tc {
@@ -46,19 +47,11 @@ using dev::cp_async4;
 using dev::cp_async_commit;
 using dev::cp_async_wait;
 using dev::smem_addr;
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
+using dev::ldmatrix_x4;  // (common/mma_sync.cuh)
 template <BKind kB>
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     if constexpr (kB == BKind::kBf16) {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-            "{%0,%1,%2,%3};\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+        dev::mma_bf16_16816(d, a, b0, b1);
     } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
         asm volatile(

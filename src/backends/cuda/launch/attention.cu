@@ -4,6 +4,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/attention.cuh"
 #include "backends/cuda/kernels/attention_mqa.cuh"
+#include "backends/cuda/kernels/attention_tc.cuh"
 #include "backends/cuda/kernels/topk.cuh"
 
 namespace deepinfer::cuda {
@@ -63,11 +64,34 @@ void launch_mqa(const SparseAttentionParams& p, Stream s) {
                                             static_cast<size_t>(kernels::mqa_smem_bytes(kHeads, p.head_dim)), raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
+template <int kD>
+bool launch_tc(const SparseAttentionParams& p, Stream s) {
+    const int64_t smem = kernels::tca_smem_bytes(kD);
+    if (smem > max_shared_memory_per_block()) return false;
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::tc_attention_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+    const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>((p.heads + kernels::kTcaHeads - 1) / kernels::kTcaHeads));
+    kernels::tc_attention_kernel<kD><<<grid, kernels::kTcaThreads, static_cast<size_t>(smem), raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+    return true;
+}
+
+bool try_tensor_cores(const SparseAttentionParams& p, Stream s) {
+    switch (p.head_dim) {
+        case 64: return launch_tc<64>(p, s);
+        case 128: return launch_tc<128>(p, s);
+        case 256: return launch_tc<256>(p, s);
+        case 512: return launch_tc<512>(p, s);
+        default: return false;
+    }
+}
 }  // namespace
 
 void sparse_attention(const SparseAttentionParams& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.kind != AttentionKind::kCsa || p.selected, "sparse_attention: CSA needs the indexer's picks");
+    const bool aligned16 = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.kv) % 16 == 0;
+    if (p.tensor_cores && p.official && aligned16 && try_tensor_cores(p, s)) return;
     // Heads sharing each staged candidate row (attention_mqa.cuh): 16 for batches of many rows, 4 for
     // a few rows (more blocks); the one-block-per-head kernel where the shapes do not fit.
     const bool aligned = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.kv) % 16 == 0;

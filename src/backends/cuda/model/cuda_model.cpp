@@ -67,6 +67,11 @@ bool CudaModel::project_fast(const DeviceLinear& w, const float* x, int64_t rows
     return true;
 }
 
+void CudaModel::project_f32(const DeviceLinear& w, const float* x, int64_t rows, float* y) const {
+    if (official() && w.kind == WeightKind::kBF16 && project_fast(w, x, rows, y, false)) return;
+    linear({.x = x, .x_ld = w.in_features, .weight = w, .y = y, .y_ld = w.out_features, .rows = rows}, stream_.get());
+}
+
 void CudaModel::project(const DeviceLinear& w, const float* x, int64_t rows, float* y) const {
     const Stream s = stream_.get();
     if (project_fast(w, x, rows, y, official())) return;
@@ -118,8 +123,8 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
         const int64_t ring = (cw.overlap ? 2 : 1) * cw.ratio + kRingHeadroom;
         float* ckv = workspace_->alloc_n<float>(S * width);
         float* cg = workspace_->alloc_n<float>(S * width);
-        linear({.x = a, .x_ld = c.hidden_size, .weight = cw.wkv, .y = ckv, .y_ld = width, .rows = S}, s);
-        linear({.x = a, .x_ld = c.hidden_size, .weight = cw.wgate, .y = cg, .y_ld = width, .rows = S}, s);
+        project_f32(cw.wkv, a, S, ckv);
+        project_f32(cw.wgate, a, S, cg);
         add_ape({.gate = cg, .ape = cw.ape, .positions = b.positions, .rows = S, .width = width, .ratio = cw.ratio}, s);
         int64_t max_windows = b.graph ? 1 : 0;  // graphs: decode rows complete at most one window each
         for (int64_t i = 0; i < b.num_segments && !b.graph; ++i) {
@@ -179,7 +184,7 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
                       .window_rows = c.sliding_window + kRingHeadroom, .kind = kind, .ratio = m, .selected = selected,
                       .topk = c.index_topk, .max_candidates = max_cand, .scratch = attn_scratch, .cos_sin = rope,
                       .rope_dim = R, .softmax_scale = 1.0f / std::sqrt(static_cast<float>(Dh)), .official = off,
-                      .out = o},
+                      .tensor_cores = fast_, .out = o},
                      s);
     ring_write({.segments = b.segments, .num_segments = b.num_segments, .max_rows = b.max_rows,
                 .ring = RingKind::kWindow, .src = kv, .width = Dh, .ring_rows = c.sliding_window + kRingHeadroom},
@@ -220,7 +225,7 @@ void CudaModel::moe(const DeviceLayer& lw, const Batch& b, const float* a, float
     float* biased = workspace_->alloc_n<float>(S * E);
     int32_t* ids = workspace_->alloc_n<int32_t>(S * K);
     float* wts = workspace_->alloc_n<float>(S * K);
-    linear({.x = a, .x_ld = D, .weight = lw.gate, .y = logits, .y_ld = E, .rows = S}, s);
+    project_f32(lw.gate, a, S, logits);
     route({.logits = logits, .bias = lw.gate_bias, .tid2eid = lw.mlp_type == MlpType::kHashMoe ? lw.tid2eid : nullptr,
            .tokens = b.tokens, .rows = S, .experts = E, .top_k = K, .scoring = scoring_of(c.scoring_func),
            .norm_topk_prob = c.norm_topk_prob, .routed_scaling_factor = static_cast<float>(c.routed_scaling_factor),

@@ -213,6 +213,11 @@ private:
     void project(const DeviceLinear& w, const float* x, int64_t rows, float* y) const;
     // The fast (tensor-core) form of project() for a supported weight; returns false otherwise.
     bool project_fast(const DeviceLinear& w, const float* x, int64_t rows, float* y, bool round_bf16) const;
+    // The reference's FP32 linear of a bf16 weight (compressor wkv/wgate, router gate): f32 output, no
+    // act_quant. In the fast GEMM mode with official numerics the activations hold bf16 values, so the
+    // bf16 tensor-core GEMM computes the same products exactly (bf16 x bf16 fits f32) and differs only
+    // in the order of the f32 sums; otherwise the reference kernel.
+    void project_f32(const DeviceLinear& w, const float* x, int64_t rows, float* y) const;
     void run_layer(const DeviceLayer& lw, const Batch& b, float*& x, float*& y) const;
     void attention(const DeviceLayer& lw, const Batch& b, const float* a, float* out) const;
     void moe(const DeviceLayer& lw, const Batch& b, const float* a, float* out) const;

@@ -25,8 +25,8 @@ void CudaV41Model::compress(int64_t layer, const Batch& b, const float* a) const
     const float eps = static_cast<float>(c.rms_norm_eps);
     // Ratio 2: fp32 projections (spec §3.4); ratio 1: a bf16 linear with a bf16 output.
     if (r > 1) {
-        linear({.x = a, .x_ld = c.hidden_size, .weight = lw.compressor_wkv, .y = b.ckv, .y_ld = hd, .rows = S}, s);
-        linear({.x = a, .x_ld = c.hidden_size, .weight = lw.compressor_wgate, .y = b.cg, .y_ld = hd, .rows = S}, s);
+        project_f32(lw.compressor_wkv, a, S, b.ckv);
+        project_f32(lw.compressor_wgate, a, S, b.cg);
     } else {
         project_bf16(lw.compressor_wkv, a, S, b.ckv);
     }

@@ -140,6 +140,10 @@ private:
     void project(const DeviceLinear& w, const float* x, int64_t rows, float* y, Stream s = {}, bool keep_scratch = false) const;
     // A linear the reference runs in bf16 (no activation quantization; bf16 output in official numerics).
     void project_bf16(const DeviceLinear& w, const float* x, int64_t rows, float* y) const;
+    // The reference's fp32 linear of a bf16 weight (ratio-2 compressor projections, router): f32 output.
+    // Fast GEMM mode with official numerics: bf16 tensor cores (the activations hold bf16 values, so
+    // the products are exact in f32; only the order of the sums differs); otherwise the reference kernel.
+    void project_f32(const DeviceLinear& w, const float* x, int64_t rows, float* y) const;
     // The fast GEMM mode's form of a linear (tensor cores, gemm_fast.h): y[rows, y_ld] = x[rows, x_ld] · Wᵀ.
     // BF16 weights (also the FP8 ones dequantized at load) take bf16 activations, act_quant'ed per 32
     // first with `act_quant`; FP8 (128x128 blocks) / FP4 weights take FP8 activations quantized per 128.

@@ -179,6 +179,14 @@ void CudaV41Model::project_bf16(const DeviceLinear& w, const float* x, int64_t r
            stream_.get());
 }
 
+void CudaV41Model::project_f32(const DeviceLinear& w, const float* x, int64_t rows, float* y) const {
+    const Stream s = stream_.get();
+    if (official() && w.kind == WeightKind::kBF16 &&
+        project_fast(w, x, w.in_features, rows, y, w.out_features, false, false, s, false))
+        return;
+    linear({.x = x, .x_ld = w.in_features, .weight = w, .y = y, .y_ld = w.out_features, .rows = rows}, s);
+}
+
 void CudaV41Model::moe(int64_t layer, const Batch& b, const float* a, float* out) const {
     const V41TextConfig& c = config_.text;
     const V41DeviceLayer& lw = weights_.layers[size_t(layer)];
@@ -190,7 +198,7 @@ void CudaV41Model::moe(int64_t layer, const Batch& b, const float* a, float* out
     float* biased = workspace_.alloc_n<float>(S * E);
     int32_t* ids = workspace_.alloc_n<int32_t>(S * K);
     float* wts = workspace_.alloc_n<float>(S * K);
-    linear({.x = a, .x_ld = D, .weight = lw.gate, .y = logits, .y_ld = E, .rows = S}, s);  // fp32 router
+    project_f32(lw.gate, a, S, logits);  // fp32 router
     route({.logits = logits, .bias = lw.bias, .rows = S, .experts = E, .top_k = K, .scoring = scoring_of(c.scoring_func),
            .norm_topk_prob = c.norm_topk_prob && K > 1, .routed_scaling_factor = static_cast<float>(c.routed_scaling_factor),
            .official = false,  // V4.1 normalizes with + 1e-20 in both numerics
