@@ -218,6 +218,36 @@ TEST_F(CudaOps, GroupRowTablesOfTheGroupedWoA) {
     }
 }
 
+TEST_F(CudaOps, PermuteIsAStableCountingSortByExpert) {
+    // Pairs (token, slot) grouped by expert, each expert's pairs in pair order, with the expert offsets:
+    // a prefill of 4096 tokens x top-6 of 256 experts (skewed: a quarter of the picks on 3 experts,
+    // 24 tiles of the kernel), a decode batch of 5 rows, and 2000 tokens x top-8 of 384 experts.
+    struct Case { int64_t rows, k, experts; };
+    for (const Case c : {Case{4096, 6, 256}, Case{5, 6, 256}, Case{2000, 8, 384}}) {
+        std::mt19937 rng(uint32_t(c.rows * 31 + c.experts));
+        std::vector<int32_t> ids(size_t(c.rows * c.k));
+        for (auto& e : ids) e = rng() % 4 == 0 ? int32_t(rng() % 3) : int32_t(rng() % uint32_t(c.experts));
+        Dev<int32_t> dids(ids), dsrc(ids.size()), dslot(ids.size()), dexp(ids.size()), doff(size_t(c.experts + 1));
+        cuda::permute({.ids = dids.ptr(), .rows = c.rows, .top_k = c.k, .experts = c.experts, .perm_src = dsrc.ptr(),
+                       .perm_slot = dslot.ptr(), .perm_expert = dexp.ptr(), .expert_offsets = doff.ptr()},
+                      Stream{});
+        std::vector<int32_t> want_slot, want_off;
+        for (int64_t e = 0; e < c.experts; ++e) {
+            want_off.push_back(int32_t(want_slot.size()));
+            for (size_t i = 0; i < ids.size(); ++i)
+                if (ids[i] == e) want_slot.push_back(int32_t(i));
+        }
+        want_off.push_back(int32_t(want_slot.size()));
+        const auto slot = dslot.host(ids.size()), src = dsrc.host(ids.size()), ex = dexp.host(ids.size());
+        EXPECT_EQ(doff.host(want_off.size()), want_off) << c.rows << " rows";
+        ASSERT_EQ(slot, want_slot) << c.rows << " rows";
+        for (size_t j = 0; j < slot.size(); ++j) {
+            ASSERT_EQ(src[j], slot[j] / c.k) << j;
+            ASSERT_EQ(ex[j], ids[size_t(slot[j])]) << j;
+        }
+    }
+}
+
 TEST_F(CudaOps, ExpertParallelPairMapsAndSkippedRows) {
     // Rank 1 of 4, 6 experts each (24 in all): the local ids of 300 random pairs, the combine's
     // source rows, and a grouped GEMM over local ids that skips the other ranks' pairs.

@@ -65,34 +65,59 @@ static __global__ void __launch_bounds__(kTopkThreads) route_kernel(const __grid
     }
 }
 
-// One block; thread e places expert e's pairs in (token, slot) order.
-static __global__ void permute_kernel(const __grid_constant__ PermuteParams p) {
-    extern __shared__ int32_t counts[];  // [experts + 1]
-    const int64_t pairs = p.rows * p.top_k;
-    for (int64_t e = threadIdx.x; e <= p.experts; e += blockDim.x) counts[e] = 0;
+// One block of kPermuteThreads: a stable counting sort of the (token, slot) pairs by expert.
+// Counts and their exclusive scan give each expert's first position; then the pairs are placed in
+// tiles of one per thread, in order: a pair's position is its expert's running start + the pairs of
+// that expert in earlier warps of the tile + those in earlier lanes of its warp (__match_any_sync).
+constexpr int kPermuteThreads = 1024;
+constexpr int kPermuteWarps = kPermuteThreads / 32;
+__host__ __device__ constexpr size_t permute_smem_bytes(int64_t experts) {
+    return static_cast<size_t>(experts + 1 + kPermuteWarps * experts) * sizeof(int32_t);
+}
+static __global__ void __launch_bounds__(kPermuteThreads) permute_kernel(const __grid_constant__ PermuteParams p) {
+    extern __shared__ int32_t counts[];     // [experts + 1]: counts, then each expert's running start
+    int32_t* in_warp = counts + p.experts + 1;  // [warps, experts]: pairs of each expert per warp of a tile
+    const int64_t pairs = p.rows * p.top_k, E = p.experts;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    for (int64_t e = tid; e <= E; e += blockDim.x) counts[e] = 0;
     __syncthreads();
-    for (int64_t i = threadIdx.x; i < pairs; i += blockDim.x) atomicAdd(&counts[p.ids[i]], 1);
+    for (int64_t i = tid; i < pairs; i += blockDim.x) atomicAdd(&counts[p.ids[i]], 1);
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if (tid == 0) {
         int32_t run = 0;
-        for (int64_t e = 0; e < p.experts; ++e) {
+        for (int64_t e = 0; e < E; ++e) {
             const int32_t c = counts[e];
             counts[e] = run;
             run += c;
         }
-        counts[p.experts] = run;
+        counts[E] = run;
     }
     __syncthreads();
-    for (int64_t e = threadIdx.x; e <= p.experts; e += blockDim.x) p.expert_offsets[e] = counts[e];
-    for (int64_t e = threadIdx.x; e < p.experts; e += blockDim.x) {
-        int32_t at = counts[e];
-        for (int64_t i = 0; i < pairs; ++i) {
-            if (p.ids[i] != e) continue;
+    for (int64_t e = tid; e <= E; e += blockDim.x) p.expert_offsets[e] = counts[e];
+    const unsigned lanes_below = (1u << lane) - 1u;
+    for (int64_t base = 0; base < pairs; base += kPermuteThreads) {
+        for (int64_t k = tid; k < kPermuteWarps * E; k += kPermuteThreads) in_warp[k] = 0;
+        __syncthreads();
+        const int64_t i = base + tid;
+        const int32_t e = i < pairs ? p.ids[i] : -1;
+        const unsigned same = __match_any_sync(0xffffffffu, e);
+        const int rank = __popc(same & lanes_below);
+        if (e >= 0 && rank == 0) in_warp[warp * E + e] = __popc(same);
+        __syncthreads();
+        if (e >= 0) {
+            int32_t at = counts[e] + rank;
+            for (int w = 0; w < warp; ++w) at += in_warp[w * E + e];
             p.perm_src[at] = static_cast<int32_t>(i / p.top_k);
             p.perm_slot[at] = static_cast<int32_t>(i);
-            p.perm_expert[at] = static_cast<int32_t>(e);
-            ++at;
+            p.perm_expert[at] = e;
         }
+        __syncthreads();
+        for (int64_t x = tid; x < E; x += kPermuteThreads) {
+            int32_t n = 0;
+            for (int w = 0; w < kPermuteWarps; ++w) n += in_warp[w * E + x];
+            counts[x] += n;
+        }
+        __syncthreads();
     }
 }
 

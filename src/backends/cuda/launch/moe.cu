@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "backends/cuda/common/cuda_check.h"
+#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/moe.cuh"
 
 namespace deepinfer::cuda {
@@ -21,7 +22,11 @@ void route(const RouterParams& p, Stream s) {
 
 void permute(const PermuteParams& p, Stream s) {
     if (p.rows == 0) return;
-    kernels::permute_kernel<<<1, 256, static_cast<size_t>(p.experts + 1) * sizeof(int32_t), raw(s)>>>(p);
+    const size_t smem = kernels::permute_smem_bytes(p.experts);
+    DI_CHECK(static_cast<int64_t>(smem) <= max_shared_memory_per_block(), "permute: ", p.experts, " experts");
+    if (smem > 48 * 1024)
+        DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::permute_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    kernels::permute_kernel<<<1, kernels::kPermuteThreads, smem, raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
