@@ -21,6 +21,8 @@ int current_device();
 // Dynamic shared memory one block may use on the current device after opting in (227 KiB on sm_90,
 // 163 KiB on sm_80, 99 KiB on sm_86/sm_89): kernels with large staging buffers pick their shapes by it.
 int64_t max_shared_memory_per_block();
+// Streaming multiprocessors of the current device (launchers size grids by it; results never depend on it).
+int64_t multiprocessor_count();
 
 // Device memory owned RAII. Every device allocation of the backend goes through it (weights, tables,
 // sequence state, the workspace arena), so device_allocation_count() sees them all.

@@ -31,6 +31,12 @@ int64_t max_shared_memory_per_block() {
     return v;
 }
 
+int64_t multiprocessor_count() {
+    int v = 0;
+    DI_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, current_device()));
+    return v;
+}
+
 int device_count() {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {

@@ -115,6 +115,9 @@ struct RopeRowsParams {
     bool round_rope_dims = false;  // after RoPE
     bool round_all = false;        // after RoPE (whole head)
     Qat qat = Qat::kNone;
+    // Fast mode: the kBf16Arith head norm's f32 sum of squares as a warp tree (deterministic, per row)
+    // instead of in element order; only the order of that sum differs.
+    bool tree_sum = false;
 };
 void rope_rows(const RopeRowsParams& p, Stream s);
 
@@ -252,6 +255,9 @@ struct IndexerParams {
     int32_t* selected = nullptr;      // [rows, topk]
     int32_t* num_selected = nullptr;  // [rows]
     bool official = false;
+    // Fast GEMM mode: the scores' dot products on tensor cores (kernels/indexer_tc.cuh) when official
+    // numerics, heads <= 64 and head_dim in {32, 64, 128}; within the fast mode's tolerances.
+    bool tensor_cores = false;
 };
 void indexer_topk(const IndexerParams& p, Stream s);
 

@@ -95,10 +95,14 @@ static __global__ void rope_rows_kernel(const __grid_constant__ RopeRowsParams p
         __syncwarp();
         for (int64_t i = threadIdx.x; i < p.dim; i += 32) sh[i] = dev::mul(sh[i], r);
     } else if (p.head_norm == HeadNorm::kBf16Arith) {
-        float r = 0;
-        if (threadIdx.x == 0) {
-            float sum = 0;
+        float r = 0, sum = 0;
+        if (p.tree_sum) {  // fast mode: lane-strided partial sums, then a butterfly (equal in every lane)
+            for (int64_t i = threadIdx.x; i < p.dim; i += 32) sum = dev::add(sum, dev::round_bf16(dev::mul(sh[i], sh[i])));
+            for (int o = 16; o > 0; o /= 2) sum = dev::add(sum, __shfl_xor_sync(0xFFFFFFFFu, sum, o));
+        } else if (threadIdx.x == 0) {
             for (int64_t i = 0; i < p.dim; ++i) sum = dev::add(sum, dev::round_bf16(dev::mul(sh[i], sh[i])));
+        }
+        if (threadIdx.x == 0) {
             const float mean = dev::round_bf16(sum / static_cast<float>(p.dim));
             r = dev::round_bf16(1.0f / sqrtf(dev::round_bf16(dev::add(mean, p.eps))));
         }

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // Launchers of the attention block's ops: ring writes, ape, compressor, indexer + top-k, sparse attention.
+#include <algorithm>
+
 #include "backends/cuda/common/cuda_check.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/attention.cuh"
 #include "backends/cuda/kernels/attention_mqa.cuh"
 #include "backends/cuda/kernels/attention_tc.cuh"
+#include "backends/cuda/kernels/indexer_tc.cuh"
 #include "backends/cuda/kernels/topk.cuh"
 
 namespace deepinfer::cuda {
@@ -39,9 +42,38 @@ void topk(const TopkParams& p, Stream s) {
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
+namespace {
+template <int kD>
+bool launch_indexer_tc(const IndexerParams& p, Stream s) {
+    const int64_t smem = kernels::itc_smem_bytes(kD);
+    if (smem > max_shared_memory_per_block()) return false;
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::indexer_tc_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+    // Key spans of whole tiles, enough blocks for two waves (a key's score never depends on its span).
+    const int64_t tiles = (p.max_visible + kernels::kItcKeys - 1) / kernels::kItcKeys;
+    const int64_t splits = std::clamp<int64_t>((2 * multiprocessor_count() + p.rows - 1) / p.rows, 1, tiles);
+    const int64_t span = kernels::kItcKeys * ((tiles + splits - 1) / splits);
+    const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>((p.max_visible + span - 1) / span));
+    kernels::indexer_tc_kernel<kD><<<grid, kernels::kItcThreads, static_cast<size_t>(smem), raw(s)>>>(p, span);
+    DI_CUDA_CHECK(cudaGetLastError());
+    return true;
+}
+
+bool indexer_tensor_cores(const IndexerParams& p, Stream s) {
+    if (!p.tensor_cores || !p.official || p.heads > kernels::kItcHeads) return false;
+    if (reinterpret_cast<uintptr_t>(p.q) % 16 != 0) return false;
+    switch (p.head_dim) {
+        case 32: return launch_indexer_tc<32>(p, s);
+        case 64: return launch_indexer_tc<64>(p, s);
+        case 128: return launch_indexer_tc<128>(p, s);
+        default: return false;
+    }
+}
+}  // namespace
+
 void indexer_topk(const IndexerParams& p, Stream s) {
     if (p.rows == 0) return;
-    if (p.max_visible > 0) {
+    if (p.max_visible > 0 && !indexer_tensor_cores(p, s)) {
         const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>((p.max_visible + 31) / 32));
         kernels::indexer_scores_kernel<<<grid, 256, 0, raw(s)>>>(p);
         DI_CUDA_CHECK(cudaGetLastError());

@@ -107,7 +107,8 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
     rms_norm({.x = qr, .weight = lw.q_norm, .out = qr, .rows = S, .n = QL, .eps = eps, .round_bf16 = off}, s);
     project(lw.wq_b, qr, S, q);
     rope_rows({.x = q, .rows = S, .heads = H, .dim = Dh, .positions = b.positions, .cos_sin = rope, .rope_dim = R,
-               .head_norm = off ? HeadNorm::kBf16Arith : HeadNorm::kF32, .eps = eps, .round_rope_dims = off},
+               .head_norm = off ? HeadNorm::kBf16Arith : HeadNorm::kF32, .eps = eps, .round_rope_dims = off,
+               .tree_sum = fast_},
               s);
     // KV path: kv = kv_norm(wkv a); RoPE; FP8 simulation of the nope dims.
     float* kv = workspace_->alloc_n<float>(S * Dh);
@@ -166,7 +167,7 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
         indexer_topk({.segments = b.segments, .row_segment = b.row_segment, .positions = b.positions, .rows = S,
                       .q = qi, .weights = hw, .heads = IH, .head_dim = ID, .ratio = m, .topk = c.index_topk,
                       .max_visible = max_visible, .scores = scores, .selected = selected, .num_selected = counts,
-                      .official = off},
+                      .official = off, .tensor_cores = fast_},
                      s);
     }
 

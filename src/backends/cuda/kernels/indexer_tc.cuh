@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: Apache-2.0
+// Lightning-indexer scores on tensor cores (fast GEMM mode, official numerics). For a query row and a
+// key k the score is, over the heads h in order,
+//   score = bf16(score + bf16(relu(bf16(q_h · k)) · w_h)),  w_h = bf16(weight_h · d^-1/2 · H^-1/2),
+// exactly as indexer_scores_kernel (attention.cuh) except that the dot products q_h · k come from
+// bf16 m16n8k16 MMAs with f32 accumulation (q and the keys hold Hadamard+FP4 values in official
+// numerics, which bf16 holds exactly: only the order of the f32 sums differs). Each key's score
+// depends on that row and key only, so the key split of the grid never changes a result.
+//
+// Block: 128 threads = 4 warps, warp w owns heads 16w..16w+15 of the (zero-padded) 64; a block takes
+// one query row and the keys [blockIdx.y * span, +span) in tiles of 64.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/common/mma_sync.cuh"
+#include "backends/cuda/kernels/attention_tc.cuh"
+#include "backends/cuda/ops.h"
+
+namespace deepinfer::cuda::kernels {
+
+constexpr int kItcThreads = 128;
+constexpr int kItcHeads = 64;  // MMA rows (heads beyond p.heads are zero rows, never summed)
+constexpr int kItcKeys = 64;   // keys per tile
+
+__host__ __device__ constexpr int64_t itc_pitch(int64_t kd) { return kd + 8; }  // bf16 elements
+// q [64, pitch] and a key tile [64, pitch] in bf16, the tile's rounded dot products [64, 64 + 1] f32,
+// the head weights [64] f32.
+__host__ __device__ constexpr int64_t itc_smem_bytes(int64_t kd) {
+    return 2 * 2 * kItcHeads * itc_pitch(kd) + 4 * (kItcHeads * (kItcKeys + 1) + kItcHeads);
+}
+
+// grid (rows, key spans), block kItcThreads, dynamic shared memory itc_smem_bytes(kD).
+template <int kD>
+static __global__ void __launch_bounds__(kItcThreads) indexer_tc_kernel(const __grid_constant__ IndexerParams p, int64_t span) {
+    extern __shared__ __align__(16) unsigned char itc_sm[];
+    constexpr int kP = static_cast<int>(itc_pitch(kD));
+    constexpr int kSP = kItcKeys + 1;
+    auto* q_s = reinterpret_cast<__nv_bfloat16*>(itc_sm);  // [64, kP]
+    __nv_bfloat16* k_s = q_s + kItcHeads * kP;             // [64, kP]
+    float* dp_s = reinterpret_cast<float*>(k_s + kItcHeads * kP);  // [64 heads, kSP]
+    float* w_s = dp_s + kItcHeads * kSP;                             // [64]
+
+    const int64_t r = blockIdx.x;
+    const int64_t visible = (static_cast<int64_t>(p.positions[r]) + 1) / p.ratio;
+    const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * span;
+    const int64_t k_end = k_begin + span < visible ? k_begin + span : visible;
+    if (k_begin >= k_end) return;  // uniform over the block
+    const DeviceSegment& s = p.segments[p.row_segment[r]];
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, qd = lane % 4;
+    const float softmax_scale = 1.0f / sqrtf(static_cast<float>(p.head_dim));
+    const float weights_scale = 1.0f / sqrtf(static_cast<float>(p.heads));
+
+    // Rows [0, n) of src(j) (kD floats each) into dst as bf16, rows n..63 zero.
+    constexpr int kQuads = kD / 4;
+    auto stage = [&](__nv_bfloat16* dst, int64_t n, auto src) {
+        for (int i = tid; i < 64 * kQuads; i += kItcThreads) {
+            const int j = i / kQuads, c = (i % kQuads) * 4;
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (j < n) v = *reinterpret_cast<const float4*>(src(j) + c);
+            *reinterpret_cast<uint2*>(dst + j * kP + c) = uint2{pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w)};
+        }
+    };
+    stage(q_s, p.heads < kItcHeads ? p.heads : kItcHeads, [&](int64_t h) { return p.q + (r * p.heads + h) * kD; });
+    for (int64_t h = tid; h < p.heads; h += kItcThreads)
+        w_s[h] = dev::round_bf16(dev::mul(dev::mul(p.weights[r * p.heads + h], softmax_scale), weights_scale));
+
+    for (int64_t k0 = k_begin; k0 < k_end; k0 += kItcKeys) {
+        const int64_t n = k_end - k0 < kItcKeys ? k_end - k0 : kItcKeys;
+        __syncthreads();  // the previous tile's readers are done with k_s and dp_s
+        stage(k_s, n, [&](int64_t j) { return s.idx_entries + (k0 + j) * kD; });
+        __syncthreads();
+        float acc[8][4];
+#pragma unroll
+        for (int t = 0; t < 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < kD / 16; ++ks) {
+            uint32_t a[4];
+            dev::ldmatrix_x4(a, q_s + (warp * 16 + lane % 16) * kP + ks * 16 + (lane / 16) * 8);
+#pragma unroll
+            for (int t = 0; t < 8; t += 2) {
+                uint32_t b[4];
+                dev::ldmatrix_x4(b, k_s + (t * 8 + lane % 8 + (lane / 16) * 8) * kP + ks * 16 + ((lane / 8) % 2) * 8);
+                dev::mma_bf16_16816(acc[t], a, b[0], b[1]);
+                dev::mma_bf16_16816(acc[t + 1], a, b[2], b[3]);
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+            const int col = t * 8 + qd * 2, h = warp * 16 + g;
+            dp_s[h * kSP + col] = dev::round_bf16(acc[t][0]);
+            dp_s[h * kSP + col + 1] = dev::round_bf16(acc[t][1]);
+            dp_s[(h + 8) * kSP + col] = dev::round_bf16(acc[t][2]);
+            dp_s[(h + 8) * kSP + col + 1] = dev::round_bf16(acc[t][3]);
+        }
+        __syncthreads();
+        if (tid < n) {
+            float score = 0;
+            for (int64_t h = 0; h < p.heads; ++h)
+                score = dev::round_bf16(dev::add(score, dev::round_bf16(dev::mul(fmaxf(dp_s[h * kSP + tid], 0.0f), w_s[h]))));
+            p.scores[r * p.max_visible + k0 + tid] = score;
+        }
+    }
+}
+
+}  // namespace deepinfer::cuda::kernels
