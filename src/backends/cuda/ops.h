@@ -690,4 +690,56 @@ struct EngramFuseParams {
 };
 void engram_fuse(const EngramFuseParams& p, Stream s);
 
+// ---- DSpark drafting (src/model/dspark_common.h, model/v41/dspark.h) ------------------------------
+
+// The drafter's taps: out[m * ld + d] = (Σ_j x[src_row[m], j, d]) / hc in stream order [→ bf16], the
+// mean of row src_row[m]'s streams (model/v41/dspark.cpp tap_mean), into one column block of the taps.
+struct TapMeanParams {
+    const float* x = nullptr;            // [rows, hc, D]
+    const int32_t* src_row = nullptr;    // [num] rows of x
+    int64_t num = 0, hc = 0, hidden = 0;
+    float* out = nullptr;                // [num, ld]: columns [0, hidden) of each row written
+    int64_t ld = 0;
+    bool round_bf16 = false;
+};
+void tap_mean(const TapMeanParams& p, Stream s);
+
+// DSparkAttention of one stage (dspark_common.h dspark_attention_core, V4.1's kProbsThenSum form):
+// block row k of request i (position P_i + k) attends to the ring's context rows of positions
+// max(0, P_i - W) .. P_i - 1 (oldest first) and all `block` K=V rows of its block; logits = dot·scale,
+// max starts at the sink, p = exp(l - max) / den [→ bf16 in official], o = Σ p·key in key order
+// [→ bf16], inverse RoPE at P_i + k, rope dims → bf16 (official), as sink_attention.
+struct DSparkAttentionParams {
+    const float* q = nullptr;          // [requests * block, heads, head_dim] after RoPE
+    const float* block_kv = nullptr;   // [requests * block, head_dim] the blocks' K=V rows (QAT values)
+    const uint8_t* const* rings = nullptr;  // [requests] this stage's context ring of each request
+    const int32_t* anchor_positions = nullptr;  // [requests] P_i
+    int64_t requests = 0, block = 0, heads = 0, head_dim = 0, window = 0, window_rows = 0;
+    CacheFormat ring_format = CacheFormat::kFp8Ue8m0;
+    int64_t ring_block = 32;
+    const float* sink = nullptr;  // [heads]
+    float* scratch = nullptr;     // [requests * block, heads, window + block]
+    const float* cos_sin = nullptr;
+    int64_t rope_dim = 0;
+    float softmax_scale = 0;
+    bool official = false;
+    float* out = nullptr;  // [requests * block, heads, head_dim]
+};
+void dspark_attention(const DSparkAttentionParams& p, Stream s);
+
+// One step k of the Markov head for the `rows` requests still drafting (rows a = 0 .. rows-1, block row
+// a * block + k; dspark_common.cpp dspark_markov_draft): logits[a] = U[a*block + k] + bias[a] (fp32),
+// confidence[a] = sigmoid(w · [y[a*block + k]; e[a]]) with cpu::dot's order over the concatenation.
+struct DSparkMarkovStepParams {
+    const float* U = nullptr;     // [requests * block, vocab] base logits
+    const float* y = nullptr;     // [requests * block, hidden] collapsed last-stage rows (pre-norm)
+    const float* bias = nullptr;  // [rows, vocab] W1[x_{k-1}] · W2ᵀ
+    const float* e = nullptr;     // [rows, rank] W1[x_{k-1}]
+    const float* weight = nullptr;  // [hidden + rank] the confidence head
+    int64_t rows = 0, block = 0, step = 0, vocab = 0, hidden = 0, rank = 0;
+    float* logits = nullptr;      // [rows, vocab]
+    float* confidence = nullptr;  // [rows] (may be strided into a [steps, requests] table by the caller)
+};
+void dspark_markov_step(const DSparkMarkovStepParams& p, Stream s);
+
 }  // namespace deepinfer::cuda

@@ -17,7 +17,9 @@ CudaModelStats CudaV41Model::stats() const {
     CudaModelStats st = stats_;
     st.workspace_bytes = workspace_.capacity();
     st.workspace_high_water = workspace_.high_water();
-    st.workspace_need_max = workspace_need(limits_.max_rows, limits_.max_rows, limits_.max_rows, max_len_, limits_.max_seqs);
+    st.workspace_need_max = std::max(
+        workspace_need(limits_.max_rows, limits_.max_rows, limits_.max_rows, max_len_, limits_.max_seqs),
+        dspark_workspace_need(limits_.max_seqs));
     return st;
 }
 
@@ -68,6 +70,9 @@ float* CudaV41Model::compute(const Batch& b) const {
     float* comb = workspace_.alloc_n<float>(S * hc * hc);
     float* a = workspace_.alloc_n<float>(S * D);
     float* o = workspace_.alloc_n<float>(S * D);
+    // The DSpark taps of attached segments' rows: [num_taps, taps * D] (cuda_v41_dspark.cpp).
+    float* taps = b.num_taps > 0 ? workspace_.alloc_n<float>(b.num_taps * int64_t(c.dspark_target_layer_ids.size()) * D)
+                                 : nullptr;
     bool waited = false;
     for (int64_t l = 0; l < L; ++l) {
         const V41DeviceLayer& lw = weights_.layers[size_t(l)];
@@ -78,6 +83,7 @@ float* CudaV41Model::compute(const Batch& b) const {
                          .tokens = S, .hc = hc, .hidden = D, .eps = eps, .round_bf16 = off},
                         s);
         }
+        tap_layer(l, b, x, taps);  // the stream entering the layer (after its Engram)
         for (int site = 0; site < 2; ++site) {
             const DeviceHc& hw = site == 0 ? lw.hc_attn : lw.hc_ffn;
             hc_mixes({.x = x, .fn = hw.fn, .base = hw.base, .scale = hw.scale, .rows = S, .hc = hc, .hidden = D,
@@ -100,6 +106,7 @@ float* CudaV41Model::compute(const Batch& b) const {
         std::swap(pre_mix, pre_f);
     }
     if (n_engram > 0 && !waited) engram_ready_.wait(s);  // join the side stream (a capture must end joined)
+    write_context(b, taps);  // the drafter's context rows of the tapped rows
 
     // Final collapse with the last FFN site's pre, norm and head for the rows whose logits are wanted.
     const int64_t R = b.num_picked;
@@ -130,7 +137,7 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
     auto wants = [&](size_t i) { return want_logits.empty() || want_logits[i] != 0; };
     const std::vector<uint8_t> drawn = check_device_draws(draws, chunks.size());
     Batch b;
-    bool decode = !chunks.empty();
+    bool decode = !chunks.empty(), attached = false;
     for (size_t i = 0; i < chunks.size(); ++i) {
         const SequenceChunk& ch = chunks[i];
         DI_CHECK(ch.sequence != nullptr, "forward_batch: chunk without a sequence");
@@ -153,13 +160,14 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
         b.max_position = std::max(b.max_position, P0 + n - 1);
         b.max_rows = std::max(b.max_rows, n);
         b.states.push_back(st);
+        attached = attached || !st->dspark_rings.empty();
         decode = decode && n == 1 && !(ch.all_logits && wants(i));
     }
     const int64_t real_rows = static_cast<int64_t>(b.tokens.size());
     // A pure decode step replays the CUDA graph of its (rows, context) bucket; padding rows decode
     // token 0 at position 0 of the scratch sequence (batch invariance: they change no other row).
     const int64_t bucket = graphs_.enabled() && decode ? graph_bucket(real_rows) : 0;
-    b.graph = bucket > 0 && bucket <= limits_.max_rows;
+    b.graph = bucket > 0 && bucket <= limits_.max_rows && !attached;  // steps with DSpark taps run eagerly
     if (b.graph) {
         auto* pad = static_cast<V41DeviceState*>(&pad_.state());
         for (int64_t k = real_rows; k < bucket; ++k) {
@@ -220,6 +228,7 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
     input_.clear();
     b.picked = input_.add(picked);
     plan(b, input_);
+    plan_taps(b, input_);
     const size_t in_bytes = input_.size();
     if (!pinned_in_ || pinned_in_->nbytes() < in_bytes) pinned_in_ = std::make_unique<PinnedBuffer>(in_bytes * 2);
     std::memcpy(pinned_in_->host(), input_.data(), in_bytes);

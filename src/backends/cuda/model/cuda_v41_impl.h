@@ -2,7 +2,8 @@
 // CudaV41Model's declaration, shared by its translation units (cuda_v41_model.cpp: load and the
 // forward's steps; cuda_v41_plan.cpp: the host tables of a forward; cuda_v41_compute.cpp: embedding,
 // mHC, Engram, MoE and head on the device; cuda_v41_attention.cpp: the CSA2 attention of one layer;
-// cuda_v41_workspace.cpp: the workspace bound).
+// cuda_v41_workspace.cpp: the workspace bound; cuda_v41_dspark.cpp / cuda_v41_dspark_draft.cpp: the
+// DSpark drafter's taps, context rows and drafting).
 //
 // A forward runs in two phases. The plan (host) walks the batch's segments through the layers the
 // way the CPU's SharedState does (what KV / index / candidate sources publish per segment) and packs
@@ -28,6 +29,7 @@
 #include "backends/cuda/model/device_draws.h"
 #include "backends/cuda/model/step_timer.h"
 #include "deepinfer/check.h"
+#include "deepinfer/drafter.h"
 #include "deepinfer/engram.h"
 #include "deepinfer/model.h"
 #include "deepinfer/model_config_v41.h"
@@ -56,6 +58,10 @@ private:
     std::vector<uint8_t> bytes_;
 };
 
+class CudaV41Model;
+// The Drafter of a CudaV41Model with a DSpark drafter (cuda_v41_dspark.cpp).
+std::unique_ptr<Drafter> make_cuda_v41_dspark_drafter(const CudaV41Model& model);
+
 class CudaV41Model final : public Model, public CudaModelRuntime {
 public:
     CudaV41Model(const std::string& dir, const ModelOptions& options, const CudaModelOptions& cuda_options);
@@ -70,6 +76,8 @@ public:
         return forward_sampled(chunks, {}, {}).logits;
     }
     bool can_sample_on_device(const DeviceDraw& d) const override { return device_draw_supported(d); }
+    // The DSpark drafter on the device (cuda_v41_dspark.cpp) when the checkpoint has one (one GPU only).
+    const Drafter* drafter() const override { return dspark_drafter_.get(); }
     ForwardOutputs forward_sampled(std::span<const SequenceChunk> chunks, std::span<const uint8_t> want_logits,
                                    std::span<const DeviceDraw> draws) const override;
 
@@ -128,6 +136,9 @@ public:
         const T* at(size_t offset) const {
             return reinterpret_cast<const T*>(in + offset);
         }
+        // DSpark taps (cuda_v41_dspark.cpp): rows of attached segments whose context rows this pass writes.
+        int64_t num_taps = 0;
+        size_t tap_src = 0, tap_pos = 0, tap_dst = 0;  // [num_taps] rows, positions; [stages, num_taps] ring rows
         int32_t* topk = nullptr;  // [rows + 1, index_topk] published top-k (device; row `rows`: discarded)
         uint8_t* mask = nullptr;  // [rows + 1, mask_ld] candidate mask (device)
         int64_t mask_ld = 0;
@@ -166,7 +177,27 @@ private:
     void compress(int64_t layer, const Batch& b, const float* a) const;
     void index(int64_t layer, const Batch& b, const float* a, const float* qr) const;
     void moe(int64_t layer, const Batch& b, const float* a, float* out) const;
+    // The MoE of one block over S rows with E routed experts, top K (a target layer or a drafter stage).
+    void moe_rows(const V41DeviceLayer& lw, int64_t E, int64_t K, int64_t S, const float* a, float* out,
+                  ExpertExchange* exchange) const;
 
+    // DSpark (cuda_v41_dspark.cpp, cuda_v41_dspark_draft.cpp).
+    friend class CudaV41DSparkDrafter;
+    void dspark_attach(Sequence& sequence) const;
+    uint64_t dspark_state_bytes() const;
+    std::vector<Draft> dspark_draft(std::span<const DraftRequest> requests) const;
+    // The plan's tap tables for the attached segments (their last ring-many rows); the device work:
+    // the stream means entering a tapped layer, and after the layers the context rows into the rings.
+    void plan_taps(Batch& b, InputBlock& in) const;
+    void tap_layer(int64_t layer, const Batch& b, const float* x, float* taps) const;
+    void write_context(const Batch& b, const float* taps) const;
+    // One stage's DSparkAttention over S = requests * block rows (cuda_v41_dspark_draft.cpp).
+    void dspark_stage_attention(const V41DeviceLayer& lw, int64_t requests, const int32_t* positions,
+                                const int32_t* anchor_positions, const uint8_t* const* rings, const float* a,
+                                float* out) const;
+    int64_t dspark_ring_rows() const;
+    // Upper bound of the workspace a draft of R requests takes.
+    size_t dspark_workspace_need(int64_t R) const;
     // Upper bound of the workspace one forward takes (cuda_v41_workspace.cpp): S rows in N segments,
     // R rows of logits, positions below P, D device draws.
     size_t workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int64_t D) const;
@@ -186,6 +217,7 @@ private:
     EngramLayout engram_layout_;
     int64_t engram_pad_ = 0;
     std::unique_ptr<const v41::Weights> host_;  // the checkpoint mapping the shared Engram tables live in
+    int64_t dspark_stages_ = 0;  // the DSpark drafter's stages on the device (0: no drafter)
     V41DeviceWeights weights_;
     std::vector<std::unique_ptr<DeviceBuffer>> tables_;
     const float* rope_main_ = nullptr;
@@ -202,6 +234,8 @@ private:
     mutable Sequence pad_{nullptr};  // the scratch sequence of graph steps' padding rows
     mutable InputBlock input_;
     mutable std::unique_ptr<PinnedBuffer> pinned_in_;
+    mutable std::unique_ptr<PinnedBuffer> pinned_out_, pinned_probs_;  // drafting's results
+    std::unique_ptr<Drafter> dspark_drafter_;  // set when dspark_stages_ > 0
     mutable StepTimer timer_;
     mutable CudaModelStats stats_;
 };

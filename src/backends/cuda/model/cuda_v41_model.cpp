@@ -47,18 +47,21 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
       limits_(ForwardLimits::of(options)),
       formats_(V41CacheFormats::of(config_.text)),
       fast_(o.gemm == GemmMode::kFast),
+      host_(std::make_unique<const v41::Weights>(dir, config_.text)),
+      // The DSpark drafter runs on one GPU only (no expert parallelism), like V4's MTP.
+      dspark_stages_(o.expert_exchange == nullptr && host_->dspark ? int64_t(host_->dspark->stages.size()) : 0),
       draws_(limits_.max_seqs),
       // The given size, else the largest forward the limits allow (every row a logits row, every
-      // sequence at max_model_len, a full group of device draws).
+      // sequence at max_model_len, a full group of device draws), or a draft of every sequence.
       workspace_(o.workspace_bytes ? o.workspace_bytes
-                                   : workspace_need(limits_.max_rows, limits_.max_rows, limits_.max_rows, max_len_,
-                                                    limits_.max_seqs)),
+                                   : std::max(workspace_need(limits_.max_rows, limits_.max_rows, limits_.max_rows, max_len_,
+                                                             limits_.max_seqs),
+                                              dspark_workspace_need(limits_.max_seqs))),
       graphs_(options.cuda_graphs && o.expert_exchange == nullptr) {
     DI_CHECK(!options.v41_bounded_replay, dir, ": bounded replay runs on the CPU only so far (--device cpu)");
     DI_CHECK(!fast_ || fast_fp8_available(), "fast GEMM mode needs FP8 tensor cores (compute capability 8.9+)");
     const V41TextConfig& c = config_.text;
     info_ = {"deepseek_v41", c.vocab_size, config_.eos_token_ids, c.max_position_embeddings};
-    host_ = std::make_unique<const v41::Weights>(dir, c);
     const v41::Weights& host = *host_;
     const cpu::WeightFormat f = host.layers.at(0).attn.wq_a.format;
     const bool q = f == cpu::WeightFormat::kFp8Block || f == cpu::WeightFormat::kFp4;
@@ -85,15 +88,19 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
                  " routed experts do not divide evenly (use a GPU count that divides ", E, ")");
         experts = {ep_rank_ * (E / G), (ep_rank_ + 1) * (E / G)};
     }
-    weights_ = upload_v41_weights(host, c, /*share_engram=*/true, experts, /*fp8_as_bf16=*/fast_);
+    weights_ = upload_v41_weights(host, c, /*share_engram=*/true, experts, /*fp8_as_bf16=*/fast_,
+                                  /*with_dspark=*/dspark_stages_ > 0);
     auto table = [&](const std::vector<float>& v) {
         auto buf = std::make_unique<DeviceBuffer>(v.size() * sizeof(float));
         buf->copy_from_host(v.data(), buf->nbytes());
         tables_.push_back(std::move(buf));
         return static_cast<const float*>(tables_.back()->data());
     };
-    rope_main_ = table(rope_cos_sin(cpu::RopeTable(c.rope_main, c.qk_rope_head_dim), max_len_));
+    // (the drafter's blocks reach dspark_block_size - 1 positions past the last one)
+    rope_main_ = table(rope_cos_sin(cpu::RopeTable(c.rope_main, c.qk_rope_head_dim),
+                                    max_len_ + std::max<int64_t>(c.dspark_block_size, 0)));
     rope_comp_ = table(rope_cos_sin(cpu::RopeTable(c.rope_compress, c.qk_rope_head_dim), max_len_));
+    if (dspark_stages_ > 0) dspark_drafter_ = make_cuda_v41_dspark_drafter(*this);
     pad_ = new_sequence();  // the padding rows of graph steps write here
     state_bytes_ = pad_.state_bytes();
     if (weights_.registered.empty()) host_.reset();  // nothing points into the mapping
@@ -189,10 +196,15 @@ void CudaV41Model::project_f32(const DeviceLinear& w, const float* x, int64_t ro
 
 void CudaV41Model::moe(int64_t layer, const Batch& b, const float* a, float* out) const {
     const V41TextConfig& c = config_.text;
-    const V41DeviceLayer& lw = weights_.layers[size_t(layer)];
+    moe_rows(weights_.layers[size_t(layer)], c.n_routed_experts, c.num_experts_per_tok, b.rows, a, out, ep_);
+}
+
+void CudaV41Model::moe_rows(const V41DeviceLayer& lw, int64_t E, int64_t K, int64_t S, const float* a, float* out,
+                            ExpertExchange* exchange) const {
+    const V41TextConfig& c = config_.text;
     const Stream s = stream_.get();
     const bool off = official();
-    const int64_t S = b.rows, D = c.hidden_size, E = c.n_routed_experts, K = c.num_experts_per_tok;
+    const int64_t D = c.hidden_size;
     const float L = static_cast<float>(c.swiglu_limit);
     float* logits = workspace_.alloc_n<float>(S * E);
     float* biased = workspace_.alloc_n<float>(S * E);
@@ -209,7 +221,7 @@ void CudaV41Model::moe(int64_t layer, const Batch& b, const float* a, float* out
     const float* y_slot = routed_experts({.experts = &lw.experts, .x = a, .ids = ids, .weights = wts, .rows = S,
                                           .hidden = D, .top_k = K, .experts_total = E, .swiglu_limit = L,
                                           .official = off, .act_block = kActivationBlock, .weight_before_w2 = true,
-                                          .fast = fast_, .exchange = ep_, .rank = static_cast<int>(ep_rank_)},
+                                          .fast = fast_, .exchange = exchange, .rank = static_cast<int>(ep_rank_)},
                                          workspace_, s);
     const int64_t SI = lw.shared_w1.out_features;
     float* sg = workspace_.alloc_n<float>(S * SI);

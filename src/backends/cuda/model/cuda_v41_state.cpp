@@ -66,6 +66,7 @@ std::unique_ptr<SequenceState> V41DeviceState::clone() const {
     };
     for (const V41LayerBuffers& l : layers)
         c->layers.push_back({dup(l.window), dup(l.entries), dup(l.index_keys), dup(l.pending_kv), dup(l.pending_gate)});
+    for (const auto& r : dspark_rings) c->dspark_rings.push_back(dup(r));
     c->engram_history = engram_history;
     c->length = length;
     c->nbytes = nbytes;

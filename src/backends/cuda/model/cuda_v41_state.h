@@ -40,6 +40,9 @@ class V41DeviceState final : public SequenceState {
 public:
     std::vector<V41LayerBuffers> layers;
     std::vector<int64_t> engram_history;  // compressed id of position p in slot p % size (host)
+    // The DSpark drafter's context rings when attached (cuda_v41_dspark.cpp): per stage [window_rows,
+    // window row bytes] in the window's compact format, position p in slot p % window_rows.
+    std::vector<std::unique_ptr<DeviceBuffer>> dspark_rings;
     int64_t length = 0;
     size_t nbytes = 0;
     int device = 0;  // where the buffers live (clone copies there)

@@ -114,6 +114,61 @@ void register_engram_tables(const v41::Weights& w, V41DeviceWeights& d) {
     d.shared_host_bytes = bytes;
 }
 
+// One block: a target layer, or a DSpark stage (window-only, `n_experts` routed experts of its own).
+V41DeviceLayer upload_layer(Uploader& up, const v41::LayerWeights& lw, int64_t n_experts, ExpertRange experts,
+                            bool share) {
+    V41DeviceLayer l;
+    l.attn_norm = up.vec(lw.attn_norm);
+    l.ffn_norm = up.vec(lw.ffn_norm);
+    l.hc_attn = up.hc(lw.hc_attn);
+    l.hc_ffn = up.hc(lw.hc_ffn);
+    const v41::AttentionWeights& a = lw.attn;
+    l.wq_a = up.dense(a.wq_a);
+    l.wq_b = up.dense(a.wq_b);
+    l.wkv = up.dense(a.wkv);
+    l.wo_a = up.dense(a.wo_a);
+    l.wo_b = up.dense(a.wo_b);
+    l.q_norm = up.vec(a.q_norm);
+    l.kv_norm = up.vec(a.kv_norm);
+    l.sink = up.vec(a.sink);
+    l.has_compressor = a.has_compressor;
+    if (a.has_compressor) {
+        l.compressor_wkv = up.linear(a.compressor_wkv);
+        l.compressor_wgate = up.linear(a.compressor_wgate);
+        l.compressor_norm = up.vec(a.compressor_norm);
+    }
+    l.has_indexer = a.has_indexer;
+    if (a.has_indexer) {
+        l.indexer_wq_b = up.dense(a.indexer_wq_b);
+        l.indexer_weights_proj = up.linear(a.indexer_weights_proj);
+        l.has_index_keys = a.has_index_keys;
+        if (a.has_index_keys) {
+            l.indexer_wk = up.linear(a.indexer_wk);
+            l.indexer_k_norm = up.vec(a.indexer_k_norm);
+        }
+    }
+    const v41::MoeWeights& m = lw.ffn;
+    DI_CHECK(static_cast<int64_t>(m.experts.size()) == n_experts, "layer has ", m.experts.size(),
+             " experts, config says ", n_experts);
+    l.gate = up.linear(m.gate);
+    l.bias = up.vec(m.bias);
+    const int64_t e1 = experts.end < 0 ? n_experts : experts.end;
+    DI_CHECK(experts.begin >= 0 && experts.begin < e1 && e1 <= n_experts, "expert range [", experts.begin,
+             ", ", e1, ") of ", n_experts, " experts");
+    l.experts = up.experts(std::span<const v41::ExpertWeights>(m.experts).subspan(size_t(experts.begin),
+                                                                                 size_t(e1 - experts.begin)));
+    l.shared_w1 = up.dense(m.shared.w1);
+    l.shared_w3 = up.dense(m.shared.w3);
+    l.shared_w2 = up.dense(m.shared.w2);
+    if (lw.engram) {
+        l.has_engram = true;
+        if (!share) l.engram.table = up.linear(lw.engram->table, /*host=*/true);
+        l.engram.wkv = up.dense(lw.engram->wkv);
+        l.engram.gate_weight = up.vec(lw.engram->gate_weight);
+    }
+    return l;
+}
+
 }  // namespace
 
 bool V41DeviceWeights::from_fp8(const DeviceLinear& w) const {
@@ -121,7 +176,7 @@ bool V41DeviceWeights::from_fp8(const DeviceLinear& w) const {
 }
 
 V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& c, bool share_engram,
-                                    ExpertRange experts, bool fp8_as_bf16) {
+                                    ExpertRange experts, bool fp8_as_bf16, bool with_dspark) {
     V41DeviceWeights d;
     // Registration comes after every copy: cudaMemcpy from host memory that straddles a registered range
     // (a neighbouring tensor on a shared page) is refused by the runtime.
@@ -130,57 +185,20 @@ V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& 
     d.embed = up.linear(w.embed);
     d.head = up.linear(w.head);
     d.norm = up.vec(w.norm);
-    for (const v41::LayerWeights& lw : w.layers) {
-        V41DeviceLayer l;
-        l.attn_norm = up.vec(lw.attn_norm);
-        l.ffn_norm = up.vec(lw.ffn_norm);
-        l.hc_attn = up.hc(lw.hc_attn);
-        l.hc_ffn = up.hc(lw.hc_ffn);
-        const v41::AttentionWeights& a = lw.attn;
-        l.wq_a = up.dense(a.wq_a);
-        l.wq_b = up.dense(a.wq_b);
-        l.wkv = up.dense(a.wkv);
-        l.wo_a = up.dense(a.wo_a);
-        l.wo_b = up.dense(a.wo_b);
-        l.q_norm = up.vec(a.q_norm);
-        l.kv_norm = up.vec(a.kv_norm);
-        l.sink = up.vec(a.sink);
-        l.has_compressor = a.has_compressor;
-        if (a.has_compressor) {
-            l.compressor_wkv = up.linear(a.compressor_wkv);
-            l.compressor_wgate = up.linear(a.compressor_wgate);
-            l.compressor_norm = up.vec(a.compressor_norm);
-        }
-        l.has_indexer = a.has_indexer;
-        if (a.has_indexer) {
-            l.indexer_wq_b = up.dense(a.indexer_wq_b);
-            l.indexer_weights_proj = up.linear(a.indexer_weights_proj);
-            l.has_index_keys = a.has_index_keys;
-            if (a.has_index_keys) {
-                l.indexer_wk = up.linear(a.indexer_wk);
-                l.indexer_k_norm = up.vec(a.indexer_k_norm);
-            }
-        }
-        const v41::MoeWeights& m = lw.ffn;
-        DI_CHECK(static_cast<int64_t>(m.experts.size()) == c.n_routed_experts, "layer has ", m.experts.size(),
-                 " experts, config says ", c.n_routed_experts);
-        l.gate = up.linear(m.gate);
-        l.bias = up.vec(m.bias);
-        const int64_t e1 = experts.end < 0 ? c.n_routed_experts : experts.end;
-        DI_CHECK(experts.begin >= 0 && experts.begin < e1 && e1 <= c.n_routed_experts, "expert range [", experts.begin,
-                 ", ", e1, ") of ", c.n_routed_experts, " experts");
-        l.experts = up.experts(std::span<const v41::ExpertWeights>(m.experts).subspan(size_t(experts.begin),
-                                                                                     size_t(e1 - experts.begin)));
-        l.shared_w1 = up.dense(m.shared.w1);
-        l.shared_w3 = up.dense(m.shared.w3);
-        l.shared_w2 = up.dense(m.shared.w2);
-        if (lw.engram) {
-            l.has_engram = true;
-            if (!share) l.engram.table = up.linear(lw.engram->table, /*host=*/true);
-            l.engram.wkv = up.dense(lw.engram->wkv);
-            l.engram.gate_weight = up.vec(lw.engram->gate_weight);
-        }
-        d.layers.push_back(std::move(l));
+    for (const v41::LayerWeights& lw : w.layers)
+        d.layers.push_back(upload_layer(up, lw, c.n_routed_experts, experts, share));
+    if (with_dspark && w.dspark) {
+        const v41::DSparkWeights& ds = *w.dspark;
+        V41DeviceDSpark dd;
+        for (const v41::LayerWeights& st : ds.stages)
+            dd.stages.push_back(upload_layer(up, st, c.dspark_n_routed_experts, {}, share));
+        dd.main_proj = up.dense(ds.main_proj);
+        dd.main_norm = up.vec(ds.main_norm);
+        dd.norm = up.vec(ds.norm);
+        dd.markov_embed = up.linear(ds.markov_embed);
+        dd.markov_head = up.linear(ds.markov_head);
+        dd.confidence = up.vec(ds.confidence);
+        d.dspark = std::move(dd);
     }
     std::sort(d.bf16_from_fp8.begin(), d.bf16_from_fp8.end());
     if (share) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
@@ -48,10 +49,22 @@ struct V41DeviceLayer {
     V41DeviceEngram engram;
 };
 
+// The DSpark drafter (v41::DSparkWeights): its stages are window-only layers with their own MoE.
+struct V41DeviceDSpark {
+    std::vector<V41DeviceLayer> stages;
+    DeviceLinear main_proj;               // [D, taps*D]
+    const float* main_norm = nullptr;     // [D]
+    const float* norm = nullptr;          // [D] last stage
+    DeviceLinear markov_embed;            // [vocab, rank] W1
+    DeviceLinear markov_head;             // [vocab, rank] W2
+    const float* confidence = nullptr;    // [D + rank]
+};
+
 struct V41DeviceWeights {
     DeviceLinear embed, head;
     const float* norm = nullptr;
     std::vector<V41DeviceLayer> layers;
+    std::optional<V41DeviceDSpark> dspark;  // with_dspark and a checkpoint with the drafter
     size_t device_bytes = 0, host_bytes = 0;
     std::vector<std::unique_ptr<DeviceBuffer>> storage;  // device allocations
     std::vector<std::unique_ptr<PinnedBuffer>> pinned;   // Engram tables copied (when not shared)
@@ -70,7 +83,8 @@ struct V41DeviceWeights {
 // checkpoint's mapping (w must then outlive the result), otherwise copied to pinned mapped buffers.
 // fp8_as_bf16 (the fast GEMM mode): the dense FP8 linears with power-of-two block scales (the attention
 // projections, shared experts, Engram wkv) are uploaded dequantized to bf16 (bf16_weights.h, exact).
+// with_dspark: the DSpark drafter too, when the checkpoint has one (all of its experts).
 V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& config, bool share_engram = true,
-                                    ExpertRange experts = {}, bool fp8_as_bf16 = false);
+                                    ExpertRange experts = {}, bool fp8_as_bf16 = false, bool with_dspark = false);
 
 }  // namespace deepinfer::cuda

@@ -74,6 +74,42 @@ size_t CudaV41Model::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, 
     total += site;
     total += bytes(R * hc * Dm * 4) + bytes(R * hc * 4) + bytes(R * Dm * 4) + bytes(R * V * 4) + bytes(R * Dm * 2);  // head
     total += draws_.workspace_need(D, V);                                                       // sampling
+    if (dspark_stages_ > 0) {  // DSpark taps and context rows (cuda_v41_dspark.cpp): at most every row
+        const int64_t T = static_cast<int64_t>(c.dspark_target_layer_ids.size());
+        total += 2 * bytes(S * 4) + static_cast<size_t>(dspark_stages_) * bytes(S * 8);  // input block
+        total += bytes(S * T * Dm * 4) + bytes(S * Dm * 4) + bytes(S * hd * 4);
+        total += bytes(S * T * Dm * 4) + (fast_ ? bytes(S * T * Dm * 2) + bytes(S * T * Dm) + bytes(S * T * Dm / 32 * 4) + 1024 : 0);
+    }
+    return total;
+}
+
+size_t CudaV41Model::dspark_workspace_need(int64_t R) const {
+    if (dspark_stages_ == 0) return 0;
+    const V41TextConfig& c = config_.text;
+    const int64_t G = c.dspark_block_size, S = std::max<int64_t>(R, 1) * G, Dm = c.hidden_size, hc = c.hc_mult;
+    const int64_t V = c.vocab_size, H = c.num_attention_heads, hd = c.head_dim, QL = c.q_lora_rank;
+    const int64_t Go = c.o_groups, OR = c.o_lora_rank, W = c.sliding_window, rank = c.dspark_markov_rank;
+    const int64_t E = c.dspark_n_routed_experts, KE = c.dspark_num_experts_per_tok, I = c.moe_intermediate_size;
+    const int64_t Rq = std::max<int64_t>(R, 1), NT = S * KE;
+    auto bytes = [](int64_t n) { return ((static_cast<size_t>(std::max<int64_t>(n, 0)) + 255) & ~size_t(255)) + 256; };
+    // Input block: tokens, positions, pre-mix, anchors, anchor positions, rings, sampled, temperatures, uniforms.
+    size_t total = 2 * bytes(S * 4) + bytes(S * hc * 4) + 2 * bytes(Rq * 4) + bytes(dspark_stages_ * Rq * 8) +
+                   bytes(Rq * 4) + bytes(Rq * 8) + bytes(S * 8);
+    total += 2 * bytes(S * hc * Dm * 4) + 4 * bytes(S * hc * 4) + bytes(S * hc * hc * 4) + 2 * bytes(S * Dm * 4);
+    // The larger site: the stage attention or its MoE (each projection's act_quant scratch counted once).
+    size_t at = bytes(S * QL * 4) + bytes(S * H * hd * 4) + bytes(S * hd * 4) + bytes(S * H * (W + G) * 4) +
+                bytes(S * H * hd * 4) + bytes(S * Go * OR * 4) + bytes(S * std::max({Dm, QL, Go * OR}) * 4);
+    if (fast_) at += bytes(S * std::max({Dm, QL, Go * OR, H * hd / Go}) * 2) + bytes(S * std::max({Dm, QL, Go * OR}) * 4) + 512;
+    size_t mo = 2 * bytes(S * E * 4) + 2 * bytes(S * KE * 4) + bytes(S * Dm * 4) + 3 * bytes(NT * 4) + bytes((E + 2) * 4) +
+                2 * bytes(NT * I * 4) + 2 * bytes(NT * Dm * 4) + 2 * bytes(S * I * 4) + bytes(S * Dm * 4) +
+                bytes(S * std::max(Dm, I) * 4);
+    if (fast_)
+        mo += bytes(S * Dm * 4) + bytes(S * Dm) + bytes(S * (Dm / 128 + 1) * 4) + bytes(NT * I) + bytes(NT * (I / 128 + 1) * 4) +
+              bytes((E + 1) * 4) + bytes(S * Dm) + bytes(S * (Dm / 128 + 1) * 4) + bytes(S * std::max(Dm, I) * 2);
+    total += std::max(at, mo);
+    // Collapse, norm, head; the Markov loop.
+    total += 2 * bytes(S * Dm * 4) + bytes(S * V * 4) + (fast_ ? bytes(S * Dm * 2) : 0);
+    total += 2 * bytes(G * Rq * 4) + bytes(Rq * rank * 4) + 3 * bytes(Rq * V * 4) + bytes(Rq * V * 8) + bytes(Rq * 4);
     return total;
 }
 

@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: Apache-2.0
+// Device code of the DSpark drafter's ops (ops.h "DSpark drafting"): the taps' stream means, the
+// stage attention over the context ring and the whole block, and the Markov head's step (draft logits
+// and the confidence head). Every reduction that decides a value runs in the CPU reference's order
+// (src/model/dspark_common.cpp, src/model/v41/dspark.cpp), so a row's result does not depend on the batch.
+#pragma once
+
+#include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/kernels/rows.cuh"
+#include "backends/cuda/kernels/v41_cache.cuh"
+#include "backends/cuda/ops.h"
+
+namespace deepinfer::cuda::kernels {
+
+// grid (num), block 256.
+static __global__ void tap_mean_kernel(const __grid_constant__ TapMeanParams p) {
+    const int64_t m = blockIdx.x, D = p.hidden;
+    const float* x = p.x + static_cast<int64_t>(p.src_row[m]) * p.hc * D;
+    float* out = p.out + m * p.ld;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        float s = 0.0f;
+        for (int64_t j = 0; j < p.hc; ++j) s = dev::add(s, x[j * D + d]);
+        out[d] = dev::maybe_bf16(s / static_cast<float>(p.hc), p.round_bf16);
+    }
+}
+
+// Key j of a block row: the ring's context rows lo .. P-1, then the block's rows.
+struct DSparkKeys {
+    const uint8_t* ring;
+    const float* block_kv;  // this request's first block row
+    int64_t lo, num_ring, Dh, window_rows, ring_bytes, ring_block;
+    CacheFormat ring_format;
+    __device__ float operator()(int64_t j, int64_t d) const {
+        if (j < num_ring) return cache_value(ring + ((lo + j) % window_rows) * ring_bytes, ring_format, Dh, ring_block, d);
+        return block_kv[(j - num_ring) * Dh + d];
+    }
+};
+
+// grid (requests * block, heads), block 256; dynamic shared memory: head_dim floats.
+static __global__ void dspark_attention_kernel(const __grid_constant__ DSparkAttentionParams p) {
+    extern __shared__ float o_sh[];
+    __shared__ float mx_sh, den_sh;
+    const int64_t r = blockIdx.x, h = blockIdx.y, Dh = p.head_dim, G = p.block;
+    const int64_t i = r / G, P = p.anchor_positions[i], pos = P + r % G;
+    const int64_t lo = P - p.window > 0 ? P - p.window : 0;
+    const DSparkKeys key{p.rings[i], p.block_kv + i * G * Dh, lo, P - lo, Dh, p.window_rows,
+                         row_bytes_of(p.ring_format, Dh, p.ring_block), p.ring_block, p.ring_format};
+    const int64_t nc = key.num_ring + G;
+    const float* q = p.q + (r * p.heads + h) * Dh;
+    float* sc = p.scratch + (r * p.heads + h) * (p.window + G);
+    const int group = threadIdx.x / 8, lane = threadIdx.x % 8;
+    for (int64_t base = 0; base < nc; base += blockDim.x / 8) {  // uniform trip count per warp
+        const int64_t j = base + group < nc ? base + group : 0;
+        float v = 0.0f;
+        const int64_t n8 = Dh - Dh % 8;
+        for (int64_t k = lane; k < n8; k += 8) v = dev::add(v, dev::mul(q[k], key(j, k)));
+        v = dev::hsum8(v);
+        float t = __shfl_sync(0xFFFFFFFFu, v, 0, 8);
+        for (int64_t k = n8; k < Dh; ++k) t = dev::add(t, dev::mul(q[k], key(j, k)));
+        if (lane == 0 && base + group < nc) sc[base + group] = dev::mul(t, p.softmax_scale);
+    }
+    __syncthreads();
+    const float sink = p.sink[h];
+    if (threadIdx.x == 0) {
+        float mx = sink;
+        for (int64_t j = 0; j < nc; ++j) mx = fmaxf(mx, sc[j]);
+        mx_sh = mx;
+    }
+    __syncthreads();
+    const float mx = mx_sh;
+    for (int64_t j = threadIdx.x; j < nc; j += blockDim.x) sc[j] = dev::exp_f32(dev::add(sc[j], -mx));
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float den = dev::exp_f32(dev::add(sink, -mx));
+        for (int64_t j = 0; j < nc; ++j) den = dev::add(den, sc[j]);
+        den_sh = den;
+    }
+    __syncthreads();
+    const float den = den_sh;
+    for (int64_t j = threadIdx.x; j < nc; j += blockDim.x) sc[j] = dev::maybe_bf16(sc[j] / den, p.official);
+    __syncthreads();
+    for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) {
+        float o = 0.0f;
+        for (int64_t j = 0; j < nc; ++j) o = dev::add(o, dev::mul(sc[j], key(j, d)));
+        o_sh[d] = dev::maybe_bf16(o, p.official);
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        rope_warp(o_sh, Dh, p.rope_dim, p.cos_sin + pos * p.rope_dim, true);
+        float* out = p.out + (r * p.heads + h) * Dh;
+        for (int64_t d = threadIdx.x; d < Dh; d += 32)
+            out[d] = (p.official && d >= Dh - p.rope_dim) ? dev::round_bf16(o_sh[d]) : o_sh[d];
+    }
+}
+
+// grid (rows), block 256: the logits by every thread, the confidence by thread 0 (cpu::dot's eight
+// accumulators over [y; e], then their fixed combination and the tail).
+static __global__ void dspark_markov_step_kernel(const __grid_constant__ DSparkMarkovStepParams p) {
+    const int64_t a = blockIdx.x, V = p.vocab, D = p.hidden, row = a * p.block + p.step;
+    const float* U = p.U + row * V;
+    const float* b = p.bias + a * V;
+    float* l = p.logits + a * V;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) l[v] = dev::add(U[v], b[v]);
+    if (threadIdx.x != 0) return;
+    const float* y = p.y + row * D;
+    const float* e = p.e + a * p.rank;
+    auto cat = [&](int64_t i) { return i < D ? y[i] : e[i - D]; };
+    const int64_t n = D + p.rank;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[j] = dev::add(acc[j], dev::mul(p.weight[k + j], cat(k + j)));
+    float t = dev::add(dev::add(dev::add(acc[0], acc[4]), dev::add(acc[2], acc[6])),
+                       dev::add(dev::add(acc[1], acc[5]), dev::add(acc[3], acc[7])));
+    for (; k < n; ++k) t = dev::add(t, dev::mul(p.weight[k], cat(k)));
+    p.confidence[a] = dev::sigmoid(t);
+}
+
+}  // namespace deepinfer::cuda::kernels

@@ -1,0 +1,462 @@
+// SPDX-License-Identifier: Apache-2.0
+// The DeepSeek-V4.1 DSpark drafter on the GPU (CudaV41Model::drafter()) against the CPU drafter
+// (V41Model's DSparkDrafter) on tiny random V4.1 checkpoints with a 3-stage drafter (every V4.1
+// layer kind, Engram, window 8 so the context rings wrap), in exact (bf16) and official (FP8/FP4)
+// numerics with the reference GEMMs:
+//   * the ops: tap_mean, dspark_attention and dspark_markov_step against the CPU formulas
+//     (model/v41/dspark.cpp tap_mean, dspark_common.cpp dspark_attention_core + the output rounding
+//     and inverse RoPE, the Markov step's logits and confidence);
+//   * lockstep: the same sequences on both models through chunked prefill (a chunk longer than the
+//     ring), rounds of draft -> verify pass -> truncate (none / some / all accepted) and a fork: the
+//     logits of every verify row, the drafts, the sampled drafts' distributions and the confidences
+//     bit-identical (memcmp);
+//   * attach adds the rings' bytes, only before the first forward; drafting allocates no device memory
+//     and the workspace (sized for a forward or a draft of every sequence) is never exceeded;
+//   * the engine on the GPU: greedy output token-identical to no speculation (k = 1, 3, 5, scheduler
+//     on/off, async on/off, batch 1 and 6), and sampled output equal to the CPU engine's speculative
+//     run with the same seeds. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "backends/cpu/primitives.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/model/cuda_model.h"
+#include "backends/cuda/model/cuda_v41_model.h"
+#include "backends/cuda/model/rope_tables.h"
+#include "backends/cuda/ops.h"
+#include "deepinfer/check.h"
+#include "deepinfer/drafter.h"
+#include "deepinfer/engine.h"
+#include "deepinfer/model_v41.h"
+#include "deepinfer/synthetic_v41.h"
+#include "engine/spec_test_util.h"
+#include "model/dspark_common.h"
+#include "model/paged_rows.h"
+#include "model/state.h"
+#include "v41/tiny_published_config.h"
+
+namespace deepinfer {
+namespace {
+
+ModelOptions options(int64_t max_seqs = 256, int64_t max_tokens = 2048) {
+    ModelOptions o;
+    o.tokenizer_json = DI_TOKENIZER_JSON;
+    o.max_num_seqs = max_seqs;
+    o.max_batch_tokens = max_tokens;
+    return o;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, int64_t n, int64_t vocab) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int32_t& x : t) x = static_cast<int32_t>(rng() % uint32_t(vocab - 1));  // never the noise id
+    return t;
+}
+
+// A tiny V4.1 checkpoint with the drafter, written once per process: official = FP8 linears and FP4
+// experts, else bf16; `agree`: markov rank = hidden size, rewritten so the drafter agrees with the target.
+std::string fixture(bool official, bool agree) {
+    static std::map<std::pair<bool, bool>, std::string> dirs;
+    std::string& dir = dirs[{official, agree}];
+    if (dir.empty()) {
+        dir = (std::filesystem::temp_directory_path() /
+               ("deepinfer_cuda_dspark_" + std::to_string(official) + std::to_string(agree) + "_" + std::to_string(::getpid())))
+                  .string();
+        nlohmann::ordered_json j = tiny_published_config();
+        j.erase("vision_config");
+        if (agree) j["text_config"]["dspark_markov_rank"] = j["text_config"]["hidden_size"];
+        SyntheticCheckpointOptions o;
+        o.seed = agree ? 23 : 17;
+        o.fp8_linears = o.fp4_experts = official;
+        if (!agree) o.residual_damping = 0.5;
+        write_synthetic_v41_checkpoint(dir, j.dump(2), o);
+        if (agree) make_dspark_agree_with_target(dir);
+    }
+    return dir;
+}
+
+template <class T>
+std::unique_ptr<cuda::DeviceBuffer> upload(const std::vector<T>& v) {
+    auto b = std::make_unique<cuda::DeviceBuffer>(std::max<size_t>(v.size() * sizeof(T), 1));
+    if (!v.empty()) b->copy_from_host(v.data(), v.size() * sizeof(T));
+    return b;
+}
+template <class T>
+std::vector<T> download(const cuda::DeviceBuffer& b, size_t n) {
+    std::vector<T> v(n);
+    b.copy_to_host(v.data(), n * sizeof(T));
+    return v;
+}
+
+// ---- The ops against the CPU formulas --------------------------------------------------------------
+
+TEST(CudaDSparkOps, TapMeanEqualsTheCpuMean) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    const int64_t rows = 5, hc = 4, D = 40, T = 3, num = 3;
+    std::mt19937 rng(1);
+    std::normal_distribution<float> nd(0.f, 2.f);
+    std::vector<float> x(size_t(rows * hc * D));
+    for (float& v : x) v = nd(rng);
+    const std::vector<int32_t> src = {4, 0, 2};
+    for (bool round : {false, true}) {
+        auto dx = upload(x), ds = upload(src);
+        cuda::DeviceBuffer out(size_t(num * T * D) * 4);
+        cuda::fill_zero(out.data(), out.nbytes(), cuda::Stream{});
+        cuda::tap_mean({.x = static_cast<const float*>(dx->data()), .src_row = static_cast<const int32_t*>(ds->data()),
+                        .num = num, .hc = hc, .hidden = D, .out = static_cast<float*>(out.data()) + D, .ld = T * D,
+                        .round_bf16 = round},
+                       cuda::Stream{});
+        const auto got = download<float>(out, size_t(num * T * D));
+        for (int64_t m = 0; m < num; ++m)
+            for (int64_t d = 0; d < D; ++d) {
+                float s = 0.0f;
+                for (int64_t j = 0; j < hc; ++j) s += x[size_t((src[size_t(m)] * hc + j) * D + d)];
+                float want = s / float(hc);
+                if (round) want = cpu::round_bf16(want);
+                ASSERT_EQ(got[size_t(m * T * D + D + d)], want) << m << " " << d;
+                ASSERT_EQ(got[size_t(m * T * D + d)], 0.0f);  // other column blocks untouched
+            }
+    }
+}
+
+// dspark_attention against dspark_attention_core (+ the output rounding and inverse RoPE of
+// model/v41/dspark.cpp) with rings holding FP8-QAT rows (f32 on the CPU, compact codes on the GPU),
+// anchors before, at and past the window, and a request whose ring has wrapped.
+TEST(CudaDSparkOps, AttentionEqualsTheCpuCore) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    const int64_t H = 3, hd = 64, G = 5, W = 8, rows = W + kRingHeadroom, rope = 16;
+    const std::vector<int64_t> anchors = {1, 8, 30};
+    const int64_t N = static_cast<int64_t>(anchors.size()), S = N * G;
+    std::mt19937 rng(2);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    auto pool = std::make_shared<StatePool>(size_t(1) << 20, 4096);
+    std::vector<DSparkRings> cpu_rings(static_cast<size_t>(N));
+    std::vector<std::unique_ptr<cuda::DeviceBuffer>> rings;
+    const cpu::RopeTable table(RopeParams{}, rope);
+    const int64_t row_bytes = cuda::cache_row_bytes(cuda::CacheFormat::kFp8Ue8m0, hd, 32);
+    for (int64_t i = 0; i < N; ++i) {
+        attach_dspark_rings(cpu_rings[size_t(i)], 1, W, hd, pool);
+        // Context rows of the positions a ring of `rows` holds before the anchor (the last request's has wrapped).
+        const int64_t lo = std::max<int64_t>(0, anchors[size_t(i)] - rows), n = anchors[size_t(i)] - lo;
+        std::vector<float> kv(size_t(n * hd));
+        for (float& v : kv) v = nd(rng);
+        auto dkv = upload(kv);
+        auto ring = std::make_unique<cuda::DeviceBuffer>(size_t(rows * row_bytes));
+        std::vector<uint8_t*> dst;
+        for (int64_t p = lo; p < anchors[size_t(i)]; ++p)
+            dst.push_back(static_cast<uint8_t*>(ring->data()) + (p % rows) * row_bytes);
+        auto ddst = upload(dst);
+        cuda::qat_rows({.x = static_cast<float*>(dkv->data()), .rows = n, .n = hd, .block = 32,
+                        .format = cuda::CacheFormat::kFp8Ue8m0, .fake_quant = true,
+                        .dst = static_cast<uint8_t* const*>(ddst->data())},
+                       cuda::Stream{});
+        kv = download<float>(*dkv, kv.size());  // the QAT values, as the CPU ring keeps them
+        write_dspark_ring_rows(cpu_rings[size_t(i)], 0, lo, n, kv.data(), hd);
+        rings.push_back(std::move(ring));
+    }
+    std::vector<float> q(size_t(S * H * hd)), bkv(size_t(S * hd)), sink(static_cast<size_t>(H));
+    for (float& v : q) v = nd(rng);
+    for (float& v : bkv) v = cpu::round_bf16(nd(rng));
+    for (float& v : sink) v = nd(rng);
+    const std::vector<float> cos_sin = cuda::rope_cos_sin(table, 64);
+    std::vector<const uint8_t*> ring_ptrs;
+    for (const auto& r : rings) ring_ptrs.push_back(static_cast<const uint8_t*>(r->data()));
+    std::vector<int32_t> apos(anchors.begin(), anchors.end());
+    auto dq = upload(q), dbkv = upload(bkv), dsink = upload(sink), dcs = upload(cos_sin), dr = upload(ring_ptrs),
+         dap = upload(apos);
+    for (bool official : {false, true}) {
+        cuda::DeviceBuffer scratch(size_t(S * H * (W + G)) * 4), out(size_t(S * H * hd) * 4);
+        cuda::dspark_attention({.q = static_cast<const float*>(dq->data()), .block_kv = static_cast<const float*>(dbkv->data()),
+                                .rings = static_cast<const uint8_t* const*>(dr->data()),
+                                .anchor_positions = static_cast<const int32_t*>(dap->data()), .requests = N, .block = G,
+                                .heads = H, .head_dim = hd, .window = W, .window_rows = rows,
+                                .ring_format = cuda::CacheFormat::kFp8Ue8m0, .ring_block = 32,
+                                .sink = static_cast<const float*>(dsink->data()), .scratch = static_cast<float*>(scratch.data()),
+                                .cos_sin = static_cast<const float*>(dcs->data()), .rope_dim = rope,
+                                .softmax_scale = 1.0f / std::sqrt(float(hd)), .official = official,
+                                .out = static_cast<float*>(out.data())},
+                               cuda::Stream{});
+        const auto got = download<float>(out, size_t(S * H * hd));
+        std::vector<const DSparkRings*> rp;
+        for (const auto& r : cpu_rings) rp.push_back(&r);
+        std::vector<float> want(size_t(S * H * hd));
+        dspark_attention_core({.q = q.data(), .block_kv = bkv.data(), .rings = rp, .anchor_positions = anchors, .stage = 0,
+                               .block = G, .heads = H, .head_dim = hd, .window = W, .sink = sink.data(),
+                               .form = DSparkSoftmaxForm::kProbsThenSum, .round_bf16 = official, .o = want.data()});
+        for (int64_t t = 0; t < S * H; ++t) {
+            float* o = want.data() + t * hd;
+            if (official)
+                for (int64_t d = 0; d < hd; ++d) o[d] = cpu::round_bf16(o[d]);
+            // inverse RoPE at the row's position (model/v41/dspark.cpp rope_row), rope dims rounded (official)
+            const int64_t pos = anchors[size_t(t / H / G)] + (t / H) % G;
+            table.apply(o, hd, pos, /*inverse=*/true);
+            if (official)
+                for (int64_t d = hd - rope; d < hd; ++d) o[d] = cpu::round_bf16(o[d]);
+        }
+        EXPECT_TRUE(same_bits(got, want)) << "official " << official;
+    }
+}
+
+TEST(CudaDSparkOps, MarkovStepEqualsTheCpuFormulas) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    const int64_t N = 4, G = 5, V = 300, D = 36, r = 13, rows = 3, k = 2;
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    auto randv = [&](int64_t n) {
+        std::vector<float> v(static_cast<size_t>(n));
+        for (float& x : v) x = nd(rng);
+        return v;
+    };
+    const auto U = randv(N * G * V), y = randv(N * G * D), bias = randv(rows * V), e = randv(rows * r), w = randv(D + r);
+    auto dU = upload(U), dy = upload(y), db = upload(bias), de = upload(e), dw = upload(w);
+    cuda::DeviceBuffer logits(size_t(rows * V) * 4), conf(size_t(rows) * 4);
+    cuda::dspark_markov_step({.U = static_cast<const float*>(dU->data()), .y = static_cast<const float*>(dy->data()),
+                              .bias = static_cast<const float*>(db->data()), .e = static_cast<const float*>(de->data()),
+                              .weight = static_cast<const float*>(dw->data()), .rows = rows, .block = G, .step = k,
+                              .vocab = V, .hidden = D, .rank = r, .logits = static_cast<float*>(logits.data()),
+                              .confidence = static_cast<float*>(conf.data())},
+                             cuda::Stream{});
+    const auto gl = download<float>(logits, size_t(rows * V)), gc = download<float>(conf, size_t(rows));
+    for (int64_t a = 0; a < rows; ++a) {
+        const int64_t row = a * G + k;
+        for (int64_t v = 0; v < V; ++v) ASSERT_EQ(gl[size_t(a * V + v)], U[size_t(row * V + v)] + bias[size_t(a * V + v)]);
+        std::vector<float> cat(y.begin() + row * D, y.begin() + (row + 1) * D);
+        cat.insert(cat.end(), e.begin() + a * r, e.begin() + (a + 1) * r);
+        EXPECT_EQ(gc[size_t(a)], cpu::sigmoid(cpu::dot(w.data(), cat.data(), D + r))) << a;
+    }
+}
+
+// ---- The drafter against the CPU drafter ------------------------------------------------------------
+
+struct Pair {
+    std::vector<Sequence> cpu, gpu;
+};
+
+class CudaDSpark : public ::testing::TestWithParam<bool> {  // official numerics?
+protected:
+    void SetUp() override {
+        if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+        const std::string dir = fixture(GetParam(), false);
+        cpu_ = Model::load(dir, options());
+        gpu_ = cuda::load_cuda_v41_model(dir, options(8, 256), {});
+        ASSERT_NE(cpu_->drafter(), nullptr);
+        ASSERT_NE(gpu_->drafter(), nullptr);
+        EXPECT_EQ(gpu_->drafter()->method(), "dspark");
+        EXPECT_EQ(gpu_->drafter()->max_drafts(), cpu_->drafter()->max_drafts());
+        EXPECT_EQ(gpu_->numerics(), GetParam() ? Numerics::kOfficial : Numerics::kExact);
+    }
+    void forward(Pair& p, const std::vector<std::vector<int32_t>>& chunks, bool all_logits) {
+        std::vector<SequenceChunk> c, g;
+        for (size_t i = 0; i < chunks.size(); ++i) {
+            if (chunks[i].empty()) continue;
+            c.push_back({&p.cpu[i], chunks[i], all_logits, {}});
+            g.push_back({&p.gpu[i], chunks[i], all_logits, {}});
+        }
+        const auto lc = cpu_->forward_batch(c);
+        const auto lg = gpu_->forward_batch(g);
+        ASSERT_EQ(lc.size(), lg.size());
+        for (size_t i = 0; i < lc.size(); ++i) EXPECT_TRUE(same_bits(lc[i], lg[i])) << "chunk " << i;
+    }
+    std::vector<Draft> draft(Pair& p, const std::vector<int32_t>& anchors, const std::vector<int64_t>& counts,
+                             const std::vector<double>& temps, const std::vector<std::vector<double>>& uniforms,
+                             const std::string& what) {
+        std::vector<DraftRequest> rc, rg;
+        for (size_t i = 0; i < anchors.size(); ++i) {
+            rc.push_back({&p.cpu[i], anchors[i], counts[i], temps[i], uniforms[i]});
+            rg.push_back({&p.gpu[i], anchors[i], counts[i], temps[i], uniforms[i]});
+        }
+        const std::vector<Draft> dc = cpu_->drafter()->draft(rc), dg = gpu_->drafter()->draft(rg);
+        EXPECT_EQ(dc.size(), dg.size());
+        for (size_t i = 0; i < dc.size() && i < dg.size(); ++i) {
+            EXPECT_EQ(dc[i].tokens, dg[i].tokens) << what << " request " << i;
+            EXPECT_EQ(int64_t(dg[i].tokens.size()), counts[i]) << what;
+            EXPECT_TRUE(same_bits(dc[i].probs, dg[i].probs)) << what << " request " << i << " (probs " << dc[i].probs.size()
+                                                             << " vs " << dg[i].probs.size() << ")";
+            EXPECT_TRUE(same_bits(dc[i].confidence, dg[i].confidence)) << what << " request " << i;
+        }
+        return dg;
+    }
+    std::unique_ptr<Model> cpu_, gpu_;
+};
+
+TEST_P(CudaDSpark, DraftsEqualTheCpuDrafterThroughPrefillVerifyAndRollback) {
+    const int64_t V = cpu_->info().vocab_size;
+    std::mt19937 rng(7);
+    Pair p;
+    for (int i = 0; i < 3; ++i) {
+        p.cpu.push_back(cpu_->new_sequence());
+        p.gpu.push_back(gpu_->new_sequence());
+        cpu_->drafter()->attach(p.cpu.back());
+        gpu_->drafter()->attach(p.gpu.back());
+    }
+    // Prompts of 5, 23 and 70 tokens (the last in chunks of 9, 40 and 21: 40 rows > the 24-row ring).
+    std::vector<std::vector<int32_t>> prompts = {random_tokens(rng, 5, V), random_tokens(rng, 23, V),
+                                                 random_tokens(rng, 70, V)};
+    forward(p, {prompts[0], prompts[1], {prompts[2].begin(), prompts[2].begin() + 9}}, false);
+    forward(p, {{}, {}, {prompts[2].begin() + 9, prompts[2].begin() + 49}}, false);
+    forward(p, {{}, {}, {prompts[2].begin() + 49, prompts[2].end()}}, false);
+    std::uniform_real_distribution<double> u01(0.0, 1.0);
+    auto uniforms = [&](int64_t n) {
+        std::vector<double> u(static_cast<size_t>(n));
+        for (double& x : u) x = u01(rng);
+        return u;
+    };
+    const uint64_t allocations = cuda::device_allocation_count();
+    std::vector<int32_t> anchors = random_tokens(rng, 3, V);
+    for (int round = 0; round < 5; ++round) {
+        const std::vector<int64_t> counts = {1 + round % 5, 5, 5 - round % 3};
+        const std::vector<double> temps = {0.0, 0.8, 1.3};
+        const std::vector<std::vector<double>> u = {{}, uniforms(counts[1]), uniforms(counts[2])};
+        const std::vector<Draft> d = draft(p, anchors, counts, temps, u, "round " + std::to_string(round));
+        std::vector<std::vector<int32_t>> verify;
+        for (size_t i = 0; i < 3; ++i) {
+            std::vector<int32_t> rows = {anchors[i]};
+            rows.insert(rows.end(), d[i].tokens.begin(), d[i].tokens.end());
+            verify.push_back(rows);
+        }
+        forward(p, verify, true);  // the verify rows' logits bit-identical too
+        for (size_t i = 0; i < 3; ++i) {  // accept none, some, all (rotating), then a new anchor
+            const int64_t n = static_cast<int64_t>(verify[i].size()), before = p.cpu[i].num_tokens() - n;
+            const int64_t accepted = (int64_t(i) + round) % 3 == 0 ? 0 : (int64_t(i) + round) % 3 == 1 ? n / 2 : n - 1;
+            p.cpu[i].truncate(before + 1 + accepted);
+            p.gpu[i].truncate(before + 1 + accepted);
+            anchors[i] = static_cast<int32_t>(rng() % uint32_t(V - 1));
+        }
+    }
+    EXPECT_EQ(cuda::device_allocation_count(), allocations) << "drafting or verify passes allocated device memory";
+    // A fork drafts as its original.
+    Pair f;
+    f.cpu.push_back(p.cpu[1].fork());
+    f.gpu.push_back(p.gpu[1].fork());
+    draft(f, {anchors[1]}, {4}, {0.9}, {uniforms(4)}, "fork");
+    const auto st = cuda::cuda_model_stats(*gpu_);
+    EXPECT_LE(st.workspace_high_water, st.workspace_bytes);
+    EXPECT_EQ(st.workspace_bytes, st.workspace_need_max);
+}
+
+TEST_P(CudaDSpark, AttachAddsTheRingBytesAndOnlyBeforeTheFirstForward) {
+    Sequence s = gpu_->new_sequence();
+    const size_t plain = s.state_bytes();
+    gpu_->drafter()->attach(s);
+    const uint64_t extra = gpu_->drafter()->state_bytes(16 << 10);
+    EXPECT_EQ(extra, 3u * (8 + kRingHeadroom) * (64 + 64 / 32));  // 3 stages x 24 rows x 66 B (FP8 + ue8m0)
+    EXPECT_EQ(s.state_bytes(), plain + extra);
+    EXPECT_EQ(s.fork().state_bytes(), plain + extra);
+    const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
+    gpu_->forward(s, prompt, false);
+    Sequence late = gpu_->new_sequence();
+    gpu_->forward(late, prompt, false);
+    EXPECT_THROW(gpu_->drafter()->attach(late), Error);
+    const DraftRequest r{&late, 2, 3, 0.0, {}};
+    EXPECT_THROW(gpu_->drafter()->draft(std::span<const DraftRequest>(&r, 1)), Error);
+    const DraftRequest too_many{&s, 2, 6, 0.0, {}};  // beyond the block
+    EXPECT_THROW(gpu_->drafter()->draft(std::span<const DraftRequest>(&too_many, 1)), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Numerics, CudaDSpark, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "official" : "exact"; });
+
+// ---- The engine on the GPU with DSpark speculation ------------------------------------------------
+
+EngineConfig spec(int64_t k, bool scheduler, bool async) {
+    EngineConfig c;
+    c.speculative_method = "dspark";
+    c.num_speculative_tokens = k;
+    c.speculative_scheduler = scheduler;
+    c.async_scheduling = async;
+    c.max_prefill_chunk = 16;
+    return c;
+}
+
+TEST(CudaDSparkEngine, GreedyIsTokenIdenticalToNoSpeculation) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    std::shared_ptr<const Model> gpu = cuda::load_cuda_v41_model(fixture(false, true), options(), {});
+    const int64_t V = gpu->info().vocab_size;
+    std::mt19937 rng(21);
+    test::Requests reqs;
+    for (int i = 0; i < 5; ++i) {
+        SamplingParams sp = test::greedy(12 + 3 * i);
+        if (i == 2) sp.repetition_penalty = 1.3;  // penalties count the accepted drafts of a step
+        reqs.emplace_back("g" + std::to_string(i), random_tokens(rng, 3 + int64_t(rng() % 40), V), sp);
+    }
+    SamplingParams hot;  // a sampled neighbour
+    hot.temperature = 1.0;
+    hot.max_tokens = 9;
+    hot.ignore_eos = true;
+    hot.seed = 3;
+    reqs.emplace_back("hot", random_tokens(rng, 17, V), hot);
+    const test::RunResult plain = test::run(gpu, {}, reqs);
+    int64_t accepted = 0;
+    for (int64_t k : {1, 3, 5}) {
+        for (bool sched : {false, true}) {
+            for (bool async : {false, true}) {
+                for (size_t batch : {size_t{1}, reqs.size()}) {
+                    const test::Requests sub(reqs.begin(), reqs.begin() + std::ptrdiff_t(batch));
+                    const test::RunResult r = test::run(gpu, spec(k, sched, async), sub);
+                    const std::string what = "k=" + std::to_string(k) + " scheduler=" + std::to_string(sched) +
+                                             " async=" + std::to_string(async) + " batch=" + std::to_string(batch);
+                    for (const auto& [id, prompt, sp] : sub) {
+                        if (sp.temperature > 0) continue;
+                        EXPECT_EQ(plain.outputs.at(id).completions.at(0).token_ids, r.outputs.at(id).completions.at(0).token_ids)
+                            << what << " " << id;
+                    }
+                    if (!sched) {
+                        EXPECT_GT(r.metrics.spec_draft_tokens, 0) << what;
+                    }
+                    accepted += r.metrics.spec_accepted_tokens;
+                }
+            }
+        }
+    }
+    EXPECT_GT(accepted, 0) << "the agreeing drafter's drafts were never accepted";
+}
+
+TEST(CudaDSparkEngine, SampledOutputEqualsTheCpuEnginesSpeculativeRun) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    for (bool official : {false, true}) {
+        const std::string dir = fixture(official, false);
+        std::shared_ptr<const Model> cpu = Model::load(dir, options());
+        std::shared_ptr<const Model> gpu = cuda::load_cuda_v41_model(dir, options(), {});
+        const int64_t V = gpu->info().vocab_size;
+        std::mt19937 rng(9);
+        test::Requests reqs;
+        for (int i = 0; i < 6; ++i) {
+            SamplingParams sp;
+            sp.temperature = i % 2 ? 0.7 : 1.2;
+            if (i == 3) sp.top_k = 20;
+            if (i == 5) sp.top_p = 0.9;
+            sp.max_tokens = 10 + i;
+            sp.ignore_eos = true;
+            sp.seed = uint64_t(100 + i);
+            reqs.emplace_back("s" + std::to_string(i), random_tokens(rng, 4 + int64_t(rng() % 30), V), sp);
+        }
+        for (bool sample_drafts : {true, false}) {
+            for (int64_t k : {2, 5}) {
+                EngineConfig c = spec(k, false, false);
+                c.speculative_sample_drafts = sample_drafts;
+                const test::RunResult a = test::run(cpu, c, reqs), b = test::run(gpu, c, reqs);
+                for (const auto& [id, prompt, sp] : reqs)
+                    EXPECT_EQ(a.outputs.at(id).completions.at(0).token_ids, b.outputs.at(id).completions.at(0).token_ids)
+                        << "official " << official << " sampled drafts " << sample_drafts << " k=" << k << " " << id;
+                EXPECT_EQ(a.metrics.spec_accepted_tokens, b.metrics.spec_accepted_tokens);
+                EXPECT_GT(b.metrics.spec_draft_tokens, 0);
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace deepinfer
