@@ -19,6 +19,7 @@
 #include "backends/cpu/linear.h"
 #include "backends/cpu/primitives.h"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/gemm_fast.h"
 #include "ops/cuda_test_util.h"
 #include "backends/cuda/model/cuda_weights.h"
 #include "deepinfer/dequant.h"
@@ -448,6 +449,43 @@ TEST_F(CudaOps, HyperConnectionsMatchCpu) {
             expect_bits_equal(post, dpost.host(post.size()), "hc_pre post" + how);
             expect_bits_equal(comb, dcomb.host(comb.size()), "hc_pre comb (Sinkhorn)" + how);
             expect_bits_equal(a, da.host(a.size()), "hc_pre collapsed (bf16)" + how);
+        }
+        {  // Fast mode: the logits on bf16 tensor cores from fn split in three bf16 parts (x holds bf16
+           // values, so each product is exact), then hc_pre from them: f32-close, not bit-identical.
+            const std::vector<float> exact_mix = dmix.host(size_t(T * (outputs + 1)));
+            Dev<uint16_t> dparts(cuda::bf16_split3(fn)), dxb(size_t(T * flat));
+            cuda::DeviceLinear w;
+            w.weight = dparts.ptr();
+            w.kind = cuda::WeightKind::kBF16;
+            w.out_features = 3 * outputs;
+            w.in_features = flat;
+            Dev<float> dy3(size_t(T * 3 * outputs)), dmixf(size_t(T * (outputs + 1)));
+            cuda::to_bf16({.x = dx.ptr(), .x_ld = flat, .rows = T, .cols = flat, .out = dxb.ptr()}, Stream{});
+            cuda::fast_linear({.a = dxb.ptr(), .weight = w, .y = dy3.ptr(), .y_ld = 3 * outputs, .rows = T}, Stream{});
+            cuda::hc_mix_combine({.parts = dy3.ptr(), .x = dx.ptr(), .rows = T, .outputs = outputs, .flat = flat,
+                                  .mix = dmixf.ptr()},
+                                 Stream{});
+            const std::vector<float> fast_mix = dmixf.host(exact_mix.size());
+            for (int64_t t = 0; t < T; ++t) {
+                float top = 0;
+                for (int64_t j = 0; j < outputs; ++j) top = std::max(top, std::fabs(exact_mix[size_t(t * (outputs + 1) + j)]));
+                for (int64_t j = 0; j <= outputs; ++j) {
+                    const float want = exact_mix[size_t(t * (outputs + 1) + j)], got = fast_mix[size_t(t * (outputs + 1) + j)];
+                    const float tol = j < outputs ? 2e-5f * top : 1e-5f * std::fabs(want);  // logits; dot(x, x)
+                    ASSERT_LE(std::fabs(got - want), tol) << "hc=" << hc << " row " << t << " logit " << j;
+                }
+            }
+            cuda::hc_pre({.x = dx.ptr(), .fn = dfn.ptr(), .base = db.ptr(), .scale = ds.ptr(), .rows = T, .hc = hc,
+                          .hidden = D, .sinkhorn_iters = 20, .norm_eps = 1e-6f, .hc_eps = 1e-6f, .post = dpost.ptr(),
+                          .comb = dcomb.ptr(), .collapsed = da.ptr(), .round_bf16 = true, .mix = dmixf.ptr(),
+                          .mix_given = true},
+                         Stream{});
+            const auto fpost = dpost.host(post.size()), fcomb = dcomb.host(comb.size()), fa = da.host(a.size());
+            for (size_t i = 0; i < post.size(); ++i) EXPECT_NEAR(fpost[i], post[i], 1e-4f) << "fast post " << i;
+            for (size_t i = 0; i < comb.size(); ++i) EXPECT_NEAR(fcomb[i], comb[i], 1e-4f) << "fast comb " << i;
+            float amax = 0;
+            for (float v : a) amax = std::max(amax, std::fabs(v));
+            for (size_t i = 0; i < a.size(); ++i) ASSERT_LE(std::fabs(fa[i] - a[i]), 0.0078125f * amax) << "fast collapsed " << i;
         }
         // One row (decode): the mixing logits with all of K staged at once.
         cuda::hc_pre({.x = dx.ptr(), .fn = dfn.ptr(), .base = db.ptr(), .scale = ds.ptr(), .rows = 1, .hc = hc,

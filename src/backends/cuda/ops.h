@@ -147,8 +147,22 @@ struct HcPreParams {
     // [rows, (2+hc)*hc + 1] f32 scratch: the mixing logits and dot(x, x) computed by the staged GEMM
     // across many blocks (null: inside the one block per row, slowly).
     float* mix = nullptr;
+    bool mix_given = false;  // `mix` already holds them (the fast mode's hc_mix_combine)
 };
 void hc_pre(const HcPreParams& p, Stream s);
+
+// The fast mode's mixing logits from a bf16 tensor-core GEMM against the f32 `fn` split into three
+// bf16 parts (hi = bf16(fn), mid = bf16(fn - hi), lo = bf16(fn - hi - mid); hi + mid + lo = fn for
+// normal values, and x holds bf16 values, so each product is exact in f32):
+// mix[r, j] = (parts[r, j] + parts[r, O + j]) + parts[r, 2O + j] for j < O, and mix[r, O] = dot(x_r, x_r)
+// (a fixed tree order: deterministic, independent of the batch).
+struct HcMixCombineParams {
+    const float* parts = nullptr;  // [rows, 3 * outputs]
+    const float* x = nullptr;      // [rows, flat]
+    int64_t rows = 0, outputs = 0, flat = 0;
+    float* mix = nullptr;  // [rows, outputs + 1]
+};
+void hc_mix_combine(const HcMixCombineParams& p, Stream s);
 
 struct HcPostParams {
     const float* out = nullptr;   // [rows, D] sub-block output
@@ -173,6 +187,7 @@ struct HcHeadParams {
     float* y = nullptr;  // [rows, D]
     bool round_bf16 = false;
     float* mix = nullptr;  // [rows, hc + 1] f32 scratch, as HcPreParams::mix
+    bool mix_given = false;
 };
 void hc_head(const HcHeadParams& p, Stream s);
 

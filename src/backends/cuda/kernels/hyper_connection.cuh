@@ -42,6 +42,26 @@ __device__ __forceinline__ void hc_mix(const float* x, const float* fn, const fl
     __syncthreads();
 }
 
+// grid (rows), block kHcCombineThreads: the fast mode's mixing logits (HcMixCombineParams).
+constexpr int kHcCombineThreads = 256;
+static __global__ void __launch_bounds__(kHcCombineThreads) hc_mix_combine_kernel(const __grid_constant__ HcMixCombineParams p) {
+    __shared__ float part[kHcCombineThreads / 32];
+    const int64_t r = blockIdx.x, O = p.outputs;
+    const float* x = p.x + r * p.flat;
+    float acc = 0.0f;
+    for (int64_t i = threadIdx.x; i < p.flat; i += kHcCombineThreads) acc = dev::add(acc, dev::mul(x[i], x[i]));
+    for (int o = 16; o > 0; o /= 2) acc = dev::add(acc, __shfl_xor_sync(0xFFFFFFFFu, acc, o));
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float xx = 0.0f;
+        for (int w = 0; w < kHcCombineThreads / 32; ++w) xx = dev::add(xx, part[w]);
+        p.mix[r * (O + 1) + O] = xx;
+    }
+    const float* y = p.parts + r * 3 * O;
+    for (int64_t j = threadIdx.x; j < O; j += kHcCombineThreads) p.mix[r * (O + 1) + j] = dev::add(dev::add(y[j], y[O + j]), y[2 * O + j]);
+}
+
 static __global__ void hc_pre_kernel(const __grid_constant__ HcPreParams p) {
     __shared__ float mix[kHcMaxOutputs], pre[kHcMax], xx;
     const int64_t hc = p.hc, D = p.hidden, flat = hc * D, outputs = (2 + hc) * hc, t = blockIdx.x;

@@ -50,8 +50,14 @@ void hc_mix_logits(const float* x, const float* fn, int64_t rows, int64_t output
 void hc_pre(const HcPreParams& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.hc >= 1 && p.hc <= kernels::kHcMax, "hc_pre: hc_mult ", p.hc, " > ", kernels::kHcMax);
-    if (p.mix) hc_mix_logits(p.x, p.fn, p.rows, (2 + p.hc) * p.hc, p.hc * p.hidden, p.mix, s);
+    if (p.mix && !p.mix_given) hc_mix_logits(p.x, p.fn, p.rows, (2 + p.hc) * p.hc, p.hc * p.hidden, p.mix, s);
     kernels::hc_pre_kernel<<<static_cast<unsigned>(p.rows), 256, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void hc_mix_combine(const HcMixCombineParams& p, Stream s) {
+    if (p.rows == 0) return;
+    kernels::hc_mix_combine_kernel<<<static_cast<unsigned>(p.rows), kernels::kHcCombineThreads, 0, raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -65,7 +71,7 @@ void hc_post(const HcPostParams& p, Stream s) {
 void hc_head(const HcHeadParams& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.hc >= 1 && p.hc <= kernels::kHcMax, "hc_head: hc_mult ", p.hc);
-    if (p.mix) hc_mix_logits(p.x, p.fn, p.rows, p.hc, p.hc * p.hidden, p.mix, s);
+    if (p.mix && !p.mix_given) hc_mix_logits(p.x, p.fn, p.rows, p.hc, p.hc * p.hidden, p.mix, s);
     kernels::hc_head_kernel<<<static_cast<unsigned>(p.rows), 256, 0, raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }

@@ -72,6 +72,20 @@ void CudaModel::project_f32(const DeviceLinear& w, const float* x, int64_t rows,
     linear({.x = x, .x_ld = w.in_features, .weight = w, .y = y, .y_ld = w.out_features, .rows = rows}, stream_.get());
 }
 
+bool CudaModel::hc_mix_fast(const DeviceHc& w, const float* x, int64_t rows, int64_t outputs, float* mix) const {
+    if (!fast_ || !official() || !w.fn_split.weight || !fast_linear_supported(w.fn_split)) return false;
+    const Stream s = stream_.get();
+    const size_t mark = workspace_->mark();
+    const int64_t flat = w.fn_split.in_features;
+    uint16_t* xb = workspace_->alloc_n<uint16_t>(rows * flat);
+    float* parts = workspace_->alloc_n<float>(rows * 3 * outputs);
+    to_bf16({.x = x, .x_ld = flat, .rows = rows, .cols = flat, .out = xb}, s);
+    fast_linear({.a = xb, .weight = w.fn_split, .y = parts, .y_ld = 3 * outputs, .rows = rows}, s);
+    hc_mix_combine({.parts = parts, .x = x, .rows = rows, .outputs = outputs, .flat = flat, .mix = mix}, s);
+    workspace_->reset(mark);  // stream-ordered
+    return true;
+}
+
 void CudaModel::project(const DeviceLinear& w, const float* x, int64_t rows, float* y) const {
     const Stream s = stream_.get();
     if (project_fast(w, x, rows, y, official())) return;
@@ -265,9 +279,10 @@ void CudaModel::run_layer(const DeviceLayer& lw, const Batch& b, float*& x, floa
     float* out = workspace_->alloc_n<float>(S * D);
     float* mix = workspace_->alloc_n<float>(S * ((2 + hc) * hc + 1));
     auto pre = [&](const DeviceHc& w, const float* norm) {
+        const bool given = hc_mix_fast(w, x, S, (2 + hc) * hc, mix);
         hc_pre({.x = x, .fn = w.fn, .base = w.base, .scale = w.scale, .rows = S, .hc = hc, .hidden = D,
                 .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps),
-                .post = post, .comb = comb, .collapsed = a, .round_bf16 = off, .mix = mix},
+                .post = post, .comb = comb, .collapsed = a, .round_bf16 = off, .mix = mix, .mix_given = given},
                s);
         rms_norm({.x = a, .weight = norm, .out = a, .rows = S, .n = D, .eps = eps, .round_bf16 = off}, s);
     };
@@ -306,6 +321,8 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
     auto peak_of = [&](const DeviceLayer& lw, int64_t n) -> size_t {
         const size_t fixed = bytes(n * hc * 4) + bytes(n * hc * hc * 4) + 2 * bytes(n * Dm * 4) +
                              bytes(n * ((2 + hc) * hc + 1) * 4);  // post, comb, a, out, mixing logits
+        // The fast mode's mixing scratch (bf16 streams, three partial logits) is released before the sub-block.
+        const size_t mixing = fast_ ? bytes(n * hc * Dm * 2) + bytes(n * 3 * (2 + hc) * hc * 4) : 0;
         // Attention: everything it takes stays until its end, plus the largest act_quant scratch.
         size_t at = bytes(n * QL * 4) + bytes(n * H * Dh * 4) + bytes(n * Dh * 4);
         const int64_t m = std::max<int64_t>(lw.compress_ratio, 1);
@@ -337,7 +354,7 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
             mo += bytes(T * Dm * 4) + bytes(T * Dm) + bytes(T * (Dm / 128) * 4) + 3 * bytes(T * K * 4) +
                   bytes(ranks * n * K * Dm * 4) + bytes(n * K * 4) + bytes(n * K * Dm * 4);
         // (fast GEMMs split act_quant's scratch in two allocations: one more alignment each)
-        return fixed + std::max(at, mo) + 1024;
+        return fixed + std::max({at, mo, mixing}) + 1024;
     };
     size_t layer_peak = 0;
     for (const DeviceLayer& lw : weights_.layers) layer_peak = std::max(layer_peak, peak_of(lw, S));
@@ -346,7 +363,8 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
     if (weights_.mtp) layer_peak = std::max(layer_peak, mtp_rows(S) + peak_of(weights_.mtp->block, S));
     total += layer_peak;
     const size_t head = bytes(R * hc * Dm * 4) + bytes(R * Dm * 4) + bytes(R * (hc + 1) * 4) + bytes(R * V * 4) +
-                        bytes(R * Dm * 4) + 256;  // (+ fast GEMM scratch)
+                        bytes(R * Dm * 4) + 256 +  // (+ fast GEMM scratch)
+                        (fast_ ? bytes(R * hc * Dm * 2) + bytes(R * 3 * hc * 4) : 0);  // fast mixing
     total += head;
     total += draws_.workspace_need(D, V);  // sampling
     if (weights_.mtp) {  // a draft of up to D requests (cuda_mtp.cpp: inputs, two stream buffers, one chained step)
@@ -389,8 +407,10 @@ float* CudaModel::head_logits(const float* xs, int64_t R, const DeviceHc& hcw, c
     float* hy = workspace_->alloc_n<float>(R * D);
     float* mix = workspace_->alloc_n<float>(R * (c.hc_mult + 1));
     const float eps = static_cast<float>(c.rms_norm_eps);
+    const bool given = hc_mix_fast(hcw, xs, R, c.hc_mult, mix);
     hc_head({.x = xs, .fn = hcw.fn, .base = hcw.base, .scale = hcw.scale, .rows = R, .hc = c.hc_mult, .hidden = D,
-             .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps), .y = hy, .round_bf16 = official(), .mix = mix},
+             .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps), .y = hy, .round_bf16 = official(), .mix = mix,
+             .mix_given = given},
             s);
     rms_norm({.x = hy, .weight = norm, .out = hy, .rows = R, .n = D, .eps = eps, .round_bf16 = official()}, s);
     float* logits = workspace_->alloc_n<float>(R * V);
