@@ -10,7 +10,7 @@ def parse(fn):
         m=re.match(r"\s{2}(\S.*?) \((\d+), (\d+), (\d+)\)x\((\d+), (\d+), (\d+)\).*Invocations (\d+)",l)
         if m: cur=(m.group(1),f"{m.group(2)}x{m.group(3)}x{m.group(4)}/{m.group(5)}",int(m.group(8))); continue
         if 'gpu__time_duration.sum' in l and cur:
-            p=l.split(); unit=p[1]; avg=float(p[-1]); mn=float(p[-3]); mx=float(p[-2])
+            p=l.replace(',','').split(); unit=p[1]; avg=float(p[-1]); mn=float(p[-3]); mx=float(p[-2])
             f={'us':1,'ms':1000,'ns':1e-3,'s':1e6}[unit]
             res.append((cur[0],cur[1],cur[2],avg*f,mn*f,mx*f,cur[2]*avg*f)); cur=None
     return res

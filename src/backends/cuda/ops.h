@@ -147,22 +147,24 @@ struct HcPreParams {
     // [rows, (2+hc)*hc + 1] f32 scratch: the mixing logits and dot(x, x) computed by the staged GEMM
     // across many blocks (null: inside the one block per row, slowly).
     float* mix = nullptr;
-    bool mix_given = false;  // `mix` already holds them (the fast mode's hc_mix_combine)
+    bool mix_given = false;  // `mix` already holds them (the fast mode's hc_mix_splitk)
 };
 void hc_pre(const HcPreParams& p, Stream s);
 
-// The fast mode's mixing logits from a bf16 tensor-core GEMM against the f32 `fn` split into three
-// bf16 parts (hi = bf16(fn), mid = bf16(fn - hi), lo = bf16(fn - hi - mid); hi + mid + lo = fn for
-// normal values, and x holds bf16 values, so each product is exact in f32):
-// mix[r, j] = (parts[r, j] + parts[r, O + j]) + parts[r, 2O + j] for j < O, and mix[r, O] = dot(x_r, x_r)
-// (a fixed tree order: deterministic, independent of the batch).
-struct HcMixCombineParams {
-    const float* parts = nullptr;  // [rows, 3 * outputs]
-    const float* x = nullptr;      // [rows, flat]
-    int64_t rows = 0, outputs = 0, flat = 0;
-    float* mix = nullptr;  // [rows, outputs + 1]
+// The fast mode's mixing logits, split over K: mix[r, j] = x_r · fn_j for j < outputs and
+// mix[r, outputs] = x_r · x_r, each as hc_mix_splits(flat) partial dot products over fixed chunks of
+// K (f32 FMA, lane-strided then a butterfly) summed in chunk order. The chunks and every order are
+// fixed by `flat` alone: deterministic and independent of the batch, f32-accurate (not the CPU's
+// order), and parallel enough for decode batches (the staged GEMM has few blocks there).
+struct HcMixSplitKParams {
+    const float* x = nullptr;   // [rows, flat]
+    const float* fn = nullptr;  // [outputs, flat]
+    int64_t rows = 0, outputs = 0, flat = 0;  // outputs <= 63
+    float* partial = nullptr;  // [hc_mix_splits(flat), rows, outputs + 1] scratch
+    float* mix = nullptr;      // [rows, outputs + 1]
 };
-void hc_mix_combine(const HcMixCombineParams& p, Stream s);
+int64_t hc_mix_splits(int64_t flat);
+void hc_mix_splitk(const HcMixSplitKParams& p, Stream s);
 
 struct HcPostParams {
     const float* out = nullptr;   // [rows, D] sub-block output

@@ -42,24 +42,52 @@ __device__ __forceinline__ void hc_mix(const float* x, const float* fn, const fl
     __syncthreads();
 }
 
-// grid (rows), block kHcCombineThreads: the fast mode's mixing logits (HcMixCombineParams).
-constexpr int kHcCombineThreads = 256;
-static __global__ void __launch_bounds__(kHcCombineThreads) hc_mix_combine_kernel(const __grid_constant__ HcMixCombineParams p) {
-    __shared__ float part[kHcCombineThreads / 32];
-    const int64_t r = blockIdx.x, O = p.outputs;
-    const float* x = p.x + r * p.flat;
-    float acc = 0.0f;
-    for (int64_t i = threadIdx.x; i < p.flat; i += kHcCombineThreads) acc = dev::add(acc, dev::mul(x[i], x[i]));
-    for (int o = 16; o > 0; o /= 2) acc = dev::add(acc, __shfl_xor_sync(0xFFFFFFFFu, acc, o));
-    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = acc;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float xx = 0.0f;
-        for (int w = 0; w < kHcCombineThreads / 32; ++w) xx = dev::add(xx, part[w]);
-        p.mix[r * (O + 1) + O] = xx;
+// The fast mode's split-K mixing logits (HcMixSplitKParams). Block: 8 warps over kRows rows and one
+// chunk of K; warp w takes outputs w, w + 8, ... (output `outputs` is dot(x, x)). An element's partial
+// sum is lane-strided FMAs then a butterfly: the same for any kRows and grid.
+constexpr int kHcChunk = 512;
+constexpr int kHcSplitThreads = 256;
+template <int kRows>
+static __global__ void __launch_bounds__(kHcSplitThreads) hc_mix_partial_kernel(const __grid_constant__ HcMixSplitKParams p) {
+    __shared__ float x_s[kRows * kHcChunk];
+    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRows, c0 = static_cast<int64_t>(blockIdx.y) * kHcChunk;
+    const int len = static_cast<int>(p.flat - c0 < kHcChunk ? p.flat - c0 : kHcChunk);
+    const int nr = static_cast<int>(p.rows - r0 < kRows ? p.rows - r0 : kRows);
+    for (int i = threadIdx.x; i < kRows * len; i += kHcSplitThreads) {
+        const int row = i / len, k = i % len;
+        x_s[row * kHcChunk + k] = row < nr ? p.x[(r0 + row) * p.flat + c0 + k] : 0.0f;
     }
-    const float* y = p.parts + r * 3 * O;
-    for (int64_t j = threadIdx.x; j < O; j += kHcCombineThreads) p.mix[r * (O + 1) + j] = dev::add(dev::add(y[j], y[O + j]), y[2 * O + j]);
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t O = p.outputs;
+    for (int64_t o = warp; o <= O; o += kHcSplitThreads / 32) {
+        float acc[kRows];
+#pragma unroll
+        for (int row = 0; row < kRows; ++row) acc[row] = 0.0f;
+        const float* w = p.fn + o * p.flat + c0;
+        for (int k = lane; k < len; k += 32) {
+            const float wk = o < O ? w[k] : 0.0f;
+#pragma unroll
+            for (int row = 0; row < kRows; ++row) {
+                const float xv = x_s[row * kHcChunk + k];
+                acc[row] = fmaf(xv, o < O ? wk : xv, acc[row]);
+            }
+        }
+#pragma unroll
+        for (int row = 0; row < kRows; ++row) {
+            for (int off = 16; off > 0; off /= 2) acc[row] += __shfl_xor_sync(0xFFFFFFFFu, acc[row], off);
+            if (lane == 0 && row < nr) p.partial[(static_cast<int64_t>(blockIdx.y) * p.rows + r0 + row) * (O + 1) + o] = acc[row];
+        }
+    }
+}
+
+// grid ceil(rows * (outputs + 1) / 256), block 256: the chunks' partial sums in chunk order.
+static __global__ void hc_mix_reduce_kernel(const __grid_constant__ HcMixSplitKParams p, int64_t splits) {
+    const int64_t n = p.rows * (p.outputs + 1), e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (e >= n) return;
+    float sum = 0.0f;
+    for (int64_t c = 0; c < splits; ++c) sum += p.partial[c * n + e];
+    p.mix[e] = sum;
 }
 
 static __global__ void hc_pre_kernel(const __grid_constant__ HcPreParams p) {

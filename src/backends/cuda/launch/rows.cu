@@ -55,9 +55,23 @@ void hc_pre(const HcPreParams& p, Stream s) {
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
-void hc_mix_combine(const HcMixCombineParams& p, Stream s) {
+int64_t hc_mix_splits(int64_t flat) { return (flat + kernels::kHcChunk - 1) / kernels::kHcChunk; }
+
+void hc_mix_splitk(const HcMixSplitKParams& p, Stream s) {
     if (p.rows == 0) return;
-    kernels::hc_mix_combine_kernel<<<static_cast<unsigned>(p.rows), kernels::kHcCombineThreads, 0, raw(s)>>>(p);
+    DI_CHECK(p.outputs >= 1 && p.outputs < kernels::kHcMaxOutputs, "hc_mix_splitk: ", p.outputs, " outputs");
+    const int64_t splits = hc_mix_splits(p.flat);
+    // Rows per block only trade parallelism for reuse of each fn chunk; no result depends on them.
+    if (p.rows >= 256) {
+        const dim3 grid(static_cast<unsigned>((p.rows + 15) / 16), static_cast<unsigned>(splits));
+        kernels::hc_mix_partial_kernel<16><<<grid, kernels::kHcSplitThreads, 0, raw(s)>>>(p);
+    } else {
+        const dim3 grid(static_cast<unsigned>((p.rows + 7) / 8), static_cast<unsigned>(splits));
+        kernels::hc_mix_partial_kernel<8><<<grid, kernels::kHcSplitThreads, 0, raw(s)>>>(p);
+    }
+    DI_CUDA_CHECK(cudaGetLastError());
+    const int64_t n = p.rows * (p.outputs + 1);
+    kernels::hc_mix_reduce_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, raw(s)>>>(p, splits);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 

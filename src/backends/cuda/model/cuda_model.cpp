@@ -73,15 +73,12 @@ void CudaModel::project_f32(const DeviceLinear& w, const float* x, int64_t rows,
 }
 
 bool CudaModel::hc_mix_fast(const DeviceHc& w, const float* x, int64_t rows, int64_t outputs, float* mix) const {
-    if (!fast_ || !official() || !w.fn_split.weight || !fast_linear_supported(w.fn_split)) return false;
+    if (!fast_) return false;
     const Stream s = stream_.get();
     const size_t mark = workspace_->mark();
-    const int64_t flat = w.fn_split.in_features;
-    uint16_t* xb = workspace_->alloc_n<uint16_t>(rows * flat);
-    float* parts = workspace_->alloc_n<float>(rows * 3 * outputs);
-    to_bf16({.x = x, .x_ld = flat, .rows = rows, .cols = flat, .out = xb}, s);
-    fast_linear({.a = xb, .weight = w.fn_split, .y = parts, .y_ld = 3 * outputs, .rows = rows}, s);
-    hc_mix_combine({.parts = parts, .x = x, .rows = rows, .outputs = outputs, .flat = flat, .mix = mix}, s);
+    const int64_t flat = config_.hc_mult * config_.hidden_size;
+    float* partial = workspace_->alloc_n<float>(hc_mix_splits(flat) * rows * (outputs + 1));
+    hc_mix_splitk({.x = x, .fn = w.fn, .rows = rows, .outputs = outputs, .flat = flat, .partial = partial, .mix = mix}, s);
     workspace_->reset(mark);  // stream-ordered
     return true;
 }
@@ -322,7 +319,7 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
         const size_t fixed = bytes(n * hc * 4) + bytes(n * hc * hc * 4) + 2 * bytes(n * Dm * 4) +
                              bytes(n * ((2 + hc) * hc + 1) * 4);  // post, comb, a, out, mixing logits
         // The fast mode's mixing scratch (bf16 streams, three partial logits) is released before the sub-block.
-        const size_t mixing = fast_ ? bytes(n * hc * Dm * 2) + bytes(n * 3 * (2 + hc) * hc * 4) : 0;
+        const size_t mixing = fast_ ? bytes(hc_mix_splits(hc * Dm) * n * ((2 + hc) * hc + 1) * 4) : 0;
         // Attention: everything it takes stays until its end, plus the largest act_quant scratch.
         size_t at = bytes(n * QL * 4) + bytes(n * H * Dh * 4) + bytes(n * Dh * 4);
         const int64_t m = std::max<int64_t>(lw.compress_ratio, 1);
@@ -364,7 +361,7 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
     total += layer_peak;
     const size_t head = bytes(R * hc * Dm * 4) + bytes(R * Dm * 4) + bytes(R * (hc + 1) * 4) + bytes(R * V * 4) +
                         bytes(R * Dm * 4) + 256 +  // (+ fast GEMM scratch)
-                        (fast_ ? bytes(R * hc * Dm * 2) + bytes(R * 3 * hc * 4) : 0);  // fast mixing
+                        (fast_ ? bytes(hc_mix_splits(hc * Dm) * R * (hc + 1) * 4) : 0);  // fast mixing
     total += head;
     total += draws_.workspace_need(D, V);  // sampling
     if (weights_.mtp) {  // a draft of up to D requests (cuda_mtp.cpp: inputs, two stream buffers, one chained step)

@@ -129,8 +129,7 @@ public:
           draws_(max_seqs_) {
         DI_CHECK(!fast_ || fast_fp8_available(), "fast GEMM mode needs FP8 tensor cores (compute capability 8.9+)");
         UploadOptions upload;
-        upload.wo_a_bf16 = fast_;    // the tensor-core wo_a takes bf16 weights
-        upload.hc_fn_split = fast_;  // and the tensor-core mHC mixing logits the split fn
+        upload.wo_a_bf16 = fast_;  // the tensor-core wo_a takes bf16 weights
         upload.with_mtp = ep_ == nullptr;  // the MTP drafter runs on one GPU only
         ExpertRange& experts = upload.experts;
         if (ep_) {
@@ -219,8 +218,8 @@ private:
     // bf16 tensor-core GEMM computes the same products exactly (bf16 x bf16 fits f32) and differs only
     // in the order of the f32 sums; otherwise the reference kernel.
     void project_f32(const DeviceLinear& w, const float* x, int64_t rows, float* y) const;
-    // The fast mode's mHC mixing logits (and dot(x, x)) into mix [rows, outputs + 1] on tensor cores from
-    // the split fn (official numerics: the streams hold bf16 values); false when it does not apply.
+    // The fast mode's mHC mixing logits (and dot(x, x)) into mix [rows, outputs + 1] by the split-K
+    // kernel (hc_mix_splitk); false when the mode is off.
     bool hc_mix_fast(const DeviceHc& w, const float* x, int64_t rows, int64_t outputs, float* mix) const;
     void run_layer(const DeviceLayer& lw, const Batch& b, float*& x, float*& y) const;
     void attention(const DeviceLayer& lw, const Batch& b, const float* a, float* out) const;

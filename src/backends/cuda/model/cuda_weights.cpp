@@ -7,7 +7,6 @@
 
 #include "backends/cuda/model/bf16_weights.h"
 #include "deepinfer/check.h"
-#include "deepinfer/float_formats.h"
 
 namespace deepinfer::cuda {
 namespace {
@@ -44,24 +43,7 @@ public:
         return d;
     }
 
-    DeviceHc hc(const HcWeights& h) {
-        DeviceHc d{vec(h.fn), vec(h.base), vec(h.scale), {}};
-        if (split_hc && h.base.size() > 0) d.fn_split = fn_split(h.fn, h.base.size());
-        return d;
-    }
-    bool split_hc = false;
-
-    // f32 [outputs, flat] -> bf16 [3 * outputs, flat] (bf16_split3).
-    DeviceLinear fn_split(const Vec& fn, int64_t outputs) {
-        const int64_t flat = fn.size() / outputs;
-        const std::vector<uint16_t> parts = bf16_split3(fn.data);
-        DeviceLinear d;
-        d.weight = bytes(parts.data(), parts.size() * sizeof(uint16_t));
-        d.kind = WeightKind::kBF16;
-        d.out_features = 3 * outputs;
-        d.in_features = flat;
-        return d;
-    }
+    DeviceHc hc(const HcWeights& h) { return {vec(h.fn), vec(h.base), vec(h.scale)}; }
 
     DeviceCompressor compressor(const CompressorWeights& c) {
         return {linear(c.wkv), linear(c.wgate), vec(c.ape), vec(c.norm), c.ratio, c.head_dim, c.overlap};
@@ -175,24 +157,9 @@ DeviceLayer upload_layer(Uploader& up, const LayerWeights& lw, const ModelConfig
 
 }  // namespace
 
-std::vector<uint16_t> bf16_split3(std::span<const float> w) {
-    const size_t n = w.size();
-    std::vector<uint16_t> parts(3 * n);
-    for (size_t i = 0; i < n; ++i) {
-        const uint16_t hi = f32_to_bf16(w[i]);
-        const float r1 = w[i] - bf16_to_f32(hi);
-        const uint16_t mid = f32_to_bf16(r1);
-        parts[i] = hi;
-        parts[n + i] = mid;
-        parts[2 * n + i] = f32_to_bf16(r1 - bf16_to_f32(mid));
-    }
-    return parts;
-}
-
 DeviceWeights upload_weights(const ModelWeights& w, const ModelConfig& config, const UploadOptions& options) {
     DeviceWeights d;
     Uploader up(d);
-    up.split_hc = options.hc_fn_split;
     d.embed = up.linear(w.embed);
     d.head = up.linear(w.head);
     d.norm = up.vec(w.norm);

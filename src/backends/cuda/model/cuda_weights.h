@@ -4,10 +4,8 @@
 // experts also as device arrays of DeviceLinear for the grouped GEMM. Owns the device memory.
 #pragma once
 
-#include <cstdint>
 #include <memory>
 #include <optional>
-#include <span>
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
@@ -27,9 +25,6 @@ struct DeviceHc {
     const float* fn = nullptr;
     const float* base = nullptr;
     const float* scale = nullptr;
-    // Fast mode (UploadOptions::hc_fn_split): fn as three bf16 parts [3 * outputs, flat] — hi rows, then
-    // mid, then lo (HcMixCombineParams) — for the tensor-core mixing logits; empty otherwise.
-    DeviceLinear fn_split;
 };
 
 struct DeviceExperts {
@@ -99,14 +94,9 @@ struct UploadOptions {
     // power of two has 4 significant bits), as the reference does at load, for the tensor-core bf16 GEMM.
     bool wo_a_bf16 = false;
     bool with_mtp = false;  // also the first MTP block (speculative decoding, cuda_mtp.cpp)
-    bool hc_fn_split = false;  // also each mHC fn as hi/mid/lo bf16 parts (DeviceHc::fn_split)
 };
 
 DeviceWeights upload_weights(const ModelWeights& w, const ModelConfig& config, const UploadOptions& options = {});
-
-// An f32 weight as three bf16 parts, hi = bf16(w), mid = bf16(w - hi), lo = bf16(w - hi - mid) (their
-// sum is w for normal values): [3, n] (all hi, then all mid, then all lo). DeviceHc::fn_split.
-std::vector<uint16_t> bf16_split3(std::span<const float> w);
 
 // The device form of a CPU LinearWeight whose tensors already live in device memory.
 DeviceLinear device_linear_like(const LinearWeight& w, const void* weight, const void* scale);
