@@ -156,24 +156,45 @@ static __global__ void hc_pre_kernel(const __grid_constant__ HcPreParams p) {
 }
 
 // grid (rows, hc), block 256.
-static __global__ void hc_post_kernel(const __grid_constant__ HcPostParams p) {
-    const int64_t t = blockIdx.x, k = blockIdx.y, hc = p.hc, D = p.hidden;
-    const float* o = p.out + t * D;
-    const float* x = p.x + t * hc * D;
+// HC post: y_k = post_k·o + Σ_j comb[j][k]·x_j (V4.1's mix_first: post_k·o + (Σ_j ...)) per element,
+// each thread 4 consecutive elements of every output stream, so the hc input streams and the
+// sub-block output are read once per element. grid (rows, ceil(hidden / (4 * blockDim))), block 256;
+// hidden % 4 == 0, 16-byte aligned rows.
+static __global__ void hc_post_vec4_kernel(const __grid_constant__ HcPostParams p) {
+    const int64_t t = blockIdx.x, hc = p.hc, D = p.hidden;
+    const int64_t d0 = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * 4;
+    if (d0 >= D) return;
     const float* C = p.comb + t * hc * hc;
-    const float pk = p.post[t * hc + k];
-    float* y = p.y + (t * hc + k) * D;
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-        float s;
-        if (p.mix_first) {
-            float mixed = 0;
-            for (int64_t j = 0; j < hc; ++j) mixed = dev::add(mixed, dev::mul(C[j * hc + k], x[j * D + d]));
-            s = dev::add(dev::mul(pk, o[d]), mixed);
-        } else {
-            s = dev::mul(pk, o[d]);
-            for (int64_t j = 0; j < hc; ++j) s = dev::add(s, dev::mul(C[j * hc + k], x[j * D + d]));
+    const float4 o4 = *reinterpret_cast<const float4*>(p.out + t * D + d0);
+    const float o[4] = {o4.x, o4.y, o4.z, o4.w};
+    float xv[kHcMax][4];
+#pragma unroll
+    for (int j = 0; j < kHcMax; ++j) {
+        if (j >= hc) break;
+        const float4 v = *reinterpret_cast<const float4*>(p.x + (t * hc + j) * D + d0);
+        xv[j][0] = v.x, xv[j][1] = v.y, xv[j][2] = v.z, xv[j][3] = v.w;
+    }
+    for (int64_t k = 0; k < hc; ++k) {
+        const float pk = p.post[t * hc + k];
+        float r[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            float s;
+            if (p.mix_first) {
+                float mixed = 0;
+#pragma unroll
+                for (int j = 0; j < kHcMax; ++j)
+                    if (j < hc) mixed = dev::add(mixed, dev::mul(C[j * hc + k], xv[j][e]));
+                s = dev::add(dev::mul(pk, o[e]), mixed);
+            } else {
+                s = dev::mul(pk, o[e]);
+#pragma unroll
+                for (int j = 0; j < kHcMax; ++j)
+                    if (j < hc) s = dev::add(s, dev::mul(C[j * hc + k], xv[j][e]));
+            }
+            r[e] = dev::maybe_bf16(s, p.round_bf16);
         }
-        y[d] = dev::maybe_bf16(s, p.round_bf16);
+        *reinterpret_cast<float4*>(p.y + (t * hc + k) * D + d0) = make_float4(r[0], r[1], r[2], r[3]);
     }
 }
 

@@ -39,7 +39,7 @@ static __global__ void rms_norm_kernel(const __grid_constant__ RmsNormParams p) 
 
 // FP8 simulation of x[0, nope) in blocks of 64 (one lane per block), on shared memory.
 __device__ __forceinline__ void fp8_simulate_nope_warp(float* x, int64_t nope) {
-    for (int64_t b = static_cast<int64_t>(threadIdx.x) * 64; b < nope; b += 64 * 32) {
+    for (int64_t b = static_cast<int64_t>(threadIdx.x % 32) * 64; b < nope; b += 64 * 32) {
         const int64_t e = b + 64 < nope ? b + 64 : nope;
         float amax = 0;
         for (int64_t i = b; i < e; ++i) amax = fmaxf(amax, fabsf(x[i]));
@@ -53,7 +53,7 @@ __device__ __forceinline__ void fp8_simulate_nope_warp(float* x, int64_t nope) {
 __device__ __forceinline__ void hadamard_fp4_warp(float* x, int64_t dim) {
     for (int64_t h = 1; h < dim; h *= 2) {
         __syncwarp();
-        for (int64_t pair = threadIdx.x; pair < dim / 2; pair += 32) {
+        for (int64_t pair = threadIdx.x % 32; pair < dim / 2; pair += 32) {
             const int64_t i = (pair / h) * 2 * h, j = i + pair % h;
             const float a = x[j], b = x[j + h];
             x[j] = dev::add(a, b);
@@ -62,9 +62,9 @@ __device__ __forceinline__ void hadamard_fp4_warp(float* x, int64_t dim) {
     }
     __syncwarp();
     const float scale = 1.0f / sqrtf(static_cast<float>(dim));
-    for (int64_t i = threadIdx.x; i < dim; i += 32) x[i] = dev::round_bf16(dev::mul(x[i], scale));
+    for (int64_t i = threadIdx.x % 32; i < dim; i += 32) x[i] = dev::round_bf16(dev::mul(x[i], scale));
     __syncwarp();
-    for (int64_t b = static_cast<int64_t>(threadIdx.x) * 32; b < dim; b += 32 * 32) {
+    for (int64_t b = static_cast<int64_t>(threadIdx.x % 32) * 32; b < dim; b += 32 * 32) {
         const int64_t e = b + 32 < dim ? b + 32 : dim;
         float amax = 0;
         for (int64_t i = b; i < e; ++i) amax = fmaxf(amax, fabsf(x[i]));
@@ -78,51 +78,55 @@ __device__ __forceinline__ void hadamard_fp4_warp(float* x, int64_t dim) {
 // RoPE (interleaved pairs of the trailing rope_dim dims) of one head in shared memory by a warp.
 __device__ __forceinline__ void rope_warp(float* x, int64_t dim, int64_t rope_dim, const float* cs, bool inverse) {
     float* r = x + (dim - rope_dim);
-    for (int64_t i = threadIdx.x; i < rope_dim / 2; i += 32) dev::rope_pair(r, static_cast<int>(i), cs, inverse);
+    for (int64_t i = threadIdx.x % 32; i < rope_dim / 2; i += 32) dev::rope_pair(r, static_cast<int>(i), cs, inverse);
     __syncwarp();
 }
 
-// One warp per (row, head); dynamic shared memory: dim floats.
+// One warp per (row, head), kRopeWarps heads of a row per block; dynamic shared memory: dim floats per warp.
+constexpr int kRopeWarps = 4;
 static __global__ void rope_rows_kernel(const __grid_constant__ RopeRowsParams p) {
-    extern __shared__ float sh[];
-    const int64_t row = blockIdx.x, head = blockIdx.y;
+    extern __shared__ float rope_sh[];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int64_t row = blockIdx.x, head = static_cast<int64_t>(blockIdx.y) * kRopeWarps + warp;
+    if (head >= p.heads) return;  // whole warps
+    float* sh = rope_sh + warp * p.dim;
     float* g = p.x + (row * p.heads + head) * p.dim;
-    for (int64_t i = threadIdx.x; i < p.dim; i += 32) sh[i] = g[i];
+    for (int64_t i = lane; i < p.dim; i += 32) sh[i] = g[i];
     __syncwarp();
     if (p.head_norm == HeadNorm::kF32) {
-        const float d = dev::dot_group8(sh, sh, p.dim, threadIdx.x % 8);
+        const float d = dev::dot_group8(sh, sh, p.dim, lane % 8);
         const float r = 1.0f / sqrtf(dev::add(d / static_cast<float>(p.dim), p.eps));
         __syncwarp();
-        for (int64_t i = threadIdx.x; i < p.dim; i += 32) sh[i] = dev::mul(sh[i], r);
+        for (int64_t i = lane; i < p.dim; i += 32) sh[i] = dev::mul(sh[i], r);
     } else if (p.head_norm == HeadNorm::kBf16Arith) {
         float r = 0, sum = 0;
         if (p.tree_sum) {  // fast mode: lane-strided partial sums, then a butterfly (equal in every lane)
-            for (int64_t i = threadIdx.x; i < p.dim; i += 32) sum = dev::add(sum, dev::round_bf16(dev::mul(sh[i], sh[i])));
+            for (int64_t i = lane; i < p.dim; i += 32) sum = dev::add(sum, dev::round_bf16(dev::mul(sh[i], sh[i])));
             for (int o = 16; o > 0; o /= 2) sum = dev::add(sum, __shfl_xor_sync(0xFFFFFFFFu, sum, o));
-        } else if (threadIdx.x == 0) {
+        } else if (lane == 0) {
             for (int64_t i = 0; i < p.dim; ++i) sum = dev::add(sum, dev::round_bf16(dev::mul(sh[i], sh[i])));
         }
-        if (threadIdx.x == 0) {
+        if (lane == 0) {
             const float mean = dev::round_bf16(sum / static_cast<float>(p.dim));
             r = dev::round_bf16(1.0f / sqrtf(dev::round_bf16(dev::add(mean, p.eps))));
         }
         r = __shfl_sync(0xFFFFFFFFu, r, 0);
-        for (int64_t i = threadIdx.x; i < p.dim; i += 32) sh[i] = dev::round_bf16(dev::mul(sh[i], r));
+        for (int64_t i = lane; i < p.dim; i += 32) sh[i] = dev::round_bf16(dev::mul(sh[i], r));
     }
     __syncwarp();
     if (p.rope_dim > 0) {
         const int64_t pos = p.positions ? p.positions[row] : row * p.position_scale + p.position_offset;
         rope_warp(sh, p.dim, p.rope_dim, p.cos_sin + pos * p.rope_dim, p.inverse);
         if (p.round_rope_dims)
-            for (int64_t i = p.dim - p.rope_dim + threadIdx.x; i < p.dim; i += 32) sh[i] = dev::round_bf16(sh[i]);
+            for (int64_t i = p.dim - p.rope_dim + lane; i < p.dim; i += 32) sh[i] = dev::round_bf16(sh[i]);
     }
     if (p.round_all)
-        for (int64_t i = threadIdx.x; i < p.dim; i += 32) sh[i] = dev::round_bf16(sh[i]);
+        for (int64_t i = lane; i < p.dim; i += 32) sh[i] = dev::round_bf16(sh[i]);
     __syncwarp();
     if (p.qat == Qat::kFp8Nope) fp8_simulate_nope_warp(sh, p.dim - p.rope_dim);
     else if (p.qat == Qat::kHadamardFp4) hadamard_fp4_warp(sh, p.dim);
     __syncwarp();
-    for (int64_t i = threadIdx.x; i < p.dim; i += 32) g[i] = sh[i];
+    for (int64_t i = lane; i < p.dim; i += 32) g[i] = sh[i];
 }
 
 // grid (rows), block 256: x[t, j, :] = embed[token[t]] for each stream.

@@ -23,8 +23,11 @@ void rope_rows(const RopeRowsParams& p, Stream s) {
     DI_CHECK(p.dim <= 8192 && p.rope_dim <= p.dim && p.rope_dim % 2 == 0, "rope_rows: dim ", p.dim, ", rope_dim ", p.rope_dim);
     DI_CHECK(p.rope_dim == 0 || p.cos_sin, "rope_rows: no cos/sin table");
     DI_CHECK(p.qat != Qat::kHadamardFp4 || (p.dim & (p.dim - 1)) == 0, "rope_rows: Hadamard needs a power-of-two dim");
-    const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.heads));
-    kernels::rope_rows_kernel<<<grid, 32, static_cast<size_t>(p.dim) * sizeof(float), raw(s)>>>(p);
+    const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>((p.heads + kernels::kRopeWarps - 1) / kernels::kRopeWarps));
+    const size_t smem = static_cast<size_t>(kernels::kRopeWarps * p.dim) * sizeof(float);
+    if (smem > 48 * 1024)
+        DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::rope_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    kernels::rope_rows_kernel<<<grid, 32 * kernels::kRopeWarps, smem, raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -77,8 +80,12 @@ void hc_mix_splitk(const HcMixSplitKParams& p, Stream s) {
 
 void hc_post(const HcPostParams& p, Stream s) {
     if (p.rows == 0) return;
-    const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.hc));
-    kernels::hc_post_kernel<<<grid, 256, 0, raw(s)>>>(p);
+    DI_CHECK(p.hc >= 1 && p.hc <= kernels::kHcMax, "hc_post: hc_mult ", p.hc);
+    const auto a16 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+    DI_CHECK(p.hidden % 4 == 0 && a16(p.out) && a16(p.x) && a16(p.y), "hc_post: hidden ", p.hidden,
+             " not a multiple of 4 or rows not 16-byte aligned");
+    const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>((p.hidden / 4 + 255) / 256));
+    kernels::hc_post_vec4_kernel<<<grid, 256, 0, raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
