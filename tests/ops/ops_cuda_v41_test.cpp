@@ -497,6 +497,34 @@ TEST_F(CudaV41Ops, SinkAttentionOverCompactCachesBitIdentical) {
                               .softmax_scale = 1.0f / std::sqrt(float(Dh)), .official = official, .out = out.ptr()},
                              Stream{});
         expect_equal(ref, out.host(ref.size()), official ? "attention official" : "attention exact");
+        if (!official) continue;
+        // Tensor cores (fast mode): within bf16 rounding of the reference; the first row alone equals
+        // the first row of the batch bit for bit.
+        std::vector<float> first;
+        for (int64_t n : {S, int64_t(1)}) {
+            Dev<float> tc(ref.size());
+            cuda::sink_attention({.segments = dsegs.ptr(), .row_segment = rowseg.ptr(), .positions = pos.ptr(), .rows = n,
+                                  .heads = H, .head_dim = Dh, .q = dq.ptr(), .kv = dkv.ptr(), .sink = dsink.ptr(), .window = W,
+                                  .window_rows = ring, .selected = dsel.ptr(), .topk = K, .max_candidates = W + K,
+                                  .scratch = scratch.ptr(), .cos_sin = dcs.ptr(), .rope_dim = R,
+                                  .softmax_scale = 1.0f / std::sqrt(float(Dh)), .official = true, .tensor_cores = true,
+                                  .out = tc.ptr()},
+                                 Stream{});
+            const std::vector<float> got = tc.host(size_t(n * H * Dh));
+            double max_ref = 0, max_err = 0, sum_ref = 0, sum_err = 0;
+            for (size_t i = 0; i < got.size(); ++i) {
+                const double e = std::fabs(double(got[i]) - double(ref[i]));
+                max_ref = std::max(max_ref, std::fabs(double(ref[i])));
+                max_err = std::max(max_err, e);
+                sum_ref += std::fabs(double(ref[i]));
+                sum_err += e;
+            }
+            EXPECT_LE(max_err, 2e-2 * max_ref) << n << " rows";
+            EXPECT_LE(sum_err, 4e-3 * sum_ref) << n << " rows";
+            EXPECT_GT(max_err, 0.0) << "the tensor-core path ran";
+            if (first.empty()) first.assign(got.begin(), got.begin() + H * Dh);
+            else expect_equal(first, got, "tensor-core sink attention: row alone");
+        }
     }
 }
 

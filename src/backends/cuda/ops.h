@@ -680,6 +680,10 @@ struct SinkAttentionParams {
     int64_t rope_dim = 0;
     float softmax_scale = 0;
     bool official = false;
+    // Fast GEMM mode: the tensor-core kernel (kernels/v41_attention_tc.cuh; the scratch holds the scores
+    // and probabilities) when official numerics, head_dim in {64, 128, 256, 512} and the shared memory
+    // allow; equal to the reference kernel within the fast mode's tolerances.
+    bool tensor_cores = false;
     float* out = nullptr;  // [rows, heads, head_dim]
 };
 void sink_attention(const SinkAttentionParams& p, Stream s);

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Launchers of V4.1's CSA2 attention ops: indexer scores, candidate blocks, top-k publishing, sink attention.
 #include "backends/cuda/common/cuda_check.h"
+#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/v41_attention.cuh"
+#include "backends/cuda/kernels/v41_attention_tc.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -33,11 +35,38 @@ void topk_publish(const TopkPublishParams& p, Stream s) {
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
+namespace {
+template <int kD>
+bool launch_tc(const SinkAttentionParams& p, Stream s) {
+    const int64_t smem = kernels::v41_tca_smem_bytes(kD);
+    if (smem > max_shared_memory_per_block()) return false;
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::v41_tc_attention_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+    const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>((p.heads + kernels::kTcaHeads - 1) / kernels::kTcaHeads));
+    kernels::v41_tc_attention_kernel<kD><<<grid, kernels::kTcaThreads, static_cast<size_t>(smem), raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+    return true;
+}
+
+bool try_tensor_cores(const SinkAttentionParams& p, Stream s) {
+    if (!p.tensor_cores || !p.official) return false;
+    if (reinterpret_cast<uintptr_t>(p.q) % 16 != 0 || reinterpret_cast<uintptr_t>(p.kv) % 16 != 0) return false;
+    switch (p.head_dim) {
+        case 64: return launch_tc<64>(p, s);
+        case 128: return launch_tc<128>(p, s);
+        case 256: return launch_tc<256>(p, s);
+        case 512: return launch_tc<512>(p, s);
+        default: return false;
+    }
+}
+}  // namespace
+
 void sink_attention(const SinkAttentionParams& p, Stream s) {
     if (p.rows == 0 || p.heads == 0) return;
     DI_CHECK(p.segments && p.row_segment && p.positions && p.q && p.kv && p.sink && p.scratch && p.out,
              "sink_attention: missing pointer");
     DI_CHECK(p.rope_dim == 0 || p.cos_sin, "sink_attention: no cos/sin table");
+    if (try_tensor_cores(p, s)) return;
     const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.heads));
     kernels::sink_attention_kernel<<<grid, 256, static_cast<size_t>(p.head_dim) * sizeof(float), raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());

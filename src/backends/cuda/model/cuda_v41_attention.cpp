@@ -151,7 +151,7 @@ void CudaV41Model::attention(int64_t layer, const Batch& b, const float* a, floa
                     .window_block = V41CacheFormats::kWindowBlock, .entry_format = formats_.entry,
                     .entry_block = V41CacheFormats::kEntryBlock, .selected = ratio > 0 ? b.topk : nullptr,
                     .topk = c.index_topk, .max_candidates = max_cand, .scratch = scratch, .cos_sin = rope, .rope_dim = R,
-                    .softmax_scale = 1.0f / std::sqrt(float(hd)), .official = off, .out = o},
+                    .softmax_scale = 1.0f / std::sqrt(float(hd)), .official = off, .tensor_cores = fast_, .out = o},
                    s);
     copy_rows({.src = b.codes, .dst = b.at<void*>(plan.ring_dst), .rows = S, .row_bytes = formats_.window_bytes}, s);
 
