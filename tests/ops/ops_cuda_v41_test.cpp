@@ -415,6 +415,47 @@ TEST_F(CudaV41Ops, IndexerCandidateBlocksAndTopkEqualCpu) {
                 }
             }
         }
+        if (!official) continue;
+        // Tensor cores (fast mode): the reference kernel's scores (bit-identical to the CPU above) against
+        // the MMA ones: -inf where it is -inf, nearly all finite scores equal, the rest within a few bf16
+        // steps; the first row alone equals the first row among four.
+        std::vector<cuda::IndexRow> ir;
+        for (int64_t r = 0; r < rows; ++r) ir.push_back({int32_t(r), int32_t(n), int32_t(visible[r]), -1, dcodes.ptr()});
+        Dev<cuda::IndexRow> dir(ir);
+        Dev<float> ref_scores(size_t(rows * n));
+        cuda::index_scores({.rows = dir.ptr(), .num_rows = rows, .max_entries = n, .q = dq.ptr(), .weights = dhw.ptr(),
+                            .heads = IH, .head_dim = ID, .key_format = CacheFormat::kFp4Ue8m0, .key_block = 32,
+                            .official = true, .scores = ref_scores.ptr()},
+                           Stream{});
+        const std::vector<float> want = ref_scores.host(size_t(rows * n));
+        std::vector<float> first;
+        for (int64_t nr : {rows, int64_t(1)}) {
+            Dev<float> tc(size_t(rows * n));
+            cuda::index_scores({.rows = dir.ptr(), .num_rows = nr, .max_entries = n, .q = dq.ptr(), .weights = dhw.ptr(),
+                                .heads = IH, .head_dim = ID, .key_format = CacheFormat::kFp4Ue8m0, .key_block = 32,
+                                .official = true, .tensor_cores = true, .scores = tc.ptr()},
+                               Stream{});
+            const std::vector<float> got = tc.host(size_t(nr * n));
+            int64_t finite = 0, equal = 0;
+            for (int64_t r = 0; r < nr; ++r) {
+                float top = 0;
+                for (int64_t j = 0; j < n; ++j)
+                    if (std::isfinite(want[size_t(r * n + j)])) top = std::max(top, std::fabs(want[size_t(r * n + j)]));
+                for (int64_t j = 0; j < n; ++j) {
+                    const float w = want[size_t(r * n + j)], g = got[size_t(r * n + j)];
+                    if (!std::isfinite(w)) {
+                        ASSERT_EQ(w, g) << "row " << r << " key " << j;
+                        continue;
+                    }
+                    ++finite;
+                    equal += w == g;
+                    ASSERT_LE(std::fabs(w - g), 0.03f * top) << "row " << r << " key " << j;
+                }
+            }
+            EXPECT_GE(double(equal), 0.9 * double(finite)) << nr << " rows";
+            if (first.empty()) first.assign(got.begin(), got.begin() + n);
+            else expect_equal(first, got, "tensor-core index scores: row alone");
+        }
     }
 }
 

@@ -614,6 +614,9 @@ struct IndexScoresParams {
     CacheFormat key_format = CacheFormat::kFp4Ue8m0;
     int64_t key_block = 32;
     bool official = false;
+    // Fast GEMM mode: the dot products on tensor cores (kernels/v41_indexer_tc.cuh) when official
+    // numerics, heads <= 64 and head_dim in {32, 64, 128}; within the fast mode's tolerances.
+    bool tensor_cores = false;
     float* scores = nullptr;  // [num_rows, max_entries]
 };
 void index_scores(const IndexScoresParams& p, Stream s);

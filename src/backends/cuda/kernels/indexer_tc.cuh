@@ -15,7 +15,6 @@
 
 #include "backends/cuda/common/device_math.cuh"
 #include "backends/cuda/common/mma_sync.cuh"
-#include "backends/cuda/kernels/attention_tc.cuh"
 #include "backends/cuda/ops.h"
 
 namespace deepinfer::cuda::kernels {
@@ -31,9 +30,12 @@ __host__ __device__ constexpr int64_t itc_smem_bytes(int64_t kd) {
     return 2 * 2 * kItcHeads * itc_pitch(kd) + 4 * (kItcHeads * (kItcKeys + 1) + kItcHeads);
 }
 
-// grid (rows, key spans), block kItcThreads, dynamic shared memory itc_smem_bytes(kD).
-template <int kD>
-static __global__ void __launch_bounds__(kItcThreads) indexer_tc_kernel(const __grid_constant__ IndexerParams p, int64_t span) {
+// One query row's scores for keys [k_begin, k_end) in tiles of 64: q rows of the row's heads
+// (kD floats each, `heads` <= 64), their weights, key(j, d) the key values (bf16-exact), and
+// store(j, score). Shared by the V4 kernel (contiguous or paged f32 keys) and V4.1's (compact keys).
+template <int kD, class Key, class Store>
+__device__ __forceinline__ void indexer_tc_block(const float* q, const float* weights, int64_t heads, int64_t k_begin,
+                                                 int64_t k_end, Key key, Store store) {
     extern __shared__ __align__(16) unsigned char itc_sm[];
     constexpr int kP = static_cast<int>(itc_pitch(kD));
     constexpr int kSP = kItcKeys + 1;
@@ -41,35 +43,22 @@ static __global__ void __launch_bounds__(kItcThreads) indexer_tc_kernel(const __
     __nv_bfloat16* k_s = q_s + kItcHeads * kP;             // [64, kP]
     float* dp_s = reinterpret_cast<float*>(k_s + kItcHeads * kP);  // [64 heads, kSP]
     float* w_s = dp_s + kItcHeads * kSP;                             // [64]
-
-    const int64_t r = blockIdx.x;
-    const int64_t visible = (static_cast<int64_t>(p.positions[r]) + 1) / p.ratio;
-    const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * span;
-    const int64_t k_end = k_begin + span < visible ? k_begin + span : visible;
-    if (k_begin >= k_end) return;  // uniform over the block
-    const DeviceSegment& s = p.segments[p.row_segment[r]];
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, qd = lane % 4;
-    const float softmax_scale = 1.0f / sqrtf(static_cast<float>(p.head_dim));
-    const float weights_scale = 1.0f / sqrtf(static_cast<float>(p.heads));
-
-    // Rows [0, n) of src(j) (kD floats each) into dst as bf16, rows n..63 zero.
-    constexpr int kQuads = kD / 4;
-    auto stage = [&](__nv_bfloat16* dst, int64_t n, auto src) {
-        for (int i = tid; i < 64 * kQuads; i += kItcThreads) {
-            const int j = i / kQuads, c = (i % kQuads) * 4;
-            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (j < n) v = *reinterpret_cast<const float4*>(src(j) + c);
-            *reinterpret_cast<uint2*>(dst + j * kP + c) = uint2{pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w)};
-        }
-    };
-    stage(q_s, p.heads < kItcHeads ? p.heads : kItcHeads, [&](int64_t h) { return p.q + (r * p.heads + h) * kD; });
-    for (int64_t h = tid; h < p.heads; h += kItcThreads)
-        w_s[h] = dev::round_bf16(dev::mul(dev::mul(p.weights[r * p.heads + h], softmax_scale), weights_scale));
-
+    const float softmax_scale = 1.0f / sqrtf(static_cast<float>(kD));
+    const float weights_scale = 1.0f / sqrtf(static_cast<float>(heads));
+    for (int i = tid; i < kItcHeads * kD; i += kItcThreads) {
+        const int h = i / kD, d = i % kD;
+        q_s[h * kP + d] = __float2bfloat16_rn(h < heads ? q[h * kD + d] : 0.0f);
+    }
+    for (int64_t h = tid; h < heads; h += kItcThreads)
+        w_s[h] = dev::round_bf16(dev::mul(dev::mul(weights[h], softmax_scale), weights_scale));
     for (int64_t k0 = k_begin; k0 < k_end; k0 += kItcKeys) {
         const int64_t n = k_end - k0 < kItcKeys ? k_end - k0 : kItcKeys;
         __syncthreads();  // the previous tile's readers are done with k_s and dp_s
-        stage(k_s, n, [&](int64_t j) { return s.idx_entries + (k0 + j) * kD; });
+        for (int i = tid; i < kItcKeys * kD; i += kItcThreads) {
+            const int j = i / kD, d = i % kD;
+            k_s[j * kP + d] = __float2bfloat16_rn(j < n ? key(k0 + j, d) : 0.0f);
+        }
         __syncthreads();
         float acc[8][4];
 #pragma unroll
@@ -97,11 +86,26 @@ static __global__ void __launch_bounds__(kItcThreads) indexer_tc_kernel(const __
         __syncthreads();
         if (tid < n) {
             float score = 0;
-            for (int64_t h = 0; h < p.heads; ++h)
+            for (int64_t h = 0; h < heads; ++h)
                 score = dev::round_bf16(dev::add(score, dev::round_bf16(dev::mul(fmaxf(dp_s[h * kSP + tid], 0.0f), w_s[h]))));
-            p.scores[r * p.max_visible + k0 + tid] = score;
+            store(k0 + tid, score);
         }
     }
+}
+
+// V4: grid (rows, key spans), block kItcThreads, dynamic shared memory itc_smem_bytes(kD).
+template <int kD>
+static __global__ void __launch_bounds__(kItcThreads) indexer_tc_kernel(const __grid_constant__ IndexerParams p, int64_t span) {
+    const int64_t r = blockIdx.x;
+    const int64_t visible = (static_cast<int64_t>(p.positions[r]) + 1) / p.ratio;
+    const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * span;
+    const int64_t k_end = k_begin + span < visible ? k_begin + span : visible;
+    if (k_begin >= k_end) return;  // uniform over the block
+    const DeviceSegment& s = p.segments[p.row_segment[r]];
+    indexer_tc_block<kD>(
+        p.q + r * p.heads * kD, p.weights + r * p.heads, p.heads, k_begin, k_end,
+        [&](int64_t j, int d) { return s.idx_entries[j * kD + d]; },
+        [&](int64_t j, float score) { p.scores[r * p.max_visible + j] = score; });
 }
 
 }  // namespace deepinfer::cuda::kernels

@@ -1,18 +1,50 @@
 // SPDX-License-Identifier: Apache-2.0
 // Launchers of V4.1's CSA2 attention ops: indexer scores, candidate blocks, top-k publishing, sink attention.
+#include <algorithm>
+
 #include "backends/cuda/common/cuda_check.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/v41_attention.cuh"
 #include "backends/cuda/kernels/v41_attention_tc.cuh"
+#include "backends/cuda/kernels/v41_indexer_tc.cuh"
 
 namespace deepinfer::cuda {
 namespace {
 cudaStream_t raw(Stream s) { return static_cast<cudaStream_t>(s.handle); }
 }  // namespace
 
+namespace {
+template <int kD>
+bool launch_index_tc(const IndexScoresParams& p, Stream s) {
+    const int64_t smem = kernels::itc_smem_bytes(kD);
+    if (smem > max_shared_memory_per_block()) return false;
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::v41_indexer_tc_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+    // Key spans of whole tiles, enough blocks for two waves (a key's score never depends on its span).
+    const int64_t tiles = (p.max_entries + kernels::kItcKeys - 1) / kernels::kItcKeys;
+    const int64_t splits = std::clamp<int64_t>((2 * multiprocessor_count() + p.num_rows - 1) / p.num_rows, 1, tiles);
+    const int64_t span = kernels::kItcKeys * ((tiles + splits - 1) / splits);
+    const dim3 grid(static_cast<unsigned>(p.num_rows), static_cast<unsigned>((p.max_entries + span - 1) / span));
+    kernels::v41_indexer_tc_kernel<kD><<<grid, kernels::kItcThreads, static_cast<size_t>(smem), raw(s)>>>(p, span);
+    DI_CUDA_CHECK(cudaGetLastError());
+    return true;
+}
+
+bool index_tensor_cores(const IndexScoresParams& p, Stream s) {
+    if (!p.tensor_cores || !p.official || p.heads > kernels::kItcHeads) return false;
+    switch (p.head_dim) {
+        case 32: return launch_index_tc<32>(p, s);
+        case 64: return launch_index_tc<64>(p, s);
+        case 128: return launch_index_tc<128>(p, s);
+        default: return false;
+    }
+}
+}  // namespace
+
 void index_scores(const IndexScoresParams& p, Stream s) {
     if (p.num_rows == 0 || p.max_entries == 0) return;
     DI_CHECK(p.rows && p.q && p.weights && p.scores, "index_scores: missing pointer");
+    if (index_tensor_cores(p, s)) return;
     const dim3 grid(static_cast<unsigned>(p.num_rows),
                     static_cast<unsigned>((p.max_entries + kernels::kIndexKeysPerBlock - 1) / kernels::kIndexKeysPerBlock));
     const size_t shared = static_cast<size_t>(kernels::kIndexKeysPerBlock * p.head_dim) * sizeof(float);
