@@ -1,26 +1,34 @@
 // SPDX-License-Identifier: Apache-2.0
-// The DeepSeek-V4.1 DSpark drafter on the GPU (CudaV41Model::drafter()) against the CPU drafter
-// (V41Model's DSparkDrafter) on tiny random V4.1 checkpoints with a 3-stage drafter (every V4.1
-// layer kind, Engram, window 8 so the context rings wrap), in exact (bf16) and official (FP8/FP4)
-// numerics with the reference GEMMs:
-//   * the ops: tap_mean, dspark_attention and dspark_markov_step against the CPU formulas
-//     (model/v41/dspark.cpp tap_mean, dspark_common.cpp dspark_attention_core + the output rounding
-//     and inverse RoPE, the Markov step's logits and confidence);
+// The DSpark drafters on the GPU against the CPU drafters: DeepSeek-V4.1's (CudaV41Model::drafter() vs
+// V41Model's DSparkDrafter, tiny V4.1 checkpoints with every layer kind, Engram, window 8) and
+// DeepSeek-V4-Flash-0731's (CudaModel::drafter() vs CpuModel's V4DSparkDrafter, the v4_tiny_a shape
+// with sliding/CSA/HCA and hash-routed layers, window 16), each with a 3-stage drafter, in exact (bf16)
+// and official (FP8/FP4) numerics with the reference GEMMs:
+//   * the ops: tap_mean, dspark_attention (both softmax forms) and dspark_markov_step against the CPU
+//     formulas (tap means, dspark_common.cpp dspark_attention_core + the output rounding and inverse
+//     RoPE, the Markov step's logits and confidence);
 //   * lockstep: the same sequences on both models through chunked prefill (a chunk longer than the
 //     ring), rounds of draft -> verify pass -> truncate (none / some / all accepted) and a fork: the
 //     logits of every verify row, the drafts, the sampled drafts' distributions and the confidences
 //     bit-identical (memcmp);
-//   * attach adds the rings' bytes, only before the first forward; drafting allocates no device memory
-//     and the workspace (sized for a forward or a draft of every sequence) is never exceeded;
+//   * attach adds the rings' bytes, only before the first forward; drafting and verify passes allocate
+//     no device memory and the workspace (sized for a forward or a draft of every sequence) holds;
 //   * the engine on the GPU: greedy output token-identical to no speculation (k = 1, 3, 5, scheduler
 //     on/off, async on/off, batch 1 and 6), and sampled output equal to the CPU engine's speculative
 //     run with the same seeds. Skips without a GPU.
 #include <gtest/gtest.h>
 
+// GCC 12 reports false -Wrestrict warnings on inlined std::string assignments and concatenations
+// (GCC bug 105329) in this file's fixtures.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+#pragma GCC diagnostic ignored "-Wrestrict"
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
@@ -38,11 +46,13 @@
 #include "deepinfer/drafter.h"
 #include "deepinfer/engine.h"
 #include "deepinfer/model_v41.h"
+#include "deepinfer/synthetic.h"
 #include "deepinfer/synthetic_v41.h"
 #include "engine/spec_test_util.h"
 #include "model/dspark_common.h"
 #include "model/paged_rows.h"
 #include "model/state.h"
+#include "unit/fixtures.h"
 #include "v41/tiny_published_config.h"
 
 namespace deepinfer {
@@ -84,6 +94,37 @@ std::string fixture(bool official, bool agree) {
         if (!agree) o.residual_damping = 0.5;
         write_synthetic_v41_checkpoint(dir, j.dump(2), o);
         if (agree) make_dspark_agree_with_target(dir);
+    }
+    return dir;
+}
+
+// A tiny DeepSeek-V4 checkpoint with a V4-Flash-0731 DSpark drafter (the v4_tiny_a shape: sliding, CSA
+// and HCA layers, hash-routed layers, window 16; tests/engine/dspark_v4_fixtures.h), written once per
+// process: official = FP8 linears and FP4 experts (widths multiples of 128), else bf16; `agree`: the
+// drafter rewritten to agree with the target.
+std::string v4_fixture(bool official, bool agree) {
+    static std::map<std::pair<bool, bool>, std::string> dirs;
+    std::string& dir = dirs[{official, agree}];
+    if (dir.empty()) {
+        dir = (std::filesystem::temp_directory_path() /
+               ("deepinfer_cuda_dspark_v4_" + std::to_string(official) + std::to_string(agree) + "_" + std::to_string(::getpid())))
+                  .string();
+        std::ifstream in(test::data_path("models/v4_tiny_a_mtp/config.json"));
+        nlohmann::json j = nlohmann::json::parse(in);
+        j["num_nextn_predict_layers"] = 1;  // vestigial in the 0731 HF config: 3 stages are stored
+        j["dspark_block_size"] = 5;
+        j["dspark_noise_token_id"] = int64_t(j["vocab_size"]) - 1;
+        j["dspark_markov_rank"] = agree ? j["hidden_size"] : nlohmann::json(16);
+        j["dspark_n_routed_experts"] = 4;
+        j["dspark_num_experts_per_tok"] = 2;
+        if (official) j["hidden_size"] = j["q_lora_rank"] = j["o_lora_rank"] = j["moe_intermediate_size"] = 128;
+        SyntheticCheckpointOptions o;
+        o.seed = agree ? 23 : 17;
+        o.fp8_linears = o.fp4_experts = official;
+        o.residual_damping = 0.5;
+        o.dspark_stages = 3;
+        write_synthetic_checkpoint(dir, j.dump(2), o);
+        if (agree) make_v4_dspark_agree_with_target(dir);
     }
     return dir;
 }
@@ -177,7 +218,8 @@ TEST(CudaDSparkOps, AttentionEqualsTheCpuCore) {
     std::vector<int32_t> apos(anchors.begin(), anchors.end());
     auto dq = upload(q), dbkv = upload(bkv), dsink = upload(sink), dcs = upload(cos_sin), dr = upload(ring_ptrs),
          dap = upload(apos);
-    for (bool official : {false, true}) {
+    for (int variant = 0; variant < 4; ++variant) {
+        const bool official = variant % 2 == 1, sum_then_divide = variant >= 2;  // V4.1's form, then V4's
         cuda::DeviceBuffer scratch(size_t(S * H * (W + G)) * 4), out(size_t(S * H * hd) * 4);
         cuda::dspark_attention({.q = static_cast<const float*>(dq->data()), .block_kv = static_cast<const float*>(dbkv->data()),
                                 .rings = static_cast<const uint8_t* const*>(dr->data()),
@@ -187,7 +229,7 @@ TEST(CudaDSparkOps, AttentionEqualsTheCpuCore) {
                                 .sink = static_cast<const float*>(dsink->data()), .scratch = static_cast<float*>(scratch.data()),
                                 .cos_sin = static_cast<const float*>(dcs->data()), .rope_dim = rope,
                                 .softmax_scale = 1.0f / std::sqrt(float(hd)), .official = official,
-                                .out = static_cast<float*>(out.data())},
+                                .sum_then_divide = sum_then_divide, .out = static_cast<float*>(out.data())},
                                cuda::Stream{});
         const auto got = download<float>(out, size_t(S * H * hd));
         std::vector<const DSparkRings*> rp;
@@ -195,7 +237,8 @@ TEST(CudaDSparkOps, AttentionEqualsTheCpuCore) {
         std::vector<float> want(size_t(S * H * hd));
         dspark_attention_core({.q = q.data(), .block_kv = bkv.data(), .rings = rp, .anchor_positions = anchors, .stage = 0,
                                .block = G, .heads = H, .head_dim = hd, .window = W, .sink = sink.data(),
-                               .form = DSparkSoftmaxForm::kProbsThenSum, .round_bf16 = official, .o = want.data()});
+                               .form = sum_then_divide ? DSparkSoftmaxForm::kSumThenDivide : DSparkSoftmaxForm::kProbsThenSum,
+                               .round_bf16 = official, .o = want.data()});
         for (int64_t t = 0; t < S * H; ++t) {
             float* o = want.data() + t * hd;
             if (official)
@@ -206,7 +249,7 @@ TEST(CudaDSparkOps, AttentionEqualsTheCpuCore) {
             if (official)
                 for (int64_t d = hd - rope; d < hd; ++d) o[d] = cpu::round_bf16(o[d]);
         }
-        EXPECT_TRUE(same_bits(got, want)) << "official " << official;
+        EXPECT_TRUE(same_bits(got, want)) << "official " << official << " sum_then_divide " << sum_then_divide;
     }
 }
 
@@ -245,18 +288,25 @@ struct Pair {
     std::vector<Sequence> cpu, gpu;
 };
 
-class CudaDSpark : public ::testing::TestWithParam<bool> {  // official numerics?
+struct Case {
+    bool v4;        // DeepSeek-V4 with the 0731 drafter, else V4.1
+    bool official;  // numerics
+};
+
+class CudaDSpark : public ::testing::TestWithParam<Case> {
 protected:
     void SetUp() override {
         if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-        const std::string dir = fixture(GetParam(), false);
+        const bool v4 = GetParam().v4, official = GetParam().official;
+        const std::string dir = v4 ? v4_fixture(official, false) : fixture(official, false);
         cpu_ = Model::load(dir, options());
-        gpu_ = cuda::load_cuda_v41_model(dir, options(8, 256), {});
+        gpu_ = v4 ? cuda::load_cuda_model(dir, options(8, 256)) : cuda::load_cuda_v41_model(dir, options(8, 256), {});
         ASSERT_NE(cpu_->drafter(), nullptr);
         ASSERT_NE(gpu_->drafter(), nullptr);
         EXPECT_EQ(gpu_->drafter()->method(), "dspark");
         EXPECT_EQ(gpu_->drafter()->max_drafts(), cpu_->drafter()->max_drafts());
-        EXPECT_EQ(gpu_->numerics(), GetParam() ? Numerics::kOfficial : Numerics::kExact);
+        EXPECT_EQ(gpu_->numerics(), official ? Numerics::kOfficial : Numerics::kExact);
+        EXPECT_EQ(cpu_->numerics(), gpu_->numerics());
     }
     void forward(Pair& p, const std::vector<std::vector<int32_t>>& chunks, bool all_logits) {
         std::vector<SequenceChunk> c, g;
@@ -352,7 +402,10 @@ TEST_P(CudaDSpark, AttachAddsTheRingBytesAndOnlyBeforeTheFirstForward) {
     const size_t plain = s.state_bytes();
     gpu_->drafter()->attach(s);
     const uint64_t extra = gpu_->drafter()->state_bytes(16 << 10);
-    EXPECT_EQ(extra, 3u * (8 + kRingHeadroom) * (64 + 64 / 32));  // 3 stages x 24 rows x 66 B (FP8 + ue8m0)
+    if (GetParam().v4)
+        EXPECT_EQ(extra, 3u * (16 + kRingHeadroom) * 64 * 4);  // 3 stages x 32 rows x 64 f32
+    else
+        EXPECT_EQ(extra, 3u * (8 + kRingHeadroom) * (64 + 64 / 32));  // 3 stages x 24 rows x 66 B (FP8 + ue8m0)
     EXPECT_EQ(s.state_bytes(), plain + extra);
     EXPECT_EQ(s.fork().state_bytes(), plain + extra);
     const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
@@ -366,8 +419,14 @@ TEST_P(CudaDSpark, AttachAddsTheRingBytesAndOnlyBeforeTheFirstForward) {
     EXPECT_THROW(gpu_->drafter()->draft(std::span<const DraftRequest>(&too_many, 1)), Error);
 }
 
-INSTANTIATE_TEST_SUITE_P(Numerics, CudaDSpark, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "official" : "exact"; });
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+    if (info.param.v4) return info.param.official ? "v4_0731_official" : "v4_0731_exact";
+    return info.param.official ? "v41_official" : "v41_exact";
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, CudaDSpark,
+                         ::testing::Values(Case{false, false}, Case{false, true}, Case{true, false}, Case{true, true}),
+                         case_name);
 
 // ---- The engine on the GPU with DSpark speculation ------------------------------------------------
 
@@ -381,9 +440,20 @@ EngineConfig spec(int64_t k, bool scheduler, bool async) {
     return c;
 }
 
-TEST(CudaDSparkEngine, GreedyIsTokenIdenticalToNoSpeculation) {
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    std::shared_ptr<const Model> gpu = cuda::load_cuda_v41_model(fixture(false, true), options(), {});
+class CudaDSparkEngine : public ::testing::TestWithParam<bool> {  // V4 with the 0731 drafter, else V4.1
+protected:
+    void SetUp() override {
+        if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    }
+    static std::shared_ptr<const Model> gpu_model(const std::string& dir) {
+        if (GetParam()) return std::shared_ptr<const Model>(cuda::load_cuda_model(dir, options()));
+        return std::shared_ptr<const Model>(cuda::load_cuda_v41_model(dir, options(), {}));
+    }
+    static std::string dir(bool official, bool agree) { return GetParam() ? v4_fixture(official, agree) : fixture(official, agree); }
+};
+
+TEST_P(CudaDSparkEngine, GreedyIsTokenIdenticalToNoSpeculation) {
+    std::shared_ptr<const Model> gpu = gpu_model(dir(false, true));
     const int64_t V = gpu->info().vocab_size;
     std::mt19937 rng(21);
     test::Requests reqs;
@@ -424,12 +494,11 @@ TEST(CudaDSparkEngine, GreedyIsTokenIdenticalToNoSpeculation) {
     EXPECT_GT(accepted, 0) << "the agreeing drafter's drafts were never accepted";
 }
 
-TEST(CudaDSparkEngine, SampledOutputEqualsTheCpuEnginesSpeculativeRun) {
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+TEST_P(CudaDSparkEngine, SampledOutputEqualsTheCpuEnginesSpeculativeRun) {
     for (bool official : {false, true}) {
-        const std::string dir = fixture(official, false);
-        std::shared_ptr<const Model> cpu = Model::load(dir, options());
-        std::shared_ptr<const Model> gpu = cuda::load_cuda_v41_model(dir, options(), {});
+        const std::string d = dir(official, false);
+        std::shared_ptr<const Model> cpu = Model::load(d, options());
+        std::shared_ptr<const Model> gpu = gpu_model(d);
         const int64_t V = gpu->info().vocab_size;
         std::mt19937 rng(9);
         test::Requests reqs;
@@ -457,6 +526,9 @@ TEST(CudaDSparkEngine, SampledOutputEqualsTheCpuEnginesSpeculativeRun) {
         }
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, CudaDSparkEngine, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "v4_0731" : "v41"; });
 
 }  // namespace
 }  // namespace deepinfer

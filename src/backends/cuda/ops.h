@@ -728,7 +728,8 @@ struct TapMeanParams {
 };
 void tap_mean(const TapMeanParams& p, Stream s);
 
-// DSparkAttention of one stage (dspark_common.h dspark_attention_core, V4.1's kProbsThenSum form):
+// DSparkAttention of one stage (dspark_common.h dspark_attention_core; V4.1's kProbsThenSum form, or
+// with sum_then_divide V4's kSumThenDivide: o = Σ e·key [e → bf16 in official] / den):
 // block row k of request i (position P_i + k) attends to the ring's context rows of positions
 // max(0, P_i - W) .. P_i - 1 (oldest first) and all `block` K=V rows of its block; logits = dot·scale,
 // max starts at the sink, p = exp(l - max) / den [→ bf16 in official], o = Σ p·key in key order
@@ -747,6 +748,7 @@ struct DSparkAttentionParams {
     int64_t rope_dim = 0;
     float softmax_scale = 0;
     bool official = false;
+    bool sum_then_divide = false;
     float* out = nullptr;  // [requests * block, heads, head_dim]
 };
 void dspark_attention(const DSparkAttentionParams& p, Stream s);

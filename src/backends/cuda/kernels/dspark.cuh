@@ -77,11 +77,13 @@ static __global__ void dspark_attention_kernel(const __grid_constant__ DSparkAtt
     }
     __syncthreads();
     const float den = den_sh;
-    for (int64_t j = threadIdx.x; j < nc; j += blockDim.x) sc[j] = dev::maybe_bf16(sc[j] / den, p.official);
+    for (int64_t j = threadIdx.x; j < nc; j += blockDim.x)
+        sc[j] = dev::maybe_bf16(p.sum_then_divide ? sc[j] : sc[j] / den, p.official);
     __syncthreads();
     for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) {
         float o = 0.0f;
         for (int64_t j = 0; j < nc; ++j) o = dev::add(o, dev::mul(sc[j], key(j, d)));
+        if (p.sum_then_divide) o = o / den;
         o_sh[d] = dev::maybe_bf16(o, p.official);
     }
     __syncthreads();

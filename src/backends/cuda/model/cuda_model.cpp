@@ -228,10 +228,15 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
 }
 
 void CudaModel::moe(const DeviceLayer& lw, const Batch& b, const float* a, float* out) const {
+    moe_rows(lw, b.rows, b.tokens, config_.n_routed_experts, config_.num_experts_per_tok, a, out, ep_);
+}
+
+void CudaModel::moe_rows(const DeviceLayer& lw, int64_t S, const int32_t* tokens, int64_t E, int64_t K, const float* a,
+                         float* out, ExpertExchange* exchange) const {
     const ModelConfig& c = config_;
     const Stream s = stream_.get();
     const bool off = official();
-    const int64_t S = b.rows, D = c.hidden_size, E = c.n_routed_experts, K = c.num_experts_per_tok;
+    const int64_t D = c.hidden_size;
     const float L = static_cast<float>(c.swiglu_limit);
     float* logits = workspace_->alloc_n<float>(S * E);
     float* biased = workspace_->alloc_n<float>(S * E);
@@ -239,7 +244,7 @@ void CudaModel::moe(const DeviceLayer& lw, const Batch& b, const float* a, float
     float* wts = workspace_->alloc_n<float>(S * K);
     project_f32(lw.gate, a, S, logits);
     route({.logits = logits, .bias = lw.gate_bias, .tid2eid = lw.mlp_type == MlpType::kHashMoe ? lw.tid2eid : nullptr,
-           .tokens = b.tokens, .rows = S, .experts = E, .top_k = K, .scoring = scoring_of(c.scoring_func),
+           .tokens = tokens, .rows = S, .experts = E, .top_k = K, .scoring = scoring_of(c.scoring_func),
            .norm_topk_prob = c.norm_topk_prob, .routed_scaling_factor = static_cast<float>(c.routed_scaling_factor),
            .official = off, .biased = biased, .ids = ids, .weights = wts},
           s);
@@ -247,7 +252,7 @@ void CudaModel::moe(const DeviceLayer& lw, const Batch& b, const float* a, float
     const float* y_slot = routed_experts({.experts = &lw.experts, .x = a, .ids = ids, .weights = wts, .rows = S,
                                           .hidden = D, .top_k = K, .experts_total = E, .swiglu_limit = L,
                                           .official = off, .weight_before_w2 = off, .fast = fast_,
-                                          .exchange = ep_, .rank = static_cast<int>(ep_rank_)},
+                                          .exchange = exchange, .rank = static_cast<int>(ep_rank_)},
                                          *workspace_, s);
     // Shared expert (no routing weight).
     const int64_t SI = lw.shared_w1.out_features;
@@ -364,6 +369,13 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
                         (fast_ ? bytes(hc_mix_splits(hc * Dm) * R * (hc + 1) * 4) : 0);  // fast mixing
     total += head;
     total += draws_.workspace_need(D, V);  // sampling
+    if (weights_.dspark) {  // DSpark taps and context rows (cuda_dspark_v4.cpp): at most every row
+        const int64_t T = static_cast<int64_t>(c.dspark_target_layer_ids.size());
+        total += 2 * bytes(S * 4) + weights_.dspark->stages.size() * bytes(S * 8);  // inputs
+        total += 2 * bytes(S * T * Dm * 4) + bytes(S * Dm * 4) + bytes(S * Dh * 4) + 1024;
+        if (fast_) total += bytes(S * T * Dm) + bytes(S * (T * Dm / 128 + 1) * 4) + bytes(S * T * Dm * 2);
+        total = std::max(total, dspark_workspace_need(D));  // a draft of up to D requests
+    }
     if (weights_.mtp) {  // a draft of up to D requests (cuda_mtp.cpp: inputs, two stream buffers, one chained step)
         const int64_t Rd = std::max<int64_t>(D, 1);
         const size_t draft = 16 * bytes(Rd * 64) + 2 * bytes(Rd * hc * Dm * 4) + bytes(Rd * 16 * 12) + mtp_rows(Rd) +
@@ -384,10 +396,15 @@ float* CudaModel::compute(const Batch& batch) const {
     float* x = workspace_->alloc_n<float>(S * hc * D);
     float* y = workspace_->alloc_n<float>(S * hc * D);
     embed({.table = weights_.embed, .tokens = b.tokens, .x = x, .rows = S, .hc = hc, .round_bf16 = official()}, s);
+    // DSpark taps of attached sequences' rows: [num_taps, taps * D] (cuda_dspark_v4.cpp).
+    float* taps = b.num_taps > 0 ? workspace_->alloc_n<float>(b.num_taps * int64_t(c.dspark_target_layer_ids.size()) * D)
+                                 : nullptr;
     for (int64_t l = 0; l < L; ++l) {
         b.segments = b.all_segments + l * b.num_segments;
         run_layer(weights_.layers[size_t(l)], b, x, y);
+        dspark_tap_layer(l, b, x, taps);  // the stream leaving the layer
     }
+    dspark_write_context(b, taps);
     if (b.mtp) run_mtp_pass(b, x);
     if (b.num_picked == 0) return nullptr;
     // Rows whose logits are wanted, gathered so the head runs once for the whole batch.
@@ -462,7 +479,9 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     if (weights_.mtp) mtp_plan = mtp_pass_plan(states, chunks);
     // A pure decode step replays the CUDA graph of its (rows, context) bucket; padding rows decode
     // token 0 at position 0 of the scratch sequence (batch invariance: they change no other row).
-    const int64_t bucket = graphs_.enabled() && decode && !mtp_plan.any ? graph_bucket(real_rows) : 0;
+    // DSpark-attached sequences: their taps and context rows (eagerly as well).
+    const TapPlan tap_plan = dspark_tap_plan(states, b);
+    const int64_t bucket = graphs_.enabled() && decode && !mtp_plan.any && tap_plan.src.empty() ? graph_bucket(real_rows) : 0;
     b.graph = bucket > 0 && bucket <= max_rows_;
     if (b.graph) {
         auto* pad = static_cast<DeviceSequenceState*>(&pad_.state());
@@ -522,6 +541,8 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     const size_t o_tok = place(size_t(S) * 4), o_pos = place(size_t(S) * 4), o_rs = place(size_t(S) * 4);
     const size_t o_segs = place(segs.size() * sizeof(DeviceSegment)), o_pick = place(picked.size() * 4);
     const size_t o_mtp = place(mtp_pass_bytes(mtp_plan));
+    const size_t o_tsrc = place(tap_plan.src.size() * 4), o_tpos = place(tap_plan.pos.size() * 4);
+    const size_t o_tdst = place(tap_plan.dst.size() * sizeof(float*));
     const size_t graph_inputs = in_bytes;  // a graph's inputs end here
     if (!pinned_in_ || pinned_in_->nbytes() < in_bytes) pinned_in_ = std::make_unique<PinnedBuffer>(in_bytes * 2);
     auto* pin = static_cast<uint8_t*>(pinned_in_->host());
@@ -531,6 +552,11 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     std::memcpy(pin + o_segs, segs.data(), segs.size() * sizeof(DeviceSegment));
     if (!picked.empty()) std::memcpy(pin + o_pick, picked.data(), picked.size() * 4);
     mtp_pass_pack(mtp_plan, pin + o_mtp);
+    if (!tap_plan.src.empty()) {
+        std::memcpy(pin + o_tsrc, tap_plan.src.data(), tap_plan.src.size() * 4);
+        std::memcpy(pin + o_tpos, tap_plan.pos.data(), tap_plan.pos.size() * 4);
+        std::memcpy(pin + o_tdst, tap_plan.dst.data(), tap_plan.dst.size() * sizeof(float*));
+    }
     std::vector<int32_t> draw_rows(static_cast<size_t>(D));  // each draw samples its chunk's last logits row
     for (int64_t k = 0; k < D; ++k) {
         const DeviceDraw& d = draws[size_t(k)];
@@ -547,6 +573,10 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     b.all_segments = reinterpret_cast<const DeviceSegment*>(d_in + o_segs);
     b.picked = reinterpret_cast<const int32_t*>(d_in + o_pick);
     mtp_pass_bind(mtp_plan, d_in + o_mtp, b);
+    b.num_taps = static_cast<int64_t>(tap_plan.src.size());
+    b.tap_src = reinterpret_cast<const int32_t*>(d_in + o_tsrc);
+    b.tap_pos = reinterpret_cast<const int32_t*>(d_in + o_tpos);
+    b.tap_dst = reinterpret_cast<float* const*>(d_in + o_tdst);
 
     // A graph step (decode_graphs.h): the captured work reads its inputs from the block above, at the
     // same arena offset in every step of the bucket, and allocates the same arena ranges: replaying it

@@ -61,6 +61,9 @@ class DeviceSequenceState final : public SequenceState {
 public:
     std::vector<LayerBuffers> layers;
     std::optional<DeviceMtpState> mtp;  // attached to the MTP drafter
+    // Attached to the 0731 DSpark drafter (cuda_dspark_v4.cpp): per stage the context ring,
+    // [sliding_window + kRingHeadroom, head_dim] f32, position p in slot p % rows.
+    std::vector<std::unique_ptr<DeviceBuffer>> dspark_rings;
     size_t nbytes = 0;
     int64_t length = 0;  // tokens consumed
     int device = 0;      // where the buffers live
@@ -86,6 +89,7 @@ public:
             c->layers.push_back({dup(l.window), dup(l.comp_kv), dup(l.comp_gate), dup(l.comp_entries), dup(l.idx_kv),
                                  dup(l.idx_gate), dup(l.idx_entries)});
         if (mtp) c->mtp = DeviceMtpState{dup(mtp->window), dup(mtp->taps), mtp->taps_first, mtp->taps_end};
+        for (const auto& r : dspark_rings) c->dspark_rings.push_back(dup(r));
         c->nbytes = nbytes;
         c->length = length;
         synchronize_stream(Stream{});  // the legacy stream only: a forward in flight on the model stream goes on
@@ -130,7 +134,8 @@ public:
         DI_CHECK(!fast_ || fast_fp8_available(), "fast GEMM mode needs FP8 tensor cores (compute capability 8.9+)");
         UploadOptions upload;
         upload.wo_a_bf16 = fast_;  // the tensor-core wo_a takes bf16 weights
-        upload.with_mtp = ep_ == nullptr;  // the MTP drafter runs on one GPU only
+        upload.with_mtp = ep_ == nullptr;  // the MTP and DSpark drafters run on one GPU only
+        upload.with_dspark = ep_ == nullptr;
         ExpertRange& experts = upload.experts;
         if (ep_) {
             const int64_t G = ep_->ranks(), E = config_.n_routed_experts;
@@ -141,8 +146,10 @@ public:
         const ModelWeights host = load_model_weights(*checkpoint_, config_);
         weights_ = upload_weights(host, config_, upload);
         if (weights_.mtp) mtp_drafter_ = make_mtp_drafter();
+        if (weights_.dspark) mtp_drafter_ = make_dspark_drafter();  // (a checkpoint stores one of the two)
         cpu::RopeTable main(config_.rope_main, config_.qk_rope_head_dim), comp(config_.rope_compress, config_.qk_rope_head_dim);
-        rope_main_ = upload_floats(rope_cos_sin(main, max_len_));
+        // (a DSpark block reaches dspark_block_size - 1 positions past the last one)
+        rope_main_ = upload_floats(rope_cos_sin(main, max_len_ + std::max<int64_t>(config_.dspark_block_size, 0)));
         rope_comp_ = upload_floats(rope_cos_sin(comp, max_len_));
         // The workspace: the given size, else the largest forward the limits allow (every row a
         // logits row, every sequence at max_model_len, a full group of device draws).
@@ -169,7 +176,8 @@ public:
         return forward_sampled(chunks, {}, {}).logits;
     }
     bool can_sample_on_device(const DeviceDraw& d) const override { return device_draw_supported(d); }
-    // The MTP drafter (cuda_mtp_drafter.h) when the checkpoint has an MTP block (one GPU only).
+    // The MTP drafter (cuda_mtp.cpp) when the checkpoint has an MTP block, the DSpark drafter
+    // (cuda_dspark_v4.cpp) when it has 0731's; one GPU only.
     const Drafter* drafter() const override { return mtp_drafter_.get(); }
     // MTP drafting (cuda_mtp.cpp): attaches a new sequence; the device bytes that adds; k drafts per request.
     void mtp_attach(Sequence& sequence) const;
@@ -230,6 +238,28 @@ private:
     float* compute(const Batch& b) const;
     // Logits [rows, vocab] (arena) of final streams xs [rows, hc, D] through `hc` head, `norm` and the LM head.
     float* head_logits(const float* xs, int64_t rows, const DeviceHc& hc, const float* norm) const;
+
+    // ---- DSpark of V4-Flash-0731 (cuda_dspark_v4.cpp, cuda_dspark_v4_draft.cpp) ----
+    friend class CudaDSparkV4Drafter;
+    std::unique_ptr<Drafter> make_dspark_drafter() const;
+    void dspark_attach(Sequence& sequence) const;
+    uint64_t dspark_state_bytes() const;
+    std::vector<Draft> dspark_draft(std::span<const DraftRequest> requests) const;
+    int64_t dspark_ring_rows() const { return config_.sliding_window + kRingHeadroom; }
+    // The taps of a forward: every attached sequence's last ring-many rows (host tables).
+    struct TapPlan {
+        std::vector<int32_t> src, pos;  // [M] pass rows and positions
+        std::vector<float*> dst;        // [stages, M] ring rows
+    };
+    TapPlan dspark_tap_plan(std::span<DeviceSequenceState* const> states, const Batch& b) const;
+    // After target layer `layer` (streams x): the stream means of the tapped rows; after the layers the
+    // context rows into the rings.
+    void dspark_tap_layer(int64_t layer, const Batch& b, const float* x, float* taps) const;
+    void dspark_write_context(const Batch& b, const float* taps) const;
+    // The MoE of one block over S rows with E experts, top K (a target layer or a DSpark stage).
+    void moe_rows(const DeviceLayer& lw, int64_t S, const int32_t* tokens, int64_t E, int64_t K, const float* a,
+                  float* out, ExpertExchange* exchange) const;
+    size_t dspark_workspace_need(int64_t R) const;
 
     // ---- MTP (cuda_mtp.cpp) ----
     std::unique_ptr<Drafter> make_mtp_drafter() const;
@@ -299,6 +329,10 @@ struct CudaModel::Batch {
     const float* const* mtp_src_ptr = nullptr;  // [mtp rows]
     float* const* mtp_tap_dst = nullptr;        // [rows]
     const DeviceSegment* mtp_segments = nullptr;
+    // The pass's DSpark taps (cuda_dspark_v4.cpp; device inputs, num_taps 0: none).
+    int64_t num_taps = 0;
+    const int32_t *tap_src = nullptr, *tap_pos = nullptr;
+    float* const* tap_dst = nullptr;  // [stages, num_taps]
 };
 
 // The MTP rows of one target pass, built on the host (cuda_mtp.cpp).

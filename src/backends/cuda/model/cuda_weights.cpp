@@ -108,7 +108,8 @@ DeviceLinear device_linear_like(const LinearWeight& w, const void* weight, const
 namespace {
 
 DeviceLayer upload_layer(Uploader& up, const LayerWeights& lw, const ModelConfig& config, ExpertRange experts,
-                         bool wo_a_bf16) {
+                         bool wo_a_bf16, int64_t n_experts = -1) {
+    if (n_experts < 0) n_experts = config.n_routed_experts;  // a DSpark stage has its own count
     DeviceLayer l;
     l.attention_type = lw.attention_type;
     l.mlp_type = lw.mlp_type;
@@ -142,11 +143,11 @@ DeviceLayer upload_layer(Uploader& up, const LayerWeights& lw, const ModelConfig
     if (lw.ffn.bias) l.gate_bias = up.vec(*lw.ffn.bias);
     if (!lw.ffn.tid2eid.empty())
         l.tid2eid = static_cast<const int32_t*>(up.bytes(lw.ffn.tid2eid.data(), lw.ffn.tid2eid.size() * sizeof(int32_t)));
-    DI_CHECK(static_cast<int64_t>(lw.ffn.experts.size()) == config.n_routed_experts, "layer has ",
-             lw.ffn.experts.size(), " experts, config says ", config.n_routed_experts);
-    const int64_t e1 = experts.end < 0 ? config.n_routed_experts : experts.end;
-    DI_CHECK(experts.begin >= 0 && experts.begin < e1 && e1 <= config.n_routed_experts, "expert range [",
-             experts.begin, ", ", e1, ") of ", config.n_routed_experts, " experts");
+    DI_CHECK(static_cast<int64_t>(lw.ffn.experts.size()) == n_experts, "layer has ", lw.ffn.experts.size(),
+             " experts, config says ", n_experts);
+    const int64_t e1 = experts.end < 0 ? n_experts : experts.end;
+    DI_CHECK(experts.begin >= 0 && experts.begin < e1 && e1 <= n_experts, "expert range [", experts.begin, ", ", e1,
+             ") of ", n_experts, " experts");
     l.experts = up.experts(std::span<const ExpertWeights>(lw.ffn.experts).subspan(
         size_t(experts.begin), size_t(e1 - experts.begin)));
     l.shared_w1 = up.linear(lw.ffn.shared.w1);
@@ -171,6 +172,20 @@ DeviceWeights upload_weights(const ModelWeights& w, const ModelConfig& config, c
         d.mtp = DeviceMtp{.e_proj = up.linear(m.e_proj), .h_proj = up.linear(m.h_proj), .enorm = up.vec(m.enorm),
                           .hnorm = up.vec(m.hnorm), .norm = up.vec(m.norm), .hc_head = up.hc(m.hc_head),
                           .block = upload_layer(up, m.block, config, {}, options.wo_a_bf16)};
+    }
+    if (options.with_dspark && w.dspark) {
+        const DSparkV4Weights& ds = *w.dspark;
+        DeviceDSpark dd;
+        for (const LayerWeights& st : ds.stages)
+            dd.stages.push_back(upload_layer(up, st, config, {}, options.wo_a_bf16, config.dspark_n_routed_experts));
+        dd.main_proj = up.linear(ds.main_proj);
+        dd.main_norm = up.vec(ds.main_norm);
+        dd.norm = up.vec(ds.norm);
+        dd.hc_head = up.hc(ds.hc_head);
+        dd.markov_w1 = up.linear(ds.markov_w1);
+        dd.markov_w2 = up.linear(ds.markov_w2);
+        dd.confidence = up.vec(ds.confidence);
+        d.dspark = std::move(dd);
     }
     return d;
 }

@@ -68,12 +68,25 @@ struct DeviceMtp {
     DeviceLayer block;
 };
 
+// The V4-Flash-0731 DSpark drafter (DSparkV4Weights): its stages are sliding-window layers with their
+// own score-routed MoE; the last stage's HC head collapses the streams.
+struct DeviceDSpark {
+    std::vector<DeviceLayer> stages;
+    DeviceLinear main_proj;             // [D, taps*D]
+    const float* main_norm = nullptr;   // [D]
+    const float* norm = nullptr;        // [D] last stage
+    DeviceHc hc_head;                   // last stage
+    DeviceLinear markov_w1, markov_w2;  // [vocab, rank]
+    const float* confidence = nullptr;  // [D + rank]
+};
+
 struct DeviceWeights {
     DeviceLinear embed, head;
     const float* norm = nullptr;
     DeviceHc hc_head;
     std::vector<DeviceLayer> layers;
     std::optional<DeviceMtp> mtp;  // the first MTP block, when the checkpoint has one and it was asked for
+    std::optional<DeviceDSpark> dspark;  // the 0731 DSpark drafter, when stored and asked for
     size_t bytes = 0;
     std::vector<std::unique_ptr<DeviceBuffer>> storage;  // owns every allocation above
 };
@@ -94,6 +107,7 @@ struct UploadOptions {
     // power of two has 4 significant bits), as the reference does at load, for the tensor-core bf16 GEMM.
     bool wo_a_bf16 = false;
     bool with_mtp = false;  // also the first MTP block (speculative decoding, cuda_mtp.cpp)
+    bool with_dspark = false;  // also the 0731 DSpark drafter (cuda_dspark_v4.cpp)
 };
 
 DeviceWeights upload_weights(const ModelWeights& w, const ModelConfig& config, const UploadOptions& options = {});

@@ -1,0 +1,294 @@
+// SPDX-License-Identifier: Apache-2.0
+// DSpark drafting on the GPU for DeepSeek-V4-Flash-0731, mirroring src/model/dspark_v4.cpp
+// (v4_dspark_block_forward) and src/model/dspark_common.cpp (dspark_markov_draft) with the same
+// rounding points: the blocks [anchor, noise x (γ-1)] of every request at positions P .. P+γ-1 run as
+// R·γ rows through the stages (V4 blocks: per-sub-block mHC from the stage's own hc_attn/hc_ffn; the
+// target's attention prologue, DSparkAttention in the target kernel's sum-then-divide form over the
+// stage's context ring and the whole block, the target's epilogue and output projection; the stage's
+// own score-routed MoE), the last stage's HC head collapses them, norm and the target's head give U;
+// then the Markov head drafts left to right on the device as for V4.1 (cuda_v41_dspark_draft.cpp).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "backends/cuda/model/cuda_model_impl.h"
+#include "model/dspark_common.h"
+
+namespace deepinfer::cuda::v4 {
+
+std::vector<Draft> CudaModel::dspark_draft(std::span<const DraftRequest> requests) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    set_current_device(device_);
+    const ModelConfig& c = config_;
+    const DeviceDSpark& ds = *weights_.dspark;
+    const Stream s = stream_.get();
+    const bool off = official();
+    const int64_t G = c.dspark_block_size, V = c.vocab_size, D = c.hidden_size, hc = c.hc_mult;
+    const int64_t H = c.num_attention_heads, Dh = c.head_dim, QL = c.q_lora_rank, Rr = c.qk_rope_head_dim;
+    const int64_t W = c.sliding_window, NS = static_cast<int64_t>(ds.stages.size());
+    const int64_t rank = c.dspark_markov_rank, R = static_cast<int64_t>(requests.size()), S = R * G;
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    check_dspark_requests(requests, G, V);
+    std::vector<Draft> out(requests.size());
+    if (R == 0) return out;
+    DI_CHECK(R <= std::max<int64_t>(max_seqs_, 1), "DSpark drafting: ", R, " requests, the workspace holds ", max_seqs_);
+    // Requests sorted by draft count (descending): those still drafting at step k are a prefix.
+    std::vector<int64_t> order(static_cast<size_t>(R));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t x, int64_t y) { return requests[size_t(x)].num_drafts > requests[size_t(y)].num_drafts; });
+    std::vector<int32_t> tokens, positions, anchors, anchor_pos, sampled;
+    std::vector<const uint8_t*> rings(static_cast<size_t>(NS * R));
+    std::vector<double> temps, uniforms(static_cast<size_t>(S), 0.0);
+    for (int64_t a = 0; a < R; ++a) {
+        const DraftRequest& r = requests[size_t(order[size_t(a)])];
+        auto* st = dynamic_cast<DeviceSequenceState*>(&r.sequence->state());
+        DI_CHECK(st != nullptr && !st->dspark_rings.empty(),
+                 "DSpark drafting: the sequence is not attached to this model's drafter");
+        DI_CHECK(st->length > 0, "DSpark drafting: the sequence has not run its prompt");
+        const int64_t P = st->length;
+        for (int64_t k = 0; k < G; ++k) {
+            tokens.push_back(k == 0 ? r.anchor : static_cast<int32_t>(c.dspark_noise_token_id));
+            positions.push_back(static_cast<int32_t>(P + k));
+        }
+        anchors.push_back(r.anchor);
+        anchor_pos.push_back(static_cast<int32_t>(P));
+        for (int64_t i = 0; i < NS; ++i)
+            rings[size_t(i * R + a)] = static_cast<const uint8_t*>(st->dspark_rings[size_t(i)]->data());
+        const bool smp = !r.uniforms.empty() && r.temperature > 0;
+        sampled.push_back(smp ? 1 : 0);
+        temps.push_back(r.temperature);
+        for (size_t k = 0; k < r.uniforms.size(); ++k) uniforms[size_t(a * G) + k] = r.uniforms[k];
+        if (smp) out[size_t(order[size_t(a)])].probs.resize(size_t(r.num_drafts * V));
+    }
+    const bool any_sampled = std::find(sampled.begin(), sampled.end(), 1) != sampled.end();
+    std::vector<int64_t> active(static_cast<size_t>(G));
+    for (int64_t k = 0; k < G; ++k) {
+        int64_t n = 0;
+        while (n < R && requests[size_t(order[size_t(n)])].num_drafts > k) ++n;
+        active[size_t(k)] = n;
+    }
+    // Inputs: one pinned block, one copy.
+    size_t bytes = 0;
+    auto place = [&](size_t n) {
+        const size_t at = bytes;
+        bytes = align256(bytes + n);
+        return at;
+    };
+    const size_t o_tok = place(size_t(S) * 4), o_pos = place(size_t(S) * 4), o_anchor = place(size_t(R) * 4);
+    const size_t o_apos = place(size_t(R) * 4), o_rings = place(rings.size() * sizeof(void*));
+    const size_t o_sampled = place(size_t(R) * 4), o_temp = place(size_t(R) * 8), o_unif = place(size_t(S) * 8);
+    if (!pinned_in_ || pinned_in_->nbytes() < bytes) pinned_in_ = std::make_unique<PinnedBuffer>(bytes * 2);
+    auto* pin = static_cast<uint8_t*>(pinned_in_->host());
+    std::memcpy(pin + o_tok, tokens.data(), size_t(S) * 4);
+    std::memcpy(pin + o_pos, positions.data(), size_t(S) * 4);
+    std::memcpy(pin + o_anchor, anchors.data(), size_t(R) * 4);
+    std::memcpy(pin + o_apos, anchor_pos.data(), size_t(R) * 4);
+    std::memcpy(pin + o_rings, rings.data(), rings.size() * sizeof(void*));
+    std::memcpy(pin + o_sampled, sampled.data(), size_t(R) * 4);
+    std::memcpy(pin + o_temp, temps.data(), size_t(R) * 8);
+    std::memcpy(pin + o_unif, uniforms.data(), size_t(S) * 8);
+    const size_t out_bytes = size_t(2 * G * R) * 4;
+    if (!pinned_out_ || pinned_out_->nbytes() < out_bytes) pinned_out_ = std::make_unique<PinnedBuffer>(out_bytes * 2);
+    const size_t probs_bytes = size_t(G * R * V) * sizeof(float);
+    if (any_sampled && (!pinned_probs_ || pinned_probs_->nbytes() < probs_bytes))
+        pinned_probs_ = std::make_unique<PinnedBuffer>(probs_bytes);
+
+    const size_t mark = workspace_->mark();
+    struct Release {  // on an exception: drain the stream, return the scratch
+        const CudaModel& m;
+        size_t mark;
+        bool armed = true;
+        ~Release() {
+            if (!armed) return;
+            try {
+                m.stream_.synchronize();
+            } catch (...) {
+            }
+            m.workspace_->reset(mark);
+        }
+    } release{*this, mark};
+    auto* d_in = static_cast<uint8_t*>(workspace_->alloc(bytes));
+    copy_to_device(d_in, pin, bytes, s);
+    const auto* d_tok = reinterpret_cast<const int32_t*>(d_in + o_tok);
+    const auto* d_pos = reinterpret_cast<const int32_t*>(d_in + o_pos);
+    const auto* d_anchor = reinterpret_cast<const int32_t*>(d_in + o_anchor);
+    const auto* d_apos = reinterpret_cast<const int32_t*>(d_in + o_apos);
+    const auto* d_rings = reinterpret_cast<const uint8_t* const*>(d_in + o_rings);
+    const auto* d_sampled = reinterpret_cast<const int32_t*>(d_in + o_sampled);
+    const auto* d_temp = reinterpret_cast<const double*>(d_in + o_temp);
+    const auto* d_unif = reinterpret_cast<const double*>(d_in + o_unif);
+
+    // The stages (run_v4_block with DSparkAttention).
+    float* x = workspace_->alloc_n<float>(S * hc * D);
+    float* y2 = workspace_->alloc_n<float>(S * hc * D);
+    embed({.table = weights_.embed, .tokens = d_tok, .x = x, .rows = S, .hc = hc, .round_bf16 = off}, s);
+    float* post = workspace_->alloc_n<float>(S * hc);
+    float* comb = workspace_->alloc_n<float>(S * hc * hc);
+    float* a = workspace_->alloc_n<float>(S * D);
+    float* o_out = workspace_->alloc_n<float>(S * D);
+    float* mix = workspace_->alloc_n<float>(S * ((2 + hc) * hc + 1));
+    auto pre = [&](const DeviceHc& w, const float* norm) {
+        hc_pre({.x = x, .fn = w.fn, .base = w.base, .scale = w.scale, .rows = S, .hc = hc, .hidden = D,
+                .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps),
+                .post = post, .comb = comb, .collapsed = a, .round_bf16 = off, .mix = mix},
+               s);
+        rms_norm({.x = a, .weight = norm, .out = a, .rows = S, .n = D, .eps = eps, .round_bf16 = off}, s);
+    };
+    auto post_mix = [&] {
+        hc_post({.out = o_out, .x = x, .post = post, .comb = comb, .y = y2, .rows = S, .hc = hc, .hidden = D,
+                 .round_bf16 = off},
+                s);
+        std::swap(x, y2);
+    };
+    for (int64_t st = 0; st < NS; ++st) {
+        const DeviceLayer& lw = ds.stages[size_t(st)];
+        pre(lw.hc_attn, lw.attn_norm);
+        {
+            const size_t inner = workspace_->mark();
+            // The target's attention prologue (attention_queries, attention_kv_rows) at P + k.
+            float* qr = workspace_->alloc_n<float>(S * QL);
+            float* q = workspace_->alloc_n<float>(S * H * Dh);
+            project(lw.wq_a, a, S, qr);
+            rms_norm({.x = qr, .weight = lw.q_norm, .out = qr, .rows = S, .n = QL, .eps = eps, .round_bf16 = off}, s);
+            project(lw.wq_b, qr, S, q);
+            rope_rows({.x = q, .rows = S, .heads = H, .dim = Dh, .positions = d_pos, .cos_sin = rope_main_, .rope_dim = Rr,
+                       .head_norm = off ? HeadNorm::kBf16Arith : HeadNorm::kF32, .eps = eps, .round_rope_dims = off,
+                       .tree_sum = fast_},
+                      s);
+            float* kv = workspace_->alloc_n<float>(S * Dh);
+            project(lw.wkv, a, S, kv);
+            rms_norm({.x = kv, .weight = lw.kv_norm, .out = kv, .rows = S, .n = Dh, .eps = eps, .round_bf16 = off}, s);
+            rope_rows({.x = kv, .rows = S, .heads = 1, .dim = Dh, .positions = d_pos, .cos_sin = rope_main_,
+                       .rope_dim = Rr, .round_rope_dims = off, .qat = off ? Qat::kFp8Nope : Qat::kNone},
+                      s);
+            float* scratch = workspace_->alloc_n<float>(S * H * (W + G));
+            float* o = workspace_->alloc_n<float>(S * H * Dh);
+            dspark_attention({.q = q, .block_kv = kv, .rings = d_rings + st * R, .anchor_positions = d_apos, .requests = R,
+                              .block = G, .heads = H, .head_dim = Dh, .window = W, .window_rows = dspark_ring_rows(),
+                              .ring_format = CacheFormat::kF32, .ring_block = 32, .sink = lw.sink, .scratch = scratch,
+                              .cos_sin = rope_main_, .rope_dim = Rr,
+                              .softmax_scale = 1.0f / std::sqrt(static_cast<float>(Dh)), .official = off,
+                              .sum_then_divide = true, .out = o},
+                             s);
+            // The target's grouped wo_a, then wo_b (attention_output).
+            const int64_t Go = c.o_groups, OL = c.o_lora_rank, GW = H * Dh / Go;
+            float* u = workspace_->alloc_n<float>(S * Go * OL);
+            if (fast_ && lw.wo_a_groups && fast_linear_supported(lw.wo_a.rows(0, OL))) {
+                uint16_t* ob = workspace_->alloc_n<uint16_t>(S * H * Dh);
+                int32_t* offsets = workspace_->alloc_n<int32_t>(Go + 1);
+                int32_t* rows_of = workspace_->alloc_n<int32_t>(Go * S);
+                int32_t* tiles = workspace_->alloc_n<int32_t>(Go + 1);
+                to_bf16({.x = o, .x_ld = GW, .rows = S * Go, .cols = GW, .out = ob}, s);
+                group_row_tables({.groups = Go, .rows = S, .offsets = offsets, .rows_of = rows_of}, s);
+                fast_linear({.a = ob, .a_row_src = rows_of, .weight = lw.wo_a.rows(0, OL), .experts = lw.wo_a_groups,
+                             .expert_offsets = offsets, .num_experts = Go, .tile_scratch = tiles, .y_row = rows_of,
+                             .y = u, .y_ld = OL, .rows = Go * S, .round_output_bf16 = off},
+                            s);
+            } else {
+                for (int64_t g = 0; g < Go; ++g)
+                    linear({.x = o + g * GW, .x_ld = H * Dh, .weight = lw.wo_a.rows(g * OL, (g + 1) * OL), .y = u + g * OL,
+                            .y_ld = Go * OL, .rows = S, .round_output_bf16 = off},
+                           s);
+            }
+            project(lw.wo_b, u, S, o_out);
+            workspace_->reset(inner);
+        }
+        post_mix();
+        pre(lw.hc_ffn, lw.ffn_norm);
+        {
+            const size_t inner = workspace_->mark();
+            moe_rows(lw, S, d_tok, c.dspark_n_routed_experts, c.dspark_num_experts_per_tok, a, o_out, nullptr);
+            workspace_->reset(inner);
+        }
+        post_mix();
+    }
+    // Collapse with the last stage's HC head, norm, the target's head.
+    float* y = workspace_->alloc_n<float>(S * D);
+    float* yn = workspace_->alloc_n<float>(S * D);
+    float* hmix = workspace_->alloc_n<float>(S * (hc + 1));
+    hc_head({.x = x, .fn = ds.hc_head.fn, .base = ds.hc_head.base, .scale = ds.hc_head.scale, .rows = S, .hc = hc,
+             .hidden = D, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps), .y = y, .round_bf16 = off, .mix = hmix},
+            s);
+    rms_norm({.x = y, .weight = ds.norm, .out = yn, .rows = S, .n = D, .eps = eps, .round_bf16 = off}, s);
+    float* U = workspace_->alloc_n<float>(S * V);
+    if (!project_fast(weights_.head, yn, S, U, false))
+        linear({.x = yn, .x_ld = D, .weight = weights_.head, .y = U, .y_ld = V, .rows = S}, s);
+
+    // The Markov head, left to right (dspark_markov_draft).
+    int32_t* d_drafts = workspace_->alloc_n<int32_t>(G * R);
+    float* d_conf = workspace_->alloc_n<float>(G * R);
+    float* e = workspace_->alloc_n<float>(R * rank);
+    float* bias = workspace_->alloc_n<float>(R * V);
+    float* logits = workspace_->alloc_n<float>(R * V);
+    double* dscratch = workspace_->alloc_n<double>(R * V);
+    float* probs = workspace_->alloc_n<float>(R * V);
+    float* proxy = workspace_->alloc_n<float>(R);  // draft_sample's MTP confidence proxy (unused here)
+    for (int64_t k = 0; k < G; ++k) {
+        const int64_t n = active[size_t(k)];
+        if (n == 0) break;
+        const int32_t* prev = k == 0 ? d_anchor : d_drafts + (k - 1) * R;
+        embed({.table = ds.markov_w1, .tokens = prev, .x = e, .rows = n, .hc = 1, .round_bf16 = false}, s);
+        linear({.x = e, .x_ld = rank, .weight = ds.markov_w2, .y = bias, .y_ld = V, .rows = n}, s);  // fp32
+        dspark_markov_step({.U = U, .y = y, .bias = bias, .e = e, .weight = ds.confidence, .rows = n, .block = G,
+                            .step = k, .vocab = V, .hidden = D, .rank = rank, .logits = logits,
+                            .confidence = d_conf + k * R},
+                           s);
+        draft_sample({.logits = logits, .rows = n, .vocab = V, .temperature = d_temp, .sampled = d_sampled,
+                      .uniform = d_unif + k, .uniform_stride = G, .scratch = dscratch, .probs = probs,
+                      .tokens = d_drafts + k * R, .confidence = proxy},
+                     s);
+        if (any_sampled)
+            copy_to_host(static_cast<float*>(pinned_probs_->host()) + k * R * V, probs, size_t(n * V) * 4, s);
+    }
+    auto* host = static_cast<uint8_t*>(pinned_out_->host());
+    copy_to_host(host, d_drafts, size_t(G * R) * 4, s);
+    copy_to_host(host + size_t(G * R) * 4, d_conf, size_t(G * R) * 4, s);
+    stream_.synchronize();
+    release.armed = false;
+    workspace_->reset(mark);
+    const auto* toks = reinterpret_cast<const int32_t*>(host);
+    const auto* conf = reinterpret_cast<const float*>(host + size_t(G * R) * 4);
+    for (int64_t a2 = 0; a2 < R; ++a2) {
+        Draft& d = out[size_t(order[size_t(a2)])];
+        const int64_t nd = requests[size_t(order[size_t(a2)])].num_drafts;
+        for (int64_t k = 0; k < nd; ++k) {
+            d.tokens.push_back(toks[k * R + a2]);
+            d.confidence.push_back(conf[k * R + a2]);
+            if (sampled[size_t(a2)])
+                std::memcpy(d.probs.data() + k * V, static_cast<const float*>(pinned_probs_->host()) + (k * R + a2) * V,
+                            size_t(V) * 4);
+        }
+    }
+    return out;
+}
+
+size_t CudaModel::dspark_workspace_need(int64_t Rq) const {
+    if (!weights_.dspark) return 0;
+    const ModelConfig& c = config_;
+    const int64_t G = c.dspark_block_size, R = std::max<int64_t>(Rq, 1), S = R * G, Dm = c.hidden_size, hc = c.hc_mult;
+    const int64_t V = c.vocab_size, H = c.num_attention_heads, Dh = c.head_dim, QL = c.q_lora_rank;
+    const int64_t Go = c.o_groups, OL = c.o_lora_rank, W = c.sliding_window, rank = c.dspark_markov_rank;
+    const int64_t E = c.dspark_n_routed_experts, K = c.dspark_num_experts_per_tok;
+    const int64_t NS = static_cast<int64_t>(weights_.dspark->stages.size()), NT = S * K;
+    auto bytes = [](int64_t n) { return align256(static_cast<size_t>(std::max<int64_t>(n, 0))) + 256; };
+    size_t total = 3 * bytes(S * 8) + 4 * bytes(R * 8) + bytes(NS * R * 8);  // inputs
+    total += 2 * bytes(S * hc * Dm * 4) + bytes(S * hc * 4) + bytes(S * hc * hc * 4) + 2 * bytes(S * Dm * 4) +
+             bytes(S * ((2 + hc) * hc + 1) * 4);
+    size_t at = bytes(S * QL * 4) + bytes(S * H * Dh * 4) + bytes(S * Dh * 4) + bytes(S * H * (W + G) * 4) +
+                bytes(S * H * Dh * 4) + bytes(S * Go * OL * 4) + bytes(S * std::max({Dm, QL, Go * OL}) * 4);
+    if (fast_) at += bytes(S * H * Dh * 2) + 2 * bytes((Go + 1) * 4) + bytes(Go * S * 4) + bytes(S * std::max({Dm, QL, Go * OL}) * 2);
+    const DeviceLayer& l0 = weights_.dspark->stages.front();
+    const int64_t I = l0.experts.shape_w1.out_features, SI = l0.shared_w1.out_features;
+    size_t mo = 2 * bytes(S * E * 4) + 2 * bytes(S * K * 4) + 3 * bytes(NT * 4) + bytes((E + 2) * 4) + bytes(S * Dm * 4) +
+                2 * bytes(NT * I * 4) + 2 * bytes(NT * Dm * 4) + 2 * bytes(S * SI * 4) + bytes(S * Dm * 4) +
+                bytes(S * std::max(Dm, SI) * 4);
+    if (fast_) mo += bytes(NT * I) + bytes(NT * (I / 128 + 1) * 4) + bytes(S * Dm) + bytes(S * (Dm / 128 + 1) * 4) + bytes((E + 1) * 4);
+    total += std::max(at, mo) + 1024;
+    total += 2 * bytes(S * Dm * 4) + bytes(S * (hc + 1) * 4) + bytes(S * V * 4) + bytes(S * Dm * 4);  // collapse, head
+    total += 2 * bytes(G * R * 4) + bytes(R * rank * 4) + 3 * bytes(R * V * 4) + bytes(R * V * 8) + bytes(R * 4);
+    return total;
+}
+
+}  // namespace deepinfer::cuda::v4
