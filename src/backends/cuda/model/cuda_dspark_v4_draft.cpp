@@ -130,9 +130,10 @@ std::vector<Draft> CudaModel::dspark_draft(std::span<const DraftRequest> request
     float* o_out = workspace_->alloc_n<float>(S * D);
     float* mix = workspace_->alloc_n<float>(S * ((2 + hc) * hc + 1));
     auto pre = [&](const DeviceHc& w, const float* norm) {
+        const bool given = hc_mix_fast(w, x, S, (2 + hc) * hc, mix);  // (the fast mode's split-K mixing, as run_layer)
         hc_pre({.x = x, .fn = w.fn, .base = w.base, .scale = w.scale, .rows = S, .hc = hc, .hidden = D,
                 .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps),
-                .post = post, .comb = comb, .collapsed = a, .round_bf16 = off, .mix = mix},
+                .post = post, .comb = comb, .collapsed = a, .round_bf16 = off, .mix = mix, .mix_given = given},
                s);
         rms_norm({.x = a, .weight = norm, .out = a, .rows = S, .n = D, .eps = eps, .round_bf16 = off}, s);
     };
@@ -208,8 +209,10 @@ std::vector<Draft> CudaModel::dspark_draft(std::span<const DraftRequest> request
     float* y = workspace_->alloc_n<float>(S * D);
     float* yn = workspace_->alloc_n<float>(S * D);
     float* hmix = workspace_->alloc_n<float>(S * (hc + 1));
+    const bool given = hc_mix_fast(ds.hc_head, x, S, hc, hmix);
     hc_head({.x = x, .fn = ds.hc_head.fn, .base = ds.hc_head.base, .scale = ds.hc_head.scale, .rows = S, .hc = hc,
-             .hidden = D, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps), .y = y, .round_bf16 = off, .mix = hmix},
+             .hidden = D, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps), .y = y, .round_bf16 = off, .mix = hmix,
+             .mix_given = given},
             s);
     rms_norm({.x = y, .weight = ds.norm, .out = yn, .rows = S, .n = D, .eps = eps, .round_bf16 = off}, s);
     float* U = workspace_->alloc_n<float>(S * V);
@@ -285,7 +288,8 @@ size_t CudaModel::dspark_workspace_need(int64_t Rq) const {
                 2 * bytes(NT * I * 4) + 2 * bytes(NT * Dm * 4) + 2 * bytes(S * SI * 4) + bytes(S * Dm * 4) +
                 bytes(S * std::max(Dm, SI) * 4);
     if (fast_) mo += bytes(NT * I) + bytes(NT * (I / 128 + 1) * 4) + bytes(S * Dm) + bytes(S * (Dm / 128 + 1) * 4) + bytes((E + 1) * 4);
-    total += std::max(at, mo) + 1024;
+    const size_t mixing = fast_ ? bytes(hc_mix_splits(hc * Dm) * S * ((2 + hc) * hc + 1) * 4) : 0;  // released before
+    total += std::max({at, mo, mixing}) + 1024;
     total += 2 * bytes(S * Dm * 4) + bytes(S * (hc + 1) * 4) + bytes(S * V * 4) + bytes(S * Dm * 4);  // collapse, head
     total += 2 * bytes(G * R * 4) + bytes(R * rank * 4) + 3 * bytes(R * V * 4) + bytes(R * V * 8) + bytes(R * 4);
     return total;
