@@ -46,6 +46,13 @@ struct ModelOptions {
     // CUDA: scratch of one forward, allocated at load. 0: sized from the limits below (the largest
     // batch the engine can form at the longest sequence), so no forward ever allocates.
     uint64_t device_workspace_bytes = 0;
+    // CUDA: the device page pool every sequence's and prefix snapshot's state lives in, allocated at
+    // load (--device-state-gib). 0: room for max_num_seqs sequences of max_model_len tokens, within
+    // 90% of the device memory left after the weights and the workspace (less 1 GiB).
+    uint64_t device_state_bytes = 0;
+    // CUDA: positions per page of compressed entries / indexer keys (a multiple of every compression
+    // ratio; 0: the smallest such multiple >= 256). The copy-on-write granularity of prefix snapshots.
+    int64_t device_page_tokens = 0;
     int64_t max_batch_tokens = 2048;  // CUDA, workspace sizing: rows of one forward (EngineConfig::max_num_batched_tokens)
     int64_t max_num_seqs = 256;       // CUDA, workspace sizing: sequences of one forward (EngineConfig::max_num_seqs)
     // CUDA: replay a captured CUDA graph for pure decode steps (one graph per padded batch-size and
@@ -150,6 +157,9 @@ public:
     // Bytes of the state of a sequence of `num_tokens` tokens with pool pages of `page_bytes` (for
     // admission before the sequence exists): what state_bytes() reports for such a sequence.
     virtual uint64_t estimate_state_bytes(int64_t num_tokens, uint64_t page_bytes) const = 0;
+    // Bytes of state the model itself can hold (a GPU model's device page pool; the engine admits
+    // within the smaller of this and its own budget). 0: no limit of its own (the engine's StatePool).
+    virtual uint64_t state_capacity_bytes() const { return 0; }
     virtual Sequence new_sequence() const = 0;
     // A sequence whose growing state is paged in `pool` (shared with copies of it).
     virtual Sequence new_sequence(std::shared_ptr<StatePool> pool) const = 0;

@@ -108,6 +108,13 @@ int32_t token_at(const Completion& c, int64_t i) {
 
 }  // namespace
 
+// The state budget: the engine's, or less when the model holds state in a pool of its own (a GPU
+// model's device pages), so admission never asks that pool for more than it has.
+uint64_t state_limit(const Model& model, const EngineConfig& c) {
+    const uint64_t own = model.state_capacity_bytes();
+    return own > 0 ? std::min(own, c.state_memory_bytes) : c.state_memory_bytes;
+}
+
 struct Engine::Impl {
     std::shared_ptr<const Model> model;
     std::shared_ptr<const Tokenizer> tokenizer;
@@ -132,7 +139,7 @@ struct Engine::Impl {
           tokenizer(std::move(t)),
           cfg(c),
           pool(std::make_shared<StatePool>(c.state_memory_bytes, c.state_page_bytes)),
-          prefix(static_cast<uint64_t>(double(c.state_memory_bytes) * c.prefix_cache_fraction), std::max<int64_t>(1, c.prefix_block)) {
+          prefix(static_cast<uint64_t>(double(state_limit(*model, c)) * c.prefix_cache_fraction), std::max<int64_t>(1, c.prefix_block)) {
         DI_CHECK(cfg.max_num_seqs > 0 && cfg.max_num_batched_tokens > 0 && cfg.max_prefill_chunk > 0,
                  "engine: max_num_seqs, max_num_batched_tokens and max_prefill_chunk must be positive");
         if (cfg.speculative_method == "auto") {  // the checkpoint's own drafter, if it has one
@@ -184,7 +191,7 @@ struct Engine::Impl {
         auto projected = [&](const Completion* c, int64_t take) {
             return estimate_state_bytes(c->num_computed + take, pool->page_bytes());
         };
-        uint64_t limit = cfg.state_memory_bytes;
+        uint64_t limit = state_limit(*model, cfg);
         auto chunk_size = [&](const Completion* c, int64_t budget_left) {
             const int64_t rem = total_tokens(*c) - c->num_computed;
             int64_t take = std::min({rem, cfg.max_prefill_chunk, budget_left});
@@ -267,7 +274,7 @@ struct Engine::Impl {
             if (use + need > limit) {
                 if (running.empty() && plan.items.empty())
                     DI_THROW("request '", r.id, "' needs ", need, " bytes of state, more than the engine's budget of ",
-                             limit, " (raise state_memory_bytes)");
+                             limit, " (raise state_memory_bytes", model->state_capacity_bytes() ? " or the device state pool" : "", ")");
                 break;
             }
             waiting.pop_front();

@@ -34,6 +34,7 @@ namespace {
 using cuda::DeviceBuffer;
 using cuda::Stream;
 using test::Dev;
+using test::PagedRowsCopy;
 using test::randn;
 
 class CudaOps : public ::testing::Test {
@@ -630,15 +631,27 @@ TEST_F(CudaOps, IndexerScoresAndTop512BitIdentical) {
     for (int32_t& p : gpos) p = std::min<int32_t>(p, int32_t(keys * m - 1));
     Dev<float> dk(k), dq(q), dhw(hw), dscores(size_t(rows * keys));
     Dev<int32_t> dpos(gpos), drs(std::vector<int32_t>(size_t(rows), 0)), dsel(size_t(rows * topk)), dcnt(static_cast<size_t>(rows));
+    // Contiguous keys, then the keys in pages as the models' state holds them (37 per page, after 96 floats).
+    const PagedRowsCopy paged(k, ID, 37, 96);
+    for (bool in_pages : {false, true}) {
+        cuda::DeviceSegment seg;
+        seg.idx_entries = in_pages ? nullptr : dk.ptr();
+        if (in_pages) {
+            seg.pages = paged.table.ptr();
+            seg.entries_per_page = paged.per_page;
+            seg.idx_offset = paged.offset;
+        }
+        Dev<cuda::DeviceSegment> dseg(std::vector<cuda::DeviceSegment>{seg});
+        cuda::indexer_topk({.segments = dseg.ptr(), .row_segment = drs.ptr(), .positions = dpos.ptr(), .rows = rows,
+                            .q = dq.ptr(), .weights = dhw.ptr(), .heads = IH, .head_dim = ID, .ratio = m, .topk = topk,
+                            .max_visible = keys, .scores = dscores.ptr(), .selected = dsel.ptr(),
+                            .num_selected = dcnt.ptr(), .official = true},
+                           Stream{});
+        EXPECT_EQ(dsel.host(ref.size()), ref) << (in_pages ? "paged keys" : "contiguous keys");
+    }
     cuda::DeviceSegment seg;
     seg.idx_entries = dk.ptr();
     Dev<cuda::DeviceSegment> dseg(std::vector<cuda::DeviceSegment>{seg});
-    cuda::indexer_topk({.segments = dseg.ptr(), .row_segment = drs.ptr(), .positions = dpos.ptr(), .rows = rows,
-                        .q = dq.ptr(), .weights = dhw.ptr(), .heads = IH, .head_dim = ID, .ratio = m, .topk = topk,
-                        .max_visible = keys, .scores = dscores.ptr(), .selected = dsel.ptr(), .num_selected = dcnt.ptr(),
-                        .official = true},
-                       Stream{});
-    EXPECT_EQ(dsel.host(ref.size()), ref);
 
     // Tensor cores (fast mode): only the f32 order of each dot product differs before its bf16
     // rounding, so nearly every score is equal and the rest within a few bf16 steps; the picks agree
@@ -734,13 +747,25 @@ TEST_F(CudaOps, SparseSinkAttentionMatchesCpu) {
         std::vector<int32_t> positions(static_cast<size_t>(rows));
         for (int64_t t = 0; t < rows; ++t) positions[size_t(t)] = int32_t(P0 + t);
         Dev<int32_t> dsel(selected), dpos(positions), drs(std::vector<int32_t>(size_t(rows), 0));
-        cuda::DeviceSegment seg;
-        seg.num_rows = rows;
-        seg.first_position = P0;
-        seg.window = dring.ptr();
-        seg.comp_entries = dent.ptr();
-        Dev<cuda::DeviceSegment> dseg(std::vector<cuda::DeviceSegment>{seg});
-        for (int64_t n : {rows, int64_t(4)}) {
+        // Contiguous entries, then entries in pages as the models' state holds them (64 per page, after 256 floats).
+        const PagedRowsCopy paged(entries, Dh, 64, 256);
+        struct Run {
+            int64_t rows;
+            bool in_pages;
+        };
+        for (const Run run : {Run{rows, false}, Run{4, false}, Run{rows, true}}) {
+            cuda::DeviceSegment seg;
+            seg.num_rows = rows;
+            seg.first_position = P0;
+            seg.window = dring.ptr();
+            seg.comp_entries = run.in_pages ? nullptr : dent.ptr();
+            if (run.in_pages) {
+                seg.pages = paged.table.ptr();
+                seg.entries_per_page = paged.per_page;
+                seg.comp_offset = paged.offset;
+            }
+            Dev<cuda::DeviceSegment> dseg(std::vector<cuda::DeviceSegment>{seg});
+            const int64_t n = run.rows;
             cuda::sparse_attention({.segments = dseg.ptr(), .row_segment = drs.ptr(), .positions = dpos.ptr(), .rows = n,
                                     .heads = H, .head_dim = Dh, .q = dq.ptr(), .kv = dkv.ptr(), .sink = dsink.ptr(),
                                     .window = W, .window_rows = WR, .kind = cuda::AttentionKind::kCsa, .ratio = m,
@@ -751,7 +776,7 @@ TEST_F(CudaOps, SparseSinkAttentionMatchesCpu) {
             const std::vector<float> want(ref.begin(), ref.begin() + n * H * Dh);
             expect_bits_equal(want, dout.host(want.size()),
                               std::string(official ? "sparse attention (official)" : "sparse attention (exact)") + ", " +
-                                  std::to_string(n) + " rows");
+                                  std::to_string(n) + " rows" + (run.in_pages ? ", paged entries" : ""));
         }
         if (!official) continue;
         // The tensor-core kernel (fast mode): the official kernel's online softmax in blocks of 64 with

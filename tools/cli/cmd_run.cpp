@@ -51,7 +51,7 @@ struct RunOptions {
     bool resume = false, async = false, no_async = false, no_prefix_cache = false, no_cuda_graphs = false,
          host_sampling = false;
     int64_t max_num_seqs = 64, max_batched_tokens = 2048, max_prefill_chunk = 512, default_max_tokens = 256;
-    double state_memory_gib = 4.0, device_workspace_gib = 0.0;
+    double state_memory_gib = 4.0, device_workspace_gib = 0.0, device_state_gib = 0.0;
     int64_t max_model_len = 0, gpus_per_replica = 1;
     std::string gemm = "reference";
     uint64_t seed = 0;
@@ -127,6 +127,7 @@ int run_job(const RunOptions& o, Communicator* comm) {
     mo.device = parse_device(o.device);
     mo.max_model_len = o.max_model_len;
     mo.device_workspace_bytes = static_cast<uint64_t>(o.device_workspace_gib * double(uint64_t{1} << 30));
+    mo.device_state_bytes = static_cast<uint64_t>(o.device_state_gib * double(uint64_t{1} << 30));
     mo.device_fast_gemm = o.gemm == "fast";
     mo.max_batch_tokens = o.max_batched_tokens;
     mo.max_num_seqs = o.max_num_seqs;
@@ -208,6 +209,10 @@ Command register_run(CLI::App& app) {
     sub->add_option("--device-workspace-gib", o->device_workspace_gib,
                     "cuda: scratch of one forward step, allocated at start-up (0: sized from --max-batched-tokens, "
                     "--max-num-seqs and --max-model-len)")->capture_default_str();
+    sub->add_option("--device-state-gib", o->device_state_gib,
+                    "cuda (DeepSeek-V4): the device page pool of sequence state and prefix snapshots, allocated at "
+                    "start-up (0: --max-num-seqs sequences of --max-model-len tokens, within 90% of the free memory)")
+        ->capture_default_str();
     sub->add_flag("--no-cuda-graphs", o->no_cuda_graphs, "cuda: launch decode steps kernel by kernel (same results)");
     sub->add_flag("--host-sampling", o->host_sampling, "cuda: sample on the CPU from copied logits (same results)");
     sub->add_option("--gemm", o->gemm, "cuda: reference (bit-identical to the CPU) | fast (tensor cores, within tolerance)")

@@ -46,6 +46,8 @@ private:
 // cudaMalloc + cudaFree calls made by DeviceBuffer in this process so far (a diagnostic counter:
 // tests assert that decode steps allocate nothing).
 uint64_t device_allocation_count();
+// Free memory of the current device now (cudaMemGetInfo).
+size_t device_free_bytes();
 
 // A stream-ordered bump allocator over one device allocation made at start-up: a forward takes its
 // scratch with alloc() and gives it back with reset(mark) once the stream has finished with it, so a

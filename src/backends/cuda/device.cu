@@ -60,6 +60,12 @@ std::atomic<uint64_t> g_device_allocations{0};  // diagnostic counter only (devi
 
 uint64_t device_allocation_count() { return g_device_allocations.load(std::memory_order_relaxed); }
 
+size_t device_free_bytes() {
+    size_t free = 0, total = 0;
+    DI_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return free;
+}
+
 DeviceBuffer::DeviceBuffer(size_t nbytes) : nbytes_(nbytes) {
     if (nbytes) {
         g_device_allocations.fetch_add(1, std::memory_order_relaxed);

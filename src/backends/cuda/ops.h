@@ -207,6 +207,11 @@ struct DeviceSegment {
     float* idx_kv = nullptr;        // indexer compressor (CSA)
     float* idx_gate = nullptr;
     float* idx_entries = nullptr;   // [capacity, index_head_dim] indexer keys
+    // Paged entries (the models' state, device_page_pool.h): when `pages` is set, entry i is row
+    // i % entries_per_page of the block at comp_offset (indexer keys: idx_offset) floats into page
+    // pages[i / entries_per_page], and comp_entries / idx_entries are unused.
+    float* const* pages = nullptr;  // [entry pages] page addresses (device)
+    int64_t entries_per_page = 0, comp_offset = 0, idx_offset = 0;
 };
 
 // Copies each segment's last min(num_rows, ring_rows) rows of `src` into its ring (slot = pos % ring_rows).

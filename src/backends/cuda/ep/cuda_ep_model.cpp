@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <mutex>
 #include <utility>
 
@@ -76,6 +77,12 @@ public:
     const ModelInfo& info() const override { return ranks_[0]->info(); }
     Numerics numerics() const override { return ranks_[0]->numerics(); }
     uint64_t estimate_state_bytes(int64_t n, uint64_t page) const override { return ranks_[0]->estimate_state_bytes(n, page); }
+    // Sequences spread over the ranks' pools by count: the smallest pool times the ranks.
+    uint64_t state_capacity_bytes() const override {
+        uint64_t least = UINT64_MAX;
+        for (const auto& r : ranks_) least = std::min(least, r->state_capacity_bytes());
+        return least * ranks_.size();
+    }
     Sequence new_sequence() const override {
         std::vector<int64_t> live(ranks_.size());
         for (size_t r = 0; r < live.size(); ++r) live[r] = load_->live[r].load();

@@ -22,6 +22,12 @@ __device__ __forceinline__ float* ring_of(const DeviceSegment& s, RingKind k) {
     return nullptr;
 }
 
+// Row i of a segment's compressed KV entries (width head_dim) or indexer keys, contiguous or paged.
+__device__ __forceinline__ float* entry_row(const DeviceSegment& s, bool indexer, int64_t i, int64_t width) {
+    if (s.pages == nullptr) return (indexer ? s.idx_entries : s.comp_entries) + i * width;
+    return s.pages[i / s.entries_per_page] + (indexer ? s.idx_offset : s.comp_offset) + (i % s.entries_per_page) * width;
+}
+
 // grid (num_segments, max_rows), block 128.
 static __global__ void ring_write_kernel(const __grid_constant__ RingWriteParams p) {
     const DeviceSegment& s = p.segments[blockIdx.x];
@@ -50,7 +56,6 @@ static __global__ void compressor_kernel(const __grid_constant__ CompressorParam
     const int64_t width = p.overlap ? 2 * d : d;
     const float* ring_kv = p.indexer ? s.idx_kv : s.comp_kv;
     const float* ring_gate = p.indexer ? s.idx_gate : s.comp_gate;
-    float* entries = p.indexer ? s.idx_entries : s.comp_entries;
     auto row_kv = [&](int64_t pos) {
         return pos >= P0 ? p.kv + (s.row_begin + pos - P0) * width : ring_kv + (pos % p.ring_rows) * width;
     };
@@ -115,7 +120,8 @@ static __global__ void compressor_kernel(const __grid_constant__ CompressorParam
         else if (p.qat == Qat::kHadamardFp4) hadamard_fp4_warp(entry, d);
     }
     __syncwarp();
-    for (int64_t c = threadIdx.x; c < d; c += 32) entries[i * d + c] = entry[c];
+    float* out = entry_row(s, p.indexer, i, d);
+    for (int64_t c = threadIdx.x; c < d; c += 32) out[c] = entry[c];
 }
 
 // grid (rows, ceil(max_visible / 32)), block 256: one key per 8-thread group.
@@ -129,7 +135,7 @@ static __global__ void indexer_scores_kernel(const __grid_constant__ IndexerPara
     if (static_cast<int64_t>(blockIdx.y) * 32 >= visible) return;  // no key of this block is visible (uniform)
     const float softmax_scale = 1.0f / sqrtf(static_cast<float>(p.head_dim));
     const float weights_scale = 1.0f / sqrtf(static_cast<float>(p.heads));
-    const float* k = s.idx_entries + key * p.head_dim;
+    const float* k = entry_row(s, true, key, p.head_dim);
     float score = 0;
     for (int64_t h = 0; h < p.heads; ++h) {
         const float dp = dev::dot_group8(p.q + (r * p.heads + h) * p.head_dim, k, p.head_dim, lane);
@@ -153,7 +159,7 @@ static __global__ void visible_counts_kernel(const int32_t* positions, int64_t r
 struct Candidates {
     const float* chunk_kv;  // this segment's first chunk row
     const float* window;
-    const float* entries;
+    const DeviceSegment* seg;  // its compressed entries
     const int32_t* selected;  // CSA picks of this row or null
     int64_t lo, P0, window_rows, num_window, head_dim;
     __device__ const float* operator()(int64_t j) const {
@@ -162,7 +168,7 @@ struct Candidates {
             return q >= P0 ? chunk_kv + (q - P0) * head_dim : window + (q % window_rows) * head_dim;
         }
         const int64_t c = j - num_window;
-        return entries + (selected ? static_cast<int64_t>(selected[c]) : c) * head_dim;
+        return entry_row(*seg, false, selected ? static_cast<int64_t>(selected[c]) : c, head_dim);
     }
 };
 
@@ -180,7 +186,7 @@ static __global__ void sparse_attention_kernel(const __grid_constant__ SparseAtt
         const int64_t vis = (pos + 1) / p.ratio;
         num_comp = vis < p.topk ? vis : p.topk;
     }
-    const Candidates cand{p.kv + s.row_begin * Dh, s.window, s.comp_entries,
+    const Candidates cand{p.kv + s.row_begin * Dh, s.window, &s,
                           p.kind == AttentionKind::kCsa ? p.selected + r * p.topk : nullptr,
                           lo, s.first_position, p.window_rows, pos - lo + 1, Dh};
     const int64_t nc = cand.num_window + num_comp;

@@ -15,6 +15,7 @@
 
 #include "backends/cuda/common/device_math.cuh"
 #include "backends/cuda/common/mma_sync.cuh"
+#include "backends/cuda/kernels/attention.cuh"
 #include "backends/cuda/ops.h"
 
 namespace deepinfer::cuda::kernels {
@@ -104,7 +105,7 @@ static __global__ void __launch_bounds__(kItcThreads) indexer_tc_kernel(const __
     const DeviceSegment& s = p.segments[p.row_segment[r]];
     indexer_tc_block<kD>(
         p.q + r * p.heads * kD, p.weights + r * p.heads, p.heads, k_begin, k_end,
-        [&](int64_t j, int d) { return s.idx_entries[j * kD + d]; },
+        [&](int64_t j, int d) { return entry_row(s, true, j, kD)[d]; },
         [&](int64_t j, float score) { p.scores[r * p.max_visible + j] = score; });
 }
 

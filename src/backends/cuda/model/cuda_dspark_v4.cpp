@@ -29,23 +29,21 @@ private:
 
 std::unique_ptr<Drafter> CudaModel::make_dspark_drafter() const { return std::make_unique<CudaDSparkV4Drafter>(*this); }
 
-uint64_t CudaModel::dspark_state_bytes() const {
-    return uint64_t(weights_.dspark->stages.size()) * uint64_t(dspark_ring_rows() * config_.head_dim) * sizeof(float);
-}
+uint64_t CudaModel::dspark_state_bytes() const { return uint64_t(layout_->dspark_pages) * layout_->page_bytes; }
 
 void CudaModel::dspark_attach(Sequence& sequence) const {
     auto* dev = dynamic_cast<DeviceSequenceState*>(&sequence.state());
     DI_CHECK(dev != nullptr, "DSpark attach: the sequence was not created by this CUDA model");
     DI_CHECK(dev->length == 0, "DSpark attach: attach a sequence before its first forward");
-    if (!dev->dspark_rings.empty()) return;
+    if (dev->dspark) return;
     set_current_device(device_);
-    for (size_t s = 0; s < weights_.dspark->stages.size(); ++s) {
-        auto b = std::make_unique<DeviceBuffer>(static_cast<size_t>(dspark_ring_rows() * config_.head_dim) * sizeof(float));
-        fill_zero(b->data(), b->nbytes(), Stream{});
-        dev->nbytes += b->nbytes();
-        dev->dspark_rings.push_back(std::move(b));
-    }
-    synchronize_stream(Stream{});
+    PageList pages(pool_);
+    std::vector<float*> fresh;
+    std::vector<PageCopy> none;
+    pages.make_writable(0, layout_->dspark_pages, fresh, none);
+    dev->dspark = std::move(pages);
+    std::lock_guard<std::mutex> lock(mutex_);  // zeroed after any forward in flight (see new_sequence)
+    for (float* p : fresh) fill_zero(p, layout_->page_bytes, stream_.get());
 }
 
 CudaModel::TapPlan CudaModel::dspark_tap_plan(std::span<DeviceSequenceState* const> states, const Batch& b) const {
@@ -57,13 +55,13 @@ CudaModel::TapPlan CudaModel::dspark_tap_plan(std::span<DeviceSequenceState* con
     for (size_t i = 0; i < states.size(); ++i) {
         const int64_t n = b.num_rows[i];
         const DeviceSequenceState& st = *states[i];
-        if (!st.dspark_rings.empty()) {
+        if (st.dspark) {
             for (int64_t t = std::max<int64_t>(0, n - rows); t < n; ++t) {  // only these can still be read
                 const int64_t p = b.first_position[i] + t;
                 plan.src.push_back(static_cast<int32_t>(row + t));
                 plan.pos.push_back(static_cast<int32_t>(p));
                 for (int64_t s = 0; s < NS; ++s)
-                    dst[size_t(s)].push_back(fptr(st.dspark_rings[size_t(s)]) + (p % rows) * hd);
+                    dst[size_t(s)].push_back(st.dspark_ring(s) + (p % rows) * hd);
             }
         }
         row += n;

@@ -44,7 +44,7 @@ std::vector<Draft> CudaModel::dspark_draft(std::span<const DraftRequest> request
     for (int64_t a = 0; a < R; ++a) {
         const DraftRequest& r = requests[size_t(order[size_t(a)])];
         auto* st = dynamic_cast<DeviceSequenceState*>(&r.sequence->state());
-        DI_CHECK(st != nullptr && !st->dspark_rings.empty(),
+        DI_CHECK(st != nullptr && st->dspark,
                  "DSpark drafting: the sequence is not attached to this model's drafter");
         DI_CHECK(st->length > 0, "DSpark drafting: the sequence has not run its prompt");
         const int64_t P = st->length;
@@ -55,7 +55,7 @@ std::vector<Draft> CudaModel::dspark_draft(std::span<const DraftRequest> request
         anchors.push_back(r.anchor);
         anchor_pos.push_back(static_cast<int32_t>(P));
         for (int64_t i = 0; i < NS; ++i)
-            rings[size_t(i * R + a)] = static_cast<const uint8_t*>(st->dspark_rings[size_t(i)]->data());
+            rings[size_t(i * R + a)] = reinterpret_cast<const uint8_t*>(st->dspark_ring(int64_t(i)));
         const bool smp = !r.uniforms.empty() && r.temperature > 0;
         sampled.push_back(smp ? 1 : 0);
         temps.push_back(r.temperature);

@@ -11,40 +11,6 @@
 
 namespace deepinfer::cuda::v4 {
 
-Sequence CudaModel::new_sequence(std::shared_ptr<StatePool>) const {
-    set_current_device(device_);
-    auto dev = std::make_unique<DeviceSequenceState>();
-    dev->device = device_;
-    auto make = [&](int64_t rows, int64_t width) {
-        auto b = std::make_unique<DeviceBuffer>(static_cast<size_t>(rows * width) * sizeof(float));
-        fill_zero(b->data(), b->nbytes(), Stream{});
-        dev->nbytes += b->nbytes();
-        return b;
-    };
-    const ModelConfig& c = config_;
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-        LayerBuffers lb;
-        lb.window = make(c.sliding_window + kRingHeadroom, c.head_dim);
-        const AttentionType t = c.layer_types[size_t(l)];
-        if (t != AttentionType::kSliding) {
-            const int64_t m = c.compress_ratio(l);
-            const bool csa = t == AttentionType::kCsa;
-            const int64_t ring = (csa ? 2 : 1) * m + kRingHeadroom;
-            lb.comp_kv = make(ring, (csa ? 2 : 1) * c.head_dim);
-            lb.comp_gate = make(ring, (csa ? 2 : 1) * c.head_dim);
-            lb.comp_entries = make(max_len_ / m + 1, c.head_dim);
-            if (csa) {
-                lb.idx_kv = make(ring, 2 * c.index_head_dim);
-                lb.idx_gate = make(ring, 2 * c.index_head_dim);
-                lb.idx_entries = make(max_len_ / m + 1, c.index_head_dim);
-            }
-        }
-        dev->layers.push_back(std::move(lb));
-    }
-    synchronize_stream(Stream{});
-    return Sequence(std::move(dev));
-}
-
 bool CudaModel::project_fast(const DeviceLinear& w, const float* x, int64_t rows, float* y, bool round_bf16) const {
     if (!fast_ || !fast_linear_supported(w)) return false;
     const Stream s = stream_.get();
@@ -318,7 +284,8 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
     const int64_t E = c.n_routed_experts, K = c.num_experts_per_tok;
     // Each arena allocation is 256-aligned: count every one with a full extra 256 bytes.
     auto bytes = [](int64_t n) { return align256(static_cast<size_t>(std::max<int64_t>(n, 0))) + 256; };
-    size_t total = bytes(S * 4) * 3 + bytes(L * N * int64_t(sizeof(DeviceSegment))) + bytes(R * 4);  // inputs
+    size_t total = bytes(S * 4) * 3 + bytes(L * N * int64_t(sizeof(DeviceSegment))) + bytes(R * 4) +
+                   bytes(N * layout_->entry_pages(P) * int64_t(sizeof(float*)));  // inputs (with the page tables)
     total += 2 * bytes(S * hc * Dm * 4);                                                               // x, y
     auto peak_of = [&](const DeviceLayer& lw, int64_t n) -> size_t {
         const size_t fixed = bytes(n * hc * 4) + bytes(n * hc * hc * 4) + 2 * bytes(n * Dm * 4) +
@@ -433,6 +400,39 @@ float* CudaModel::head_logits(const float* xs, int64_t R, const DeviceHc& hcw, c
     return logits;
 }
 
+void CudaModel::pack_segments(std::span<DeviceSequenceState* const> states, const Batch& b, int64_t table,
+                              const uint8_t* d_tables, DeviceSegment* segs, float** tables) const {
+    const DeviceStateLayout& Y = *layout_;
+    for (int64_t i = 0; i < b.num_segments; ++i) {
+        const DeviceSequenceState& st = *states[size_t(i)];
+        float** t = tables + i * table;
+        for (int64_t k = 0; k < table; ++k) t[k] = k < st.entries.size() ? st.entries.page(k) : nullptr;
+    }
+    const int64_t L = config_.num_hidden_layers;
+    for (int64_t l = 0; l < L; ++l) {
+        const LayerStateLayout& y = Y.layers[size_t(l)];
+        int64_t row = 0;
+        for (int64_t i = 0; i < b.num_segments; ++i) {
+            const DeviceSequenceState& st = *states[size_t(i)];
+            DeviceSegment& d = segs[l * b.num_segments + i];
+            d = DeviceSegment{};
+            d.row_begin = row;
+            d.num_rows = b.num_rows[size_t(i)];
+            d.first_position = b.first_position[size_t(i)];
+            d.window = st.ring(y.window);
+            d.comp_kv = st.ring(y.comp_kv);
+            d.comp_gate = st.ring(y.comp_gate);
+            d.idx_kv = st.ring(y.idx_kv);
+            d.idx_gate = st.ring(y.idx_gate);
+            d.pages = reinterpret_cast<float* const*>(d_tables) + i * table;
+            d.entries_per_page = y.entries_per_page;
+            d.comp_offset = y.comp_offset;
+            d.idx_offset = y.idx_offset;
+            row += b.num_rows[size_t(i)];
+        }
+    }
+}
+
 ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks, std::span<const uint8_t> want_logits,
                                           std::span<const DeviceDraw> draws) const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -474,6 +474,8 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
         decode = decode && n == 1 && !(ch.all_logits && wants(i));
     }
     const int64_t real_rows = static_cast<int64_t>(tokens.size());
+    // Every page this forward writes becomes its sequence's own (copy-on-write) before anything else.
+    prepare_state_writes(states, chunks);
     // MTP-attached sequences: the MTP rows this pass completes (they run eagerly, without a graph).
     MtpPassPlan mtp_plan;
     if (weights_.mtp) mtp_plan = mtp_pass_plan(states, chunks);
@@ -497,18 +499,6 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     }
     b.rows = static_cast<int64_t>(tokens.size());
     b.num_segments = static_cast<int64_t>(states.size());
-    std::vector<DeviceSegment> segs(static_cast<size_t>(L * b.num_segments));
-    for (int64_t l = 0; l < L; ++l) {
-        int64_t row = 0;
-        for (int64_t i = 0; i < b.num_segments; ++i) {
-            const LayerBuffers& lb = states[size_t(i)]->layers[size_t(l)];
-            segs[size_t(l * b.num_segments + i)] = {row, b.num_rows[size_t(i)], b.first_position[size_t(i)],
-                                                    fptr(lb.window), fptr(lb.comp_kv), fptr(lb.comp_gate),
-                                                    fptr(lb.comp_entries), fptr(lb.idx_kv), fptr(lb.idx_gate),
-                                                    fptr(lb.idx_entries)};
-            row += b.num_rows[size_t(i)];
-        }
-    }
     // Rows of logits: every row of a graph step; else the rows a chunk wants (all or its last) and the
     // last row of a chunk with draws. Chunks that want neither (mid-prefill) skip the head.
     std::vector<int32_t> picked;
@@ -539,7 +529,10 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
         return at;
     };
     const size_t o_tok = place(size_t(S) * 4), o_pos = place(size_t(S) * 4), o_rs = place(size_t(S) * 4);
-    const size_t o_segs = place(segs.size() * sizeof(DeviceSegment)), o_pick = place(picked.size() * 4);
+    // Per segment a page table of its entry pages (the same length for all: graphs size it from the bucket).
+    const int64_t table = layout_->entry_pages(b.max_position + 1);
+    const size_t o_segs = place(size_t(L * b.num_segments) * sizeof(DeviceSegment)), o_pick = place(picked.size() * 4);
+    const size_t o_pages = place(size_t(b.num_segments * table) * sizeof(float*));
     const size_t o_mtp = place(mtp_pass_bytes(mtp_plan));
     const size_t o_tsrc = place(tap_plan.src.size() * 4), o_tpos = place(tap_plan.pos.size() * 4);
     const size_t o_tdst = place(tap_plan.dst.size() * sizeof(float*));
@@ -549,7 +542,10 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     std::memcpy(pin + o_tok, tokens.data(), size_t(S) * 4);
     std::memcpy(pin + o_pos, positions.data(), size_t(S) * 4);
     std::memcpy(pin + o_rs, row_segment.data(), size_t(S) * 4);
-    std::memcpy(pin + o_segs, segs.data(), segs.size() * sizeof(DeviceSegment));
+    const size_t mark = workspace_->mark();
+    auto* d_in = static_cast<uint8_t*>(workspace_->alloc(graph_inputs));
+    pack_segments(states, b, table, d_in + o_pages, reinterpret_cast<DeviceSegment*>(pin + o_segs),
+                  reinterpret_cast<float**>(pin + o_pages));
     if (!picked.empty()) std::memcpy(pin + o_pick, picked.data(), picked.size() * 4);
     mtp_pass_pack(mtp_plan, pin + o_mtp);
     if (!tap_plan.src.empty()) {
@@ -563,9 +559,7 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
         draw_rows[size_t(k)] = static_cast<int32_t>(first_pick[size_t(d.chunk)] + num_pick[size_t(d.chunk)] - 1);
     }
 
-    const size_t mark = workspace_->mark();
     timer_.start(s);
-    auto* d_in = static_cast<uint8_t*>(workspace_->alloc(graph_inputs));
     copy_to_device(d_in, pin, graph_inputs, s);
     b.tokens = reinterpret_cast<const int32_t*>(d_in + o_tok);
     b.positions = reinterpret_cast<const int32_t*>(d_in + o_pos);

@@ -17,6 +17,9 @@
 #include "backends/cuda/model/cuda_model.h"
 #include "backends/cuda/model/cuda_weights.h"
 #include "backends/cuda/model/decode_graphs.h"
+#include "backends/cuda/model/device_page_pool.h"
+#include "backends/cuda/model/device_sequence_state.h"
+#include "backends/cuda/model/device_state_layout.h"
 #include "backends/cuda/model/device_draws.h"
 #include "backends/cuda/model/step_timer.h"
 #include "backends/cuda/model/expert_exchange.h"
@@ -30,11 +33,7 @@
 
 namespace deepinfer::cuda::v4 {
 
-// ---- Per-sequence device state ------------------------------------------------------------------
-
-struct LayerBuffers {
-    std::unique_ptr<DeviceBuffer> window, comp_kv, comp_gate, comp_entries, idx_kv, idx_gate, idx_entries;
-};
+// ---- Per-sequence device state (device_sequence_state.h) -----------------------------------------
 
 // Rows of the target's final HC streams an MTP-attached sequence keeps (a position-keyed ring): a
 // verify pass commits at least its first row and at most 17 rows are ever rolled back to, so the row
@@ -43,60 +42,6 @@ inline constexpr int64_t kMtpTapRows = 32;
 // Drafts per request and draft call (as the CPU MtpDrafter: a verify pass of at most 17 rows).
 inline constexpr int64_t kMtpMaxDrafts = 16;
 static_assert(kMtpMaxDrafts + 1 <= kMtpTapRows);
-
-// What an MTP-attached sequence keeps on the device (cuda_mtp.cpp, speculative-decoding.md §5, §7.3):
-// the MTP block's sliding-window ring (position p in slot p % (sliding_window + kRingHeadroom)) and
-// the final HC streams of the target's last rows (position p in slot p % kMtpTapRows). Rows written
-// for positions that are later rolled back are overwritten before any read: nothing is undone.
-struct DeviceMtpState {
-    std::unique_ptr<DeviceBuffer> window;  // [sliding_window + kRingHeadroom, head_dim] f32
-    std::unique_ptr<DeviceBuffer> taps;    // [kMtpTapRows, hc * D] f32
-    int64_t taps_first = 0, taps_end = 0;  // positions [taps_first, taps_end) whose streams the ring holds
-};
-
-// One sequence's state of every layer in device memory (sizes fixed at creation: no allocation
-// while the sequence runs). Position-keyed like the CPU state, so truncate() needs no device work:
-// entries past the new length are simply no longer visible, ring rows are overwritten before use.
-class DeviceSequenceState final : public SequenceState {
-public:
-    std::vector<LayerBuffers> layers;
-    std::optional<DeviceMtpState> mtp;  // attached to the MTP drafter
-    // Attached to the 0731 DSpark drafter (cuda_dspark_v4.cpp): per stage the context ring,
-    // [sliding_window + kRingHeadroom, head_dim] f32, position p in slot p % rows.
-    std::vector<std::unique_ptr<DeviceBuffer>> dspark_rings;
-    size_t nbytes = 0;
-    int64_t length = 0;  // tokens consumed
-    int device = 0;      // where the buffers live
-
-    int64_t num_tokens() const override { return length; }
-    void truncate(int64_t n) override {
-        DI_CHECK(n >= 0 && n <= length, "truncate to ", n, " tokens of a sequence of ", length);
-        length = n;
-        if (mtp) mtp->taps_end = std::min(mtp->taps_end, n);  // rolled-back rows' streams are stale
-    }
-    size_t unshared_bytes() const override { return nbytes; }  // copies are deep (no shared pages)
-    std::unique_ptr<SequenceState> clone() const override {
-        set_current_device(device);
-        auto c = std::make_unique<DeviceSequenceState>();
-        c->device = device;
-        auto dup = [&](const std::unique_ptr<DeviceBuffer>& b) -> std::unique_ptr<DeviceBuffer> {
-            if (!b) return nullptr;
-            auto n = std::make_unique<DeviceBuffer>(b->nbytes());
-            copy_on_device(n->data(), b->data(), b->nbytes(), Stream{});
-            return n;
-        };
-        for (const LayerBuffers& l : layers)
-            c->layers.push_back({dup(l.window), dup(l.comp_kv), dup(l.comp_gate), dup(l.comp_entries), dup(l.idx_kv),
-                                 dup(l.idx_gate), dup(l.idx_entries)});
-        if (mtp) c->mtp = DeviceMtpState{dup(mtp->window), dup(mtp->taps), mtp->taps_first, mtp->taps_end};
-        for (const auto& r : dspark_rings) c->dspark_rings.push_back(dup(r));
-        c->nbytes = nbytes;
-        c->length = length;
-        synchronize_stream(Stream{});  // the legacy stream only: a forward in flight on the model stream goes on
-        return c;
-    }
-    size_t bytes() const override { return nbytes; }
-};
 
 inline float* fptr(const std::unique_ptr<DeviceBuffer>& b) { return b ? static_cast<float*>(b->data()) : nullptr; }
 
@@ -153,10 +98,13 @@ public:
         rope_comp_ = upload_floats(rope_cos_sin(comp, max_len_));
         // The workspace: the given size, else the largest forward the limits allow (every row a
         // logits row, every sequence at max_model_len, a full group of device draws).
+        layout_ = std::make_shared<const DeviceStateLayout>(
+            DeviceStateLayout::plan(config_, mo.device_page_tokens, kRingHeadroom, weights_.mtp ? kMtpTapRows : 0,
+                                    weights_.dspark ? int64_t(weights_.dspark->stages.size()) : 0, dspark_ring_rows()));
         workspace_ = std::make_unique<DeviceArena>(
             o.workspace_bytes ? o.workspace_bytes : workspace_need(max_rows_, max_rows_, max_rows_, max_len_, max_seqs_));
-        pad_ = new_sequence();  // the padding rows of graph steps write here
-        state_bytes_ = pad_.state_bytes();
+        make_state_pool(mo.device_state_bytes);
+        pad_ = new_sequence();  // the padding rows of graph steps write here (pages outside the capacity)
         // The CPU weights view the checkpoint mapping; the device has its own copies now.
     }
 
@@ -164,8 +112,11 @@ public:
     const ModelConfig& config() const { return config_; }
     int64_t max_len() const override { return max_len_; }
     Numerics numerics() const override { return numerics_; }
-    // Device state is allocated whole when a sequence is created (capacity max_model_len).
-    uint64_t estimate_state_bytes(int64_t, uint64_t) const override { return state_bytes_; }
+    // Pages of the device pool: the ring pages and one entry page per page_tokens positions.
+    uint64_t estimate_state_bytes(int64_t tokens, uint64_t) const override { return layout_->sequence_bytes(tokens); }
+    uint64_t state_capacity_bytes() const override { return state_capacity_; }
+    const DevicePagePool& state_pool() const { return *pool_; }
+    const DeviceStateLayout& state_layout() const { return *layout_; }
     Sequence new_sequence() const override { return new_sequence(nullptr); }
     Sequence new_sequence(std::shared_ptr<StatePool>) const override;
     std::vector<float> forward(Sequence& seq, std::span<const int32_t> tokens, bool all_logits) const override {
@@ -192,6 +143,12 @@ public:
         st.workspace_bytes = workspace_->capacity();
         st.workspace_high_water = workspace_->high_water();
         st.workspace_need_max = workspace_need(max_rows_, max_rows_, max_rows_, max_len_, max_seqs_);
+        st.state_page_bytes = layout_->page_bytes;
+        st.state_page_tokens = layout_->page_tokens;
+        st.state_ring_pages = layout_->ring_pages;
+        st.state_pages = pool_->capacity_pages();
+        st.state_pages_in_use = pool_->pages_in_use();
+        st.state_pages_peak = pool_->peak_pages();
         return st;
     }
     void reset_stats() const override {
@@ -214,6 +171,20 @@ private:
         return p;
     }
     bool official() const { return numerics_ == Numerics::kOfficial; }
+    // The device page pool (device_sequence_state.cpp): `bytes`, else sized from the limits.
+    void make_state_pool(uint64_t bytes);
+    // The per-layer segment table [L, num_segments] and per-segment page tables [num_segments, table]
+    // of a batch into pinned memory; `d_tables`: where the page tables will lie on the device.
+    void pack_segments(std::span<DeviceSequenceState* const> states, const Batch& b, int64_t table,
+                       const uint8_t* d_tables, DeviceSegment* segs, float** tables) const;
+    // Makes every page the chunks' forward writes its sequence's own, enqueueing the copies of shared
+    // pages and the zeroing of new ones on the stream (all or nothing per page list when the pool runs
+    // out); prepare_mtp_writes: the MTP pages drafting writes.
+    void prepare_state_writes(std::span<DeviceSequenceState* const> states, std::span<const SequenceChunk> chunks) const {
+        prepare_writes(states.first(chunks.size()), chunks);
+    }
+    void prepare_mtp_writes(std::span<DeviceSequenceState* const> states) const { prepare_writes(states, {}); }
+    void prepare_writes(std::span<DeviceSequenceState* const> states, std::span<const SequenceChunk> chunks) const;
     // Upper bound of the workspace one forward takes: S rows in N sequences, R rows of logits,
     // positions below P, D device draws per sampling launch.
     size_t workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int64_t D) const;
@@ -291,7 +262,9 @@ private:
     int64_t max_seqs_, max_rows_;  // the limits the workspace is sized for
     ExpertExchange* ep_ = nullptr;  // expert parallelism: the exchange (not owned), else null
     int64_t ep_rank_ = 0;
-    uint64_t state_bytes_ = 0;
+    std::shared_ptr<const DeviceStateLayout> layout_;
+    std::shared_ptr<DevicePagePool> pool_;  // every sequence's state (and the padding sequence's)
+    uint64_t state_capacity_ = 0;           // pool bytes the engine may fill (the padding sequence's pages excluded)
     DeviceWeights weights_;
     std::vector<std::unique_ptr<DeviceBuffer>> tables_;
     const float* rope_main_ = nullptr;

@@ -54,11 +54,7 @@ PassLayout layout_of(size_t M, size_t segments, size_t rows) {
 
 std::unique_ptr<Drafter> CudaModel::make_mtp_drafter() const { return std::make_unique<CudaMtpDrafter>(*this); }
 
-uint64_t CudaModel::mtp_state_bytes() const {
-    const ModelConfig& c = config_;
-    return uint64_t((c.sliding_window + kRingHeadroom) * c.head_dim + kMtpTapRows * c.hc_mult * c.hidden_size) *
-           sizeof(float);
-}
+uint64_t CudaModel::mtp_state_bytes() const { return uint64_t(layout_->mtp_pages) * layout_->page_bytes; }
 
 void CudaModel::mtp_attach(Sequence& sequence) const {
     auto* dev = dynamic_cast<DeviceSequenceState*>(&sequence.state());
@@ -66,18 +62,13 @@ void CudaModel::mtp_attach(Sequence& sequence) const {
     DI_CHECK(dev->length == 0, "MTP attach: attach a sequence before its first forward");
     if (dev->mtp) return;
     set_current_device(device_);
-    const ModelConfig& c = config_;
-    auto make = [&](int64_t rows, int64_t width) {
-        auto b = std::make_unique<DeviceBuffer>(static_cast<size_t>(rows * width) * sizeof(float));
-        fill_zero(b->data(), b->nbytes(), Stream{});
-        dev->nbytes += b->nbytes();
-        return b;
-    };
-    DeviceMtpState m;
-    m.window = make(c.sliding_window + kRingHeadroom, c.head_dim);
-    m.taps = make(kMtpTapRows, c.hc_mult * c.hidden_size);
+    DeviceMtpState m{PageList(pool_)};
+    std::vector<float*> fresh;
+    std::vector<PageCopy> none;
+    m.pages.make_writable(0, layout_->mtp_pages, fresh, none);
     dev->mtp = std::move(m);
-    synchronize_stream(Stream{});
+    std::lock_guard<std::mutex> lock(mutex_);  // zeroed after any forward in flight (see new_sequence)
+    for (float* p : fresh) fill_zero(p, layout_->page_bytes, stream_.get());
 }
 
 CudaModel::MtpPassPlan CudaModel::mtp_pass_plan(std::span<DeviceSequenceState* const> states,
@@ -92,7 +83,7 @@ CudaModel::MtpPassPlan CudaModel::mtp_pass_plan(std::span<DeviceSequenceState* c
         for (int64_t t = 0; t < n; ++t) {
             // The last kMtpTapRows rows of an attached chunk go to the tap ring.
             float* dst = nullptr;
-            if (m && t >= n - kMtpTapRows) dst = fptr(m->taps) + ((P0 + t) % kMtpTapRows) * row_floats;
+            if (m && t >= n - kMtpTapRows) dst = states[i]->mtp_tap_row((P0 + t) % kMtpTapRows, row_floats);
             p.tap_dst.push_back(dst);
         }
         if (m) {
@@ -102,7 +93,7 @@ CudaModel::MtpPassPlan CudaModel::mtp_pass_plan(std::span<DeviceSequenceState* c
             if (P0 > 0) {
                 DI_CHECK(P0 - 1 >= m->taps_first && P0 - 1 < m->taps_end, "MTP: the target state of position ", P0 - 1,
                          " is not available (the tap ring holds ", m->taps_first, "..", m->taps_end - 1, ")");
-                p.src_ptr.push_back(fptr(m->taps) + ((P0 - 1) % kMtpTapRows) * row_floats);
+                p.src_ptr.push_back(states[i]->mtp_tap_row((P0 - 1) % kMtpTapRows, row_floats));
                 p.src_row.push_back(-1);
                 p.tokens.push_back(toks[0]);
             }
@@ -121,7 +112,7 @@ CudaModel::MtpPassPlan CudaModel::mtp_pass_plan(std::span<DeviceSequenceState* c
                 ds.row_begin = seg_row;
                 ds.num_rows = count;
                 ds.first_position = first;
-                ds.window = fptr(m->window);
+                ds.window = states[i]->mtp_window();
                 p.segments.push_back(ds);
                 p.first_position.push_back(first);
                 p.num_rows.push_back(count);

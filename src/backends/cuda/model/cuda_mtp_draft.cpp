@@ -50,13 +50,16 @@ std::vector<Draft> CudaModel::mtp_draft(std::span<const DraftRequest> requests) 
         DI_CHECK(dev->length - 1 + r.num_drafts <= max_len_, "MTP drafting: positions past max_model_len ", max_len_);
         states.push_back(dev);
         anchors.push_back(r.anchor);
-        src_ptr.push_back(fptr(m.taps) + (p % kMtpTapRows) * W);
         ident.push_back(static_cast<int32_t>(a));
         const bool smp = !r.uniforms.empty() && r.temperature > 0;
         sampled.push_back(smp ? 1 : 0);
         temps.push_back(r.temperature);
         K = std::max(K, r.num_drafts);
     }
+    // Drafting writes the MTP windows: each becomes its sequence's own first (copy-on-write).
+    prepare_mtp_writes(states);
+    for (int64_t a = 0; a < R; ++a)
+        src_ptr.push_back(states[size_t(a)]->mtp_tap_row((states[size_t(a)]->length - 1) % kMtpTapRows, W));
     uniforms.assign(static_cast<size_t>(R * K), 0.0);
     const bool any_sampled = std::find(sampled.begin(), sampled.end(), 1) != sampled.end();
     for (int64_t a = 0; a < R; ++a) {
@@ -77,7 +80,7 @@ std::vector<Draft> CudaModel::mtp_draft(std::span<const DraftRequest> requests) 
             ds.row_begin = a;
             ds.num_rows = 1;
             ds.first_position = states[size_t(a)]->length - 1 + k;
-            ds.window = fptr(states[size_t(a)]->mtp->window);
+            ds.window = states[size_t(a)]->mtp_window();
             segs.push_back(ds);
             positions.push_back(static_cast<int32_t>(ds.first_position));
         }

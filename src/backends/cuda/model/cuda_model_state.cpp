@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+// CudaModel's sequence state in the device page pool (device_sequence_state.h): the pool's size,
+// new sequences, and the copy-on-write and zeroing of pages before a forward writes them.
+#include <exception>
+
+#include "backends/cuda/model/cuda_model_impl.h"
+#include "deepinfer/log.h"
+
+namespace deepinfer::cuda::v4 {
+
+void CudaModel::make_state_pool(uint64_t bytes) {
+    const DeviceStateLayout& L = *layout_;
+    const uint64_t P = L.page_bytes;
+    int64_t pages = 0;
+    if (bytes > 0) {
+        pages = static_cast<int64_t>(bytes / P);
+    } else {
+        // Every sequence the engine may run at max_model_len (MTP-attached when the checkpoint drafts),
+        // within 90% of the device memory still free less 1 GiB (graphs, the runtime, other models).
+        const uint64_t per_seq = L.sequence_bytes(max_len_) + uint64_t(L.mtp_pages + L.dspark_pages) * P;
+        const uint64_t want = uint64_t(max_seqs_) * per_seq;
+        const uint64_t free = device_free_bytes(), reserve = uint64_t{1} << 30;
+        const uint64_t room = free > reserve ? (free - reserve) / 10 * 9 : free / 2;
+        pages = static_cast<int64_t>(std::min(want, room) / P);
+        if (want > room)
+            DI_LOG_INFO("CUDA state pool: ", room >> 20, " MiB (", pages, " pages of ", P >> 10,
+                     " KiB) of the ", want >> 20, " MiB that ", max_seqs_, " sequences of ", max_len_,
+                     " tokens would take; the engine admits what fits");
+    }
+    const int64_t least = L.ring_pages + L.mtp_pages + L.dspark_pages + L.entry_pages(1);
+    DI_CHECK(pages >= least, "device state pool of ", pages * P, " bytes holds no sequence (one needs at least ",
+             least * int64_t(P), " bytes; raise --device-state-gib)");
+    pool_ = std::make_shared<DevicePagePool>(pages + L.ring_pages, P);  // + the padding sequence's rings
+    state_capacity_ = uint64_t(pages) * P;
+}
+
+Sequence CudaModel::new_sequence(std::shared_ptr<StatePool>) const {
+    set_current_device(device_);
+    auto dev = std::make_unique<DeviceSequenceState>(layout_, pool_);
+    dev->device = device_;
+    std::vector<float*> fresh;
+    std::vector<PageCopy> none;
+    dev->rings.make_writable(0, layout_->ring_pages, fresh, none);
+    // Zeroed on the model's stream after any forward in flight (which may still write pages that a
+    // finished sequence returned to the pool) and before the next one.
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (float* p : fresh) fill_zero(p, layout_->page_bytes, stream_.get());
+    return Sequence(std::move(dev));
+}
+
+void CudaModel::prepare_writes(std::span<DeviceSequenceState* const> states, std::span<const SequenceChunk> chunks) const {
+    std::vector<float*> fresh;
+    std::vector<PageCopy> copies;
+    std::exception_ptr failed;
+    for (size_t i = 0; i < states.size() && !failed; ++i) {
+        try {
+            DeviceSequenceState& st = *states[i];
+            if (chunks.empty()) st.mtp->pages.make_writable(0, layout_->mtp_pages, fresh, copies);
+            else st.prepare_writes(static_cast<int64_t>(chunks[i].tokens.size()), fresh, copies);
+        } catch (...) {
+            failed = std::current_exception();
+        }
+    }
+    // The copies of the sequences already prepared run even when a later one failed: their page
+    // lists name the new pages now.
+    const Stream s = stream_.get();
+    for (const PageCopy& c : copies) copy_on_device(c.dst, c.src, layout_->page_bytes, s);
+    for (float* p : fresh) fill_zero(p, layout_->page_bytes, s);
+    if (failed) std::rethrow_exception(failed);
+}
+
+}  // namespace deepinfer::cuda::v4
