@@ -748,30 +748,30 @@ TEST_F(CudaOps, SparseSinkAttentionMatchesCpu) {
         for (int64_t t = 0; t < rows; ++t) positions[size_t(t)] = int32_t(P0 + t);
         Dev<int32_t> dsel(selected), dpos(positions), drs(std::vector<int32_t>(size_t(rows), 0));
         // Contiguous entries, then entries in pages as the models' state holds them (64 per page, after 256 floats).
+        cuda::DeviceSegment seg;
+        seg.num_rows = rows;
+        seg.first_position = P0;
+        seg.window = dring.ptr();
+        seg.comp_entries = dent.ptr();
         const PagedRowsCopy paged(entries, Dh, 64, 256);
+        cuda::DeviceSegment pseg = seg;
+        pseg.comp_entries = nullptr;
+        pseg.pages = paged.table.ptr();
+        pseg.entries_per_page = paged.per_page;
+        pseg.comp_offset = paged.offset;
+        Dev<cuda::DeviceSegment> dseg(std::vector<cuda::DeviceSegment>{seg}), dpseg(std::vector<cuda::DeviceSegment>{pseg});
         struct Run {
             int64_t rows;
             bool in_pages;
         };
         for (const Run run : {Run{rows, false}, Run{4, false}, Run{rows, true}}) {
-            cuda::DeviceSegment seg;
-            seg.num_rows = rows;
-            seg.first_position = P0;
-            seg.window = dring.ptr();
-            seg.comp_entries = run.in_pages ? nullptr : dent.ptr();
-            if (run.in_pages) {
-                seg.pages = paged.table.ptr();
-                seg.entries_per_page = paged.per_page;
-                seg.comp_offset = paged.offset;
-            }
-            Dev<cuda::DeviceSegment> dseg(std::vector<cuda::DeviceSegment>{seg});
             const int64_t n = run.rows;
-            cuda::sparse_attention({.segments = dseg.ptr(), .row_segment = drs.ptr(), .positions = dpos.ptr(), .rows = n,
-                                    .heads = H, .head_dim = Dh, .q = dq.ptr(), .kv = dkv.ptr(), .sink = dsink.ptr(),
-                                    .window = W, .window_rows = WR, .kind = cuda::AttentionKind::kCsa, .ratio = m,
-                                    .selected = dsel.ptr(), .topk = topk, .max_candidates = W + topk,
-                                    .scratch = dscratch.ptr(), .cos_sin = dcs.ptr(), .rope_dim = R,
-                                    .softmax_scale = scale, .official = official, .out = dout.ptr()},
+            cuda::sparse_attention({.segments = run.in_pages ? dpseg.ptr() : dseg.ptr(), .row_segment = drs.ptr(),
+                                    .positions = dpos.ptr(), .rows = n, .heads = H, .head_dim = Dh, .q = dq.ptr(),
+                                    .kv = dkv.ptr(), .sink = dsink.ptr(), .window = W, .window_rows = WR,
+                                    .kind = cuda::AttentionKind::kCsa, .ratio = m, .selected = dsel.ptr(), .topk = topk,
+                                    .max_candidates = W + topk, .scratch = dscratch.ptr(), .cos_sin = dcs.ptr(),
+                                    .rope_dim = R, .softmax_scale = scale, .official = official, .out = dout.ptr()},
                                    Stream{});
             const std::vector<float> want(ref.begin(), ref.begin() + n * H * Dh);
             expect_bits_equal(want, dout.host(want.size()),
@@ -782,9 +782,11 @@ TEST_F(CudaOps, SparseSinkAttentionMatchesCpu) {
         // The tensor-core kernel (fast mode): the official kernel's online softmax in blocks of 64 with
         // bf16 P; equal to the reference within bf16 rounding of the outputs, and batch-invariant.
         std::vector<float> first;
-        for (int64_t n : {rows, int64_t(4)}) {
+        for (int64_t n : {rows, int64_t(4), -rows}) {  // -rows: all rows, paged entries
+            const bool in_pages = n < 0;
+            n = in_pages ? -n : n;
             Dev<float> dtc(ref.size());
-            cuda::sparse_attention({.segments = dseg.ptr(), .row_segment = drs.ptr(), .positions = dpos.ptr(), .rows = n,
+            cuda::sparse_attention({.segments = in_pages ? dpseg.ptr() : dseg.ptr(), .row_segment = drs.ptr(), .positions = dpos.ptr(), .rows = n,
                                     .heads = H, .head_dim = Dh, .q = dq.ptr(), .kv = dkv.ptr(), .sink = dsink.ptr(),
                                     .window = W, .window_rows = WR, .kind = cuda::AttentionKind::kCsa, .ratio = m,
                                     .selected = dsel.ptr(), .topk = topk, .max_candidates = W + topk,

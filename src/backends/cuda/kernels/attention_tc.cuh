@@ -75,7 +75,7 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
         const int64_t vis = (pos + 1) / p.ratio;
         num_comp = vis < p.topk ? vis : p.topk;
     }
-    const Candidates cand{p.kv + s.row_begin * kD, s.window, s.comp_entries,
+    const Candidates cand{p.kv + s.row_begin * kD, s.window, &s,
                           p.kind == AttentionKind::kCsa ? p.selected + r * p.topk : nullptr,
                           lo, s.first_position, p.window_rows, pos - lo + 1, kD};
     const int64_t nc = cand.num_window + num_comp;
