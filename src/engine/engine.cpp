@@ -278,7 +278,12 @@ struct Engine::Impl {
                 break;
             }
             waiting.pop_front();
-            c->seq = hit.state ? std::make_unique<Sequence>(hit.state->clone()) : new_sequence();
+            // The prefix cache makes room for the admitted state (after the hit is cloned: its entry may
+            // go), so running states and snapshots together stay within the budget (a model's own pool
+            // must never run out).
+            auto hit_copy = hit.state ? std::make_unique<Sequence>(hit.state->clone()) : nullptr;
+            if (use + need + prefix.bytes() > limit) prefix.set_max_bytes(limit > use + need ? limit - use - need : 0);
+            c->seq = hit_copy ? std::move(hit_copy) : new_sequence();
             c->num_computed = start;
             if (c->index == 0 && r.cached_tokens == 0) r.cached_tokens = start;
             metrics.prefix_cache_hit_tokens += c->index == 0 ? start : 0;

@@ -179,6 +179,60 @@ TEST(Engine, NCompletionsAreDistinctAndReproducible) {
     EXPECT_EQ(one.outputs.at("r").completions[0].token_ids, ca[0].token_ids);
 }
 
+// Admission counts the prefix cache too: with budgets of a few sequences (snapshots, n > 1 siblings,
+// preemption) the state pool never runs out, and the tokens are those of a roomy engine. (Before the
+// cache made room at admission, 8 states' worth exhausted the pool.)
+TEST(EngineMemory, TightBudgetsNeverExhaustThePool) {
+    const std::shared_ptr<const Model> m = tiny_model();
+    const int64_t V = m->info().vocab_size;
+    std::mt19937 rng(12);
+    const std::vector<int32_t> shared = random_prompt(rng, 150, V);
+    std::vector<std::pair<std::string, std::vector<int32_t>>> reqs;
+    for (int i = 0; i < 10; ++i) {
+        std::vector<int32_t> p = i % 2 ? shared : std::vector<int32_t>{};
+        const std::vector<int32_t> tail = random_prompt(rng, 1 + rng() % 90, V);
+        p.insert(p.end(), tail.begin(), tail.end());
+        std::string id = std::to_string(i);
+        id.insert(0, 1, 'r');  // (not "r" + ...: GCC 12's -Wrestrict false positive at -O3)
+        reqs.emplace_back(std::move(id), p);
+    }
+    auto run_with = [&](uint64_t budget, EngineMetrics* metrics) {
+        EngineConfig cfg;
+        cfg.max_num_batched_tokens = 96;
+        cfg.max_prefill_chunk = 40;
+        cfg.prefix_block = 16;
+        if (budget) cfg.state_memory_bytes = budget;
+        Engine engine(m, nullptr, cfg);
+        for (size_t i = 0; i < reqs.size(); ++i) {
+            SamplingParams sp;
+            sp.max_tokens = 12;
+            sp.ignore_eos = true;
+            sp.temperature = i % 3 == 0 ? 0.0 : 0.9;
+            sp.top_k = i % 3 == 2 ? 20 : 0;
+            sp.n = i % 4 == 1 ? 2 : 1;
+            sp.seed = 100 + i;
+            engine.add_request(reqs[i].first, reqs[i].second, sp);
+        }
+        std::map<std::string, std::vector<std::vector<int32_t>>> out;
+        engine.run_until_done([&](RequestOutput&& r) {
+            for (const auto& c : r.completions) out[r.request_id].push_back(c.token_ids);
+        });
+        if (metrics) *metrics = engine.metrics();
+        return out;
+    };
+    const auto want = run_with(0, nullptr);
+    const uint64_t one = m->estimate_state_bytes(260, EngineConfig{}.state_page_bytes);
+    int64_t preemptions = 0, hits = 0;
+    for (int states = 4; states <= 12; states += 2) {
+        EngineMetrics mt;
+        EXPECT_EQ(run_with(uint64_t(states) * one, &mt), want) << states << " states";
+        preemptions += mt.preemptions;
+        hits += mt.prefix_cache_hit_tokens;
+    }
+    EXPECT_GT(preemptions, 0);
+    EXPECT_GT(hits, 0);
+}
+
 TEST(Engine, RejectsBadRequests) {
     Engine engine(tiny_model(), nullptr, {});
     EXPECT_THROW(engine.add_request("a", {}, {}), Error);
