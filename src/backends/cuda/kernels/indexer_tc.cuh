@@ -31,6 +31,15 @@ __host__ __device__ constexpr int64_t itc_smem_bytes(int64_t kd) {
     return 2 * 2 * kItcHeads * itc_pitch(kd) + 4 * (kItcHeads * (kItcKeys + 1) + kItcHeads);
 }
 
+// Keys per block (whole tiles) so that `rows` rows make about two waves on `sms` multiprocessors; a
+// key's score never depends on it.
+inline int64_t itc_span(int64_t max_keys, int64_t rows, int64_t sms) {
+    const int64_t tiles = (max_keys + kItcKeys - 1) / kItcKeys;
+    const int64_t want = (2 * sms + rows - 1) / rows;
+    const int64_t splits = want < 1 ? 1 : want > tiles ? tiles : want;
+    return kItcKeys * ((tiles + splits - 1) / splits);
+}
+
 // One query row's scores for keys [k_begin, k_end) in tiles of 64: q rows of the row's heads
 // (kD floats each, `heads` <= 64), their weights, key(j, d) the key values (bf16-exact), and
 // store(j, score). Shared by the V4 kernel (contiguous or paged f32 keys) and V4.1's (compact keys).

@@ -1,7 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 // Launchers of the attention block's ops: ring writes, ape, compressor, indexer + top-k, sparse attention.
-#include <algorithm>
-
 #include "backends/cuda/common/cuda_check.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/attention.cuh"
@@ -49,10 +47,7 @@ bool launch_indexer_tc(const IndexerParams& p, Stream s) {
     if (smem > max_shared_memory_per_block()) return false;
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::indexer_tc_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
-    // Key spans of whole tiles, enough blocks for two waves (a key's score never depends on its span).
-    const int64_t tiles = (p.max_visible + kernels::kItcKeys - 1) / kernels::kItcKeys;
-    const int64_t splits = std::clamp<int64_t>((2 * multiprocessor_count() + p.rows - 1) / p.rows, 1, tiles);
-    const int64_t span = kernels::kItcKeys * ((tiles + splits - 1) / splits);
+    const int64_t span = kernels::itc_span(p.max_visible, p.rows, multiprocessor_count());
     const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>((p.max_visible + span - 1) / span));
     kernels::indexer_tc_kernel<kD><<<grid, kernels::kItcThreads, static_cast<size_t>(smem), raw(s)>>>(p, span);
     DI_CUDA_CHECK(cudaGetLastError());

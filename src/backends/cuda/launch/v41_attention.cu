@@ -1,7 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 // Launchers of V4.1's CSA2 attention ops: indexer scores, candidate blocks, top-k publishing, sink attention.
-#include <algorithm>
-
 #include "backends/cuda/common/cuda_check.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/v41_attention.cuh"
@@ -20,10 +18,7 @@ bool launch_index_tc(const IndexScoresParams& p, Stream s) {
     if (smem > max_shared_memory_per_block()) return false;
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::v41_indexer_tc_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
-    // Key spans of whole tiles, enough blocks for two waves (a key's score never depends on its span).
-    const int64_t tiles = (p.max_entries + kernels::kItcKeys - 1) / kernels::kItcKeys;
-    const int64_t splits = std::clamp<int64_t>((2 * multiprocessor_count() + p.num_rows - 1) / p.num_rows, 1, tiles);
-    const int64_t span = kernels::kItcKeys * ((tiles + splits - 1) / splits);
+    const int64_t span = kernels::itc_span(p.max_entries, p.num_rows, multiprocessor_count());
     const dim3 grid(static_cast<unsigned>(p.num_rows), static_cast<unsigned>((p.max_entries + span - 1) / span));
     kernels::v41_indexer_tc_kernel<kD><<<grid, kernels::kItcThreads, static_cast<size_t>(smem), raw(s)>>>(p, span);
     DI_CUDA_CHECK(cudaGetLastError());
