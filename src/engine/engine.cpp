@@ -22,6 +22,7 @@
 #include "deepinfer/tokenizer.h"
 #include "engine/forward_worker.h"
 #include "engine/prefix_cache.h"
+#include "engine/share_points.h"
 #include "engine/sampler.h"
 #include "engine/speculative/scheduler.h"
 #include "engine/speculative/verify.h"
@@ -75,6 +76,7 @@ struct Request {
     std::vector<Completion> completions;
     int64_t cached_tokens = 0;
     int64_t num_finished = 0;
+    std::vector<uint64_t> block_hashes;  // its prompt's whole-block prefixes, counted in Impl::shares
 };
 
 struct Scheduled {
@@ -122,6 +124,8 @@ struct Engine::Impl {
     EngineMetrics metrics;
     std::shared_ptr<StatePool> pool;  // pages of every sequence's growing state (and of prefix snapshots)
     PrefixCache prefix;
+    uint64_t prefix_cap = 0;  // the prefix cache's configured share of the state budget
+    SharePoints shares;       // block prefixes of the held prompts: where prefill chunks end
     std::deque<std::unique_ptr<Request>> requests;  // unfinished, in arrival order
     std::deque<Completion*> waiting;                // admission queue (preempted first)
     std::vector<Completion*> running;
@@ -139,7 +143,9 @@ struct Engine::Impl {
           tokenizer(std::move(t)),
           cfg(c),
           pool(std::make_shared<StatePool>(c.state_memory_bytes, c.state_page_bytes)),
-          prefix(static_cast<uint64_t>(double(state_limit(*model, c)) * c.prefix_cache_fraction), std::max<int64_t>(1, c.prefix_block)) {
+          prefix(static_cast<uint64_t>(double(state_limit(*model, c)) * c.prefix_cache_fraction), std::max<int64_t>(1, c.prefix_block)),
+          prefix_cap(static_cast<uint64_t>(double(state_limit(*model, c)) * c.prefix_cache_fraction)),
+          shares(std::max<int64_t>(1, c.prefix_block)) {
         DI_CHECK(cfg.max_num_seqs > 0 && cfg.max_num_batched_tokens > 0 && cfg.max_prefill_chunk > 0,
                  "engine: max_num_seqs, max_num_batched_tokens and max_prefill_chunk must be positive");
         if (cfg.speculative_method == "auto") {  // the checkpoint's own drafter, if it has one
@@ -197,10 +203,13 @@ struct Engine::Impl {
             int64_t take = std::min({rem, cfg.max_prefill_chunk, budget_left});
             const int64_t prompt_len = static_cast<int64_t>(c->request->prompt.size());
             if (cfg.prefix_caching && take > 1 && c->num_computed < prompt_len) {
-                // End prefill chunks on prefix-block boundaries so their state can be cached.
-                const int64_t next_boundary = (c->num_computed / prefix.block() + 1) * prefix.block();
-                if (next_boundary < c->num_computed + take && next_boundary <= prompt_len)
-                    take = next_boundary - c->num_computed;
+                // A snapshot is taken at every chunk end on a prefix block (see share_points.h):
+                // end the chunk where this prompt parts from another held one, else at the
+                // last block boundary it reaches inside the prompt.
+                const int64_t from = c->num_computed, end = from + take, block = prefix.block();
+                const int64_t part = shares.next_share_point(c->request->block_hashes, from, prompt_len - 1);
+                if (part > from && part < end) take = part - from;
+                else if (end < prompt_len && end / block * block > from) take = end / block * block - from;
             }
             return take;
         };
@@ -243,7 +252,9 @@ struct Engine::Impl {
         uint64_t use = total_use();
         // Out of memory: shrink the prefix cache, then preempt the latest admitted (recomputed later;
         // the recomputed state is bit-identical, so the output does not change).
-        if (use + prefix.bytes() > limit) prefix.set_max_bytes(limit > use ? limit - use : 0);
+        // (The cap also grows back to the prefix cache's share as running states end: admission
+        // below shrinks it.)
+        prefix.set_max_bytes(std::min(prefix_cap, limit > use ? limit - use : 0));
         while (use > limit && advance.size() > 1) {
             auto victim_it = std::max_element(advance.begin(), advance.end(),
                                               [](const auto& a, const auto& b) { return a.first->admitted < b.first->admitted; });
@@ -827,6 +838,8 @@ struct Engine::Impl {
         c.status = Status::kFinished;
         Request& r = *c.request;
         if (++r.num_finished < static_cast<int64_t>(r.completions.size())) return;
+        shares.remove(r.block_hashes);
+        r.block_hashes.clear();
         RequestOutput out;
         out.request_id = r.id;
         out.prompt_tokens = static_cast<int64_t>(r.prompt.size());
@@ -945,6 +958,10 @@ void Engine::add_request(std::string id, std::vector<int32_t> prompt, SamplingPa
             c.decoder = std::make_unique<IncrementalDecoder>(*impl_->tokenizer);
             c.stop = std::make_unique<StopMatcher>(r->params.stop);
         }
+    }
+    if (impl_->cfg.prefix_caching) {
+        r->block_hashes = impl_->shares.block_hashes(r->prompt);
+        impl_->shares.add(r->block_hashes);
     }
     impl_->waiting.push_back(&r->completions[0]);
     impl_->requests.push_back(std::move(r));

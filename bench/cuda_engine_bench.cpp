@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: Apache-2.0
+// The offline engine end to end on a full-width DeepSeek-V4-Flash-shaped model (random weights in the
+// published FP8/FP4 formats) on the GPU (issue 9 item 3; issue 12 with --gpus 2):
+//  - prefill: `--prefill-requests` requests of `--prefill-prompt` distinct random tokens, one token each,
+//    every step filled with up to `--batch-tokens` prompt tokens: prompt tokens per second;
+//  - decode: for each batch size B, B requests of `--context` prompt tokens (a shared prefix served
+//    from the prefix cache plus `--tail` distinct tokens each, so the contexts are distinct but their
+//    prefill costs B x tail tokens), then `--decode` sampled tokens each (device sampling, async
+//    scheduling, CUDA graphs on one GPU): decode steps are timed once every request has its first
+//    token: ms per step, tokens/s, the GPU's busy span per step and its idle fraction (CUDA events).
+// One JSON line per measurement; `layers` and the model's bytes let a report scale to 43 layers.
+//   cuda_engine_bench [--layers flash:N | flash | csa,hca,...] [--dir D | --model D] [--keep 1] [--gemm fast]
+//                     [--prefill-prompt 8192] [--prefill-requests 4] [--context 4096] [--tail 64]
+//                     [--batches 1,32,128,256,512] [--decode 16] [--batch-tokens 8192] [--gpus 1]
+// The shared prefix makes the decode steps read the same compressed entries for all B sequences of a
+// batch from HBM or L2; at 4K contexts those reads are a few percent of the weight bytes of a step
+// (the report says so beside the numbers).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/ep/cuda_ep_model.h"
+#include "backends/cuda/model/cuda_model.h"
+#include "deepinfer/engine.h"
+#include "deepinfer/model.h"
+#include "deepinfer/synthetic.h"
+
+namespace {
+
+using namespace deepinfer;
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::vector<int64_t> parse_list(const std::string& s) {
+    std::vector<int64_t> v;
+    std::stringstream in(s);
+    for (std::string item; std::getline(in, item, ',');) v.push_back(std::stoll(item));
+    return v;
+}
+
+// Compression ratio per layer: "flash" (the published 43), "flash:N" (its first N), or a list of
+// csa|hca|swa. Sets the hash-routed layer count of the published schedule (its first 3).
+std::vector<int> layer_ratios(const std::string& layers, int& hash_layers) {
+    std::vector<int> flash = {0, 0};
+    for (int i = 0; i < 20; ++i) flash.insert(flash.end(), {4, 128});
+    flash.push_back(4);
+    hash_layers = 0;
+    if (layers == "flash" || layers.rfind("flash:", 0) == 0) {
+        const size_t n = layers == "flash" ? flash.size() : size_t(std::stoll(layers.substr(6)));
+        DI_CHECK(n >= 1 && n <= flash.size(), "--layers flash:N needs 1 <= N <= 43");
+        flash.resize(n);
+        hash_layers = int(std::min<size_t>(3, n));
+        return flash;
+    }
+    std::vector<int> ratios;
+    std::stringstream ls(layers);
+    for (std::string item; std::getline(ls, item, ',');) ratios.push_back(item == "csa" ? 4 : item == "hca" ? 128 : 0);
+    return ratios;
+}
+
+std::vector<const Model*> stat_models(const Model& model) {
+    if (cuda::is_cuda_ep_model(model)) return cuda::cuda_ep_ranks(model);
+    return {&model};
+}
+
+struct Bench {
+    std::shared_ptr<const Model> model;
+    EngineConfig ec;
+    nlohmann::json base;
+    std::mt19937 rng{1};
+
+    std::vector<int32_t> tokens(int64_t n) {
+        const uint32_t V = uint32_t(model->info().vocab_size);
+        std::vector<int32_t> p(static_cast<size_t>(n));
+        for (int32_t& x : p) x = static_cast<int32_t>(rng() % V);
+        return p;
+    }
+    static SamplingParams sampling(int64_t max_tokens, uint64_t seed) {
+        SamplingParams sp;
+        sp.temperature = 0.8;
+        sp.top_k = 50;
+        sp.max_tokens = max_tokens;
+        sp.ignore_eos = true;
+        sp.seed = seed;
+        return sp;
+    }
+    static std::string id(const char* kind, int64_t i) {
+        std::string s(kind);
+        s.append(std::to_string(i));
+        return s;
+    }
+    void reset_stats() {
+        for (const Model* m : stat_models(*model)) cuda::reset_cuda_model_stats(*m);
+    }
+    void gpu_fields(nlohmann::json& r) const {
+        const cuda::CudaModelStats st = cuda::cuda_model_stats(*stat_models(*model)[0]);
+        r["forwards"] = st.forwards;
+        r["graph_replays"] = st.graph_replays;
+        r["gpu_ms_per_forward"] = 1e3 * st.gpu_seconds / double(std::max<int64_t>(st.forwards, 1));
+        r["gpu_idle_fraction"] = st.gap_seconds / std::max(st.gap_seconds + st.gpu_seconds, 1e-12);
+    }
+
+    nlohmann::json prefill(int64_t requests, int64_t prompt_len) {
+        Engine engine(model, nullptr, ec);
+        for (int64_t i = 0; i < requests; ++i) engine.add_request(id("p", i), tokens(prompt_len), sampling(1, uint64_t(i)));
+        reset_stats();
+        const auto t = Clock::now();
+        while (engine.has_unfinished()) engine.step();
+        const double secs = since(t);
+        nlohmann::json r = base;
+        r["mode"] = "engine_prefill";
+        r["requests"] = requests;
+        r["prompt"] = prompt_len;
+        r["steps"] = engine.metrics().steps;
+        r["seconds"] = secs;
+        r["tok_s"] = double(requests * prompt_len) / secs;
+        r["tok_s_per_gpu"] = r["tok_s"].get<double>() / double(stat_models(*model).size());
+        gpu_fields(r);
+        return r;
+    }
+
+    nlohmann::json decode(int64_t batch, int64_t context, int64_t tail, int64_t steps) {
+        Engine engine(model, nullptr, ec);
+        // The shared prefix first, alone, so its state is in the prefix cache at a block boundary.
+        const std::vector<int32_t> prefix = tokens(context - tail);
+        engine.add_request("warm", prefix, sampling(1, 0));
+        while (engine.has_unfinished()) engine.step();
+        for (int64_t i = 0; i < batch; ++i) {
+            std::vector<int32_t> p = prefix;
+            const std::vector<int32_t> t = tokens(tail);
+            p.insert(p.end(), t.begin(), t.end());
+            engine.add_request(id("d", i), std::move(p), sampling(1 + steps, uint64_t(i)));
+        }
+        // Until every request has its first token (prefill of the tails), then the timed decode.
+        while (engine.metrics().generated_tokens < 1 + batch) engine.step();
+        reset_stats();
+        const int64_t steps0 = engine.metrics().steps, gen0 = engine.metrics().generated_tokens;
+        const auto t = Clock::now();
+        while (engine.has_unfinished()) engine.step();
+        const double secs = since(t);
+        const int64_t n = engine.metrics().steps - steps0, gen = engine.metrics().generated_tokens - gen0;
+        nlohmann::json r = base;
+        r["mode"] = "engine_decode";
+        r["batch"] = batch;
+        r["context"] = context;
+        r["shared_prefix"] = context - tail;
+        r["prefix_hit_tokens"] = engine.metrics().prefix_cache_hit_tokens;
+        r["decode_steps"] = n;
+        r["tokens"] = gen;
+        r["seconds"] = secs;
+        r["ms_per_step"] = 1e3 * secs / double(std::max<int64_t>(n, 1));
+        r["tok_s"] = double(gen) / secs;
+        r["tok_s_per_gpu"] = r["tok_s"].get<double>() / double(stat_models(*model).size());
+        gpu_fields(r);
+        return r;
+    }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string layers = "flash:4", dir = "/tmp/deepinfer-engine-bench", model_dir, gemm = "fast", batches = "1,32,128,256,512";
+    int64_t prefill_prompt = 8192, prefill_requests = 4, context = 4096, tail = 64, decode = 16, batch_tokens = 8192, gpus = 1;
+    bool keep = false;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const std::string k = argv[i], v = argv[i + 1];
+        if (k == "--layers") layers = v;
+        else if (k == "--dir") dir = v;
+        else if (k == "--model") model_dir = v;
+        else if (k == "--keep") keep = v == "1";
+        else if (k == "--gemm") gemm = v;
+        else if (k == "--prefill-prompt") prefill_prompt = std::stoll(v);
+        else if (k == "--prefill-requests") prefill_requests = std::stoll(v);
+        else if (k == "--context") context = std::stoll(v);
+        else if (k == "--tail") tail = std::stoll(v);
+        else if (k == "--batches") batches = v;
+        else if (k == "--decode") decode = std::stoll(v);
+        else if (k == "--batch-tokens") batch_tokens = std::stoll(v);
+        else if (k == "--gpus") gpus = std::stoll(v);
+        else {
+            std::fprintf(stderr, "unknown option %s\n", k.c_str());
+            return 2;
+        }
+    }
+    try {
+        const std::vector<int64_t> bs = parse_list(batches);
+        const int64_t max_batch = bs.empty() ? 1 : *std::max_element(bs.begin(), bs.end());
+        DI_CHECK(tail >= 1 && tail < context && (context - tail) % 64 == 0,
+                 "--context minus --tail must be a positive multiple of the prefix block (64)");
+        int hash_layers = 0;
+        const std::vector<int> ratios = layer_ratios(layers, hash_layers);
+        auto t = Clock::now();
+        if (model_dir.empty()) {
+            std::filesystem::create_directories(dir);
+            write_synthetic_checkpoint(dir, v4_flash_config({.compress_ratios = ratios, .num_hash_layers = hash_layers}),
+                                       {.seed = 1, .residual_damping = 0.25, .parallel = true});
+        } else {
+            dir = model_dir;
+        }
+        const double write_s = since(t);
+        uint64_t checkpoint_bytes = 0;
+        for (const auto& e : std::filesystem::directory_iterator(dir))
+            if (e.path().extension() == ".safetensors") checkpoint_bytes += e.file_size();
+
+        ModelOptions mo;
+        mo.max_batch_tokens = batch_tokens;
+        mo.max_num_seqs = std::max<int64_t>(max_batch, 1);
+        mo.cuda_graphs = gpus == 1;
+        cuda::CudaModelOptions co;
+        co.max_model_len = std::max(prefill_prompt, context) + decode + 64;
+        co.gemm = gemm == "fast" ? cuda::GemmMode::kFast : cuda::GemmMode::kReference;
+        t = Clock::now();
+        Bench b;
+        if (gpus == 1) {
+            b.model = cuda::load_cuda_model(dir, mo, co);
+        } else {
+            std::vector<int> devices;
+            for (int g = 0; g < int(gpus); ++g) devices.push_back(g);
+            b.model = cuda::load_cuda_ep_model(dir, mo, co, devices);
+        }
+        const double load_s = since(t);
+        b.ec.max_num_seqs = mo.max_num_seqs;
+        b.ec.max_num_batched_tokens = batch_tokens;
+        b.ec.max_prefill_chunk = batch_tokens;
+        b.ec.prefix_caching = true;
+        b.ec.async_scheduling = true;
+        b.ec.device_sampling = true;
+        b.ec.state_memory_bytes = uint64_t{1} << 40;  // the model's own device pool bounds it (state_limit)
+        const cuda::CudaModelStats st0 = cuda::cuda_model_stats(*stat_models(*b.model)[0]);
+        b.base = {{"layers", layers}, {"num_layers", ratios.size()}, {"gemm", gemm}, {"gpus", gpus},
+                  {"numerics", numerics_name(b.model->numerics())}, {"checkpoint_bytes", checkpoint_bytes},
+                  {"write_s", write_s}, {"load_s", load_s}, {"workspace_bytes", st0.workspace_bytes},
+                  {"state_capacity_bytes", b.model->state_capacity_bytes()}};
+        // Warm-up: module load, graph captures of the small buckets.
+        b.decode(2, 128, 64, 2);
+        if (prefill_requests > 0) std::printf("%s\n", b.prefill(prefill_requests, prefill_prompt).dump().c_str());
+        std::fflush(stdout);
+        for (int64_t batch : bs) {
+            std::printf("%s\n", b.decode(batch, context, tail, decode).dump().c_str());
+            std::fflush(stdout);
+        }
+        b.model.reset();
+        if (model_dir.empty() && !keep) std::filesystem::remove_all(dir);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "cuda_engine_bench: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
