@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Issue 9's end-to-end table from one cuda_engine_bench run and the ceilings of the same call
+(cuda_gemm_bench --only none): measured prefill and decode throughput beside the roofline of the same
+configuration, per layer and scaled to the 43 layers of V4-Flash, and a PNG of decode tokens/s
+against the batch with the roofline drawn.
+   python3 bench/report_engine.py ENGINE.jsonl CEILINGS.jsonl [--out-md F.md] [--out-png F.png]
+
+Roofline model (arithmetic on the published shapes; the bench measures, this only bounds):
+- bytes of a decode step = per layer (its non-expert weights + the routed experts the batch touches,
+  256 * (1 - (1 - 6/256)^B) in expectation for uniform routing, each 3 x 2048 x 4096 FP4 + ue8m0 scales)
+  + the BF16 LM head + the state the step reads (an estimate: CSA layers read all 1,024 index keys
+  and 512 selected entries of a 4K context plus the 128-token window, HCA layers their 32 entries
+  plus the window, sliding layers the window; 576-byte entries, 132-byte index keys);
+- FLOPs per token = 2 x active parameters (per layer ~142 M dense + 6 x 25.2 M expert) + sparse
+  attention (64 heads x 512 dims x 2 matmuls over the candidates) + the LM head;
+- a step's floor = max(bytes / measured copy bandwidth, FLOPs / measured FP8 dense rate).
+The per-layer non-expert bytes come from the checkpoint's size: (checkpoint - embedding - head) / layers
+- 256 experts' bytes.
+"""
+import argparse
+import json
+
+HIDDEN, VOCAB, EXPERTS, TOPK, MOE_INTER = 4096, 129280, 256, 6, 2048
+EXPERT_BYTES = 3 * MOE_INTER * HIDDEN * (0.5 + 1 / 32)  # FP4 values + one ue8m0 byte per 32
+EMBED_BYTES = HEAD_BYTES = VOCAB * HIDDEN * 2
+DENSE_PARAMS = 142e6          # wq_a, wq_b, wkv, wo_a, wo_b, shared expert, compressors, indexer (approx.)
+EXPERT_PARAMS = 3 * MOE_INTER * HIDDEN
+ENTRY, INDEX_KEY, WINDOW = 576, 132, 128
+
+
+def flash_ratios(n):
+    r = [0, 0] + [4, 128] * 20 + [4]
+    return r[:n]
+
+
+def state_read_bytes(ratios, context):
+    b = 0
+    for r in ratios:
+        if r == 4:
+            b += (context // 4) * INDEX_KEY + min(512, context // 4) * ENTRY
+        elif r == 128:
+            b += (context // 128) * ENTRY
+        b += WINDOW * ENTRY
+    return b
+
+
+def attention_flops(ratios, context):
+    f = 0
+    for r in ratios:
+        cand = WINDOW + (min(512, context // 4) if r == 4 else context // 128 if r == 128 else 0)
+        f += 2 * 2 * 64 * 512 * cand
+    return f
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("engine")
+    ap.add_argument("ceilings")
+    ap.add_argument("--out-md")
+    ap.add_argument("--out-png")
+    a = ap.parse_args()
+    rows = [json.loads(l) for l in open(a.engine) if l.startswith("{")]
+    ceil = {json.loads(l)["impl"]: json.loads(l) for l in open(a.ceilings) if l.startswith("{")}
+    copy_bw = ceil["cudaMemcpy_d2d"]["gbps"] * 1e9
+    fp8 = ceil["cublaslt_fp8_tensor"]["tflops"] * 1e12
+    n = rows[0]["num_layers"]
+    ratios = flash_ratios(n) if str(rows[0]["layers"]).startswith("flash") else None
+    layer_bytes = (rows[0]["checkpoint_bytes"] - EMBED_BYTES - HEAD_BYTES) / n
+    nonexpert = layer_bytes - EXPERTS * EXPERT_BYTES
+
+    def floor_ms(batch, context, layers, rat):
+        touched = EXPERTS * (1 - (1 - TOPK / EXPERTS) ** batch)
+        by = layers * (nonexpert + touched * EXPERT_BYTES) + HEAD_BYTES + batch * state_read_bytes(rat, context)
+        fl = batch * (layers * 2 * (DENSE_PARAMS + TOPK * EXPERT_PARAMS) + attention_flops(rat, context) + 2 * VOCAB * HIDDEN)
+        return 1e3 * max(by / copy_bw, fl / fp8), by, fl
+
+    out = []
+    out.append(f"Ceilings (same call): copy {copy_bw / 1e9:,.0f} GB/s, cuBLASLt FP8 {fp8 / 1e12:,.0f} TFLOP/s. "
+               f"Model: {n} layers ({rows[0]['layers']}), {rows[0]['checkpoint_bytes'] / 1e9:.1f} GB; "
+               f"{layer_bytes / 1e9:.3f} GB per layer ({nonexpert / 1e9:.3f} GB outside the routed experts).")
+    out.append("")
+    out.append("| measurement | measured | floor (roofline) | measured / floor | per layer | scaled to 43 layers |")
+    out.append("|---|---|---|---|---|---|")
+    pts = []
+    for r in rows:
+        if r["mode"] == "engine_prefill":
+            ctx = r["prompt"] // 2  # mean context over a prompt's tokens
+            fl_tok = n * 2 * (DENSE_PARAMS + TOPK * EXPERT_PARAMS) + attention_flops(ratios, ctx) + 2 * VOCAB * HIDDEN / r["prompt"]
+            ceil_tok = fp8 / fl_tok
+            out.append(f"| prefill {r['requests']} x {r['prompt']} tokens | {r['tok_s']:,.0f} tok/s | {ceil_tok:,.0f} tok/s (FP8) | "
+                       f"{r['tok_s'] / ceil_tok:.1%} of the ceiling | {r['tok_s'] * n:,.0f} layer-tok/s | {r['tok_s'] * n / 43:,.0f} tok/s |")
+        elif r["mode"] == "engine_decode":
+            b, ctx = r["batch"], r["context"]
+            f_ms, _, _ = floor_ms(b, ctx, n, ratios)
+            f43, _, _ = floor_ms(b, ctx, 43, flash_ratios(43))
+            ms = r["ms_per_step"]
+            per_layer = ms / n
+            note = "" if r["decode_steps"] <= 1.25 * (r["tokens"] / b) else " (requests ran in waves)"
+            out.append(f"| decode b{b}, {ctx} context | {ms:.2f} ms/step, {r['tok_s']:,.0f} tok/s{note} | {f_ms:.2f} ms | "
+                       f"{ms / f_ms:.1f}x | {per_layer:.3f} ms | {per_layer * 43:.1f} ms/step, {b / (per_layer * 43e-3):,.0f} tok/s "
+                       f"(floor {f43:.2f} ms) |")
+            pts.append((b, r["tok_s"], b / (f_ms * 1e-3), r.get("gpu_idle_fraction", 0)))
+    out.append("")
+    out.append("GPU idle fraction between steps (CUDA events): " +
+               ", ".join(f"b{b} {idle:.2%}" for b, _, _, idle in pts) + ".")
+    out.append("Scaled to 43 layers = measured per-layer time x 43 (LM head and sampling counted 43/{} times: an "
+               "upper bound on the step time).".format(n))
+    text = "\n".join(out)
+    print(text)
+    if a.out_md:
+        open(a.out_md, "w").write(text + "\n")
+    if a.out_png and pts:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        xs = [p[0] for p in pts]
+        ax.plot(xs, [p[1] for p in pts], marker="o", label="measured (offline engine)")
+        fine = sorted(set([1] + [2 ** k for k in range(0, 10)] + xs))
+        ax.plot(fine, [b / (floor_ms(b, pts[0] and rows[-1]["context"], n, ratios)[0] * 1e-3) for b in fine],
+                ls="--", color="k", label="roofline (max of HBM and FP8 floors)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("decode batch (sequences, 4K-token contexts)")
+        ax.set_ylabel("decode tokens/s (one H200)")
+        ax.set_title(f"V4-Flash-shaped model, {n} full-width layers, H200")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(a.out_png, dpi=120)
+
+
+if __name__ == "__main__":
+    main()
