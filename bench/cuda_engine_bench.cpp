@@ -11,7 +11,8 @@
 // One JSON line per measurement; `layers` and the model's bytes let a report scale to 43 layers.
 //   cuda_engine_bench [--layers flash:N | flash | csa,hca,...] [--dir D | --model D] [--keep 1] [--gemm fast]
 //                     [--prefill-prompt 8192] [--prefill-requests 4] [--context 4096] [--tail 64]
-//                     [--batches 1,32,128,256,512] [--decode 16] [--batch-tokens 8192] [--gpus 1]
+//                     [--batches 1,32,128,256,512] [--decode 16] [--batch-tokens 8192] [--gpus 1] [--prefixes G]
+// --prefixes: distinct shared prefixes (default: one per GPU), the requests spread over them in turn.
 // The shared prefix makes the decode steps read the same compressed entries for all B sequences of a
 // batch from HBM or L2; at 4K contexts those reads are a few percent of the weight bytes of a step
 // (the report says so beside the numbers).
@@ -125,20 +126,24 @@ struct Bench {
         return r;
     }
 
-    nlohmann::json decode(int64_t batch, int64_t context, int64_t tail, int64_t steps) {
+    nlohmann::json decode(int64_t batch, int64_t context, int64_t tail, int64_t steps, int64_t num_prefixes) {
         Engine engine(model, nullptr, ec);
-        // The shared prefix first, alone, so its state is in the prefix cache at a block boundary.
-        const std::vector<int32_t> prefix = tokens(context - tail);
-        engine.add_request("warm", prefix, sampling(1, 0));
+        // The shared prefixes first, together (under expert parallelism each lands on its own GPU, and
+        // the requests forked from it stay there), so their states are in the prefix cache.
+        std::vector<std::vector<int32_t>> prefixes;
+        for (int64_t k = 0; k < num_prefixes; ++k) {
+            prefixes.push_back(tokens(context - tail));
+            engine.add_request(id("warm", k), prefixes.back(), sampling(1, uint64_t(k)));
+        }
         while (engine.has_unfinished()) engine.step();
         for (int64_t i = 0; i < batch; ++i) {
-            std::vector<int32_t> p = prefix;
+            std::vector<int32_t> p = prefixes[size_t(i % num_prefixes)];
             const std::vector<int32_t> t = tokens(tail);
             p.insert(p.end(), t.begin(), t.end());
             engine.add_request(id("d", i), std::move(p), sampling(1 + steps, uint64_t(i)));
         }
         // Until every request has its first token (prefill of the tails), then the timed decode.
-        while (engine.metrics().generated_tokens < 1 + batch) engine.step();
+        while (engine.metrics().generated_tokens < num_prefixes + batch) engine.step();
         reset_stats();
         const int64_t steps0 = engine.metrics().steps, gen0 = engine.metrics().generated_tokens;
         const auto t = Clock::now();
@@ -150,6 +155,7 @@ struct Bench {
         r["batch"] = batch;
         r["context"] = context;
         r["shared_prefix"] = context - tail;
+        r["prefixes"] = num_prefixes;
         r["prefix_hit_tokens"] = engine.metrics().prefix_cache_hit_tokens;
         r["decode_steps"] = n;
         r["tokens"] = gen;
@@ -166,7 +172,7 @@ struct Bench {
 
 int main(int argc, char** argv) {
     std::string layers = "flash:4", dir = "/tmp/deepinfer-engine-bench", model_dir, gemm = "fast", batches = "1,32,128,256,512";
-    int64_t prefill_prompt = 8192, prefill_requests = 4, context = 4096, tail = 64, decode = 16, batch_tokens = 8192, gpus = 1;
+    int64_t prefill_prompt = 8192, prefill_requests = 4, context = 4096, tail = 64, decode = 16, batch_tokens = 8192, gpus = 1, prefixes = 0;
     bool keep = false;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
@@ -183,6 +189,7 @@ int main(int argc, char** argv) {
         else if (k == "--decode") decode = std::stoll(v);
         else if (k == "--batch-tokens") batch_tokens = std::stoll(v);
         else if (k == "--gpus") gpus = std::stoll(v);
+        else if (k == "--prefixes") prefixes = std::stoll(v);
         else {
             std::fprintf(stderr, "unknown option %s\n", k.c_str());
             return 2;
@@ -238,11 +245,12 @@ int main(int argc, char** argv) {
                   {"write_s", write_s}, {"load_s", load_s}, {"workspace_bytes", st0.workspace_bytes},
                   {"state_capacity_bytes", b.model->state_capacity_bytes()}};
         // Warm-up: module load, graph captures of the small buckets.
-        b.decode(2, 128, 64, 2);
+        if (prefixes <= 0) prefixes = gpus;
+        b.decode(2, 128, 64, 2, 1);
         if (prefill_requests > 0) std::printf("%s\n", b.prefill(prefill_requests, prefill_prompt).dump().c_str());
         std::fflush(stdout);
         for (int64_t batch : bs) {
-            std::printf("%s\n", b.decode(batch, context, tail, decode).dump().c_str());
+            std::printf("%s\n", b.decode(batch, context, tail, decode, std::min(prefixes, batch)).dump().c_str());
             std::fflush(stdout);
         }
         b.model.reset();
