@@ -285,7 +285,7 @@ int main(int argc, char** argv) {
     std::stringstream list(a["--batches"]);
     for (std::string item; std::getline(list, item, ',');) {
         const int64_t batch = std::stoll(item);
-        std::map<std::string, std::vector<double>> tok_s, tok_cpu_s, steps_of, accepted_len;
+        std::map<std::string, std::vector<double>> tok_s, tok_cpu_s, steps_of, accepted_len, plain_of;
         const std::vector<double> load_before = load_average();
         // Rounds interleave the arms, so slow phases of a shared machine hit every arm alike.
         // Warm-up rounds (first-use costs: CUDA graph captures, allocator growth) print but are not summarized.
@@ -342,8 +342,10 @@ int main(int argc, char** argv) {
                                         {"position_verified", m.spec_position_verified},
                                         {"position_accepted", m.spec_position_accepted},
                                         {"verify_tokens_per_step", double(m.spec_verify_tokens) / double(m.spec_steps)},
-                                        {"mean_draft_budget", double(m.spec_budget_sum) / double(m.spec_steps)}};
+                                        {"mean_draft_budget", double(m.spec_budget_sum) / double(m.spec_steps)},
+                                        {"plain_steps", m.spec_plain_steps}};
                     accepted_len[arm.name].push_back(m.mean_accepted_length());
+                    plain_of[arm.name].push_back(double(m.spec_plain_steps));
                 }
                 std::printf("%s\n", r.dump().c_str());
                 std::fflush(stdout);
@@ -361,6 +363,7 @@ int main(int argc, char** argv) {
                                 {"speedup_vs_none", tok_s.count("none") ? median(tok_s[arm.name]) / median(tok_s["none"]) : 0.0},
                                 {"loadavg_before", load_before}, {"loadavg_after", load_after}};
             if (!accepted_len[arm.name].empty()) s["median_mean_accepted_length"] = median(accepted_len[arm.name]);
+            if (!plain_of[arm.name].empty()) s["median_plain_steps"] = median(plain_of[arm.name]);
             std::printf("%s\n", s.dump().c_str());
             std::fflush(stdout);
         }

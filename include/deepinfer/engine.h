@@ -42,6 +42,17 @@ struct SamplingParams {
     std::optional<GrammarSpec> grammar;
 };
 
+// The shape of a decode-only engine step as the confidence scheduler's step-cost model sees it.
+struct SpeculativeStepShape {
+    int64_t tokens = 0;            // rows, drafts included
+    bool drafter_taps = false;     // its rows updated the drafter's state (else a plain step)
+    int64_t drafted_requests = 0;  // requests drafted during the step (for the next verification)
+};
+struct SpeculativeStepCost {
+    double step_seconds = 0;   // the step's wall time without the drafting
+    double draft_seconds = 0;  // the drafting's
+};
+
 // Every switch of the engine (style.md §7).
 struct EngineConfig {
     int64_t max_num_seqs = 256;           // sequences in a step
@@ -76,6 +87,9 @@ struct EngineConfig {
     // drafts as token-wise verification on average; structured output: each row's mask follows the drafts
     // before it), else token-wise.
     bool speculative_block_verification = false;
+    // Tests: the cost the confidence scheduler learns for each decode-only step, instead of the step's
+    // measured wall time (deterministic decisions). Empty: measured.
+    std::function<SpeculativeStepCost(const SpeculativeStepShape&)> speculative_step_cost;
 };
 
 struct TokenLogprob {
@@ -123,6 +137,9 @@ struct EngineMetrics {
     int64_t spec_accepted_tokens = 0;  // drafts accepted
     int64_t spec_verify_tokens = 0;    // decode rows (anchors + drafts) over all steps
     int64_t spec_budget_sum = 0;       // sum of the scheduler's draft budgets B*
+    // Decode steps the confidence scheduler ran without speculating (no drafter taps, nothing drafted:
+    // expected gain below 1, or measuring plain steps).
+    int64_t spec_plain_steps = 0;
     std::vector<int64_t> spec_position_verified, spec_position_accepted;  // per draft position
     // Confidence-scheduler health: per position, mean |calibrated confidence - realized acceptance|
     // over the trials (before each observation is added: an online, out-of-sample error).

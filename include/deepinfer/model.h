@@ -144,6 +144,12 @@ struct SequenceChunk {
     // router selects with bias_vl; spec deepseek-v41-model.md §5, §6.2, §9). Models without vision
     // reject a non-empty span.
     std::span<const uint8_t> image_span = {};
+    // Speculative decoding, for a sequence attached to a drafter: false lets the model keep nothing
+    // for the drafter from this pass (no taps, no drafter rows), so the step can run as a plain one (a
+    // GPU model replays its CUDA graph). Until a later pass with taps covers the sequence's last
+    // position, the engine does not draft for it; drafter rows of the skipped positions stay stale (drafts
+    // stay valid, only less likely to be accepted). Models may ignore it (they tap anyway).
+    bool drafter_taps = true;
 };
 
 class Model {

@@ -66,6 +66,9 @@ struct Completion {
     std::vector<int32_t> drafts;
     std::vector<float> draft_probs, confidence, stale_confidence;
     size_t posted = 0;
+    // Its last forward pass updated the drafter's state (speculation paused: a pass without taps); the
+    // engine drafts only for completions whose drafter state is current.
+    bool drafter_current = true;
 };
 
 struct Request {
@@ -90,11 +93,14 @@ struct Scheduled {
     std::vector<double> draft_uniforms = {};
     int32_t draw = -1;            // its token is drawn on the device: index of the first DeviceDraw
                                   // (n > 1: the pending siblings' draws follow it)
+    bool drafter_taps = true;     // the pass updates the drafter's state (SequenceChunk::drafter_taps)
 };
 
 struct Plan {
     std::vector<Scheduled> items;
     int64_t draft_budget = -1;  // asynchronous + confidence scheduler: B*, allocated after drafting
+    bool speculate = true;      // decode rows tap for the drafter and drafting follows (scheduler's call)
+    bool decode_only = true;    // every row is a decode row (anchor or draft): a cost-model sample
     std::future<ForwardOutputs> outputs;  // logits of host-sampled chunks, device-sampled tokens
     std::future<void> masks;  // structured output: next-token masks, overlapped with the forward
     Clock::time_point launched;
@@ -215,8 +221,20 @@ struct Engine::Impl {
         };
         std::vector<std::pair<Completion*, int64_t>> advance;  // every running completion and its take
         const bool async_drafts = drafter && cfg.async_scheduling;
+        if (verify_scheduler) {
+            // Whether this step speculates at all (the scheduler's expected gain, probes).
+            int64_t decode_rows = 0, tokens = 0;
+            for (const Completion* c : order) {
+                const int64_t rem = total_tokens(*c) - c->num_computed;
+                decode_rows += rem == 1;
+                tokens += rem == 1 ? 1 : std::min(rem, cfg.max_prefill_chunk);
+            }
+            plan.speculate = verify_scheduler->speculate(decode_rows, tokens);
+        }
         const std::vector<int64_t> verify_len =
-            async_drafts ? plan_async_drafts(order, budget, plan.draft_budget) : plan_verify_lengths(order, budget);
+            !plan.speculate ? std::vector<int64_t>(order.size(), 0)
+            : async_drafts  ? plan_async_drafts(order, budget, plan.draft_budget)
+                            : plan_verify_lengths(order, budget);
         if (plan.draft_budget > 0) budget -= plan.draft_budget;  // reserved for the worker's allocation
         for (size_t oi = 0; oi < order.size(); ++oi) {
             Completion* c = order[oi];
@@ -230,8 +248,10 @@ struct Engine::Impl {
             advance.emplace_back(c, std::max<int64_t>(take, 0) + (take > 0 && async_drafts ? drafts - extra : 0));
             if (take <= 0) continue;
             budget -= take;
+            plan.decode_only = plan.decode_only && rem == 1;
             if (async_drafts) {
                 Scheduled s{c, {token_at(*c, c->num_computed)}, 0};
+                s.drafter_taps = plan.speculate || rem != 1;  // prefill rows always tap
                 if (rem == 1 && drafts > 0) s.draft_slots = drafts;
                 else if (rem != 1) s.tokens.clear();
                 if (rem != 1)
@@ -240,6 +260,7 @@ struct Engine::Impl {
                 continue;
             }
             Scheduled s{c, {}, take > 1 && rem == 1 ? drafts : 0};
+            s.drafter_taps = plan.speculate || rem != 1;  // prefill rows always tap
             for (int64_t i = 0; i < take - s.drafts; ++i) s.tokens.push_back(token_at(*c, c->num_computed + i));
             s.tokens.insert(s.tokens.end(), c->drafts.begin(), c->drafts.begin() + s.drafts);
             plan.items.push_back(std::move(s));
@@ -304,6 +325,7 @@ struct Engine::Impl {
             const int64_t take = chunk_size(c, budget);
             use += estimate_state_bytes(start + take, pool->page_bytes());
             budget -= take;
+            plan.decode_only = false;
             Scheduled s{c, {}};
             for (int64_t i = 0; i < take; ++i) s.tokens.push_back(token_at(*c, c->num_computed + i));
             plan.items.push_back(std::move(s));
@@ -321,7 +343,10 @@ struct Engine::Impl {
 
     void launch(Plan& plan) {
         std::vector<SequenceChunk> chunks;
-        for (Scheduled& s : plan.items) chunks.push_back({s.completion->seq.get(), s.tokens, s.drafts > 0});
+        for (Scheduled& s : plan.items) {
+            chunks.push_back({s.completion->seq.get(), s.tokens, s.drafts > 0});
+            chunks.back().drafter_taps = s.drafter_taps;
+        }
         // Per chunk: its logits go to the host only when the host samples from them; tokens of plain
         // requests are drawn on the device (same random stream: seed, completion, tokens generated).
         std::vector<uint8_t> want(plan.items.size(), 1);
@@ -395,7 +420,10 @@ struct Engine::Impl {
                    budget = plan.draft_budget, want = std::move(want), draws = std::move(draws)]() {
                 draft_in_worker(drafting, budget);
                 std::vector<SequenceChunk> all;
-                for (size_t i = 0; i < n; ++i) all.push_back({items[i].completion->seq.get(), items[i].tokens, items[i].drafts > 0});
+                for (size_t i = 0; i < n; ++i) {
+                    all.push_back({items[i].completion->seq.get(), items[i].tokens, items[i].drafts > 0});
+                    all.back().drafter_taps = items[i].drafter_taps;
+                }
                 return m->forward_sampled(all, want, draws);
             };
         }
@@ -414,12 +442,10 @@ struct Engine::Impl {
         // Asynchronous speculative decoding: the worker drafted before the forward (draft_seconds).
         const double forward_seconds = since(plan.launched) - (cfg.async_scheduling ? last_draft_seconds : 0.0);
         metrics.forward_seconds += forward_seconds;
-        // The verify cost the scheduler learns is the step's forward plus this host work on its rows
-        // (sampling, acceptance of verify rows from their logits), observed at the end: with a GPU
-        // forward the host's part can be what makes speculation not pay.
-        const auto host_start = Clock::now();
-        int64_t spec_rows = 0, spec_drafted = 0;
-        double spec_draft_seconds = 0;
+        // The step cost the scheduler learns is the wall time between the ends of consecutive steps (the
+        // forward, the host's sampling and verification of the rows, scheduling, post-processing), less
+        // the drafting, observed at the end of step(): with a GPU forward the host's part can be what
+        // makes speculation not pay.
         if (verify_scheduler) {
             int64_t rows = 0, decode_rows = 0;
             for (const Scheduled& s : plan.items) {
@@ -427,11 +453,13 @@ struct Engine::Impl {
                 if (s.drafts > 0 || total_tokens(*s.completion) - s.completion->num_computed == 1)
                     decode_rows += static_cast<int64_t>(s.tokens.size());
             }
-            spec_rows = rows;
-            spec_drafted = last_drafted;
-            spec_draft_seconds = last_draft_seconds;
+            // Asynchronous: the worker drafted this plan's blocks before its forward, inside this interval.
+            observation = {.valid = plan.decode_only, .tokens = rows, .tapped = plan.speculate,
+                           .drafted = cfg.async_scheduling ? last_drafted : 0,
+                           .draft_seconds = cfg.async_scheduling ? last_draft_seconds : 0.0};
             last_drafted = 0;
             if (cfg.async_scheduling) last_draft_seconds = 0;  // set again by the next step's worker
+            if (!plan.speculate && decode_rows > 0) ++metrics.spec_plain_steps;
             ++metrics.spec_steps;
             metrics.spec_verify_tokens += decode_rows;
             metrics.spec_budget_sum += verify_scheduler->last_budget();
@@ -443,6 +471,7 @@ struct Engine::Impl {
             Completion* c = plan.items[i].completion;
             Request& r = *c->request;
             c->num_computed += static_cast<int64_t>(plan.items[i].tokens.size());
+            c->drafter_current = plan.items[i].drafter_taps;
             if (c->status != Status::kRunning) continue;  // ended by a stop string meanwhile: discard
             if (plan.items[i].drafts > 0) {
                 verify_into(*c, logits[i], plan.items[i].drafts, mc);
@@ -488,14 +517,6 @@ struct Engine::Impl {
         // memory it does not account for would be taken).
         for (Completion* c : advanced)
             if (c->token_finished) c->seq.reset();
-        if (verify_scheduler) {
-            // Asynchronous: the next forward runs during this host work, so a step costs the longer of
-            // the two; synchronous: both, one after the other.
-            const double host_seconds = since(host_start);
-            const double step_seconds =
-                cfg.async_scheduling ? std::max(forward_seconds, host_seconds) : forward_seconds + host_seconds;
-            verify_scheduler->observe_step(spec_rows, step_seconds, spec_drafted, spec_draft_seconds);
-        }
         return advanced;
     }
 
@@ -558,7 +579,6 @@ struct Engine::Impl {
     std::vector<int64_t> plan_async_drafts(const std::vector<Completion*>& order, int64_t budget, int64_t& draft_budget) {
         std::vector<int64_t> len(order.size(), 0);
         draft_budget = -1;
-        if (!verify_scheduler->should_draft()) return len;
         std::vector<VerifyCandidate> cands;
         std::vector<size_t> at;
         int64_t other = 0;
@@ -572,6 +592,7 @@ struct Engine::Impl {
             ++other;
             // The row must be a generated token's (a prompt's last chunk of one token drafts nothing).
             if (c->status != Status::kRunning || c->token_finished || !c->seq || c->generated.empty()) continue;
+            if (!c->drafter_current) continue;  // its last pass kept nothing for the drafter
             const int64_t k = std::min<int64_t>(cfg.num_speculative_tokens, c->request->params.max_tokens -
                                                                               static_cast<int64_t>(c->generated.size()) - 1);
             if (k <= 0) continue;
@@ -739,18 +760,21 @@ struct Engine::Impl {
     }
 
     // New drafts for every completion that goes on decoding (one batched drafter call).
-    void draft_for(const std::vector<Completion*>& advanced) {
+    // `drafting`: the step speculated (a plain step drafts nothing; its rows did not tap).
+    void draft_for(const std::vector<Completion*>& advanced, bool drafting) {
         const auto t0 = Clock::now();
+        last_drafted = 0;
+        last_draft_seconds = 0;
         std::vector<Completion*> todo;
         std::vector<DraftRequest> reqs;
         std::vector<std::vector<double>> uniforms;
-        const bool drafting = verify_scheduler->should_draft();
         for (Completion* c : advanced) {
             c->stale_confidence = std::move(c->confidence);
             c->confidence.clear();
             c->drafts.clear();
             c->draft_probs.clear();
-            if (!drafting || c->status != Status::kRunning || c->token_finished || !c->seq) continue;
+            if (!drafting || !c->drafter_current || c->status != Status::kRunning || c->token_finished || !c->seq)
+                continue;
             if (total_tokens(*c) - c->num_computed != 1) continue;
             const SamplingParams& p = c->request->params;
             const int64_t k = std::min<int64_t>(cfg.num_speculative_tokens,
@@ -781,6 +805,36 @@ struct Engine::Impl {
     }
     int64_t last_drafted = 0;
     double last_draft_seconds = 0;
+    // The step cost-model sample of the plan consumed in this step() (taken at its end).
+    struct Observation {
+        bool valid = false;  // a decode-only step with a confidence scheduler
+        int64_t tokens = 0;
+        bool tapped = false;
+        int64_t drafted = 0;
+        double draft_seconds = 0;
+    } observation;
+    std::optional<Clock::time_point> last_step_end;
+
+    // Feeds the step that just ended to the scheduler's cost model (measured wall time since the previous
+    // step ended, or the injected cost).
+    void observe_step_cost() {
+        const auto now = Clock::now();
+        if (verify_scheduler && observation.valid && (last_step_end || cfg.speculative_step_cost)) {
+            double seconds = last_step_end ? std::chrono::duration<double>(now - *last_step_end).count() : 0.0;
+            double draft_seconds = observation.draft_seconds;
+            seconds -= draft_seconds;
+            if (cfg.speculative_step_cost) {
+                const SpeculativeStepCost c = cfg.speculative_step_cost(
+                    {.tokens = observation.tokens, .drafter_taps = observation.tapped, .drafted_requests = observation.drafted});
+                seconds = c.step_seconds;
+                draft_seconds = c.draft_seconds;
+            }
+            verify_scheduler->observe_step(observation.tokens, observation.tapped, seconds, observation.drafted,
+                                           draft_seconds);
+        }
+        observation.valid = false;
+        last_step_end = now;
+    }
 
     // Appends a sampled or verified token; decides EOS / stop ids / length.
     void emit(Completion& c, int32_t token, TokenLogprob logprob, bool grammar_done, const ModelInfo& mc,
@@ -885,8 +939,13 @@ struct Engine::Impl {
             }
         }
         postprocess(advanced);
-        if (drafter && !cfg.async_scheduling) draft_for(advanced);  // (asynchronous: the worker drafts)
+        if (drafter && !cfg.async_scheduling) {  // (asynchronous: the worker drafts)
+            draft_for(advanced, current.speculate);
+            observation.drafted = last_drafted;  // drafted inside this step's interval
+            observation.draft_seconds = last_draft_seconds;
+        }
         if (!cfg.async_scheduling) collect_garbage();
+        observe_step_cost();
         ++metrics.steps;
         metrics.step_seconds += since(t0);
         metrics.prefix_cache_bytes = prefix.bytes();

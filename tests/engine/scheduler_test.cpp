@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Verify-length scheduling: fixed lengths; the confidence scheduler's budget follows the cost model
-// (all drafts when verification is nearly free, none when it is expensive and confidences are low),
-// its allocation gives each request a prefix and prefers likely drafts; it stops drafting when
-// speculation does not pay and probes again; online calibration moves toward realized acceptance.
+// Verify-length scheduling: fixed lengths; the confidence scheduler's budget follows the measured cost
+// of tapped steps (all drafts when verification is nearly free, none when it is expensive and
+// confidences are low), its allocation gives each request a prefix and prefers likely drafts; it
+// speculates only when the expected gain over plain steps reaches 1 (batch, drafter cost, acceptance)
+// and probes again; the step-cost model drops warm-ups; online calibration moves toward realized acceptance.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -24,16 +25,23 @@ TEST(VerifyScheduler, BudgetFollowsCostsAndAllocationPrefersLikelyDrafts) {
     const std::vector<float> high = {0.95f, 0.9f, 0.9f, 0.9f}, low = {0.2f, 0.2f, 0.2f, 0.2f};
     // Verification nearly free (cost independent of tokens): every draft is worth verifying.
     VerifyScheduler cheap(4, true);
-    for (int i = 0; i < 20; ++i) cheap.observe_step(10 + i, 1.0, 4, 0.1);
+    for (int i = 0; i < 20; ++i) cheap.observe_step(10 + i, true, 1.0, 4, 0.0);
     std::vector<VerifyCandidate> c = {{4, high, high}, {4, low, low}};
     EXPECT_EQ(cheap.plan(c, 2, 100), (std::vector<int64_t>{4, 4}));
     // Steep cost per token: only drafts whose survival beats the marginal cost (here the four of the
     // confident request: expected tokens per second 10 at B = 0, 13.2 at B = 4, 12.2 at B = 5).
     VerifyScheduler linear(4, true);
-    for (int i = 0; i < 20; ++i) linear.observe_step(10 + i, 0.1 + 0.05 * (10 + i), 4, 0.0);
+    for (int i = 0; i < 20; ++i) linear.observe_step(10 + i, true, 0.1 + 0.05 * (10 + i), 4, 0.0);
     const std::vector<int64_t> l = linear.plan(c, 2, 100);
     EXPECT_EQ(l, (std::vector<int64_t>{4, 0}));  // survival 0.2: verifying it lowers tokens per second
     EXPECT_EQ(linear.last_budget(), 4);
+    // Plain steps do not enter the verify cost: the same line with cheap plain steps plans the same.
+    VerifyScheduler mixed(4, true);
+    for (int i = 0; i < 20; ++i) {
+        mixed.observe_step(10 + i, true, 0.1 + 0.05 * (10 + i), 4, 0.0);
+        mixed.observe_step(40 + i, false, 0.01, 0, 0.0);
+    }
+    EXPECT_EQ(mixed.plan(c, 2, 100), (std::vector<int64_t>{4, 0}));
     // With a tight budget the likely request gets the slots, as a prefix.
     VerifyScheduler tight(4, true);
     std::vector<VerifyCandidate> c2 = {{4, low, low}, {4, high, high}};
@@ -41,42 +49,101 @@ TEST(VerifyScheduler, BudgetFollowsCostsAndAllocationPrefersLikelyDrafts) {
     EXPECT_EQ(t, (std::vector<int64_t>{0, 3}));
 }
 
-TEST(VerifyScheduler, StopsDraftingWhenItDoesNotPayAndProbesAgain) {
-    const std::vector<float> low = {0.05f, 0.05f};
-    VerifyScheduler s(2, true);
-    for (int i = 0; i < 20; ++i) s.observe_step(10 + i, 0.1 + 0.05 * (10 + i), 4, 0.0);
-    std::vector<VerifyCandidate> c = {{2, low, low}, {2, low, low}};
-    int drafted = 0;
-    for (int step = 0; step < 200; ++step) {
-        if (!s.should_draft()) continue;
-        ++drafted;
-        s.plan(c, 2, 100);
-        EXPECT_LE(s.last_budget(), 1);  // 0, or 1 on a cost-model exploration plan
-    }
-    EXPECT_LT(drafted, 20);  // mostly off: 8 plans to learn it, then one step per probe
-    EXPECT_GT(drafted, 8);   // but probing
+TEST(StepCostModel, DropsTheWarmUpAndCaptureOutliersButFollowsGrowth) {
+    StepCostModel m;
+    m.observe(StepKind::kPlain, 8, 50.0);  // the first: a graph capture
+    EXPECT_FALSE(m.known(StepKind::kPlain));
+    m.observe(StepKind::kPlain, 8, 1.0);
+    EXPECT_TRUE(m.known(StepKind::kPlain));
+    EXPECT_DOUBLE_EQ(m.predict(StepKind::kPlain, 8), 1.0);
+    m.observe(StepKind::kPlain, 8, 40.0);  // a new bucket's capture at a size already seen: dropped
+    EXPECT_DOUBLE_EQ(m.predict(StepKind::kPlain, 8), 1.0);
+    m.observe(StepKind::kPlain, 64, 8.0);  // a larger batch really costs more: taken
+    EXPECT_GT(m.predict(StepKind::kPlain, 64), 2.0);
+    EXPECT_FALSE(m.known(StepKind::kTapped));
+    EXPECT_EQ(m.predict(StepKind::kTapped, 8), 0.0);
 }
 
-TEST(VerifyScheduler, StopsDraftingWhenTheDrafterCostsMoreThanItsDraftsGain) {
-    // Verification nearly free per token, likely drafts (survival 0.5, 0.25), but drafting costs five
-    // times a step: 2 tokens per 1.0 s without drafting beat at most 3.5 per 6.0 s with it. A comparison
-    // that charged the drafter to B = 0 as well would always verify everything.
-    const std::vector<float> half = {0.5f, 0.5f};
-    VerifyScheduler s(2, true);
-    for (int i = 0; i < 20; ++i) s.observe_step(10 + i, 1.0 + 0.001 * (10 + i), 2, 5.0);
-    std::vector<VerifyCandidate> c = {{2, half, half}, {2, half, half}};
-    EXPECT_EQ(s.plan(c, 2, 100), (std::vector<int64_t>{0, 0}));
-    int drafted = 0;
-    for (int step = 0; step < 200; ++step) {
-        if (!s.should_draft()) continue;
-        ++drafted;
-        s.plan(c, 2, 100);
+// A scheduler that has seen `steps` tapped steps (cost tapped(tokens)), drafts (draft(requests)) and
+// plain steps (plain(tokens)) of batches around `n`, then is asked what to do at batch n.
+template <typename Tapped, typename Plain>
+VerifyScheduler trained(int64_t n, Tapped tapped, Plain plain, double draft_seconds, int steps = 20) {
+    VerifyScheduler s(4, true);
+    for (int i = 0; i < steps; ++i) {
+        const int64_t rows = n + (i % 5) * n;  // anchors plus 0..4 drafts each
+        s.observe_step(rows, true, tapped(rows), n, draft_seconds);
+        s.observe_step(n, false, plain(n), 0, 0.0);
     }
-    EXPECT_LT(drafted, 60);
-    // The same drafter when drafting is cheap: verifying pays.
-    VerifyScheduler cheap(2, true);
-    for (int i = 0; i < 20; ++i) cheap.observe_step(10 + i, 1.0 + 0.001 * (10 + i), 2, 0.01);
-    EXPECT_EQ(cheap.plan(c, 2, 100), (std::vector<int64_t>{2, 2}));
+    return s;
+}
+
+TEST(VerifyScheduler, SpeculatesOnlyWhenTheExpectedGainReachesOne) {
+    const std::vector<float> sure = {0.99f, 0.99f, 0.99f, 0.99f};
+    const int64_t n = 64;
+    std::vector<VerifyCandidate> c(size_t(n), VerifyCandidate{4, sure, sure});
+    // A GPU at large batch: plain steps replay a graph (1 ms + 0.01 ms a row), tapped steps run eagerly
+    // and every verify row costs 0.1 ms: 5 tokens per request per step cannot pay for 5x the rows.
+    auto eager = [](int64_t rows) { return 1e-3 + 1e-4 * double(rows); };
+    auto graph = [](int64_t rows) { return 1e-3 + 1e-5 * double(rows); };
+    VerifyScheduler loses = trained(n, eager, graph, 2e-3);
+    loses.plan(c, n, 10000);  // the survival profile from these confidences
+    EXPECT_LT(loses.expected_gain(n, n), 1.0);
+    EXPECT_FALSE(loses.speculate(n, n));
+    // Small batch, the same costs: a step is mostly fixed cost, five tokens per step pay.
+    VerifyScheduler pays = trained(2, eager, graph, 2e-4);
+    std::vector<VerifyCandidate> c2(2, VerifyCandidate{4, sure, sure});
+    pays.plan(c2, 2, 10000);
+    EXPECT_GT(pays.expected_gain(2, 2), 2.0);
+    EXPECT_TRUE(pays.speculate(2, 2));
+    // The drafter alone can make it lose: the same small batch with a drafter that costs 10 steps.
+    VerifyScheduler slow_drafter = trained(2, eager, graph, 20e-3);
+    slow_drafter.plan(c2, 2, 10000);
+    EXPECT_FALSE(slow_drafter.speculate(2, 2));
+    // Rejected drafts (the calibrated survival falls) make it lose at a batch where sure drafts pay.
+    VerifyScheduler doubtful = trained(8, eager, graph, 2e-4);
+    std::vector<VerifyCandidate> c8(8, VerifyCandidate{4, sure, sure});
+    doubtful.plan(c8, 8, 10000);
+    EXPECT_TRUE(doubtful.speculate(8, 8));
+    for (int i = 0; i < 400; ++i) doubtful.observe_acceptance(sure, 4, 0);  // nothing is ever accepted
+    for (int i = 0; i < 20; ++i) doubtful.plan(c8, 8, 10000);
+    EXPECT_LT(doubtful.expected_gain(8, 8), 1.0);
+    EXPECT_FALSE(doubtful.speculate(8, 8));
+}
+
+TEST(VerifyScheduler, MeasuresPlainStepsThenProbesSpeculationPeriodically) {
+    const std::vector<float> sure = {0.99f, 0.99f, 0.99f, 0.99f};
+    const int64_t n = 64;
+    std::vector<VerifyCandidate> c(size_t(n), VerifyCandidate{4, sure, sure});
+    auto eager = [](int64_t rows) { return 1e-3 + 1e-4 * double(rows); };
+    auto graph = [](int64_t rows) { return 1e-3 + 1e-5 * double(rows); };
+    VerifyScheduler s(4, true);
+    // Cold: speculate (the speculative costs are learned first).
+    std::vector<int> modes;
+    for (int step = 0; step < 200; ++step) {
+        const bool spec = s.speculate(n, n);
+        modes.push_back(spec);
+        int64_t rows = n;
+        if (spec) rows += s.plan(c, n, 10000).empty() ? 0 : s.last_budget();
+        s.observe_step(rows, spec, spec ? eager(rows) : graph(rows), spec ? n : 0, spec ? 2e-3 : 0.0);
+    }
+    EXPECT_EQ(modes[0], 1);
+    int spec_steps = 0, switches = 0;
+    for (size_t i = 0; i < modes.size(); ++i) {
+        spec_steps += modes[i];
+        switches += i > 0 && modes[i] != modes[i - 1];
+    }
+    EXPECT_LT(spec_steps, 40);  // mostly plain: a few steps to learn, then probes
+    EXPECT_GT(switches, 4);     // probing goes on (one two-step probe per kProbeEvery plain steps)
+    int tail_spec = 0;
+    for (size_t i = 100; i < modes.size(); ++i) tail_spec += modes[i];
+    EXPECT_LE(tail_spec, int(100 / VerifyScheduler::kProbeEvery + 1) * int(VerifyScheduler::kProbeSteps));
+    EXPECT_GT(tail_spec, 0);
+}
+
+TEST(VerifyScheduler, FixedModeAlwaysSpeculates) {
+    VerifyScheduler s(4, false);
+    for (int i = 0; i < 10; ++i) s.observe_step(8, true, 1.0, 8, 1.0);
+    EXPECT_TRUE(s.speculate(8, 8));
 }
 
 TEST(ConfidenceCalibrator, MovesTowardRealizedAcceptance) {

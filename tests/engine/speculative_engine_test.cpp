@@ -6,7 +6,9 @@
 //     output) or all rejected leave the output unchanged, and the acceptance counters say so;
 //   * sampled output with speculation follows the same per-position token distribution as without
 //     (two-sample chi-square over many seeds on a 16-token vocabulary), for sampled and one-hot drafts
-//     and with the scheduler on; with a fixed draft length it is batch-invariant and reproducible.
+//     and with the scheduler on; with a fixed draft length it is batch-invariant and reproducible;
+//   * the confidence scheduler's fallback, with injected step costs: where speculation loses it runs
+//     plain decode steps, where it pays it speculates throughout; greedy output identical either way.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -354,6 +356,53 @@ TEST(SpeculativeEngine, SampledOutputWithFixedDraftLengthIsBatchInvariant) {
     const RunResult again = run(mtp_model(), cfg, reqs);
     for (const auto& [id, p, s] : reqs)
         EXPECT_EQ(batched.outputs.at(id).completions.at(0).token_ids, again.outputs.at(id).completions.at(0).token_ids);
+}
+
+// The confidence scheduler against injected step costs (EngineConfig::speculative_step_cost): plain
+// steps cheap per row and verify rows expensive (a GPU at large batch) -> it falls back to plain decode
+// steps after learning; every step about as cheap as any other (a GPU at small batch) -> it speculates
+// on every decode step. Greedy output is the plain engine's either way (synchronous and asynchronous).
+TEST(SpeculativeEngine, SchedulerFallsBackToPlainStepsWhereSpeculationLoses) {
+    const int64_t V = vocab_of(*mtp_model());
+    std::mt19937 rng(33);
+    Requests reqs;
+    for (int i = 0; i < 4; ++i) reqs.emplace_back("r" + std::to_string(i), random_prompt(rng, 5 + 7 * i, V), greedy(60));
+    const RunResult plain = run(mtp_model(), {}, reqs);
+    std::map<std::string, std::map<int64_t, int32_t>> tables;  // position -> token, per request
+    for (const auto& [id, prompt, sp] : reqs) {
+        const auto& toks = plain.outputs.at(id).completions.at(0).token_ids;
+        for (size_t i = 0; i < toks.size(); ++i) tables[id][static_cast<int64_t>(prompt.size() + i)] = toks[i];
+    }
+    for (const auto& [id, prompt, sp] : reqs) {
+        // Requests run alone with the oracle drafter of their own output (every draft accepted).
+        const Requests one = {{id, prompt, sp}};
+        for (bool async : {false, true}) {
+            for (bool loses : {true, false}) {
+                EngineConfig cfg = spec_config(4, true);
+                cfg.async_scheduling = async;
+                cfg.speculative_step_cost = [loses](const SpeculativeStepShape& s) {
+                    const double per_row = s.drafter_taps && loses ? 1e-3 : 1e-5;
+                    return SpeculativeStepCost{.step_seconds = 1e-3 + per_row * double(s.tokens),
+                                               .draft_seconds = loses ? 1e-3 : 1e-5};
+                };
+                auto drafter = std::make_shared<TableDrafter>(tables.at(id), V, false);
+                const RunResult spec = run(mtp_model(), cfg, one, drafter);
+                const std::string what = id + " async=" + std::to_string(async) + " loses=" + std::to_string(loses);
+                EXPECT_EQ(plain.outputs.at(id).completions.at(0).token_ids, spec.outputs.at(id).completions.at(0).token_ids)
+                    << what;
+                const EngineMetrics& m = spec.metrics;
+                if (loses) {
+                    // A few steps to learn the costs, then plain steps (and short probes).
+                    EXPECT_GT(m.spec_plain_steps, m.steps / 2) << what;
+                    EXPECT_LT(m.spec_accepted_tokens, 60 / 2) << what;
+                } else {
+                    EXPECT_EQ(m.spec_plain_steps, 0) << what;
+                    EXPECT_GT(m.spec_accepted_tokens, 60 / 2) << what;
+                    EXPECT_LT(m.steps, 60 / 3) << what;
+                }
+            }
+        }
+    }
 }
 
 }  // namespace

@@ -529,6 +529,54 @@ TEST_P(CudaDSparkEngine, SampledOutputEqualsTheCpuEnginesSpeculativeRun) {
     }
 }
 
+// Speculation paused by the confidence scheduler (injected step costs where it loses): the plain
+// steps' passes keep nothing for the drafter, so they replay CUDA graphs; the periodic probes draft
+// again from rings that missed the paused rows (valid drafts, the agreeing drafter's still accepted);
+// greedy output equals no speculation. Where speculation pays, no decode step is plain.
+TEST_P(CudaDSparkEngine, PausedSpeculationReplaysGraphsAndStaysTokenIdentical) {
+    std::shared_ptr<const Model> gpu = gpu_model(dir(false, true));
+    std::shared_ptr<const Model> cpu = Model::load(dir(false, true), options());
+    const int64_t V = gpu->info().vocab_size;
+    std::mt19937 rng(4);
+    test::Requests reqs;
+    for (int i = 0; i < 4; ++i)
+        reqs.emplace_back("p" + std::to_string(i), random_tokens(rng, 5 + 9 * int64_t(i), V), test::greedy(90));
+    const test::RunResult plain = test::run(gpu, {}, reqs);
+    for (bool async : {false, true}) {
+        for (bool loses : {true, false}) {
+            EngineConfig c = spec(5, true, async);
+            c.speculative_step_cost = [loses](const SpeculativeStepShape& s) {
+                const double per_row = s.drafter_taps && loses ? 1e-3 : 1e-5;
+                return SpeculativeStepCost{.step_seconds = 1e-3 + per_row * double(s.tokens),
+                                           .draft_seconds = loses ? 1e-3 : 1e-5};
+            };
+            const cuda::CudaModelStats before = cuda::cuda_model_stats(*gpu);
+            const test::RunResult r = test::run(gpu, c, reqs);
+            const cuda::CudaModelStats after = cuda::cuda_model_stats(*gpu);
+            const std::string what = "async=" + std::to_string(async) + " loses=" + std::to_string(loses);
+            for (const auto& [id, prompt, sp] : reqs)
+                EXPECT_EQ(plain.outputs.at(id).completions.at(0).token_ids, r.outputs.at(id).completions.at(0).token_ids)
+                    << what << " " << id;
+            const EngineMetrics& m = r.metrics;
+            // The CPU engine (its model taps every pass) takes the same decisions: the agreeing
+            // drafter's drafts and confidences do not depend on the rows the GPU's paused passes missed.
+            const test::RunResult cpu_run = test::run(cpu, c, reqs);
+            EXPECT_EQ(cpu_run.metrics.spec_plain_steps, m.spec_plain_steps) << what;
+            EXPECT_EQ(cpu_run.metrics.spec_draft_tokens, m.spec_draft_tokens) << what;
+            EXPECT_EQ(cpu_run.metrics.spec_accepted_tokens, m.spec_accepted_tokens) << what;
+            const int64_t graph_steps = (after.graph_replays + after.graph_captures) - (before.graph_replays + before.graph_captures);
+            EXPECT_GT(m.spec_accepted_tokens, 0) << what;
+            if (loses) {
+                EXPECT_GT(m.spec_plain_steps, m.steps / 2) << what;
+                EXPECT_GE(graph_steps, m.spec_plain_steps - 2) << what;  // every plain decode step (probes aside)
+            } else {
+                EXPECT_EQ(m.spec_plain_steps, 0) << what;
+                EXPECT_EQ(graph_steps, 0) << what;
+            }
+        }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, CudaDSparkEngine, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "v4_0731" : "v41"; });
 

@@ -22,11 +22,11 @@ std::string speculative_summary(const EngineMetrics& m) {
     }
     std::snprintf(buf, sizeof buf,
                   "speculative: mean accepted length %.3f (%lld of %lld drafts accepted), acceptance by position %s, "
-                  "%.2f verify tokens per step, mean draft budget %.2f, confidence error by position %s, draft %.2f s vs "
-                  "forward %.2f s",
+                  "%.2f verify tokens per step, mean draft budget %.2f, %lld plain steps, confidence error by position %s, "
+                  "draft %.2f s vs forward %.2f s",
                   m.mean_accepted_length(), (long long)m.spec_accepted_tokens, (long long)m.spec_draft_tokens,
                   acc.c_str(), double(m.spec_verify_tokens) / double(m.spec_steps),
-                  double(m.spec_budget_sum) / double(m.spec_steps), cal.c_str(), m.draft_seconds, m.forward_seconds);
+                  double(m.spec_budget_sum) / double(m.spec_steps), (long long)m.spec_plain_steps, cal.c_str(), m.draft_seconds, m.forward_seconds);
     return buf;
 }
 

@@ -10,30 +10,10 @@
 
 namespace deepinfer {
 namespace {
-constexpr int64_t kFallbackAfter = 8;   // consecutive B* = 0 plans before drafting stops
-constexpr int64_t kProbeEvery = 32;     // steps without drafting between probes
 constexpr double kPriorWeight = 16;     // calibration prior (in trials) toward the raw score
-constexpr int64_t kExploreEvery = 16;   // plans between cost-model exploration plans
+constexpr int64_t kExploreEvery = 16;   // plans between cost-model exploration plans (the first: plan 2)
+constexpr double kProfileDecay = 0.8;   // weight of the previous survival profile per plan
 }  // namespace
-
-void OnlineLinearFit::add(double x, double y) {
-    n_ = n_ * decay_ + 1;
-    sx_ = sx_ * decay_ + x;
-    sy_ = sy_ * decay_ + y;
-    sxx_ = sxx_ * decay_ + x * x;
-    sxy_ = sxy_ * decay_ + x * y;
-}
-double OnlineLinearFit::var_x() const { return n_ > 0 ? sxx_ / n_ - (sx_ / n_) * (sx_ / n_) : 0; }
-double OnlineLinearFit::slope() const {
-    if (!ready()) return 0;
-    const double cov = sxy_ / n_ - (sx_ / n_) * (sy_ / n_);
-    return std::max(0.0, cov / var_x());  // costs never fall with more work
-}
-double OnlineLinearFit::intercept() const {
-    if (n_ <= 0) return 0;
-    return std::max(0.0, sy_ / n_ - slope() * sx_ / n_);
-}
-double OnlineLinearFit::predict(double x) const { return intercept() + slope() * x; }
 
 ConfidenceCalibrator::ConfidenceCalibrator(int64_t positions)
     : bins_(size_t(positions), std::vector<Bin>(kBins)), abs_err_(size_t(positions), 0), trials_(size_t(positions), 0) {}
@@ -64,23 +44,70 @@ double ConfidenceCalibrator::mean_abs_error(int64_t j) const {
 }
 
 VerifyScheduler::VerifyScheduler(int64_t max_drafts, bool adaptive)
-    : max_drafts_(max_drafts), adaptive_(adaptive), calibrator_(max_drafts) {}
+    : max_drafts_(max_drafts), adaptive_(adaptive), calibrator_(max_drafts), profile_(size_t(max_drafts), 1.0) {}
 
-void VerifyScheduler::observe_step(int64_t tokens, double verify_seconds, int64_t drafted, double draft_seconds) {
-    verify_cost_.add(double(tokens), verify_seconds);
-    if (drafted > 0) draft_cost_.add(double(drafted), draft_seconds);
+void VerifyScheduler::observe_step(int64_t tokens, bool tapped, double seconds, int64_t drafted, double draft_seconds) {
+    costs_.observe(tapped ? StepKind::kTapped : StepKind::kPlain, tokens, seconds);
+    if (drafted > 0) costs_.observe(StepKind::kDraft, drafted, draft_seconds);
 }
 
-bool VerifyScheduler::should_draft() {
-    if (!adaptive_ || zero_budget_steps_ < kFallbackAfter) return true;
-    if (++idle_steps_ >= kProbeEvery) {
-        idle_steps_ = 0;
-        // Probe: draft again and re-plan with fresh costs; one more B* = 0 plan turns drafting off
-        // again at once (a probe that finds B* > 0 resets the count and drafting stays on).
-        zero_budget_steps_ = kFallbackAfter - 1;
-        return true;
+double VerifyScheduler::spec_rate(int64_t n, int64_t tokens, int64_t b, double tau_drafts) const {
+    const double cost = costs_.predict(StepKind::kDraft, n) + costs_.predict(StepKind::kTapped, tokens + b);
+    return (double(n) + tau_drafts) / std::max(cost, 1e-12);
+}
+
+double VerifyScheduler::expected_gain(int64_t n, int64_t tokens) const {
+    if (n <= 0 || !costs_.known(StepKind::kTapped) || !costs_.known(StepKind::kDraft)) return 0;
+    // Plain: n tokens per plain step; while plain steps are unmeasured, a tapped step without drafts
+    // stands in for one (it costs at least as much: an upper bound of the gain).
+    const StepKind plain = costs_.known(StepKind::kPlain) ? StepKind::kPlain : StepKind::kTapped;
+    const double plain_rate = double(n) / std::max(costs_.predict(plain, tokens), 1e-12);
+    // Speculative: every request alike, with the recent survival profile; whole positions at a time.
+    double best = 0, tau = 0;
+    for (int64_t j = 0; j < max_drafts_; ++j) {
+        tau += double(n) * profile_[size_t(j)];
+        best = std::max(best, spec_rate(n, tokens, n * (j + 1), tau));
     }
-    return false;
+    return best / plain_rate;
+}
+
+bool VerifyScheduler::speculate(int64_t n, int64_t tokens) {
+    if (!adaptive_) return true;
+    if (n <= 0) return speculating_;  // no decode rows: nothing to decide (prefill rows always tap)
+    bool want = true;
+    if (probe_left_ > 0) {
+        --probe_left_;
+    } else if (plain_left_ > 0) {
+        --plain_left_;
+        want = false;
+    } else if (costs_.known(StepKind::kTapped) && costs_.known(StepKind::kDraft)) {
+        const double gain = expected_gain(n, tokens);
+        if (!costs_.known(StepKind::kPlain)) {
+            // Measure plain steps unless speculation beats even a tapped step without drafts by far
+            // (that comparison needs the tapped line's slope: exploration plans provide it).
+            want = !costs_.tapped_slope_known() || gain >= kSureGain;
+        } else {
+            want = gain >= (speculating_ ? 1.0 : 1.0 + kSwitchOnMargin);
+            if (want && gain < kSureGain && spec_steps_ >= kReprobePlain) {  // plain costs may have moved
+                want = false;
+                plain_left_ = kProbeSteps - 1;
+            }
+        }
+        if (!want && costs_.known(StepKind::kPlain) && plain_steps_ >= kProbeEvery) {
+            // Probe: a tapped step (the drafter catches up), then one that verifies fresh drafts.
+            want = true;
+            probe_left_ = kProbeSteps - 1;
+        }
+    }  // else: learn the speculative costs first (an optimistic start)
+    if (want) {
+        ++spec_steps_;
+        plain_steps_ = 0;
+    } else {
+        ++plain_steps_;
+        spec_steps_ = 0;
+    }
+    speculating_ = want;
+    return want;
 }
 
 int64_t VerifyScheduler::budget(std::span<const VerifyCandidate> cands, int64_t non_draft, int64_t budget) {
@@ -91,27 +118,31 @@ int64_t VerifyScheduler::budget(std::span<const VerifyCandidate> cands, int64_t 
     if (adaptive_) {
         // Budget from the stale confidences: survival products, sorted, unconstrained search for the
         // best expected tokens per second. Requests without stale scores count as fully confident.
-        std::vector<double> s;
-        int64_t n_sample = 0;
+        std::vector<double> s, profile(profile_.size(), 0), counted(profile_.size(), 0);
+        const int64_t n_sample = static_cast<int64_t>(cands.size());
         for (const VerifyCandidate& c : cands) {
-            ++n_sample;
             double surv = 1;
             for (int64_t j = 0; j < std::min(c.available, max_drafts_); ++j) {
-                if (j < static_cast<int64_t>(c.stale.size())) surv *= calibrator_.calibrated(j, c.stale[size_t(j)]);
+                if (j >= static_cast<int64_t>(c.stale.size())) {
+                    s.push_back(surv);
+                    continue;
+                }
+                surv *= calibrator_.calibrated(j, c.stale[size_t(j)]);
                 s.push_back(surv);
+                profile[size_t(j)] += surv;
+                counted[size_t(j)] += 1;
             }
         }
+        for (size_t j = 0; j < profile_.size(); ++j)
+            if (counted[j] > 0) profile_[j] = kProfileDecay * profile_[j] + (1 - kProfileDecay) * profile[j] / counted[j];
         std::sort(s.begin(), s.end(), std::greater<>());
-        if (verify_cost_.ready()) {
-            const double draft = draft_cost_.predict(double(cands.size()));
-            double tau = double(n_sample), best = -1;
+        if (costs_.known(StepKind::kTapped)) {
+            // Drafting is decided (speculate()); its cost is the same for every B.
+            double tau = 0, best = -1;
             int64_t best_b = 0;
             for (int64_t b = 0; b <= cap; ++b) {
                 if (b > 0) tau += s[size_t(b - 1)];
-                // B = 0 is a step without drafting: it does not pay the drafter (else drafting, a
-                // cost of every B > 0, would never be compared against not drafting at all).
-                const double cost = (b > 0 ? draft : 0.0) + verify_cost_.predict(double(non_draft + b));
-                const double theta = cost > 0 ? tau / cost : tau;
+                const double theta = spec_rate(n_sample, non_draft, b, tau);
                 if (theta > best * (1 + 1e-9)) {  // first maximum: smallest B on ties
                     best = theta;
                     best_b = b;
@@ -119,10 +150,9 @@ int64_t VerifyScheduler::budget(std::span<const VerifyCandidate> cands, int64_t 
             }
             B = best_b;
         }
-        zero_budget_steps_ = B == 0 && cap > 0 ? zero_budget_steps_ + 1 : 0;
-        // Keep the cost fit identifiable: a fixed share of plans verifies half the budget (the choice
-        // never depends on the drafts, so it stays lossless).
-        if (++plans_ % kExploreEvery == 0) B = (B == cap ? cap / 2 : std::min(cap, 2 * B + 1));
+        // Keep the tapped line's slope identified: a fixed share of plans (the first early) verifies a
+        // different budget (the choice never depends on the drafts, so it stays lossless).
+        if (++plans_ % kExploreEvery == 2) B = (B == cap ? cap / 2 : std::min(cap, 2 * B + 1));
     }
     last_budget_ = B;
     return B;

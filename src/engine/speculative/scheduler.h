@@ -5,15 +5,19 @@
 // earlier than the ones being verified; in an asynchronous engine these are the scores of two steps
 // earlier), then the B* slots go to the globally largest CURRENT survival probabilities (prefix
 // products of calibrated confidences): rank-preserving top-K, non-anticipating, hence lossless (§3.5).
-// The step cost model (verify cost by token count, draft cost by request count) is fitted online by
-// least squares with exponential forgetting; confidences are calibrated online per draft position
-// (binned hit rates against realized acceptance). When the optimum stays at B* = 0 the engine stops
-// drafting (speculation does not pay) and probes again periodically.
+// Step costs are measured online by kind (step_cost.h: plain decode steps, steps that update the
+// drafter, drafter calls); confidences are calibrated online per draft position (binned hit rates
+// against realized acceptance). Each step first decides whether to speculate at all: the expected gain
+// (best expected tokens per second over draft budgets, from the recent survival profile and the
+// measured costs, against plain steps) must reach 1; otherwise the step is plain (no drafter taps, so a
+// GPU model replays its CUDA graph) and nothing is drafted. Probes keep both sides measured.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
+
+#include "engine/speculative/step_cost.h"
 
 namespace deepinfer {
 
@@ -21,22 +25,6 @@ struct VerifyCandidate {
     int64_t available = 0;               // drafts this request may verify (drafts in hand, max_tokens cap)
     std::span<const float> confidence;   // current drafts' raw confidences [>= available] (may be empty)
     std::span<const float> stale;        // the previous drafts' raw confidences (may be empty)
-};
-
-// Linear cost y = a + b x fitted by least squares with exponential forgetting.
-class OnlineLinearFit {
-public:
-    explicit OnlineLinearFit(double decay = 0.98) : decay_(decay) {}
-    void add(double x, double y);
-    bool ready() const { return n_ >= 4 && var_x() > 1e-9; }
-    double predict(double x) const;
-    double slope() const;
-    double intercept() const;
-
-private:
-    double var_x() const;
-    double decay_;
-    double n_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
 };
 
 // Per-position calibration of raw confidences: EMA hit/trial counts in bins of the raw score, blended
@@ -60,8 +48,26 @@ private:
 
 class VerifyScheduler {
 public:
+    static constexpr int64_t kProbeEvery = 32;     // plain steps between probes of speculation
+    static constexpr int64_t kProbeSteps = 2;      // a probe: a tapped step, then one that verifies
+    static constexpr int64_t kReprobePlain = 128;  // speculating steps between re-measures of plain steps
+    static constexpr double kSureGain = 1.5;       // above it (against a tapped step as the plain cost),
+                                                   // plain steps need not be measured
+    static constexpr double kSwitchOnMargin = 0.02;  // hysteresis: from plain, speculate at gain >= 1.02
+
     VerifyScheduler(int64_t max_drafts, bool adaptive);
     bool adaptive() const { return adaptive_; }
+
+    // Once per step, before its rows are laid out: whether this step speculates, i.e. its decode rows
+    // update the drafter's state and drafting follows (fixed mode: always). `decode_rows`: rows that
+    // emit a token (the requests that would draft); `tokens`: every row of the step but drafts.
+    bool speculate(int64_t decode_rows, int64_t tokens);
+    // The expected gain of speculating at this shape: the best expected tokens per second of a
+    // speculative step over draft budgets (recent survival profile, measured tapped-step and draft
+    // costs) over those of a plain step (measured; a tapped step without drafts while unmeasured).
+    // 0 while the speculative costs are unknown.
+    double expected_gain(int64_t decode_rows, int64_t tokens) const;
+
     // Verify lengths, one per candidate. `non_draft_tokens`: every other row of this step (one anchor
     // row per candidate included, prefill chunks). `budget`: tokens left for drafts this step.
     std::vector<int64_t> plan(std::span<const VerifyCandidate> candidates, int64_t non_draft_tokens, int64_t budget);
@@ -71,23 +77,31 @@ public:
     // current survivals (`stale` unused). Fixed mode: B* = min(budget, Σ available), in request order.
     int64_t budget(std::span<const VerifyCandidate> candidates, int64_t non_draft_tokens, int64_t budget);
     std::vector<int64_t> allocate(std::span<const VerifyCandidate> candidates, int64_t draft_budget) const;
-    // After a step: its total rows, wall time of the target forward; requests drafted and drafting time.
-    void observe_step(int64_t tokens, double verify_seconds, int64_t drafted_requests, double draft_seconds);
+    // After a step made only of decode rows (anchors, drafts): its rows, whether they updated the
+    // drafter, its wall time without the drafting; the requests drafted during it and that time.
+    void observe_step(int64_t tokens, bool tapped, double seconds, int64_t drafted_requests, double draft_seconds);
     void observe_acceptance(std::span<const float> raw, int64_t verified, int64_t accepted) {
         calibrator_.observe(raw, verified, accepted);
     }
-    // Whether to draft at all this step (false while speculation does not pay; periodic probes).
-    bool should_draft();
     int64_t last_budget() const { return last_budget_; }
     const ConfidenceCalibrator& calibrator() const { return calibrator_; }
+    const StepCostModel& costs() const { return costs_; }
 
 private:
+    // Expected tokens per second of a speculative step of `n` requests over `tokens` non-draft rows
+    // verifying `b` drafts with expected survivals summing to `tau_drafts`.
+    double spec_rate(int64_t n, int64_t tokens, int64_t b, double tau_drafts) const;
+
     int64_t max_drafts_;
     bool adaptive_;
-    OnlineLinearFit verify_cost_, draft_cost_;
+    StepCostModel costs_;
     ConfidenceCalibrator calibrator_;
-    int64_t zero_budget_steps_ = 0;  // consecutive plans with B* = 0
-    int64_t idle_steps_ = 0;         // steps without drafting since the fallback began
+    std::vector<double> profile_;  // [max_drafts] mean calibrated survival by draft position (recent plans)
+    bool speculating_ = true;
+    int64_t probe_left_ = 0;       // steps left of a probe (speculate: true)
+    int64_t plain_left_ = 0;       // steps left of a re-measure of plain steps (speculate: false)
+    int64_t plain_steps_ = 0;      // consecutive plain steps
+    int64_t spec_steps_ = 0;       // speculating steps since plain steps were last measured
     int64_t last_budget_ = 0;
     int64_t plans_ = 0;
 };

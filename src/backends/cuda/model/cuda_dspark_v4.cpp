@@ -46,7 +46,8 @@ void CudaModel::dspark_attach(Sequence& sequence) const {
     for (float* p : fresh) fill_zero(p, layout_->page_bytes, stream_.get());
 }
 
-CudaModel::TapPlan CudaModel::dspark_tap_plan(std::span<DeviceSequenceState* const> states, const Batch& b) const {
+CudaModel::TapPlan CudaModel::dspark_tap_plan(std::span<DeviceSequenceState* const> states,
+                                              std::span<const SequenceChunk> chunks, const Batch& b) const {
     TapPlan plan;
     if (!weights_.dspark) return plan;
     const int64_t rows = dspark_ring_rows(), hd = config_.head_dim, NS = int64_t(weights_.dspark->stages.size());
@@ -55,7 +56,7 @@ CudaModel::TapPlan CudaModel::dspark_tap_plan(std::span<DeviceSequenceState* con
     for (size_t i = 0; i < states.size(); ++i) {
         const int64_t n = b.num_rows[i];
         const DeviceSequenceState& st = *states[i];
-        if (st.dspark) {
+        if (st.dspark && chunks[i].drafter_taps) {  // else its pass skips the drafter (graph-eligible)
             for (int64_t t = std::max<int64_t>(0, n - rows); t < n; ++t) {  // only these can still be read
                 const int64_t p = b.first_position[i] + t;
                 plan.src.push_back(static_cast<int32_t>(row + t));

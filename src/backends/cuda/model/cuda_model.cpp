@@ -482,7 +482,7 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     // A pure decode step replays the CUDA graph of its (rows, context) bucket; padding rows decode
     // token 0 at position 0 of the scratch sequence (batch invariance: they change no other row).
     // DSpark-attached sequences: their taps and context rows (eagerly as well).
-    const TapPlan tap_plan = dspark_tap_plan(states, b);
+    const TapPlan tap_plan = dspark_tap_plan(states, chunks, b);
     const int64_t bucket = graphs_.enabled() && decode && !mtp_plan.any && tap_plan.src.empty() ? graph_bucket(real_rows) : 0;
     b.graph = bucket > 0 && bucket <= max_rows_;
     if (b.graph) {

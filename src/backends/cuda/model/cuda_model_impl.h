@@ -222,7 +222,9 @@ private:
         std::vector<int32_t> src, pos;  // [M] pass rows and positions
         std::vector<float*> dst;        // [stages, M] ring rows
     };
-    TapPlan dspark_tap_plan(std::span<DeviceSequenceState* const> states, const Batch& b) const;
+    // Chunks without drafter taps (SequenceChunk::drafter_taps) keep nothing for the drafter.
+    TapPlan dspark_tap_plan(std::span<DeviceSequenceState* const> states, std::span<const SequenceChunk> chunks,
+                            const Batch& b) const;
     // After target layer `layer` (streams x): the stream means of the tapped rows; after the layers the
     // context rows into the rings.
     void dspark_tap_layer(int64_t layer, const Batch& b, const float* x, float* taps) const;

@@ -61,9 +61,9 @@ void CudaV41Model::plan_taps(Batch& b, InputBlock& in) const {
     const int64_t rows = dspark_ring_rows(), row_bytes = formats_.window_bytes;
     std::vector<int32_t> src, pos;
     std::vector<std::vector<uint8_t*>> dst(static_cast<size_t>(dspark_stages_));
-    for (size_t i = 0; i < b.states.size(); ++i) {
+    for (size_t i = 0; i < b.drafter_taps.size(); ++i) {  // the real segments (padding never taps)
         V41DeviceState& st = *b.states[i];
-        if (st.dspark_rings.empty()) continue;
+        if (!b.drafter_taps[i]) continue;  // not attached, or its pass skips the drafter
         // The segment's last ring-many rows (earlier rows of a long chunk would be overwritten by later ones).
         const int64_t n = b.num_rows[i];
         for (int64_t t = std::max<int64_t>(0, n - rows); t < n; ++t) {

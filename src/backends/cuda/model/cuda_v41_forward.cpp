@@ -160,7 +160,11 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
         b.max_position = std::max(b.max_position, P0 + n - 1);
         b.max_rows = std::max(b.max_rows, n);
         b.states.push_back(st);
-        attached = attached || !st->dspark_rings.empty();
+        // A pass without drafter taps (SequenceChunk::drafter_taps: speculation paused) keeps nothing for
+        // the drafter, so it can replay a graph.
+        const bool taps = !st->dspark_rings.empty() && ch.drafter_taps;
+        b.drafter_taps.push_back(taps);
+        attached = attached || taps;
         decode = decode && n == 1 && !(ch.all_logits && wants(i));
     }
     const int64_t real_rows = static_cast<int64_t>(b.tokens.size());

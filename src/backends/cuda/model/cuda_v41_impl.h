@@ -122,6 +122,7 @@ public:
         bool graph = false;  // sizes from the buckets: one captured graph serves every step of its bucket
         std::vector<V41DeviceState*> states;                        // per segment (graph steps: padding too)
         std::vector<int64_t> row_begin, num_rows, first_position;  // per segment
+        std::vector<uint8_t> drafter_taps;  // per real segment: its rows tap for the DSpark drafter
         std::vector<int32_t> tokens;                                // [rows] host
         std::vector<Shared> shared;                                 // per segment, while planning
         std::vector<LayerPlan> layers;
