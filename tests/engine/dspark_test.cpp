@@ -601,5 +601,42 @@ TEST(DSparkSampled, OutputKeepsTheTargetDistribution) {
     }
 }
 
+// The confidence scheduler with the DSpark drafter against injected step costs: where verify rows cost
+// 100x a plain step's row it falls back to plain steps after learning (and probes), where every step
+// costs alike it speculates on every decode step; greedy output equals no speculation either way.
+// (The GPU twin, tests/model/cuda_dspark_test.cpp, also checks the paused passes replay CUDA graphs.)
+TEST(DSparkScheduler, FallsBackToPlainStepsWhereSpeculationLoses) {
+    OneThread one_thread;
+    const std::shared_ptr<const Model> model = agreeing_model();
+    std::mt19937 rng(4);
+    test::Requests reqs;
+    for (int i = 0; i < 4; ++i)
+        reqs.emplace_back("p" + std::to_string(i), random_prompt(rng, 5 + 9 * i, model->info().vocab_size), test::greedy(90));
+    const test::RunResult plain = test::run(model, {}, reqs);
+    for (bool async : {false, true}) {
+        for (bool loses : {true, false}) {
+            EngineConfig c = test::spec_config(5, true, "dspark", 16);
+            c.async_scheduling = async;
+            c.speculative_step_cost = [loses](const SpeculativeStepShape& s) {
+                const double per_row = s.drafter_taps && loses ? 1e-3 : 1e-5;
+                return SpeculativeStepCost{.step_seconds = 1e-3 + per_row * double(s.tokens),
+                                           .draft_seconds = loses ? 1e-3 : 1e-5};
+            };
+            const test::RunResult r = test::run(model, c, reqs);
+            const std::string what = "async=" + std::to_string(async) + " loses=" + std::to_string(loses);
+            for (const auto& [id, prompt, sp] : reqs)
+                EXPECT_EQ(plain.outputs.at(id).completions.at(0).token_ids, r.outputs.at(id).completions.at(0).token_ids)
+                    << what << " " << id;
+            const EngineMetrics& m = r.metrics;
+            EXPECT_GT(m.spec_accepted_tokens, 0) << what;
+            if (loses) {
+                EXPECT_GT(m.spec_plain_steps, m.steps / 2) << what;
+            } else {
+                EXPECT_EQ(m.spec_plain_steps, 0) << what;
+            }
+        }
+    }
+}
+
 }  // namespace
 }  // namespace deepinfer

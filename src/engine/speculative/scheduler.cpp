@@ -11,7 +11,7 @@
 namespace deepinfer {
 namespace {
 constexpr double kPriorWeight = 16;     // calibration prior (in trials) toward the raw score
-constexpr int64_t kExploreEvery = 16;   // plans between cost-model exploration plans (the first: plan 2)
+constexpr int64_t kExploreEvery = 16;   // plans between cost-model exploration plans (once the slope is known)
 constexpr double kProfileDecay = 0.8;   // weight of the previous survival profile per plan
 }  // namespace
 
@@ -150,9 +150,11 @@ int64_t VerifyScheduler::budget(std::span<const VerifyCandidate> cands, int64_t 
             }
             B = best_b;
         }
-        // Keep the tapped line's slope identified: a fixed share of plans (the first early) verifies a
-        // different budget (the choice never depends on the drafts, so it stays lossless).
-        if (++plans_ % kExploreEvery == 2) B = (B == cap ? cap / 2 : std::min(cap, 2 * B + 1));
+        // Keep the tapped line's slope identified: until it is, every other plan, then a fixed share of
+        // plans verifies a different budget (the choice never depends on the drafts: lossless). Without a
+        // slope, a tapped step without drafts would look as costly as a full verify step.
+        const bool explore = costs_.tapped_slope_known() ? ++plans_ % kExploreEvery == 0 : ++plans_ % 2 == 0;
+        if (explore) B = (B == cap ? cap / 2 : std::min(cap, 2 * B + 1));
     }
     last_budget_ = B;
     return B;

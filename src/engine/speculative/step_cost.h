@@ -19,7 +19,7 @@ class OnlineLinearFit {
 public:
     explicit OnlineLinearFit(double decay = 0.98) : decay_(decay) {}
     void add(double x, double y);
-    bool ready() const { return n_ >= 4 && var_x() > 1e-9; }  // the slope is identified
+    bool ready() const { return n_ >= 2.5 && var_x() > 1e-9; }  // the slope is identified (3 samples)
     bool empty() const { return n_ <= 0; }
     double predict(double x) const;
     double slope() const;
