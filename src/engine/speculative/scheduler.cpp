@@ -93,10 +93,17 @@ bool VerifyScheduler::speculate(int64_t n, int64_t tokens) {
                 plain_left_ = kProbeSteps - 1;
             }
         }
-        if (!want && costs_.known(StepKind::kPlain) && plain_steps_ >= kProbeEvery) {
+        if (!want && costs_.known(StepKind::kPlain) && plain_steps_ >= probe_every_) {
             // Probe: a tapped step (the drafter catches up), then one that verifies fresh drafts.
             want = true;
             probe_left_ = kProbeSteps - 1;
+            probed_ = true;
+        } else if (want) {
+            probe_every_ = kProbeEvery;  // speculation pays again: probe promptly after the next fallback
+            probed_ = false;
+        } else if (probed_) {  // the probe found no gain: wait twice as long for the next one
+            probe_every_ = std::min(2 * probe_every_, kMaxProbeEvery);
+            probed_ = false;
         }
     }  // else: learn the speculative costs first (an optimistic start)
     if (want) {

@@ -10,7 +10,9 @@
 // against realized acceptance). Each step first decides whether to speculate at all: the expected gain
 // (best expected tokens per second over draft budgets, from the recent survival profile and the
 // measured costs, against plain steps) must reach 1; otherwise the step is plain (no drafter taps, so a
-// GPU model replays its CUDA graph) and nothing is drafted. Probes keep both sides measured.
+// GPU model replays its CUDA graph) and nothing is drafted. Probes keep both sides measured (the
+// interval between probes of speculation doubles while they find no gain: a probe costs a speculative
+// step, which is exactly what does not pay).
 #pragma once
 
 #include <cstdint>
@@ -48,7 +50,8 @@ private:
 
 class VerifyScheduler {
 public:
-    static constexpr int64_t kProbeEvery = 32;     // plain steps between probes of speculation
+    static constexpr int64_t kProbeEvery = 32;     // plain steps before the first probe of speculation;
+    static constexpr int64_t kMaxProbeEvery = 512;  // doubled after each probe that finds no gain
     static constexpr int64_t kProbeSteps = 2;      // a probe: a tapped step, then one that verifies
     static constexpr int64_t kReprobePlain = 128;  // speculating steps between re-measures of plain steps
     static constexpr double kSureGain = 1.5;       // above it (against a tapped step as the plain cost),
@@ -101,6 +104,8 @@ private:
     int64_t probe_left_ = 0;       // steps left of a probe (speculate: true)
     int64_t plain_left_ = 0;       // steps left of a re-measure of plain steps (speculate: false)
     int64_t plain_steps_ = 0;      // consecutive plain steps
+    int64_t probe_every_ = kProbeEvery;  // plain steps between probes (backs off while probes find no gain)
+    bool probed_ = false;          // a probe ran since the last decision by the expected gain
     int64_t spec_steps_ = 0;       // speculating steps since plain steps were last measured
     int64_t last_budget_ = 0;
     int64_t plans_ = 0;
