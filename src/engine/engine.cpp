@@ -462,7 +462,7 @@ struct Engine::Impl {
             if (!plan.speculate && decode_rows > 0) ++metrics.spec_plain_steps;
             ++metrics.spec_steps;
             metrics.spec_verify_tokens += decode_rows;
-            metrics.spec_budget_sum += verify_scheduler->last_budget();
+            if (plan.speculate) metrics.spec_budget_sum += verify_scheduler->last_budget();
         }
         if (plan.masks.valid()) plan.masks.get();
         std::vector<Completion*> advanced;
