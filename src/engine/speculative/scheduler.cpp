@@ -160,8 +160,10 @@ int64_t VerifyScheduler::budget(std::span<const VerifyCandidate> cands, int64_t 
         // Keep the tapped line's slope identified: until it is, every other plan, then a fixed share of
         // plans verifies a different budget (the choice never depends on the drafts: lossless). Without a
         // slope, a tapped step without drafts would look as costly as a full verify step.
+        // From a full budget it drops about one draft per request (a fifth at k = 5): enough rows apart for
+        // the slope where it matters (large batches), little lost where drafts are cheap (small ones).
         const bool explore = costs_.tapped_slope_known() ? ++plans_ % kExploreEvery == 0 : ++plans_ % 2 == 0;
-        if (explore) B = (B == cap ? cap / 2 : std::min(cap, 2 * B + 1));
+        if (explore) B = (B == cap ? cap - std::max<int64_t>(1, cap / 5) : std::min(cap, 2 * B + 1));
     }
     last_budget_ = B;
     return B;
