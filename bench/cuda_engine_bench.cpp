@@ -5,9 +5,9 @@
 //    every step filled with up to `--batch-tokens` prompt tokens: prompt tokens per second;
 //  - decode: for each batch size B, B requests of `--context` prompt tokens (a shared prefix served
 //    from the prefix cache plus `--tail` distinct tokens each, so the contexts are distinct but their
-//    prefill costs B x tail tokens), then `--decode` sampled tokens each (device sampling, async
-//    scheduling, CUDA graphs on one GPU): decode steps are timed once every request has its first
-//    token: ms per step, tokens/s, the GPU's busy span per step and its idle fraction (CUDA events).
+//    prefill costs B x tail tokens); once every request has its first token, `--decode` steps of the
+//    whole batch are timed (device sampling, async scheduling, CUDA graphs on one GPU): ms per step,
+//    tokens/s, the GPU's busy span per step and its idle fraction (CUDA events).
 // One JSON line per measurement; `layers` and the model's bytes let a report scale to 43 layers.
 //   cuda_engine_bench [--layers flash:N | flash | csa,hca,...] [--dir D | --model D] [--keep 1] [--gemm fast]
 //                     [--prefill-prompt 8192] [--prefill-requests 4] [--context 4096] [--tail 64]
@@ -140,14 +140,16 @@ struct Bench {
             std::vector<int32_t> p = prefixes[size_t(i % num_prefixes)];
             const std::vector<int32_t> t = tokens(tail);
             p.insert(p.end(), t.begin(), t.end());
-            engine.add_request(id("d", i), std::move(p), sampling(1 + steps, uint64_t(i)));
+            // (room for more tokens than timed: every timed step decodes the whole batch)
+            engine.add_request(id("d", i), std::move(p), sampling(1 + 2 * steps + 8, uint64_t(i)));
         }
-        // Until every request has its first token (prefill of the tails), then the timed decode.
+        // Until every request has its first token (prefill of the tails), then `steps` timed decode
+        // steps of the whole batch (the requests still running are dropped with the engine).
         while (engine.metrics().generated_tokens < num_prefixes + batch) engine.step();
         reset_stats();
         const int64_t steps0 = engine.metrics().steps, gen0 = engine.metrics().generated_tokens;
         const auto t = Clock::now();
-        while (engine.has_unfinished()) engine.step();
+        for (int64_t k = 0; k < steps && engine.has_unfinished(); ++k) engine.step();
         const double secs = since(t);
         const int64_t n = engine.metrics().steps - steps0, gen = engine.metrics().generated_tokens - gen0;
         nlohmann::json r = base;

@@ -96,7 +96,8 @@ def main():
             f43, _, _ = floor_ms(b, ctx, 43, flash_ratios(43))
             ms = r["ms_per_step"]
             per_layer = ms / n
-            note = "" if r["decode_steps"] <= 1.25 * (r["tokens"] / b) else " (requests ran in waves)"
+            steps, per_req = r["decode_steps"], r["tokens"] / b
+            note = "" if steps <= 1.05 * per_req + 0.5 else f" ({steps} steps for {per_req:.1f} tokens each: staggered starts)"
             out.append(f"| decode b{b}, {ctx} context | {ms:.2f} ms/step, {r['tok_s']:,.0f} tok/s{note} | {f_ms:.2f} ms | "
                        f"{ms / f_ms:.1f}x | {per_layer:.3f} ms | {per_layer * 43:.1f} ms/step, {b / (per_layer * 43e-3):,.0f} tok/s "
                        f"(floor {f43:.2f} ms) |")
