@@ -10,7 +10,8 @@
 //     measured copy bandwidth), bytes = weights (+scales) + activations read + f32 output written.
 // One JSON line per measurement on stdout (or --out FILE), a markdown table on stderr at the end.
 // Weights rotate among copies worth >= 256 MiB so that small weights are read from HBM, not L2.
-//   cuda_gemm_bench [--out results.jsonl] [--quick]
+//   cuda_gemm_bench [--out results.jsonl] [--quick] [--sweep] [--only op,op] [--ms 1,4096] [--no-ceilings]
+// --sweep: the grouped experts also in every configuration of the register-converting FP4 kernel.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -217,6 +218,7 @@ struct Bench {
     Buf workspace{size_t(64) << 20};
     Ceilings c;
     bool quick = false;
+    bool sweep = false;  // --sweep: every configuration of the register-converting FP4 kernel
 
     double floor_ms(double flops, double bytes, bool fp8) const {
         const double peak = fp8 ? c.fp8_tflops : c.bf16_tflops;
@@ -402,6 +404,31 @@ struct Bench {
             });
             emit(r);
         }
+        for (int v = 0; v < kFp4RsVariants && sweep; ++v) {
+            // Every configuration of the register-converting kernel (gemm_fast.h fp4_rs_variant).
+            Row r = base;
+            r.impl = std::string("fast_") + fp4_rs_variant_name(v);
+            r.ms = time_ms([&](int) {
+                fast_linear({.a = xq.p(), .a_scale = xs.p<float>(), .a_row_src = dsrc.p<int32_t>(), .weight = lin[0],
+                             .experts = dlin.p<DeviceLinear>(), .expert_offsets = doff.p<int32_t>(), .num_experts = E,
+                             .tile_scratch = tiles.p<int32_t>(), .y = y.p<float>(), .y_ld = N, .rows = NP, .fp4_rs_variant = v},
+                            Stream{});
+            });
+            emit(r);
+        }
+        {
+            // The shared-memory-converting FP4 kernel (Hopper's earlier path, gemm_fast.h Fp4Path).
+            Row r = base;
+            r.impl = "fast_smemconv";
+            r.ms = time_ms([&](int) {
+                fast_linear({.a = xq.p(), .a_scale = xs.p<float>(), .a_row_src = dsrc.p<int32_t>(), .weight = lin[0],
+                             .experts = dlin.p<DeviceLinear>(), .expert_offsets = doff.p<int32_t>(), .num_experts = E,
+                             .tile_scratch = tiles.p<int32_t>(), .y = y.p<float>(), .y_ld = N, .rows = NP,
+                             .fp4_path = Fp4Path::kSharedConvert},
+                            Stream{});
+            });
+            emit(r);
+        }
         if (T <= 32 && !quick) {
             Row r = base;
             r.impl = "reference";
@@ -528,11 +555,12 @@ void print_table(const Ceilings& c) {
 int main(int argc, char** argv) {
     std::string out, only;
     std::vector<int64_t> ms;
-    bool quick = false, no_ceilings = false;
+    bool quick = false, no_ceilings = false, sweep = false;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--out" && i + 1 < argc) out = argv[++i];
         else if (a == "--quick") quick = true;
+        else if (a == "--sweep") sweep = true;
         else if (a == "--only" && i + 1 < argc) only = "," + std::string(argv[++i]) + ",";
         else if (a == "--ms" && i + 1 < argc) {
             for (const char* t = argv[++i]; *t;) {
@@ -542,7 +570,7 @@ int main(int argc, char** argv) {
             }
         } else if (a == "--no-ceilings") no_ceilings = true;
         else {
-            std::fprintf(stderr, "usage: cuda_gemm_bench [--out FILE.jsonl] [--quick] [--only op,op] [--ms 1,4096] [--no-ceilings]\n");
+            std::fprintf(stderr, "usage: cuda_gemm_bench [--out FILE.jsonl] [--quick] [--sweep] [--only op,op] [--ms 1,4096] [--no-ceilings]\n");
             return 2;
         }
     }
@@ -556,6 +584,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "device: %s\n", device_description(0).c_str());
     Bench b;
     b.quick = quick;
+    b.sweep = sweep;
     LT_CHECK(cublasLtCreate(&b.lt));
     if (no_ceilings) {
         b.c = {4.2e3, 780, 1380};  // nominal values for filtered runs (profiling)

@@ -124,15 +124,24 @@ struct FastInput {
     }
 };
 
-std::vector<float> run_fast(const Weight& w, const std::vector<float>& x, int64_t rows, bool round = false) {
+std::vector<float> run_fast(const Weight& w, const std::vector<float>& x, int64_t rows, bool round = false,
+                            cuda::Fp4Path path = cuda::Fp4Path::kAuto, int fp4_rs_variant = -1) {
     const int64_t K = w.dev.in_features, N = w.dev.out_features;
     const bool bf16 = w.dev.kind == cuda::WeightKind::kBF16;
     Dev<float> dx(x), dy(size_t(rows * N));
     FastInput in(dx, rows, K, bf16);
     cuda::fast_linear({.a = in.q->ptr(), .a_scale = bf16 ? nullptr : in.s->ptr(), .weight = w.dev, .y = dy.ptr(), .y_ld = N,
-                       .rows = rows, .round_output_bf16 = round},
+                       .rows = rows, .round_output_bf16 = round, .fp4_path = path,
+                       .fp4_rs_variant = fp4_rs_variant},
                       Stream{});
     return dy.host(size_t(rows * N));
+}
+
+size_t differing_words(const std::vector<float>& a, const std::vector<float>& b) {
+    size_t bad = a.size() == b.size() ? 0 : std::max(a.size(), b.size());
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+        if (std::memcmp(&a[i], &b[i], 4) != 0) ++bad;
+    return bad;
 }
 
 TEST_F(CudaGemmFast, ActQuantFp8EqualsActQuantDequant) {
@@ -285,6 +294,139 @@ TEST_F(CudaGemmFast, GroupedExpertsMatchCpuAndAreBatchInvariant) {
         const auto part = run_grouped(ws, xs, sub);
         EXPECT_EQ(0, std::memcmp(part.data(), full.data() + t0 * top * N, size_t(n * top * N) * 4))
             << "tokens [" << t0 << ", " << t0 + n << ")";
+    }
+}
+
+// Hopper's two FP4 kernels (registers vs shared-memory conversion, gemm_fast.h Fp4Path): the same
+// per-element arithmetic, so the same bits, at every tile shape the register kernel picks (TN 8..128).
+TEST_F(CudaGemmFast, Fp4RegisterKernelEqualsSharedConvertKernel) {
+    const std::pair<int64_t, int64_t> shapes[] = {{2048, 4096}, {4096, 2048}, {256, 1024}};
+    const int64_t rows_list[] = {1, 3, 9, 40, 100, 300};
+    uint32_t seed = 900;
+    for (const auto& [N, K] : shapes) {
+        Weight w(cpu::WeightFormat::kFp4, N, K, seed++, 110, 18);  // scales over 18 binades: shifts up to 15
+        for (int64_t rows : rows_list) {
+            const auto x = bf16_randn(size_t(rows * K), seed++);
+            const auto rs = run_fast(w, x, rows, false, cuda::Fp4Path::kAuto);
+            const auto sm = run_fast(w, x, rows, false, cuda::Fp4Path::kSharedConvert);
+            EXPECT_EQ(differing_words(rs, sm), 0u) << N << "x" << K << ", " << rows << " rows";
+            const auto rs_round = run_fast(w, x, rows, true, cuda::Fp4Path::kAuto);
+            size_t bad = 0;
+            for (size_t i = 0; i < rs.size(); ++i)
+                if (rs_round[i] != cpu::round_bf16(rs[i])) ++bad;
+            EXPECT_EQ(bad, 0u) << "bf16 output rounding";
+        }
+    }
+    // Every tile configuration of the register kernel pinned: the same bits.
+    Weight w(cpu::WeightFormat::kFp4, 512, 2048, seed++, 110, 18);
+    const int64_t rows = 150;
+    const auto x = bf16_randn(size_t(rows * 2048), seed++);
+    const auto sm = run_fast(w, x, rows, false, cuda::Fp4Path::kSharedConvert);
+    for (int v = 0; v < cuda::kFp4RsVariants; ++v)
+        EXPECT_EQ(differing_words(run_fast(w, x, rows, false, cuda::Fp4Path::kAuto, v), sm), 0u)
+            << "configuration " << cuda::fp4_rs_variant_name(v);
+}
+
+// Grouped FP4 experts with given row counts (0, 1, 7, 64, 300, ...): pairs (expert, token) in expert
+// order; output [pairs, N] in that order, or scattered through y_row when `scatter`.
+struct Groups {
+    std::vector<int32_t> src, offsets;
+};
+Groups make_groups(const std::vector<std::vector<int32_t>>& tokens_of_expert) {
+    Groups g;
+    g.offsets.push_back(0);
+    for (const auto& t : tokens_of_expert) {
+        g.src.insert(g.src.end(), t.begin(), t.end());
+        g.offsets.push_back(int32_t(g.src.size()));
+    }
+    return g;
+}
+std::vector<float> run_groups(const std::vector<std::unique_ptr<Weight>>& ws, const Dev<uint8_t>& xq, const Dev<float>& xs,
+                              const Groups& g, cuda::Fp4Path path, bool scatter = false, int variant = -1) {
+    const int64_t E = int64_t(ws.size()), NP = int64_t(g.src.size());
+    const int64_t N = ws[0]->dev.out_features;
+    std::vector<cuda::DeviceLinear> descs;
+    for (const auto& w : ws) descs.push_back(w->dev);
+    std::vector<int32_t> yrow(static_cast<size_t>(NP));  // reversed order: exercises y_row
+    for (int64_t i = 0; i < NP; ++i) yrow[size_t(i)] = int32_t(NP - 1 - i);
+    Dev<cuda::DeviceLinear> dd(descs);
+    Dev<int32_t> dsrc(g.src.empty() ? std::vector<int32_t>{0} : g.src), doff(g.offsets), tiles(size_t(E + 1)), dyrow(yrow.empty() ? std::vector<int32_t>{0} : yrow);
+    Dev<float> dy(size_t(std::max<int64_t>(NP, 1) * N));
+    cuda::fast_linear({.a = xq.ptr(), .a_scale = xs.ptr(), .a_row_src = dsrc.ptr(), .weight = descs[0], .experts = dd.ptr(),
+                       .expert_offsets = doff.ptr(), .num_experts = E, .tile_scratch = tiles.ptr(),
+                       .y_row = scatter ? dyrow.ptr() : nullptr, .y = dy.ptr(), .y_ld = N, .rows = NP, .fp4_path = path,
+                       .fp4_rs_variant = variant},
+                      Stream{});
+    auto out = dy.host(size_t(NP * N));
+    if (!scatter) return out;
+    std::vector<float> ordered(out.size());
+    for (int64_t i = 0; i < NP; ++i)
+        std::copy_n(out.begin() + (NP - 1 - i) * N, N, ordered.begin() + i * N);
+    return ordered;
+}
+
+TEST_F(CudaGemmFast, GroupedFp4ExpertsOfManySizes) {
+    const int64_t N = 256, K = 1024, T = 420;
+    const std::vector<int64_t> counts = {0, 1, 7, 64, 300, 0, 13};
+    const int64_t E = int64_t(counts.size());
+    std::vector<std::unique_ptr<Weight>> ws;
+    for (int64_t e = 0; e < E; ++e)
+        ws.push_back(std::make_unique<Weight>(cpu::WeightFormat::kFp4, N, K, 300 + uint32_t(e), e % 2 ? 110 : 122, e % 2 ? 18 : 4));
+    const auto x = bf16_randn(size_t(T * K), 301);
+    Dev<float> dx(x);
+    FastInput in(dx, T, K, false);
+    std::mt19937 rng(7);
+    std::vector<std::vector<int32_t>> tok(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e)
+        for (int64_t i = 0; i < counts[size_t(e)]; ++i) tok[size_t(e)].push_back(int32_t(rng() % uint32_t(T)));
+    const Groups all = make_groups(tok);
+    const auto rs = run_groups(ws, *in.q, *in.s, all, cuda::Fp4Path::kAuto);
+    const auto sm = run_groups(ws, *in.q, *in.s, all, cuda::Fp4Path::kSharedConvert);
+    EXPECT_EQ(differing_words(rs, sm), 0u) << "register vs shared-memory conversion kernel";
+    EXPECT_EQ(differing_words(rs, run_groups(ws, *in.q, *in.s, all, cuda::Fp4Path::kAuto, true)), 0u) << "y_row scatter";
+    for (int v = 0; v < cuda::kFp4RsVariants; ++v)
+        EXPECT_EQ(differing_words(rs, run_groups(ws, *in.q, *in.s, all, cuda::Fp4Path::kAuto, false, v)), 0u)
+            << "configuration " << cuda::fp4_rs_variant_name(v);
+    // Against the CPU, pair by pair.
+    std::vector<float> ref(rs.size());
+    for (int64_t e = 0, p = 0; e < E; ++e)
+        for (int32_t t : tok[size_t(e)]) {
+            cpu::linear({.x = TensorView(const_cast<float*>(x.data()) + int64_t(t) * K, DType::kF32, {1, K}),
+                         .weight = &ws[size_t(e)]->host, .y = TensorView(ref.data() + p * N, DType::kF32, {1, N}),
+                         .quantize_activations = true});
+            ++p;
+        }
+    const double err = rel_err(ref, rs);
+    EXPECT_LT(err, 5e-3);  // half the experts with scales over 18 binades (the documented rounding)
+    std::printf("grouped FP4, experts of 0..300 rows, fast vs CPU: rel err %.3g\n", err);
+    // Batch invariance: the 300-row expert's rows alone (TN 8), among a few other rows (TN 16..32), and
+    // with a large other expert (TN 128) equal their rows in the full launch (TN 64) bit for bit.
+    const int64_t first4 = all.offsets[4];
+    auto rows_of = [&](const std::vector<float>& out, int64_t p0, int64_t n) {
+        return std::vector<float>(out.begin() + p0 * N, out.begin() + (p0 + n) * N);
+    };
+    const auto want = [&](int64_t i0, int64_t n) { return rows_of(rs, first4 + i0, n); };
+    {
+        std::vector<std::vector<int32_t>> t(static_cast<size_t>(E));
+        t[4] = {tok[4][123]};
+        EXPECT_EQ(differing_words(run_groups(ws, *in.q, *in.s, make_groups(t), cuda::Fp4Path::kAuto), want(123, 1)), 0u)
+            << "a row alone";
+    }
+    {
+        std::vector<std::vector<int32_t>> t(static_cast<size_t>(E));
+        t[2] = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+        t[4].assign(tok[4].begin() + 40, tok[4].begin() + 150);
+        const Groups g = make_groups(t);
+        EXPECT_EQ(differing_words(rows_of(run_groups(ws, *in.q, *in.s, g, cuda::Fp4Path::kAuto), g.offsets[4], 110), want(40, 110)), 0u)
+            << "rows 40..150 among other neighbours";
+    }
+    {
+        std::vector<std::vector<int32_t>> t(static_cast<size_t>(E));
+        for (int32_t i = 0; i < 400; ++i) t[1].push_back(i);
+        t[4] = tok[4];
+        const Groups g = make_groups(t);
+        EXPECT_EQ(differing_words(rows_of(run_groups(ws, *in.q, *in.s, g, cuda::Fp4Path::kAuto), g.offsets[4], 300), want(0, 300)), 0u)
+            << "all 300 rows next to a 400-row expert";
     }
 }
 

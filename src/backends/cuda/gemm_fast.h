@@ -28,6 +28,18 @@ enum class GemmMode : uint8_t {
     kFast,       // tensor-core kernels of this header, equal to the CPU within per-dtype tolerances
 };
 
+// Which kernel multiplies packed FP4 weights on Hopper (sm_90): kAuto = the one that converts each
+// thread's own A fragment in registers (kernels/gemm_wgmma_fp4rs.cuh; weights with out_features a
+// multiple of 128 and in_features a multiple of 256), else the one that converts whole tiles in shared memory (kernels/gemm_wgmma.cuh);
+// kSharedConvert always takes the latter (tests and benchmarks compare the two). Other devices: the
+// mma.sync kernel either way.
+enum class Fp4Path : uint8_t { kAuto, kSharedConvert };
+// The register-converting kernel's tile configurations (TN token rows x 64·warpgroups weight rows per
+// block, pipeline stages, blocks per SM); FastLinearParams::fp4_rs_variant pins one (tests and
+// benchmarks: a row's bits are the same in every one), else the launcher picks by rows per expert.
+constexpr int kFp4RsVariants = 8;
+const char* fp4_rs_variant_name(int variant);  // e.g. "tn128_wg2_s4_b1"
+
 // True when the fast path handles this weight: FP8 with 128x128 blocks, FP4, or BF16, with
 // in_features a multiple of 128 (FP8/FP4) or 64 (BF16). Others stay on the reference kernel.
 bool fast_linear_supported(const DeviceLinear& w);
@@ -74,6 +86,8 @@ struct FastLinearParams {
     int64_t y_ld = 0;
     int64_t rows = 0;
     bool round_output_bf16 = false;
+    Fp4Path fp4_path = Fp4Path::kAuto;
+    int fp4_rs_variant = -1;  // -1: by rows per group; 0 .. kFp4RsVariants - 1: that configuration
 };
 void fast_linear(const FastLinearParams& p, Stream s);
 

@@ -7,6 +7,7 @@
 #include "backends/cuda/common/cuda_check.h"
 #include "backends/cuda/kernels/gemm_tc.cuh"
 #include "backends/cuda/kernels/gemm_wgmma.cuh"
+#include "backends/cuda/kernels/gemm_wgmma_fp4rs.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -57,6 +58,59 @@ void launch_wgmma(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
+// Hopper, packed FP4: the register-converting kernel, TN token rows per tile (grid: weight-row blocks
+// fastest, so the blocks sharing a token tile run together), kWGs x 64 weight rows per block.
+template <int kWGs, int TN, int kStages, int kMinBlocks>
+void launch_fp4_rs(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
+    using C = kernels::wgrs::RsConfig<kWGs, TN, kStages>;
+    auto* kernel = kernels::wgrs::fp4_rs_kernel<kWGs, TN, kStages, kMinBlocks>;
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    DI_ICHECK(a.N % C::BN == 0);
+    int64_t tiles = (p.rows + TN - 1) / TN;
+    TcArgs args = a;
+    if (p.experts) {
+        kernels::tc::expert_tiles_kernel<<<1, kernels::tc::kExpertTileThreads, 0, st>>>(p.expert_offsets, p.num_experts, TN, p.tile_scratch);
+        DI_CUDA_CHECK(cudaGetLastError());
+        args.tile_offsets = p.tile_scratch;
+        tiles = std::min<int64_t>(p.rows, tiles + std::min<int64_t>(p.num_experts, p.rows));
+    }
+    DI_CHECK(tiles < 65536, "fast linear: too many row tiles (", tiles, ")");
+    kernel<<<dim3(static_cast<unsigned>(a.N / C::BN), static_cast<unsigned>(tiles)), C::kThreads, C::kSmemBytes, st>>>(args);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+// The register kernel's configurations: {TN, warpgroups, stages, min blocks per SM}.
+struct RsVariant {
+    int tn, wgs, stages, blocks;
+};
+constexpr RsVariant kRsVariants[kFp4RsVariants] = {
+    {8, 1, 8, 3}, {16, 1, 8, 3}, {32, 1, 6, 2}, {64, 2, 4, 1}, {128, 2, 4, 1}, {64, 1, 4, 3}, {128, 1, 4, 2}, {8, 1, 6, 4},
+};
+
+template <int V>
+void launch_fp4_rs_variant(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
+    constexpr RsVariant v = kRsVariants[V];
+    launch_fp4_rs<v.wgs, v.tn, v.stages, v.blocks>(p, a, st);
+}
+
+// By default TN from the rows per group (the smallest of 8..128 holding the average expert's rows); a
+// row's bits do not depend on it (the same MMA sequence per output element).
+void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t rows_per_group, cudaStream_t st) {
+    int v = p.fp4_rs_variant;
+    if (v < 0) v = rows_per_group <= 8 ? 0 : rows_per_group <= 16 ? 1 : rows_per_group <= 32 ? 2 : rows_per_group <= 64 ? 3 : 4;
+    DI_CHECK(v < kFp4RsVariants, "fast linear: no FP4 kernel configuration ", v);
+    switch (v) {
+        case 0: launch_fp4_rs_variant<0>(p, a, st); break;
+        case 1: launch_fp4_rs_variant<1>(p, a, st); break;
+        case 2: launch_fp4_rs_variant<2>(p, a, st); break;
+        case 3: launch_fp4_rs_variant<3>(p, a, st); break;
+        case 4: launch_fp4_rs_variant<4>(p, a, st); break;
+        case 5: launch_fp4_rs_variant<5>(p, a, st); break;
+        case 6: launch_fp4_rs_variant<6>(p, a, st); break;
+        default: launch_fp4_rs_variant<7>(p, a, st); break;
+    }
+}
+
 int compute_capability() {
     int dev = 0, major = 0, minor = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return 0;
@@ -91,6 +145,13 @@ void launch_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t rows_per
 }  // namespace
 
 bool fast_fp8_available() { return compute_capability() >= 89; }
+
+const char* fp4_rs_variant_name(int variant) {
+    static constexpr const char* kNames[kFp4RsVariants] = {"tn8_wg1_s8_b3",   "tn16_wg1_s8_b3", "tn32_wg1_s6_b2",
+                                                           "tn64_wg2_s4_b1",  "tn128_wg2_s4_b1", "tn64_wg1_s4_b3",
+                                                           "tn128_wg1_s4_b2", "tn8_wg1_s6_b4"};
+    return variant >= 0 && variant < kFp4RsVariants ? kNames[variant] : "by_rows";
+}
 
 bool fast_linear_supported(const DeviceLinear& w) {
     switch (w.kind) {
@@ -134,7 +195,14 @@ void fast_linear(const FastLinearParams& p, Stream s) {
     const auto st = static_cast<cudaStream_t>(s.handle);
     switch (w.kind) {
         case WeightKind::kFp8Block: launch_by_rows<BKind::kFp8>(p, a, per_group, st); break;
-        case WeightKind::kFp4: launch_by_rows<BKind::kFp4>(p, a, per_group, st); break;
+        case WeightKind::kFp4:
+            // The choice depends on the device and the weight's shape only (never on the rows).
+            if (p.fp4_path == Fp4Path::kAuto && w.out_features % 128 == 0 && w.in_features % 256 == 0 &&
+                compute_capability() == 90)
+                launch_fp4_rs_by_rows(p, a, per_group, st);
+            else
+                launch_by_rows<BKind::kFp4>(p, a, per_group, st);
+            break;
         default: launch_by_rows<BKind::kBf16>(p, a, per_group, st); break;
     }
 }
