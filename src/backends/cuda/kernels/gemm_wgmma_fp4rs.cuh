@@ -88,15 +88,16 @@ __device__ __forceinline__ void wgmma_rs_step(float (&d)[TN / 2], const uint32_t
 #undef DI_R4
 #undef DI_R8
 
-// 4 packed e2m1 codes (the low 16 bits of w, low nibble first) -> 4 e4m3 bytes through the 8-byte
-// magnitude table (lo, hi) of one shift: the same bytes as tc::fp4x8_to_e4m3 in fewer instructions.
-// The magnitudes are one byte_perm with each code's 3 low bits as the byte index; the signs a second
-// byte_perm with the raw codes as selectors over bytes 0x80, whose msb mode (a code's sign bit)
-// replicates bit 7: 0xFF for negative codes, 0x80 otherwise, so bit 0 of each byte is the sign.
+// 4 packed e2m1 codes -> 4 e4m3 bytes through the 8-byte magnitude table (lo, hi) of one shift: the
+// same bytes as tc::fp4x8_to_e4m3 in fewer instructions. kHigh: the codes of w's upper 16 bits, else
+// its lower 16 (low nibble first). Magnitudes: one byte_perm with each code's 3 low bits as the byte
+// index. Signs: the two bytes holding the codes, each duplicated (t = [b, b, b', b']); output byte
+// 2i takes bit 3 of t's byte 2i (the low nibble's sign, shifted up 4), byte 2i + 1 bit 7 of its own.
+template <bool kHigh>
 __device__ __forceinline__ uint32_t fp4x4_to_e4m3(uint32_t w, uint32_t lo, uint32_t hi) {
-    const uint32_t mag = __byte_perm(lo, hi, w & 0x7777u);
-    const uint32_t neg = __byte_perm(0x80808080u, 0x80808080u, w);
-    return mag | ((neg << 7) & 0x80808080u);
+    const uint32_t mag = __byte_perm(lo, hi, (kHigh ? w >> 16 : w) & 0x7777u);
+    const uint32_t t = __byte_perm(w, 0u, kHigh ? 0x3322u : 0x1100u);
+    return mag | (t & 0x80008000u) | ((t << 4) & 0x00800080u);
 }
 
 // wgmma.fence with the A fragment as an operand: every instruction producing it stays before the
@@ -115,7 +116,10 @@ __device__ __forceinline__ void wgmma_fence_a(uint32_t (&a)[4][4]) {
 #endif
 }
 
-template <int kWGs, int TN, int kStages>
+// kDefer: K tile kt's MMAs accumulate into one of two register tiles and K tile kt - 1's tile is
+// promoted while they run (wgmma.wait_group 1): the promotion leaves the tensor cores' critical path at
+// the cost of TN/2 registers; a stage is then refilled two K tiles after its MMAs (kStages >= 4).
+template <int kWGs, int TN, int kStages, bool kDefer = false>
 struct RsConfig {
     static constexpr int kThreads = 128 * kWGs;
     static constexpr int BN = 64 * kWGs;  // weight rows per block
@@ -128,13 +132,14 @@ struct RsConfig {
     static constexpr int kSxOff = kWsOff + BN * 4;
     static constexpr int kStageBytes = (kSxOff + TN * 4 + 1023) / 1024 * 1024;
     static constexpr int kSmemBytes = kStages * kStageBytes + 128 + 1024;  // + table + alignment slack
-    static_assert(kStages >= 3, "the conversion of K tile kt + 1 reads its stage during K tile kt");
+    static_assert(kStages >= (kDefer ? 4 : 3), "the conversion of K tile kt + 1 reads its stage during K tile kt");
+    static constexpr int kAhead = kDefer ? kStages - 2 : kStages - 1;  // K tiles in flight ahead of kt
     static_assert(TN % 8 == 0 && TN <= 128 && TN <= kThreads, "TN: a multiple of 8 up to 128");
 };
 
-template <int kWGs, int TN, int kStages, int kMinBlocks>
+template <int kWGs, int TN, int kStages, int kMinBlocks, bool kDefer>
 static __global__ void __launch_bounds__(128 * kWGs, kMinBlocks) fp4_rs_kernel(const __grid_constant__ TcArgs p) {
-    using C = RsConfig<kWGs, TN, kStages>;
+    using C = RsConfig<kWGs, TN, kStages, kDefer>;
     constexpr int BN = C::BN, kThreads = C::kThreads;
     extern __shared__ uint8_t smem_raw[];
     // 1024-aligned (the swizzle atom), as an offset from the shared array: the compiler keeps shared-space
@@ -238,40 +243,53 @@ static __global__ void __launch_bounds__(128 * kWGs, kMinBlocks) fp4_rs_kernel(c
                 const uint32_t z = __byte_perm(lo32, hi32, sel);  // K 4t..4t+3 | 16+4t..16+4t+3 of step j
                 const uint32_t d = min(emax - ((sc >> (8 * j)) & 0xFFu), 15u);
                 const uint2 tv = *reinterpret_cast<const uint2*>(table + d * 8);
-                af[j][h] = fp4x4_to_e4m3(z, tv.x, tv.y);
-                af[j][2 + h] = fp4x4_to_e4m3(z >> 16, tv.x, tv.y);
+                af[j][h] = fp4x4_to_e4m3<false>(z, tv.x, tv.y);
+                af[j][2 + h] = fp4x4_to_e4m3<true>(z, tv.x, tv.y);
             }
         }
     };
 
-    float acc[TN / 2], part[TN / 2];
+    float acc[TN / 2], part0[TN / 2], part1[TN / 2];
 #pragma unroll
-    for (int j = 0; j < TN / 2; ++j) acc[j] = part[j] = 0.0f;
+    for (int j = 0; j < TN / 2; ++j) acc[j] = part0[j] = part1[j] = 0.0f;
     // A fragments and promotion scales of K tiles kt (cur) and kt + 1 (next), in registers swapped by
     // unrolling two K tiles: the conversion never writes a register an in-flight wgmma reads (which
-    // would make ptxas serialize the MMAs, C7513).
+    // would make ptxas serialize the MMAs, C7513). Likewise the two register tiles of kDefer.
     uint32_t a0[4][4], a1[4][4];
     float s0[2], s1[2];
 
+    // acc += part · (activation scale x weight scale), K tile of stage st.
+    auto promote = [&](int st, const float (&part)[TN / 2], const float (&sw)[2]) {
+        const float* sx = reinterpret_cast<const float*>(smem + st * C::kStageBytes + C::kSxOff);
 #pragma unroll
-    for (int st = 0; st < kStages - 1; ++st) {
+        for (int j = 0; j < TN / 8; ++j) {
+            const float2 x = *reinterpret_cast<const float2*>(sx + j * 8 + t4 * 2);
+            acc[4 * j + 0] = fmaf(part[4 * j + 0], x.x * sw[0], acc[4 * j + 0]);
+            acc[4 * j + 1] = fmaf(part[4 * j + 1], x.y * sw[0], acc[4 * j + 1]);
+            acc[4 * j + 2] = fmaf(part[4 * j + 2], x.x * sw[1], acc[4 * j + 2]);
+            acc[4 * j + 3] = fmaf(part[4 * j + 3], x.y * sw[1], acc[4 * j + 3]);
+        }
+    };
+
+#pragma unroll
+    for (int st = 0; st < C::kAhead; ++st) {
         if (st < KT) load_stage(st);
         tc::cp_async_commit();
     }
-    tc::cp_async_wait<kStages - 2>();  // K tile 0 (and the table: the barrier below)
+    tc::cp_async_wait<C::kAhead - 1>();  // K tile 0 (and the table: the barrier below)
     __syncthreads();
     convert(0, a0, s0);
 
-    auto k_tile = [&](int64_t kt, uint32_t (&acur)[4][4], uint32_t (&anext)[4][4], const float (&swc)[2],
-                      float (&swn)[2]) {
+    auto k_tile = [&](int64_t kt, uint32_t (&acur)[4][4], uint32_t (&anext)[4][4], float (&swc)[2], float (&swn)[2],
+                      float (&pcur)[TN / 2], float (&pprev)[TN / 2]) {
         // K tile kt + 1 has landed (this thread's copies); after the barrier, everyone's, and every thread
-        // is done with stage (kt - 1) % kStages (its MMAs completed, its scales promoted, its weights
-        // converted an iteration earlier): refill it.
-        tc::cp_async_wait<kStages - 3>();
+        // is done with the stage refilled next (K tile kt - 1's, or kt - 2's with kDefer: its MMAs
+        // completed, its scales promoted, its weights converted earlier).
+        tc::cp_async_wait<C::kAhead - 2>();
         wg::fence_proxy_async();
         __syncthreads();
         {
-            const int64_t next = kt + kStages - 1;
+            const int64_t next = kt + C::kAhead;
             if (next < KT) load_stage(static_cast<int>(next % kStages));
             tc::cp_async_commit();
         }
@@ -279,25 +297,30 @@ static __global__ void __launch_bounds__(128 * kWGs, kMinBlocks) fp4_rs_kernel(c
         const uint8_t* sb = smem + st * C::kStageBytes;
         wgmma_fence_a(acur);
 #pragma unroll
-        for (int ks = 0; ks < 4; ++ks) wgmma_rs_step<TN>(part, acur[ks], wg::smem_desc(sb + ks * 32), ks > 0 ? 1 : 0);
+        for (int ks = 0; ks < 4; ++ks) wgmma_rs_step<TN>(pcur, acur[ks], wg::smem_desc(sb + ks * 32), ks > 0 ? 1 : 0);
         wg::wgmma_commit();
-        // While the tensor cores work: the next K tile's A fragment (past the last tile: a stale stage,
-        // converted and never used).
-        convert(static_cast<int>((kt + 1) % kStages), anext, swn);
-        wg::wgmma_wait();
-        const float* sx = reinterpret_cast<const float*>(sb + C::kSxOff);
-#pragma unroll
-        for (int j = 0; j < TN / 8; ++j) {
-            const float2 x = *reinterpret_cast<const float2*>(sx + j * 8 + t4 * 2);
-            acc[4 * j + 0] = fmaf(part[4 * j + 0], x.x * swc[0], acc[4 * j + 0]);
-            acc[4 * j + 1] = fmaf(part[4 * j + 1], x.y * swc[0], acc[4 * j + 1]);
-            acc[4 * j + 2] = fmaf(part[4 * j + 2], x.x * swc[1], acc[4 * j + 2]);
-            acc[4 * j + 3] = fmaf(part[4 * j + 3], x.y * swc[1], acc[4 * j + 3]);
+        if constexpr (kDefer) {
+            // K tile kt - 1's MMAs (the older group) complete; promote them while kt's run. Its scales sit
+            // in swn until the conversion below overwrites them.
+            wg::wgmma_wait<1>();
+            if (kt > 0) promote(static_cast<int>((kt + kStages - 1) % kStages), pprev, swn);
+            convert(static_cast<int>((kt + 1) % kStages), anext, swn);
+        } else {
+            // While the tensor cores work: the next K tile's A fragment (past the last tile: a stale stage,
+            // converted and never used).
+            convert(static_cast<int>((kt + 1) % kStages), anext, swn);
+            wg::wgmma_wait<0>();
+            promote(st, pcur, swc);
         }
     };
+    float(&part_odd)[TN / 2] = kDefer ? part1 : part0;  // one register tile without kDefer
     for (int64_t kt = 0; kt < KT; kt += 2) {  // KT even (the launcher's condition)
-        k_tile(kt, a0, a1, s0, s1);
-        k_tile(kt + 1, a1, a0, s1, s0);
+        k_tile(kt, a0, a1, s0, s1, part0, part_odd);
+        k_tile(kt + 1, a1, a0, s1, s0, part_odd, part0);
+    }
+    if constexpr (kDefer) {  // the last K tile (odd: part1, scales in s1)
+        wg::wgmma_wait<0>();
+        promote(static_cast<int>((KT - 1) % kStages), part1, s1);
     }
     tc::cp_async_wait<0>();
 
