@@ -87,7 +87,7 @@ struct RsVariant {
 constexpr RsVariant kRsVariants[kFp4RsVariants] = {
     {8, 1, 8, 3, false},   {16, 1, 8, 3, false},  {32, 1, 6, 2, false}, {64, 2, 4, 1, false}, {128, 2, 4, 1, false},
     {64, 1, 4, 3, false},  {128, 1, 4, 2, false}, {8, 1, 6, 4, false},  {64, 2, 6, 1, true},  {64, 1, 6, 2, true},
-    {32, 1, 8, 2, true},   {16, 1, 8, 3, true},
+    {32, 1, 8, 2, true},   {16, 1, 8, 3, true},   {128, 2, 6, 1, false},
 };
 
 template <int V>
@@ -114,7 +114,8 @@ void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t r
         case 8: launch_fp4_rs_variant<8>(p, a, st); break;
         case 9: launch_fp4_rs_variant<9>(p, a, st); break;
         case 10: launch_fp4_rs_variant<10>(p, a, st); break;
-        default: launch_fp4_rs_variant<11>(p, a, st); break;
+        case 11: launch_fp4_rs_variant<11>(p, a, st); break;
+        default: launch_fp4_rs_variant<12>(p, a, st); break;
     }
 }
 
@@ -157,7 +158,7 @@ const char* fp4_rs_variant_name(int variant) {
     static constexpr const char* kNames[kFp4RsVariants] = {
         "tn8_wg1_s8_b3",   "tn16_wg1_s8_b3", "tn32_wg1_s6_b2",       "tn64_wg2_s4_b1",       "tn128_wg2_s4_b1",
         "tn64_wg1_s4_b3",  "tn128_wg1_s4_b2", "tn8_wg1_s6_b4",       "tn64_wg2_s6_b1_defer", "tn64_wg1_s6_b2_defer",
-        "tn32_wg1_s8_b2_defer", "tn16_wg1_s8_b3_defer"};
+        "tn32_wg1_s8_b2_defer", "tn16_wg1_s8_b3_defer", "tn128_wg2_s6_b1"};
     return variant >= 0 && variant < kFp4RsVariants ? kNames[variant] : "by_rows";
 }
 
