@@ -399,8 +399,8 @@ TEST_F(CudaGemmFast, GroupedFp4ExpertsOfManySizes) {
     const double err = rel_err(ref, rs);
     EXPECT_LT(err, 5e-3);  // half the experts with scales over 18 binades (the documented rounding)
     std::printf("grouped FP4, experts of 0..300 rows, fast vs CPU: rel err %.3g\n", err);
-    // Batch invariance: the 300-row expert's rows alone (TN 8), among a few other rows (TN 16..32), and
-    // with a large other expert (TN 128) equal their rows in the full launch (TN 64) bit for bit.
+    // Batch invariance: the 300-row expert's rows alone, among a few other rows, and next to a large
+    // other expert (128-token tiles) equal their rows in the full launch (64-token tiles) bit for bit.
     const int64_t first4 = all.offsets[4];
     auto rows_of = [&](const std::vector<float>& out, int64_t p0, int64_t n) {
         return std::vector<float>(out.begin() + p0 * N, out.begin() + (p0 + n) * N);

@@ -5,10 +5,10 @@
 //    128 columns like DeepSeek's act_quant (e4m3 + power-of-two f32 scale): the four k32 MMAs of a
 //    128-wide K block accumulate in a fresh register tile, which is then promoted into the FP32
 //    accumulator times (activation scale x weight scale).
-//  - Packed FP4 (e2m1, per-32 ue8m0 scales) weights, converted to e4m3 in shared memory on the fly:
-//    each 32-subblock's values are shifted by its scale's distance to the largest of the row's four
-//    scales in that 128 block (exact while the distance is <= 8 binades; smaller values round in
-//    e4m3), and the promotion uses that largest scale.
+//  - Packed FP4 (e2m1, per-32 ue8m0 scales) weights, converted to e4m3 on the fly (in registers or in
+//    shared memory, see Fp4Path): each 32-subblock's values are shifted by its scale's distance to the
+//    largest of the row's four scales in that 128 block (exact while the distance is <= 8 binades;
+//    smaller values round in e4m3), and the promotion uses that largest scale.
 //  - BF16 weights times bf16 activations (LM head and other bf16 linears).
 // Batch invariance: a row's result never depends on the other rows of the launch. Every output
 // element is computed by the same sequence of m16n8k32 (m16n8k16 for bf16) MMAs over K in ascending
@@ -35,9 +35,9 @@ enum class GemmMode : uint8_t {
 // mma.sync kernel either way.
 enum class Fp4Path : uint8_t { kAuto, kSharedConvert };
 // The register-converting kernel's tile configurations (TN token rows x 64·warpgroups weight rows per
-// block, pipeline stages, blocks per SM, promotion deferred behind the next K tile's MMAs or not); FastLinearParams::fp4_rs_variant pins one (tests and
+// block, pipeline stages, blocks per SM); FastLinearParams::fp4_rs_variant pins one (tests and
 // benchmarks: a row's bits are the same in every one), else the launcher picks by rows per expert.
-constexpr int kFp4RsVariants = 13;
+constexpr int kFp4RsVariants = 9;
 const char* fp4_rs_variant_name(int variant);  // e.g. "tn128_wg2_s4_b1"
 
 // True when the fast path handles this weight: FP8 with 128x128 blocks, FP4, or BF16, with

@@ -53,13 +53,6 @@ __device__ __forceinline__ void wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #endif
 }
-// Waits until at most N committed groups of this warpgroup's MMAs are pending.
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-#ifdef DI_WGMMA_ENABLED
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-#endif
-}
 
 #define DI_R8(i) "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 

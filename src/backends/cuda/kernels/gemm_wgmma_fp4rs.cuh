@@ -16,10 +16,10 @@
 // 0, 1) and 16 + 4t..16 + 4t + 3 (registers 2, 3) of the k32 step. In packed FP4 those are the 2-byte
 // pieces at 2t and 8 + 2t of the step's 16 bytes: two 4-byte shared-memory reads and one byte_perm
 // per row and step (raw rows 80 bytes apart: the reads of a warp hit 16 distinct banks).
-// Tile shapes come from counts only: TN (8..128 tokens) from the average rows per expert, one
-// warpgroup per block for TN <= 32 (more blocks in flight for weight-bound decode), two for larger
-// TN (the activation tile shared by 128 weight rows). Each output element is the same instruction
-// sequence over K whatever TN or the block shape: batch-invariant (tests/ops/gemm_fast_cuda_test.cpp).
+// Tile shapes (TN = 8..128 tokens, one or two warpgroups of 64 weight rows per block) come from counts
+// only (launch/gemm_fast.cu). Each output element is the same instruction sequence over K whatever TN
+// or the block shape: batch-invariant, and bit-identical to the shared-memory-converting kernel
+// (tests/ops/gemm_fast_cuda_test.cpp checks every configuration).
 #pragma once
 
 #include "backends/cuda/kernels/gemm_wgmma.cuh"
@@ -116,10 +116,7 @@ __device__ __forceinline__ void wgmma_fence_a(uint32_t (&a)[4][4]) {
 #endif
 }
 
-// kDefer: K tile kt's MMAs accumulate into one of two register tiles and K tile kt - 1's tile is
-// promoted while they run (wgmma.wait_group 1): the promotion leaves the tensor cores' critical path at
-// the cost of TN/2 registers; a stage is then refilled two K tiles after its MMAs (kStages >= 4).
-template <int kWGs, int TN, int kStages, bool kDefer = false>
+template <int kWGs, int TN, int kStages>
 struct RsConfig {
     static constexpr int kThreads = 128 * kWGs;
     static constexpr int BN = 64 * kWGs;  // weight rows per block
@@ -132,14 +129,14 @@ struct RsConfig {
     static constexpr int kSxOff = kWsOff + BN * 4;
     static constexpr int kStageBytes = (kSxOff + TN * 4 + 1023) / 1024 * 1024;
     static constexpr int kSmemBytes = kStages * kStageBytes + 128 + 1024;  // + table + alignment slack
-    static_assert(kStages >= (kDefer ? 4 : 3), "the conversion of K tile kt + 1 reads its stage during K tile kt");
-    static constexpr int kAhead = kDefer ? kStages - 2 : kStages - 1;  // K tiles in flight ahead of kt
+    static_assert(kStages >= 3, "the conversion of K tile kt + 1 reads its stage during K tile kt");
+    static constexpr int kAhead = kStages - 1;  // K tiles in flight ahead of kt
     static_assert(TN % 8 == 0 && TN <= 128 && TN <= kThreads, "TN: a multiple of 8 up to 128");
 };
 
-template <int kWGs, int TN, int kStages, int kMinBlocks, bool kDefer>
+template <int kWGs, int TN, int kStages, int kMinBlocks>
 static __global__ void __launch_bounds__(128 * kWGs, kMinBlocks) fp4_rs_kernel(const __grid_constant__ TcArgs p) {
-    using C = RsConfig<kWGs, TN, kStages, kDefer>;
+    using C = RsConfig<kWGs, TN, kStages>;
     constexpr int BN = C::BN, kThreads = C::kThreads;
     extern __shared__ uint8_t smem_raw[];
     // 1024-aligned (the swizzle atom), as an offset from the shared array: the compiler keeps shared-space
@@ -249,17 +246,17 @@ static __global__ void __launch_bounds__(128 * kWGs, kMinBlocks) fp4_rs_kernel(c
         }
     };
 
-    float acc[TN / 2], part0[TN / 2], part1[TN / 2];
+    float acc[TN / 2], part[TN / 2];
 #pragma unroll
-    for (int j = 0; j < TN / 2; ++j) acc[j] = part0[j] = part1[j] = 0.0f;
+    for (int j = 0; j < TN / 2; ++j) acc[j] = part[j] = 0.0f;
     // A fragments and promotion scales of K tiles kt (cur) and kt + 1 (next), in registers swapped by
     // unrolling two K tiles: the conversion never writes a register an in-flight wgmma reads (which
-    // would make ptxas serialize the MMAs, C7513). Likewise the two register tiles of kDefer.
+    // would make ptxas serialize the MMAs, C7513).
     uint32_t a0[4][4], a1[4][4];
     float s0[2], s1[2];
 
     // acc += part · (activation scale x weight scale), K tile of stage st.
-    auto promote = [&](int st, const float (&part)[TN / 2], const float (&sw)[2]) {
+    auto promote = [&](int st, const float (&sw)[2]) {
         const float* sx = reinterpret_cast<const float*>(smem + st * C::kStageBytes + C::kSxOff);
 #pragma unroll
         for (int j = 0; j < TN / 8; ++j) {
@@ -280,11 +277,11 @@ static __global__ void __launch_bounds__(128 * kWGs, kMinBlocks) fp4_rs_kernel(c
     __syncthreads();
     convert(0, a0, s0);
 
-    auto k_tile = [&](int64_t kt, uint32_t (&acur)[4][4], uint32_t (&anext)[4][4], float (&swc)[2], float (&swn)[2],
-                      float (&pcur)[TN / 2], float (&pprev)[TN / 2]) {
+    auto k_tile = [&](int64_t kt, uint32_t (&acur)[4][4], uint32_t (&anext)[4][4], const float (&swc)[2],
+                      float (&swn)[2]) {
         // K tile kt + 1 has landed (this thread's copies); after the barrier, everyone's, and every thread
-        // is done with the stage refilled next (K tile kt - 1's, or kt - 2's with kDefer: its MMAs
-        // completed, its scales promoted, its weights converted earlier).
+        // is done with stage (kt - 1) % kStages (its MMAs completed, its scales promoted, its weights
+        // converted an iteration earlier): refill it.
         tc::cp_async_wait<C::kAhead - 2>();
         wg::fence_proxy_async();
         __syncthreads();
@@ -297,30 +294,17 @@ static __global__ void __launch_bounds__(128 * kWGs, kMinBlocks) fp4_rs_kernel(c
         const uint8_t* sb = smem + st * C::kStageBytes;
         wgmma_fence_a(acur);
 #pragma unroll
-        for (int ks = 0; ks < 4; ++ks) wgmma_rs_step<TN>(pcur, acur[ks], wg::smem_desc(sb + ks * 32), ks > 0 ? 1 : 0);
+        for (int ks = 0; ks < 4; ++ks) wgmma_rs_step<TN>(part, acur[ks], wg::smem_desc(sb + ks * 32), ks > 0 ? 1 : 0);
         wg::wgmma_commit();
-        if constexpr (kDefer) {
-            // K tile kt - 1's MMAs (the older group) complete; promote them while kt's run. Its scales sit
-            // in swn until the conversion below overwrites them.
-            wg::wgmma_wait<1>();
-            if (kt > 0) promote(static_cast<int>((kt + kStages - 1) % kStages), pprev, swn);
-            convert(static_cast<int>((kt + 1) % kStages), anext, swn);
-        } else {
-            // While the tensor cores work: the next K tile's A fragment (past the last tile: a stale stage,
-            // converted and never used).
-            convert(static_cast<int>((kt + 1) % kStages), anext, swn);
-            wg::wgmma_wait<0>();
-            promote(st, pcur, swc);
-        }
+        // While the tensor cores work: the next K tile's A fragment (past the last tile: a stale stage,
+        // converted and never used).
+        convert(static_cast<int>((kt + 1) % kStages), anext, swn);
+        wg::wgmma_wait();
+        promote(st, swc);
     };
-    float(&part_odd)[TN / 2] = kDefer ? part1 : part0;  // one register tile without kDefer
     for (int64_t kt = 0; kt < KT; kt += 2) {  // KT even (the launcher's condition)
-        k_tile(kt, a0, a1, s0, s1, part0, part_odd);
-        k_tile(kt + 1, a1, a0, s1, s0, part_odd, part0);
-    }
-    if constexpr (kDefer) {  // the last K tile (odd: part1, scales in s1)
-        wg::wgmma_wait<0>();
-        promote(static_cast<int>((KT - 1) % kStages), part1, s1);
+        k_tile(kt, a0, a1, s0, s1);
+        k_tile(kt + 1, a1, a0, s1, s0);
     }
     tc::cp_async_wait<0>();
 

@@ -60,10 +60,10 @@ void launch_wgmma(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
 
 // Hopper, packed FP4: the register-converting kernel, TN token rows per tile (grid: weight-row blocks
 // fastest, so the blocks sharing a token tile run together), kWGs x 64 weight rows per block.
-template <int kWGs, int TN, int kStages, int kMinBlocks, bool kDefer>
+template <int kWGs, int TN, int kStages, int kMinBlocks>
 void launch_fp4_rs(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
-    using C = kernels::wgrs::RsConfig<kWGs, TN, kStages, kDefer>;
-    auto* kernel = kernels::wgrs::fp4_rs_kernel<kWGs, TN, kStages, kMinBlocks, kDefer>;
+    using C = kernels::wgrs::RsConfig<kWGs, TN, kStages>;
+    auto* kernel = kernels::wgrs::fp4_rs_kernel<kWGs, TN, kStages, kMinBlocks>;
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
     DI_ICHECK(a.N % C::BN == 0);
     int64_t tiles = (p.rows + TN - 1) / TN;
@@ -79,28 +79,31 @@ void launch_fp4_rs(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) 
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
-// The register kernel's configurations: {TN, warpgroups, stages, min blocks per SM, deferred promotion}.
+// The register kernel's configurations: {TN, warpgroups, stages, min blocks per SM}.
 struct RsVariant {
     int tn, wgs, stages, blocks;
-    bool defer;
 };
 constexpr RsVariant kRsVariants[kFp4RsVariants] = {
-    {8, 1, 8, 3, false},   {16, 1, 8, 3, false},  {32, 1, 6, 2, false}, {64, 2, 4, 1, false}, {128, 2, 4, 1, false},
-    {64, 1, 4, 3, false},  {128, 1, 4, 2, false}, {8, 1, 6, 4, false},  {64, 2, 6, 1, true},  {64, 1, 6, 2, true},
-    {32, 1, 8, 2, true},   {16, 1, 8, 3, true},   {128, 2, 6, 1, false},
+    {8, 1, 8, 3}, {16, 1, 8, 3}, {32, 1, 6, 2}, {64, 2, 4, 1}, {128, 2, 4, 1}, {64, 1, 4, 3}, {128, 1, 4, 2}, {8, 1, 6, 4}, {128, 2, 6, 1},
 };
 
 template <int V>
 void launch_fp4_rs_variant(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     constexpr RsVariant v = kRsVariants[V];
-    launch_fp4_rs<v.wgs, v.tn, v.stages, v.blocks, v.defer>(p, a, st);
+    launch_fp4_rs<v.wgs, v.tn, v.stages, v.blocks>(p, a, st);
 }
 
-// By default TN from the rows per group (the smallest of 8..128 holding the average expert's rows); a
-// row's bits do not depend on it (the same MMA sequence per output element).
+// By default 64-token tiles (one warpgroup, three blocks per SM) up to 64 rows per group on average,
+// 128-token tiles (two warpgroups) above: the row granularity of the shared-memory kernel, so no expert
+// takes more tiles than there, whatever the routing. (Smaller tiles for decode-sized averages measured
+// up to 1.4x faster with uniform routing, but every tile re-reads and re-converts its expert's weights,
+// so under skewed routing a hot expert's rows split into many 8-row tiles; with them the 2-layer proxy's
+// decode at batch 256 got slower, bench/results/cuda-expert-gemm-h200-*.md.) A row's bits do not depend on
+// the choice (the same MMA sequence per output element; every configuration is tested against the
+// shared-memory kernel bit for bit).
 void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t rows_per_group, cudaStream_t st) {
     int v = p.fp4_rs_variant;
-    if (v < 0) v = rows_per_group <= 8 ? 0 : rows_per_group <= 16 ? 1 : rows_per_group <= 32 ? 2 : rows_per_group <= 64 ? 3 : 4;
+    if (v < 0) v = rows_per_group <= 64 ? 5 : 4;
     DI_CHECK(v < kFp4RsVariants, "fast linear: no FP4 kernel configuration ", v);
     switch (v) {
         case 0: launch_fp4_rs_variant<0>(p, a, st); break;
@@ -111,11 +114,7 @@ void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t r
         case 5: launch_fp4_rs_variant<5>(p, a, st); break;
         case 6: launch_fp4_rs_variant<6>(p, a, st); break;
         case 7: launch_fp4_rs_variant<7>(p, a, st); break;
-        case 8: launch_fp4_rs_variant<8>(p, a, st); break;
-        case 9: launch_fp4_rs_variant<9>(p, a, st); break;
-        case 10: launch_fp4_rs_variant<10>(p, a, st); break;
-        case 11: launch_fp4_rs_variant<11>(p, a, st); break;
-        default: launch_fp4_rs_variant<12>(p, a, st); break;
+        default: launch_fp4_rs_variant<8>(p, a, st); break;
     }
 }
 
@@ -157,8 +156,7 @@ bool fast_fp8_available() { return compute_capability() >= 89; }
 const char* fp4_rs_variant_name(int variant) {
     static constexpr const char* kNames[kFp4RsVariants] = {
         "tn8_wg1_s8_b3",   "tn16_wg1_s8_b3", "tn32_wg1_s6_b2",       "tn64_wg2_s4_b1",       "tn128_wg2_s4_b1",
-        "tn64_wg1_s4_b3",  "tn128_wg1_s4_b2", "tn8_wg1_s6_b4",       "tn64_wg2_s6_b1_defer", "tn64_wg1_s6_b2_defer",
-        "tn32_wg1_s8_b2_defer", "tn16_wg1_s8_b3_defer", "tn128_wg2_s6_b1"};
+        "tn64_wg1_s4_b3",  "tn128_wg1_s4_b2", "tn8_wg1_s6_b4",       "tn128_wg2_s6_b1"};
     return variant >= 0 && variant < kFp4RsVariants ? kNames[variant] : "by_rows";
 }
 
