@@ -834,6 +834,10 @@ struct Engine::Impl {
         }
         observation.valid = false;
         last_step_end = now;
+        // Idle engine (every request done): the next step's interval would include the caller's pause.
+        bool busy = false;
+        for (const auto& r : requests) busy = busy || r->num_finished < static_cast<int64_t>(r->completions.size());
+        if (!busy) last_step_end.reset();
     }
 
     // Appends a sampled or verified token; decides EOS / stop ids / length.
