@@ -217,12 +217,14 @@ Command register_run(CLI::App& app) {
     sub->add_flag("--host-sampling", o->host_sampling, "cuda: sample on the CPU from copied logits (same results)");
     sub->add_option("--gemm", o->gemm, "cuda: reference (bit-identical to the CPU) | fast (tensor cores, within tolerance)")
         ->capture_default_str()->check(CLI::IsMember({"reference", "fast"}));
-    sub->add_option("--max-num-seqs", o->max_num_seqs, "Sequences per step")->capture_default_str()->check(CLI::Range(1, 65536));
-    sub->add_option("--max-batched-tokens", o->max_batched_tokens, "Token budget per step")->capture_default_str()
+    sub->add_option("--max-num-seqs", o->max_num_seqs, "Sequences per step (default: cpu 64, cuda 256)")
+        ->check(CLI::Range(1, 65536));
+    sub->add_option("--max-batched-tokens", o->max_batched_tokens, "Token budget per step (default: cpu 2048, cuda 4096)")
         ->check(CLI::Range(1, 1 << 24));
-    sub->add_option("--max-prefill-chunk", o->max_prefill_chunk, "Largest prefill chunk")->capture_default_str()
+    sub->add_option("--max-prefill-chunk", o->max_prefill_chunk, "Largest prefill chunk (default: cpu 512, cuda 4096)")
         ->check(CLI::Range(1, 1 << 24));
-    sub->add_option("--state-memory-gib", o->state_memory_gib, "Sequence-state memory budget")->capture_default_str();
+    sub->add_option("--state-memory-gib", o->state_memory_gib,
+                    "Sequence-state memory budget (default: cpu 4; cuda: the device page pool, --device-state-gib)");
     sub->add_option("--default-max-tokens", o->default_max_tokens, "max_tokens when a body has none")->capture_default_str();
     sub->add_option("--seed", o->seed, "Job seed (requests without a seed derive theirs from it and custom_id)");
     sub->add_flag("--async", o->async, "Asynchronous scheduling: post-process a step while the next forward runs "
@@ -245,6 +247,15 @@ Command register_run(CLI::App& app) {
     sub->add_option("--cache-dir", o->cache_dir, "Where the built-in model is generated (default ~/.cache/deepinfer)");
     return [sub, o]() -> int {
         if (!sub->parsed()) return -1;
+        // The GPU's defaults: whole-GPU batches and prefill chunks (a GPU step costs about the same
+        // for 512 rows as for 4096, and every chunk reads the routed experts' weights once), and the
+        // state budget of the device page pool rather than a host-sized one.
+        if (o->device == "cuda") {
+            if (sub->get_option("--max-num-seqs")->count() == 0) o->max_num_seqs = 256;
+            if (sub->get_option("--max-batched-tokens")->count() == 0) o->max_batched_tokens = 4096;
+            if (sub->get_option("--max-prefill-chunk")->count() == 0) o->max_prefill_chunk = 4096;
+            if (sub->get_option("--state-memory-gib")->count() == 0) o->state_memory_gib = 1 << 20;  // the pool bounds it
+        }
         // NVLink multicast (NVLS) stays off for every NCCL communicator of this process: it can leave
         // shared GPUs unusable for days.
         ::setenv("NCCL_NVLS_ENABLE", "0", 1);
