@@ -569,6 +569,131 @@ TEST_F(CudaV41Ops, SinkAttentionOverCompactCachesBitIdentical) {
     }
 }
 
+// Compact cache rows in pool pages, as the models' paged state keeps them (ops.h PagedCacheRows): per
+// segment its own copy of the rows, pages in reverse order, the rows' block at `offset` bytes into each
+// page, every other byte 0xFF (a NaN scale in every format: a misplaced read shows).
+struct PagedCodes {
+    int64_t per_page, offset, page_bytes, pages, segments;
+    Dev<uint8_t> memory;
+    Dev<const uint8_t*> tables;
+    PagedCodes(const std::vector<uint8_t>& rows, int64_t row_bytes, int64_t per_page_, int64_t offset_, int64_t segments_)
+        : per_page(per_page_),
+          offset(offset_),
+          page_bytes((offset_ + per_page_ * row_bytes + 255) / 256 * 256),
+          pages((int64_t(rows.size()) / row_bytes + per_page_ - 1) / per_page_),
+          segments(segments_),
+          memory(scatter(rows, row_bytes)),
+          tables(addresses()) {}
+    cuda::PagedCacheRows paged() const {
+        return {.tables = tables.ptr(), .table_len = pages, .per_page = per_page, .offset = offset};
+    }
+
+private:
+    int64_t slot(int64_t segment, int64_t page) const { return segments * pages - 1 - (segment * pages + page); }
+    std::vector<uint8_t> scatter(const std::vector<uint8_t>& rows, int64_t row_bytes) const {
+        std::vector<uint8_t> m(size_t(segments * pages * page_bytes), 0xFF);
+        const int64_t n = int64_t(rows.size()) / row_bytes;
+        for (int64_t sg = 0; sg < segments; ++sg)
+            for (int64_t i = 0; i < n; ++i)
+                std::copy_n(rows.begin() + i * row_bytes, row_bytes,
+                            m.begin() + slot(sg, i / per_page) * page_bytes + offset + (i % per_page) * row_bytes);
+        return m;
+    }
+    std::vector<const uint8_t*> addresses() const {
+        std::vector<const uint8_t*> t(size_t(segments * pages));
+        for (int64_t sg = 0; sg < segments; ++sg)
+            for (int64_t k = 0; k < pages; ++k) t[size_t(sg * pages + k)] = memory.ptr() + slot(sg, k) * page_bytes;
+        return t;
+    }
+};
+
+// The indexer (reference and tensor-core kernels) and the sink attention (both kernels) read the index
+// keys and the compressed entries from pool pages, two segments with page tables of their own, and give
+// the contiguous caches' results bit for bit.
+TEST_F(CudaV41Ops, PagedCachesEqualContiguous) {
+    const int64_t H = 64, Dh = 512, R = 64, W = 128, ring = W + 16, P0 = 1500, S = 3, E = 700, K = 512;
+    const int64_t IH = 32, ID = 128, wbytes = Dh + Dh / 32, ebytes = Dh / 2 + Dh / 16, kbytes = ID / 2 + ID / 32;
+    std::vector<uint8_t> wcodes(size_t(ring * wbytes)), ecodes(size_t(E * ebytes)), kcodes(size_t(E * kbytes));
+    {
+        const std::vector<float> wv = randn(size_t(ring * Dh), 41), ev = randn(size_t(E * Dh), 42), kv = randn(size_t(E * ID), 43);
+        for (int64_t i = 0; i < ring; ++i)
+            v41::encode_fp8(wv.data() + i * Dh, Dh, 32, wcodes.data() + i * wbytes, wcodes.data() + i * wbytes + Dh);
+        for (int64_t i = 0; i < E; ++i) {
+            v41::encode_fp4(ev.data() + i * Dh, Dh, 16, true, ecodes.data() + i * ebytes, ecodes.data() + i * ebytes + Dh / 2);
+            v41::encode_fp4(kv.data() + i * ID, ID, 32, false, kcodes.data() + i * kbytes, kcodes.data() + i * kbytes + ID / 2);
+        }
+    }
+    Dev<uint8_t> dw(wcodes), de(ecodes), dk(kcodes);
+    const PagedCodes pe(ecodes, ebytes, 64, 768, 2), pk(kcodes, kbytes, 64, 256, 2);
+    // Indexer: 3 rows (the last in segment 1), visible 700 / 433 / 9.
+    std::vector<float> q = randn(size_t(S * IH * ID), 44);
+    for (int64_t r = 0; r < S * IH; ++r) v41::fake_quant_fp4(q.data() + r * ID, ID, 32, false);
+    const std::vector<float> hw = bf16_values(randn(size_t(S * IH), 45));
+    Dev<float> dq(q), dhw(hw);
+    const int32_t visible[S] = {700, 433, 9};
+    for (bool tc : {false, true}) {
+        std::vector<float> got[2];
+        for (int paged = 0; paged < 2; ++paged) {
+            std::vector<cuda::IndexRow> ir;
+            for (int64_t r = 0; r < S; ++r)
+                ir.push_back({int32_t(r), int32_t(E), visible[r], -1, paged ? pk.memory.ptr() : dk.ptr(), r == 2 ? 1 : 0});
+            Dev<cuda::IndexRow> dir(ir);
+            Dev<float> scores(size_t(S * E));
+            cuda::index_scores({.rows = dir.ptr(), .num_rows = S, .max_entries = E, .q = dq.ptr(), .weights = dhw.ptr(),
+                                .heads = IH, .head_dim = ID, .key_format = CacheFormat::kFp4Ue8m0, .key_block = 32,
+                                .official = true, .tensor_cores = tc,
+                                .paged_keys = paged ? pk.paged() : cuda::PagedCacheRows{}, .scores = scores.ptr()},
+                               Stream{});
+            got[paged] = scores.host(size_t(S * E));
+        }
+        expect_equal(got[0], got[1], tc ? "paged index keys, tensor cores" : "paged index keys");
+    }
+    // Sink attention: segment 0 = rows 0-1 at 1500, segment 1 = row 2 at 1502; 512 / 300 / 0 picks.
+    std::vector<float> kv = randn(size_t(S * Dh), 46);
+    for (int64_t t = 0; t < S; ++t) v41::fake_quant_fp8(kv.data() + t * Dh, Dh, 32);
+    const std::vector<float> qa = bf16_values(randn(size_t(S * H * Dh), 47, 0.05f)), sink = randn(size_t(H), 48);
+    std::vector<int32_t> selected(size_t(S * K), -1);
+    std::mt19937 rng(49);
+    for (int64_t t = 0; t < S; ++t) {
+        const int64_t m = t == 0 ? K : t == 1 ? 300 : 0;
+        std::vector<int32_t> all(static_cast<size_t>(E));
+        std::iota(all.begin(), all.end(), 0);
+        std::shuffle(all.begin(), all.end(), rng);
+        std::sort(all.begin(), all.begin() + m);
+        std::copy_n(all.begin(), m, selected.begin() + t * K);
+    }
+    const cpu::RopeTable rope(RopeParams{}, R);
+    std::vector<float> cs(size_t((P0 + S) * R));
+    for (int64_t p = 0; p < P0 + S; ++p)
+        for (int64_t i = 0; i < R / 2; ++i) {
+            const float angle = float(p) * rope.inv_freq()[size_t(i)];
+            cs[size_t(p * R + 2 * i)] = std::cos(angle);
+            cs[size_t(p * R + 2 * i + 1)] = std::sin(angle);
+        }
+    Dev<int32_t> rowseg(std::vector<int32_t>{0, 0, 1}), pos(std::vector<int32_t>{int32_t(P0), int32_t(P0 + 1), int32_t(P0 + 2)}),
+        dsel(selected);
+    Dev<float> dqa(qa), dkv(kv), dsink(sink), dcs(cs), scratch(size_t(S * H * (W + K)));
+    for (bool tc : {false, true}) {
+        std::vector<float> got[2];
+        for (int paged = 0; paged < 2; ++paged) {
+            const uint8_t* entries = paged ? pe.memory.ptr() : de.ptr();
+            const std::vector<cuda::SinkSegment> segs = {{0, 2, P0, dw.ptr(), entries}, {2, 1, P0 + 2, dw.ptr(), entries}};
+            Dev<cuda::SinkSegment> dsegs(segs);
+            Dev<float> out(size_t(S * H * Dh));
+            cuda::sink_attention({.segments = dsegs.ptr(), .row_segment = rowseg.ptr(), .positions = pos.ptr(), .rows = S,
+                                  .heads = H, .head_dim = Dh, .q = dqa.ptr(), .kv = dkv.ptr(), .sink = dsink.ptr(), .window = W,
+                                  .window_rows = ring, .selected = dsel.ptr(), .topk = K, .max_candidates = W + K,
+                                  .scratch = scratch.ptr(), .cos_sin = dcs.ptr(), .rope_dim = R,
+                                  .softmax_scale = 1.0f / std::sqrt(float(Dh)), .official = true, .tensor_cores = tc,
+                                  .paged_entries = paged ? pe.paged() : cuda::PagedCacheRows{}, .out = out.ptr()},
+                                 Stream{});
+            got[paged] = out.host(size_t(S * H * Dh));
+        }
+        for (float v : got[0]) ASSERT_TRUE(std::isfinite(v));
+        expect_equal(got[0], got[1], tc ? "paged entries, tensor cores" : "paged entries");
+    }
+}
+
 TEST_F(CudaV41Ops, EngramGatherAndFusionEqualCpu) {
     // Real width: hidden 5120, hc 4, 24 columns of 256 (n-grams 2..4 x 8 heads); tiny: hidden 64, hc 2.
     for (auto [D, hc, cols, ehd] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{5120, 4, 24, 256}, {64, 2, 6, 32}}) {

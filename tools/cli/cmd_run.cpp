@@ -210,7 +210,7 @@ Command register_run(CLI::App& app) {
                     "cuda: scratch of one forward step, allocated at start-up (0: sized from --max-batched-tokens, "
                     "--max-num-seqs and --max-model-len)")->capture_default_str();
     sub->add_option("--device-state-gib", o->device_state_gib,
-                    "cuda (DeepSeek-V4): the device page pool of sequence state and prefix snapshots, allocated at "
+                    "cuda: the device page pool of sequence state and prefix snapshots, allocated at "
                     "start-up (0: --max-num-seqs sequences of --max-model-len tokens, within 90% of the free memory)")
         ->capture_default_str();
     sub->add_flag("--no-cuda-graphs", o->no_cuda_graphs, "cuda: launch decode steps kernel by kernel (same results)");

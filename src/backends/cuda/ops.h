@@ -598,13 +598,23 @@ struct CompressPoolParams {
 };
 void compress_pool(const CompressPoolParams& p, Stream s);
 
+// Rows of a V4.1 cache kept in the pages of the model's device page pool (the sequences' state,
+// model/cuda_v41_state.h): row i of segment s at tables[s * table_len + i / per_page] + offset +
+// (i % per_page) * row bytes. Null tables: a segment's rows are contiguous from its base address.
+struct PagedCacheRows {
+    const uint8_t* const* tables = nullptr;  // [segments, table_len] page addresses (device)
+    int64_t table_len = 0, per_page = 0;
+    int64_t offset = 0;  // bytes into a page of the cache's block
+};
+
 // One query row of the V4.1 indexer.
 struct IndexRow {
     int32_t row = 0;            // batch row (q, weights, candidate mask, published top-k)
     int32_t num_entries = 0;    // n: entries of the KV source
     int32_t visible = 0;        // min(n, (pos+1)/ratio): keys j >= visible score -inf
     int32_t mask_entries = -1;  // candidate users: entries the mask was built for; -1: no mask
-    const uint8_t* keys = nullptr;  // [n, key row bytes] the KV source's index keys (compact)
+    const uint8_t* keys = nullptr;  // [n, key row bytes] the KV source's index keys (compact); paged: key 0
+    int32_t segment = 0;            // the row's segment (its page table when the keys are paged)
 };
 
 // Lightning-indexer scores of each IndexRow against its keys (the CPU's order per score: per head
@@ -622,6 +632,7 @@ struct IndexScoresParams {
     // Fast GEMM mode: the dot products on tensor cores (kernels/v41_indexer_tc.cuh) when official
     // numerics, heads <= 64 and head_dim in {32, 64, 128}; within the fast mode's tolerances.
     bool tensor_cores = false;
+    PagedCacheRows paged_keys = {};  // the keys in pool pages (tables null: contiguous from IndexRow::keys)
     float* scores = nullptr;  // [num_rows, max_entries]
 };
 void index_scores(const IndexScoresParams& p, Stream s);
@@ -660,7 +671,7 @@ void topk_publish(const TopkPublishParams& p, Stream s);
 struct SinkSegment {
     int64_t row_begin = 0, num_rows = 0, first_position = 0;
     const uint8_t* window = nullptr;   // [window_rows, window row bytes] ring, position p in slot p % window_rows
-    const uint8_t* entries = nullptr;  // the KV source's compressed entries, or null: no compressed keys
+    const uint8_t* entries = nullptr;  // the KV source's compressed entries (paged: entry 0), or null: none
 };
 
 // V4.1 sink attention (model/v41/attention.cpp): keys = window positions max(0, P-W+1)..P (this
@@ -692,6 +703,8 @@ struct SinkAttentionParams {
     // and probabilities) when official numerics, head_dim in {64, 128, 256, 512} and the shared memory
     // allow; equal to the reference kernel within the fast mode's tolerances.
     bool tensor_cores = false;
+    // The entries in pool pages, one page table per segment (tables null: contiguous from SinkSegment::entries).
+    PagedCacheRows paged_entries = {};
     float* out = nullptr;  // [rows, heads, head_dim]
 };
 void sink_attention(const SinkAttentionParams& p, Stream s);

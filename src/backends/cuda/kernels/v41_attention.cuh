@@ -26,8 +26,10 @@ static __global__ void index_scores_kernel(const __grid_constant__ IndexScoresPa
     const int64_t j = j_raw < ir.visible ? j_raw : 0;
     float* key = keys_sh + group * ID;
     const int64_t key_bytes = row_bytes_of(p.key_format, ID, p.key_block);
-    if (ir.visible > 0)
-        for (int64_t i = lane; i < ID; i += 8) key[i] = cache_value(ir.keys + j * key_bytes, p.key_format, ID, p.key_block, i);
+    if (ir.visible > 0) {
+        const uint8_t* row = cache_row(ir.keys, p.paged_keys, ir.segment, j, key_bytes);
+        for (int64_t i = lane; i < ID; i += 8) key[i] = cache_value(row, p.key_format, ID, p.key_block, i);
+    }
     __syncwarp();
     const float softmax_scale = 1.0f / sqrtf(static_cast<float>(ID));
     const float heads_scale = 1.0f / sqrtf(static_cast<float>(p.heads));
@@ -106,6 +108,8 @@ struct SinkKeys {
     const int32_t* selected;  // this row's picks (ascending, -1 padded) or null
     int64_t lo, num_window, Dh, window_rows, window_bytes, entry_bytes, window_block, entry_block;
     CacheFormat window_format, entry_format;
+    const PagedCacheRows* paged;  // the entries' pages (tables null: contiguous from seg->entries)
+    int64_t segment;
     __device__ float operator()(int64_t j, int64_t d) const {
         if (j < num_window) {
             const int64_t q = lo + j;
@@ -113,7 +117,7 @@ struct SinkKeys {
             return cache_value(seg->window + (q % window_rows) * window_bytes, window_format, Dh, window_block, d);
         }
         const int64_t e = selected[j - num_window];
-        return cache_value(seg->entries + e * entry_bytes, entry_format, Dh, entry_block, d);
+        return cache_value(cache_row(seg->entries, *paged, segment, e, entry_bytes), entry_format, Dh, entry_block, d);
     }
 };
 
@@ -136,7 +140,7 @@ static __global__ void sink_attention_kernel(const __grid_constant__ SinkAttenti
     __syncthreads();
     const SinkKeys key{&seg, p.kv + seg.row_begin * Dh, sel, lo, pos - lo + 1, Dh, p.window_rows,
                        row_bytes_of(p.window_format, Dh, p.window_block), row_bytes_of(p.entry_format, Dh, p.entry_block),
-                       p.window_block, p.entry_block, p.window_format, p.entry_format};
+                       p.window_block, p.entry_block, p.window_format, p.entry_format, &p.paged_entries, p.row_segment[r]};
     const int64_t nc = key.num_window + nsel_sh;
     const float* q = p.q + (r * p.heads + h) * Dh;
     float* sc = p.scratch + (r * p.heads + h) * p.max_candidates;

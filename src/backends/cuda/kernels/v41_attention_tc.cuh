@@ -51,7 +51,7 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) v41_tc_attention_kernel
         nsel += __syncthreads_count(base + tid < p.topk && sel[base + tid] >= 0);
     const SinkKeys key{&seg, p.kv + seg.row_begin * kD, sel, lo, pos - lo + 1, kD, p.window_rows,
                        row_bytes_of(p.window_format, kD, p.window_block), row_bytes_of(p.entry_format, kD, p.entry_block),
-                       p.window_block, p.entry_block, p.window_format, p.entry_format};
+                       p.window_block, p.entry_block, p.window_format, p.entry_format, &p.paged_entries, p.row_segment[r]};
     const int64_t nc = key.num_window + nsel;
     const int64_t nh = p.heads - h0 < kTcaHeads ? p.heads - h0 : kTcaHeads;
     auto scores = [&](int64_t hh) { return p.scratch + (r * p.heads + h0 + hh) * p.max_candidates; };

@@ -47,6 +47,13 @@ __device__ __forceinline__ int64_t row_bytes_of(CacheFormat f, int64_t n, int64_
 }
 
 // Value i of a compact row of n values.
+// Row i of a segment's cache: contiguous from `base`, or in the pool pages of `paged` (ops.h PagedCacheRows).
+__device__ __forceinline__ const uint8_t* cache_row(const uint8_t* base, const PagedCacheRows& paged, int64_t segment,
+                                                    int64_t i, int64_t row_bytes) {
+    if (paged.tables == nullptr) return base + i * row_bytes;
+    return paged.tables[segment * paged.table_len + i / paged.per_page] + paged.offset + (i % paged.per_page) * row_bytes;
+}
+
 __device__ __forceinline__ float cache_value(const uint8_t* row, CacheFormat f, int64_t n, int64_t block, int64_t i) {
     switch (f) {
         case CacheFormat::kF32: return reinterpret_cast<const float*>(row)[i];

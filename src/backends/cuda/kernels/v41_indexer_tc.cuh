@@ -26,7 +26,9 @@ static __global__ void __launch_bounds__(kItcThreads) v41_indexer_tc_kernel(cons
     indexer_tc_block<kD>(
         p.q + static_cast<int64_t>(ir.row) * p.heads * kD, p.weights + static_cast<int64_t>(ir.row) * p.heads, p.heads,
         k_begin, scored_end,
-        [&](int64_t j, int d) { return cache_value(ir.keys + j * key_bytes, p.key_format, kD, p.key_block, d); },
+        [&](int64_t j, int d) {
+            return cache_value(cache_row(ir.keys, p.paged_keys, ir.segment, j, key_bytes), p.key_format, kD, p.key_block, d);
+        },
         [&](int64_t j, float score) { scores[j] = score; });
 }
 

@@ -39,6 +39,8 @@ bool index_tensor_cores(const IndexScoresParams& p, Stream s) {
 void index_scores(const IndexScoresParams& p, Stream s) {
     if (p.num_rows == 0 || p.max_entries == 0) return;
     DI_CHECK(p.rows && p.q && p.weights && p.scores, "index_scores: missing pointer");
+    DI_CHECK(!p.paged_keys.tables || (p.paged_keys.per_page > 0 && p.paged_keys.table_len > 0),
+             "index_scores: paged keys without a page size or table length");
     if (index_tensor_cores(p, s)) return;
     const dim3 grid(static_cast<unsigned>(p.num_rows),
                     static_cast<unsigned>((p.max_entries + kernels::kIndexKeysPerBlock - 1) / kernels::kIndexKeysPerBlock));
@@ -93,6 +95,8 @@ void sink_attention(const SinkAttentionParams& p, Stream s) {
     DI_CHECK(p.segments && p.row_segment && p.positions && p.q && p.kv && p.sink && p.scratch && p.out,
              "sink_attention: missing pointer");
     DI_CHECK(p.rope_dim == 0 || p.cos_sin, "sink_attention: no cos/sin table");
+    DI_CHECK(!p.paged_entries.tables || (p.paged_entries.per_page > 0 && p.paged_entries.table_len > 0),
+             "sink_attention: paged entries without a page size or table length");
     if (try_tensor_cores(p, s)) return;
     const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.heads));
     kernels::sink_attention_kernel<<<grid, 256, static_cast<size_t>(p.head_dim) * sizeof(float), raw(s)>>>(p);

@@ -47,7 +47,7 @@ struct CudaModelStats {
     double gap_seconds = 0;  // from one forward's last device operation to the next one's first: GPU idle
     size_t workspace_bytes = 0, workspace_high_water = 0;
     size_t workspace_need_max = 0;  // the bound for the limits the model was loaded with
-    // The device page pool of sequence state (DeepSeek-V4's CudaModel; zeros for a model without one):
+    // The device page pool of sequence state (CudaModel and CudaV41Model):
     // page size, positions per entry page, ring pages per sequence, pages in all / in use now / at most.
     uint64_t state_page_bytes = 0;
     int64_t state_page_tokens = 0, state_ring_pages = 0;

@@ -4,32 +4,16 @@
 #include <exception>
 
 #include "backends/cuda/model/cuda_model_impl.h"
-#include "deepinfer/log.h"
 
 namespace deepinfer::cuda::v4 {
 
 void CudaModel::make_state_pool(uint64_t bytes) {
     const DeviceStateLayout& L = *layout_;
     const uint64_t P = L.page_bytes;
-    int64_t pages = 0;
-    if (bytes > 0) {
-        pages = static_cast<int64_t>(bytes / P);
-    } else {
-        // Every sequence the engine may run at max_model_len (MTP-attached when the checkpoint drafts),
-        // within 90% of the device memory still free less 1 GiB (graphs, the runtime, other models).
-        const uint64_t per_seq = L.sequence_bytes(max_len_) + uint64_t(L.mtp_pages + L.dspark_pages) * P;
-        const uint64_t want = uint64_t(max_seqs_) * per_seq;
-        const uint64_t free = device_free_bytes(), reserve = uint64_t{1} << 30;
-        const uint64_t room = free > reserve ? (free - reserve) / 10 * 9 : free / 2;
-        pages = static_cast<int64_t>(std::min(want, room) / P);
-        if (want > room)
-            DI_LOG_INFO("CUDA state pool: ", room >> 20, " MiB (", pages, " pages of ", P >> 10,
-                     " KiB) of the ", want >> 20, " MiB that ", max_seqs_, " sequences of ", max_len_,
-                     " tokens would take; the engine admits what fits");
-    }
+    // Every sequence the engine may run at max_model_len (MTP-attached when the checkpoint drafts).
+    const uint64_t per_seq = L.sequence_bytes(max_len_) + uint64_t(L.mtp_pages + L.dspark_pages) * P;
     const int64_t least = L.ring_pages + L.mtp_pages + L.dspark_pages + L.entry_pages(1);
-    DI_CHECK(pages >= least, "device state pool of ", pages * P, " bytes holds no sequence (one needs at least ",
-             least * int64_t(P), " bytes; raise --device-state-gib)");
+    const int64_t pages = state_pool_pages(bytes, per_seq, max_seqs_, P, least, max_len_);
     pool_ = std::make_shared<DevicePagePool>(pages + L.ring_pages, P);  // + the padding sequence's rings
     state_capacity_ = uint64_t(pages) * P;
 }
@@ -63,9 +47,7 @@ void CudaModel::prepare_writes(std::span<DeviceSequenceState* const> states, std
     }
     // The copies of the sequences already prepared run even when a later one failed: their page
     // lists name the new pages now.
-    const Stream s = stream_.get();
-    for (const PageCopy& c : copies) copy_on_device(c.dst, c.src, layout_->page_bytes, s);
-    for (float* p : fresh) fill_zero(p, layout_->page_bytes, s);
+    enqueue_page_writes(copies, fresh, layout_->page_bytes, stream_.get());
     if (failed) std::rethrow_exception(failed);
 }
 

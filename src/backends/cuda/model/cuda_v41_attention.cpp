@@ -86,7 +86,7 @@ void CudaV41Model::index(int64_t layer, const Batch& b, const float* a, const fl
     float* scores = workspace_.alloc_n<float>(NR * max_entries);
     index_scores({.rows = d_rows, .num_rows = NR, .max_entries = max_entries, .q = qi, .weights = hw, .heads = IH,
                   .head_dim = ID, .key_format = formats_.key, .key_block = V41CacheFormats::kKeyBlock, .official = off,
-                  .tensor_cores = fast_, .scores = scores},
+                  .tensor_cores = fast_, .paged_keys = paged_rows(b, p.source, true), .scores = scores},
                  s);
     if (p.candidates) {
         const int64_t bs = c.candidate_block_size, keep = c.candidate_topk_blocks;
@@ -151,7 +151,8 @@ void CudaV41Model::attention(int64_t layer, const Batch& b, const float* a, floa
                     .window_block = V41CacheFormats::kWindowBlock, .entry_format = formats_.entry,
                     .entry_block = V41CacheFormats::kEntryBlock, .selected = ratio > 0 ? b.topk : nullptr,
                     .topk = c.index_topk, .max_candidates = max_cand, .scratch = scratch, .cos_sin = rope, .rope_dim = R,
-                    .softmax_scale = 1.0f / std::sqrt(float(hd)), .official = off, .tensor_cores = fast_, .out = o},
+                    .softmax_scale = 1.0f / std::sqrt(float(hd)), .official = off, .tensor_cores = fast_,
+                    .paged_entries = paged_rows(b, plan.kv_source, false), .out = o},
                    s);
     copy_rows({.src = b.codes, .dst = b.at<void*>(plan.ring_dst), .rows = S, .row_bytes = formats_.window_bytes}, s);
 

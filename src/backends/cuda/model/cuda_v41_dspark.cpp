@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The DeepSeek-V4.1 DSpark drafter on the GPU, mirroring src/model/v41/dspark.cpp: an attached
-// sequence keeps one context ring per drafter stage in device memory (window + kRingHeadroom rows in
+// sequence keeps one context ring per drafter stage in pool pages (window + kRingHeadroom rows in
 // the target window's compact FP8 format; the CPU keeps the same values as f32). Every target forward
 // over attached sequences takes the taps of each attached segment's last ring-many rows (the mean of the
 // streams ENTERING each dspark_target_layer_ids layer, after its Engram) and, after the layers, writes
@@ -36,23 +36,22 @@ std::unique_ptr<Drafter> make_cuda_v41_dspark_drafter(const CudaV41Model& model)
 
 int64_t CudaV41Model::dspark_ring_rows() const { return config_.text.sliding_window + kRingHeadroom; }
 
-uint64_t CudaV41Model::dspark_state_bytes() const {
-    return uint64_t(dspark_stages_) * uint64_t(dspark_ring_rows()) * uint64_t(formats_.window_bytes);
-}
+uint64_t CudaV41Model::dspark_state_bytes() const { return uint64_t(layout_->dspark_pages) * layout_->page_bytes; }
 
 void CudaV41Model::dspark_attach(Sequence& sequence) const {
     auto* st = dynamic_cast<V41DeviceState*>(&sequence.state());
     DI_CHECK(st != nullptr, "DSpark attach: the sequence was not created by this CUDA DeepSeek-V4.1 model");
     DI_CHECK(st->length == 0, "DSpark attach: attach a sequence before its first forward");
-    if (!st->dspark_rings.empty()) return;
+    if (st->dspark) return;
     set_current_device(device_);
-    for (int64_t s = 0; s < dspark_stages_; ++s) {
-        auto b = std::make_unique<DeviceBuffer>(static_cast<size_t>(dspark_ring_rows() * formats_.window_bytes));
-        fill_zero(b->data(), b->nbytes(), Stream{});
-        st->nbytes += b->nbytes();
-        st->dspark_rings.push_back(std::move(b));
-    }
-    synchronize_stream(Stream{});
+    PageList rings(pool_);
+    std::vector<float*> fresh;
+    std::vector<PageCopy> none;
+    rings.make_writable(0, layout_->dspark_pages, fresh, none);
+    // Zeroed on the model's stream, after any forward in flight (see new_sequence).
+    std::lock_guard<std::mutex> lock(mutex_);
+    enqueue_page_writes(none, fresh, layout_->page_bytes, stream_.get());
+    st->dspark = std::move(rings);
 }
 
 void CudaV41Model::plan_taps(Batch& b, InputBlock& in) const {
@@ -71,7 +70,7 @@ void CudaV41Model::plan_taps(Batch& b, InputBlock& in) const {
             src.push_back(static_cast<int32_t>(b.row_begin[i] + t));
             pos.push_back(static_cast<int32_t>(p));
             for (int64_t s = 0; s < dspark_stages_; ++s)
-                dst[size_t(s)].push_back(static_cast<uint8_t*>(st.dspark_rings[size_t(s)]->data()) + (p % rows) * row_bytes);
+                dst[size_t(s)].push_back(st.dspark_ring(s) + (p % rows) * row_bytes);
         }
     }
     b.num_taps = static_cast<int64_t>(src.size());

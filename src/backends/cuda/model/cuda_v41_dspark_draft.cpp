@@ -96,7 +96,7 @@ std::vector<Draft> CudaV41Model::dspark_draft(std::span<const DraftRequest> requ
     for (int64_t a = 0; a < R; ++a) {
         const DraftRequest& r = requests[size_t(order[size_t(a)])];
         auto* st = dynamic_cast<V41DeviceState*>(&r.sequence->state());
-        DI_CHECK(st != nullptr && !st->dspark_rings.empty(),
+        DI_CHECK(st != nullptr && st->dspark,
                  "DSpark drafting: the sequence is not attached to this model's drafter");
         DI_CHECK(st->length > 0, "DSpark drafting: the sequence has not run its prompt");
         const int64_t P = st->length;
@@ -108,7 +108,7 @@ std::vector<Draft> CudaV41Model::dspark_draft(std::span<const DraftRequest> requ
         anchors.push_back(r.anchor);
         anchor_pos.push_back(static_cast<int32_t>(P));
         for (int64_t st_i = 0; st_i < dspark_stages_; ++st_i)
-            rings[size_t(st_i * R + a)] = static_cast<const uint8_t*>(st->dspark_rings[size_t(st_i)]->data());
+            rings[size_t(st_i * R + a)] = st->dspark_ring(st_i);
         const bool smp = !r.uniforms.empty() && r.temperature > 0;
         sampled.push_back(smp ? 1 : 0);
         temps.push_back(r.temperature);

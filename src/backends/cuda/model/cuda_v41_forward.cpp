@@ -20,6 +20,12 @@ CudaModelStats CudaV41Model::stats() const {
     st.workspace_need_max = std::max(
         workspace_need(limits_.max_rows, limits_.max_rows, limits_.max_rows, max_len_, limits_.max_seqs),
         dspark_workspace_need(limits_.max_seqs));
+    st.state_page_bytes = layout_->page_bytes;
+    st.state_page_tokens = layout_->page_tokens;
+    st.state_ring_pages = layout_->ring_pages;
+    st.state_pages = pool_->capacity_pages();
+    st.state_pages_in_use = pool_->pages_in_use();
+    st.state_pages_peak = pool_->peak_pages();
     return st;
 }
 
@@ -162,12 +168,14 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
         b.states.push_back(st);
         // A pass without drafter taps (SequenceChunk::drafter_taps: speculation paused) keeps nothing for
         // the drafter, so it can replay a graph.
-        const bool taps = !st->dspark_rings.empty() && ch.drafter_taps;
+        const bool taps = st->dspark.has_value() && ch.drafter_taps;
         b.drafter_taps.push_back(taps);
         attached = attached || taps;
         decode = decode && n == 1 && !(ch.all_logits && wants(i));
     }
     const int64_t real_rows = static_cast<int64_t>(b.tokens.size());
+    // The pages this forward writes: the sequences' own (copy-on-write), the entry pages of its positions.
+    prepare_writes(b.states, b.num_rows);
     // A pure decode step replays the CUDA graph of its (rows, context) bucket; padding rows decode
     // token 0 at position 0 of the scratch sequence (batch invariance: they change no other row).
     const int64_t bucket = graphs_.enabled() && decode ? graph_bucket(real_rows) : 0;

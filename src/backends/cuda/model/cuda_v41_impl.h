@@ -68,7 +68,10 @@ public:
 
     const ModelInfo& info() const override { return info_; }
     Numerics numerics() const override { return numerics_; }
-    uint64_t estimate_state_bytes(int64_t, uint64_t) const override { return state_bytes_; }
+    // Pages of the device pool: the ring pages and one entry page per page_tokens positions.
+    uint64_t estimate_state_bytes(int64_t tokens, uint64_t) const override { return layout_->sequence_bytes(tokens); }
+    uint64_t state_capacity_bytes() const override { return state_capacity_; }
+    const V41StateLayout& state_layout() const { return *layout_; }
     Sequence new_sequence() const override { return new_sequence(nullptr); }
     Sequence new_sequence(std::shared_ptr<StatePool>) const override;
     std::vector<float> forward(Sequence& seq, std::span<const int32_t> tokens, bool all_logits) const override;
@@ -111,11 +114,13 @@ public:
         int64_t rows = 0, max_entries = 0;  // IndexRows (graph steps: one per row) and the scores' width
         bool candidates = false;            // run the candidate stage (build or mask)
         size_t index_rows = 0, lengths = 0;
+        int64_t source = -1;  // the KV source whose keys it scores (the same for every segment)
     };
     struct LayerPlan {
         CompressPlan compress;
         IndexPlan index;
         size_t sink_segments = 0, ring_dst = 0;
+        int64_t kv_source = -1;  // the layer whose entries the attention reads (the same for every segment)
     };
     struct Batch {
         int64_t rows = 0, max_position = 0, max_rows = 0;
@@ -133,6 +138,10 @@ public:
         float* cg = nullptr;     // [rows, head_dim] compressor gate projection
         uint8_t* codes = nullptr;  // [rows, window row bytes] compact window K=V rows
         const uint8_t* in = nullptr;  // the input block on the device
+        // Per segment a page table of its entry pages: [segments, table_len] (graph steps: the length
+        // from the context bucket, so every step of a bucket has the same layout).
+        size_t entry_tables = 0;
+        int64_t table_len = 0;
         template <class T>
         const T* at(size_t offset) const {
             return reinterpret_cast<const T*>(in + offset);
@@ -168,6 +177,14 @@ private:
     void plan_compress(int64_t layer, Batch& b, InputBlock& in) const;
     void plan_index(int64_t layer, Batch& b, InputBlock& in) const;
     void plan_attention(int64_t layer, Batch& b, InputBlock& in) const;
+    // The paged rows of KV source `layer`'s entries or index keys in the batch's page tables.
+    PagedCacheRows paged_rows(const Batch& b, int64_t layer, bool keys) const;
+
+    // The paged state (cuda_v41_state.cpp, device_page_pool.h): the pool, sized at load; before a
+    // forward, the pages it writes made the states' own (copies of shared pages, fresh ones zeroed, on
+    // the model stream). Throws when the pool is exhausted (states unchanged but their pages).
+    void make_state_pool(uint64_t bytes);
+    void prepare_writes(std::span<V41DeviceState* const> states, std::span<const int64_t> rows) const;
     // Engram rows of every segment's tokens (host), history rings updated: [n_engram, rows, cols].
     std::vector<int64_t> engram_rows(const Batch& b) const;
 
@@ -211,7 +228,6 @@ private:
     Numerics numerics_ = Numerics::kExact;
     int64_t max_len_ = 0;
     ForwardLimits limits_;  // the largest forward the workspace is sized for
-    uint64_t state_bytes_ = 0;
     V41CacheFormats formats_;
     bool fast_ = false;  // CudaModelOptions::gemm == kFast
     EngramTokenMap token_map_;
@@ -219,6 +235,10 @@ private:
     int64_t engram_pad_ = 0;
     std::unique_ptr<const v41::Weights> host_;  // the checkpoint mapping the shared Engram tables live in
     int64_t dspark_stages_ = 0;  // the DSpark drafter's stages on the device (0: no drafter)
+    // Where a sequence's state lies in the pool's pages (before the workspace: its bound counts the page tables).
+    std::shared_ptr<const V41StateLayout> layout_;
+    std::shared_ptr<DevicePagePool> pool_;  // every sequence's and snapshot's state (made at load)
+    uint64_t state_capacity_ = 0;           // pool bytes the engine may fill (the padding sequence's pages excluded)
     V41DeviceWeights weights_;
     std::vector<std::unique_ptr<DeviceBuffer>> tables_;
     const float* rope_main_ = nullptr;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 
 #include "backends/cpu/primitives.h"
@@ -14,6 +15,7 @@
 #include "backends/cuda/model/expert_exchange.h"
 #include "backends/cuda/model/routed_experts.h"
 #include "deepinfer/check.h"
+#include "model/state.h"
 #include "model/v41/weights.h"
 
 namespace deepinfer::cuda {
@@ -50,6 +52,8 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
       host_(std::make_unique<const v41::Weights>(dir, config_.text)),
       // The DSpark drafter runs on one GPU only (no expert parallelism), like V4's MTP.
       dspark_stages_(o.expert_exchange == nullptr && host_->dspark ? int64_t(host_->dspark->stages.size()) : 0),
+      layout_(std::make_shared<const V41StateLayout>(V41StateLayout::plan(config_.text, options.device_page_tokens,
+                                                                          dspark_stages_, dspark_ring_rows()))),
       draws_(limits_.max_seqs),
       // The given size, else the largest forward the limits allow (every row a logits row, every
       // sequence at max_model_len, a full group of device draws), or a draft of every sequence.
@@ -101,14 +105,63 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
                                     max_len_ + std::max<int64_t>(c.dspark_block_size, 0)));
     rope_comp_ = table(rope_cos_sin(cpu::RopeTable(c.rope_compress, c.qk_rope_head_dim), max_len_));
     if (dspark_stages_ > 0) dspark_drafter_ = make_cuda_v41_dspark_drafter(*this);
-    pad_ = new_sequence();  // the padding rows of graph steps write here
-    state_bytes_ = pad_.state_bytes();
+    make_state_pool(options.device_state_bytes);
+    // The padding rows of graph steps write here (position 0: its rings and, at ratio 1, entry 0).
+    pad_ = new_sequence();
+    {
+        auto& pad = static_cast<V41DeviceState&>(pad_.state());
+        std::vector<float*> fresh;
+        std::vector<PageCopy> none;
+        pad.entries.make_writable(0, layout_->entry_pages(1), fresh, none);
+        enqueue_page_writes(none, fresh, layout_->page_bytes, stream_.get());
+    }
     if (weights_.registered.empty()) host_.reset();  // nothing points into the mapping
+}
+
+void CudaV41Model::make_state_pool(uint64_t bytes) {
+    const V41StateLayout& L = *layout_;
+    const uint64_t P = L.page_bytes;
+    // Every sequence the engine may run at max_model_len (DSpark-attached when the checkpoint drafts).
+    const uint64_t per_seq = L.sequence_bytes(max_len_) + uint64_t(L.dspark_pages) * P;
+    const int64_t least = L.ring_pages + L.dspark_pages + L.entry_pages(1);
+    const int64_t pages = state_pool_pages(bytes, per_seq, limits_.max_seqs, P, least, max_len_);
+    // + the padding sequence's ring pages and entry page
+    pool_ = std::make_shared<DevicePagePool>(pages + L.ring_pages + L.entry_pages(1), P);
+    state_capacity_ = uint64_t(pages) * P;
 }
 
 Sequence CudaV41Model::new_sequence(std::shared_ptr<StatePool>) const {
     set_current_device(device_);
-    return Sequence(make_v41_device_state(config_.text, max_len_));
+    const V41TextConfig& c = config_.text;
+    auto st = std::make_unique<V41DeviceState>(layout_, pool_);
+    st->device = device_;
+    if (!c.engram_layer_ids.empty())
+        st->engram_history.assign(static_cast<size_t>(c.engram_max_ngram_size - 1 + kRingHeadroom), 0);
+    std::vector<float*> fresh;
+    std::vector<PageCopy> none;
+    st->rings.make_writable(0, layout_->ring_pages, fresh, none);
+    // Zeroed on the model's stream after any forward in flight (which may still write pages that a
+    // finished sequence returned to the pool) and before the next one.
+    std::lock_guard<std::mutex> lock(mutex_);
+    enqueue_page_writes(none, fresh, layout_->page_bytes, stream_.get());
+    return Sequence(std::move(st));
+}
+
+void CudaV41Model::prepare_writes(std::span<V41DeviceState* const> states, std::span<const int64_t> rows) const {
+    std::vector<float*> fresh;
+    std::vector<PageCopy> copies;
+    std::exception_ptr failed;
+    for (size_t i = 0; i < states.size() && !failed; ++i) {
+        try {
+            states[i]->prepare_writes(rows[i], fresh, copies);
+        } catch (...) {
+            failed = std::current_exception();
+        }
+    }
+    // The copies of the states already prepared run even when a later one failed: their page lists
+    // name the new pages now.
+    enqueue_page_writes(copies, fresh, layout_->page_bytes, stream_.get());
+    if (failed) std::rethrow_exception(failed);
 }
 
 std::vector<float> CudaV41Model::forward(Sequence& seq, std::span<const int32_t> tokens, bool all_logits) const {

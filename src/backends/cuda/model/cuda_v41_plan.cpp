@@ -18,6 +18,16 @@
 
 namespace deepinfer::cuda {
 
+namespace {
+// The KV source every segment reads at the current layer: a property of the layer (the latest KV
+// source before it), so a graph captured on one step pages the same layer's rows on every replay.
+int64_t uniform_kv_source(const CudaV41Model::Batch& b) {
+    const int64_t src = b.shared.empty() ? -1 : b.shared[0].kv_source;
+    for (const CudaV41Model::Shared& sh : b.shared) DI_ICHECK(sh.kv_source == src);
+    return src;
+}
+}  // namespace
+
 std::vector<int64_t> CudaV41Model::engram_rows(const Batch& b) const {
     const V41TextConfig& c = config_.text;
     const int64_t N = c.engram_max_ngram_size, n_engram = engram_layout_.num_layers(), cols = engram_layout_.num_cols();
@@ -68,6 +78,22 @@ void CudaV41Model::plan(Batch& b, InputBlock& in) const {
     for (int64_t t = 0; t < S; ++t) code_rows[size_t(t)] = b.codes + t * formats_.window_bytes;
     b.code_rows = in.add(code_rows);
     if (engram_layout_.num_layers() > 0) b.engram_rows = in.add(engram_rows(b));
+    // Per segment a page table of its entry pages (prepare_writes made those of its positions).
+    int64_t table_len = 1;
+    if (b.graph) {
+        table_len = std::max<int64_t>(1, layout_->entry_pages(b.max_position + 1));
+    } else {
+        for (const V41DeviceState* st : b.states) table_len = std::max(table_len, st->entries.size());
+    }
+    std::vector<const uint8_t*> tables(b.states.size() * size_t(table_len), nullptr);
+    for (size_t i = 0; i < b.states.size(); ++i) {
+        const V41DeviceState& st = *b.states[i];
+        DI_ICHECK(layout_->entry_pages(b.first_position[i] + b.num_rows[i]) <= std::min(table_len, st.entries.size()));
+        for (int64_t k = 0; k < std::min(table_len, st.entries.size()); ++k)
+            tables[i * size_t(table_len) + size_t(k)] = reinterpret_cast<const uint8_t*>(st.entries.page(k));
+    }
+    b.table_len = table_len;
+    b.entry_tables = in.add(tables);
     b.shared.assign(b.states.size(), Shared{});
     b.layers.assign(size_t(c.num_hidden_layers), LayerPlan{});
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -89,11 +115,12 @@ void CudaV41Model::plan_compress(int64_t layer, Batch& b, InputBlock& in) const 
     std::vector<int32_t> group_pos;
     std::vector<uint8_t*> entry_dst, key_dst;
     std::vector<void*> ring_kv_dst, ring_gate_dst;
+    const V41LayerLayout& y = layout_->layers[size_t(layer)];
     for (size_t i = 0; i < b.states.size(); ++i) {
-        const V41LayerBuffers& st = b.states[i]->layers[size_t(layer)];
+        const V41DeviceState& st = *b.states[i];
         const int64_t P0 = b.first_position[i], n = b.num_rows[i], row0 = b.row_begin[i];
-        auto* pkv = st.pending_kv ? static_cast<float*>(st.pending_kv->data()) : nullptr;
-        auto* pgate = st.pending_gate ? static_cast<float*>(st.pending_gate->data()) : nullptr;
+        auto* pkv = reinterpret_cast<float*>(st.ring(y.pending_kv));
+        auto* pgate = reinterpret_cast<float*>(st.ring(y.pending_gate));
         for (int64_t t = 0; t < n; ++t) {
             const int64_t pos = P0 + t;
             if ((pos + 1) % r != 0) {
@@ -115,8 +142,8 @@ void CudaV41Model::plan_compress(int64_t layer, Batch& b, InputBlock& in) const 
                 if (r > 1) gate_rows.push_back(q >= P0 ? b.cg + (row0 + q - P0) * hd : pgate + (q % pending_rows) * hd);
             }
             group_pos.push_back(static_cast<int32_t>(g * r));
-            entry_dst.push_back(static_cast<uint8_t*>(st.entries->data()) + g * formats_.entry_bytes);
-            key_dst.push_back(static_cast<uint8_t*>(st.index_keys->data()) + g * formats_.key_bytes);
+            entry_dst.push_back(st.entry(layer, g));
+            key_dst.push_back(st.index_key(layer, g));
         }
         if (r > 1)
             for (int64_t t = 0; t < n; ++t) {
@@ -155,7 +182,7 @@ void CudaV41Model::plan_index(int64_t layer, Batch& b, InputBlock& in) const {
         if (n == 0) {
             if (b.graph)  // no entries: scores nothing, publishes into the discarded row
                 for (int64_t t = 0; t < b.num_rows[i]; ++t) {
-                    rows.push_back({static_cast<int32_t>(b.rows), 0, 0, -1, nullptr});
+                    rows.push_back({static_cast<int32_t>(b.rows), 0, 0, -1, nullptr, static_cast<int32_t>(i)});
                     lengths.push_back(0);
                 }
             continue;
@@ -166,12 +193,12 @@ void CudaV41Model::plan_index(int64_t layer, Batch& b, InputBlock& in) const {
             sh.candidate_entries = n;
         }
         any_mask |= uses;
-        const auto* keys = static_cast<const uint8_t*>(b.states[i]->layers[size_t(sh.kv_source)].index_keys->data());
+        const uint8_t* keys = b.states[i]->index_key(sh.kv_source, 0);
         for (int64_t t = 0; t < b.num_rows[i]; ++t) {
             const int64_t pos = b.first_position[i] + t;
             rows.push_back({static_cast<int32_t>(b.row_begin[i] + t), static_cast<int32_t>(n),
                             static_cast<int32_t>(std::min(n, (pos + 1) / ratio)),
-                            uses ? static_cast<int32_t>(sh.candidate_entries) : -1, keys});
+                            uses ? static_cast<int32_t>(sh.candidate_entries) : -1, keys, static_cast<int32_t>(i)});
             lengths.push_back(static_cast<int32_t>(n));
         }
         max_entries = std::max(max_entries, n);
@@ -181,6 +208,7 @@ void CudaV41Model::plan_index(int64_t layer, Batch& b, InputBlock& in) const {
     p.rows = static_cast<int64_t>(rows.size());
     p.candidates = candidate_source || any_mask;
     p.max_entries = max_entries;
+    p.source = uniform_kv_source(b);
     if (b.graph) {
         DI_ICHECK(p.rows == b.rows);
         // Every segment's KV source is the same layer; its entries are below the context bucket.
@@ -201,19 +229,26 @@ void CudaV41Model::plan_attention(int64_t layer, Batch& b, InputBlock& in) const
     std::vector<void*> ring_dst;
     for (size_t i = 0; i < b.states.size(); ++i) {
         const Shared& sh = b.shared[i];
+        const V41DeviceState& st = *b.states[i];
         const int64_t P0 = b.first_position[i], n = b.num_rows[i];
         const bool use_compressed = ratio > 0 && sh.kv_source >= 0 && sh.has_topk &&
                                     (P0 + n) / c.compress_ratio(sh.kv_source) > 0;
-        auto* window = static_cast<uint8_t*>(b.states[i]->layers[size_t(layer)].window->data());
-        segs.push_back({b.row_begin[i], n, P0, window,
-                        use_compressed ? static_cast<const uint8_t*>(b.states[i]->layers[size_t(sh.kv_source)].entries->data())
-                                       : nullptr});
+        uint8_t* window = st.ring(layout_->layers[size_t(layer)].window);
+        segs.push_back({b.row_begin[i], n, P0, window, use_compressed ? st.entry(sh.kv_source, 0) : nullptr});
         for (int64_t t = 0; t < n; ++t)
             ring_dst.push_back(t >= n - window_rows ? window + ((P0 + t) % window_rows) * formats_.window_bytes : nullptr);
     }
     LayerPlan& p = b.layers[size_t(layer)];
+    p.kv_source = ratio > 0 ? uniform_kv_source(b) : -1;
     p.sink_segments = in.add(segs);
     p.ring_dst = in.add(ring_dst);
+}
+
+PagedCacheRows CudaV41Model::paged_rows(const Batch& b, int64_t layer, bool keys) const {
+    if (layer < 0) return {};
+    const V41LayerLayout& y = layout_->layers[size_t(layer)];
+    return {.tables = b.at<const uint8_t*>(b.entry_tables), .table_len = b.table_len, .per_page = y.entries_per_page,
+            .offset = keys ? y.key_offset : y.entry_offset};
 }
 
 }  // namespace deepinfer::cuda

@@ -5,6 +5,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "deepinfer/check.h"
+#include "deepinfer/log.h"
 
 namespace deepinfer::cuda {
 
@@ -123,6 +124,48 @@ void PageList::shrink(int64_t n) {
         pool_->release(ids_.back());
         ids_.pop_back();
     }
+}
+
+int64_t pack_ring_slots(std::span<RingSlot* const> slots, uint64_t page_bytes) {
+    int64_t pages = 0;
+    uint64_t used = page_bytes;  // forces a first page
+    for (RingSlot* s : slots) {
+        DI_ICHECK(s->bytes <= page_bytes);
+        if (used + s->bytes > page_bytes) {
+            ++pages;
+            used = 0;
+        }
+        s->page = static_cast<int32_t>(pages - 1);
+        s->offset = used;
+        used = align256(used + s->bytes);
+    }
+    return pages;
+}
+
+int64_t state_pool_pages(uint64_t bytes, uint64_t per_seq, int64_t max_seqs, uint64_t P, int64_t least, int64_t max_len) {
+    int64_t pages = 0;
+    if (bytes > 0) {
+        pages = static_cast<int64_t>(bytes / P);
+    } else {
+        // Every sequence the engine may run at max_model_len, within 90% of the device memory still
+        // free less 1 GiB (graphs, the runtime, other models).
+        const uint64_t want = uint64_t(max_seqs) * per_seq;
+        const uint64_t free = device_free_bytes(), reserve = uint64_t{1} << 30;
+        const uint64_t room = free > reserve ? (free - reserve) / 10 * 9 : free / 2;
+        pages = static_cast<int64_t>(std::min(want, room) / P);
+        if (want > room)
+            DI_LOG_INFO("CUDA state pool: ", room >> 20, " MiB (", pages, " pages of ", P >> 10, " KiB) of the ",
+                        want >> 20, " MiB that ", max_seqs, " sequences of ", max_len,
+                        " tokens would take; the engine admits what fits");
+    }
+    DI_CHECK(pages >= least, "device state pool of ", pages * int64_t(P), " bytes holds no sequence (one needs at least ",
+             least * int64_t(P), " bytes; raise --device-state-gib)");
+    return pages;
+}
+
+void enqueue_page_writes(std::span<const PageCopy> copies, std::span<float* const> fresh, uint64_t page_bytes, Stream s) {
+    for (const PageCopy& c : copies) copy_on_device(c.dst, c.src, page_bytes, s);
+    for (float* p : fresh) fill_zero(p, page_bytes, s);
 }
 
 }  // namespace deepinfer::cuda

@@ -11,7 +11,10 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
+
+#include "backends/cuda/ops.h"
 
 namespace deepinfer::cuda {
 
@@ -80,5 +83,30 @@ private:
     std::shared_ptr<DevicePagePool> pool_;
     std::vector<int32_t> ids_;
 };
+
+// ---- Shared by the models' state layouts and states (V4: device_state_layout.h, V4.1: cuda_v41_state.h)
+
+// A fixed-size buffer's place in a sequence's ring pages (a ring never straddles a page).
+struct RingSlot {
+    int32_t page = -1;    // index into the sequence's ring pages (-1: no such buffer)
+    uint64_t offset = 0;  // bytes into that page (256-aligned)
+    uint64_t bytes = 0;
+};
+
+inline uint64_t align256(uint64_t n) { return (n + 255) & ~uint64_t(255); }
+
+// Packs the slots (their `bytes` set) into pages of `page_bytes` in order, a slot never straddling a
+// page; sets each slot's page and offset and returns the number of pages.
+int64_t pack_ring_slots(std::span<RingSlot* const> slots, uint64_t page_bytes);
+
+// Pages of a model's state pool: `bytes` / page_bytes when given (ModelOptions::device_state_bytes), else
+// `max_seqs` sequences of `per_sequence` bytes within 90% of the free device memory less 1 GiB (logged
+// when that caps it). Throws when the pool would not hold one sequence of `least_pages` pages.
+int64_t state_pool_pages(uint64_t bytes, uint64_t per_sequence, int64_t max_seqs, uint64_t page_bytes,
+                         int64_t least_pages, int64_t max_len);
+
+// Enqueues on `s` what make_writable() asked for: the copies of shared pages, then the zeroing of
+// fresh pages (on the model's stream, so a page freed while a forward was in flight is reused after it).
+void enqueue_page_writes(std::span<const PageCopy> copies, std::span<float* const> fresh, uint64_t page_bytes, Stream s);
 
 }  // namespace deepinfer::cuda

@@ -8,27 +8,6 @@
 
 namespace deepinfer::cuda::v4 {
 
-namespace {
-uint64_t align256(uint64_t n) { return (n + 255) & ~uint64_t(255); }
-
-// Packs buffers of the given sizes into pages of `page_bytes` in order (a buffer never straddles a
-// page); returns the number of pages.
-int64_t pack(std::vector<RingSlot*> slots, uint64_t page_bytes) {
-    int64_t pages = 0;
-    uint64_t used = page_bytes;  // forces a first page
-    for (RingSlot* s : slots) {
-        if (used + s->bytes > page_bytes) {
-            ++pages;
-            used = 0;
-        }
-        s->page = static_cast<int32_t>(pages - 1);
-        s->offset = used;
-        used = align256(used + s->bytes);
-    }
-    return pages;
-}
-}  // namespace
-
 DeviceStateLayout DeviceStateLayout::plan(const ModelConfig& c, int64_t page_tokens, int64_t headroom, int64_t tap_rows,
                                           int64_t dspark_stages, int64_t dspark_ring_rows) {
     DeviceStateLayout L;
@@ -81,7 +60,7 @@ DeviceStateLayout DeviceStateLayout::plan(const ModelConfig& c, int64_t page_tok
     for (RingSlot& s : L.dspark_rings) largest = std::max(largest, s.bytes = f(dspark_ring_rows, c.head_dim));
     L.entry_bytes = static_cast<uint64_t>(floats) * sizeof(float);
     L.page_bytes = align256(std::max(L.entry_bytes, largest));
-    L.ring_pages = pack(rings, L.page_bytes);
+    L.ring_pages = pack_ring_slots(rings, L.page_bytes);
     if (tap_rows > 0) {
         L.mtp_tap_group_rows = std::min<int64_t>(tap_rows, static_cast<int64_t>(L.page_bytes / tap_row));
         const int64_t groups = (tap_rows + L.mtp_tap_group_rows - 1) / L.mtp_tap_group_rows;
@@ -91,11 +70,11 @@ DeviceStateLayout DeviceStateLayout::plan(const ModelConfig& c, int64_t page_tok
             L.mtp_tap_groups[size_t(g)].bytes = tap_row * uint64_t(std::min(L.mtp_tap_group_rows, tap_rows - g * L.mtp_tap_group_rows));
             mtp.push_back(&L.mtp_tap_groups[size_t(g)]);
         }
-        L.mtp_pages = pack(mtp, L.page_bytes);
+        L.mtp_pages = pack_ring_slots(mtp, L.page_bytes);
     }
     std::vector<RingSlot*> dspark;
     for (RingSlot& s : L.dspark_rings) dspark.push_back(&s);
-    L.dspark_pages = dspark.empty() ? 0 : pack(dspark, L.page_bytes);
+    L.dspark_pages = dspark.empty() ? 0 : pack_ring_slots(dspark, L.page_bytes);
     return L;
 }
 

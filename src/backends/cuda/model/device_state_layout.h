@@ -14,16 +14,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/cuda/model/device_page_pool.h"
 #include "deepinfer/model_config.h"
 
 namespace deepinfer::cuda::v4 {
 
-// A ring buffer's place in a sequence's ring pages.
-struct RingSlot {
-    int32_t page = -1;    // index into the sequence's ring pages (-1: the layer has no such ring)
-    uint64_t offset = 0;  // bytes into that page (256-aligned)
-    uint64_t bytes = 0;
-};
+using cuda::RingSlot;  // (device_page_pool.h, shared with the V4.1 layout)
 
 struct LayerStateLayout {
     RingSlot window, comp_kv, comp_gate, idx_kv, idx_gate;
