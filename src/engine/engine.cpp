@@ -123,6 +123,13 @@ uint64_t state_limit(const Model& model, const EngineConfig& c) {
     return own > 0 ? std::min(own, c.state_memory_bytes) : c.state_memory_bytes;
 }
 
+// The engine's own StatePool: the state budget, unless the model holds its states in a pool of its
+// own (a GPU model's device pages, state_capacity_bytes() > 0), which ignores this one: then a small
+// one, so a budget meant for the device (the CLI's on cuda: unbounded) reserves no host memory.
+static uint64_t host_pool_bytes(const Model& model, const EngineConfig& c) {
+    return model.state_capacity_bytes() > 0 ? std::min<uint64_t>(c.state_memory_bytes, uint64_t{64} << 20) : c.state_memory_bytes;
+}
+
 struct Engine::Impl {
     std::shared_ptr<const Model> model;
     std::shared_ptr<const Tokenizer> tokenizer;
@@ -148,7 +155,7 @@ struct Engine::Impl {
         : model(std::move(m)),
           tokenizer(std::move(t)),
           cfg(c),
-          pool(std::make_shared<StatePool>(c.state_memory_bytes, c.state_page_bytes)),
+          pool(std::make_shared<StatePool>(host_pool_bytes(*model, c), c.state_page_bytes)),
           prefix(static_cast<uint64_t>(double(state_limit(*model, c)) * c.prefix_cache_fraction), std::max<int64_t>(1, c.prefix_block)),
           prefix_cap(static_cast<uint64_t>(double(state_limit(*model, c)) * c.prefix_cache_fraction)),
           shares(std::max<int64_t>(1, c.prefix_block)) {

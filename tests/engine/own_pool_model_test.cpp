@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: Apache-2.0
+// A model that holds its states in a pool of its own (as a GPU model holds device pages): the engine
+// admits within that pool's capacity and reserves no host pool of the size of its own budget (the
+// CLI's budget on cuda is unbounded: a host pool that size would not even be allocatable).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "deepinfer/engine.h"
+#include "model/paged_rows.h"
+#include "unit/fixtures.h"
+
+namespace deepinfer {
+namespace {
+
+// The tiny CPU model, its sequences paged in a pool the wrapper owns (the engine's pool is ignored).
+class OwnPoolModel : public Model {
+public:
+    OwnPoolModel(std::shared_ptr<const Model> inner, uint64_t capacity)
+        : inner_(std::move(inner)), pool_(std::make_shared<StatePool>(capacity)), capacity_(capacity) {}
+    const ModelInfo& info() const override { return inner_->info(); }
+    Numerics numerics() const override { return inner_->numerics(); }
+    uint64_t estimate_state_bytes(int64_t n, uint64_t) const override { return inner_->estimate_state_bytes(n, pool_->page_bytes()); }
+    uint64_t state_capacity_bytes() const override { return capacity_; }
+    Sequence new_sequence() const override { return inner_->new_sequence(pool_); }
+    Sequence new_sequence(std::shared_ptr<StatePool>) const override { return inner_->new_sequence(pool_); }
+    std::vector<float> forward(Sequence& s, std::span<const int32_t> t, bool all) const override { return inner_->forward(s, t, all); }
+    std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> c) const override { return inner_->forward_batch(c); }
+
+private:
+    std::shared_ptr<const Model> inner_;
+    std::shared_ptr<StatePool> pool_;
+    uint64_t capacity_;
+};
+
+std::shared_ptr<const Model> tiny_model() {
+    ModelOptions o;
+    o.numerics_from_checkpoint = false;
+    o.numerics = Numerics::kExact;
+    static std::shared_ptr<const Model> m = Model::load(test::data_path("models/v4_tiny_a"), o);
+    return m;
+}
+
+std::map<std::string, std::vector<int32_t>> run(std::shared_ptr<const Model> model, const EngineConfig& cfg, EngineMetrics* metrics) {
+    Engine engine(std::move(model), nullptr, cfg);
+    std::mt19937 rng(9);
+    for (int i = 0; i < 6; ++i) {
+        std::vector<int32_t> p(static_cast<size_t>(20 + 13 * i));
+        for (int32_t& t : p) t = static_cast<int32_t>(rng() % uint32_t(tiny_model()->info().vocab_size));
+        SamplingParams sp;
+        sp.temperature = i % 2 ? 0.8 : 0.0;
+        sp.seed = uint64_t(i);
+        sp.max_tokens = 5;
+        sp.ignore_eos = true;
+        engine.add_request(std::to_string(i), std::move(p), sp);
+    }
+    std::map<std::string, std::vector<int32_t>> out;
+    engine.run_until_done([&](RequestOutput&& o) { out[o.request_id] = o.completions.at(0).token_ids; });
+    if (metrics) *metrics = engine.metrics();
+    return out;
+}
+
+TEST(EngineOwnPool, AnUnboundedBudgetReservesNoHostPoolAndAdmitsWithinTheModelsPool) {
+    const auto plain = run(tiny_model(), EngineConfig{}, nullptr);
+    EngineConfig unbounded;
+    unbounded.state_memory_bytes = uint64_t{1} << 50;  // 1 PiB: as a host pool, not allocatable
+    const uint64_t capacity = uint64_t{4} << 20;
+    EngineMetrics m;
+    const auto own = run(std::make_shared<OwnPoolModel>(tiny_model(), capacity), unbounded, &m);
+    EXPECT_EQ(own, plain);  // same tokens
+    EXPECT_GT(m.generated_tokens, 0);
+}
+
+}  // namespace
+}  // namespace deepinfer
