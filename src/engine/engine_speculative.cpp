@@ -1,0 +1,300 @@
+// SPDX-License-Identifier: Apache-2.0
+// The engine's speculative decoding: verify lengths (confidence scheduler), drafting (in the
+// forward worker under async scheduling), verification of draft rows, and the step-cost samples.
+#include "engine/engine_impl.h"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <condition_variable>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <set>
+
+#include "deepinfer/check.h"
+#include "deepinfer/drafter.h"
+#include "deepinfer/grammar.h"
+#include "deepinfer/log.h"
+#include "deepinfer/tokenizer.h"
+#include "engine/forward_worker.h"
+#include "engine/prefix_cache.h"
+#include "engine/share_points.h"
+#include "engine/sampler.h"
+#include "engine/speculative/scheduler.h"
+#include "engine/speculative/verify.h"
+#include "engine/stop_matcher.h"
+#include "model/paged_rows.h"
+
+namespace deepinfer {
+
+std::vector<int64_t> Engine::Impl::plan_verify_lengths(const std::vector<Completion*>& order, int64_t budget) {
+    std::vector<int64_t> len(order.size(), 0);
+    if (!drafter) return len;
+    std::vector<VerifyCandidate> cands;
+    std::vector<size_t> at;
+    int64_t other = 0;
+    for (size_t i = 0; i < order.size(); ++i) {
+        const Completion* c = order[i];
+        const int64_t rem = total_tokens(*c) - c->num_computed;
+        if (rem != 1 || c->drafts.empty()) {
+            other += rem == 1 ? 1 : std::min(rem, cfg.max_prefill_chunk);
+            continue;
+        }
+        // Every emitted token must fit max_tokens: the step emits at most drafts + 1.
+        const int64_t room = c->request->params.max_tokens - static_cast<int64_t>(c->generated.size()) - 1;
+        cands.push_back({std::clamp<int64_t>(room, 0, static_cast<int64_t>(c->drafts.size())), c->confidence,
+                         c->stale_confidence});
+        at.push_back(i);
+        ++other;
+    }
+    if (cands.empty()) return len;
+    const std::vector<int64_t> l = verify_scheduler->plan(cands, other, budget - other);
+    for (size_t k = 0; k < at.size(); ++k) len[at[k]] = l[k];
+    return len;
+}
+
+std::vector<int64_t> Engine::Impl::plan_async_drafts(const std::vector<Completion*>& order, int64_t budget, int64_t& draft_budget) {
+    std::vector<int64_t> len(order.size(), 0);
+    draft_budget = -1;
+    std::vector<VerifyCandidate> cands;
+    std::vector<size_t> at;
+    int64_t other = 0;
+    for (size_t i = 0; i < order.size(); ++i) {
+        const Completion* c = order[i];
+        const int64_t rem = total_tokens(*c) - c->num_computed;
+        if (rem != 1) {
+            other += std::min(rem, cfg.max_prefill_chunk);
+            continue;
+        }
+        ++other;
+        // The row must be a generated token's (a prompt's last chunk of one token drafts nothing).
+        if (c->status != Status::kRunning || c->token_finished || !c->seq || c->generated.empty()) continue;
+        if (!c->drafter_current) continue;  // its last pass kept nothing for the drafter
+        const int64_t k = std::min<int64_t>(cfg.num_speculative_tokens, c->request->params.max_tokens -
+                                                                          static_cast<int64_t>(c->generated.size()) - 1);
+        if (k <= 0) continue;
+        cands.push_back({k, {}, c->confidence});  // stale: the scores of the drafts just verified
+        at.push_back(i);
+    }
+    if (cands.empty()) return len;
+    const int64_t B = verify_scheduler->budget(cands, other, budget - other);
+    if (verify_scheduler->adaptive()) {
+        draft_budget = B;
+        for (size_t k = 0; k < at.size(); ++k) len[at[k]] = cands[k].available;
+    } else {
+        const std::vector<int64_t> l = verify_scheduler->allocate(cands, B);
+        for (size_t k = 0; k < at.size(); ++k) len[at[k]] = l[k];
+    }
+    return len;
+}
+
+void Engine::Impl::draft_in_worker(const std::vector<Scheduled*>& items, int64_t draft_budget) {
+    const auto t0 = Clock::now();
+    std::vector<DraftRequest> reqs;
+    for (const Scheduled* s : items) reqs.push_back(s->draft_request);
+    std::vector<Draft> out = drafter->draft(reqs);
+    std::vector<VerifyCandidate> cands;
+    for (size_t i = 0; i < items.size(); ++i) {
+        Completion* c = items[i]->completion;
+        c->stale_confidence = std::move(c->confidence);
+        c->drafts = std::move(out[i].tokens);
+        c->draft_probs = std::move(out[i].probs);
+        c->confidence = std::move(out[i].confidence);
+        cands.push_back({items[i]->draft_slots, c->confidence, c->stale_confidence});
+    }
+    std::vector<int64_t> len;
+    if (draft_budget >= 0) {
+        len = verify_scheduler->allocate(cands, draft_budget);
+    } else {
+        for (const Scheduled* s : items) len.push_back(s->draft_slots);
+    }
+    for (size_t i = 0; i < items.size(); ++i) {
+        Scheduled& s = *items[i];
+        const std::vector<int32_t>& d = s.completion->drafts;
+        s.drafts = std::min<int64_t>(len[i], static_cast<int64_t>(d.size()));
+        s.tokens.insert(s.tokens.end(), d.begin(), d.begin() + s.drafts);
+    }
+    const double dt = since(t0);
+    metrics.draft_seconds += dt;
+    last_drafted = static_cast<int64_t>(reqs.size());
+    last_draft_seconds = dt;
+}
+
+void Engine::Impl::verify_into(Completion& c, const std::vector<float>& logits, int64_t num_drafts, const ModelInfo& mc) {
+    const Request& r = *c.request;
+    const int64_t V = mc.vocab_size, P = c.num_computed - 1 - num_drafts;  // the anchor's position
+    const bool sampled = !c.draft_probs.empty();
+    int64_t accepted = 0;
+    const bool block = cfg.speculative_block_verification && r.params.temperature > 0 && num_drafts > 0;
+    if (block) {
+        // Every row's distribution given the drafts before it, then one decision for the block.
+        // Structured output: row j's mask comes from a copy of the matcher advanced through
+        // d_1 .. d_j; after a draft the grammar rejects, p(draft) = 0 makes later rows irrelevant.
+        std::vector<std::vector<int32_t>> gens(size_t(num_drafts + 1), c.generated);
+        std::vector<std::vector<uint64_t>> masks(c.grammar ? size_t(num_drafts + 1) : 0);
+        std::vector<uint8_t> dead_end(size_t(num_drafts + 1), 0);
+        std::optional<ConstrainedDecoder> g;
+        if (c.grammar) g.emplace(*c.grammar);
+        bool grammar_alive = true;
+        std::vector<SampleInput> rows;
+        for (int64_t j = 0; j <= num_drafts; ++j) {
+            gens[size_t(j)].insert(gens[size_t(j)].end(), c.drafts.begin(), c.drafts.begin() + j);
+            if (g) {
+                std::vector<uint64_t>& m = masks[size_t(j)];
+                if (grammar_alive) {
+                    m.assign(c.mask.size(), 0);
+                    dead_end[size_t(j)] = g->fill_next_token_bitmask(m) == 0;  // as in sample_into
+                    if (dead_end[size_t(j)])
+                        for (int64_t e : mc.eos_token_ids) m[size_t(e >> 6)] |= uint64_t{1} << (e & 63);
+                    if (j < num_drafts) grammar_alive = !dead_end[size_t(j)] && g->accept_token(c.drafts[size_t(j)]);
+                } else {
+                    m = masks[size_t(j - 1)];
+                }
+            }
+            rows.push_back({.logits = std::span<const float>(logits).subspan(size_t(j * V), size_t(V)),
+                            .params = &r.params, .prompt = r.prompt, .generated = gens[size_t(j)], .seed = r.seed,
+                            .stream = static_cast<uint64_t>(c.index),
+                            .allowed = g ? std::span<const uint64_t>(masks[size_t(j)]) : std::span<const uint64_t>()});
+        }
+        c.mask_ready = false;
+        BlockVerifyResult b = verify_block({.rows = rows,
+                                            .drafts = std::span<const int32_t>(c.drafts).first(size_t(num_drafts)),
+                                            .draft_probs = sampled ? std::span<const float>(c.draft_probs).first(size_t(num_drafts * V))
+                                                                   : std::span<const float>()});
+        for (int64_t j = 0; j < num_drafts; ++j) {
+            ++metrics.spec_position_verified[size_t(j)];
+            metrics.spec_position_accepted[size_t(j)] += j < b.accepted;
+        }
+        for (size_t i = 0; i < b.tokens.size(); ++i) {
+            bool grammar_done = false, grammar_dead = false;
+            if (c.grammar) {
+                if (dead_end[i] || !c.grammar->accept_token(b.tokens[i])) {
+                    DI_LOG_WARN("request '{}': the structured-output grammar has no continuation in this vocabulary; "
+                                "ending the completion", r.id);
+                    grammar_done = grammar_dead = true;
+                } else {
+                    grammar_done = c.grammar->is_terminated();
+                }
+            }
+            emit(c, b.tokens[i], i < b.logprobs.size() ? std::move(b.logprobs[i]) : TokenLogprob{}, grammar_done, mc,
+                 grammar_dead);
+            if (int64_t(i) == b.accepted || c.token_finished) break;
+            ++accepted;
+        }
+    }
+    for (int64_t j = 0; !block && j <= num_drafts; ++j) {
+        if (c.grammar && (j > 0 || !c.mask_ready)) c.mask_count = c.grammar->fill_next_token_bitmask(c.mask);
+        c.mask_ready = false;
+        const bool dead_end = c.grammar && c.mask_count == 0;  // as in sample_into
+        if (dead_end)
+            for (int64_t e : mc.eos_token_ids) c.mask[size_t(e >> 6)] |= uint64_t{1} << (e & 63);
+        VerifyRowInput in{
+            .sample = {.logits = std::span<const float>(logits).subspan(size_t(j * V), size_t(V)), .params = &r.params,
+                       .prompt = r.prompt, .generated = c.generated, .seed = r.seed,
+                       .stream = static_cast<uint64_t>(c.index),
+                       .allowed = c.grammar ? std::span<const uint64_t>(c.mask) : std::span<const uint64_t>()},
+            .draft = j < num_drafts ? std::optional<int32_t>(c.drafts[size_t(j)]) : std::nullopt,
+            .draft_probs = sampled && j < num_drafts
+                               ? std::span<const float>(c.draft_probs).subspan(size_t(j * V), size_t(V))
+                               : std::span<const float>()};
+        VerifyRowResult v = verify_row(in);
+        if (j < num_drafts) {
+            ++metrics.spec_position_verified[size_t(j)];
+            metrics.spec_position_accepted[size_t(j)] += v.accepted;
+        }
+        bool grammar_done = false, grammar_dead = false;
+        if (c.grammar) {
+            if (dead_end || !c.grammar->accept_token(v.token)) {
+                DI_LOG_WARN("request '{}': the structured-output grammar has no continuation in this vocabulary; "
+                            "ending the completion", r.id);
+                grammar_done = grammar_dead = true;
+            } else {
+                grammar_done = c.grammar->is_terminated();
+            }
+        }
+        emit(c, v.token, std::move(v.logprob), grammar_done, mc, grammar_dead);
+        if (!v.accepted || c.token_finished) break;
+        ++accepted;
+    }
+    ++metrics.spec_verify_steps;
+    metrics.spec_draft_tokens += num_drafts;
+    metrics.spec_accepted_tokens += accepted;
+    verify_scheduler->observe_acceptance(c.confidence, num_drafts, accepted);
+    metrics.spec_calibration_error.resize(metrics.spec_position_verified.size());
+    for (size_t j = 0; j < metrics.spec_calibration_error.size(); ++j)
+        metrics.spec_calibration_error[j] = verify_scheduler->calibrator().mean_abs_error(static_cast<int64_t>(j));
+    // Committed: the anchor and the accepted drafts (positions P .. P+accepted).
+    c.num_computed = P + 1 + accepted;
+    if (c.seq && c.seq->num_tokens() > c.num_computed) c.seq->truncate(c.num_computed);
+    c.drafts.clear();
+}
+
+void Engine::Impl::draft_for(const std::vector<Completion*>& advanced, bool drafting) {
+    const auto t0 = Clock::now();
+    last_drafted = 0;
+    last_draft_seconds = 0;
+    std::vector<Completion*> todo;
+    std::vector<DraftRequest> reqs;
+    std::vector<std::vector<double>> uniforms;
+    for (Completion* c : advanced) {
+        c->stale_confidence = std::move(c->confidence);
+        c->confidence.clear();
+        c->drafts.clear();
+        c->draft_probs.clear();
+        if (!drafting || !c->drafter_current || c->status != Status::kRunning || c->token_finished || !c->seq)
+            continue;
+        if (total_tokens(*c) - c->num_computed != 1) continue;
+        const SamplingParams& p = c->request->params;
+        const int64_t k = std::min<int64_t>(cfg.num_speculative_tokens,
+                                            p.max_tokens - static_cast<int64_t>(c->generated.size()) - 1);
+        if (k <= 0) continue;
+        std::vector<double> u;
+        if (p.temperature > 0 && cfg.speculative_sample_drafts)
+            for (int64_t j = 0; j < k; ++j)
+                u.push_back(draft_uniform(c->request->seed, static_cast<uint64_t>(c->index),
+                                          static_cast<int64_t>(c->generated.size()) - 1, j));
+        uniforms.push_back(std::move(u));
+        todo.push_back(c);
+        reqs.push_back({.sequence = c->seq.get(), .anchor = c->generated.back(), .num_drafts = k,
+                        .temperature = p.temperature});
+    }
+    for (size_t i = 0; i < reqs.size(); ++i) reqs[i].uniforms = uniforms[i];
+    if (reqs.empty()) return;
+    std::vector<Draft> out = drafter->draft(reqs);
+    for (size_t i = 0; i < todo.size(); ++i) {
+        todo[i]->drafts = std::move(out[i].tokens);
+        todo[i]->draft_probs = std::move(out[i].probs);
+        todo[i]->confidence = std::move(out[i].confidence);
+    }
+    const double dt = since(t0);
+    metrics.draft_seconds += dt;
+    last_drafted = static_cast<int64_t>(reqs.size());
+    last_draft_seconds = dt;
+}
+
+void Engine::Impl::observe_step_cost() {
+    const auto now = Clock::now();
+    if (verify_scheduler && observation.valid && (last_step_end || cfg.speculative_step_cost)) {
+        double seconds = last_step_end ? std::chrono::duration<double>(now - *last_step_end).count() : 0.0;
+        double draft_seconds = observation.draft_seconds;
+        seconds -= draft_seconds;
+        if (cfg.speculative_step_cost) {
+            const SpeculativeStepCost c = cfg.speculative_step_cost(
+                {.tokens = observation.tokens, .drafter_taps = observation.tapped, .drafted_requests = observation.drafted});
+            seconds = c.step_seconds;
+            draft_seconds = c.draft_seconds;
+        }
+        verify_scheduler->observe_step(observation.tokens, observation.tapped, seconds, observation.drafted,
+                                       draft_seconds);
+    }
+    observation.valid = false;
+    last_step_end = now;
+    // Idle engine (every request done): the next step's interval would include the caller's pause.
+    bool busy = false;
+    for (const auto& r : requests) busy = busy || r->num_finished < static_cast<int64_t>(r->completions.size());
+    if (!busy) last_step_end.reset();
+}
+
+}  // namespace deepinfer
