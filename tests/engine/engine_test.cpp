@@ -13,22 +13,14 @@
 #include "deepinfer/engine.h"
 #include "deepinfer/tokenizer.h"
 #include "engine/sampler.h"
+#include "engine/tiny_engine_model.h"
 #include "unit/fixtures.h"
 
 namespace deepinfer {
 namespace {
 
-ModelOptions exact() {
-    ModelOptions o;
-    o.numerics_from_checkpoint = false;
-    o.numerics = Numerics::kExact;
-    return o;
-}
-
-std::shared_ptr<const Model> tiny_model() {
-    static std::shared_ptr<const Model> m = Model::load(test::data_path("models/v4_tiny_a"), exact());
-    return m;
-}
+ModelOptions exact() { return test::exact_numerics(); }
+std::shared_ptr<const Model> tiny_model() { return test::tiny_engine_model(); }
 
 std::vector<int32_t> random_prompt(std::mt19937& rng, int64_t len, int64_t vocab) {
     std::vector<int32_t> p(static_cast<size_t>(len));

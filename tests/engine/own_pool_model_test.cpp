@@ -8,8 +8,8 @@
 #include <random>
 
 #include "deepinfer/engine.h"
+#include "engine/tiny_engine_model.h"
 #include "model/paged_rows.h"
-#include "unit/fixtures.h"
 
 namespace deepinfer {
 namespace {
@@ -34,13 +34,7 @@ private:
     uint64_t capacity_;
 };
 
-std::shared_ptr<const Model> tiny_model() {
-    ModelOptions o;
-    o.numerics_from_checkpoint = false;
-    o.numerics = Numerics::kExact;
-    static std::shared_ptr<const Model> m = Model::load(test::data_path("models/v4_tiny_a"), o);
-    return m;
-}
+std::shared_ptr<const Model> tiny_model() { return test::tiny_engine_model(); }
 
 std::map<std::string, std::vector<int32_t>> run(std::shared_ptr<const Model> model, const EngineConfig& cfg, EngineMetrics* metrics) {
     Engine engine(std::move(model), nullptr, cfg);

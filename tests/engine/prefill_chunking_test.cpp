@@ -8,7 +8,7 @@
 
 #include "deepinfer/engine.h"
 #include "engine/share_points.h"
-#include "unit/fixtures.h"
+#include "engine/tiny_engine_model.h"
 
 namespace deepinfer {
 namespace {
@@ -48,13 +48,7 @@ TEST(SharePoints, WhereAHeldPromptPartsFromAnother) {
     EXPECT_EQ(s.next_share_point(ha, 0, 100), 0);
 }
 
-std::shared_ptr<const Model> tiny_model() {
-    ModelOptions o;
-    o.numerics_from_checkpoint = false;
-    o.numerics = Numerics::kExact;
-    static std::shared_ptr<const Model> m = Model::load(test::data_path("models/v4_tiny_a"), o);
-    return m;
-}
+std::shared_ptr<const Model> tiny_model() { return test::tiny_engine_model(); }
 
 std::vector<int32_t> random_prompt(std::mt19937& rng, int64_t len) {
     std::vector<int32_t> p(static_cast<size_t>(len));
