@@ -59,10 +59,13 @@ class LLM:
         numerics: "exact" or "official"; default official for FP8/FP4 checkpoints.
         max_model_len: the most tokens (prompt + max_tokens) of one request; default the model's.
         seed: the job seed that requests without their own seed derive theirs from.
-        max_num_seqs, max_num_batched_tokens, max_prefill_chunk: the engine's batch limits.
-        state_memory_gib: memory for sequence state (running sequences and the prefix cache).
+        max_num_seqs, max_num_batched_tokens, max_prefill_chunk: the engine's batch limits; default
+            64, 2048, 512 on the CPU and 256, 4096, 4096 with device="cuda" (GPU-sized steps).
+        state_memory_gib: memory for sequence state (running sequences and the prefix cache); default
+            4 on the CPU; with device="cuda" the device page pool bounds it.
         enable_prefix_caching: share the state of common prompt prefixes (same results).
-        async_scheduling: overlap post-processing with the next forward (same results).
+        async_scheduling: overlap post-processing with the next forward (same results); default off on
+            the CPU (it competes with the forward for cores), on with device="cuda".
         chat_family: the chat format, "v4" or "v41"; default the model's family (V4.1's needs a
             tokenizer with <｜System｜>).
         cache_dir: where the built-in model is generated (default ~/.cache/deepinfer).
@@ -80,12 +83,12 @@ class LLM:
         numerics: Optional[str] = None,
         max_model_len: Optional[int] = None,
         seed: int = 0,
-        max_num_seqs: int = 64,
-        max_num_batched_tokens: int = 2048,
-        max_prefill_chunk: int = 512,
-        state_memory_gib: float = 4.0,
+        max_num_seqs: Optional[int] = None,
+        max_num_batched_tokens: Optional[int] = None,
+        max_prefill_chunk: Optional[int] = None,
+        state_memory_gib: Optional[float] = None,
         enable_prefix_caching: bool = True,
-        async_scheduling: bool = False,
+        async_scheduling: Optional[bool] = None,
         chat_family: Optional[str] = None,
         cache_dir: Optional[str] = None,
         num_threads: Optional[int] = None,
@@ -103,6 +106,12 @@ class LLM:
             raise ValueError(f"max_model_len must be a positive int, got {max_model_len!r}")
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        limits = _engine_defaults(device)
+        max_num_seqs = limits["max_num_seqs"] if max_num_seqs is None else max_num_seqs
+        max_num_batched_tokens = limits["max_num_batched_tokens"] if max_num_batched_tokens is None else max_num_batched_tokens
+        max_prefill_chunk = limits["max_prefill_chunk"] if max_prefill_chunk is None else max_prefill_chunk
+        state_memory_gib = limits["state_memory_gib"] if state_memory_gib is None else state_memory_gib
+        async_scheduling = limits["async_scheduling"] if async_scheduling is None else async_scheduling
         _core.set_log_level(log_level)
         if num_threads is not None:
             _core.set_num_threads(num_threads)
@@ -331,6 +340,17 @@ class LLM:
 
 
 # ---- argument normalization ---------------------------------------------------------------------
+
+def _engine_defaults(device: str) -> dict[str, Any]:
+    """The engine limits an LLM gets unless given, by device (as `deepinfer run`'s): CPU-sized steps,
+    or on the GPU whole-GPU batches and prefill chunks with the state bounded by the device page pool
+    (2**20 GiB: no budget of the engine's own) and asynchronous scheduling."""
+    if device == "cuda":
+        return {"max_num_seqs": 256, "max_num_batched_tokens": 4096, "max_prefill_chunk": 4096,
+                "state_memory_gib": float(1 << 20), "async_scheduling": True}
+    return {"max_num_seqs": 64, "max_num_batched_tokens": 2048, "max_prefill_chunk": 512,
+            "state_memory_gib": 4.0, "async_scheduling": False}
+
 
 def _resolve_model(model: Optional[str], revision: Optional[str], cache_dir: Optional[str]) -> tuple[str, str]:
     if model is None or _core.is_embedded_model_name(os.fspath(model)):

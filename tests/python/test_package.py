@@ -435,3 +435,19 @@ def test_tqdm_progress(llm, capsys):
     assert "Processed prompts" in err and "4/4" in err
     llm.generate(PROMPTS, SamplingParams(max_tokens=3), use_tqdm=False)
     assert capsys.readouterr().err == ""
+
+
+def test_engine_limits_follow_the_device(llm, cache_dir):
+    # CPU-sized steps on the CPU; on the GPU (resolved without one) whole-GPU steps, the device page
+    # pool as the state bound and asynchronous scheduling, as `deepinfer run --device cuda` has.
+    from deepinfer.llm import _engine_defaults
+    cpu, gpu = _engine_defaults("cpu"), _engine_defaults("cuda")
+    assert (cpu["max_num_seqs"], cpu["max_num_batched_tokens"], cpu["max_prefill_chunk"]) == (64, 2048, 512)
+    assert cpu["state_memory_gib"] == 4.0 and cpu["async_scheduling"] is False
+    assert (gpu["max_num_seqs"], gpu["max_num_batched_tokens"], gpu["max_prefill_chunk"]) == (256, 4096, 4096)
+    assert gpu["state_memory_gib"] >= 1 << 20 and gpu["async_scheduling"] is True
+    cfg = llm._engine_config
+    assert (cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.max_prefill_chunk) == (64, 2048, 512)
+    assert cfg.state_memory_bytes == 4 << 30 and cfg.async_scheduling is False
+    given = LLM(cache_dir=cache_dir, max_prefill_chunk=100, state_memory_gib=2.0)._engine_config  # given values win
+    assert (given.max_num_seqs, given.max_prefill_chunk, given.state_memory_bytes) == (64, 100, 2 << 30)
