@@ -2,7 +2,7 @@
 // The offline engine end to end on a full-width DeepSeek-V4-Flash-shaped model (random weights in the
 // published FP8/FP4 formats) on the GPU (issue 9 item 3; issue 12 with --gpus 2):
 //  - prefill: `--prefill-requests` requests of `--prefill-prompt` distinct random tokens, one token each,
-//    every step filled with up to `--batch-tokens` prompt tokens: prompt tokens per second;
+//    every step filled with up to `--batch-tokens` prompt tokens per GPU: prompt tokens per second;
 //  - decode: for each batch size B, B requests of `--context` prompt tokens (a shared prefix served
 //    from the prefix cache plus `--tail` distinct tokens each, so the contexts are distinct but their
 //    prefill costs B x tail tokens); once every request has its first token, `--decode` steps of the
@@ -235,7 +235,7 @@ int main(int argc, char** argv) {
         }
         const double load_s = since(t);
         b.ec.max_num_seqs = mo.max_num_seqs;
-        b.ec.max_num_batched_tokens = batch_tokens;
+        b.ec.max_num_batched_tokens = batch_tokens * gpus;  // the engine gives each GPU batch_tokens (placement groups)
         b.ec.max_prefill_chunk = batch_tokens;
         b.ec.prefix_caching = true;
         b.ec.async_scheduling = true;

@@ -15,6 +15,9 @@ Roofline model (arithmetic on the published shapes; the bench measures, this onl
 - FLOPs per token = 2 x active parameters (per layer ~142 M dense + 6 x 25.2 M expert) + sparse
   attention (64 heads x 512 dims x 2 matmuls over the candidates) + the LM head;
 - a step's floor = max(bytes / measured copy bandwidth, FLOPs / measured FP8 dense rate).
+With G GPUs (expert parallelism, `gpus` in the rows) the floor is one GPU's: each holds the non-expert
+weights and the LM head (replicated), 1/G of the experts the batch touches and the state of ceil(B/G)
+sequences, and does 1/G of the FLOPs; prefill's ceiling is G times one GPU's FP8 rate.
 The per-layer non-expert bytes come from the checkpoint's size: (checkpoint - embedding - head) / layers
 - 256 experts' bytes.
 """
@@ -69,14 +72,18 @@ def main():
     layer_bytes = (rows[0]["checkpoint_bytes"] - EMBED_BYTES - HEAD_BYTES) / n
     nonexpert = layer_bytes - EXPERTS * EXPERT_BYTES
 
+    gpus = int(rows[0].get("gpus", 1))
+
     def floor_ms(batch, context, layers, rat):
-        touched = EXPERTS * (1 - (1 - TOPK / EXPERTS) ** batch)
-        by = layers * (nonexpert + touched * EXPERT_BYTES) + HEAD_BYTES + batch * state_read_bytes(rat, context)
-        fl = batch * (layers * 2 * (DENSE_PARAMS + TOPK * EXPERT_PARAMS) + attention_flops(rat, context) + 2 * VOCAB * HIDDEN)
+        touched = EXPERTS * (1 - (1 - TOPK / EXPERTS) ** batch) / gpus
+        own = -(-batch // gpus)  # the sequences of the busiest GPU
+        by = layers * (nonexpert + touched * EXPERT_BYTES) + HEAD_BYTES + own * state_read_bytes(rat, context)
+        fl = batch * (layers * 2 * (DENSE_PARAMS + TOPK * EXPERT_PARAMS) + attention_flops(rat, context) + 2 * VOCAB * HIDDEN) / gpus
         return 1e3 * max(by / copy_bw, fl / fp8), by, fl
 
     out = []
-    out.append(f"Ceilings (same call): copy {copy_bw / 1e9:,.0f} GB/s, cuBLASLt FP8 {fp8 / 1e12:,.0f} TFLOP/s. "
+    out.append(f"Ceilings (same call, one GPU): copy {copy_bw / 1e9:,.0f} GB/s, cuBLASLt FP8 {fp8 / 1e12:,.0f} TFLOP/s. "
+               f"GPUs: {gpus}{' (expert parallelism; floors are per GPU, see the header of bench/report_engine.py)' if gpus > 1 else ''}. "
                f"Model: {n} layers ({rows[0]['layers']}), {rows[0]['checkpoint_bytes'] / 1e9:.1f} GB; "
                f"{layer_bytes / 1e9:.3f} GB per layer ({nonexpert / 1e9:.3f} GB outside the routed experts).")
     out.append("")
@@ -87,7 +94,7 @@ def main():
         if r["mode"] == "engine_prefill":
             ctx = r["prompt"] // 2  # mean context over a prompt's tokens
             fl_tok = n * 2 * (DENSE_PARAMS + TOPK * EXPERT_PARAMS) + attention_flops(ratios, ctx) + 2 * VOCAB * HIDDEN / r["prompt"]
-            ceil_tok = fp8 / fl_tok
+            ceil_tok = gpus * fp8 / fl_tok
             out.append(f"| prefill {r['requests']} x {r['prompt']} tokens | {r['tok_s']:,.0f} tok/s | {ceil_tok:,.0f} tok/s (FP8) | "
                        f"{r['tok_s'] / ceil_tok:.1%} of the ceiling | {r['tok_s'] * n:,.0f} layer-tok/s | {r['tok_s'] * n / 43:,.0f} tok/s |")
         elif r["mode"] == "engine_decode":
@@ -108,7 +115,6 @@ def main():
     pre = [r for r in rows if r["mode"] == "engine_prefill"]
     dec = [r for r in rows if r["mode"] == "engine_decode"]
     if pre and dec:
-        gpus = rows[0].get("gpus", 1)
         p43 = pre[0]["tok_s_per_gpu"] * n / 43
         d43 = max(r["tok_s_per_gpu"] * n / 43 for r in dec)
         mix = (8192 + 1024) / (8192 / p43 + 1024 / d43)
@@ -139,8 +145,12 @@ def main():
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("decode batch (sequences, 4K-token contexts)")
-        ax.set_ylabel("decode tokens/s (one H200)")
-        ax.set_title(f"V4-Flash-shaped model, {n} full-width layers, H200")
+        ax.set_ylabel("decode tokens/s (one H200)" if gpus == 1 else f"decode tokens/s ({gpus} H200s together)")
+        ax.set_title(f"V4-Flash-shaped model, {n} full-width layers, {gpus} x H200")
+        if gpus > 1 and n == 43:
+            # SGLang's published V4-Flash figure on 4xH200 (8K in / 1K out, total tokens/s per GPU) times G:
+            # a mixed-workload figure, drawn for scale only.
+            ax.axhline(4550 * gpus, color="tab:red", ls=":", label=f"SGLang 4xH200 mix: 4,550 tok/s per GPU x {gpus}")
         ax.grid(alpha=0.3, which="both")
         ax.legend()
         fig.tight_layout()

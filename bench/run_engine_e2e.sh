@@ -25,6 +25,6 @@ if [ -n "${PROF:-}" ]; then
 fi
 s=$(date +%s)
 timeout ${BT:-450} $B/cuda_engine_bench --layers flash:${NL:-32} --gpus ${GPUS:-1} --dir $D/big --batch-tokens 4096 \
-  --prefill-prompt 8192 --prefill-requests ${PR:-3} --context 4096 --batches ${BS:-1,32,128,256,512} --decode 16 \
+  --prefill-prompt 8192 --prefill-requests ${PR:-$((3 * ${GPUS:-1}))} --context 4096 --batches ${BS:-1,32,128,256,512} --decode 16 \
   > $OUT/engine.jsonl 2> $OUT/engine.err
 echo "engine rc=$? $(( $(date +%s) - s ))s" | tee -a $OUT/summary.txt

@@ -188,6 +188,12 @@ public:
                                            std::span<const DeviceDraw> draws) const;
     // The checkpoint's speculative drafter (deepinfer/drafter.h), owned by the model; null if none.
     virtual const Drafter* drafter() const { return nullptr; }
+    // Groups the model places its sequences in, each running its own sequences' attention (one GPU
+    // each under expert parallelism): the engine gives each group an equal share of a step's token
+    // budget, so one group's prefill does not leave the others idle. 1: no groups.
+    virtual int placement_groups() const { return 1; }
+    // The group `sequence` (one of this model's) lives in, in [0, placement_groups()).
+    virtual int placement_group(const Sequence& /*sequence*/) const { return 0; }
 };
 
 }  // namespace deepinfer

@@ -106,7 +106,7 @@ class LLM:
             raise ValueError(f"max_model_len must be a positive int, got {max_model_len!r}")
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-        limits = _engine_defaults(device)
+        limits = _engine_defaults(device, gpus)
         max_num_seqs = limits["max_num_seqs"] if max_num_seqs is None else max_num_seqs
         max_num_batched_tokens = limits["max_num_batched_tokens"] if max_num_batched_tokens is None else max_num_batched_tokens
         max_prefill_chunk = limits["max_prefill_chunk"] if max_prefill_chunk is None else max_prefill_chunk
@@ -119,7 +119,7 @@ class LLM:
         self.model_dir, self.model_name = _resolve_model(model, revision, cache_dir)
         tok_path = tokenizer or _model_tokenizer(self.model_dir) or bundled_tokenizer()
         self._model = _core.Model.load(self.model_dir, numerics, tok_path, "cpu" if device == "auto" else device,
-                                       max_model_len or 0, max_batch_tokens=max_num_batched_tokens,
+                                       max_model_len or 0, max_batch_tokens=-(-max_num_batched_tokens // gpus),
                                        max_num_seqs=max_num_seqs, gpus=gpus)
         self._tokenizer = _core.Tokenizer.from_file(tok_path)
         info = self._model.info
@@ -341,12 +341,14 @@ class LLM:
 
 # ---- argument normalization ---------------------------------------------------------------------
 
-def _engine_defaults(device: str) -> dict[str, Any]:
+def _engine_defaults(device: str, gpus: int = 1) -> dict[str, Any]:
     """The engine limits an LLM gets unless given, by device (as `deepinfer run`'s): CPU-sized steps,
     or on the GPU whole-GPU batches and prefill chunks with the state bounded by the device page pool
-    (2**20 GiB: no budget of the engine's own) and asynchronous scheduling."""
+    (2**20 GiB: no budget of the engine's own) and asynchronous scheduling; sequences and step tokens
+    per GPU (the engine splits a step's tokens equally over an expert-parallel model's GPUs, so each
+    GPU's workspace is sized for its share)."""
     if device == "cuda":
-        return {"max_num_seqs": 256, "max_num_batched_tokens": 4096, "max_prefill_chunk": 4096,
+        return {"max_num_seqs": 256 * gpus, "max_num_batched_tokens": 4096 * gpus, "max_prefill_chunk": 4096,
                 "state_memory_gib": float(1 << 20), "async_scheduling": True}
     return {"max_num_seqs": 64, "max_num_batched_tokens": 2048, "max_prefill_chunk": 512,
             "state_memory_gib": 4.0, "async_scheduling": False}

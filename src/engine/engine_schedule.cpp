@@ -34,6 +34,13 @@ namespace deepinfer {
 Plan Engine::Impl::schedule() {
     Plan plan;
     int64_t budget = cfg.max_num_batched_tokens;
+    // A model that places sequences in groups (one GPU each under expert parallelism) gets an equal
+    // share of the budget per group, so a prefill on one group cannot take a step the others idle in.
+    const int groups = std::max(1, model->placement_groups());
+    std::vector<int64_t> group_budget(static_cast<size_t>(groups), (budget + groups - 1) / groups);
+    auto group_of = [&](const Completion* c) -> int64_t& {
+        return group_budget[groups > 1 ? static_cast<size_t>(model->placement_group(*c->seq)) : 0];
+    };
     std::vector<Completion*> order = running;
     std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->admitted < b->admitted; });
     // Memory after this step, if every running sequence advances (decode first).
@@ -80,11 +87,14 @@ Plan Engine::Impl::schedule() {
         // Rows of this step: a decode row and its drafts (asynchronous: the drafts come later, at
         // most `drafts`; with a draft budget they were reserved above).
         const int64_t extra = async_drafts && plan.draft_budget >= 0 ? 0 : drafts;
-        int64_t take = rem == 1 ? (budget > extra ? 1 + extra : 0) : chunk_size(c, budget);
+        int64_t& group_left = group_of(c);
+        const int64_t left = std::min(budget, group_left);
+        int64_t take = rem == 1 ? (left > extra ? 1 + extra : 0) : chunk_size(c, left);
         if (static_cast<int64_t>(plan.items.size()) >= cfg.max_num_seqs) take = 0;
         advance.emplace_back(c, std::max<int64_t>(take, 0) + (take > 0 && async_drafts ? drafts - extra : 0));
         if (take <= 0) continue;
         budget -= take;
+        group_left -= take;
         plan.decode_only = plan.decode_only && rem == 1;
         if (async_drafts) {
             Scheduled s{c, {token_at(*c, c->num_computed)}, 0};
@@ -118,6 +128,7 @@ Plan Engine::Impl::schedule() {
                                           [](const auto& a, const auto& b) { return a.first->admitted < b.first->admitted; });
         Completion* victim = victim_it->first;
         budget += victim_it->second;
+        group_of(victim) += victim_it->second;
         advance.erase(victim_it);
         std::erase_if(plan.items, [&](const Scheduled& s) { return s.completion == victim; });
         std::erase(running, victim);
@@ -130,7 +141,10 @@ Plan Engine::Impl::schedule() {
         ++metrics.preemptions;
         use = total_use();
     }
-    // Admit waiting completions while budget, slots and memory allow.
+    // Admit waiting completions while budget, slots and memory allow. With placement groups, a new
+    // sequence whose group has no budget left waits for the next step (admitted, no tokens now); as
+    // many such in a row as there are groups end the admissions.
+    int starved = 0;
     while (!waiting.empty() && budget > 0 && static_cast<int64_t>(plan.items.size()) < cfg.max_num_seqs) {
         Completion* c = waiting.front();
         Request& r = *c->request;
@@ -159,9 +173,16 @@ Plan Engine::Impl::schedule() {
         c->status = Status::kRunning;
         c->admitted = admissions++;
         running.push_back(c);
-        const int64_t take = chunk_size(c, budget);
+        int64_t& group_left = group_of(c);
+        const int64_t take = chunk_size(c, std::min(budget, group_left));
         use += estimate_state_bytes(start + take, pool->page_bytes());
+        if (take <= 0) {
+            if (++starved >= groups) break;
+            continue;
+        }
+        starved = 0;
         budget -= take;
+        group_left -= take;
         plan.decode_only = false;
         Scheduled s{c, {}};
         for (int64_t i = 0; i < take; ++i) s.tokens.push_back(token_at(*c, c->num_computed + i));

@@ -133,6 +133,9 @@ int run_job(const RunOptions& o, Communicator* comm) {
     mo.max_num_seqs = o.max_num_seqs;
     mo.cuda_graphs = !o.no_cuda_graphs;
     if (mo.device == Device::kCuda) mo.gpus = o.gpus_per_replica;  // > 1: expert parallelism across them
+    // The engine gives each GPU of an expert-parallel replica an equal share of a step's tokens
+    // (Model::placement_groups): one GPU's forward holds at most that share.
+    if (mo.gpus > 1) mo.max_batch_tokens = (o.max_batched_tokens + mo.gpus - 1) / mo.gpus;
     else if (o.gpus_per_replica != 1 && !comm) DI_LOG_WARN("--gpus-per-replica has no effect with --device cpu");
     std::shared_ptr<const Model> model = Model::load(dir, mo);
     auto tok = std::make_shared<const Tokenizer>(Tokenizer::from_file(tokenizer_path));
@@ -217,9 +220,9 @@ Command register_run(CLI::App& app) {
     sub->add_flag("--host-sampling", o->host_sampling, "cuda: sample on the CPU from copied logits (same results)");
     sub->add_option("--gemm", o->gemm, "cuda: reference (bit-identical to the CPU) | fast (tensor cores, within tolerance)")
         ->capture_default_str()->check(CLI::IsMember({"reference", "fast"}));
-    sub->add_option("--max-num-seqs", o->max_num_seqs, "Sequences per step (default: cpu 64, cuda 256)")
+    sub->add_option("--max-num-seqs", o->max_num_seqs, "Sequences per step (default: cpu 64, cuda 256 per GPU of the replica)")
         ->check(CLI::Range(1, 65536));
-    sub->add_option("--max-batched-tokens", o->max_batched_tokens, "Token budget per step (default: cpu 2048, cuda 4096)")
+    sub->add_option("--max-batched-tokens", o->max_batched_tokens, "Token budget per step, split equally over the GPUs of a replica (default: cpu 2048, cuda 4096 per GPU)")
         ->check(CLI::Range(1, 1 << 24));
     sub->add_option("--max-prefill-chunk", o->max_prefill_chunk, "Largest prefill chunk (default: cpu 512, cuda 4096)")
         ->check(CLI::Range(1, 1 << 24));
@@ -250,9 +253,11 @@ Command register_run(CLI::App& app) {
         // The GPU's defaults: whole-GPU batches and prefill chunks (a GPU step costs about the same
         // for 512 rows as for 4096, and every chunk reads the routed experts' weights once), and the
         // state budget of the device page pool rather than a host-sized one.
+        // Under expert parallelism the sequences and step tokens are per GPU of the replica.
         if (o->device == "cuda") {
-            if (sub->get_option("--max-num-seqs")->count() == 0) o->max_num_seqs = 256;
-            if (sub->get_option("--max-batched-tokens")->count() == 0) o->max_batched_tokens = 4096;
+            const int64_t g = std::max<int64_t>(1, o->gpus_per_replica);
+            if (sub->get_option("--max-num-seqs")->count() == 0) o->max_num_seqs = 256 * g;
+            if (sub->get_option("--max-batched-tokens")->count() == 0) o->max_batched_tokens = 4096 * g;
             if (sub->get_option("--max-prefill-chunk")->count() == 0) o->max_prefill_chunk = 4096;
             if (sub->get_option("--state-memory-gib")->count() == 0) o->state_memory_gib = 1 << 20;  // the pool bounds it
         }

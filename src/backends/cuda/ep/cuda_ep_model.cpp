@@ -92,6 +92,8 @@ public:
         return Sequence(std::make_unique<EpSequenceState>(best, std::move(inner), load_));
     }
     Sequence new_sequence(std::shared_ptr<StatePool>) const override { return new_sequence(); }
+    int placement_groups() const override { return static_cast<int>(ranks_.size()); }
+    int placement_group(const Sequence& sequence) const override;
     std::vector<float> forward(Sequence& seq, std::span<const int32_t> tokens, bool all_logits) const override {
         SequenceChunk chunk{&seq, tokens, all_logits};
         return std::move(forward_batch(std::span<const SequenceChunk>(&chunk, 1))[0]);
@@ -229,11 +231,12 @@ bool is_cuda_ep_model(const Model& model) { return dynamic_cast<const CudaEpMode
 
 std::vector<const Model*> cuda_ep_ranks(const Model& model) { return as_ep(model).ranks(); }
 
-int cuda_ep_rank_of(const Model& model, const Sequence& sequence) {
-    as_ep(model);
+int CudaEpModel::placement_group(const Sequence& sequence) const {
     const auto* st = dynamic_cast<const EpSequenceState*>(&sequence.state());
     DI_CHECK(st != nullptr, "not a sequence of an expert-parallel model");
     return st->rank();
 }
+
+int cuda_ep_rank_of(const Model& model, const Sequence& sequence) { return as_ep(model).placement_group(sequence); }
 
 }  // namespace deepinfer::cuda

@@ -154,9 +154,9 @@ int64_t state_pool_pages(uint64_t bytes, uint64_t per_seq, int64_t max_seqs, uin
         const uint64_t room = free > reserve ? (free - reserve) / 10 * 9 : free / 2;
         pages = static_cast<int64_t>(std::min(want, room) / P);
         if (want > room)
-            DI_LOG_INFO("CUDA state pool: ", room >> 20, " MiB (", pages, " pages of ", P >> 10, " KiB) of the ",
-                        want >> 20, " MiB that ", max_seqs, " sequences of ", max_len,
-                        " tokens would take; the engine admits what fits");
+            DI_LOG_INFO("CUDA state pool: {} MiB ({} pages of {} KiB) of the {} MiB that {} sequences of {} tokens "
+                        "would take; the engine admits what fits",
+                        room >> 20, pages, P >> 10, want >> 20, max_seqs, max_len);
     }
     DI_CHECK(pages >= least, "device state pool of ", pages * int64_t(P), " bytes holds no sequence (one needs at least ",
              least * int64_t(P), " bytes; raise --device-state-gib)");
