@@ -17,6 +17,7 @@
 
 #include "backends/cuda/model/cuda_v41_impl.h"
 #include "deepinfer/check.h"
+#include "backends/cuda/model/dspark_markov.h"
 #include "model/dspark_common.h"
 
 namespace deepinfer::cuda {
@@ -208,51 +209,17 @@ std::vector<Draft> CudaV41Model::dspark_draft(std::span<const DraftRequest> requ
     if (!project_fast(weights_.head, yn, D, S, U, V, false, false, s, false))
         linear({.x = yn, .x_ld = D, .weight = weights_.head, .y = U, .y_ld = V, .rows = S}, s);
 
-    // The Markov head, left to right (dspark_markov_draft).
-    int32_t* d_drafts = workspace_.alloc_n<int32_t>(G * R);
-    float* d_conf = workspace_.alloc_n<float>(G * R);
-    float* e = workspace_.alloc_n<float>(R * rank);
-    float* bias = workspace_.alloc_n<float>(R * V);
-    float* logits = workspace_.alloc_n<float>(R * V);
-    double* dscratch = workspace_.alloc_n<double>(R * V);
-    float* probs = workspace_.alloc_n<float>(R * V);
-    float* proxy = workspace_.alloc_n<float>(R);  // draft_sample's MTP confidence proxy (unused here)
-    for (int64_t k = 0; k < G; ++k) {
-        const int64_t n = active[size_t(k)];
-        if (n == 0) break;
-        const int32_t* prev = k == 0 ? d_anchor : d_drafts + (k - 1) * R;
-        embed({.table = ds.markov_embed, .tokens = prev, .x = e, .rows = n, .hc = 1, .round_bf16 = false}, s);
-        linear({.x = e, .x_ld = rank, .weight = ds.markov_head, .y = bias, .y_ld = V, .rows = n}, s);  // fp32
-        dspark_markov_step({.U = U, .y = y, .bias = bias, .e = e, .weight = ds.confidence, .rows = n, .block = G,
-                            .step = k, .vocab = V, .hidden = D, .rank = rank, .logits = logits,
-                            .confidence = d_conf + k * R},
-                           s);
-        draft_sample({.logits = logits, .rows = n, .vocab = V, .temperature = d_temp, .sampled = d_sampled,
-                      .uniform = d_unif + k, .uniform_stride = G, .scratch = dscratch, .probs = probs,
-                      .tokens = d_drafts + k * R, .confidence = proxy},
-                     s);
-        if (any_sampled)  // the step's distributions in one copy (rows of argmax drafts are copied, not read)
-            copy_to_host(static_cast<float*>(pinned_probs_->host()) + k * R * V, probs, size_t(n * V) * 4, s);
-    }
-    auto* host = static_cast<uint8_t*>(pinned_out_->host());
-    copy_to_host(host, d_drafts, size_t(G * R) * 4, s);
-    copy_to_host(host + size_t(G * R) * 4, d_conf, size_t(G * R) * 4, s);
+    // The Markov head, left to right (dspark_markov.h).
+    const DSparkMarkovParams mp{.embed = &ds.markov_embed, .head = &ds.markov_head, .confidence = ds.confidence, .U = U, .y = y,
+                                .anchors = d_anchor, .temperature = d_temp, .sampled = d_sampled, .uniforms = d_unif,
+                                .active = active, .requests = R, .block = G, .vocab = V, .hidden = D, .rank = rank,
+                                .host_out = static_cast<uint8_t*>(pinned_out_->host()),
+                                .host_probs = any_sampled ? static_cast<float*>(pinned_probs_->host()) : nullptr};
+    dspark_markov_draft(mp, workspace_, s);
     stream_.synchronize();
     release.armed = false;
     workspace_.reset(mark);
-    const auto* toks = reinterpret_cast<const int32_t*>(host);
-    const auto* conf = reinterpret_cast<const float*>(host + size_t(G * R) * 4);
-    for (int64_t a = 0; a < R; ++a) {
-        Draft& d = out[size_t(order[size_t(a)])];
-        const int64_t nd = requests[size_t(order[size_t(a)])].num_drafts;
-        for (int64_t k = 0; k < nd; ++k) {
-            d.tokens.push_back(toks[k * R + a]);
-            d.confidence.push_back(conf[k * R + a]);
-            if (sampled[size_t(a)])
-                std::memcpy(d.probs.data() + k * V, static_cast<const float*>(pinned_probs_->host()) + (k * R + a) * V,
-                            size_t(V) * 4);
-        }
-    }
+    unpack_dspark_drafts(mp, order, requests, sampled, out);
     return out;
 }
 

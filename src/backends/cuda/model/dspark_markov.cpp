@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "backends/cuda/model/dspark_markov.h"
+
+#include <cstring>
+
+namespace deepinfer::cuda {
+
+void dspark_markov_draft(const DSparkMarkovParams& p, DeviceArena& arena, Stream s) {
+    const int64_t G = p.block, R = p.requests, V = p.vocab, rank = p.rank;
+    int32_t* d_drafts = arena.alloc_n<int32_t>(G * R);
+    float* d_conf = arena.alloc_n<float>(G * R);
+    float* e = arena.alloc_n<float>(R * rank);
+    float* bias = arena.alloc_n<float>(R * V);
+    float* logits = arena.alloc_n<float>(R * V);
+    double* dscratch = arena.alloc_n<double>(R * V);
+    float* probs = arena.alloc_n<float>(R * V);
+    float* proxy = arena.alloc_n<float>(R);  // draft_sample's MTP confidence proxy (unused here)
+    for (int64_t k = 0; k < G; ++k) {
+        const int64_t n = p.active[size_t(k)];
+        if (n == 0) break;
+        const int32_t* prev = k == 0 ? p.anchors : d_drafts + (k - 1) * R;
+        embed({.table = *p.embed, .tokens = prev, .x = e, .rows = n, .hc = 1, .round_bf16 = false}, s);
+        linear({.x = e, .x_ld = rank, .weight = *p.head, .y = bias, .y_ld = V, .rows = n}, s);  // fp32
+        dspark_markov_step({.U = p.U, .y = p.y, .bias = bias, .e = e, .weight = p.confidence, .rows = n, .block = G,
+                            .step = k, .vocab = V, .hidden = p.hidden, .rank = rank, .logits = logits,
+                            .confidence = d_conf + k * R},
+                           s);
+        draft_sample({.logits = logits, .rows = n, .vocab = V, .temperature = p.temperature, .sampled = p.sampled,
+                      .uniform = p.uniforms + k, .uniform_stride = G, .scratch = dscratch, .probs = probs,
+                      .tokens = d_drafts + k * R, .confidence = proxy},
+                     s);
+        if (p.host_probs)  // the step's distributions in one copy (rows of argmax drafts are copied, not read)
+            copy_to_host(p.host_probs + k * R * V, probs, size_t(n * V) * 4, s);
+    }
+    copy_to_host(p.host_out, d_drafts, size_t(G * R) * 4, s);
+    copy_to_host(p.host_out + size_t(G * R) * 4, d_conf, size_t(G * R) * 4, s);
+}
+
+void unpack_dspark_drafts(const DSparkMarkovParams& p, std::span<const int64_t> order, std::span<const DraftRequest> requests,
+                          std::span<const int32_t> sampled, std::vector<Draft>& out) {
+    const int64_t G = p.block, R = p.requests, V = p.vocab;
+    const auto* toks = reinterpret_cast<const int32_t*>(p.host_out);
+    const auto* conf = reinterpret_cast<const float*>(p.host_out + size_t(G * R) * 4);
+    for (int64_t a = 0; a < R; ++a) {
+        Draft& d = out[size_t(order[size_t(a)])];
+        const int64_t nd = requests[size_t(order[size_t(a)])].num_drafts;
+        for (int64_t k = 0; k < nd; ++k) {
+            d.tokens.push_back(toks[k * R + a]);
+            d.confidence.push_back(conf[k * R + a]);
+            if (sampled[size_t(a)]) std::memcpy(d.probs.data() + k * V, p.host_probs + (k * R + a) * V, size_t(V) * 4);
+        }
+    }
+}
+
+}  // namespace deepinfer::cuda

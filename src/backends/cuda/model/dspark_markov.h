@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+// The DSpark Markov head on the device, shared by the GPU drafters of DeepSeek-V4-Flash-0731
+// (cuda_dspark_v4_draft.cpp) and DeepSeek-V4.1 (cuda_v41_dspark_draft.cpp), mirroring
+// src/model/dspark_common.cpp (dspark_markov_draft): left to right, bias = W1[x_{k-1}]·W2ᵀ, logits =
+// U_{k-1} + bias and the confidence head (dspark_markov_step), the draft by draft_sample (argmax, or the
+// inverse CDF of softmax(l / T) at the request's uniform); then each request's drafts from the pinned
+// copies.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/ops.h"
+#include "deepinfer/drafter.h"
+
+namespace deepinfer::cuda {
+
+// One draft call of R requests in slots sorted by draft count (descending): the slots still drafting at
+// step k are the first active[k]. Device pointers unless said otherwise.
+struct DSparkMarkovParams {
+    const DeviceLinear* embed = nullptr;  // W1 [vocab, rank]
+    const DeviceLinear* head = nullptr;   // W2 [vocab, rank]
+    const float* confidence = nullptr;    // [hidden + rank] the confidence head
+    const float* U = nullptr;             // [R * block, vocab] f32: the last stage's logits
+    const float* y = nullptr;             // [R * block, hidden] f32: the collapsed hidden states
+    const int32_t* anchors = nullptr;     // [R] the tokens before the block
+    const double* temperature = nullptr;  // [R]
+    const int32_t* sampled = nullptr;     // [R] 1: sample with the request's uniforms, 0: argmax
+    const double* uniforms = nullptr;     // [R, block]
+    std::span<const int64_t> active;      // [block] (host)
+    int64_t requests = 0, block = 0, vocab = 0, hidden = 0, rank = 0;
+    uint8_t* host_out = nullptr;  // pinned [block, R] int32 drafts, then [block, R] f32 confidences
+    float* host_probs = nullptr;  // pinned [block, R, vocab]: the sampled steps' distributions; null if none samples
+};
+
+// Enqueues the loop on `s`, its scratch from `arena` (the caller resets it after synchronizing), and the
+// copies into the pinned host buffers. The caller synchronizes `s` before unpack_dspark_drafts.
+void dspark_markov_draft(const DSparkMarkovParams& p, DeviceArena& arena, Stream s);
+
+// Appends to out[order[a]] the drafts of slot a (requests[order[a]].num_drafts of them): tokens,
+// confidences and, for sampled slots (sampled[a] != 0, out[...].probs already sized [num_drafts,
+// vocab]), the distributions.
+void unpack_dspark_drafts(const DSparkMarkovParams& p, std::span<const int64_t> order, std::span<const DraftRequest> requests,
+                          std::span<const int32_t> sampled, std::vector<Draft>& out);
+
+}  // namespace deepinfer::cuda
