@@ -23,6 +23,7 @@
 #include "deepinfer/engine.h"
 #include "deepinfer/model.h"
 #include "deepinfer/model_v41.h"
+#include "model/pool_engine_mix.h"
 #include "unit/fixtures.h"
 
 namespace deepinfer {
@@ -213,43 +214,10 @@ TEST_P(CudaV41PagedState, EngineWithinTheDevicePoolEqualsCpuEngine) {
     const Numerics n = GetParam().numerics;
     const auto probe = cuda::cuda_model_stats(*gpu());
     std::shared_ptr<const Model> cpu = V41Model::load(dir_, paged_options(n));
-    const int64_t V = cpu->info().vocab_size;
-    const std::vector<int32_t> shared_prefix = random_tokens(70, 11, V);
-    std::vector<std::pair<std::string, std::vector<int32_t>>> reqs;
-    std::mt19937 rng(12);
-    for (int i = 0; i < 10; ++i) {
-        std::vector<int32_t> p = i % 2 ? shared_prefix : std::vector<int32_t>{};
-        const std::vector<int32_t> extra = random_tokens(1 + rng() % 60, 100 + uint32_t(i), V);
-        p.insert(p.end(), extra.begin(), extra.end());
-        std::string id = std::to_string(i);
-        id.insert(0, 1, 'r');
-        reqs.emplace_back(std::move(id), p);
-    }
-    auto run = [&](std::shared_ptr<const Model> m, EngineMetrics* metrics) {
-        EngineConfig cfg;
-        cfg.max_num_batched_tokens = 80;
-        cfg.max_prefill_chunk = 30;
-        cfg.prefix_block = 16;
-        Engine engine(std::move(m), nullptr, cfg);
-        for (size_t i = 0; i < reqs.size(); ++i) {
-            SamplingParams sp;
-            sp.max_tokens = 10;
-            sp.ignore_eos = true;
-            sp.temperature = i % 3 == 0 ? 0.0 : 0.9;
-            sp.top_k = i % 3 == 2 ? 20 : 0;
-            sp.n = i % 4 == 1 ? 2 : 1;
-            sp.seed = 100 + i;
-            engine.add_request(reqs[i].first, reqs[i].second, sp);
-        }
-        std::map<std::string, std::vector<std::vector<int32_t>>> out;
-        engine.run_until_done([&](RequestOutput&& r) {
-            for (const auto& c : r.completions) out[r.request_id].push_back(c.token_ids);
-        });
-        if (metrics) *metrics = engine.metrics();
-        return out;
-    };
+    const test::PoolMix mix{.prefix = 70, .extra = 60, .batch_tokens = 80, .chunk = 30, .max_tokens = 10};
+    auto run = [&](std::shared_ptr<const Model> m, EngineMetrics* metrics) { return test::run_pool_mix(std::move(m), mix, metrics); };
     const auto want = run(cpu, nullptr);
-    ASSERT_EQ(want.size(), reqs.size());
+    ASSERT_EQ(want.size(), 10u);
     for (const int64_t sequences : {8, 3}) {
         // A request holds at most 70 + 60 + 10 positions: 9 entry pages of 16.
         const uint64_t pool = uint64_t(sequences * (probe.state_ring_pages + 9)) * probe.state_page_bytes;
