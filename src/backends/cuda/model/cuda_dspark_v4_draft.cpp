@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "backends/cuda/model/cuda_model_impl.h"
+#include "backends/cuda/model/device_drafts.h"
 #include "backends/cuda/model/dspark_markov.h"
 #include "model/dspark_common.h"
 
@@ -230,7 +231,7 @@ std::vector<Draft> CudaModel::dspark_draft(std::span<const DraftRequest> request
     stream_.synchronize();
     release.armed = false;
     workspace_->reset(mark);
-    unpack_dspark_drafts(mp, order, requests, sampled, out);
+    unpack_device_drafts(mp.host_out, mp.host_probs, G, V, order, requests, sampled, out);
     return out;
 }
 

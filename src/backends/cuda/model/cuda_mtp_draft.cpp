@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "backends/cuda/model/cuda_model_impl.h"
+#include "backends/cuda/model/device_drafts.h"
 
 namespace deepinfer::cuda::v4 {
 
@@ -165,19 +166,8 @@ std::vector<Draft> CudaModel::mtp_draft(std::span<const DraftRequest> requests) 
     copy_to_host(host + size_t(K * R) * 4, d_conf, size_t(K * R) * 4, s);
     stream_.synchronize();
     workspace_->reset(mark);
-    const auto* toks = reinterpret_cast<const int32_t*>(host);
-    const auto* conf = reinterpret_cast<const float*>(host + size_t(K * R) * 4);
-    for (int64_t a = 0; a < R; ++a) {
-        Draft& d = out[size_t(order[size_t(a)])];
-        const int64_t nd = requests[size_t(order[size_t(a)])].num_drafts;
-        for (int64_t k = 0; k < nd; ++k) {
-            d.tokens.push_back(toks[k * R + a]);
-            d.confidence.push_back(conf[k * R + a]);
-            if (sampled[size_t(a)])
-                std::memcpy(d.probs.data() + k * V, static_cast<const float*>(pinned_probs_->host()) + (k * R + a) * V,
-                            size_t(V) * 4);
-        }
-    }
+    unpack_device_drafts(host, any_sampled ? static_cast<const float*>(pinned_probs_->host()) : nullptr, K, V, order,
+                         requests, sampled, out);
     return out;
 }
 

@@ -17,6 +17,7 @@
 
 #include "backends/cuda/model/cuda_v41_impl.h"
 #include "deepinfer/check.h"
+#include "backends/cuda/model/device_drafts.h"
 #include "backends/cuda/model/dspark_markov.h"
 #include "model/dspark_common.h"
 
@@ -219,7 +220,7 @@ std::vector<Draft> CudaV41Model::dspark_draft(std::span<const DraftRequest> requ
     stream_.synchronize();
     release.armed = false;
     workspace_.reset(mark);
-    unpack_dspark_drafts(mp, order, requests, sampled, out);
+    unpack_device_drafts(mp.host_out, mp.host_probs, G, V, order, requests, sampled, out);
     return out;
 }
 

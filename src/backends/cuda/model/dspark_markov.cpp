@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "backends/cuda/model/dspark_markov.h"
 
-#include <cstring>
-
 namespace deepinfer::cuda {
 
 void dspark_markov_draft(const DSparkMarkovParams& p, DeviceArena& arena, Stream s) {
@@ -34,22 +32,6 @@ void dspark_markov_draft(const DSparkMarkovParams& p, DeviceArena& arena, Stream
     }
     copy_to_host(p.host_out, d_drafts, size_t(G * R) * 4, s);
     copy_to_host(p.host_out + size_t(G * R) * 4, d_conf, size_t(G * R) * 4, s);
-}
-
-void unpack_dspark_drafts(const DSparkMarkovParams& p, std::span<const int64_t> order, std::span<const DraftRequest> requests,
-                          std::span<const int32_t> sampled, std::vector<Draft>& out) {
-    const int64_t G = p.block, R = p.requests, V = p.vocab;
-    const auto* toks = reinterpret_cast<const int32_t*>(p.host_out);
-    const auto* conf = reinterpret_cast<const float*>(p.host_out + size_t(G * R) * 4);
-    for (int64_t a = 0; a < R; ++a) {
-        Draft& d = out[size_t(order[size_t(a)])];
-        const int64_t nd = requests[size_t(order[size_t(a)])].num_drafts;
-        for (int64_t k = 0; k < nd; ++k) {
-            d.tokens.push_back(toks[k * R + a]);
-            d.confidence.push_back(conf[k * R + a]);
-            if (sampled[size_t(a)]) std::memcpy(d.probs.data() + k * V, p.host_probs + (k * R + a) * V, size_t(V) * 4);
-        }
-    }
 }
 
 }  // namespace deepinfer::cuda

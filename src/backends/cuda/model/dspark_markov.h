@@ -39,10 +39,4 @@ struct DSparkMarkovParams {
 // copies into the pinned host buffers. The caller synchronizes `s` before unpack_dspark_drafts.
 void dspark_markov_draft(const DSparkMarkovParams& p, DeviceArena& arena, Stream s);
 
-// Appends to out[order[a]] the drafts of slot a (requests[order[a]].num_drafts of them): tokens,
-// confidences and, for sampled slots (sampled[a] != 0, out[...].probs already sized [num_drafts,
-// vocab]), the distributions.
-void unpack_dspark_drafts(const DSparkMarkovParams& p, std::span<const int64_t> order, std::span<const DraftRequest> requests,
-                          std::span<const int32_t> sampled, std::vector<Draft>& out);
-
 }  // namespace deepinfer::cuda
