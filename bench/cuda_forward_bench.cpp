@@ -5,6 +5,7 @@
 // with only libfmt/libgomp/libcudart beside it.
 //   cuda_forward_bench [--experts 256] [--layers csa,hca] [--prefill 512] [--decode 16] [--batches 1,8,64] [--gemm fast]
 //                      [--gpus 1,2] [--context 64] [--model DIR] [--max-len 8192] [--profile 1]
+//                      [--ep-dispatch auto,all_gather,routed] [--ep-routed-min-rows 64]
 // --profile 1: cudaProfilerStart/Stop around the timed prefill and decode loops only (ncu/nsys with
 // capture from the API), so warm-up and context prefill stay out of a profile.
 // --layers flash: the published V4-Flash schedule (43 layers: 2 sliding, 20 x CSA+HCA, 1 CSA; the first
@@ -12,6 +13,8 @@
 // --context: the prompt tokens of each decode sequence (prefilled first, not timed). --model: an
 // existing checkpoint instead of a freshly written one (kept afterwards).
 // --gpus: one run per GPU count (2+: expert parallelism, cuda_ep_model.h; engine mode: the first count);
+// --ep-dispatch: one run per MoE dispatch form at each count > 1 (expert_exchange.h); decode lines
+// then report the routed layers and the rows / expert outputs sent as fractions of the all-gather's.
 // prefill runs one sequence
 // per GPU (each of --prefill tokens), decode batches spread over the GPUs; tok/s per GPU reported.
 // Engine mode (--engine-batches 1,32,256): the offline engine on the GPU, decode steps of B requests
@@ -132,7 +135,8 @@ int main(int argc, char** argv) {
     using namespace deepinfer;
     int64_t experts = 256, prefill = 512, decode = 16;
     std::string layers = "csa,hca", batches = "1,8,64", dir = "/tmp/deepinfer-cuda-bench", engine_batches, gemm = "reference";
-    std::string gpus_list = "1";
+    std::string gpus_list = "1", ep_dispatch_list = "auto";
+    int64_t ep_routed_min_rows = cuda::CudaModelOptions{}.ep_routed_min_rows;
     bool keep = false, max_len_given = false, profile = false;
     int64_t engine_prompt = 32, engine_tokens = 9, context = 64, max_len = 8192;
     std::string model_dir;
@@ -146,6 +150,8 @@ int main(int argc, char** argv) {
         else if (k == "--dir") dir = v;
         else if (k == "--gemm") gemm = v;  // reference | fast
         else if (k == "--gpus") gpus_list = v;
+        else if (k == "--ep-dispatch") ep_dispatch_list = v;  // auto,all_gather,routed: one run each (2+ GPUs)
+        else if (k == "--ep-routed-min-rows") ep_routed_min_rows = std::stoll(v);
         else if (k == "--context") context = std::stoll(v);
         else if (k == "--max-len") max_len = std::stoll(v), max_len_given = true;
         else if (k == "--keep") keep = v == "1";
@@ -226,99 +232,116 @@ int main(int argc, char** argv) {
     cuda::CudaModelOptions co;
     co.max_model_len = max_len;
     co.gemm = gemm == "fast" ? cuda::GemmMode::kFast : cuda::GemmMode::kReference;
+    std::vector<std::string> dispatches;
+    {
+        std::stringstream ds(ep_dispatch_list);
+        for (std::string item; std::getline(ds, item, ',');) dispatches.push_back(item);
+    }
     for (int64_t G : parse_list(gpus_list)) {
-        // The workspace: from the limits (every row of the largest batch or prefill, max_model_len).
-        ModelOptions mo;
-        mo.max_batch_tokens = std::max<int64_t>({prefill, context, 512}) * G;  // one prefill sequence per GPU at a time
-        mo.max_num_seqs = 512;
-        t = Clock::now();
-        // The CUDA loaders directly (Model::load's V4.1 branch would need ICU, absent on the GPU machine).
-        std::vector<int> devices;
-        for (int g = 0; g < int(G); ++g) devices.push_back(g);
-        std::unique_ptr<Model> model = G == 1 ? cuda::load_cuda_model(dir, mo, co) : cuda::load_cuda_ep_model(dir, mo, co, devices);
-        const double load_s = since(t);
-        const int64_t V = model->info().vocab_size;
-        std::mt19937 rng(1);
-        auto prompt = [&](int64_t n) {
-            std::vector<int32_t> p(static_cast<size_t>(n));
-            for (int32_t& x : p) x = static_cast<int32_t>(rng() % uint32_t(V));
-            return p;
-        };
-        {  // warm-up (module load, first touches, NCCL connections)
-            std::vector<Sequence> w;
-            for (int64_t g = 0; g < G; ++g) w.push_back(model->new_sequence());
-            std::vector<std::vector<int32_t>> ps;
-            for (int64_t g = 0; g < G; ++g) ps.push_back(prompt(16));
-            std::vector<SequenceChunk> chunks;
-            for (int64_t g = 0; g < G; ++g) chunks.push_back({&w[size_t(g)], ps[size_t(g)], false});
-            model->forward_batch(chunks);
-        }
-        nlohmann::json base = {{"layers", layers}, {"experts", experts}, {"numerics", numerics_name(model->numerics())},
-                               {"write_s", write_s}, {"load_s", load_s}, {"gemm", gemm}, {"gpus", G}};
-        if (prefill > 0) {
-            std::vector<Sequence> seqs;
-            std::vector<std::vector<int32_t>> ps;
-            std::vector<SequenceChunk> chunks;
-            for (int64_t g = 0; g < G; ++g) {
-                seqs.push_back(model->new_sequence());
-                ps.push_back(prompt(prefill));
-            }
-            for (int64_t g = 0; g < G; ++g) chunks.push_back({&seqs[size_t(g)], ps[size_t(g)], false});
-            if (profile) cudaProfilerStart();
+        for (size_t di = 0; di < (G > 1 ? dispatches.size() : 1); ++di) {
+            co.ep_dispatch = cuda::parse_ep_dispatch(dispatches[di].c_str());
+            co.ep_routed_min_rows = ep_routed_min_rows;
+            // The workspace: from the limits (every row of the largest batch or prefill, max_model_len).
+            ModelOptions mo;
+            mo.max_batch_tokens = std::max<int64_t>({prefill, context, 512}) * G;  // one prefill sequence per GPU at a time
+            mo.max_num_seqs = 512;
             t = Clock::now();
-            model->forward_batch(chunks);
-            const double secs = since(t);
-            if (profile) cudaProfilerStop();
-            nlohmann::json r = base;
-            r["mode"] = "prefill";
-            r["sequences"] = G;
-            r["tokens"] = prefill * G;
-            r["seconds"] = secs;
-            r["tok_s"] = double(prefill * G) / secs;
-            r["tok_s_per_gpu"] = double(prefill) / secs;
-            std::printf("%s\n", r.dump().c_str());
-            std::fflush(stdout);
-        }
-        for (int64_t b : parse_list(batches)) {
-            std::vector<Sequence> seqs;
-            for (int64_t i = 0; i < b; ++i) seqs.push_back(model->new_sequence());
-            std::vector<std::vector<int32_t>> prompts;
-            for (int64_t i = 0; i < b; ++i) prompts.push_back(prompt(context));
-            std::vector<SequenceChunk> chunks;
-            for (int64_t i = 0; i < b; ++i) chunks.push_back({&seqs[size_t(i)], prompts[size_t(i)], false});
-            // Prefill in groups within the workspace's row limit (not timed).
-            const size_t group = size_t(std::max<int64_t>(1, mo.max_batch_tokens / std::max<int64_t>(context, 1)));
-            const std::vector<uint8_t> none(group, 0);
-            for (size_t at = 0; at < chunks.size(); at += group) {
-                const size_t n = std::min(group, chunks.size() - at);
-                model->forward_sampled(std::span<const SequenceChunk>(chunks).subspan(at, n),
-                                       std::span<const uint8_t>(none).first(n), {});
+            // The CUDA loaders directly (Model::load's V4.1 branch would need ICU, absent on the GPU machine).
+            std::vector<int> devices;
+            for (int g = 0; g < int(G); ++g) devices.push_back(g);
+            std::unique_ptr<Model> model = G == 1 ? cuda::load_cuda_model(dir, mo, co) : cuda::load_cuda_ep_model(dir, mo, co, devices);
+            const double load_s = since(t);
+            const int64_t V = model->info().vocab_size;
+            std::mt19937 rng(1);
+            auto prompt = [&](int64_t n) {
+                std::vector<int32_t> p(static_cast<size_t>(n));
+                for (int32_t& x : p) x = static_cast<int32_t>(rng() % uint32_t(V));
+                return p;
+            };
+            {  // warm-up (module load, first touches, NCCL connections)
+                std::vector<Sequence> w;
+                for (int64_t g = 0; g < G; ++g) w.push_back(model->new_sequence());
+                std::vector<std::vector<int32_t>> ps;
+                for (int64_t g = 0; g < G; ++g) ps.push_back(prompt(16));
+                std::vector<SequenceChunk> chunks;
+                for (int64_t g = 0; g < G; ++g) chunks.push_back({&w[size_t(g)], ps[size_t(g)], false});
+                model->forward_batch(chunks);
             }
-            std::vector<int32_t> next(static_cast<size_t>(b), 7);
-            const std::vector<uint8_t> no_logits(static_cast<size_t>(b), 0);
-            std::vector<DeviceDraw> draws(static_cast<size_t>(b));
-            for (int64_t i = 0; i < b; ++i) draws[size_t(i)] = {.chunk = int32_t(i), .temperature = 0.0};
-            if (profile) cudaProfilerStart();
-            t = Clock::now();
-            for (int64_t step = 0; step < decode; ++step) {
-                for (int64_t i = 0; i < b; ++i) chunks[size_t(i)] = {&seqs[size_t(i)], std::span<const int32_t>(&next[size_t(i)], 1), false};
-                // Greedy tokens drawn on the GPU: no logits cross to the host (as in the engine).
-                const ForwardOutputs out = model->forward_sampled(chunks, no_logits, draws);
-                for (int64_t i = 0; i < b; ++i) next[size_t(i)] = out.tokens[size_t(i)];
+            nlohmann::json base = {{"layers", layers}, {"experts", experts}, {"numerics", numerics_name(model->numerics())},
+                                   {"write_s", write_s}, {"load_s", load_s}, {"gemm", gemm}, {"gpus", G}};
+            if (G > 1) base["ep_dispatch"] = cuda::ep_dispatch_name(co.ep_dispatch);
+            if (prefill > 0) {
+                std::vector<Sequence> seqs;
+                std::vector<std::vector<int32_t>> ps;
+                std::vector<SequenceChunk> chunks;
+                for (int64_t g = 0; g < G; ++g) {
+                    seqs.push_back(model->new_sequence());
+                    ps.push_back(prompt(prefill));
+                }
+                for (int64_t g = 0; g < G; ++g) chunks.push_back({&seqs[size_t(g)], ps[size_t(g)], false});
+                if (profile) cudaProfilerStart();
+                t = Clock::now();
+                model->forward_batch(chunks);
+                const double secs = since(t);
+                if (profile) cudaProfilerStop();
+                nlohmann::json r = base;
+                r["mode"] = "prefill";
+                r["sequences"] = G;
+                r["tokens"] = prefill * G;
+                r["seconds"] = secs;
+                r["tok_s"] = double(prefill * G) / secs;
+                r["tok_s_per_gpu"] = double(prefill) / secs;
+                std::printf("%s\n", r.dump().c_str());
+                std::fflush(stdout);
             }
-            const double secs = since(t);
-            if (profile) cudaProfilerStop();
-            nlohmann::json r = base;
-            r["mode"] = "decode";
-            r["batch"] = b;
-            r["context"] = context;
-            r["steps"] = decode;
-            r["seconds"] = secs;
-            r["ms_per_step"] = 1e3 * secs / double(decode);
-            r["tok_s"] = double(b * decode) / secs;
-            r["tok_s_per_gpu"] = double(b * decode) / secs / double(G);
-            std::printf("%s\n", r.dump().c_str());
-            std::fflush(stdout);
+            for (int64_t b : parse_list(batches)) {
+                std::vector<Sequence> seqs;
+                for (int64_t i = 0; i < b; ++i) seqs.push_back(model->new_sequence());
+                std::vector<std::vector<int32_t>> prompts;
+                for (int64_t i = 0; i < b; ++i) prompts.push_back(prompt(context));
+                std::vector<SequenceChunk> chunks;
+                for (int64_t i = 0; i < b; ++i) chunks.push_back({&seqs[size_t(i)], prompts[size_t(i)], false});
+                // Prefill in groups within the workspace's row limit (not timed).
+                const size_t group = size_t(std::max<int64_t>(1, mo.max_batch_tokens / std::max<int64_t>(context, 1)));
+                const std::vector<uint8_t> none(group, 0);
+                for (size_t at = 0; at < chunks.size(); at += group) {
+                    const size_t n = std::min(group, chunks.size() - at);
+                    model->forward_sampled(std::span<const SequenceChunk>(chunks).subspan(at, n),
+                                           std::span<const uint8_t>(none).first(n), {});
+                }
+                std::vector<int32_t> next(static_cast<size_t>(b), 7);
+                const std::vector<uint8_t> no_logits(static_cast<size_t>(b), 0);
+                std::vector<DeviceDraw> draws(static_cast<size_t>(b));
+                for (int64_t i = 0; i < b; ++i) draws[size_t(i)] = {.chunk = int32_t(i), .temperature = 0.0};
+                if (G > 1) cuda::reset_cuda_ep_exchange_stats(*model);
+                if (profile) cudaProfilerStart();
+                t = Clock::now();
+                for (int64_t step = 0; step < decode; ++step) {
+                    for (int64_t i = 0; i < b; ++i) chunks[size_t(i)] = {&seqs[size_t(i)], std::span<const int32_t>(&next[size_t(i)], 1), false};
+                    // Greedy tokens drawn on the GPU: no logits cross to the host (as in the engine).
+                    const ForwardOutputs out = model->forward_sampled(chunks, no_logits, draws);
+                    for (int64_t i = 0; i < b; ++i) next[size_t(i)] = out.tokens[size_t(i)];
+                }
+                const double secs = since(t);
+                if (profile) cudaProfilerStop();
+                nlohmann::json r = base;
+                r["mode"] = "decode";
+                r["batch"] = b;
+                r["context"] = context;
+                r["steps"] = decode;
+                r["seconds"] = secs;
+                r["ms_per_step"] = 1e3 * secs / double(decode);
+                r["tok_s"] = double(b * decode) / secs;
+                r["tok_s_per_gpu"] = double(b * decode) / secs / double(G);
+                if (G > 1) {  // what the MoE exchange moved, against the all-gather's volume
+                    const cuda::EpExchangeStats st = cuda::cuda_ep_exchange_stats(*model);
+                    r["ep_layers_routed"] = st.layers_routed;
+                    r["ep_rows_sent_frac"] = st.rows_broadcast ? double(st.rows_sent) / double(st.rows_broadcast) : 0.0;
+                    r["ep_pairs_returned_frac"] = st.slots_all_gather ? double(st.pairs_returned) / double(st.slots_all_gather) : 0.0;
+                }
+                std::printf("%s\n", r.dump().c_str());
+                std::fflush(stdout);
+            }
         }
     }
     if (model_dir.empty() && !keep) std::filesystem::remove_all(dir);

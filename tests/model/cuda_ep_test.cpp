@@ -4,8 +4,10 @@
 // exact and official numerics, and a model at the real V4-Flash widths (FP8 linears, FP4 experts, a
 // hash-routed layer) on the reference and the fast (tensor-core) GEMMs — for batches that spread
 // sequences over the ranks (prefill, chunked prefill, batched decode, a rank left without sequences)
-// and through the offline engine with device sampling. Skips without two GPUs or without NCCL; the
-// one-rank form (every exchange a local copy) runs on any GPU; the batch split runs everywhere.
+// and through the offline engine with device sampling — under both dispatch forms (all-gather, and
+// routed: rows only to the ranks of their experts, which with these fixtures' few experts often means
+// one rank). Skips without two GPUs or without NCCL; the one-rank form (every exchange a local copy)
+// runs on any GPU; the batch split runs everywhere (the routed plan: cuda_ep_dispatch_test.cpp).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -168,6 +170,34 @@ TEST_P(CudaEpTiny, TwoGpuLogitsEqualOneGpu) {
     expect_script_equal(*one, *ep, std::string(GetParam().model) + " 2 GPUs");
 }
 
+// Each dispatch form forced: the same logits; the routed one sent fewer rows and expert outputs than
+// the all-gather would have (some rows need one rank only), the all-gather none routed.
+TEST_P(CudaEpTiny, TwoGpuEachDispatchEqualsOneGpu) {
+    if (auto why = skip_reason(2); !why.empty()) GTEST_SKIP() << why;
+    const std::string dir = test::data_path(std::string("models/") + GetParam().model);
+    const ModelOptions mo = with_numerics(GetParam().numerics);
+    auto one = cuda::load_cuda_model(dir, mo);
+    for (cuda::EpDispatch d : {cuda::EpDispatch::kRouted, cuda::EpDispatch::kAllGather}) {
+        cuda::CudaModelOptions co;
+        co.ep_dispatch = d;
+        auto ep = cuda::load_cuda_ep_model(dir, mo, co, first_devices(2));
+        expect_script_equal(*one, *ep, std::string(GetParam().model) + " 2 GPUs " + cuda::ep_dispatch_name(d));
+        const cuda::EpExchangeStats st = cuda::cuda_ep_exchange_stats(*ep);
+        if (d == cuda::EpDispatch::kRouted) {
+            EXPECT_GT(st.layers_routed, 0);
+            EXPECT_EQ(st.layers_all_gather, 0);
+            EXPECT_GT(st.rows_sent, 0);
+            EXPECT_LT(st.rows_sent, st.rows_broadcast);
+            EXPECT_LT(st.pairs_returned, st.slots_all_gather);
+        } else {
+            EXPECT_EQ(st.layers_routed, 0);
+            EXPECT_GT(st.layers_all_gather, 0);
+        }
+        cuda::reset_cuda_ep_exchange_stats(*ep);
+        EXPECT_EQ(cuda::cuda_ep_exchange_stats(*ep).layers_all_gather + cuda::cuda_ep_exchange_stats(*ep).layers_routed, 0);
+    }
+}
+
 TEST_P(CudaEpTiny, OneRankLogitsEqualPlainModel) {
     if (auto why = skip_reason(1); !why.empty()) GTEST_SKIP() << why;
     const std::string dir = test::data_path(std::string("models/") + GetParam().model);
@@ -198,6 +228,10 @@ TEST_P(CudaEpV41, TwoGpuLogitsEqualOneGpu) {
     ASSERT_EQ(cuda::cuda_ep_ranks(*ep).size(), 2u);
     EXPECT_EQ(ep->info().family, "deepseek_v41");
     expect_script_equal(*one, *ep, std::string(GetParam().model) + " V4.1 2 GPUs");
+    // The default dispatch: routed for the first prefill's 113 rows, all-gather for the 4-row decodes.
+    const cuda::EpExchangeStats st = cuda::cuda_ep_exchange_stats(*ep);
+    EXPECT_GT(st.layers_routed, 0);
+    EXPECT_GT(st.layers_all_gather, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaEpV41,
@@ -212,7 +246,13 @@ std::string flash_width_config() {
     return v4_flash_config({.compress_ratios = {4, 128}, .num_hash_layers = 1, .n_routed_experts = 16, .vocab_size = 1024});
 }
 
-class CudaEpFlashWidth : public ::testing::TestWithParam<cuda::GemmMode> {
+struct FlashCase {
+    cuda::GemmMode gemm;
+    cuda::EpDispatch dispatch;
+};
+void PrintTo(const FlashCase& c, std::ostream* os) { *os << int(c.gemm) << "/" << cuda::ep_dispatch_name(c.dispatch); }
+
+class CudaEpFlashWidth : public ::testing::TestWithParam<FlashCase> {
 protected:
     static void SetUpTestSuite() {
         if (!skip_reason(2).empty()) return;  // every test of the suite skips
@@ -229,18 +269,31 @@ std::string CudaEpFlashWidth::dir_;
 
 TEST_P(CudaEpFlashWidth, TwoGpuLogitsEqualOneGpu) {
     if (auto why = skip_reason(2); !why.empty()) GTEST_SKIP() << why;
-    if (GetParam() == cuda::GemmMode::kFast && !cuda::fast_fp8_available()) GTEST_SKIP() << "no FP8 tensor cores";
+    const bool fast = GetParam().gemm == cuda::GemmMode::kFast;
+    if (fast && !cuda::fast_fp8_available()) GTEST_SKIP() << "no FP8 tensor cores";
     cuda::CudaModelOptions co;
     co.max_model_len = 1024;
-    co.gemm = GetParam();
+    co.gemm = GetParam().gemm;
     auto one = cuda::load_cuda_model(dir_, {}, co);
+    co.ep_dispatch = GetParam().dispatch;
+    co.ep_routed_min_rows = 64;  // auto: the script's prefills routed, its decodes all-gathered
     auto ep = cuda::load_cuda_ep_model(dir_, {}, co, first_devices(2));
     ASSERT_EQ(ep->numerics(), Numerics::kOfficial);
-    expect_script_equal(*one, *ep, GetParam() == cuda::GemmMode::kFast ? "flash-width fast" : "flash-width reference");
+    expect_script_equal(*one, *ep, std::string(fast ? "flash-width fast " : "flash-width reference ") +
+                                       cuda::ep_dispatch_name(GetParam().dispatch));
+    const cuda::EpExchangeStats st = cuda::cuda_ep_exchange_stats(*ep);
+    EXPECT_GT(st.layers_routed, 0);
+    EXPECT_EQ(st.layers_all_gather > 0, GetParam().dispatch == cuda::EpDispatch::kAuto);
 }
 
-INSTANTIATE_TEST_SUITE_P(Gemm, CudaEpFlashWidth, ::testing::Values(cuda::GemmMode::kReference, cuda::GemmMode::kFast),
-                         [](const auto& p) { return p.param == cuda::GemmMode::kFast ? "fast" : "reference"; });
+INSTANTIATE_TEST_SUITE_P(Gemm, CudaEpFlashWidth,
+                         ::testing::Values(FlashCase{cuda::GemmMode::kReference, cuda::EpDispatch::kAuto},
+                                           FlashCase{cuda::GemmMode::kFast, cuda::EpDispatch::kAuto},
+                                           FlashCase{cuda::GemmMode::kFast, cuda::EpDispatch::kRouted}),
+                         [](const auto& p) {
+                             return std::string(p.param.gemm == cuda::GemmMode::kFast ? "fast_" : "reference_") +
+                                    cuda::ep_dispatch_name(p.param.dispatch);
+                         });
 
 // The offline engine over the two-GPU model: the same completions as over one GPU, with greedy and
 // seeded sampling on the device, n > 1 siblings (forks) and prefix sharing.

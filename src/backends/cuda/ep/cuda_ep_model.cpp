@@ -50,7 +50,7 @@ private:
 class CudaEpModel final : public Model {
 public:
     CudaEpModel(const CudaRankLoader& load_rank, const CudaModelOptions& co, const std::vector<int>& devices)
-        : exchange_(make_nccl_exchange(devices)), threads_(devices), ranks_(devices.size()),
+        : exchange_(make_nccl_exchange(devices, co.ep_dispatch, co.ep_routed_min_rows)), threads_(devices), ranks_(devices.size()),
           load_(std::make_shared<RankLoad>(int(devices.size()))) {
         // Every rank loads its slice on its own thread, all at once.
         std::vector<int64_t> max_len(devices.size());
@@ -105,6 +105,14 @@ public:
     ForwardOutputs forward_sampled(std::span<const SequenceChunk> chunks, std::span<const uint8_t> want_logits,
                                    std::span<const DeviceDraw> draws) const override;
 
+    EpExchangeStats exchange_stats() const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return exchange_->stats();
+    }
+    void reset_exchange_stats() const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        exchange_->reset_stats();
+    }
     std::vector<const Model*> ranks() const {
         std::vector<const Model*> v;
         for (const auto& r : ranks_) v.push_back(r.get());
@@ -238,5 +246,8 @@ int CudaEpModel::placement_group(const Sequence& sequence) const {
 }
 
 int cuda_ep_rank_of(const Model& model, const Sequence& sequence) { return as_ep(model).placement_group(sequence); }
+
+EpExchangeStats cuda_ep_exchange_stats(const Model& model) { return as_ep(model).exchange_stats(); }
+void reset_cuda_ep_exchange_stats(const Model& model) { as_ep(model).reset_exchange_stats(); }
 
 }  // namespace deepinfer::cuda

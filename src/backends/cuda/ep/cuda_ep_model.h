@@ -40,5 +40,8 @@ bool is_cuda_ep_model(const Model& model);
 std::vector<const Model*> cuda_ep_ranks(const Model& model);
 // The rank a sequence of such a model lives on.
 int cuda_ep_rank_of(const Model& model, const Sequence& sequence);
+// What its MoE layers' exchange moved since load or the last reset (between forwards).
+EpExchangeStats cuda_ep_exchange_stats(const Model& model);
+void reset_cuda_ep_exchange_stats(const Model& model);
 
 }  // namespace deepinfer::cuda

@@ -14,7 +14,9 @@ namespace deepinfer::cuda {
 
 // Whether this build has NCCL (expert parallelism needs it).
 bool nccl_available();
-// Communicators over `devices` (CUDA device indices, one rank each, in rank order). Throws without NCCL.
-std::unique_ptr<ExpertExchange> make_nccl_exchange(const std::vector<int>& devices);
+// Communicators over `devices` (CUDA device indices, one rank each, in rank order), the MoE layers'
+// dispatch form (routed from `routed_min_rows` rows per forward under kAuto). Throws without NCCL.
+std::unique_ptr<ExpertExchange> make_nccl_exchange(const std::vector<int>& devices,
+                                                   EpDispatch dispatch = EpDispatch::kAuto, int64_t routed_min_rows = 0);
 
 }  // namespace deepinfer::cuda

@@ -215,20 +215,22 @@ void CudaModel::moe_rows(const DeviceLayer& lw, int64_t S, const int32_t* tokens
            .official = off, .biased = biased, .ids = ids, .weights = wts},
           s);
     DI_CHECK(lw.mlp_type != MlpType::kHashMoe || lw.tid2eid, "hash-routed layer without tid2eid");
+    // Shared expert (no routing weight): on the stream while the routed experts' rows travel.
+    const int64_t SI = lw.shared_w1.out_features;
+    float* ys = workspace_->alloc_n<float>(S * D);
+    auto shared_expert = [&] {
+        float* sg = workspace_->alloc_n<float>(S * SI);
+        float* su = workspace_->alloc_n<float>(S * SI);
+        project(lw.shared_w1, a, S, sg);
+        project(lw.shared_w3, a, S, su);
+        swiglu({.g = sg, .u = su, .rows = S, .width = SI, .limit = L, .round_bf16 = off}, s);
+        project(lw.shared_w2, sg, S, ys);
+    };
     const float* y_slot = routed_experts({.experts = &lw.experts, .x = a, .ids = ids, .weights = wts, .rows = S,
                                           .hidden = D, .top_k = K, .experts_total = E, .swiglu_limit = L,
                                           .official = off, .weight_before_w2 = off, .fast = fast_,
-                                          .exchange = exchange, .rank = static_cast<int>(ep_rank_)},
+                                          .exchange = exchange, .rank = static_cast<int>(ep_rank_), .overlap = shared_expert},
                                          *workspace_, s);
-    // Shared expert (no routing weight).
-    const int64_t SI = lw.shared_w1.out_features;
-    float* sg = workspace_->alloc_n<float>(S * SI);
-    float* su = workspace_->alloc_n<float>(S * SI);
-    float* ys = workspace_->alloc_n<float>(S * D);
-    project(lw.shared_w1, a, S, sg);
-    project(lw.shared_w3, a, S, su);
-    swiglu({.g = sg, .u = su, .rows = S, .width = SI, .limit = L, .round_bf16 = off}, s);
-    project(lw.shared_w2, sg, S, ys);
     moe_combine({.expert_out = y_slot, .ids = ids, .weights = wts, .shared = ys, .out = out, .rows = S, .top_k = K,
                  .hidden = D, .scale_outputs = !off, .round_bf16 = off},
                 s);
@@ -321,7 +323,8 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
             mo += bytes(NT * I) + bytes(NT * (I / 128) * 4) + bytes(n * Dm) + bytes(n * (Dm / 128) * 4) + bytes((E + 1) * 4);
         if (ep_)  // gathered inputs (f32 or FP8 + scales), ids, weights, local ids; returned blocks, index, slots
             mo += bytes(T * Dm * 4) + bytes(T * Dm) + bytes(T * (Dm / 128) * 4) + 3 * bytes(T * K * 4) +
-                  bytes(ranks * n * K * Dm * 4) + bytes(n * K * 4) + bytes(n * K * Dm * 4);
+                  bytes(ranks * n * K * Dm * 4) + bytes(n * K * 4) + bytes(n * K * Dm * 4) +
+                  ep_staging_bytes(ranks, n, T, K, Dm);
         // (fast GEMMs split act_quant's scratch in two allocations: one more alignment each)
         return fixed + std::max({at, mo, mixing}) + 1024;
     };

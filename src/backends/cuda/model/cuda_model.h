@@ -11,11 +11,10 @@
 #include <string>
 
 #include "backends/cuda/gemm_fast.h"
+#include "backends/cuda/model/expert_exchange.h"
 #include "deepinfer/model.h"
 
 namespace deepinfer::cuda {
-
-class ExpertExchange;
 
 struct CudaModelOptions {
     int device = 0;
@@ -38,6 +37,11 @@ struct CudaModelOptions {
     // set on the exchange first. No CUDA graphs (the exchange's sizes change every step). Null: one GPU.
     ExpertExchange* expert_exchange = nullptr;
     int expert_rank = 0;
+    // The MoE layers' dispatch under expert parallelism (expert_exchange.h; read by load_cuda_ep_model):
+    // rows to every rank, or only to the ranks of their experts (a host round trip per layer for the
+    // sizes, paid back from this many rows per forward under kAuto).
+    EpDispatch ep_dispatch = EpDispatch::kAuto;
+    int64_t ep_routed_min_rows = 64;
 };
 
 // What a CUDA model measured since load (or the last reset): device time from CUDA events.

@@ -270,20 +270,23 @@ void CudaV41Model::moe_rows(const V41DeviceLayer& lw, int64_t E, int64_t K, int6
            .temperature = static_cast<float>(c.gate_temp), .sum_in_selection_order = true, .biased = biased, .ids = ids,
            .weights = wts},
           s);
+    // Shared expert (no routing weight): on the stream while the routed experts' rows travel.
+    const int64_t SI = lw.shared_w1.out_features;
+    float* ys = workspace_.alloc_n<float>(S * D);
+    auto shared_expert = [&] {
+        float* sg = workspace_.alloc_n<float>(S * SI);
+        float* su = workspace_.alloc_n<float>(S * SI);
+        project(lw.shared_w1, a, S, sg);
+        project(lw.shared_w3, a, S, su);
+        swiglu({.g = sg, .u = su, .rows = S, .width = SI, .limit = L, .round_bf16 = off}, s);
+        project(lw.shared_w2, sg, S, ys);
+    };
     // The routing weight multiplies the activation before w2 in both numerics (spec §6).
     const float* y_slot = routed_experts({.experts = &lw.experts, .x = a, .ids = ids, .weights = wts, .rows = S,
                                           .hidden = D, .top_k = K, .experts_total = E, .swiglu_limit = L,
                                           .official = off, .act_block = kActivationBlock, .weight_before_w2 = true,
-                                          .fast = fast_, .exchange = exchange, .rank = static_cast<int>(ep_rank_)},
+                                          .fast = fast_, .exchange = exchange, .rank = static_cast<int>(ep_rank_), .overlap = shared_expert},
                                          workspace_, s);
-    const int64_t SI = lw.shared_w1.out_features;
-    float* sg = workspace_.alloc_n<float>(S * SI);
-    float* su = workspace_.alloc_n<float>(S * SI);
-    float* ys = workspace_.alloc_n<float>(S * D);
-    project(lw.shared_w1, a, S, sg);
-    project(lw.shared_w3, a, S, su);
-    swiglu({.g = sg, .u = su, .rows = S, .width = SI, .limit = L, .round_bf16 = off}, s);
-    project(lw.shared_w2, sg, S, ys);
     moe_combine({.expert_out = y_slot, .ids = ids, .weights = wts, .shared = ys, .out = out, .rows = S, .top_k = K,
                  .hidden = D, .scale_outputs = false, .round_bf16 = off},
                 s);

@@ -9,6 +9,7 @@
 
 #include "backends/cuda/model/cuda_v41_impl.h"
 #include "backends/cuda/model/expert_exchange.h"
+#include "backends/cuda/model/routed_experts.h"
 
 namespace deepinfer::cuda {
 
@@ -69,7 +70,7 @@ size_t CudaV41Model::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, 
                   bytes((E + 1) * 4) + bytes(T * Dm) + bytes(T * (Dm / 128 + 1) * 4) + bytes(S * std::max(Dm, I) * 2);
         if (ep_)
             mo += bytes(T * Dm * 4) + 3 * bytes(T * KE * 4) + bytes(ranks * S * KE * Dm * 4) + bytes(S * KE * 4) +
-                  bytes(S * KE * Dm * 4);
+                  bytes(S * KE * Dm * 4) + ep_staging_bytes(ranks, S, T, KE, Dm);
         site = std::max(site, std::max(at, mo));
     }
     total += site;

@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "backends/cuda/model/routed_experts.h"
 
+#include <vector>
+
+#include "backends/cuda/ep/dispatch_plan.h"
+#include "backends/cuda/ep/ep_dispatch_ops.h"
 #include "backends/cuda/gemm_fast.h"
 #include "backends/cuda/model/expert_exchange.h"
 #include "backends/cuda/ops.h"
@@ -16,92 +20,68 @@ bool fast_supported(const DeviceExperts& ex) {
            ex.shape_w1.kind != WeightKind::kBF16 && ex.shape_w2.kind != WeightKind::kBF16;
 }
 
-}  // namespace
+// The rows the experts here see: FP8 + scales (fast GEMMs) or f32, with each row's global expert ids
+// and routing weights.
+struct ExpertRows {
+    int64_t rows = 0;
+    const uint8_t* xq = nullptr;
+    const float* xs = nullptr;
+    const float* x = nullptr;
+    const int32_t* ids = nullptr;
+    const float* weights = nullptr;
+};
 
-float* routed_experts(const RoutedExpertsParams& p, DeviceArena& ws, Stream s) {
-    DI_CHECK(p.experts && p.x && p.ids && p.weights, "routed_experts: missing input");
+// How one call runs, shared by the steps below.
+struct Setup {
+    int64_t D = 0, K = 0, E = 0, I = 0;
+    bool off = false, fast = false, fine = false, q_mid = false;
+};
+
+// Runs the experts held here on the pairs of `in`. One GPU: all experts, outputs in slot order
+// [rows · K, D]. Expert parallelism: this rank's `local` experts from `first` (the pairs of other
+// ranks' experts are grouped last and skipped); outputs at slot order too (slot_map null), or at
+// row slot_map[slot] (the routed dispatch's compact index; `mapped` local pairs).
+void run_experts(const RoutedExpertsParams& p, const Setup& u, const ExpertRows& in, bool ep, int64_t first, int64_t local,
+                 const int32_t* slot_map, int64_t mapped, float* y, DeviceArena& ws, Stream s) {
     const DeviceExperts& ex = *p.experts;
-    const int64_t S = p.rows, D = p.hidden, K = p.top_k, E = p.experts_total, I = ex.shape_w1.out_features;
-    const bool off = p.official, fast = p.fast && fast_supported(ex);
-    // Fast GEMMs under official numerics with a finer act_quant than the kernels' 128 (V4.1: 32): the
-    // reference's per-block quantization first, then the kernels' FP8 form per 128 of its result (the
-    // same e4m3 codes wherever a block's scale is its 128-group's largest, else shifted by the scales'
-    // distance, exact down to e4m3's normal range).
-    const bool fine = fast && off && p.act_block < 128;
-    const bool q_in = !fast && off && quantized(ex.shape_w1), q_mid = !fast && off && quantized(ex.shape_w2);
-    // The experts' inputs, quantized once per row: FP8 + scales (fast GEMMs, which gather the rows) or
-    // act_quant'ed f32 (official numerics on the reference kernels).
-    uint8_t* xq = nullptr;
-    float* xs = nullptr;
-    const float* xin = p.x;
-    if (fast) {
-        const float* xf = p.x;
-        if (fine) {
-            float* aq = ws.alloc_n<float>(S * D);
-            act_quant_dequant({.x = p.x, .out = aq, .rows = S, .cols = D, .block = p.act_block}, s);
-            xf = aq;
-        }
-        xq = ws.alloc_n<uint8_t>(S * D);
-        xs = ws.alloc_n<float>(S * (D / 128));
-        act_quant_fp8({.x = xf, .x_ld = D, .rows = S, .cols = D, .q = xq, .scale = xs}, s);
-    } else if (q_in) {
-        float* aq = ws.alloc_n<float>(S * D);
-        act_quant_dequant({.x = p.x, .out = aq, .rows = S, .cols = D, .block = p.act_block}, s);
-        xin = aq;
-    }
-    // The pairs the experts held here run: this GPU's own rows, or under expert parallelism every
-    // rank's rows (gathered), of which the pairs of another rank's experts are grouped last and skipped.
-    ExpertExchange* ep = p.exchange;
-    int64_t T = S, El = E;
-    const int32_t* group_ids = p.ids;
-    const float* t_wts = p.weights;
+    const int64_t T = in.rows, D = u.D, K = u.K, I = u.I, NP = T * K;
+    if (T == 0) return;
+    const int32_t* group_ids = in.ids;
     if (ep) {
-        DI_ICHECK(ep->rows(p.rank) == S);
-        T = ep->total_rows();
-        El = E / ep->ranks();
-        if (fast) {
-            auto* tq = ws.alloc_n<uint8_t>(T * D);
-            auto* ts = ws.alloc_n<float>(T * (D / 128));
-            ep->all_gather_rows(p.rank, xq, tq, size_t(D), s);
-            ep->all_gather_rows(p.rank, xs, ts, size_t(D / 128) * sizeof(float), s);
-            xq = tq;
-            xs = ts;
-        } else {
-            auto* tx = ws.alloc_n<float>(T * D);
-            ep->all_gather_rows(p.rank, xin, tx, size_t(D) * sizeof(float), s);
-            xin = tx;
-        }
-        auto* t_ids = ws.alloc_n<int32_t>(T * K);
-        auto* tw = ws.alloc_n<float>(T * K);
-        ep->all_gather_rows(p.rank, p.ids, t_ids, size_t(K) * sizeof(int32_t), s);
-        ep->all_gather_rows(p.rank, p.weights, tw, size_t(K) * sizeof(float), s);
-        auto* local = ws.alloc_n<int32_t>(T * K);
-        expert_local_ids({.ids = t_ids, .n = T * K, .first_expert = static_cast<int32_t>(p.rank * El),
-                          .experts_per_rank = static_cast<int32_t>(El), .local_ids = local},
+        auto* l = ws.alloc_n<int32_t>(NP);
+        expert_local_ids({.ids = in.ids, .n = NP, .first_expert = static_cast<int32_t>(first),
+                          .experts_per_rank = static_cast<int32_t>(local), .local_ids = l},
                          s);
-        group_ids = local;
-        t_wts = tw;
+        group_ids = l;
     }
-    const float* row_weight = p.weight_before_w2 ? t_wts : nullptr;
+    const float* row_weight = p.weight_before_w2 ? in.weights : nullptr;
     // Permutation: pairs grouped by expert (stable), then grouped GEMMs over all experts at once.
-    const int64_t NP = T * K;
     int32_t* perm_src = ws.alloc_n<int32_t>(NP);
     int32_t* perm_slot = ws.alloc_n<int32_t>(NP);
     int32_t* perm_expert = ws.alloc_n<int32_t>(NP);
-    int32_t* offsets = ws.alloc_n<int32_t>(El + 2);
-    permute({.ids = group_ids, .rows = T, .top_k = K, .experts = ep ? El + 1 : El, .perm_src = perm_src,
+    int32_t* offsets = ws.alloc_n<int32_t>(local + 2);
+    permute({.ids = group_ids, .rows = T, .top_k = K, .experts = ep ? local + 1 : local, .perm_src = perm_src,
              .perm_slot = perm_slot, .perm_expert = perm_expert, .expert_offsets = offsets},
             s);
-    float* y_slot = ws.alloc_n<float>(NP * D);
+    // Each permuted pair's output row: its slot, or the slot's compact index.
+    const int32_t* out_row = perm_slot;
+    int64_t scattered = NP;
+    if (slot_map) {
+        auto* o = ws.alloc_n<int32_t>(NP);
+        ep_compose({.index = perm_slot, .map = slot_map, .out = o, .n = NP}, s);
+        out_row = o;
+        scattered = mapped;  // the local pairs come first in the permutation
+    }
     const float L = p.swiglu_limit;
-    if (fast) {
+    const bool off = u.off;
+    if (u.fast) {
         // Tensor-core grouped GEMMs, one launch per matrix over all experts (the GEMM gathers the
-        // quantized rows), w2 writing each pair's row straight into slot order.
-        int32_t* tiles = ws.alloc_n<int32_t>(El + 1);
+        // quantized rows), w2 writing each pair's row straight to its output row.
+        int32_t* tiles = ws.alloc_n<int32_t>(local + 1);
         float* g = ws.alloc_n<float>(NP * I);
         float* up = ws.alloc_n<float>(NP * I);
-        FastLinearParams f{.a = xq, .a_scale = xs, .a_row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w1,
-                           .expert_offsets = offsets, .num_experts = El, .tile_scratch = tiles, .y = g, .y_ld = I,
+        FastLinearParams f{.a = in.xq, .a_scale = in.xs, .a_row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w1,
+                           .expert_offsets = offsets, .num_experts = local, .tile_scratch = tiles, .y = g, .y_ld = I,
                            .rows = NP, .round_output_bf16 = off};
         fast_linear(f, s);
         f.experts = ex.w3;
@@ -110,46 +90,234 @@ float* routed_experts(const RoutedExpertsParams& p, DeviceArena& ws, Stream s) {
         swiglu({.g = g, .u = up, .row_weight = row_weight, .row_weight_index = perm_slot, .rows = NP, .width = I,
                 .limit = L, .round_bf16 = off},
                s);
-        if (fine) act_quant_dequant({.x = g, .out = g, .rows = NP, .cols = I, .block = p.act_block}, s);
+        if (u.fine) act_quant_dequant({.x = g, .out = g, .rows = NP, .cols = I, .block = p.act_block}, s);
         uint8_t* gq = ws.alloc_n<uint8_t>(NP * I);
         float* gs = ws.alloc_n<float>(NP * (I / 128));
         act_quant_fp8({.x = g, .x_ld = I, .rows = NP, .cols = I, .q = gq, .scale = gs}, s);
         fast_linear({.a = gq, .a_scale = gs, .weight = ex.shape_w2, .experts = ex.w2, .expert_offsets = offsets,
-                     .num_experts = El, .tile_scratch = tiles, .y_row = perm_slot, .y = y_slot, .y_ld = D, .rows = NP,
+                     .num_experts = local, .tile_scratch = tiles, .y_row = out_row, .y = y, .y_ld = D, .rows = NP,
                      .round_output_bf16 = off},
                     s);
     } else {
-        const int64_t skip = ep ? El : 0;  // another rank's pairs: left out of every grouped GEMM
+        const int64_t skip = ep ? local : 0;  // another rank's pairs: left out of every grouped GEMM
         float* g = ws.alloc_n<float>(NP * I);
         float* up = ws.alloc_n<float>(NP * I);
-        linear({.x = xin, .x_ld = D, .row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w1, .row_expert = perm_expert,
+        linear({.x = in.x, .x_ld = D, .row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w1, .row_expert = perm_expert,
                 .num_experts = skip, .y = g, .y_ld = I, .rows = NP, .round_output_bf16 = off},
                s);
-        linear({.x = xin, .x_ld = D, .row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w3, .row_expert = perm_expert,
+        linear({.x = in.x, .x_ld = D, .row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w3, .row_expert = perm_expert,
                 .num_experts = skip, .y = up, .y_ld = I, .rows = NP, .round_output_bf16 = off},
                s);
         swiglu({.g = g, .u = up, .row_weight = row_weight, .row_weight_index = perm_slot, .rows = NP, .width = I,
                 .limit = L, .round_bf16 = off},
                s);
-        if (q_mid) act_quant_dequant({.x = g, .out = g, .rows = NP, .cols = I, .block = p.act_block}, s);
+        if (u.q_mid) act_quant_dequant({.x = g, .out = g, .rows = NP, .cols = I, .block = p.act_block}, s);
         float* y_perm = ws.alloc_n<float>(NP * D);
         linear({.x = g, .x_ld = I, .weight = ex.shape_w2, .experts = ex.w2, .row_expert = perm_expert,
                 .num_experts = skip, .y = y_perm, .y_ld = D, .rows = NP, .round_output_bf16 = off},
                s);
-        scatter_rows({.src = y_perm, .index = perm_slot, .dst = y_slot, .n = NP, .width = D}, s);
+        scatter_rows({.src = y_perm, .index = out_row, .dst = y, .n = scattered, .width = D}, s);
     }
-    if (ep) {
-        // Every rank returns each rank the outputs of that rank's pairs; each pair then takes its row
-        // from the block of the rank holding its expert.
-        const int64_t G = ep->ranks();
-        float* back = ws.alloc_n<float>(G * S * K * D);
-        ep->return_rows(p.rank, y_slot, back, size_t(D) * sizeof(float), K, s);
-        int32_t* src_row = ws.alloc_n<int32_t>(S * K);
-        expert_source_rows({.ids = p.ids, .n = S * K, .experts_per_rank = static_cast<int32_t>(El), .index = src_row}, s);
-        y_slot = ws.alloc_n<float>(S * K * D);
-        gather_rows({.src = back, .index = src_row, .dst = y_slot, .n = S * K, .width = D}, s);
+}
+
+// All-gather dispatch: every rank's rows here, every slot's output back to its row's rank.
+float* all_gather_experts(const RoutedExpertsParams& p, const Setup& u, const ExpertRows& own, DeviceArena& ws, Stream s) {
+    ExpertExchange* ep = p.exchange;
+    const int me = p.rank, G = ep->ranks();
+    const int64_t S = p.rows, D = u.D, K = u.K, El = u.E / G, T = ep->total_rows();
+    const Stream c = ep->comm_stream(me);
+    ExpertRows all{.rows = T};
+    ep->fork(me, s);
+    if (u.fast) {
+        auto* tq = ws.alloc_n<uint8_t>(T * D);
+        auto* ts = ws.alloc_n<float>(T * (D / 128));
+        ep->all_gather_rows(me, own.xq, tq, size_t(D), c);
+        ep->all_gather_rows(me, own.xs, ts, size_t(D / 128) * sizeof(float), c);
+        all.xq = tq;
+        all.xs = ts;
+    } else {
+        auto* tx = ws.alloc_n<float>(T * D);
+        ep->all_gather_rows(me, own.x, tx, size_t(D) * sizeof(float), c);
+        all.x = tx;
     }
+    auto* t_ids = ws.alloc_n<int32_t>(T * K);
+    auto* tw = ws.alloc_n<float>(T * K);
+    ep->all_gather_rows(me, own.ids, t_ids, size_t(K) * sizeof(int32_t), c);
+    ep->all_gather_rows(me, own.weights, tw, size_t(K) * sizeof(float), c);
+    all.ids = t_ids;
+    all.weights = tw;
+    if (p.overlap) p.overlap();  // on s while the rows travel
+    ep->join(me, s);
+    float* y = ws.alloc_n<float>(T * K * D);
+    run_experts(p, u, all, true, me * El, El, nullptr, 0, y, ws, s);
+    // Every rank returns each rank the outputs of that rank's slots; each pair then takes its row
+    // from the block of the rank holding its expert.
+    float* back = ws.alloc_n<float>(G * S * K * D);
+    ep->fork(me, s);
+    ep->return_rows(me, y, back, size_t(D) * sizeof(float), K, c);
+    ep->join(me, s);
+    int32_t* src_row = ws.alloc_n<int32_t>(S * K);
+    expert_source_rows({.ids = p.ids, .n = S * K, .experts_per_rank = static_cast<int32_t>(El), .index = src_row}, s);
+    float* y_slot = ws.alloc_n<float>(S * K * D);
+    gather_rows({.src = back, .index = src_row, .dst = y_slot, .n = S * K, .width = D}, s);
+    ep->add_stats(me, {.layers_all_gather = 1, .rows_broadcast = S * (G - 1), .slots_all_gather = S * K * (G - 1)});
     return y_slot;
+}
+
+// Routed dispatch (ep/dispatch_plan.h): rows only to the ranks of their experts, compact returns.
+float* routed_dispatch_experts(const RoutedExpertsParams& p, const Setup& u, const ExpertRows& own, DeviceArena& ws,
+                               Stream s) {
+    ExpertExchange* ep = p.exchange;
+    const int me = p.rank, G = ep->ranks();
+    const size_t R = size_t(me);
+    const int64_t S = p.rows, D = u.D, K = u.K, El = u.E / G;
+    const Stream c = ep->comm_stream(me);
+    // The plan of this rank's rows, its counts to the host; the transfers' side stream starts here.
+    int32_t* send_rows = ws.alloc_n<int32_t>(G * S);
+    int32_t* pair_slot = ws.alloc_n<int32_t>(S * K);
+    int32_t* counts = ws.alloc_n<int32_t>(2 * G);
+    ep_route_plan({.ids = p.ids, .rows = S, .top_k = K, .experts_per_rank = static_cast<int32_t>(El), .ranks = G,
+                   .send_rows = send_rows, .pair_slot = pair_slot, .counts = counts},
+                  s);
+    ep->share_counts_begin(me, counts, 2 * G, s);
+    ep->fork(me, s);
+    if (p.overlap) p.overlap();  // on s while the host waits for the counts and the rows travel
+    const EpRankPlan plan = make_ep_rank_plan(G, me, ep->share_counts_end(me));
+    DI_ICHECK(plan.returned_pairs == S * K);
+    // The planes of a row (FP8 row + scales, or f32 row; ids; weights): received blocks in rank order,
+    // this rank's own block packed straight into place, the peers' into staging.
+    struct Plane {
+        const void* src;
+        int64_t width;
+        uint8_t* recv;
+    };
+    std::vector<Plane> planes;
+    const int64_t T = plan.recv_total;
+    auto plane = [&](const void* src, int64_t width) {
+        planes.push_back({src, width, ws.alloc_n<uint8_t>(T * width)});
+        return planes.back().recv;
+    };
+    ExpertRows in{.rows = T};
+    if (u.fast) {
+        in.xq = plane(own.xq, D);
+        in.xs = reinterpret_cast<const float*>(plane(own.xs, (D / 128) * 4));
+    } else {
+        in.x = reinterpret_cast<const float*>(plane(own.x, D * 4));
+    }
+    in.ids = reinterpret_cast<const int32_t*>(plane(own.ids, K * 4));
+    in.weights = reinterpret_cast<const float*>(plane(own.weights, K * 4));
+    EpPackParams pack;
+    pack.num_planes = int32_t(planes.size());
+    pack.send_rows = send_rows;
+    pack.rows = S;
+    pack.ranks = G;
+    std::vector<EpTransfer> sends, recvs;
+    for (int r = 0; r < G; ++r) pack.count[r] = plan.send_rows[size_t(r)];
+    for (size_t k = 0; k < planes.size(); ++k) {
+        const Plane& pl = planes[k];
+        pack.planes[k].src = pl.src;
+        pack.planes[k].width = pl.width;
+        for (int r = 0; r < G; ++r) {
+            const size_t rr = size_t(r);
+            if (r == me) {
+                pack.planes[k].dst[rr] = pl.recv + plan.recv_at[R] * pl.width;
+                continue;
+            }
+            uint8_t* staged = ws.alloc_n<uint8_t>(plan.send_rows[rr] * pl.width);
+            pack.planes[k].dst[rr] = staged;
+            sends.push_back({r, staged, size_t(plan.send_rows[rr] * pl.width)});
+            recvs.push_back({r, pl.recv + plan.recv_at[rr] * pl.width, size_t(plan.recv_rows[rr] * pl.width)});
+        }
+    }
+    ep_pack(pack, c);
+    ep->send_recv(me, sends, recvs, c);
+    ep->join(me, s);
+    // The experts here, each local pair's output at its compact index: the blocks of the ranks the
+    // rows came from, in rank order.
+    int32_t* compact = ws.alloc_n<int32_t>(T * K);
+    ep_local_slots({.ids = in.ids, .n = T * K, .first_expert = static_cast<int32_t>(me * El),
+                    .experts_per_rank = static_cast<int32_t>(El), .compact = compact},
+                   s);
+    float* y = ws.alloc_n<float>(plan.computed_pairs * D);
+    run_experts(p, u, in, true, me * El, El, compact, plan.computed_pairs, y, ws, s);
+    // Return: each rank its block; this rank's pairs land at pair_slot in `back`.
+    const size_t row_bytes = size_t(D) * sizeof(float);
+    float* back = ws.alloc_n<float>(S * K * D);
+    ep->fork(me, s);
+    copy_on_device(back + plan.ret_recv_at[R] * D, y + plan.ret_send_at[R] * D, size_t(plan.ret_recv_pairs[R]) * row_bytes, c);
+    sends.clear();
+    recvs.clear();
+    for (int r = 0; r < G; ++r) {
+        const size_t rr = size_t(r);
+        if (r == me) continue;
+        sends.push_back({r, y + plan.ret_send_at[rr] * D, size_t(plan.ret_send_pairs[rr]) * row_bytes});
+        recvs.push_back({r, back + plan.ret_recv_at[rr] * D, size_t(plan.ret_recv_pairs[rr]) * row_bytes});
+    }
+    ep->send_recv(me, sends, recvs, c);
+    ep->join(me, s);
+    float* y_slot = ws.alloc_n<float>(S * K * D);
+    gather_rows({.src = back, .index = pair_slot, .dst = y_slot, .n = S * K, .width = D}, s);
+    EpExchangeStats st{.layers_routed = 1, .rows_broadcast = S * (G - 1), .slots_all_gather = S * K * (G - 1)};
+    for (int r = 0; r < G; ++r)
+        if (r != me) {
+            st.rows_sent += plan.send_rows[size_t(r)];
+            st.pairs_returned += plan.ret_send_pairs[size_t(r)];
+        }
+    ep->add_stats(me, st);
+    return y_slot;
+}
+
+}  // namespace
+
+size_t ep_staging_bytes(int64_t ranks, int64_t rows, int64_t gathered, int64_t top_k, int64_t hidden) {
+    const int64_t staging = ranks * rows * (hidden * 4 + top_k * 8);
+    const int64_t index = ranks * rows + rows * top_k + 2 * ranks + 2 * gathered * top_k;
+    return size_t(staging + index * 4) + size_t(8 * ranks + 16) * 256;
+}
+
+float* routed_experts(const RoutedExpertsParams& p, DeviceArena& ws, Stream s) {
+    DI_CHECK(p.experts && p.x && p.ids && p.weights, "routed_experts: missing input");
+    const DeviceExperts& ex = *p.experts;
+    const int64_t S = p.rows;
+    Setup u{.D = p.hidden, .K = p.top_k, .E = p.experts_total, .I = ex.shape_w1.out_features, .off = p.official,
+            .fast = p.fast && fast_supported(ex)};
+    const int64_t D = u.D;
+    // Fast GEMMs under official numerics with a finer act_quant than the kernels' 128 (V4.1: 32): the
+    // reference's per-block quantization first, then the kernels' FP8 form per 128 of its result (the
+    // same e4m3 codes wherever a block's scale is its 128-group's largest, else shifted by the scales'
+    // distance, exact down to e4m3's normal range).
+    u.fine = u.fast && u.off && p.act_block < 128;
+    const bool q_in = !u.fast && u.off && quantized(ex.shape_w1);
+    u.q_mid = !u.fast && u.off && quantized(ex.shape_w2);
+    // The experts' inputs, quantized once per row (before any transfer): FP8 + scales (fast GEMMs,
+    // which gather the rows) or act_quant'ed f32 (official numerics on the reference kernels).
+    ExpertRows own{.rows = S, .x = p.x, .ids = p.ids, .weights = p.weights};
+    if (u.fast) {
+        const float* xf = p.x;
+        if (u.fine) {
+            float* aq = ws.alloc_n<float>(S * D);
+            act_quant_dequant({.x = p.x, .out = aq, .rows = S, .cols = D, .block = p.act_block}, s);
+            xf = aq;
+        }
+        auto* xq = ws.alloc_n<uint8_t>(S * D);
+        auto* xs = ws.alloc_n<float>(S * (D / 128));
+        act_quant_fp8({.x = xf, .x_ld = D, .rows = S, .cols = D, .q = xq, .scale = xs}, s);
+        own.xq = xq;
+        own.xs = xs;
+    } else if (q_in) {
+        float* aq = ws.alloc_n<float>(S * D);
+        act_quant_dequant({.x = p.x, .out = aq, .rows = S, .cols = D, .block = p.act_block}, s);
+        own.x = aq;
+    }
+    if (ExpertExchange* ep = p.exchange) {
+        DI_ICHECK(ep->rows(p.rank) == S);
+        DI_CHECK(u.E % ep->ranks() == 0, "expert parallelism: ", u.E, " experts over ", ep->ranks(), " ranks");
+        return ep->routed() ? routed_dispatch_experts(p, u, own, ws, s) : all_gather_experts(p, u, own, ws, s);
+    }
+    float* y = ws.alloc_n<float>(S * u.K * D);
+    run_experts(p, u, own, false, 0, u.E, nullptr, 0, y, ws, s);
+    if (p.overlap) p.overlap();
+    return y;
 }
 
 }  // namespace deepinfer::cuda

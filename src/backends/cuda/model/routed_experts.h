@@ -2,12 +2,15 @@
 // The routed experts of one MoE layer on the GPU, shared by the V4 (cuda_model.cpp) and V4.1
 // (cuda_v41_model.cpp) models: the pairs (row, k) grouped by expert, the grouped w1/w3 GEMMs, the
 // clamped SwiGLU, the grouped w2, each pair's output in slot order. Under expert parallelism
-// (expert_exchange.h) the same steps run on every rank's gathered pairs, the other ranks' experts
-// skipped, and each pair's output comes back from the rank holding its expert, so a rank's result
-// equals the single-GPU one bit for bit. Router, shared expert and combine stay with the caller.
+// (expert_exchange.h) the same steps run on the rows sent to this rank (every rank's rows, or under
+// the routed dispatch only those with an expert here), the other ranks' experts skipped, and each
+// pair's output comes back from the rank holding its expert, so a rank's result equals the single-GPU
+// one bit for bit. The transfers run on the exchange's side stream while `overlap` (the caller's
+// shared expert) runs on the compute stream. Router and combine stay with the caller.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/model/cuda_weights.h"
@@ -37,7 +40,16 @@ struct RoutedExpertsParams {
     bool fast = false;
     ExpertExchange* exchange = nullptr;      // expert parallelism, else null
     int rank = 0;                            // this GPU's rank in `exchange`
+    // Work independent of the routed experts (the shared expert), enqueued on `s` exactly once: under
+    // expert parallelism while the rows travel (and, routed, while the host waits for the counts);
+    // on one GPU after the experts. May allocate from `ws`.
+    std::function<void()> overlap;
 };
+
+// The routed dispatch's workspace beyond the all-gather's (ep/dispatch_plan.h): the per-peer staging
+// of at most `rows` own rows (f32 or FP8 + scales, ids, weights), the plan's and the receiving side's
+// index arrays over at most `gathered` rows, and the allocations' alignment.
+size_t ep_staging_bytes(int64_t ranks, int64_t rows, int64_t gathered, int64_t top_k, int64_t hidden);
 
 // Returns each pair's expert output (before routing weights unless weight_before_w2), [rows · top_k,
 // hidden] f32 in slot order (pair (r, k) at row r · top_k + k), allocated in `ws`; enqueued on `s`.
