@@ -180,24 +180,26 @@ float* routed_dispatch_experts(const RoutedExpertsParams& p, const Setup& u, con
                    .send_rows = send_rows, .pair_slot = pair_slot, .counts = counts},
                   s);
     ep->share_counts_begin(me, counts, 2 * G, s);
-    ep->fork(me, s);
-    if (p.overlap) p.overlap();  // on s while the host waits for the counts and the rows travel
-    const EpRankPlan plan = make_ep_rank_plan(G, me, ep->share_counts_end(me));
-    DI_ICHECK(plan.returned_pairs == S * K);
-    // The planes of a row (FP8 row + scales, or f32 row; ids; weights): received blocks in rank order,
-    // this rank's own block packed straight into place, the peers' into staging.
+    // The planes of a row (FP8 row + scales, or f32 row; ids; weights): received blocks in rank order
+    // (at most every rank's rows), this rank's own block packed straight into place, the peers' into
+    // staging (at most all own rows each). Allocated before `overlap` runs: its scratch is reused in
+    // stream order on s, while these are written on the side stream meanwhile.
     struct Plane {
         const void* src;
         int64_t width;
         uint8_t* recv;
+        uint8_t* staged[kMaxEpRanks];
     };
     std::vector<Plane> planes;
-    const int64_t T = plan.recv_total;
+    const int64_t T_most = ep->total_rows();
     auto plane = [&](const void* src, int64_t width) {
-        planes.push_back({src, width, ws.alloc_n<uint8_t>(T * width)});
-        return planes.back().recv;
+        Plane pl{src, width, ws.alloc_n<uint8_t>(T_most * width), {}};
+        for (int r = 0; r < G; ++r)
+            if (r != me) pl.staged[r] = ws.alloc_n<uint8_t>(S * width);
+        planes.push_back(pl);
+        return pl.recv;
     };
-    ExpertRows in{.rows = T};
+    ExpertRows in;
     if (u.fast) {
         in.xq = plane(own.xq, D);
         in.xs = reinterpret_cast<const float*>(plane(own.xs, (D / 128) * 4));
@@ -206,6 +208,12 @@ float* routed_dispatch_experts(const RoutedExpertsParams& p, const Setup& u, con
     }
     in.ids = reinterpret_cast<const int32_t*>(plane(own.ids, K * 4));
     in.weights = reinterpret_cast<const float*>(plane(own.weights, K * 4));
+    ep->fork(me, s);
+    if (p.overlap) p.overlap();  // on s while the host waits for the counts and the rows travel
+    const EpRankPlan plan = make_ep_rank_plan(G, me, ep->share_counts_end(me));
+    DI_ICHECK(plan.returned_pairs == S * K && plan.recv_total <= T_most);
+    const int64_t T = plan.recv_total;
+    in.rows = T;
     EpPackParams pack;
     pack.num_planes = int32_t(planes.size());
     pack.send_rows = send_rows;
@@ -223,9 +231,8 @@ float* routed_dispatch_experts(const RoutedExpertsParams& p, const Setup& u, con
                 pack.planes[k].dst[rr] = pl.recv + plan.recv_at[R] * pl.width;
                 continue;
             }
-            uint8_t* staged = ws.alloc_n<uint8_t>(plan.send_rows[rr] * pl.width);
-            pack.planes[k].dst[rr] = staged;
-            sends.push_back({r, staged, size_t(plan.send_rows[rr] * pl.width)});
+            pack.planes[k].dst[rr] = pl.staged[rr];
+            sends.push_back({r, pl.staged[rr], size_t(plan.send_rows[rr] * pl.width)});
             recvs.push_back({r, pl.recv + plan.recv_at[rr] * pl.width, size_t(plan.recv_rows[rr] * pl.width)});
         }
     }

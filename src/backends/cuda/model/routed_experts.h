@@ -42,7 +42,8 @@ struct RoutedExpertsParams {
     int rank = 0;                            // this GPU's rank in `exchange`
     // Work independent of the routed experts (the shared expert), enqueued on `s` exactly once: under
     // expert parallelism while the rows travel (and, routed, while the host waits for the counts);
-    // on one GPU after the experts. May allocate from `ws`.
+    // on one GPU after the experts. May allocate from `ws` and release its scratch in stream order on
+    // `s` (the transfers' buffers are allocated before it runs).
     std::function<void()> overlap;
 };
 
