@@ -41,6 +41,15 @@ struct EpComposeParams {
 };
 void ep_compose(const EpComposeParams& p, Stream s);
 
+// dst[i] = f32(src[index[i]]) for bf16 rows (the routed returns of bf16-rounded expert outputs).
+struct EpGatherBf16Params {
+    const uint16_t* src = nullptr;   // [*, width] bf16
+    const int32_t* index = nullptr;  // [n]
+    float* dst = nullptr;            // [n, width] f32
+    int64_t n = 0, width = 0;
+};
+void ep_gather_bf16_rows(const EpGatherBf16Params& p, Stream s);
+
 // Copies each destination's rows of up to four row-major planes (FP8 rows, scales, ids, weights):
 // plane[k].dst[r] row j ← plane[k].src row send_rows[r · rows + j], j < count[r].
 struct EpPackPlane {

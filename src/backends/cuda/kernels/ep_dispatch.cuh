@@ -102,6 +102,13 @@ static __global__ void ep_compose_kernel(const __grid_constant__ EpComposeParams
     if (i < p.n) p.out[i] = p.map[p.index[i]];
 }
 
+static __global__ void ep_gather_bf16_kernel(const __grid_constant__ EpGatherBf16Params p) {
+    const int64_t i = blockIdx.x;
+    const uint16_t* src = p.src + static_cast<int64_t>(p.index[i]) * p.width;
+    float* dst = p.dst + i * p.width;
+    for (int64_t c = threadIdx.x; c < p.width; c += blockDim.x) dst[c] = __uint_as_float(uint32_t(src[c]) << 16);
+}
+
 // Block (j, r): row j of destination r, all planes, 4-byte words.
 static __global__ void ep_pack_kernel(const __grid_constant__ EpPackParams p) {
     const int r = static_cast<int>(blockIdx.y);

@@ -31,6 +31,13 @@ void ep_compose(const EpComposeParams& p, Stream s) {
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
+void ep_gather_bf16_rows(const EpGatherBf16Params& p, Stream s) {
+    if (p.n == 0) return;
+    DI_CHECK(p.n < (int64_t(1) << 31), "ep_gather_bf16_rows: ", p.n, " rows");
+    kernels::ep_gather_bf16_kernel<<<static_cast<unsigned>(p.n), 256, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
 void ep_pack(const EpPackParams& p, Stream s) {
     DI_CHECK(p.ranks >= 1 && p.ranks <= kMaxEpRanks && p.num_planes >= 0 && p.num_planes <= 4, "ep_pack: ", p.ranks,
              " ranks, ", p.num_planes, " planes");

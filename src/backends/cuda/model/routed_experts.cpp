@@ -247,23 +247,40 @@ float* routed_dispatch_experts(const RoutedExpertsParams& p, const Setup& u, con
                    s);
     float* y = ws.alloc_n<float>(plan.computed_pairs * D);
     run_experts(p, u, in, true, me * El, El, compact, plan.computed_pairs, y, ws, s);
-    // Return: each rank its block; this rank's pairs land at pair_slot in `back`.
-    const size_t row_bytes = size_t(D) * sizeof(float);
-    float* back = ws.alloc_n<float>(S * K * D);
+    // Return: each rank its block; this rank's pairs land at pair_slot in `back`. Official numerics
+    // round every expert output to bf16 (w2's output): those travel as bf16, half the bytes, the same
+    // values.
+    const bool half = u.off;
+    const int64_t elem = half ? 2 : 4;
+    const size_t row_bytes = size_t(D * elem);
+    const uint8_t* out = reinterpret_cast<const uint8_t*>(y);
+    if (half) {
+        auto* yb = ws.alloc_n<uint16_t>(plan.computed_pairs * D);
+        if (plan.computed_pairs > 0) to_bf16({.x = y, .x_ld = D, .rows = plan.computed_pairs, .cols = D, .out = yb}, s);
+        out = reinterpret_cast<const uint8_t*>(yb);
+    }
+    auto* back = ws.alloc_n<uint8_t>(S * K * D * elem);
     ep->fork(me, s);
-    copy_on_device(back + plan.ret_recv_at[R] * D, y + plan.ret_send_at[R] * D, size_t(plan.ret_recv_pairs[R]) * row_bytes, c);
+    copy_on_device(back + size_t(plan.ret_recv_at[R]) * row_bytes, out + size_t(plan.ret_send_at[R]) * row_bytes,
+                   size_t(plan.ret_recv_pairs[R]) * row_bytes, c);
     sends.clear();
     recvs.clear();
     for (int r = 0; r < G; ++r) {
         const size_t rr = size_t(r);
         if (r == me) continue;
-        sends.push_back({r, y + plan.ret_send_at[rr] * D, size_t(plan.ret_send_pairs[rr]) * row_bytes});
-        recvs.push_back({r, back + plan.ret_recv_at[rr] * D, size_t(plan.ret_recv_pairs[rr]) * row_bytes});
+        sends.push_back({r, const_cast<uint8_t*>(out) + size_t(plan.ret_send_at[rr]) * row_bytes,
+                         size_t(plan.ret_send_pairs[rr]) * row_bytes});
+        recvs.push_back({r, back + size_t(plan.ret_recv_at[rr]) * row_bytes, size_t(plan.ret_recv_pairs[rr]) * row_bytes});
     }
     ep->send_recv(me, sends, recvs, c);
     ep->join(me, s);
     float* y_slot = ws.alloc_n<float>(S * K * D);
-    gather_rows({.src = back, .index = pair_slot, .dst = y_slot, .n = S * K, .width = D}, s);
+    if (half)
+        ep_gather_bf16_rows({.src = reinterpret_cast<const uint16_t*>(back), .index = pair_slot, .dst = y_slot, .n = S * K,
+                             .width = D},
+                            s);
+    else
+        gather_rows({.src = reinterpret_cast<const float*>(back), .index = pair_slot, .dst = y_slot, .n = S * K, .width = D}, s);
     EpExchangeStats st{.layers_routed = 1, .rows_broadcast = S * (G - 1), .slots_all_gather = S * K * (G - 1)};
     for (int r = 0; r < G; ++r)
         if (r != me) {
@@ -279,7 +296,8 @@ float* routed_dispatch_experts(const RoutedExpertsParams& p, const Setup& u, con
 size_t ep_staging_bytes(int64_t ranks, int64_t rows, int64_t gathered, int64_t top_k, int64_t hidden) {
     const int64_t staging = ranks * rows * (hidden * 4 + top_k * 8);
     const int64_t index = ranks * rows + rows * top_k + 2 * ranks + 2 * gathered * top_k;
-    return size_t(staging + index * 4) + size_t(8 * ranks + 16) * 256;
+    const int64_t bf16_out = gathered * top_k * hidden * 2;  // official numerics: the outputs as bf16
+    return size_t(staging + index * 4 + bf16_out) + size_t(8 * ranks + 16) * 256;
 }
 
 float* routed_experts(const RoutedExpertsParams& p, DeviceArena& ws, Stream s) {
