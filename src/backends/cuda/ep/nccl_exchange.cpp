@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// ExpertExchange over NCCL point-to-point calls (all-gather, return and the routed transfers as
-// grouped send/recv pairs with sizes known on the host); the rank's own block is a device-to-device
+// ExpertExchange over NCCL point-to-point calls (the dispatches' transfers and the all-gather's return
+// as grouped send/recv pairs with sizes known on the host); the rank's own block is a device-to-device
 // copy. The routed dispatch's counts go through page-locked host memory and a host barrier of the
 // ranks' threads (they share this process), not through NCCL.
 #include "backends/cuda/ep/nccl_exchange.h"
@@ -185,23 +185,6 @@ public:
     }
     void reset_stats() override {
         for (Side& d : side_) d.stats = {};
-    }
-
-    void all_gather_rows(int rank, const void* src, void* dst, size_t row_bytes, Stream s) override {
-        const auto st = static_cast<cudaStream_t>(s.handle);
-        auto* out = static_cast<uint8_t*>(dst);
-        const size_t mine = size_t(rows(rank)) * row_bytes;
-        DI_NCCL_CHECK(ncclGroupStart());
-        for (int p = 0; p < ranks(); ++p) {
-            if (p == rank) continue;
-            if (mine > 0) DI_NCCL_CHECK(ncclSend(src, mine, ncclUint8, p, comms_[size_t(rank)], st));
-            const size_t theirs = size_t(rows(p)) * row_bytes;
-            if (theirs > 0)
-                DI_NCCL_CHECK(ncclRecv(out + size_t(first_row(p)) * row_bytes, theirs, ncclUint8, p, comms_[size_t(rank)], st));
-        }
-        DI_NCCL_CHECK(ncclGroupEnd());
-        if (mine > 0)
-            DI_CUDART_CHECK(cudaMemcpyAsync(out + size_t(first_row(rank)) * row_bytes, src, mine, cudaMemcpyDeviceToDevice, st));
     }
 
     void return_rows(int rank, const void* src, void* dst, size_t row_bytes, int64_t per_row, Stream s) override {

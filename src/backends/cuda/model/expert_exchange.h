@@ -6,8 +6,8 @@
 // and joined back into the rank's compute stream by events, so the shared expert runs meanwhile.
 // Two dispatch forms, the same results (every pair's expert output equals the single-GPU one):
 //  - all-gather (sizes known on the host before the forward, set_rows): every rank's rows go to every
-//    rank (all_gather_rows), experts run on the pairs of all rows that chose one of theirs, and each
-//    rank gets back the outputs of all its rows' slots from every rank (return_rows);
+//    rank (one send_recv group), experts run on the pairs of all rows that chose one of theirs, and
+//    each rank gets back the outputs of all its rows' slots from every rank (return_rows);
 //  - routed (ep/dispatch_plan.h): a row goes to rank r only when one of its top-k experts lives on r,
 //    and only the pairs r computed come back. The sizes depend on the routing, so each rank stages
 //    its per-peer counts to the host and the ranks' host threads share them (share_counts_*: one
@@ -70,11 +70,9 @@ public:
     // Later work on s waits for the work queued on the side stream so far.
     virtual void join(int rank, Stream s) = 0;
 
-    // Enqueues on s: dst [total_rows, row_bytes] ← every rank's src [rows(q), row_bytes] at
-    // first_row(q). Every rank must call it, in the same order of calls.
-    virtual void all_gather_rows(int rank, const void* src, void* dst, size_t row_bytes, Stream s) = 0;
     // Enqueues on s: src holds [total_rows · per_row, row_bytes] (every rank's rows, per_row rows each);
     // rank q receives the block of its own rows from every rank p at dst + p · rows(q) · per_row rows.
+    // Every rank must call it, in the same order of calls.
     virtual void return_rows(int rank, const void* src, void* dst, size_t row_bytes, int64_t per_row, Stream s) = 0;
 
     // The routed dispatch's count exchange: share_counts_begin enqueues on s the copy of the rank's

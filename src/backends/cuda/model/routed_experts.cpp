@@ -126,40 +126,57 @@ float* all_gather_experts(const RoutedExpertsParams& p, const Setup& u, const Ex
     const int me = p.rank, G = ep->ranks();
     const int64_t S = p.rows, D = u.D, K = u.K, El = u.E / G, T = ep->total_rows();
     const Stream c = ep->comm_stream(me);
+    // Every rank's rows here, in one group of transfers: each plane of this rank's rows (FP8 row +
+    // scales, or f32 row; ids; weights) to every peer, the peers' into place, this rank's by a copy.
     ExpertRows all{.rows = T};
+    std::vector<EpTransfer> sends, recvs;
     ep->fork(me, s);
+    auto gather = [&](const void* src, int64_t width) {
+        auto* dst = ws.alloc_n<uint8_t>(T * width);
+        copy_on_device(dst + ep->first_row(me) * width, src, size_t(S * width), c);
+        for (int r = 0; r < G; ++r)
+            if (r != me) {
+                sends.push_back({r, const_cast<void*>(src), size_t(S * width)});
+                recvs.push_back({r, dst + ep->first_row(r) * width, size_t(ep->rows(r) * width)});
+            }
+        return dst;
+    };
     if (u.fast) {
-        auto* tq = ws.alloc_n<uint8_t>(T * D);
-        auto* ts = ws.alloc_n<float>(T * (D / 128));
-        ep->all_gather_rows(me, own.xq, tq, size_t(D), c);
-        ep->all_gather_rows(me, own.xs, ts, size_t(D / 128) * sizeof(float), c);
-        all.xq = tq;
-        all.xs = ts;
+        all.xq = gather(own.xq, D);
+        all.xs = reinterpret_cast<const float*>(gather(own.xs, (D / 128) * 4));
     } else {
-        auto* tx = ws.alloc_n<float>(T * D);
-        ep->all_gather_rows(me, own.x, tx, size_t(D) * sizeof(float), c);
-        all.x = tx;
+        all.x = reinterpret_cast<const float*>(gather(own.x, D * 4));
     }
-    auto* t_ids = ws.alloc_n<int32_t>(T * K);
-    auto* tw = ws.alloc_n<float>(T * K);
-    ep->all_gather_rows(me, own.ids, t_ids, size_t(K) * sizeof(int32_t), c);
-    ep->all_gather_rows(me, own.weights, tw, size_t(K) * sizeof(float), c);
-    all.ids = t_ids;
-    all.weights = tw;
+    all.ids = reinterpret_cast<const int32_t*>(gather(own.ids, K * 4));
+    all.weights = reinterpret_cast<const float*>(gather(own.weights, K * 4));
+    ep->send_recv(me, sends, recvs, c);
     if (p.overlap) p.overlap();  // on s while the rows travel
     ep->join(me, s);
     float* y = ws.alloc_n<float>(T * K * D);
     run_experts(p, u, all, true, me * El, El, nullptr, 0, y, ws, s);
-    // Every rank returns each rank the outputs of that rank's slots; each pair then takes its row
-    // from the block of the rank holding its expert.
-    float* back = ws.alloc_n<float>(G * S * K * D);
+    // Every rank returns each rank the outputs of that rank's slots (bf16 under official numerics, as
+    // in the routed form); each pair then takes its row from the block of the rank holding its expert.
+    const bool half = u.off;
+    const int64_t elem = half ? 2 : 4;
+    const void* out = y;
+    if (half) {
+        auto* yb = ws.alloc_n<uint16_t>(T * K * D);
+        to_bf16({.x = y, .x_ld = D, .rows = T * K, .cols = D, .out = yb}, s);  // (unwritten slots: never read)
+        out = yb;
+    }
+    auto* back = ws.alloc_n<uint8_t>(G * S * K * D * elem);
     ep->fork(me, s);
-    ep->return_rows(me, y, back, size_t(D) * sizeof(float), K, c);
+    ep->return_rows(me, out, back, size_t(D * elem), K, c);
     ep->join(me, s);
     int32_t* src_row = ws.alloc_n<int32_t>(S * K);
     expert_source_rows({.ids = p.ids, .n = S * K, .experts_per_rank = static_cast<int32_t>(El), .index = src_row}, s);
     float* y_slot = ws.alloc_n<float>(S * K * D);
-    gather_rows({.src = back, .index = src_row, .dst = y_slot, .n = S * K, .width = D}, s);
+    if (half)
+        ep_gather_bf16_rows({.src = reinterpret_cast<const uint16_t*>(back), .index = src_row, .dst = y_slot, .n = S * K,
+                             .width = D},
+                            s);
+    else
+        gather_rows({.src = reinterpret_cast<const float*>(back), .index = src_row, .dst = y_slot, .n = S * K, .width = D}, s);
     ep->add_stats(me, {.layers_all_gather = 1, .rows_broadcast = S * (G - 1), .slots_all_gather = S * K * (G - 1)});
     return y_slot;
 }
