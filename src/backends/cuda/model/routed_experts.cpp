@@ -127,7 +127,8 @@ float* all_gather_experts(const RoutedExpertsParams& p, const Setup& u, const Ex
     const int64_t S = p.rows, D = u.D, K = u.K, El = u.E / G, T = ep->total_rows();
     const Stream c = ep->comm_stream(me);
     // Every rank's rows here, in one group of transfers: each plane of this rank's rows (FP8 row +
-    // scales, or f32 row; ids; weights) to every peer, the peers' into place, this rank's by a copy.
+    // scales, or f32 row; ids; weights when they scale before w2) to every peer, the peers' into
+    // place, this rank's by a copy.
     ExpertRows all{.rows = T};
     std::vector<EpTransfer> sends, recvs;
     ep->fork(me, s);
@@ -148,7 +149,7 @@ float* all_gather_experts(const RoutedExpertsParams& p, const Setup& u, const Ex
         all.x = reinterpret_cast<const float*>(gather(own.x, D * 4));
     }
     all.ids = reinterpret_cast<const int32_t*>(gather(own.ids, K * 4));
-    all.weights = reinterpret_cast<const float*>(gather(own.weights, K * 4));
+    if (p.weight_before_w2) all.weights = reinterpret_cast<const float*>(gather(own.weights, K * 4));  // else: the combine's
     ep->send_recv(me, sends, recvs, c);
     if (p.overlap) p.overlap();  // on s while the rows travel
     ep->join(me, s);
@@ -197,7 +198,8 @@ float* routed_dispatch_experts(const RoutedExpertsParams& p, const Setup& u, con
                    .send_rows = send_rows, .pair_slot = pair_slot, .counts = counts},
                   s);
     ep->share_counts_begin(me, counts, 2 * G, s);
-    // The planes of a row (FP8 row + scales, or f32 row; ids; weights): received blocks in rank order
+    // The planes of a row (FP8 row + scales, or f32 row; ids; weights when they scale before w2):
+    // received blocks in rank order
     // (at most every rank's rows), this rank's own block packed straight into place, the peers' into
     // staging (at most all own rows each). Allocated before `overlap` runs: its scratch is reused in
     // stream order on s, while these are written on the side stream meanwhile.
@@ -224,7 +226,7 @@ float* routed_dispatch_experts(const RoutedExpertsParams& p, const Setup& u, con
         in.x = reinterpret_cast<const float*>(plane(own.x, D * 4));
     }
     in.ids = reinterpret_cast<const int32_t*>(plane(own.ids, K * 4));
-    in.weights = reinterpret_cast<const float*>(plane(own.weights, K * 4));
+    if (p.weight_before_w2) in.weights = reinterpret_cast<const float*>(plane(own.weights, K * 4));  // else: the combine's
     ep->fork(me, s);
     if (p.overlap) p.overlap();  // on s while the host waits for the counts and the rows travel
     const EpRankPlan plan = make_ep_rank_plan(G, me, ep->share_counts_end(me));
