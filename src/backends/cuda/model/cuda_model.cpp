@@ -313,9 +313,10 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
             at += bytes(n * H * Dh * 2) + 2 * bytes((G + 1) * 4) + bytes(G * n * 4);
         // MoE.
         const int64_t I = lw.experts.shape_w1.out_features, SI = lw.shared_w1.out_features;
-        // Expert parallelism: the experts here run the pairs of every rank's rows (T: at most this
-        // forward's rows plus one idle row of each other rank), and the outputs come back per rank.
-        const int64_t ranks = ep_ ? ep_->ranks() : 1, T = ep_ ? n + ranks : n, NT = T * K;
+        // Expert parallelism: the experts here run the pairs of every rank's rows (T: each rank's
+        // forward holds at most n rows — the engine gives each rank its share of a step — so at most
+        // ranks · n), and the outputs come back per rank.
+        const int64_t ranks = ep_ ? ep_->ranks() : 1, T = ep_ ? n * ranks : n, NT = T * K;
         size_t mo = 2 * bytes(n * E * 4) + 2 * bytes(n * K * 4) + 3 * bytes(NT * 4) + bytes((E + 2) * 4) +
                     bytes(n * Dm * 4) + 2 * bytes(NT * I * 4) + 2 * bytes(NT * Dm * 4) + 2 * bytes(n * SI * 4) +
                     bytes(n * Dm * 4) + bytes(n * std::max(Dm, SI) * 4);

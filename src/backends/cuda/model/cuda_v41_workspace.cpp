@@ -58,9 +58,10 @@ size_t CudaV41Model::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, 
         at += bytes(S * H * max_cand * 4) + bytes(S * H * hd * 4) + bytes(S * G * OR * 4);
         at += bytes(S * std::max({Dm, QL, G * OR, IH * ID}) * 4);
         if (fast_) at += bytes(S * std::max({Dm, QL, G * OR, H * hd / G, IH * ID}) * 2) + 512;  // bf16 / FP8 copies
-        // MoE: under expert parallelism the experts here run the pairs of every rank's rows (at most
-        // this forward's rows plus one idle row of each other rank) and the outputs come back per rank.
-        const int64_t ranks = ep_ ? ep_->ranks() : 1, T = ep_ ? S + ranks : S, NT = T * KE;
+        // MoE: under expert parallelism the experts here run the pairs of every rank's rows (each
+        // rank's forward holds at most S rows — the engine gives each rank its share of a step — so at
+        // most ranks · S) and the outputs come back per rank.
+        const int64_t ranks = ep_ ? ep_->ranks() : 1, T = ep_ ? S * ranks : S, NT = T * KE;
         size_t mo = 2 * bytes(S * E * 4) + 2 * bytes(S * KE * 4) + bytes(S * Dm * 4) + 3 * bytes(NT * 4) +
                     bytes((E + 2) * 4) + 2 * bytes(NT * I * 4) + 2 * bytes(NT * Dm * 4) + 2 * bytes(S * I * 4) +
                     bytes(S * Dm * 4) + bytes(S * std::max(Dm, I) * 4);
