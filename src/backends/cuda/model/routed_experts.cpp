@@ -199,10 +199,9 @@ float* routed_dispatch_experts(const RoutedExpertsParams& p, const Setup& u, con
                   s);
     ep->share_counts_begin(me, counts, 2 * G, s);
     // The planes of a row (FP8 row + scales, or f32 row; ids; weights when they scale before w2):
-    // received blocks in rank order
-    // (at most every rank's rows), this rank's own block packed straight into place, the peers' into
-    // staging (at most all own rows each). Allocated before `overlap` runs: its scratch is reused in
-    // stream order on s, while these are written on the side stream meanwhile.
+    // received blocks in rank order (at most every rank's rows), this rank's own block packed straight
+    // into place, the peers' into staging (at most all own rows each). Allocated before `overlap` runs:
+    // its scratch is reused in stream order on s, while these are written on the side stream meanwhile.
     struct Plane {
         const void* src;
         int64_t width;
