@@ -8,6 +8,7 @@
 #include "backends/cuda/kernels/gemm_tc.cuh"
 #include "backends/cuda/kernels/gemm_wgmma.cuh"
 #include "backends/cuda/kernels/gemm_wgmma_fp4rs.cuh"
+#include "backends/cuda/kernels/gemm_wgmma_fp4ws.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -79,18 +80,46 @@ void launch_fp4_rs(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) 
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
-// The register kernel's configurations: {TN, warpgroups, stages, min blocks per SM}.
+// Hopper, packed FP4, the warp-specialized kernel (kernels/gemm_wgmma_fp4ws.cuh): tiles of up to 128
+// token rows of one expert x 128 weight rows (grid: weight-row blocks fastest).
+template <int kStages>
+void launch_fp4_ws(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
+    using C = kernels::wgws::WsConfig<kStages>;
+    auto* kernel = kernels::wgws::fp4_ws_kernel<kStages>;
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    DI_ICHECK(a.N % C::BN == 0);
+    int64_t tiles = (p.rows + C::kMaxTokens - 1) / C::kMaxTokens;
+    TcArgs args = a;
+    if (p.experts) {
+        kernels::tc::expert_tiles_kernel<<<1, kernels::tc::kExpertTileThreads, 0, st>>>(p.expert_offsets, p.num_experts, C::kMaxTokens,
+                                                                                       p.tile_scratch);
+        DI_CUDA_CHECK(cudaGetLastError());
+        args.tile_offsets = p.tile_scratch;
+        tiles = std::min<int64_t>(p.rows, tiles + std::min<int64_t>(p.num_experts, p.rows));
+    }
+    DI_CHECK(tiles < 65536, "fast linear: too many row tiles (", tiles, ")");
+    kernel<<<dim3(static_cast<unsigned>(a.N / C::BN), static_cast<unsigned>(tiles)), C::kThreads, C::kSmemBytes, st>>>(args);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+// The FP4 kernels' configurations: the register kernel's {TN, warpgroups, stages, min blocks per SM},
+// or (ws) the warp-specialized kernel with `stages` pipeline stages.
 struct RsVariant {
     int tn, wgs, stages, blocks;
+    bool ws = false;
 };
 constexpr RsVariant kRsVariants[kFp4RsVariants] = {
-    {8, 1, 8, 3}, {16, 1, 8, 3}, {32, 1, 6, 2}, {64, 2, 4, 1}, {128, 2, 4, 1}, {64, 1, 4, 3}, {128, 1, 4, 2}, {8, 1, 6, 4}, {128, 2, 6, 1},
+    {8, 1, 8, 3},  {16, 1, 8, 3},  {32, 1, 6, 2}, {64, 2, 4, 1}, {128, 2, 4, 1},        {64, 1, 4, 3},
+    {128, 1, 4, 2}, {8, 1, 6, 4}, {128, 2, 6, 1}, {128, 3, 4, 1, true}, {128, 3, 5, 1, true},
 };
 
 template <int V>
 void launch_fp4_rs_variant(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     constexpr RsVariant v = kRsVariants[V];
-    launch_fp4_rs<v.wgs, v.tn, v.stages, v.blocks>(p, a, st);
+    if constexpr (v.ws)
+        launch_fp4_ws<v.stages>(p, a, st);
+    else
+        launch_fp4_rs<v.wgs, v.tn, v.stages, v.blocks>(p, a, st);
 }
 
 // By default 64-token tiles (one warpgroup, three blocks per SM) up to 64 rows per group on average,
@@ -103,7 +132,7 @@ void launch_fp4_rs_variant(const FastLinearParams& p, const TcArgs& a, cudaStrea
 // shared-memory kernel bit for bit).
 void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t rows_per_group, cudaStream_t st) {
     int v = p.fp4_rs_variant;
-    if (v < 0) v = rows_per_group <= 64 ? 5 : 4;
+    if (v < 0) v = rows_per_group <= 64 ? 5 : 9;
     DI_CHECK(v < kFp4RsVariants, "fast linear: no FP4 kernel configuration ", v);
     switch (v) {
         case 0: launch_fp4_rs_variant<0>(p, a, st); break;
@@ -114,7 +143,9 @@ void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t r
         case 5: launch_fp4_rs_variant<5>(p, a, st); break;
         case 6: launch_fp4_rs_variant<6>(p, a, st); break;
         case 7: launch_fp4_rs_variant<7>(p, a, st); break;
-        default: launch_fp4_rs_variant<8>(p, a, st); break;
+        case 8: launch_fp4_rs_variant<8>(p, a, st); break;
+        case 9: launch_fp4_rs_variant<9>(p, a, st); break;
+        default: launch_fp4_rs_variant<10>(p, a, st); break;
     }
 }
 
@@ -156,7 +187,8 @@ bool fast_fp8_available() { return compute_capability() >= 89; }
 const char* fp4_rs_variant_name(int variant) {
     static constexpr const char* kNames[kFp4RsVariants] = {
         "tn8_wg1_s8_b3",   "tn16_wg1_s8_b3", "tn32_wg1_s6_b2",       "tn64_wg2_s4_b1",       "tn128_wg2_s4_b1",
-        "tn64_wg1_s4_b3",  "tn128_wg1_s4_b2", "tn8_wg1_s6_b4",       "tn128_wg2_s6_b1"};
+        "tn64_wg1_s4_b3",  "tn128_wg1_s4_b2", "tn8_wg1_s6_b4",       "tn128_wg2_s6_b1",      "ws128_s4",
+        "ws128_s5"};
     return variant >= 0 && variant < kFp4RsVariants ? kNames[variant] : "by_rows";
 }
 
