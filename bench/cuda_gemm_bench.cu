@@ -608,7 +608,8 @@ int main(int argc, char** argv) {
                 b.linear_shape(s, m);
             }
     }
-    for (int64_t t : {int64_t(1), int64_t(32), int64_t(128), int64_t(512), int64_t(4096), int64_t(8192), int64_t(16384)}) {
+    for (int64_t t : {int64_t(1), int64_t(32), int64_t(128), int64_t(512), int64_t(1024), int64_t(2048), int64_t(4096), int64_t(8192),
+                      int64_t(16384)}) {
         if ((quick && t > 4096) || !m_wanted(t)) continue;
         if (wanted("experts_w1")) b.grouped("experts_w1", 2048, 4096, t);
         if (wanted("experts_w2")) b.grouped("experts_w2", 4096, 2048, t);
