@@ -37,7 +37,7 @@ enum class Fp4Path : uint8_t { kAuto, kSharedConvert };
 // The register-converting kernel's tile configurations (TN token rows x 64·warpgroups weight rows per
 // block, pipeline stages, blocks per SM); FastLinearParams::fp4_rs_variant pins one (tests and
 // benchmarks: a row's bits are the same in every one), else the launcher picks by rows per expert.
-constexpr int kFp4RsVariants = 12;
+constexpr int kFp4RsVariants = 11;
 const char* fp4_rs_variant_name(int variant);  // e.g. "tn128_wg2_s4_b1"
 
 // True when the fast path handles this weight: FP8 with 128x128 blocks, FP4, or BF16, with

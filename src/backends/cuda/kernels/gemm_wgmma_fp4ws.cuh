@@ -81,7 +81,7 @@ __device__ __forceinline__ void wgmma_ss_step(float (&d)[NT / 2], uint64_t da, u
 }
 #undef DI_R8
 
-// ---- mbarriers (shared::cta) -------------------------------------------------------------------------
+// ---- mbarriers (shared::cta) and the producers' named barrier -----------------------------------------
 
 __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(tc::smem_addr(bar)), "r"(count) : "memory");
@@ -102,6 +102,8 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
             : "memory");
     } while (!done);
 }
+// Barrier 1 among the 128 producer threads (barrier 0 is __syncthreads).
+__device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
 
 // 8 packed e2m1 codes (one word, low nibble first) -> 8 e4m3 bytes (two words) through the 8-byte
 // magnitude table (lo, hi) of one shift: the bytes of tc::fp4x8_to_e4m3 in fewer instructions.
@@ -116,11 +118,9 @@ __device__ __forceinline__ void fp4x8_to_e4m3_fast(uint32_t w, uint32_t lo, uint
     out1 = __byte_perm(lo, hi, m >> 16) | (__byte_perm(w4, w, 0x7362u) & 0x80808080u);
 }
 
-template <int kStages, int kPW>
+template <int kStages>
 struct WsConfig {
-    static_assert(kPW == 1 || kPW == 2, "one or two producer warpgroups");
-    static constexpr int kProducers = 128 * kPW;
-    static constexpr int kThreads = kProducers + 256;  // producer warpgroup(s) + two consumer warpgroups
+    static constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
     static constexpr int BN = 128;        // weight rows per block (64 per consumer warpgroup)
     static constexpr int kMaxTokens = 128;
     static constexpr int kWPitch = 80;  // bytes per raw FP4 weight row in a stage (64 + 16: conflict-free reads)
@@ -131,7 +131,7 @@ struct WsConfig {
     static constexpr int kCOff = kMaxTokens * 128;
     static constexpr int kROff = kCOff + BN * 128;
     static constexpr int kRsOff = kROff + BN * kWPitch;
-    static constexpr int kSxOff = kRsOff + BN * 4 * kPW;  // each producer thread its own copy of its row's scales
+    static constexpr int kSxOff = kRsOff + BN * 4;
     static constexpr int kSwOff = kSxOff + kMaxTokens * 4;
     static constexpr int kStageBytes = (kSwOff + BN * 4 + 1023) / 1024 * 1024;
     static constexpr int kBarOff = kStages * kStageBytes;  // full[kStages], empty[kStages]
@@ -140,82 +140,46 @@ struct WsConfig {
     static constexpr int kAhead = kStages - 2;  // K tiles copied ahead of the one being converted
     static_assert(kStages >= 3, "the producer converts K tile kt while the consumers use kt - 1");
     static constexpr uint32_t kConsumerWarps = 8;
-    // Two producer warpgroups (512 threads, 128 registers each at launch): setmaxnreg moves registers
-    // from the producers to the consumers (their two 64-float register tiles).
-    static constexpr int kProducerRegs = 96, kConsumerRegs = 160;
-    static_assert(kPW == 1 || kProducers * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file");
 };
 
-// Where token column c's act_quant scale lies in a stage's scale array: the consumer thread with
-// t4 = (c % 8) / 2 reads columns 8j + 2·t4 and 8j + 2·t4 + 1 (j = 0, 1, ...) as consecutive floats.
-__device__ __forceinline__ int sx_index(int c) { return ((c & 7) >> 1) * 32 + (c >> 3) * 2 + (c & 1); }
-
-// Pins a register tile at this point of the instruction stream (after a wgmma wait): its reads are not
-// hoisted above the wait.
-template <int N>
-__device__ __forceinline__ void fence_operands(float (&d)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
 // The consumers' part for NT token columns: MMAs, promotion, and the yᵀ stores.
-template <int kStages, int kPW, int NT>
+template <int kStages, int NT>
 __device__ __forceinline__ void consume(const TcArgs& p, uint8_t* smem, int64_t row_begin, int64_t row_end, int64_t n0) {
-    using C = WsConfig<kStages, kPW>;
-    const int tid = threadIdx.x, cw = tid / 128 - kPW, lane = tid % 32, wi = (tid % 128) / 32;
+    using C = WsConfig<kStages>;
+    const int tid = threadIdx.x, cw = tid / 128 - 1, lane = tid % 32, wi = (tid % 128) / 32;
     const int g = lane / 4, t4 = lane % 4;
     const int lr0 = cw * 64 + wi * 16 + g;  // this thread's weight rows lr0 and lr0 + 8 (of the block's 128)
     uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kBarOff);
     uint64_t* empty = full + kStages;
-    const int KT = static_cast<int>(p.k_tiles);
+    const int64_t KT = p.k_tiles;
 
-    float acc[NT / 2];
+    float acc[NT / 2], part[NT / 2];
 #pragma unroll
-    for (int j = 0; j < NT / 2; ++j) acc[j] = 0.0f;
-    // Wait for K tile kt and issue its four MMAs into d.
-    auto issue = [&](int kt, float (&d)[NT / 2]) {
-        const int st = kt % kStages;
+    for (int j = 0; j < NT / 2; ++j) acc[j] = part[j] = 0.0f;
+    for (int64_t kt = 0; kt < KT; ++kt) {
+        const int st = static_cast<int>(kt % kStages);
         mbar_wait(full + st, static_cast<uint32_t>((kt / kStages) & 1));
         const uint8_t* s = smem + st * C::kStageBytes;
         wg::wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
-            wgmma_ss_step<NT>(d, wg::smem_desc(s + C::kCOff + cw * 64 * 128 + ks * 32), wg::smem_desc(s + C::kXOff + ks * 32),
+            wgmma_ss_step<NT>(part, wg::smem_desc(s + C::kCOff + cw * 64 * 128 + ks * 32), wg::smem_desc(s + C::kXOff + ks * 32),
                               ks > 0 ? 1 : 0);
         wg::wgmma_commit();
-    };
-    // acc += d · (token scale x weight-row scale) for K tile kt (its MMAs complete), then release its stage.
-    auto promote = [&](int kt, const float (&d)[NT / 2]) {
-        const int st = kt % kStages;
-        const uint8_t* s = smem + st * C::kStageBytes;
-        // This thread's token scales (columns 8j + 2·t4, + 1 for every j) lie contiguous (sx_index).
-        const float* sx = reinterpret_cast<const float*>(s + C::kSxOff) + t4 * 32;
+        wg::wgmma_wait();
+        const float* sx = reinterpret_cast<const float*>(s + C::kSxOff);
         const float* swr = reinterpret_cast<const float*>(s + C::kSwOff);
         const float sw0 = swr[lr0], sw1 = swr[lr0 + 8];
 #pragma unroll
-        for (int q = 0; q < NT / 16; ++q) {
-            const float4 x4 = *reinterpret_cast<const float4*>(sx + 4 * q);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int j = 2 * q + h;
-                const float xa = h ? x4.z : x4.x, xb = h ? x4.w : x4.y;
-                acc[4 * j + 0] = fmaf(d[4 * j + 0], xa * sw0, acc[4 * j + 0]);
-                acc[4 * j + 1] = fmaf(d[4 * j + 1], xb * sw0, acc[4 * j + 1]);
-                acc[4 * j + 2] = fmaf(d[4 * j + 2], xa * sw1, acc[4 * j + 2]);
-                acc[4 * j + 3] = fmaf(d[4 * j + 3], xb * sw1, acc[4 * j + 3]);
-            }
+        for (int j = 0; j < NT / 8; ++j) {
+            const float2 x = *reinterpret_cast<const float2*>(sx + j * 8 + t4 * 2);
+            acc[4 * j + 0] = fmaf(part[4 * j + 0], x.x * sw0, acc[4 * j + 0]);
+            acc[4 * j + 1] = fmaf(part[4 * j + 1], x.y * sw0, acc[4 * j + 1]);
+            acc[4 * j + 2] = fmaf(part[4 * j + 2], x.x * sw1, acc[4 * j + 2]);
+            acc[4 * j + 3] = fmaf(part[4 * j + 3], x.y * sw1, acc[4 * j + 3]);
         }
         __syncwarp();
         if (lane == 0) mbar_arrive(empty + st);
-    };
-
-    float part[NT / 2];
-#pragma unroll
-    for (int j = 0; j < NT / 2; ++j) part[j] = 0.0f;
-    for (int kt = 0; kt < KT; ++kt) {
-        issue(kt, part);
-        wg::wgmma_wait();
-        fence_operands(part);
-        promote(kt, part);
     }
 
     // yᵀ tile: token column c of this thread's weight rows n and n + 8.
@@ -232,10 +196,10 @@ __device__ __forceinline__ void consume(const TcArgs& p, uint8_t* smem, int64_t 
         }
 }
 
-template <int kStages, int kPW>
-static __global__ void __launch_bounds__(128 * kPW + 256, 1) fp4_ws_kernel(const __grid_constant__ TcArgs p) {
+template <int kStages>
+static __global__ void __launch_bounds__(384, 1) fp4_ws_kernel(const __grid_constant__ TcArgs p) {
 #ifdef DI_WGMMA_ENABLED
-    using C = WsConfig<kStages, kPW>;
+    using C = WsConfig<kStages>;
     constexpr int BN = C::BN;
     extern __shared__ uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ((1024 - (tc::smem_addr(smem_raw) & 1023u)) & 1023u);  // the swizzle atom
@@ -265,72 +229,75 @@ static __global__ void __launch_bounds__(128 * kPW + 256, 1) fp4_ws_kernel(const
     row_end = min(row_end, row_begin + C::kMaxTokens);
     const int rows = static_cast<int>(row_end - row_begin);  // 1..128
     const int nt = (rows + 31) / 32 * 32;                    // the wgmma N of this block
-    const int64_t n0 = int64_t(blockIdx.x) * BN, K = p.K;
-    const int KT = static_cast<int>(p.k_tiles);
+    const int64_t n0 = int64_t(blockIdx.x) * BN, K = p.K, KT = p.k_tiles;
 
     if (tid == 0) {
         for (int s = 0; s < kStages; ++s) {
-            mbar_init(full + s, C::kProducers);         // every producer thread, once per K tile
+            mbar_init(full + s, 128);                   // every producer thread, once per K tile
             mbar_init(empty + s, C::kConsumerWarps);    // one lane per consumer warp
         }
     }
     tc::build_fp4_table(table, tid);
     __syncthreads();
 
-    if (tid >= C::kProducers) {
-        if constexpr (kPW == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kConsumerRegs));
+    if (tid >= 128) {
         switch (nt) {
-            case 32: consume<kStages, kPW, 32>(p, smem, row_begin, row_end, n0); break;
-            case 64: consume<kStages, kPW, 64>(p, smem, row_begin, row_end, n0); break;
-            case 96: consume<kStages, kPW, 96>(p, smem, row_begin, row_end, n0); break;
-            default: consume<kStages, kPW, 128>(p, smem, row_begin, row_end, n0); break;
+            case 32: consume<kStages, 32>(p, smem, row_begin, row_end, n0); break;
+            case 64: consume<kStages, 64>(p, smem, row_begin, row_end, n0); break;
+            case 96: consume<kStages, 96>(p, smem, row_begin, row_end, n0); break;
+            default: consume<kStages, 128>(p, smem, row_begin, row_end, n0); break;
         }
         return;
     }
-    if constexpr (kPW == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::kProducerRegs));
 
-    // ---- Producer (warpgroups 0 .. kPW - 1) ----
-    // Thread tid handles weight row r = tid % 128 and, with two producer warpgroups, half h = tid / 128
-    // of it (K subblocks 2h, 2h + 1 of each tile). Each thread copies what it converts (its raw bytes and
-    // its row's 4 scales per K tile), so the producers never wait for each other; the token tile's
-    // copies only feed the consumers.
-    constexpr int kJ = 4 / kPW;  // 32-code subblocks per thread and K tile
-    const int r = tid % 128, h = tid / 128;
+    // ---- Producer (warpgroup 0) ----
     const uint8_t* wbytes = static_cast<const uint8_t*>(wp->weight);
     const uint8_t* wscales = static_cast<const uint8_t*>(wp->scale);
     auto a_row_of = [&](int64_t r) -> int64_t { return p.a_row_src ? p.a_row_src[r] : r; };
-    // Token row r of the tile (r < rows): its 8 / kPW chunks (of 16 bytes) from 8h / kPW on, to their
-    // swizzled places (chunk c of row r at r·128 + ((c ^ r % 8)·16); the destination offsets
-    // precomputed), one running source pointer. Rows rows..nt-1 are not copied: the MMAs read their
-    // stale bytes, but their columns of the result are never stored (a column depends on its own token
-    // row only).
-    constexpr int kXC = 8 / kPW;
-    const bool x_row = r < rows;
-    const uint8_t* x_src = x_row ? p.a + a_row_of(row_begin + r) * p.a_row_bytes + h * kXC * 16 : p.a;
-    int x_dst[kXC];
+    // Each thread's copies are the same rows and chunks in every K tile: running source pointers. Token
+    // chunks: rows < nt (a row past the tile's end zero-fills: the MMAs read nt rows).
+    constexpr int kXChunks = C::kMaxTokens * 8 / 128;
+    const uint8_t* x_src[kXChunks];
+    int x_len[kXChunks];
 #pragma unroll
-    for (int c = 0; c < kXC; ++c) x_dst[c] = C::kXOff + wg::tile_offset(r, h * kXC + c);
-    const uint8_t* w_src = wbytes + (n0 + r) * (K / 2) + h * kJ * 16;  // weight row r, this thread's subblocks
-    const uint8_t* ws_src = wscales + (n0 + r) * (K / 32);             // its ue8m0 scales
-    const bool x_scale_row = h == 0 && r < rows;
-    const float* x_scale_src = x_scale_row ? p.a_scale + a_row_of(row_begin + r) * KT : p.a_scale;  // token row r's scales
-    const int x_scale_dst = C::kSxOff + 4 * sx_index(r);
-    const int w_raw = C::kROff + r * C::kWPitch + h * kJ * 16;
-    const int w_sc = C::kRsOff + tid * 4;
+    for (int q = 0; q < kXChunks; ++q) {
+        const int i = tid + q * 128, r = i >> 3, c = i & 7;
+        const bool ok = r < rows;
+        x_src[q] = ok ? p.a + a_row_of(row_begin + r) * p.a_row_bytes + c * 16 : p.a;
+        x_len[q] = r < nt ? (ok ? 16 : 0) : -1;  // -1: no copy
+    }
+    constexpr int kWChunks = BN * 4 / 128;  // 16-byte chunks of raw weight rows per thread
+    const uint8_t* w_src[kWChunks];
+#pragma unroll
+    for (int q = 0; q < kWChunks; ++q) {
+        const int i = tid + q * 128, r = i / 4, c = i % 4;
+        w_src[q] = wbytes + (n0 + r) * (K / 2) + c * 16;
+    }
+    const uint8_t* ws_src = wscales + (n0 + tid) * (K / 32);  // row tid's scales
+    const float* x_scale_src = p.a_scale;                      // tid < nt: token row tid's scales
+    int x_scale_len = tid < nt ? 0 : -1;
+    if (tid < rows) {
+        x_scale_src = p.a_scale + a_row_of(row_begin + tid) * KT;
+        x_scale_len = 4;
+    }
     auto load_stage = [&](int st) {
         uint8_t* s = smem + st * C::kStageBytes;
-        if (x_row) {
 #pragma unroll
-            for (int c = 0; c < kXC; ++c) tc::cp_async16(s + x_dst[c], x_src + c * 16, 16);
+        for (int q = 0; q < kXChunks; ++q) {
+            const int i = tid + q * 128;
+            if (x_len[q] >= 0) tc::cp_async16(s + C::kXOff + wg::tile_offset(i >> 3, i & 7), x_src[q], x_len[q]);
+            x_src[q] += 128;
         }
-        x_src += 128;
 #pragma unroll
-        for (int c = 0; c < kJ; ++c) tc::cp_async16(s + w_raw + c * 16, w_src + c * 16, 16);
-        w_src += 64;
-        tc::cp_async4(s + w_sc, ws_src, 4);
-        if (x_scale_row) tc::cp_async4(s + x_scale_dst, x_scale_src, 4);
+        for (int q = 0; q < kWChunks; ++q) {
+            const int i = tid + q * 128;
+            tc::cp_async16(s + C::kROff + (i / 4) * C::kWPitch + (i % 4) * 16, w_src[q], 16);
+            w_src[q] += 64;
+        }
+        tc::cp_async4(s + C::kRsOff + tid * 4, ws_src, 4);
+        if (x_scale_len >= 0) tc::cp_async4(s + C::kSxOff + tid * 4, x_scale_src, x_scale_len);
         ws_src += 4;
-        x_scale_src += 1;
+        x_scale_src += x_scale_len > 0 ? 1 : 0;
     };
 
 #pragma unroll
@@ -338,43 +305,37 @@ static __global__ void __launch_bounds__(128 * kPW + 256, 1) fp4_ws_kernel(const
         if (st < KT) load_stage(st);
         tc::cp_async_commit();
     }
-    const uint2* tab = reinterpret_cast<const uint2*>(table);
-    for (int kt = 0; kt < KT; ++kt) {
+    for (int64_t kt = 0; kt < KT; ++kt) {
         {
             // K tile kt + kAhead into its stage, once the consumers released the stage's previous tile.
-            const int next = kt + C::kAhead;
+            const int64_t next = kt + C::kAhead;
             if (next < KT) {
-                const int st = next % kStages;
+                const int st = static_cast<int>(next % kStages);
                 if (next >= kStages) mbar_wait(empty + st, static_cast<uint32_t>((next / kStages - 1) & 1));
                 load_stage(st);
             }
             tc::cp_async_commit();
         }
         tc::cp_async_wait<C::kAhead>();  // K tile kt (this thread's copies)
-        const int st = kt % kStages;
+        producer_sync();                 // everyone's
+        const int st = static_cast<int>(kt % kStages);
         uint8_t* s = smem + st * C::kStageBytes;
-        // Weight row r of the tile: this thread's subblocks of 32 codes -> 32 e4m3 bytes each, and the
-        // row's promotion scale 2^(emax - 127) (emax 0: the subnormal 2^-127; 255: NaN), as ldexpf gives it.
-        const uint32_t sc = *reinterpret_cast<const uint32_t*>(s + w_sc);
+        // Weight row tid of the tile: 4 subblocks of 32 codes -> 128 e4m3 bytes, and its promotion scale.
+        const uint32_t sc = *reinterpret_cast<const uint32_t*>(s + C::kRsOff + tid * 4);
         const uint32_t emax = max(max(sc & 0xFFu, (sc >> 8) & 0xFFu), max((sc >> 16) & 0xFFu, sc >> 24));
-        if (h == 0)
-            reinterpret_cast<float*>(s + C::kSwOff)[r] =
-                __uint_as_float(emax == 0xFFu ? 0x7FC00000u : emax == 0u ? 0x00400000u : emax << 23);
-        const uint8_t* raw = s + w_raw;
-        uint8_t* conv = s + C::kCOff;
+        reinterpret_cast<float*>(s + C::kSwOff)[tid] = emax == 0xFFu ? __int_as_float(0x7FC00000) : ldexpf(1.0f, int(emax) - 127);
 #pragma unroll
-        for (int jj = 0; jj < kJ; ++jj) {
-            const int j = h * kJ + jj;
+        for (int j = 0; j < 4; ++j) {
             const uint32_t d = min(emax - ((sc >> (8 * j)) & 0xFFu), 15u);
-            const uint2 tv = tab[d];
-            const uint4 packed = *reinterpret_cast<const uint4*>(raw + jj * 16);
+            const uint2 tv = *reinterpret_cast<const uint2*>(table + d * 8);
+            const uint4 packed = *reinterpret_cast<const uint4*>(s + C::kROff + tid * C::kWPitch + j * 16);
             uint4 o0, o1;
             fp4x8_to_e4m3_fast(packed.x, tv.x, tv.y, o0.x, o0.y);
             fp4x8_to_e4m3_fast(packed.y, tv.x, tv.y, o0.z, o0.w);
             fp4x8_to_e4m3_fast(packed.z, tv.x, tv.y, o1.x, o1.y);
             fp4x8_to_e4m3_fast(packed.w, tv.x, tv.y, o1.z, o1.w);
-            *reinterpret_cast<uint4*>(conv + wg::tile_offset(r, 2 * j)) = o0;
-            *reinterpret_cast<uint4*>(conv + wg::tile_offset(r, 2 * j + 1)) = o1;
+            *reinterpret_cast<uint4*>(s + C::kCOff + wg::tile_offset(tid, 2 * j)) = o0;
+            *reinterpret_cast<uint4*>(s + C::kCOff + wg::tile_offset(tid, 2 * j + 1)) = o1;
         }
         wg::fence_proxy_async();  // this thread's copies and conversions, visible to the tensor cores
         mbar_arrive(full + st);

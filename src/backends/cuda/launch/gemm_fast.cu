@@ -82,10 +82,10 @@ void launch_fp4_rs(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) 
 
 // Hopper, packed FP4, the warp-specialized kernel (kernels/gemm_wgmma_fp4ws.cuh): tiles of up to 128
 // token rows of one expert x 128 weight rows (grid: weight-row blocks fastest).
-template <int kStages, int kPW>
+template <int kStages>
 void launch_fp4_ws(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
-    using C = kernels::wgws::WsConfig<kStages, kPW>;
-    auto* kernel = kernels::wgws::fp4_ws_kernel<kStages, kPW>;
+    using C = kernels::wgws::WsConfig<kStages>;
+    auto* kernel = kernels::wgws::fp4_ws_kernel<kStages>;
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
     DI_ICHECK(a.N % C::BN == 0);
     int64_t tiles = (p.rows + C::kMaxTokens - 1) / C::kMaxTokens;
@@ -103,7 +103,7 @@ void launch_fp4_ws(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) 
 }
 
 // The FP4 kernels' configurations: the register kernel's {TN, warpgroups, stages, min blocks per SM},
-// or (ws) the warp-specialized kernel with `stages` pipeline stages and wgs - 2 producer warpgroups.
+// or (ws) the warp-specialized kernel with `stages` pipeline stages.
 struct RsVariant {
     int tn, wgs, stages, blocks;
     bool ws = false;
@@ -111,14 +111,13 @@ struct RsVariant {
 constexpr RsVariant kRsVariants[kFp4RsVariants] = {
     {8, 1, 8, 3},  {16, 1, 8, 3},  {32, 1, 6, 2}, {64, 2, 4, 1}, {128, 2, 4, 1},        {64, 1, 4, 3},
     {128, 1, 4, 2}, {8, 1, 6, 4}, {128, 2, 6, 1}, {128, 3, 4, 1, true}, {128, 3, 5, 1, true},
-    {128, 4, 4, 1, true},
 };
 
 template <int V>
 void launch_fp4_rs_variant(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     constexpr RsVariant v = kRsVariants[V];
     if constexpr (v.ws)
-        launch_fp4_ws<v.stages, v.wgs - 2>(p, a, st);
+        launch_fp4_ws<v.stages>(p, a, st);
     else
         launch_fp4_rs<v.wgs, v.tn, v.stages, v.blocks>(p, a, st);
 }
@@ -146,8 +145,7 @@ void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t r
         case 7: launch_fp4_rs_variant<7>(p, a, st); break;
         case 8: launch_fp4_rs_variant<8>(p, a, st); break;
         case 9: launch_fp4_rs_variant<9>(p, a, st); break;
-        case 10: launch_fp4_rs_variant<10>(p, a, st); break;
-        default: launch_fp4_rs_variant<11>(p, a, st); break;
+        default: launch_fp4_rs_variant<10>(p, a, st); break;
     }
 }
 
@@ -190,7 +188,7 @@ const char* fp4_rs_variant_name(int variant) {
     static constexpr const char* kNames[kFp4RsVariants] = {
         "tn8_wg1_s8_b3",   "tn16_wg1_s8_b3", "tn32_wg1_s6_b2",       "tn64_wg2_s4_b1",       "tn128_wg2_s4_b1",
         "tn64_wg1_s4_b3",  "tn128_wg1_s4_b2", "tn8_wg1_s6_b4",       "tn128_wg2_s6_b1",      "ws128_s4",
-        "ws128_s5",        "ws128_p2_s4"};
+        "ws128_s5"};
     return variant >= 0 && variant < kFp4RsVariants ? kNames[variant] : "by_rows";
 }
 
