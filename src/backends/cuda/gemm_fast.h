@@ -28,15 +28,18 @@ enum class GemmMode : uint8_t {
     kFast,       // tensor-core kernels of this header, equal to the CPU within per-dtype tolerances
 };
 
-// Which kernel multiplies packed FP4 weights on Hopper (sm_90): kAuto = the one that converts each
-// thread's own A fragment in registers (kernels/gemm_wgmma_fp4rs.cuh; weights with out_features a
-// multiple of 128 and in_features a multiple of 256), else the one that converts whole tiles in shared memory (kernels/gemm_wgmma.cuh);
+// Which kernel multiplies packed FP4 weights on Hopper (sm_90): kAuto = for weights with out_features a
+// multiple of 128 and in_features a multiple of 256, the one that converts each thread's own A fragment
+// in registers (kernels/gemm_wgmma_fp4rs.cuh) up to 64 rows per group on average, the warp-specialized
+// one (kernels/gemm_wgmma_fp4ws.cuh: a producer warpgroup converts each weight tile once, two consumer
+// warpgroups multiply) above; else the one that converts whole tiles in shared memory (kernels/gemm_wgmma.cuh);
 // kSharedConvert always takes the latter (tests and benchmarks compare the two). Other devices: the
 // mma.sync kernel either way.
 enum class Fp4Path : uint8_t { kAuto, kSharedConvert };
-// The register-converting kernel's tile configurations (TN token rows x 64·warpgroups weight rows per
-// block, pipeline stages, blocks per SM); FastLinearParams::fp4_rs_variant pins one (tests and
-// benchmarks: a row's bits are the same in every one), else the launcher picks by rows per expert.
+// The FP4 kernels' configurations on Hopper: the register-converting kernel's tile shapes (TN token rows
+// x 64·warpgroups weight rows per block, pipeline stages, blocks per SM) and the warp-specialized
+// kernel's ("ws128_s4", "ws128_s5": pipeline stages); FastLinearParams::fp4_rs_variant pins one (tests
+// and benchmarks: a row's bits are the same in every one), else the launcher picks by rows per expert.
 constexpr int kFp4RsVariants = 11;
 const char* fp4_rs_variant_name(int variant);  // e.g. "tn128_wg2_s4_b1"
 

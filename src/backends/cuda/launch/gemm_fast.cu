@@ -123,13 +123,15 @@ void launch_fp4_rs_variant(const FastLinearParams& p, const TcArgs& a, cudaStrea
 }
 
 // By default 64-token tiles (one warpgroup, three blocks per SM) up to 64 rows per group on average,
-// 128-token tiles (two warpgroups) above: the row granularity of the shared-memory kernel, so no expert
-// takes more tiles than there, whatever the routing. (Smaller tiles for decode-sized averages measured
-// up to 1.4x faster with uniform routing, but every tile re-reads and re-converts its expert's weights,
-// so under skewed routing a hot expert's rows split into many 8-row tiles; with them the 2-layer proxy's
-// decode at batch 256 got slower, bench/results/cuda-expert-gemm-h200-*.md.) A row's bits do not depend on
-// the choice (the same MMA sequence per output element; every configuration is tested against the
-// shared-memory kernel bit for bit).
+// the warp-specialized kernel's 128-token tiles above (1.06-1.14x over the register kernel's 128-token
+// tiles at 4K-16K tokens, bench/results/cuda-expert-gemm-ws-h200-*.md): the row granularity of the
+// shared-memory kernel, so no expert takes more tiles than there, whatever the routing. (Smaller tiles
+// for decode-sized averages measured up to 1.4x faster with uniform routing, but every tile re-reads and
+// re-converts its expert's weights, so under skewed routing a hot expert's rows split into many 8-row
+// tiles; with them the 2-layer proxy's decode at batch 256 got slower,
+// bench/results/cuda-expert-gemm-h200-*.md.) A row's bits do not depend on the choice (the same MMA
+// sequence per output element; every configuration is tested against the shared-memory kernel bit for
+// bit).
 void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t rows_per_group, cudaStream_t st) {
     int v = p.fp4_rs_variant;
     if (v < 0) v = rows_per_group <= 64 ? 5 : 9;
