@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -250,6 +251,50 @@ TEST_F(CudaOps, PermuteIsAStableCountingSortByExpert) {
     }
 }
 
+TEST_F(CudaOps, MoeCombineInAscendingExpertOrder) {
+    // Per token: the slots' outputs in ascending expert order (scaled by their weights in exact mode),
+    // then the shared expert, then bf16 in official numerics: moe_block.cpp's loop, element by element.
+    // Hidden 4096 (the real width): 3 tokens spread each row over many blocks, 300 tokens give one
+    // block a row; every row must be the same bits either way.
+    const int64_t D = 4096, K = 6, E = 256;
+    for (bool exact : {false, true}) {
+        for (int64_t T : {int64_t(3), int64_t(300)}) {
+            std::mt19937 rng(23);
+            std::vector<int32_t> ids(size_t(T * K));
+            for (int64_t t = 0; t < T; ++t) {  // distinct experts per token, in random slot order
+                std::vector<int32_t> all(static_cast<size_t>(E));
+                std::iota(all.begin(), all.end(), 0);
+                std::shuffle(all.begin(), all.end(), rng);
+                std::copy_n(all.begin(), K, ids.begin() + t * K);
+            }
+            const auto y = randn(size_t(T * K * D), 24), shared = randn(size_t(T * D), 25), w = randn(size_t(T * K), 26);
+            std::vector<float> want(size_t(T * D));
+            for (int64_t t = 0; t < T; ++t) {
+                std::vector<int64_t> order(static_cast<size_t>(K));
+                std::iota(order.begin(), order.end(), 0);
+                std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return ids[size_t(t * K + a)] < ids[size_t(t * K + b)]; });
+                for (int64_t d = 0; d < D; ++d) {
+                    float acc = 0;
+                    for (int64_t k : order) {
+                        const size_t slot = size_t(t * K + k);
+                        acc += exact ? y[slot * size_t(D) + size_t(d)] * w[slot] : y[slot * size_t(D) + size_t(d)];
+                    }
+                    const float v = acc + shared[size_t(t * D + d)];
+                    want[size_t(t * D + d)] = exact ? v : cpu::round_bf16(v);
+                }
+            }
+            Dev<float> dy(y), dshared(shared), dw(w), dout(want.size());
+            Dev<int32_t> dids(ids);
+            cuda::moe_combine({.expert_out = dy.ptr(), .ids = dids.ptr(), .weights = dw.ptr(), .shared = dshared.ptr(),
+                               .out = dout.ptr(), .rows = T, .top_k = K, .hidden = D, .scale_outputs = exact,
+                               .round_bf16 = !exact},
+                              Stream{});
+            expect_bits_equal(want, dout.host(want.size()),
+                              std::string("moe_combine, ") + std::to_string(T) + " tokens" + (exact ? ", exact" : ", official"));
+        }
+    }
+}
+
 TEST_F(CudaOps, ExpertParallelPairMapsAndSkippedRows) {
     // Rank 1 of 4, 6 experts each (24 in all): the local ids of 300 random pairs, the combine's
     // source rows, and a grouped GEMM over local ids that skips the other ranks' pairs.
@@ -322,22 +367,26 @@ TEST_F(CudaOps, ActQuantBitIdentical) {
 // ---- Norms, RoPE, QAT ---------------------------------------------------------------------------
 
 TEST_F(CudaOps, RmsNormBitIdentical) {
-    for (int64_t n : {int64_t(512), int64_t(1024), int64_t(4096), int64_t(100)}) {
+    // Widths that move as float4 (multiples of 4) and one that does not (102); with and without a
+    // weight; out apart from x and in place (the models normalize in place).
+    for (int64_t n : {int64_t(512), int64_t(1024), int64_t(4096), int64_t(100), int64_t(102)}) {
         const int64_t rows = 5;
         auto x = bf16_values(randn(size_t(rows * n), uint32_t(n)));
         auto w = randn(size_t(n), 7);
         for (float& v : w) v = 1.0f + 0.1f * v;
-        for (bool round : {false, true}) {
+        for (int variant = 0; variant < 3; ++variant) {
+            const bool round = variant == 1, weighted = variant != 2, in_place = variant == 2;
             std::vector<float> ref(x.size());
             for (int64_t r = 0; r < rows; ++r) {
-                cpu::rms_norm(x.data() + r * n, w.data(), 1e-6f, n, ref.data() + r * n);
+                cpu::rms_norm(x.data() + r * n, weighted ? w.data() : nullptr, 1e-6f, n, ref.data() + r * n);
                 if (round) cpu::round_bf16_inplace(ref.data() + r * n, n);
             }
             Dev<float> dx(x), dw(w), dout(x.size());
-            cuda::rms_norm({.x = dx.ptr(), .weight = dw.ptr(), .out = dout.ptr(), .rows = rows, .n = n, .eps = 1e-6f,
-                            .round_bf16 = round},
+            cuda::rms_norm({.x = dx.ptr(), .weight = weighted ? dw.ptr() : nullptr, .out = in_place ? dx.ptr() : dout.ptr(),
+                            .rows = rows, .n = n, .eps = 1e-6f, .round_bf16 = round},
                            Stream{});
-            expect_bits_equal(ref, dout.host(x.size()), "rms_norm " + std::to_string(n));
+            expect_bits_equal(ref, (in_place ? dx : dout).host(x.size()),
+                              "rms_norm " + std::to_string(n) + " variant " + std::to_string(variant));
         }
     }
 }
@@ -452,21 +501,24 @@ TEST_F(CudaOps, HyperConnectionsMatchCpu) {
             expect_bits_equal(a, da.host(a.size()), "hc_pre collapsed (bf16)" + how);
         }
         {  // Fast mode: the split-K logits (f32, chunk order), then hc_pre from them: f32-close to the
-           // CPU, not bit-identical; the same per row for any number of rows (8- and 16-row blocks).
+           // CPU, not bit-identical; the same per row for any number of rows (1-, 8- and 16-row blocks,
+           // output groups over the grid or not).
             const std::vector<float> exact_mix = dmix.host(size_t(T * (outputs + 1)));
             Dev<float> dmixf(size_t(T * (outputs + 1))), dpart(size_t(cuda::hc_mix_splits(flat) * T * (outputs + 1)));
             cuda::hc_mix_splitk({.x = dx.ptr(), .fn = dfn.ptr(), .rows = T, .outputs = outputs, .flat = flat,
                                  .partial = dpart.ptr(), .mix = dmixf.ptr()},
                                 Stream{});
             const std::vector<float> fast_mix = dmixf.host(exact_mix.size());
-            {  // 300 rows (16-row blocks) whose first T are these: the same logits bit for bit
+            for (int64_t copies : {int64_t(7), int64_t(100)}) {  // 21 rows (8-row blocks), 300 (16-row blocks)
+                const int64_t n = copies * T;  // whose first T are these: the same logits bit for bit
                 std::vector<float> many;
-                for (int i = 0; i < 100; ++i) many.insert(many.end(), x.begin(), x.end());
-                Dev<float> dmany(many), dmixm(size_t(300 * (outputs + 1))), dpartm(size_t(cuda::hc_mix_splits(flat) * 300 * (outputs + 1)));
-                cuda::hc_mix_splitk({.x = dmany.ptr(), .fn = dfn.ptr(), .rows = 300, .outputs = outputs, .flat = flat,
+                for (int64_t i = 0; i < copies; ++i) many.insert(many.end(), x.begin(), x.end());
+                Dev<float> dmany(many), dmixm(size_t(n * (outputs + 1))), dpartm(size_t(cuda::hc_mix_splits(flat) * n * (outputs + 1)));
+                cuda::hc_mix_splitk({.x = dmany.ptr(), .fn = dfn.ptr(), .rows = n, .outputs = outputs, .flat = flat,
                                      .partial = dpartm.ptr(), .mix = dmixm.ptr()},
                                     Stream{});
-                expect_bits_equal(fast_mix, dmixm.host(fast_mix.size()), "split-K mixing: 3 rows vs the same rows among 300");
+                expect_bits_equal(fast_mix, dmixm.host(fast_mix.size()),
+                                  "split-K mixing: 3 rows vs the same rows among " + std::to_string(n));
             }
             for (int64_t t = 0; t < T; ++t) {
                 float top = 0;

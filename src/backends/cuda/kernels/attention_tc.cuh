@@ -11,61 +11,29 @@
 // result differs from the reference kernels only in the order of the f32 sums and the online
 // rescaling. Every row's block reads only that row's candidates: batch-invariant.
 //
-// Block: 512 threads = 16 warps; warp w owns head group w % 4 (16 heads) and quarter w / 4: of the
-// block's 64 candidates for the scores (16 each), of the head dimension for the outputs (kD / 4 each).
+// Block layout, staging, MMA loops and the split of a row's candidate blocks over the CTAs of a cluster
+// (each CTA an online softmax over its blocks, merged in CTA order): attention_tc_common.cuh.
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include "backends/cuda/common/device_math.cuh"
-#include "backends/cuda/common/mma_sync.cuh"
 #include "backends/cuda/kernels/attention.cuh"
+#include "backends/cuda/kernels/attention_tc_common.cuh"
 #include "backends/cuda/ops.h"
 
 namespace deepinfer::cuda::kernels {
 
-constexpr int kTcaThreads = 512;
-constexpr int kTcaHeads = 64;  // heads per block (MMA rows; missing heads are zero rows)
-constexpr int kTcaBlock = 64;  // candidates per online-softmax block
-
-__host__ __device__ constexpr int64_t tca_pitch(int64_t kd) { return kd + 8; }  // bf16 elements per row
-// Dynamic shared memory: q [64, pitch] and the candidate block [64, pitch] in bf16 (later reused as the
-// f32 output [64, kD]), P [64, 64 + 8] bf16, the per-quarter row maxima and sums [2, 4, 64] f32.
-__host__ __device__ constexpr int64_t tca_smem_bytes(int64_t kd) {
-    return 2 * (2 * kTcaHeads * tca_pitch(kd) + kTcaHeads * (kTcaBlock + 8)) + 4 * 2 * 4 * kTcaHeads;
-}
-
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// Rows [0, n) of `rows` (row j at src(j), kD floats) into dst as bf16; rows n..63 zero.
-template <int kD, class Src>
-__device__ __forceinline__ void tca_stage(__nv_bfloat16* dst, int64_t n, Src src) {
-    constexpr int kQuads = kD / 4;
-    for (int i = threadIdx.x; i < kTcaBlock * kQuads; i += kTcaThreads) {
-        const int j = i / kQuads, c = (i % kQuads) * 4;
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (j < n) v = *reinterpret_cast<const float4*>(src(j) + c);
-        uint2 packed{pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w)};
-        *reinterpret_cast<uint2*>(dst + j * tca_pitch(kD) + c) = packed;
-    }
-}
-
-// grid (rows, ceil(heads / 64)), block kTcaThreads, dynamic shared memory tca_smem_bytes(kD).
-template <int kD>
+// grid (rows, ceil(heads / 64), kSplit), cluster (1, 1, kSplit), block kTcaThreads, dynamic shared
+// memory tca_smem_bytes(kD).
+template <int kD, int kSplit>
 static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(const __grid_constant__ SparseAttentionParams p) {
     extern __shared__ __align__(16) unsigned char tca_sm[];
-    constexpr int kP = static_cast<int>(tca_pitch(kD));
-    constexpr int kPP = kTcaBlock + 8;
-    auto* q_s = reinterpret_cast<__nv_bfloat16*>(tca_sm);      // [64, kP]
-    __nv_bfloat16* kv_s = q_s + kTcaHeads * kP;                // [64, kP]
-    __nv_bfloat16* p_s = kv_s + kTcaHeads * kP;                // [64, kPP]
-    float* red_max = reinterpret_cast<float*>(p_s + kTcaHeads * kPP);  // [4, 64]
-    float* red_sum = red_max + 4 * kTcaHeads;                           // [4, 64]
+    const TcaShared<kD> sm(tca_sm);
+    constexpr int kPP = TcaShared<kD>::kPP;
 
     const int64_t r = blockIdx.x, h0 = static_cast<int64_t>(blockIdx.y) * kTcaHeads;
+    const int split = static_cast<int>(blockIdx.z);
     const DeviceSegment& s = p.segments[p.row_segment[r]];
     const int64_t pos = p.positions[r];
     const int64_t lo = pos - p.window + 1 > 0 ? pos - p.window + 1 : 0;
@@ -80,15 +48,14 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
                           lo, s.first_position, p.window_rows, pos - lo + 1, kD};
     const int64_t nc = cand.num_window + num_comp;
     const int64_t nh = p.heads - h0 < kTcaHeads ? p.heads - h0 : kTcaHeads;
+    const int64_t num_blocks = (nc + kTcaBlock - 1) / kTcaBlock;
 
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, qd = lane % 4;
+    const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32, qd = lane % 4;
     const int hg = warp % 4, quarter = warp / 4;
-    const int row0 = hg * 16 + g, row1 = row0 + 8;  // this thread's two heads (block-local)
+    const int row0 = hg * 16 + lane / 4, row1 = row0 + 8;  // this thread's two heads (block-local)
     constexpr float kLog2e = 1.4426950408889634f;
     const float scale2 = p.softmax_scale * kLog2e;  // scores in base-2 units
     const float neg_inf = -__int_as_float(0x7F800000);
-
-    tca_stage<kD>(q_s, nh, [&](int64_t j) { return p.q + (r * p.heads + h0 + j) * kD; });
 
     constexpr int kNt = kD / 32;  // output n-tiles of 8 columns per warp
     float acc[kNt][4];
@@ -96,21 +63,20 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
     for (int t = 0; t < kNt; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
     float m_run[2] = {neg_inf, neg_inf}, l_run[2] = {0.f, 0.f};
 
-    for (int64_t j0 = 0; j0 < nc; j0 += kTcaBlock) {
-        const int64_t n = nc - j0 < kTcaBlock ? nc - j0 : kTcaBlock;
-        __syncthreads();  // the previous block's MMAs are done with kv_s and p_s
-        tca_stage<kD>(kv_s, n, [&](int64_t j) { return cand(j0 + j); });
+    if (split < num_blocks) {
+        if (tid < kTcaBlock) sm.rows[tid] = tid < nh ? p.q + (r * p.heads + h0 + tid) * kD : nullptr;
         __syncthreads();
-        // Scores of 16 heads x 16 candidates: two n-tiles over K = kD.
-        float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll 4
-        for (int ks = 0; ks < kD / 16; ++ks) {
-            uint32_t a[4], b[4];
-            dev::ldmatrix_x4(a, q_s + (hg * 16 + lane % 16) * kP + ks * 16 + (lane / 16) * 8);
-            dev::ldmatrix_x4(b, kv_s + (quarter * 16 + lane % 8 + (lane / 16) * 8) * kP + ks * 16 + ((lane / 8) % 2) * 8);
-            dev::mma_bf16_16816(sc[0], a, b[0], b[1]);
-            dev::mma_bf16_16816(sc[1], a, b[2], b[3]);
-        }
+        tca_stage_rows<kD>(sm.q, sm.rows);
+    }
+    for (int64_t b = split; b < num_blocks; b += kSplit) {
+        const int64_t j0 = b * kTcaBlock, n = nc - j0 < kTcaBlock ? nc - j0 : kTcaBlock;
+        __syncthreads();  // the previous block's MMAs and staging are done with kv, p and rows
+        if (tid < kTcaBlock) sm.rows[tid] = tid < n ? cand(j0 + tid) : nullptr;
+        __syncthreads();
+        tca_stage_rows<kD>(sm.kv, sm.rows);
+        __syncthreads();
+        float sc[2][4];
+        tca_scores<kD>(sc, sm, hg, quarter, lane);
         // Mask, row maxima of this quarter (quad shuffle), exchanged through shared memory.
         float mx[2] = {neg_inf, neg_inf};
 #pragma unroll
@@ -127,17 +93,17 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
             mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
         }
         if (qd == 0) {
-            red_max[quarter * kTcaHeads + row0] = mx[0];
-            red_max[quarter * kTcaHeads + row1] = mx[1];
+            sm.red_max[quarter * kTcaHeads + row0] = mx[0];
+            sm.red_max[quarter * kTcaHeads + row1] = mx[1];
         }
         __syncthreads();
         float m_new[2], alpha[2];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
             const int row = i ? row1 : row0;
-            const float bm = fmaxf(fmaxf(red_max[row], red_max[kTcaHeads + row]),
-                                   fmaxf(red_max[2 * kTcaHeads + row], red_max[3 * kTcaHeads + row]));
-            m_new[i] = fmaxf(m_run[i], bm);  // finite: the first block holds the query's own row
+            const float bm = fmaxf(fmaxf(sm.red_max[row], sm.red_max[kTcaHeads + row]),
+                                   fmaxf(sm.red_max[2 * kTcaHeads + row], sm.red_max[3 * kTcaHeads + row]));
+            m_new[i] = fmaxf(m_run[i], bm);  // finite: every block holds at least one candidate
             alpha[i] = exp2f(m_run[i] - m_new[i]);
         }
         // Probabilities: f32 into the row sums, bf16 into P.
@@ -151,8 +117,8 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
                 sum[e / 2] += e4[e];
             }
             const int col = quarter * 16 + t * 8 + qd * 2;
-            *reinterpret_cast<uint32_t*>(p_s + row0 * kPP + col) = pack_bf16x2(e4[0], e4[1]);
-            *reinterpret_cast<uint32_t*>(p_s + row1 * kPP + col) = pack_bf16x2(e4[2], e4[3]);
+            *reinterpret_cast<uint32_t*>(sm.p + row0 * kPP + col) = pack_bf16x2(e4[0], e4[1]);
+            *reinterpret_cast<uint32_t*>(sm.p + row1 * kPP + col) = pack_bf16x2(e4[2], e4[3]);
         }
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
@@ -160,18 +126,19 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
             sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 2);
         }
         if (qd == 0) {
-            red_sum[quarter * kTcaHeads + row0] = sum[0];
-            red_sum[quarter * kTcaHeads + row1] = sum[1];
+            sm.red_sum[quarter * kTcaHeads + row0] = sum[0];
+            sm.red_sum[quarter * kTcaHeads + row1] = sum[1];
         }
         __syncthreads();
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
             const int row = i ? row1 : row0;
-            const float bs = (red_sum[row] + red_sum[kTcaHeads + row]) + (red_sum[2 * kTcaHeads + row] + red_sum[3 * kTcaHeads + row]);
+            const float bs = (sm.red_sum[row] + sm.red_sum[kTcaHeads + row]) +
+                             (sm.red_sum[2 * kTcaHeads + row] + sm.red_sum[3 * kTcaHeads + row]);
             l_run[i] = l_run[i] * alpha[i] + bs;
             m_run[i] = m_new[i];
         }
-        // o = o · alpha + P · V over this block: 16 heads x kD/4 columns per warp.
+        // o = o · alpha + P · V over this block.
 #pragma unroll
         for (int t = 0; t < kNt; ++t) {
             acc[t][0] *= alpha[0];
@@ -179,45 +146,11 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
             acc[t][2] *= alpha[1];
             acc[t][3] *= alpha[1];
         }
-        const int c0 = quarter * (kD / 4);
-#pragma unroll
-        for (int ks = 0; ks < kTcaBlock / 16; ++ks) {
-            uint32_t a[4];
-            dev::ldmatrix_x4(a, p_s + (hg * 16 + lane % 16) * kPP + ks * 16 + (lane / 16) * 8);
-#pragma unroll
-            for (int t = 0; t < kNt; t += 2) {
-                uint32_t b[4];
-                dev::ldmatrix_x4_trans(b, kv_s + (ks * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kP + c0 + t * 8 + (lane / 16) * 8);
-                dev::mma_bf16_16816(acc[t], a, b[0], b[1]);
-                dev::mma_bf16_16816(acc[t + 1], a, b[2], b[3]);
-            }
-        }
+        tca_pv<kD>(acc, sm, hg, quarter, lane);
     }
-    __syncthreads();
-    // Sink, normalization, bf16; the f32 outputs [64, kD] go to shared memory (over q_s and kv_s).
-    float* o_s = reinterpret_cast<float*>(tca_sm);
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        const int row = i ? row1 : row0;
-        const int64_t h = h0 + row < p.heads ? h0 + row : p.heads - 1;
-        const float den = l_run[i] + exp2f(p.sink[h] * kLog2e - m_run[i]);
-        const int c0 = quarter * (kD / 4);
-#pragma unroll
-        for (int t = 0; t < kNt; ++t) {
-            const int col = c0 + t * 8 + qd * 2;
-            o_s[row * kD + col] = dev::round_bf16(acc[t][2 * i] / den);
-            o_s[row * kD + col + 1] = dev::round_bf16(acc[t][2 * i + 1] / den);
-        }
-    }
-    __syncthreads();
-    const float* cs = p.cos_sin + pos * p.rope_dim;
-    for (int hh = warp; hh < nh; hh += kTcaThreads / 32) {
-        float* o = o_s + hh * kD;
-        for (int64_t i = lane; i < p.rope_dim / 2; i += 32) dev::rope_pair(o + (kD - p.rope_dim), static_cast<int>(i), cs, true);
-        __syncwarp();
-        float* out = p.out + (r * p.heads + h0 + hh) * kD;
-        for (int d = lane; d < kD; d += 32) out[d] = d >= kD - p.rope_dim ? dev::round_bf16(o[d]) : o[d];
-    }
+    const int parts = static_cast<int>(num_blocks < kSplit ? num_blocks : kSplit);
+    tca_merge_store<kD, kSplit, true>(sm, acc, m_run, l_run, split, parts, nh, p.sink, h0, p.cos_sin + pos * p.rope_dim,
+                                      p.rope_dim, p.out + r * p.heads * kD);
 }
 
 }  // namespace deepinfer::cuda::kernels

@@ -43,8 +43,9 @@ __device__ __forceinline__ void hc_mix(const float* x, const float* fn, const fl
 }
 
 // The fast mode's split-K mixing logits (HcMixSplitKParams). Block: 8 warps over kRows rows and one
-// chunk of K; warp w takes outputs w, w + 8, ... (output `outputs` is dot(x, x)). An element's partial
-// sum is lane-strided FMAs then a butterfly: the same for any kRows and grid.
+// chunk of K; warp w of output group z takes outputs 8z + w, 8z + w + 8·groups, ... (output `outputs`
+// is dot(x, x)). An element's partial sum is lane-strided FMAs then a butterfly: the same for any
+// kRows and grid (grid (ceil(rows / kRows), chunks, output groups)).
 constexpr int kHcChunk = 512;
 constexpr int kHcSplitThreads = 256;
 template <int kRows>
@@ -60,11 +61,13 @@ static __global__ void __launch_bounds__(kHcSplitThreads) hc_mix_partial_kernel(
     __syncthreads();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t O = p.outputs;
-    for (int64_t o = warp; o <= O; o += kHcSplitThreads / 32) {
+    constexpr int kWarps = kHcSplitThreads / 32;
+    for (int64_t o = static_cast<int64_t>(blockIdx.z) * kWarps + warp; o <= O; o += static_cast<int64_t>(gridDim.z) * kWarps) {
         float acc[kRows];
 #pragma unroll
         for (int row = 0; row < kRows; ++row) acc[row] = 0.0f;
         const float* w = p.fn + o * p.flat + c0;
+#pragma unroll 4
         for (int k = lane; k < len; k += 32) {
             const float wk = o < O ? w[k] : 0.0f;
 #pragma unroll
@@ -90,6 +93,9 @@ static __global__ void hc_mix_reduce_kernel(const __grid_constant__ HcMixSplitKP
     p.mix[e] = sum;
 }
 
+// grid (rows, column blocks), block 256. With several column blocks (only with staged mixing logits)
+// each block repeats the token's Sinkhorn (the same operations, so the same values) and collapses its
+// share of the hidden columns; block 0 writes post and comb. No value depends on the grid.
 static __global__ void hc_pre_kernel(const __grid_constant__ HcPreParams p) {
     __shared__ float mix[kHcMaxOutputs], pre[kHcMax], xx;
     const int64_t hc = p.hc, D = p.hidden, flat = hc * D, outputs = (2 + hc) * hc, t = blockIdx.x;
@@ -107,7 +113,7 @@ static __global__ void hc_pre_kernel(const __grid_constant__ HcPreParams p) {
         if (lane < hc) {
             const int64_t j = lane;
             pre[j] = dev::add(dev::sigmoid(dev::add(dev::mul(mix[j], p.scale[0]), p.base[j])), p.hc_eps);
-            p.post[t * hc + j] = 2.0f * dev::sigmoid(dev::add(dev::mul(mix[hc + j], p.scale[1]), p.base[hc + j]));
+            if (blockIdx.y == 0) p.post[t * hc + j] = 2.0f * dev::sigmoid(dev::add(dev::mul(mix[hc + j], p.scale[1]), p.base[hc + j]));
         }
         for (int64_t i = lane; i < hc * hc; i += 32) c[i] = dev::add(dev::mul(mix[2 * hc + i], p.scale[2]), p.base[2 * hc + i]);
         __syncwarp();
@@ -144,11 +150,12 @@ static __global__ void hc_pre_kernel(const __grid_constant__ HcPreParams p) {
             col_norm();
         }
         float* C = p.comb + t * hc * hc;
-        for (int64_t i = lane; i < hc * hc; i += 32) C[i] = c[i];
+        if (blockIdx.y == 0)
+            for (int64_t i = lane; i < hc * hc; i += 32) C[i] = c[i];
     }
     __syncthreads();
     float* a = p.collapsed + t * D;
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    for (int64_t d = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; d < D; d += static_cast<int64_t>(gridDim.y) * blockDim.x) {
         float s = 0;
         for (int64_t j = 0; j < hc; ++j) s = dev::add(s, dev::mul(pre[j], x[j * D + d]));
         a[d] = dev::maybe_bf16(s, p.round_bf16);

@@ -56,18 +56,46 @@ __device__ __forceinline__ void indexer_tc_block(const float* q, const float* we
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, qd = lane % 4;
     const float softmax_scale = 1.0f / sqrtf(static_cast<float>(kD));
     const float weights_scale = 1.0f / sqrtf(static_cast<float>(heads));
-    for (int i = tid; i < kItcHeads * kD; i += kItcThreads) {
-        const int h = i / kD, d = i % kD;
-        q_s[h * kP + d] = __float2bfloat16_rn(h < heads ? q[h * kD + d] : 0.0f);
+    // Operands arrive 8 loads in flight per thread (a tile is bound by load latency, not bandwidth); q
+    // as float4 (the launchers check its 16-byte alignment).
+    constexpr int kQ4 = kItcHeads * kD / 4;
+    for (int i0 = tid; i0 < kQ4; i0 += 8 * kItcThreads) {
+        float4 v[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const int i = i0 + u * kItcThreads;
+            v[u] = i < kQ4 && (i * 4) / kD < heads ? reinterpret_cast<const float4*>(q)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const int i = i0 + u * kItcThreads;
+            if (i < kQ4) {
+                __nv_bfloat16* dst = q_s + ((i * 4) / kD) * kP + (i * 4) % kD;
+                dst[0] = __float2bfloat16_rn(v[u].x);
+                dst[1] = __float2bfloat16_rn(v[u].y);
+                dst[2] = __float2bfloat16_rn(v[u].z);
+                dst[3] = __float2bfloat16_rn(v[u].w);
+            }
+        }
     }
     for (int64_t h = tid; h < heads; h += kItcThreads)
         w_s[h] = dev::round_bf16(dev::mul(dev::mul(weights[h], softmax_scale), weights_scale));
     for (int64_t k0 = k_begin; k0 < k_end; k0 += kItcKeys) {
         const int64_t n = k_end - k0 < kItcKeys ? k_end - k0 : kItcKeys;
         __syncthreads();  // the previous tile's readers are done with k_s and dp_s
-        for (int i = tid; i < kItcKeys * kD; i += kItcThreads) {
-            const int j = i / kD, d = i % kD;
-            k_s[j * kP + d] = __float2bfloat16_rn(j < n ? key(k0 + j, d) : 0.0f);
+        static_assert(kItcKeys * kD % (8 * kItcThreads) == 0, "key staging in batches of 8");
+        for (int i0 = tid; i0 < kItcKeys * kD; i0 += 8 * kItcThreads) {
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                const int i = i0 + u * kItcThreads, j = i / kD;
+                v[u] = j < n ? key(k0 + j, i % kD) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                const int i = i0 + u * kItcThreads;
+                k_s[(i / kD) * kP + i % kD] = __float2bfloat16_rn(v[u]);
+            }
         }
         __syncthreads();
         float acc[8][4];

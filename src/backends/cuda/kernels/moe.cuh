@@ -152,6 +152,8 @@ static __global__ void gather_rows_kernel(const __grid_constant__ ScatterRowsPar
 
 constexpr int kMaxTopK = 32;
 
+// grid (rows, column blocks), block 256: each block sorts the token's slots and sums its share of
+// the hidden columns (every element's sum in ascending expert order, whatever the grid).
 static __global__ void moe_combine_kernel(const __grid_constant__ CombineParams p) {
     const int64_t t = blockIdx.x, K = p.top_k, D = p.hidden;
     int order[kMaxTopK];
@@ -162,7 +164,7 @@ static __global__ void moe_combine_kernel(const __grid_constant__ CombineParams 
             order[b] = order[b - 1];
             order[b - 1] = tmp;
         }
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    for (int64_t d = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; d < D; d += static_cast<int64_t>(gridDim.y) * blockDim.x) {
         float acc = 0;
         for (int64_t k = 0; k < K; ++k) {
             const int64_t slot = t * K + order[k];

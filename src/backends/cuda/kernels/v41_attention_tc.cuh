@@ -9,37 +9,31 @@
 // or read from this chunk's rows, once per 64-key block and pass instead of once per head. Only the
 // order of the f32 sums differs from the reference kernel; a row's block reads only that row's keys,
 // so results do not depend on the batch.
-// Block: 512 threads = 16 warps; warp w owns head group w % 4 (16 heads) and quarter w / 4 of the
-// block's 64 keys (scores) or of the head dimension (outputs), as attention_tc.cuh.
+// Block layout, MMA loops and the split over a cluster's CTAs: attention_tc_common.cuh. Split: passes 1
+// and 3 deal the key blocks round-robin to the row's CTAs, pass 2 gives each CTA 64 / kSplit heads (a
+// head's softmax is the one-CTA kernel's), and the partial outputs of pass 3 are summed in CTA order.
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include "backends/cuda/common/device_math.cuh"
-#include "backends/cuda/common/mma_sync.cuh"
-#include "backends/cuda/kernels/attention_tc.cuh"
+#include "backends/cuda/kernels/attention_tc_common.cuh"
 #include "backends/cuda/kernels/v41_attention.cuh"
 #include "backends/cuda/ops.h"
 
 namespace deepinfer::cuda::kernels {
 
-// q [64, pitch] and one key block [64, pitch] in bf16 (later the f32 output [64, kD]), P [64, 64 + 8].
-__host__ __device__ constexpr int64_t v41_tca_smem_bytes(int64_t kd) {
-    return 2 * (2 * kTcaHeads * tca_pitch(kd) + kTcaHeads * (kTcaBlock + 8));
-}
-
-// grid (rows, ceil(heads / 64)), block kTcaThreads, dynamic shared memory v41_tca_smem_bytes(kD).
-template <int kD>
+// grid (rows, ceil(heads / 64), kSplit), cluster (1, 1, kSplit), block kTcaThreads, dynamic shared
+// memory tca_smem_bytes(kD).
+template <int kD, int kSplit>
 static __global__ void __launch_bounds__(kTcaThreads, 1) v41_tc_attention_kernel(const __grid_constant__ SinkAttentionParams p) {
     extern __shared__ __align__(16) unsigned char v41_tca_sm[];
-    constexpr int kP = static_cast<int>(tca_pitch(kD));
-    constexpr int kPP = kTcaBlock + 8;
-    auto* q_s = reinterpret_cast<__nv_bfloat16*>(v41_tca_sm);  // [64, kP]
-    __nv_bfloat16* kv_s = q_s + kTcaHeads * kP;                // [64, kP]
-    __nv_bfloat16* p_s = kv_s + kTcaHeads * kP;                // [64, kPP]
+    const TcaShared<kD> sm(v41_tca_sm);
+    constexpr int kP = TcaShared<kD>::kP, kPP = TcaShared<kD>::kPP;
 
     const int64_t r = blockIdx.x, h0 = static_cast<int64_t>(blockIdx.y) * kTcaHeads;
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, qd = lane % 4;
+    const int split = static_cast<int>(blockIdx.z);
+    const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, qd = lane % 4;
     const int hg = warp % 4, quarter = warp / 4;
     const SinkSegment& seg = p.segments[p.row_segment[r]];
     const int64_t pos = p.positions[r];
@@ -54,31 +48,40 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) v41_tc_attention_kernel
                        p.window_block, p.entry_block, p.window_format, p.entry_format, &p.paged_entries, p.row_segment[r]};
     const int64_t nc = key.num_window + nsel;
     const int64_t nh = p.heads - h0 < kTcaHeads ? p.heads - h0 : kTcaHeads;
+    const int64_t num_blocks = (nc + kTcaBlock - 1) / kTcaBlock;
     auto scores = [&](int64_t hh) { return p.scratch + (r * p.heads + h0 + hh) * p.max_candidates; };
-    // Keys j0 .. j0 + n - 1 decoded into kv_s as bf16; rows n..63 zero.
+    // Keys j0 .. j0 + n - 1 decoded into kv as bf16; rows n..63 zero.
+    // (8 decodes in flight per thread.)
     auto stage_keys = [&](int64_t j0, int64_t n) {
-        for (int i = tid; i < kTcaBlock * kD; i += kTcaThreads) {
-            const int j = i / kD, d = i % kD;
-            kv_s[j * kP + d] = __float2bfloat16_rn(j < n ? key(j0 + j, d) : 0.0f);
+        static_assert(kTcaBlock * kD % (8 * kTcaThreads) == 0, "key staging in batches of 8");
+        for (int i0 = tid; i0 < kTcaBlock * kD; i0 += 8 * kTcaThreads) {
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                const int i = i0 + u * kTcaThreads, j = i / kD;
+                v[u] = j < n ? key(j0 + j, i % kD) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                const int i = i0 + u * kTcaThreads;
+                sm.kv[(i / kD) * kP + i % kD] = __float2bfloat16_rn(v[u]);
+            }
         }
     };
-    tca_stage<kD>(q_s, nh, [&](int64_t j) { return p.q + (r * p.heads + h0 + j) * kD; });
+    if (split < num_blocks) {
+        if (tid < kTcaBlock) sm.rows[tid] = tid < nh ? p.q + (r * p.heads + h0 + tid) * kD : nullptr;
+        __syncthreads();
+        tca_stage_rows<kD>(sm.q, sm.rows);
+    }
 
-    // Pass 1: scores of 16 heads x 16 keys per warp.
-    for (int64_t j0 = 0; j0 < nc; j0 += kTcaBlock) {
-        const int64_t n = nc - j0 < kTcaBlock ? nc - j0 : kTcaBlock;
+    // Pass 1: scores of 16 heads x 16 keys per warp, this CTA's blocks.
+    for (int64_t b = split; b < num_blocks; b += kSplit) {
+        const int64_t j0 = b * kTcaBlock, n = nc - j0 < kTcaBlock ? nc - j0 : kTcaBlock;
         __syncthreads();
         stage_keys(j0, n);
         __syncthreads();
-        float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll 4
-        for (int ks = 0; ks < kD / 16; ++ks) {
-            uint32_t a[4], b[4];
-            dev::ldmatrix_x4(a, q_s + (hg * 16 + lane % 16) * kP + ks * 16 + (lane / 16) * 8);
-            dev::ldmatrix_x4(b, kv_s + (quarter * 16 + lane % 8 + (lane / 16) * 8) * kP + ks * 16 + ((lane / 8) % 2) * 8);
-            dev::mma_bf16_16816(sc[0], a, b[0], b[1]);
-            dev::mma_bf16_16816(sc[1], a, b[2], b[3]);
-        }
+        float sc[2][4];
+        tca_scores<kD>(sc, sm, hg, quarter, lane);
 #pragma unroll
         for (int t = 0; t < 2; ++t)
 #pragma unroll
@@ -88,17 +91,20 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) v41_tc_attention_kernel
                 if (hh < nh && j < n) scores(hh)[j0 + j] = sc[t][e] * p.softmax_scale;
             }
     }
-    __syncthreads();
-    // Pass 2: per head (a warp each), the maximum from the sink, the denominator, bf16 probabilities.
-    for (int64_t hh = warp; hh < nh; hh += kTcaThreads / 32) {
+    tca_row_sync<kSplit>();  // every CTA's scores are in the scratch
+    // Pass 2: per head (a warp each; this CTA's 64 / kSplit heads), the maximum from the sink, the
+    // denominator, bf16 probabilities.
+    constexpr int kRowsPerCta = kTcaHeads / kSplit;
+    for (int64_t hh = split * kRowsPerCta + warp; hh < (split + 1) * kRowsPerCta && hh < nh; hh += kTcaThreads / 32) {
         float* s = scores(hh);
         const float sink = p.sink[h0 + hh];
         float mx = sink;
-        for (int64_t j = lane; j < nc; j += 32) mx = fmaxf(mx, s[j]);
+        // Scores other CTAs wrote: read through L2 (__ldcg), never a stale L1 line.
+        for (int64_t j = lane; j < nc; j += 32) mx = fmaxf(mx, __ldcg(s + j));
         for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
         float den = 0.0f;
         for (int64_t j = lane; j < nc; j += 32) {
-            const float e = __expf(s[j] - mx);
+            const float e = __expf(__ldcg(s + j) - mx);
             s[j] = e;
             den += e;
         }
@@ -106,54 +112,27 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) v41_tc_attention_kernel
         den += __expf(sink - mx);
         for (int64_t j = lane; j < nc; j += 32) s[j] = dev::round_bf16(s[j] / den);
     }
-    __syncthreads();
-    // Pass 3: o = P · V, 16 heads x kD/4 columns per warp.
+    tca_row_sync<kSplit>();  // every head's probabilities are in the scratch
+    // Pass 3: o = P · V over this CTA's blocks, 16 heads x kD/4 columns per warp.
     constexpr int kNt = kD / 32;
     float acc[kNt][4];
 #pragma unroll
     for (int t = 0; t < kNt; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
-    const int c0 = quarter * (kD / 4);
-    for (int64_t j0 = 0; j0 < nc; j0 += kTcaBlock) {
-        const int64_t n = nc - j0 < kTcaBlock ? nc - j0 : kTcaBlock;
+    for (int64_t b = split; b < num_blocks; b += kSplit) {
+        const int64_t j0 = b * kTcaBlock, n = nc - j0 < kTcaBlock ? nc - j0 : kTcaBlock;
         __syncthreads();
         stage_keys(j0, n);
         for (int i = tid; i < kTcaHeads * kTcaBlock; i += kTcaThreads) {
             const int hh = i / kTcaBlock, j = i % kTcaBlock;
-            p_s[hh * kPP + j] = __float2bfloat16_rn(hh < nh && j < n ? scores(hh)[j0 + j] : 0.0f);
+            sm.p[hh * kPP + j] = __float2bfloat16_rn(hh < nh && j < n ? __ldcg(scores(hh) + j0 + j) : 0.0f);
         }
         __syncthreads();
-#pragma unroll
-        for (int ks = 0; ks < kTcaBlock / 16; ++ks) {
-            uint32_t a[4];
-            dev::ldmatrix_x4(a, p_s + (hg * 16 + lane % 16) * kPP + ks * 16 + (lane / 16) * 8);
-#pragma unroll
-            for (int t = 0; t < kNt; t += 2) {
-                uint32_t b[4];
-                dev::ldmatrix_x4_trans(b, kv_s + (ks * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kP + c0 + t * 8 + (lane / 16) * 8);
-                dev::mma_bf16_16816(acc[t], a, b[0], b[1]);
-                dev::mma_bf16_16816(acc[t + 1], a, b[2], b[3]);
-            }
-        }
+        tca_pv<kD>(acc, sm, hg, quarter, lane);
     }
-    __syncthreads();
-    float* o_s = reinterpret_cast<float*>(v41_tca_sm);  // [64, kD] over q_s and kv_s
-#pragma unroll
-    for (int t = 0; t < kNt; ++t) {
-        const int col = c0 + t * 8 + qd * 2, row0 = hg * 16 + g;
-        o_s[row0 * kD + col] = dev::round_bf16(acc[t][0]);
-        o_s[row0 * kD + col + 1] = dev::round_bf16(acc[t][1]);
-        o_s[(row0 + 8) * kD + col] = dev::round_bf16(acc[t][2]);
-        o_s[(row0 + 8) * kD + col + 1] = dev::round_bf16(acc[t][3]);
-    }
-    __syncthreads();
-    const float* cs = p.cos_sin + pos * p.rope_dim;
-    for (int hh = warp; hh < nh; hh += kTcaThreads / 32) {
-        float* o = o_s + hh * kD;
-        for (int64_t i = lane; i < p.rope_dim / 2; i += 32) dev::rope_pair(o + (kD - p.rope_dim), static_cast<int>(i), cs, true);
-        __syncwarp();
-        float* out = p.out + (r * p.heads + h0 + hh) * kD;
-        for (int d = lane; d < kD; d += 32) out[d] = d >= kD - p.rope_dim ? dev::round_bf16(o[d]) : o[d];
-    }
+    const float none[2] = {0.f, 0.f};
+    const int parts = static_cast<int>(num_blocks < kSplit ? num_blocks : kSplit);
+    tca_merge_store<kD, kSplit, false>(sm, acc, none, none, split, parts, nh, p.sink, h0, p.cos_sin + pos * p.rope_dim,
+                                       p.rope_dim, p.out + r * p.heads * kD);
 }
 
 }  // namespace deepinfer::cuda::kernels

@@ -6,6 +6,7 @@
 #include "backends/cuda/kernels/attention_mqa.cuh"
 #include "backends/cuda/kernels/attention_tc.cuh"
 #include "backends/cuda/kernels/indexer_tc.cuh"
+#include "backends/cuda/launch/attention_tc_launch.cuh"
 #include "backends/cuda/kernels/topk.cuh"
 
 namespace deepinfer::cuda {
@@ -93,14 +94,7 @@ void launch_mqa(const SparseAttentionParams& p, Stream s) {
 }
 template <int kD>
 bool launch_tc(const SparseAttentionParams& p, Stream s) {
-    const int64_t smem = kernels::tca_smem_bytes(kD);
-    if (smem > max_shared_memory_per_block()) return false;
-    DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::tc_attention_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
-    const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>((p.heads + kernels::kTcaHeads - 1) / kernels::kTcaHeads));
-    kernels::tc_attention_kernel<kD><<<grid, kernels::kTcaThreads, static_cast<size_t>(smem), raw(s)>>>(p);
-    DI_CUDA_CHECK(cudaGetLastError());
-    return true;
+    return launch_tca<kD>(kernels::tc_attention_kernel<kD, kernels::kTcaSplit>, kernels::tc_attention_kernel<kD, 1>, p, p.rows, p.heads, raw(s));
 }
 
 bool try_tensor_cores(const SparseAttentionParams& p, Stream s) {

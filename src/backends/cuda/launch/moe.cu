@@ -5,6 +5,7 @@
 
 #include "backends/cuda/common/cuda_check.h"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/launch/column_blocks.h"
 #include "backends/cuda/kernels/moe.cuh"
 
 namespace deepinfer::cuda {
@@ -51,7 +52,8 @@ void gather_rows(const ScatterRowsParams& p, Stream s) {
 void moe_combine(const CombineParams& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.top_k <= kernels::kMaxTopK, "moe_combine: top_k ", p.top_k);
-    kernels::moe_combine_kernel<<<static_cast<unsigned>(p.rows), 256, 0, raw(s)>>>(p);
+    const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(column_blocks(p.rows, p.hidden, 256)));
+    kernels::moe_combine_kernel<<<grid, 256, 0, raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Launchers of the per-row ops (RMS norm, per-head RoPE/QAT, embedding) and of mHC.
 #include "backends/cuda/common/cuda_check.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/launch/column_blocks.h"
 #include "backends/cuda/kernels/hyper_connection.cuh"
 #include "backends/cuda/kernels/rows.cuh"
 
@@ -54,7 +56,9 @@ void hc_pre(const HcPreParams& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.hc >= 1 && p.hc <= kernels::kHcMax, "hc_pre: hc_mult ", p.hc, " > ", kernels::kHcMax);
     if (p.mix && !p.mix_given) hc_mix_logits(p.x, p.fn, p.rows, (2 + p.hc) * p.hc, p.hc * p.hidden, p.mix, s);
-    kernels::hc_pre_kernel<<<static_cast<unsigned>(p.rows), 256, 0, raw(s)>>>(p);
+    // Column blocks only with staged mixing logits (else each block would redo the token's dot products).
+    const int64_t blocks = p.mix ? column_blocks(p.rows, p.hidden, 256) : 1;
+    kernels::hc_pre_kernel<<<dim3(static_cast<unsigned>(p.rows), static_cast<unsigned>(blocks)), 256, 0, raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -65,13 +69,18 @@ void hc_mix_splitk(const HcMixSplitKParams& p, Stream s) {
     DI_CHECK(p.outputs >= 1 && p.outputs < kernels::kHcMaxOutputs, "hc_mix_splitk: ", p.outputs, " outputs");
     const int64_t splits = hc_mix_splits(p.flat);
     // Rows per block only trade parallelism for reuse of each fn chunk; no result depends on them.
-    if (p.rows >= 256) {
-        const dim3 grid(static_cast<unsigned>((p.rows + 15) / 16), static_cast<unsigned>(splits));
+    // Output groups of 8 (one per warp) over more blocks when the rows alone leave the GPU idle; one
+    // row per block below 8 rows (no FMAs on zero rows).
+    const int64_t per_block = p.rows >= 256 ? 16 : p.rows >= 8 ? 8 : 1;
+    const int64_t row_blocks = (p.rows + per_block - 1) / per_block;
+    const int64_t groups = row_blocks * splits >= 2 * multiprocessor_count() ? 1 : (p.outputs + 1 + 7) / 8;
+    const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(splits), static_cast<unsigned>(groups));
+    if (per_block == 16)
         kernels::hc_mix_partial_kernel<16><<<grid, kernels::kHcSplitThreads, 0, raw(s)>>>(p);
-    } else {
-        const dim3 grid(static_cast<unsigned>((p.rows + 7) / 8), static_cast<unsigned>(splits));
+    else if (per_block == 8)
         kernels::hc_mix_partial_kernel<8><<<grid, kernels::kHcSplitThreads, 0, raw(s)>>>(p);
-    }
+    else
+        kernels::hc_mix_partial_kernel<1><<<grid, kernels::kHcSplitThreads, 0, raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
     const int64_t n = p.rows * (p.outputs + 1);
     kernels::hc_mix_reduce_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, raw(s)>>>(p, splits);

@@ -5,6 +5,7 @@
 #include "backends/cuda/kernels/v41_attention.cuh"
 #include "backends/cuda/kernels/v41_attention_tc.cuh"
 #include "backends/cuda/kernels/v41_indexer_tc.cuh"
+#include "backends/cuda/launch/attention_tc_launch.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -27,6 +28,7 @@ bool launch_index_tc(const IndexScoresParams& p, Stream s) {
 
 bool index_tensor_cores(const IndexScoresParams& p, Stream s) {
     if (!p.tensor_cores || !p.official || p.heads > kernels::kItcHeads) return false;
+    if (reinterpret_cast<uintptr_t>(p.q) % 16 != 0) return false;
     switch (p.head_dim) {
         case 32: return launch_index_tc<32>(p, s);
         case 64: return launch_index_tc<64>(p, s);
@@ -67,14 +69,7 @@ void topk_publish(const TopkPublishParams& p, Stream s) {
 namespace {
 template <int kD>
 bool launch_tc(const SinkAttentionParams& p, Stream s) {
-    const int64_t smem = kernels::v41_tca_smem_bytes(kD);
-    if (smem > max_shared_memory_per_block()) return false;
-    DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::v41_tc_attention_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
-    const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>((p.heads + kernels::kTcaHeads - 1) / kernels::kTcaHeads));
-    kernels::v41_tc_attention_kernel<kD><<<grid, kernels::kTcaThreads, static_cast<size_t>(smem), raw(s)>>>(p);
-    DI_CUDA_CHECK(cudaGetLastError());
-    return true;
+    return launch_tca<kD>(kernels::v41_tc_attention_kernel<kD, kernels::kTcaSplit>, kernels::v41_tc_attention_kernel<kD, 1>, p, p.rows, p.heads, raw(s));
 }
 
 bool try_tensor_cores(const SinkAttentionParams& p, Stream s) {

@@ -1,0 +1,252 @@
+// SPDX-License-Identifier: Apache-2.0
+// What V4's and V4.1's tensor-core sink attention kernels (attention_tc.cuh, v41_attention_tc.cuh)
+// share: the block layout (512 threads = 16 warps; warp w owns head group w % 4 = 16 heads and quarter
+// w / 4 of a 64-candidate block for the scores, of the head dimension for the outputs), the staging of
+// rows into shared memory as bf16, the q·k and P·V MMA loops, and the split over candidates.
+//
+// Split (flash decoding): a row's candidate blocks of 64 are dealt round-robin to the kSplit CTAs of a
+// thread-block cluster (block b to CTA b % kSplit), so one token fills kSplit SMs instead of one. Each
+// CTA leaves its partial output (f32, unnormalized), row maxima and sums in its shared memory; after a
+// cluster barrier CTA t merges heads [t·64/kSplit, (t+1)·64/kSplit) over the partials in ascending CTA
+// order, through distributed shared memory, and writes them. kSplit is a constant of the launch (the
+// device's, never the batch's) and a row's CTAs read only that row's candidates, so a row's result
+// does not depend on the batch. kSplit = 1 (devices without clusters) is the one-CTA kernel.
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+
+#include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/common/mma_sync.cuh"
+
+namespace deepinfer::cuda::kernels {
+
+constexpr int kTcaThreads = 512;
+constexpr int kTcaHeads = 64;  // heads per block (MMA rows; missing heads are zero rows)
+constexpr int kTcaBlock = 64;  // candidates per online-softmax block
+// CTAs per row on devices with thread-block clusters (sm_90+). Measured on the 2-layer proxy (H200,
+// bench/results/cuda-decode-latency-h200-*): 4 was 2% faster than 2 at batch 1 and 7% slower at
+// prefill (each CTA restages q; a cluster holds its SMs until its longest CTA ends), 1 was 6% slower at
+// batch 1 and 5% faster at batch 256.
+constexpr int kTcaSplit = 2;
+
+__host__ __device__ constexpr int64_t tca_pitch(int64_t kd) { return kd + 8; }  // bf16 elements per row
+// Dynamic shared memory: q [64, pitch] and the candidate block [64, pitch] in bf16 (at the end the f32
+// partial output [64, kD] over both), P [64, 64 + 8] bf16, the per-quarter row maxima and sums
+// [2, 4, 64] f32, the partial row maxima and sums [2, 64] f32, the staged rows' addresses [64].
+__host__ __device__ constexpr int64_t tca_smem_bytes(int64_t kd) {
+    return 2 * (2 * kTcaHeads * tca_pitch(kd) + kTcaHeads * (kTcaBlock + 8)) + 4 * 2 * 4 * kTcaHeads +
+           4 * 2 * kTcaHeads + 8 * kTcaBlock;
+}
+
+// Pointers into one CTA's dynamic shared memory (layout of tca_smem_bytes).
+template <int kD>
+struct TcaShared {
+    static constexpr int kP = static_cast<int>(tca_pitch(kD));
+    static constexpr int kPP = kTcaBlock + 8;
+    __nv_bfloat16* q;     // [64, kP]
+    __nv_bfloat16* kv;    // [64, kP]
+    __nv_bfloat16* p;     // [64, kPP]
+    float* red_max;       // [4, 64]
+    float* red_sum;       // [4, 64]
+    float* part_m;        // [64] this CTA's row maxima (base-2 units)
+    float* part_l;        // [64] this CTA's row sums
+    const float** rows;   // [64] the rows being staged (null: a zero row)
+    float* o;             // [64, kD] f32 partial output, over q and kv
+    __device__ explicit TcaShared(unsigned char* base) {
+        q = reinterpret_cast<__nv_bfloat16*>(base);
+        kv = q + kTcaHeads * kP;
+        p = kv + kTcaHeads * kP;
+        red_max = reinterpret_cast<float*>(p + kTcaHeads * kPP);
+        red_sum = red_max + 4 * kTcaHeads;
+        part_m = red_sum + 4 * kTcaHeads;
+        part_l = part_m + kTcaHeads;
+        rows = reinterpret_cast<const float**>(part_l + kTcaHeads);
+        o = reinterpret_cast<float*>(base);
+    }
+};
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// The 64 rows whose addresses are in rows[] (kD floats each; null: zeros) into dst as bf16. Each thread
+// issues 8 16-byte loads before it stores any (a block is bound by load latency, not bandwidth).
+// Call after a barrier that publishes rows[]; the caller syncs before reading dst.
+template <int kD, int kMaxBatch = 8>
+__device__ __forceinline__ void tca_stage_rows(__nv_bfloat16* dst, const float* const* rows) {
+    constexpr int kQuads = kD / 4;
+    constexpr int kPer = kTcaBlock * kQuads / kTcaThreads;  // float4 per thread: 2 .. 16
+    constexpr int kBatch = kPer < kMaxBatch ? kPer : kMaxBatch;
+    static_assert(kPer % kBatch == 0, "staging batches");
+#pragma unroll
+    for (int k0 = 0; k0 < kPer; k0 += kBatch) {
+        float4 v[kBatch];
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+            const int i = static_cast<int>(threadIdx.x) + (k0 + k) * kTcaThreads;
+            const float* src = rows[i / kQuads];
+            v[k] = src ? *reinterpret_cast<const float4*>(src + (i % kQuads) * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+            const int i = static_cast<int>(threadIdx.x) + (k0 + k) * kTcaThreads;
+            const uint2 packed{pack_bf16x2(v[k].x, v[k].y), pack_bf16x2(v[k].z, v[k].w)};
+            *reinterpret_cast<uint2*>(dst + (i / kQuads) * tca_pitch(kD) + (i % kQuads) * 4) = packed;
+        }
+    }
+}
+
+// Scores of this warp's 16 heads x 16 candidates (its quarter of the block): two n-tiles over K = kD.
+template <int kD>
+__device__ __forceinline__ void tca_scores(float (&sc)[2][4], const TcaShared<kD>& sm, int hg, int quarter, int lane) {
+    constexpr int kP = TcaShared<kD>::kP;
+#pragma unroll
+    for (int t = 0; t < 2; ++t) sc[t][0] = sc[t][1] = sc[t][2] = sc[t][3] = 0.f;
+#pragma unroll 4
+    for (int ks = 0; ks < kD / 16; ++ks) {
+        uint32_t a[4], b[4];
+        dev::ldmatrix_x4(a, sm.q + (hg * 16 + lane % 16) * kP + ks * 16 + (lane / 16) * 8);
+        dev::ldmatrix_x4(b, sm.kv + (quarter * 16 + lane % 8 + (lane / 16) * 8) * kP + ks * 16 + ((lane / 8) % 2) * 8);
+        dev::mma_bf16_16816(sc[0], a, b[0], b[1]);
+        dev::mma_bf16_16816(sc[1], a, b[2], b[3]);
+    }
+}
+
+// acc += P · V over one block: this warp's 16 heads x kD / 4 columns (quarter).
+template <int kD>
+__device__ __forceinline__ void tca_pv(float (&acc)[kD / 32][4], const TcaShared<kD>& sm, int hg, int quarter, int lane) {
+    constexpr int kP = TcaShared<kD>::kP, kPP = TcaShared<kD>::kPP, kNt = kD / 32;
+    const int c0 = quarter * (kD / 4);
+#pragma unroll
+    for (int ks = 0; ks < kTcaBlock / 16; ++ks) {
+        uint32_t a[4];
+        dev::ldmatrix_x4(a, sm.p + (hg * 16 + lane % 16) * kPP + ks * 16 + (lane / 16) * 8);
+#pragma unroll
+        for (int t = 0; t < kNt; t += 2) {
+            uint32_t b[4];
+            dev::ldmatrix_x4_trans(b, sm.kv + (ks * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kP + c0 + t * 8 + (lane / 16) * 8);
+            dev::mma_bf16_16816(acc[t], a, b[0], b[1]);
+            dev::mma_bf16_16816(acc[t + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+// Barrier over the CTAs of a row (the cluster), with release/acquire of shared and global memory.
+template <int kSplit>
+__device__ __forceinline__ void tca_row_sync() {
+    if constexpr (kSplit == 1) {
+        __syncthreads();
+    } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+        __trap();  // the launcher uses kSplit > 1 only on sm_90+
+#else
+        cooperative_groups::this_cluster().sync();
+#endif
+    }
+}
+
+// Where CTA t of this row keeps `local` (an address in this CTA's shared memory).
+template <int kSplit, class T>
+__device__ __forceinline__ T* tca_peer(T* local, int t) {
+    if constexpr (kSplit == 1) {
+        return local;
+    } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+        __trap();
+        return local;
+#else
+        return cooperative_groups::this_cluster().map_shared_rank(local, static_cast<unsigned>(t));
+#endif
+    }
+}
+
+// The end of both kernels. Every CTA of the row publishes its partial output acc (this thread's two
+// heads row0 = hg*16 + g, row1 = row0 + 8), and with `softmax` its running maxima m (base-2 units) and
+// sums l; then CTA `split` merges its heads over the `parts` CTAs that had blocks, in CTA order:
+//   softmax:  M = max_t m_t,  w_t = 2^(m_t - M),  den = Σ_t l_t·w_t + 2^(sink·log2e - M),
+//             o = bf16(Σ_t acc_t·w_t / den)   (one part: w = 1, the one-CTA kernel's arithmetic)
+//   else:     o = bf16(Σ_t acc_t)            (V4.1: P was normalized before P·V)
+// then the inverse RoPE of the last rope_dim columns -> bf16, into out + (head h0 + hh) * kD.
+template <int kD, int kSplit, bool kSoftmax>
+__device__ __forceinline__ void tca_merge_store(const TcaShared<kD>& sm, const float (&acc)[kD / 32][4], const float (&m)[2],
+                                                const float (&l)[2], int split, int parts, int64_t nh, const float* sink,
+                                                int64_t h0, const float* cos_sin, int64_t rope_dim, float* out) {
+    constexpr int kNt = kD / 32;
+    constexpr float kLog2e = 1.4426950408889634f;
+    const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, qd = lane % 4;
+    const int hg = warp % 4, quarter = warp / 4, row0 = hg * 16 + g;
+    __syncthreads();  // every warp's MMAs are done with q and kv, which the partial output overwrites
+#pragma unroll
+    for (int t = 0; t < kNt; ++t) {
+        const int col = quarter * (kD / 4) + t * 8 + qd * 2;
+        *reinterpret_cast<float2*>(sm.o + row0 * kD + col) = make_float2(acc[t][0], acc[t][1]);
+        *reinterpret_cast<float2*>(sm.o + (row0 + 8) * kD + col) = make_float2(acc[t][2], acc[t][3]);
+    }
+    if (kSoftmax && quarter == 0 && qd == 0) {
+        sm.part_m[row0] = m[0];
+        sm.part_l[row0] = l[0];
+        sm.part_m[row0 + 8] = m[1];
+        sm.part_l[row0 + 8] = l[1];
+    }
+    tca_row_sync<kSplit>();
+    // This CTA's heads; a thread per 4 columns of a head, all parts' values in flight at once.
+    constexpr int kRowsPerCta = kTcaHeads / kSplit, kQuads = kD / 4;
+    const int r0 = split * kRowsPerCta;
+    for (int i = static_cast<int>(threadIdx.x); i < kRowsPerCta * kQuads; i += kTcaThreads) {
+        const int row = r0 + i / kQuads, c = (i % kQuads) * 4;
+        if (row >= nh) continue;
+        float4 v[kSplit];
+#pragma unroll
+        for (int t = 0; t < kSplit; ++t)
+            if (t < parts) v[t] = *reinterpret_cast<const float4*>(tca_peer<kSplit>(sm.o + row * kD + c, t));
+        float4 o = v[0];
+        if constexpr (kSoftmax) {
+            float mt[kSplit], mx = -__int_as_float(0x7F800000);
+#pragma unroll
+            for (int t = 0; t < kSplit; ++t)
+                if (t < parts) {
+                    mt[t] = *tca_peer<kSplit>(sm.part_m + row, t);
+                    mx = fmaxf(mx, mt[t]);
+                }
+            float den = 0.f;
+            o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+            for (int t = 0; t < kSplit; ++t)
+                if (t < parts) {
+                    const float w = exp2f(mt[t] - mx);
+                    den += *tca_peer<kSplit>(sm.part_l + row, t) * w;
+                    o.x += v[t].x * w;
+                    o.y += v[t].y * w;
+                    o.z += v[t].z * w;
+                    o.w += v[t].w * w;
+                }
+            den += exp2f(sink[h0 + row] * kLog2e - mx);
+            o = make_float4(dev::round_bf16(o.x / den), dev::round_bf16(o.y / den), dev::round_bf16(o.z / den),
+                            dev::round_bf16(o.w / den));
+        } else {
+#pragma unroll
+            for (int t = 1; t < kSplit; ++t)
+                if (t < parts) {
+                    o.x += v[t].x;
+                    o.y += v[t].y;
+                    o.z += v[t].z;
+                    o.w += v[t].w;
+                }
+            o = make_float4(dev::round_bf16(o.x), dev::round_bf16(o.y), dev::round_bf16(o.z), dev::round_bf16(o.w));
+        }
+        *reinterpret_cast<float4*>(sm.o + row * kD + c) = o;  // this CTA's own heads only: no peer reads them
+    }
+    // Every peer's reads of this CTA's partials are done (it may exit), and the merged rows are visible.
+    tca_row_sync<kSplit>();
+    for (int hh = r0 + warp; hh < r0 + kRowsPerCta && hh < nh; hh += kTcaThreads / 32) {
+        float* o = sm.o + hh * kD;
+        for (int64_t i = lane; i < rope_dim / 2; i += 32) dev::rope_pair(o + (kD - rope_dim), static_cast<int>(i), cos_sin, true);
+        __syncwarp();
+        float* dst = out + (h0 + hh) * kD;
+        for (int d = lane; d < kD; d += 32) dst[d] = d >= kD - rope_dim ? dev::round_bf16(o[d]) : o[d];
+    }
+}
+
+}  // namespace deepinfer::cuda::kernels
