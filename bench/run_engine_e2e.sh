@@ -15,7 +15,7 @@ CUBLAS_DIR=$(dirname "$(find / -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
 NCCL_DIR=$(dirname "$(find / -name 'libnccl.so.2' -path '*nvidia*' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH=$B:$CUBLAS_DIR:$NCCL_DIR:${LD_LIBRARY_PATH:-} NCCL_NVLS_ENABLE=0
 [ "${GPUS:-1}" = 1 ] && export CUDA_VISIBLE_DEVICES=0
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee $OUT/summary.txt
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee -a $OUT/summary.txt
 D=/mnt/ck; mkdir -p $D; mount -t tmpfs -o size=200G tmpfs $D 2>&1 | tee -a $OUT/summary.txt || D=/dev/shm
 timeout 60 $B/cuda_gemm_bench --only none --out $OUT/ceilings.jsonl 2>&1 | tail -1 | tee -a $OUT/summary.txt
 if [ -n "${PROF:-}" ]; then
