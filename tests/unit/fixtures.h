@@ -7,6 +7,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -15,7 +16,13 @@
 
 namespace deepinfer::test {
 
-inline std::string data_path(const std::string& rel) { return std::string(DI_TEST_DATA_DIR) + "/" + rel; }
+// The fixtures' folder: $DI_TEST_DATA_DIR when set (a test binary run on another machine over a copy
+// of the tree, e.g. a GPU machine), else the source tree's tests/data compiled in.
+inline std::string data_dir() {
+    const char* env = std::getenv("DI_TEST_DATA_DIR");
+    return env && *env ? std::string(env) : std::string(DI_TEST_DATA_DIR);
+}
+inline std::string data_path(const std::string& rel) { return data_dir() + "/" + rel; }
 
 inline TensorView fixture_tensor(const SafetensorsFile& f, const std::string& name, DType dtype) {
     const SafetensorsTensorInfo* info = f.find(name);
