@@ -12,6 +12,7 @@
 #include "deepinfer/embedded.h"
 #include "deepinfer/engine.h"
 #include "deepinfer/tokenizer.h"
+#include "engine/engine_run.h"
 #include "engine/sampler.h"
 #include "engine/tiny_engine_model.h"
 #include "unit/fixtures.h"
@@ -51,33 +52,14 @@ TEST(BatchInvariance, LogitsAloneEqualInsideBatchesOf7And64) {
     }
 }
 
-struct RunResult {
-    std::map<std::string, RequestOutput> outputs;
-    EngineMetrics metrics;
-};
+using RunResult = test::EngineRunResult;
 
 RunResult run(const EngineConfig& cfg, const std::vector<std::pair<std::string, std::vector<int32_t>>>& reqs,
               const SamplingParams& sp) {
-    Engine engine(tiny_model(), nullptr, cfg);
-    for (const auto& [id, prompt] : reqs) engine.add_request(id, prompt, sp);
-    RunResult r;
-    engine.run_until_done([&](RequestOutput&& o) { r.outputs.emplace(o.request_id, std::move(o)); });
-    r.metrics = engine.metrics();
-    return r;
+    return test::run_requests(tiny_model(), cfg, reqs, sp);
 }
 
-void expect_same(const RequestOutput& a, const RequestOutput& b, const std::string& what) {
-    ASSERT_EQ(a.completions.size(), b.completions.size()) << what;
-    for (size_t i = 0; i < a.completions.size(); ++i) {
-        EXPECT_EQ(a.completions[i].token_ids, b.completions[i].token_ids) << what;
-        EXPECT_EQ(a.completions[i].finish_reason, b.completions[i].finish_reason) << what;
-        ASSERT_EQ(a.completions[i].logprobs.size(), b.completions[i].logprobs.size()) << what;
-        for (size_t k = 0; k < a.completions[i].logprobs.size(); ++k) {
-            EXPECT_EQ(a.completions[i].logprobs[k].logprob, b.completions[i].logprobs[k].logprob) << what;
-            EXPECT_EQ(a.completions[i].logprobs[k].top, b.completions[i].logprobs[k].top) << what;
-        }
-    }
-}
+using test::expect_same_outputs;
 
 TEST(EngineDeterminism, SameTokensAloneAndInAnyBatchChunkingCacheAndScheduling) {
     const int64_t V = tiny_model()->info().vocab_size;
@@ -133,7 +115,7 @@ TEST(EngineDeterminism, SameTokensAloneAndInAnyBatchChunkingCacheAndScheduling) 
         variants.push_back({"tight memory", c});
         for (const Variant& v : variants) {
             RunResult r = run(v.cfg, reqs, sp);
-            expect_same(r.outputs.at("target"), alone, std::string(v.name) + ", " + std::to_string(neighbours) + " neighbours");
+            expect_same_outputs(r.outputs.at("target"), alone, std::string(v.name) + ", " + std::to_string(neighbours) + " neighbours");
             const std::string name = v.name;
             if (name == "5 seqs, block 32" || (name == "default" && neighbours == 64)) {
                 EXPECT_GT(r.metrics.prefix_hit_rate(), 0.0) << name;  // later admissions reuse the shared prefix
@@ -164,7 +146,7 @@ TEST(Engine, NCompletionsAreDistinctAndReproducible) {
     ASSERT_EQ(ca.size(), 3u);
     EXPECT_NE(ca[0].token_ids, ca[1].token_ids);
     EXPECT_NE(ca[1].token_ids, ca[2].token_ids);
-    expect_same(a.outputs.at("r"), b.outputs.at("r"), "rerun");
+    expect_same_outputs(a.outputs.at("r"), b.outputs.at("r"), "rerun");
     // Completion 0 of n = 3 equals the single completion with the same seed.
     sp.n = 1;
     RunResult one = run({}, {{"r", prompt}}, sp);

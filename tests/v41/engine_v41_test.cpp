@@ -20,6 +20,7 @@
 #include "deepinfer/engram.h"
 #include "deepinfer/model.h"
 #include "deepinfer/model_v41.h"
+#include "engine/engine_run.h"
 #include "model/paged_rows.h"
 #include "model/state.h"
 
@@ -163,32 +164,14 @@ TEST(V41Model, TruncateAfterRejectedRowsEqualsStraightRun) {
     }
 }
 
-struct RunResult {
-    std::map<std::string, RequestOutput> outputs;
-    EngineMetrics metrics;
-};
+using RunResult = test::EngineRunResult;
 
 RunResult run(const EngineConfig& cfg, const std::vector<std::pair<std::string, std::vector<int32_t>>>& reqs,
               const SamplingParams& sp) {
-    Engine engine(tiny(), nullptr, cfg);
-    for (const auto& [id, prompt] : reqs) engine.add_request(id, prompt, sp);
-    RunResult r;
-    engine.run_until_done([&](RequestOutput&& o) { r.outputs.emplace(o.request_id, std::move(o)); });
-    r.metrics = engine.metrics();
-    return r;
+    return test::run_requests(tiny(), cfg, reqs, sp);
 }
 
-void expect_same(const RequestOutput& a, const RequestOutput& b, const std::string& what) {
-    ASSERT_EQ(a.completions.size(), b.completions.size()) << what;
-    for (size_t i = 0; i < a.completions.size(); ++i) {
-        EXPECT_EQ(a.completions[i].token_ids, b.completions[i].token_ids) << what;
-        ASSERT_EQ(a.completions[i].logprobs.size(), b.completions[i].logprobs.size()) << what;
-        for (size_t k = 0; k < a.completions[i].logprobs.size(); ++k) {
-            EXPECT_EQ(a.completions[i].logprobs[k].logprob, b.completions[i].logprobs[k].logprob) << what;
-            EXPECT_EQ(a.completions[i].logprobs[k].top, b.completions[i].logprobs[k].top) << what;
-        }
-    }
-}
+using test::expect_same_outputs;
 
 TEST(V41Engine, SameTokensAloneAndInAnyBatchChunkingCacheAndScheduling) {
     const int64_t V = tiny()->info().vocab_size;
@@ -237,7 +220,7 @@ TEST(V41Engine, SameTokensAloneAndInAnyBatchChunkingCacheAndScheduling) {
         for (const auto& [name, cfg] : variants) {
             RunResult r = run(cfg, reqs, sp);
             const std::string what = name + ", " + std::to_string(neighbours) + " neighbours";
-            expect_same(r.outputs.at("target"), alone, what);
+            expect_same_outputs(r.outputs.at("target"), alone, what);
             EXPECT_EQ(r.outputs.size(), size_t(neighbours + 1)) << what;
             EXPECT_GT(r.metrics.pool_pages_peak, 0u) << what;
             EXPECT_LE(r.metrics.pool_pages_peak * r.metrics.pool_page_bytes, cfg.state_memory_bytes) << what;
