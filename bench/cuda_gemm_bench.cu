@@ -10,6 +10,7 @@
 //     measured copy bandwidth), bytes = weights (+scales) + activations read + f32 output written.
 // One JSON line per measurement on stdout (or --out FILE), a markdown table on stderr at the end.
 // Weights rotate among copies worth >= 256 MiB so that small weights are read from HBM, not L2.
+//  3. DeepSeek-V4.1's dense FP8 linears (32x32 block scales): the native FP8 kernel vs the bf16 fallback.
 //   cuda_gemm_bench [--out results.jsonl] [--quick] [--sweep] [--only op,op] [--ms 1,4096] [--no-ceilings]
 // --sweep: the grouped experts also in every configuration of the register-converting FP4 kernel.
 #include <cublasLt.h>
@@ -347,6 +348,61 @@ struct Bench {
         }
     }
 
+    // A V4.1 dense linear (FP8 e4m3, 32x32 ue8m0 block scales) both ways of the fast mode, same data:
+    // native (act_quant per 32 + the FP8 32x32 kernel, Hopper) and the fallback (the weight as exact
+    // bf16: to_bf16 + the bf16 kernel). The GEMM rows are the kernels alone; the activation
+    // conversions are their own rows. The bytes count each form's weight bytes.
+    void linear_v41(const std::string& name, int64_t N, int64_t K, int64_t M) {
+        const size_t w8 = size_t(N) * K, s8 = size_t((N + 31) / 32) * (K / 32), w16 = size_t(N) * K * 2;
+        const double flops = 2.0 * M * N * K;
+        const int copies = int(std::clamp<size_t>((size_t(256) << 20) / w16, 1, 32));
+        Buf w(w8 * copies), sc(s8 * copies), wb(w16 * copies), xf(size_t(M) * K * 4), xq(size_t(M) * K),
+            xs(size_t(M) * (K / 32) * 4 + 16), xb(size_t(M) * K * 2), y(size_t(M) * N * 4);
+        fill(w.p(), w8 * copies, 61, 0);
+        fill(sc.p(), s8 * copies, 62, 1);
+        fill(wb.p(), w16 * copies, 63, 3);
+        fill(xf.p(), size_t(M) * K * 4, 64, 2);
+        std::vector<DeviceLinear> l8(static_cast<size_t>(copies)), l16(static_cast<size_t>(copies));
+        for (int i = 0; i < copies; ++i) {
+            DeviceLinear& d = l8[size_t(i)];
+            d.weight = w.p<uint8_t>() + size_t(i) * w8;
+            d.scale = sc.p<uint8_t>() + size_t(i) * s8;
+            d.kind = WeightKind::kFp8Block;
+            d.scale_kind = ScaleKind::kE8M0;
+            d.out_features = N;
+            d.in_features = K;
+            d.block_rows = d.block_cols = 32;
+            DeviceLinear& e = l16[size_t(i)];
+            e.weight = wb.p<uint8_t>() + size_t(i) * w16;
+            e.kind = WeightKind::kBF16;
+            e.out_features = N;
+            e.in_features = K;
+        }
+        const std::string shape = std::to_string(N) + "x" + std::to_string(K);
+        const double out_bytes = double(M) * N * 4;
+        auto row = [&](const std::string& op, const std::string& impl, double fl, double bytes, bool fp8, auto&& f) {
+            Row r{op, impl, shape, M, N, K, 0, fl, bytes, floor_ms(fl, bytes, fp8), ""};
+            r.ms = time_ms(f);
+            emit(r);
+        };
+        row("v41_act_quant32", "fast", 0, double(M) * K * 5 + double(M) * (K / 32) * 4, true, [&](int) {
+            act_quant_fp8({.x = xf.p<float>(), .x_ld = K, .rows = M, .cols = K, .q = xq.p<uint8_t>(), .scale = xs.p<float>(), .block = 32},
+                          Stream{});
+        });
+        row("v41_to_bf16", "fast", 0, double(M) * K * 6, false, [&](int) {
+            to_bf16({.x = xf.p<float>(), .x_ld = K, .rows = M, .cols = K, .out = xb.p<uint16_t>()}, Stream{});
+        });
+        if (fast_fp8_b32_available())
+            row(name, "fp8_b32_native", flops, double(w8 + s8) + double(M) * K * (1 + 4.0 / 32) + out_bytes, true, [&](int i) {
+                fast_linear({.a = xq.p(), .a_scale = xs.p<float>(), .weight = l8[size_t(i % copies)], .y = y.p<float>(), .y_ld = N,
+                             .rows = M},
+                            Stream{});
+            });
+        row(name, "bf16_fallback", flops, double(w16) + double(M) * K * 2 + out_bytes, false, [&](int i) {
+            fast_linear({.a = xb.p(), .weight = l16[size_t(i % copies)], .y = y.p<float>(), .y_ld = N, .rows = M}, Stream{});
+        });
+    }
+
     // 256 FP4 experts, top-6 of T tokens routed uniformly at random (distinct experts per token).
     void grouped(const std::string& name, int64_t N, int64_t K, int64_t T) {
         const int64_t E = 256, top = 6, NP = T * top;
@@ -607,6 +663,18 @@ int main(int argc, char** argv) {
                 if ((quick && m > 4096) || !m_wanted(m)) continue;
                 b.linear_shape(s, m);
             }
+    }
+    // DeepSeek-V4.1's dense FP8 32x32 linears (hidden 5120, q_lora 1280, 64x512 heads, 8 x 1024 output
+    // groups, shared expert 2304, Engram wkv): native FP8 vs the bf16 fallback.
+    const std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> v41 = {
+        {"v41_wq_a", {1280, 5120}},       {"v41_wq_b", {32768, 1280}},     {"v41_wkv", {512, 5120}},
+        {"v41_wo_b", {5120, 8192}},       {"v41_shared_w1", {2304, 5120}}, {"v41_shared_w2", {5120, 2304}},
+        {"v41_engram_wkv", {25600, 6144}},
+    };
+    for (const auto& [name, nk] : v41) {
+        if (!wanted(name)) continue;
+        for (int64_t m : {int64_t(1), int64_t(32), int64_t(128), int64_t(512), int64_t(4096)})
+            if (m_wanted(m)) b.linear_v41(name, nk.first, nk.second, m);
     }
     for (int64_t t : {int64_t(1), int64_t(32), int64_t(128), int64_t(512), int64_t(1024), int64_t(2048), int64_t(4096), int64_t(8192),
                       int64_t(16384)}) {

@@ -9,6 +9,9 @@
 //    shared memory, see Fp4Path): each 32-subblock's values are shifted by its scale's distance to the
 //    largest of the row's four scales in that 128 block (exact while the distance is <= 8 binades;
 //    smaller values round in e4m3), and the promotion uses that largest scale.
+//  - FP8 e4m3 weights with 32x32 block scales (DeepSeek-V4.1's dense linears; Hopper only) times
+//    activations act_quant'ed per 32 columns: each k32 MMA's partial tile is promoted into the FP32
+//    accumulator times (activation scale of the k-block) x (weight scale of the 32x32 block).
 //  - BF16 weights times bf16 activations (LM head and other bf16 linears).
 // Batch invariance: a row's result never depends on the other rows of the launch. Every output
 // element is computed by the same sequence of m16n8k32 (m16n8k16 for bf16) MMAs over K in ascending
@@ -43,14 +46,24 @@ enum class Fp4Path : uint8_t { kAuto, kSharedConvert };
 constexpr int kFp4RsVariants = 11;
 const char* fp4_rs_variant_name(int variant);  // e.g. "tn128_wg2_s4_b1"
 
-// True when the fast path handles this weight: FP8 with 128x128 blocks, FP4, or BF16, with
-// in_features a multiple of 128 (FP8/FP4) or 64 (BF16). Others stay on the reference kernel.
+// True when the fast path handles this weight: FP8 with 128x128 blocks (or 32x32 blocks where
+// fast_fp8_b32_available, not grouped), FP4, or BF16, with in_features a multiple of 128 (FP8/FP4) or
+// 64 (BF16). Others stay on the reference kernel.
 bool fast_linear_supported(const DeviceLinear& w);
+// The act_quant block (ActQuantFp8Params::block) of a fast_linear_supported FP8/FP4 weight's activations:
+// 32 for FP8 with 32x32 blocks (not grouped), else 128.
+inline int64_t fast_activation_block(const DeviceLinear& w) {
+    return w.kind == WeightKind::kFp8Block && w.block_cols == 32 ? 32 : 128;
+}
 // True when the current device runs the FP8 tensor-core path (compute capability >= 8.9).
 bool fast_fp8_available();
+// True when the current device runs FP8 weights with 32x32 block scales natively (wgmma: sm_90). Elsewhere
+// those are not fast_linear_supported (V4.1's fast mode uploads them as exact bf16 instead).
+bool fast_fp8_b32_available();
 
-// DeepSeek's act_quant into e4m3 bytes + f32 scales: s = 2^ceil(log2(max(amax, 1e-4)/448)) per 128
-// consecutive columns of a row, q = e4m3(clamp(x/s, ±448)); q·s equals act_quant_dequant bit for bit.
+// DeepSeek's act_quant into e4m3 bytes + f32 scales: s = 2^ceil(log2(max(amax, 1e-4)/448)) per `block`
+// (128, or 32 for FP8 weights with 32x32 blocks) consecutive columns of a row, q = e4m3(clamp(x/s, ±448));
+// q·s equals act_quant_dequant with that block bit for bit.
 // Row r reads x row (row_src ? row_src[r] : r).
 struct ActQuantFp8Params {
     const float* x = nullptr;  // [*, x_ld] f32
@@ -58,7 +71,8 @@ struct ActQuantFp8Params {
     const int32_t* row_src = nullptr;  // [rows] or null
     int64_t rows = 0, cols = 0;        // cols % 128 == 0
     uint8_t* q = nullptr;              // [rows, cols] e4m3
-    float* scale = nullptr;            // [rows, cols/128] f32
+    float* scale = nullptr;            // [rows, cols/block] f32
+    int64_t block = 128;               // 128 or 32
 };
 void act_quant_fp8(const ActQuantFp8Params& p, Stream s);
 
@@ -77,7 +91,7 @@ void to_bf16(const ToBf16Params& p, Stream s);
 // (device array, all of `weight`'s shape and format); `tile_scratch` holds num_experts + 1 ints.
 struct FastLinearParams {
     const void* a = nullptr;           // [*, K] e4m3 (FP8/FP4 weights) or bf16 (BF16 weights), dense rows
-    const float* a_scale = nullptr;    // [*, K/128] f32 act_quant scales (FP8/FP4 weights)
+    const float* a_scale = nullptr;    // [*, K/128] f32 act_quant scales (FP8/FP4 weights); [*, K/32] for 32x32 FP8
     const int32_t* a_row_src = nullptr;  // [rows] a row of each output row, or null (= r)
     DeviceLinear weight;
     const DeviceLinear* experts = nullptr;     // [num_experts] (device) or null

@@ -366,7 +366,8 @@ static __global__ void __launch_bounds__(kExpertTileThreads) expert_tiles_kernel
 
 // One warp per (row, 128-column block): lane l owns columns 4l..4l+3.
 static __global__ void act_quant_fp8_kernel(const __grid_constant__ ActQuantFp8Params p) {
-    const int64_t warps_per_row = p.cols / 128;
+    // One warp per 128 columns of a row; a scale per `block` (32 or 128) columns: groups of 8 or 32 lanes.
+    const int64_t warps_per_row = p.cols / 128, per_warp = 128 / p.block;
     const int64_t gw = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
     const int lane = threadIdx.x % 32;
     if (gw >= p.rows * warps_per_row) return;
@@ -374,8 +375,12 @@ static __global__ void act_quant_fp8_kernel(const __grid_constant__ ActQuantFp8P
     const int64_t src = p.row_src ? p.row_src[r] : r;
     const float4 v = *reinterpret_cast<const float4*>(p.x + src * p.x_ld + b * 128 + lane * 4);
     float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+    const int lanes = static_cast<int>(p.block / 4);
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+    for (int o = 16; o > 0; o >>= 1) {
+        const float other = __shfl_xor_sync(0xFFFFFFFFu, amax, o);
+        if (o < lanes) amax = fmaxf(amax, other);
+    }
     amax = fmaxf(amax, 1e-4f);
     const float scale = ldexpf(1.0f, dev::ceil_log2_bits(dev::mul(amax, 1.0f / 448.0f)));
     auto q = [&](float x) -> uint32_t {
@@ -384,7 +389,7 @@ static __global__ void act_quant_fp8_kernel(const __grid_constant__ ActQuantFp8P
     };
     const uint32_t packed = q(v.x) | (q(v.y) << 8) | (q(v.z) << 16) | (q(v.w) << 24);
     *reinterpret_cast<uint32_t*>(p.q + r * p.cols + b * 128 + lane * 4) = packed;
-    if (lane == 0) p.scale[r * warps_per_row + b] = scale;
+    if (lane % lanes == 0) p.scale[(r * warps_per_row + b) * per_warp + lane / lanes] = scale;
 }
 
 // 8 columns per thread.

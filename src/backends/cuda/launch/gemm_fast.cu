@@ -9,6 +9,7 @@
 #include "backends/cuda/kernels/gemm_wgmma.cuh"
 #include "backends/cuda/kernels/gemm_wgmma_fp4rs.cuh"
 #include "backends/cuda/kernels/gemm_wgmma_fp4ws.cuh"
+#include "backends/cuda/kernels/gemm_wgmma_fp8b32.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -57,6 +58,31 @@ void launch_wgmma(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     DI_CHECK(grid_x < (int64_t(1) << 31) && grid_y < 65536, "fast linear: grid too large");
     kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), C::kThreads, C::kSmemBytes, st>>>(args);
     DI_CUDA_CHECK(cudaGetLastError());
+}
+
+// Hopper, FP8 with 32x32 blocks (kernels/gemm_wgmma_fp8b32.cuh): BM = 64 x kWGs rows, BN weight rows.
+template <int kWGs, int BN>
+void launch_fp8b32(const TcArgs& a, cudaStream_t st) {
+    constexpr int kStages = 4;
+    using C = kernels::wg::B32Config<kWGs, BN, kStages>;
+    auto* kernel = kernels::wg::wgmma_fp8b32_kernel<kWGs, BN, kStages>;
+    const int64_t smem = C::smem_bytes(a.K);
+    DI_CHECK(smem <= 227 * 1024, "fast linear: in_features ", a.K, " too large for the FP8 32x32 kernel");
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    const int64_t grid_x = (a.rows + C::BM - 1) / C::BM, grid_y = (a.N + BN - 1) / BN;
+    DI_CHECK(grid_x < (int64_t(1) << 31) && grid_y < 65536, "fast linear: grid too large");
+    kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), C::kThreads, static_cast<size_t>(smem), st>>>(a);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+// BN from the weight's shape only, warpgroups from the row count (a row's bits are the same either way).
+void launch_fp8b32_by_rows(const TcArgs& a, cudaStream_t st) {
+    const bool small = a.rows <= 64;
+    if (a.N <= 2048) {
+        if (small) launch_fp8b32<1, 64>(a, st); else launch_fp8b32<2, 64>(a, st);
+    } else {
+        if (small) launch_fp8b32<1, 128>(a, st); else launch_fp8b32<2, 128>(a, st);
+    }
 }
 
 // Hopper, packed FP4: the register-converting kernel, TN token rows per tile (grid: weight-row blocks
@@ -186,6 +212,8 @@ void launch_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t rows_per
 
 bool fast_fp8_available() { return compute_capability() >= 89; }
 
+bool fast_fp8_b32_available() { return compute_capability() == 90; }
+
 const char* fp4_rs_variant_name(int variant) {
     static constexpr const char* kNames[kFp4RsVariants] = {
         "tn8_wg1_s8_b3",   "tn16_wg1_s8_b3", "tn32_wg1_s6_b2",       "tn64_wg2_s4_b1",       "tn128_wg2_s4_b1",
@@ -197,6 +225,8 @@ const char* fp4_rs_variant_name(int variant) {
 bool fast_linear_supported(const DeviceLinear& w) {
     switch (w.kind) {
         case WeightKind::kFp8Block:
+            if (w.block_rows == 32 && w.block_cols == 32)
+                return w.in_features % 128 == 0 && w.scale_kind != ScaleKind::kNone && fast_fp8_b32_available();
             return w.block_rows == 128 && w.block_cols == 128 && w.in_features % 128 == 0 && w.scale_kind != ScaleKind::kNone;
         case WeightKind::kFp4: return w.in_features % 128 == 0;
         case WeightKind::kBF16: return w.in_features % 64 == 0;
@@ -234,6 +264,12 @@ void fast_linear(const FastLinearParams& p, Stream s) {
     a.round_bf16 = p.round_output_bf16;
     const int64_t per_group = p.experts ? (p.rows + p.num_experts - 1) / p.num_experts : p.rows;
     const auto st = static_cast<cudaStream_t>(s.handle);
+    const bool b32 = w.kind == WeightKind::kFp8Block && w.block_cols == 32;
+    DI_CHECK(!b32 || !p.experts, "fast linear: FP8 32x32-block weights are not grouped");
+    if (b32) {
+        launch_fp8b32_by_rows(a, st);
+        return;
+    }
     switch (w.kind) {
         case WeightKind::kFp8Block: launch_by_rows<BKind::kFp8>(p, a, per_group, st); break;
         case WeightKind::kFp4:
@@ -250,7 +286,8 @@ void fast_linear(const FastLinearParams& p, Stream s) {
 
 void act_quant_fp8(const ActQuantFp8Params& p, Stream s) {
     if (p.rows == 0) return;
-    DI_CHECK(p.cols % 128 == 0 && p.x_ld % 4 == 0, "act_quant_fp8: cols = ", p.cols, ", x_ld = ", p.x_ld);
+    DI_CHECK(p.cols % 128 == 0 && p.x_ld % 4 == 0 && (p.block == 128 || p.block == 32), "act_quant_fp8: cols = ", p.cols,
+             ", x_ld = ", p.x_ld, ", block = ", p.block);
     const int64_t threads = p.rows * (p.cols / 128) * 32;
     kernels::tc::act_quant_fp8_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0,
                                         static_cast<cudaStream_t>(s.handle)>>>(p);

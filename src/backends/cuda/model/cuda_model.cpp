@@ -22,9 +22,10 @@ bool CudaModel::project_fast(const DeviceLinear& w, const float* x, int64_t rows
         to_bf16({.x = x, .x_ld = K, .rows = rows, .cols = K, .out = xb}, s);
         f.a = xb;
     } else {
+        const int64_t block = fast_activation_block(w);
         uint8_t* q = workspace_->alloc_n<uint8_t>(rows * K);
-        float* qs = workspace_->alloc_n<float>(rows * (K / 128));
-        act_quant_fp8({.x = x, .x_ld = K, .rows = rows, .cols = K, .q = q, .scale = qs}, s);
+        float* qs = workspace_->alloc_n<float>(rows * (K / block));
+        act_quant_fp8({.x = x, .x_ld = K, .rows = rows, .cols = K, .q = q, .scale = qs, .block = block}, s);
         f.a = q;
         f.a_scale = qs;
     }

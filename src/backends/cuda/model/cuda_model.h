@@ -31,6 +31,10 @@ struct CudaModelOptions {
     // reference's bf16 einsum). Router and compressors (f32 in the reference) stay on the reference
     // kernels. Batch-invariant either way; kFast matches the CPU within tolerances, not bit for bit.
     GemmMode gemm = GemmMode::kReference;
+    // kFast, V4.1: its dense FP8 linears (32x32 blocks) stay FP8 on devices whose fast GEMM runs them
+    // natively (Hopper; gemm_wgmma_fp8b32.cuh); false, or other devices: uploaded as exact bf16 and run on
+    // the bf16 tensor-core kernel (twice the weight bytes).
+    bool v41_fp8_native = true;
     // Expert parallelism (cuda_ep_model.h): this model is rank `expert_rank` of the exchange's ranks,
     // on the exchange's device of that rank, holding that rank's slice of the routed experts; its
     // forwards must run in step with the other ranks' (one host thread per rank), with the row counts
@@ -51,6 +55,7 @@ struct CudaModelStats {
     double gap_seconds = 0;  // from one forward's last device operation to the next one's first: GPU idle
     size_t workspace_bytes = 0, workspace_high_water = 0;
     size_t workspace_need_max = 0;  // the bound for the limits the model was loaded with
+    size_t weight_device_bytes = 0;  // weights in device memory (CudaV41Model; 0 for CudaModel)
     // The device page pool of sequence state (CudaModel and CudaV41Model):
     // page size, positions per entry page, ring pages per sequence, pages in all / in use now / at most.
     uint64_t state_page_bytes = 0;

@@ -20,6 +20,7 @@ CudaModelStats CudaV41Model::stats() const {
     st.workspace_need_max = std::max(
         workspace_need(limits_.max_rows, limits_.max_rows, limits_.max_rows, max_len_, limits_.max_seqs),
         dspark_workspace_need(limits_.max_seqs));
+    st.weight_device_bytes = weights_.device_bytes;
     st.state_page_bytes = layout_->page_bytes;
     st.state_page_tokens = layout_->page_tokens;
     st.state_ring_pages = layout_->ring_pages;

@@ -167,7 +167,8 @@ private:
     void project_f32(const DeviceLinear& w, const float* x, int64_t rows, float* y) const;
     // The fast GEMM mode's form of a linear (tensor cores, gemm_fast.h): y[rows, y_ld] = x[rows, x_ld] · Wᵀ.
     // BF16 weights (also the FP8 ones dequantized at load) take bf16 activations, act_quant'ed per 32
-    // first with `act_quant`; FP8 (128x128 blocks) / FP4 weights take FP8 activations quantized per 128.
+    // first with `act_quant`; FP8 (128x128 blocks) / FP4 weights take FP8 activations quantized per 128,
+    // FP8 with 32x32 blocks (kept FP8 on Hopper) per 32.
     // False (nothing enqueued) when the mode is off or the weight is not supported.
     bool project_fast(const DeviceLinear& w, const float* x, int64_t x_ld, int64_t rows, float* y, int64_t y_ld,
                       bool act_quant, bool round_bf16, Stream s, bool keep_scratch) const;

@@ -92,7 +92,8 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
                  " routed experts do not divide evenly (use a GPU count that divides ", E, ")");
         experts = {ep_rank_ * (E / G), (ep_rank_ + 1) * (E / G)};
     }
-    weights_ = upload_v41_weights(host, c, /*share_engram=*/true, experts, /*fp8_as_bf16=*/fast_,
+    const DenseFp8 dense_fp8 = !fast_ ? DenseFp8::kAsStored : o.v41_fp8_native ? DenseFp8::kNative : DenseFp8::kBf16;
+    weights_ = upload_v41_weights(host, c, /*share_engram=*/true, experts, dense_fp8,
                                   /*with_dspark=*/dspark_stages_ > 0);
     auto table = [&](const std::vector<float>& v) {
         auto buf = std::make_unique<DeviceBuffer>(v.size() * sizeof(float));
@@ -190,6 +191,14 @@ bool CudaV41Model::project_fast(const DeviceLinear& w, const float* x, int64_t x
         uint16_t* xb = workspace_.alloc_n<uint16_t>(rows * K);
         to_bf16({.x = xin, .x_ld = ld, .rows = rows, .cols = K, .out = xb}, s);
         f.a = xb;
+    } else if (w.kind == WeightKind::kFp8Block && w.block_cols == 32) {
+        // FP8 with 32x32 blocks: e4m3 activations with a scale per 32, the reference's act_quant itself
+        // (re-quantizing act_quant's output per 32 gives it back exactly), also without `act_quant`.
+        uint8_t* q = workspace_.alloc_n<uint8_t>(rows * K);
+        float* qs = workspace_.alloc_n<float>(rows * (K / 32));
+        act_quant_fp8({.x = x, .x_ld = x_ld, .rows = rows, .cols = K, .q = q, .scale = qs, .block = 32}, s);
+        f.a = q;
+        f.a_scale = qs;
     } else {  // FP8 with 128x128 blocks or FP4: activations in the kernels' FP8 form per 128, after the
               // reference's act_quant per 32 where it quantizes (as routed_experts does)
         const float* xin = x;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <utility>
 
+#include "backends/cuda/gemm_fast.h"
 #include "backends/cuda/model/bf16_weights.h"
 #include "deepinfer/check.h"
 
@@ -17,11 +18,14 @@ namespace {
 
 class Uploader {
 public:
-    Uploader(V41DeviceWeights& out, bool fp8_as_bf16) : out_(out), fp8_as_bf16_(fp8_as_bf16) {}
+    Uploader(V41DeviceWeights& out, DenseFp8 dense_fp8) : out_(out), dense_fp8_(dense_fp8) {}
 
-    // A dense linear the fast GEMM mode may run in bf16: FP8 with power-of-two scales dequantized.
+    // A dense linear of the fast GEMM mode: FP8 kept (kNative, where the device's fast GEMM takes it)
+    // or, with power-of-two scales, dequantized to bf16.
     DeviceLinear dense(const v41::LinearWeight& w) {
-        if (!fp8_as_bf16_ || !fp8_exact_in_bf16(w)) return linear(w);
+        if (dense_fp8_ == DenseFp8::kAsStored || !fp8_exact_in_bf16(w)) return linear(w);
+        if (dense_fp8_ == DenseFp8::kNative && fast_linear_supported(device_linear_like(w, nullptr, nullptr)))
+            return linear(w);
         DeviceLinear d = upload_fp8_as_bf16(w, out_.storage);
         out_.device_bytes += size_t(d.out_features * d.in_features * 2);
         out_.bf16_from_fp8.push_back(d.weight);
@@ -83,7 +87,7 @@ public:
 
 private:
     V41DeviceWeights& out_;
-    bool fp8_as_bf16_;
+    DenseFp8 dense_fp8_;
 };
 
 // Page-locks the Engram tables (weights and scales) where they lie in the checkpoint's mapping: the
@@ -176,12 +180,12 @@ bool V41DeviceWeights::from_fp8(const DeviceLinear& w) const {
 }
 
 V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& c, bool share_engram,
-                                    ExpertRange experts, bool fp8_as_bf16, bool with_dspark) {
+                                    ExpertRange experts, DenseFp8 dense_fp8, bool with_dspark) {
     V41DeviceWeights d;
     // Registration comes after every copy: cudaMemcpy from host memory that straddles a registered range
     // (a neighbouring tensor on a shared page) is refused by the runtime.
     const bool share = share_engram && HostRegistration::read_only_supported();
-    Uploader up(d, fp8_as_bf16);
+    Uploader up(d, dense_fp8);
     d.embed = up.linear(w.embed);
     d.head = up.linear(w.head);
     d.norm = up.vec(w.norm);

@@ -72,7 +72,7 @@ struct V41DeviceWeights {
     // host_bytes counts none of them, and every process on the host shares one page-cache copy.
     std::vector<std::unique_ptr<HostRegistration>> registered;
     size_t shared_host_bytes = 0;
-    // FP8 weights uploaded dequantized to bf16 (fp8_as_bf16), sorted: the reference act_quants their
+    // FP8 weights uploaded dequantized to bf16 (DenseFp8::kBf16), sorted: the reference act_quants their
     // inputs in official numerics, so the fast GEMMs do too.
     std::vector<const void*> bf16_from_fp8;
     bool from_fp8(const DeviceLinear& w) const;
@@ -81,10 +81,15 @@ struct V41DeviceWeights {
 // Copies every weight the forward uses to the device. Engram tables stay in host memory: with
 // share_engram and a device that maps read-only host memory they are registered in place in the
 // checkpoint's mapping (w must then outlive the result), otherwise copied to pinned mapped buffers.
-// fp8_as_bf16 (the fast GEMM mode): the dense FP8 linears with power-of-two block scales (the attention
-// projections, shared experts, Engram wkv) are uploaded dequantized to bf16 (bf16_weights.h, exact).
+// The dense FP8 linears (the attention projections, shared experts, Engram wkv; 32x32 blocks) for the
+// fast GEMM mode: kAsStored (the reference kernels); kBf16: those with power-of-two block scales
+// uploaded dequantized to bf16 (bf16_weights.h, exact); kNative: kept FP8 where the device's fast GEMM
+// runs them (fast_linear_supported: Hopper), else as kBf16.
+enum class DenseFp8 : uint8_t { kAsStored, kBf16, kNative };
+
 // with_dspark: the DSpark drafter too, when the checkpoint has one (all of its experts).
 V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& config, bool share_engram = true,
-                                    ExpertRange experts = {}, bool fp8_as_bf16 = false, bool with_dspark = false);
+                                    ExpertRange experts = {}, DenseFp8 dense_fp8 = DenseFp8::kAsStored,
+                                    bool with_dspark = false);
 
 }  // namespace deepinfer::cuda

@@ -17,7 +17,8 @@ bool quantized(const DeviceLinear& w) { return w.kind == WeightKind::kFp8Block |
 
 bool fast_supported(const DeviceExperts& ex) {
     return fast_linear_supported(ex.shape_w1) && fast_linear_supported(ex.shape_w2) &&
-           ex.shape_w1.kind != WeightKind::kBF16 && ex.shape_w2.kind != WeightKind::kBF16;
+           ex.shape_w1.kind != WeightKind::kBF16 && ex.shape_w2.kind != WeightKind::kBF16 &&
+           fast_activation_block(ex.shape_w1) == 128 && fast_activation_block(ex.shape_w2) == 128;  // grouped: per 128
 }
 
 // The rows the experts here see: FP8 + scales (fast GEMMs) or f32, with each row's global expert ids
