@@ -62,6 +62,9 @@ struct ModelOptions {
     // CUDA: tensor-core GEMMs (--gemm fast; equal to the CPU within tolerances, batch-invariant) instead
     // of the bit-exact reference kernels (--gemm reference).
     bool device_fast_gemm = false;
+    // CUDA, fast GEMMs, V4.1 (--gemm fast-fp8): the dense FP8 linears stay FP8 on Hopper (native 32x32-block
+    // kernel: half their bytes; slower than their bf16 form from 128 rows today) instead of exact bf16.
+    bool device_fp8_native = false;
     // CUDA: GPUs of one replica (--gpus-per-replica): > 1 shards the routed experts across the first
     // `gpus` visible GPUs (expert parallelism over NCCL, one host thread per GPU).
     int64_t gpus = 1;

@@ -48,6 +48,7 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const ModelOptions& o
         co.max_model_len = options.max_model_len;
         co.workspace_bytes = options.device_workspace_bytes;
         co.gemm = options.device_fast_gemm ? cuda::GemmMode::kFast : cuda::GemmMode::kReference;
+        co.v41_fp8_native = options.device_fp8_native;
         DI_CHECK(options.gpus >= 1, "gpus per replica must be at least 1, not ", options.gpus);
         if (options.gpus > 1) {
             std::vector<int> devices;

@@ -128,7 +128,8 @@ int run_job(const RunOptions& o, Communicator* comm) {
     mo.max_model_len = o.max_model_len;
     mo.device_workspace_bytes = static_cast<uint64_t>(o.device_workspace_gib * double(uint64_t{1} << 30));
     mo.device_state_bytes = static_cast<uint64_t>(o.device_state_gib * double(uint64_t{1} << 30));
-    mo.device_fast_gemm = o.gemm == "fast";
+    mo.device_fast_gemm = o.gemm == "fast" || o.gemm == "fast-fp8";
+    mo.device_fp8_native = o.gemm == "fast-fp8";
     mo.max_batch_tokens = o.max_batched_tokens;
     mo.max_num_seqs = o.max_num_seqs;
     mo.cuda_graphs = !o.no_cuda_graphs;
@@ -218,8 +219,10 @@ Command register_run(CLI::App& app) {
         ->capture_default_str();
     sub->add_flag("--no-cuda-graphs", o->no_cuda_graphs, "cuda: launch decode steps kernel by kernel (same results)");
     sub->add_flag("--host-sampling", o->host_sampling, "cuda: sample on the CPU from copied logits (same results)");
-    sub->add_option("--gemm", o->gemm, "cuda: reference (bit-identical to the CPU) | fast (tensor cores, within tolerance)")
-        ->capture_default_str()->check(CLI::IsMember({"reference", "fast"}));
+    sub->add_option("--gemm", o->gemm,
+                    "cuda: reference (bit-identical to the CPU) | fast (tensor cores, within tolerance) | fast-fp8 "
+                    "(fast; V4.1's dense FP8 linears stay FP8 on Hopper)")
+        ->capture_default_str()->check(CLI::IsMember({"reference", "fast", "fast-fp8"}));
     sub->add_option("--max-num-seqs", o->max_num_seqs, "Sequences per step (default: cpu 64, cuda 256 per GPU of the replica)")
         ->check(CLI::Range(1, 65536));
     sub->add_option("--max-batched-tokens", o->max_batched_tokens, "Token budget per step, split equally over the GPUs of a replica (default: cpu 2048, cuda 4096 per GPU)")

@@ -31,10 +31,12 @@ struct CudaModelOptions {
     // reference's bf16 einsum). Router and compressors (f32 in the reference) stay on the reference
     // kernels. Batch-invariant either way; kFast matches the CPU within tolerances, not bit for bit.
     GemmMode gemm = GemmMode::kReference;
-    // kFast, V4.1: its dense FP8 linears (32x32 blocks) stay FP8 on devices whose fast GEMM runs them
-    // natively (Hopper; gemm_wgmma_fp8b32.cuh); false, or other devices: uploaded as exact bf16 and run on
-    // the bf16 tensor-core kernel (twice the weight bytes).
-    bool v41_fp8_native = true;
+    // kFast, V4.1: true: its dense FP8 linears (32x32 blocks) stay FP8 on devices whose fast GEMM runs
+    // them natively (Hopper; gemm_wgmma_fp8b32.cuh): half the weight bytes, but on an H200 today as fast
+    // as the bf16 form up to 32 rows and 1.2-1.4x slower from 128 rows (per-k32 promotion;
+    // bench/results/cuda-v41-fp8b32-h200-*). false (default), or other devices: uploaded as exact bf16
+    // and run on the bf16 tensor-core kernel.
+    bool v41_fp8_native = false;
     // Expert parallelism (cuda_ep_model.h): this model is rank `expert_rank` of the exchange's ranks,
     // on the exchange's device of that rank, holding that rank's slice of the routed experts; its
     // forwards must run in step with the other ranks' (one host thread per rank), with the row counts

@@ -18,8 +18,8 @@ namespace deepinfer::cuda {
 // Loads a V4.1 checkpoint directory onto the GPU. `options.tokenizer_json` names the tokenizer the
 // Engram token map is built from (required when the model has Engram layers). Numerics as
 // V41Model::load. Bounded replay and image spans are not available for V4.1 on the GPU yet (rejected
-// clearly). CudaModelOptions::gemm = kFast: tensor-core GEMMs (FP8 32x32 linears natively on Hopper,
-// elsewhere as exact bf16 weights; see docs/architecture.md "V4.1 on the GPU").
+// clearly). CudaModelOptions::gemm = kFast: tensor-core GEMMs (FP8 32x32 linears as exact bf16 weights,
+// or natively on Hopper with v41_fp8_native; see docs/architecture.md "V4.1 on the GPU").
 std::unique_ptr<Model> load_cuda_v41_model(const std::string& checkpoint_dir, const ModelOptions& options,
                                            const CudaModelOptions& cuda_options = {});
 // The longest sequence a model made by load_cuda_v41_model holds (throws for other models).

@@ -22,9 +22,11 @@ public:
 
     // A dense linear of the fast GEMM mode: FP8 kept (kNative, where the device's fast GEMM takes it)
     // or, with power-of-two scales, dequantized to bf16.
-    DeviceLinear dense(const v41::LinearWeight& w) {
+    // bf16_only: a linear the reference runs in bf16 without quantizing its activations (wo_a), which
+    // the FP8 kernels cannot: bf16 in both fast forms.
+    DeviceLinear dense(const v41::LinearWeight& w, bool bf16_only = false) {
         if (dense_fp8_ == DenseFp8::kAsStored || !fp8_exact_in_bf16(w)) return linear(w);
-        if (dense_fp8_ == DenseFp8::kNative && fast_linear_supported(device_linear_like(w, nullptr, nullptr)))
+        if (dense_fp8_ == DenseFp8::kNative && !bf16_only && fast_linear_supported(device_linear_like(w, nullptr, nullptr)))
             return linear(w);
         DeviceLinear d = upload_fp8_as_bf16(w, out_.storage);
         out_.device_bytes += size_t(d.out_features * d.in_features * 2);
@@ -130,7 +132,7 @@ V41DeviceLayer upload_layer(Uploader& up, const v41::LayerWeights& lw, int64_t n
     l.wq_a = up.dense(a.wq_a);
     l.wq_b = up.dense(a.wq_b);
     l.wkv = up.dense(a.wkv);
-    l.wo_a = up.dense(a.wo_a);
+    l.wo_a = up.dense(a.wo_a, /*bf16_only=*/true);
     l.wo_b = up.dense(a.wo_b);
     l.q_norm = up.vec(a.q_norm);
     l.kv_norm = up.vec(a.kv_norm);

@@ -84,7 +84,8 @@ struct V41DeviceWeights {
 // The dense FP8 linears (the attention projections, shared experts, Engram wkv; 32x32 blocks) for the
 // fast GEMM mode: kAsStored (the reference kernels); kBf16: those with power-of-two block scales
 // uploaded dequantized to bf16 (bf16_weights.h, exact); kNative: kept FP8 where the device's fast GEMM
-// runs them (fast_linear_supported: Hopper), else as kBf16.
+// runs them (fast_linear_supported: Hopper), else as kBf16; wo_a (a bf16 linear in the reference, no
+// activation quantization) as kBf16 either way.
 enum class DenseFp8 : uint8_t { kAsStored, kBf16, kNative };
 
 // with_dspark: the DSpark drafter too, when the checkpoint has one (all of its experts).
