@@ -6,6 +6,7 @@
 #include "backends/cuda/kernels/attention_mqa.cuh"
 #include "backends/cuda/kernels/attention_tc.cuh"
 #include "backends/cuda/kernels/indexer_tc.cuh"
+#include "backends/cuda/kernels/indexer_tc_rows.cuh"
 #include "backends/cuda/launch/attention_tc_launch.cuh"
 #include "backends/cuda/kernels/topk.cuh"
 
@@ -55,13 +56,39 @@ bool launch_indexer_tc(const IndexerParams& p, Stream s) {
     return true;
 }
 
+// kR rows per block sharing each key tile (prefill); false when the shared memory does not fit.
+template <int kD, int kR>
+bool launch_indexer_tc_rows(const IndexerParams& p, Stream s) {
+    const int64_t smem = kernels::itr_smem_bytes(kD, kR);
+    if (smem > max_shared_memory_per_block()) return false;
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::indexer_tc_rows_kernel<kD, kR>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    const int64_t groups = (p.rows + kR - 1) / kR;
+    const int64_t span = kernels::itc_span(p.max_visible, groups, multiprocessor_count());
+    const dim3 grid(static_cast<unsigned>(groups), static_cast<unsigned>((p.max_visible + span - 1) / span));
+    kernels::indexer_tc_rows_kernel<kD, kR>
+        <<<grid, kernels::itr_threads<kR>(), static_cast<size_t>(smem), raw(s)>>>(p, span);
+    DI_CUDA_CHECK(cudaGetLastError());
+    return true;
+}
+
+template <int kD>
+bool launch_indexer_tc_any(const IndexerParams& p, Stream s) {
+    int64_t per_block = p.tc_rows_per_block;
+    if (per_block == 0) per_block = p.max_segment_rows >= 2 * kernels::kItrRows ? kernels::kItrRows : 1;
+    DI_CHECK(per_block == 1 || per_block == 2 || per_block == 4, "indexer: ", per_block, " rows per block");
+    if (per_block == 4 && launch_indexer_tc_rows<kD, 4>(p, s)) return true;
+    if (per_block == 2 && launch_indexer_tc_rows<kD, 2>(p, s)) return true;
+    return launch_indexer_tc<kD>(p, s);
+}
+
 bool indexer_tensor_cores(const IndexerParams& p, Stream s) {
     if (!p.tensor_cores || !p.official || p.heads > kernels::kItcHeads) return false;
     if (reinterpret_cast<uintptr_t>(p.q) % 16 != 0) return false;
     switch (p.head_dim) {
-        case 32: return launch_indexer_tc<32>(p, s);
-        case 64: return launch_indexer_tc<64>(p, s);
-        case 128: return launch_indexer_tc<128>(p, s);
+        case 32: return launch_indexer_tc_any<32>(p, s);
+        case 64: return launch_indexer_tc_any<64>(p, s);
+        case 128: return launch_indexer_tc_any<128>(p, s);
         default: return false;
     }
 }

@@ -145,7 +145,7 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
         indexer_topk({.segments = b.segments, .row_segment = b.row_segment, .positions = b.positions, .rows = S,
                       .q = qi, .weights = hw, .heads = IH, .head_dim = ID, .ratio = m, .topk = c.index_topk,
                       .max_visible = max_visible, .scores = scores, .selected = selected, .num_selected = counts,
-                      .official = off, .tensor_cores = fast_},
+                      .official = off, .tensor_cores = fast_, .max_segment_rows = b.max_rows},
                      s);
     }
 

@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: Apache-2.0
+// The lightning indexer at prefill shapes on tensor cores: the grouped kernel (kernels/indexer_tc_rows.cuh,
+// 2 or 4 rows per block sharing each key tile) against the per-row kernel (indexer_tc.cuh) and the CPU.
+// Three segments with different visible counts (512..4175 keys; contiguous keys, paged keys at an
+// aligned and at a misaligned page offset) and a row count that is not a multiple of 4, so some blocks
+// hold rows of two segments. Scores (every visible one) and the top-512 picks must be bit-identical
+// between the kernels, and a run of rows alone must give the bits it gives in the whole batch.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "backends/cpu/linear.h"
+#include "backends/cpu/primitives.h"
+#include "backends/cuda/cuda_backend.h"
+#include "model/attention_block.h"
+#include "model/compressor.h"
+#include "ops/cuda_test_util.h"
+
+namespace deepinfer {
+namespace {
+
+using cuda::Stream;
+using test::Dev;
+using test::PagedRowsCopy;
+using test::randn;
+
+class CudaIndexerPrefill : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    }
+};
+
+// Number of bit differences between a and b over each row's first visible[r] entries (row pitch ld).
+int64_t differing(const std::vector<float>& a, const std::vector<float>& b, const std::vector<int64_t>& visible, int64_t ld,
+                  int64_t row_offset_b = 0) {
+    int64_t bad = 0;
+    for (size_t r = 0; r < visible.size(); ++r)
+        for (int64_t j = 0; j < visible[r]; ++j)
+            bad += std::memcmp(&a[r * size_t(ld) + size_t(j)], &b[(r + size_t(row_offset_b)) * size_t(ld) + size_t(j)], 4) != 0;
+    return bad;
+}
+
+TEST_F(CudaIndexerPrefill, GroupedRowsBitIdenticalToPerRowKernel) {
+    const int64_t IH = 64, ID = 128, m = 4, topk = 512;
+    struct Seg {
+        int64_t rows, first_position, per_page, offset;  // per_page 0: contiguous keys
+    };
+    const std::vector<Seg> segs = {{1201, 2048, 37, 96}, {700, 16000, 0, 0}, {150, 6001, 29, 2}};
+    std::vector<int32_t> pos, row_seg;
+    std::vector<int64_t> visible;
+    for (size_t s = 0; s < segs.size(); ++s)
+        for (int64_t t = 0; t < segs[s].rows; ++t) {
+            pos.push_back(int32_t(segs[s].first_position + t));
+            row_seg.push_back(int32_t(s));
+            visible.push_back((segs[s].first_position + t + 1) / m);
+        }
+    const int64_t rows = int64_t(pos.size()), max_visible = *std::max_element(visible.begin(), visible.end());
+    // Keys and queries as the model holds them: Hadamard+FP4 values (bf16-exact); bf16 head weights.
+    std::vector<std::vector<float>> keys;
+    std::vector<std::unique_ptr<Dev<float>>> dkeys;
+    std::vector<std::unique_ptr<PagedRowsCopy>> paged;
+    std::vector<cuda::DeviceSegment> dsegs;
+    for (size_t s = 0; s < segs.size(); ++s) {
+        const int64_t n = (segs[s].first_position + segs[s].rows) / m;
+        auto k = randn(size_t(n * ID), uint32_t(71 + s));
+        for (int64_t i = 0; i < n; ++i) hadamard_fp4_simulate(k.data() + i * ID, ID);
+        cuda::DeviceSegment d;
+        if (segs[s].per_page == 0) {
+            dkeys.push_back(std::make_unique<Dev<float>>(k));
+            d.idx_entries = dkeys.back()->ptr();
+        } else {
+            paged.push_back(std::make_unique<PagedRowsCopy>(k, ID, segs[s].per_page, segs[s].offset));
+            d.pages = paged.back()->table.ptr();
+            d.entries_per_page = paged.back()->per_page;
+            d.idx_offset = paged.back()->offset;
+        }
+        keys.push_back(std::move(k));
+        dsegs.push_back(d);
+    }
+    auto q = randn(size_t(rows * IH * ID), 81);
+    for (int64_t i = 0; i < rows * IH; ++i) hadamard_fp4_simulate(q.data() + i * ID, ID);
+    auto hw = randn(size_t(rows * IH), 82);
+    for (float& x : hw) x = cpu::round_bf16(x);
+    Dev<float> dq(q), dhw(hw);
+    Dev<int32_t> dpos(pos), drs(row_seg), dcnt(static_cast<size_t>(rows));
+    Dev<cuda::DeviceSegment> dseg(dsegs);
+
+    struct Result {
+        std::vector<float> scores;
+        std::vector<int32_t> selected;
+    };
+    // Rows [r0, r0 + n) alone, with `per_block` rows per block (1: the per-row kernel, 0: the launch default).
+    auto run = [&](int64_t r0, int64_t n, int64_t per_block, int reps = 1, double* ms = nullptr) {
+        Dev<float> dsc(size_t(n * max_visible));
+        Dev<int32_t> dsel(size_t(n * topk));
+        const cuda::IndexerParams p{.segments = dseg.ptr(), .row_segment = drs.ptr() + r0, .positions = dpos.ptr() + r0,
+                                    .rows = n, .q = dq.ptr() + r0 * IH * ID, .weights = dhw.ptr() + r0 * IH,
+                                    .heads = IH, .head_dim = ID, .ratio = m, .topk = topk, .max_visible = max_visible,
+                                    .scores = dsc.ptr(), .selected = dsel.ptr(), .num_selected = dcnt.ptr(),
+                                    .official = true, .tensor_cores = true, .max_segment_rows = 1201,
+                                    .tc_rows_per_block = per_block};
+        cuda::indexer_topk(p, Stream{});
+        cuda::synchronize();
+        if (ms) {
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int i = 0; i < reps; ++i) cuda::indexer_topk(p, Stream{});
+            cuda::synchronize();
+            *ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
+        }
+        return Result{dsc.host(size_t(n * max_visible)), dsel.host(size_t(n * topk))};
+    };
+    double ms_row = 0, ms_grouped = 0;
+    const Result per_row = run(0, rows, 1, 5, &ms_row);
+    const Result grouped = run(0, rows, 0, 5, &ms_grouped);
+    std::printf("indexer + top-512, %lld rows (3 segments, up to %lld keys): per-row kernel %.3f ms, grouped %.3f ms\n",
+                static_cast<long long>(rows), static_cast<long long>(max_visible), ms_row, ms_grouped);
+
+    // The per-row kernel against the CPU on one row of each segment (tolerance of the fast mode; the
+    // exact-order CPU test is ops_cuda_test's IndexerScoresAndTop512BitIdentical).
+    const float ss = 1.0f / std::sqrt(float(ID)), ws = 1.0f / std::sqrt(float(IH));
+    for (int64_t r : {int64_t(1200), int64_t(1201 + 699), rows - 1}) {
+        const auto& k = keys[size_t(row_seg[size_t(r)])];
+        int64_t equal = 0;
+        std::vector<float> sc(size_t(visible[size_t(r)]));
+        for (int64_t j = 0; j < visible[size_t(r)]; ++j) {
+            float s = 0;
+            for (int64_t h = 0; h < IH; ++h) {
+                const float dp = cpu::dot(q.data() + (r * IH + h) * ID, k.data() + j * ID, ID);
+                const float wgt = cpu::round_bf16(hw[size_t(r * IH + h)] * ss * ws);
+                s = cpu::round_bf16(s + cpu::round_bf16(std::max(cpu::round_bf16(dp), 0.0f) * wgt));
+            }
+            sc[size_t(j)] = s;
+        }
+        float top = 0;
+        for (float v : sc) top = std::max(top, std::fabs(v));
+        for (int64_t j = 0; j < visible[size_t(r)]; ++j) {
+            const float got = per_row.scores[size_t(r * max_visible + j)];
+            equal += got == sc[size_t(j)];
+            ASSERT_LE(std::fabs(got - sc[size_t(j)]), 0.03f * top) << "row " << r << " key " << j;
+        }
+        EXPECT_GE(double(equal), 0.9 * double(visible[size_t(r)])) << "row " << r;
+        const auto want = topk_lowest_index(per_row.scores.data() + r * max_visible, visible[size_t(r)], topk);
+        EXPECT_EQ(std::vector<int32_t>(per_row.selected.begin() + r * topk, per_row.selected.begin() + (r + 1) * topk), want)
+            << "row " << r << ": picks of the GPU's own scores";
+    }
+
+    EXPECT_EQ(differing(per_row.scores, grouped.scores, visible, max_visible), 0) << "grouped (4 rows) vs per-row scores";
+    EXPECT_EQ(grouped.selected, per_row.selected) << "grouped (4 rows) vs per-row picks";
+    const Result pairs = run(0, rows, 2);
+    EXPECT_EQ(differing(per_row.scores, pairs.scores, visible, max_visible), 0) << "2 rows per block vs per-row scores";
+    EXPECT_EQ(pairs.selected, per_row.selected) << "2 rows per block vs per-row picks";
+
+    // Rows alone (a block's group shifted; a run across the segment boundary; single rows) give the
+    // bits they give in the batch.
+    const std::vector<std::pair<int64_t, int64_t>> alone_runs = {{1198, 7}, {1, 1}, {rows - 1, 1}, {1901, 150}, {3, 517}};
+    for (const auto& [r0, n] : alone_runs) {
+        const Result alone = run(r0, n, 4);
+        const std::vector<int64_t> vis(visible.begin() + r0, visible.begin() + r0 + n);
+        std::vector<float> batch_scores(grouped.scores.begin() + r0 * max_visible, grouped.scores.begin() + (r0 + n) * max_visible);
+        EXPECT_EQ(differing(batch_scores, alone.scores, vis, max_visible), 0) << "rows " << r0 << "+" << n << " alone";
+        EXPECT_EQ(alone.selected, std::vector<int32_t>(grouped.selected.begin() + r0 * topk, grouped.selected.begin() + (r0 + n) * topk))
+            << "rows " << r0 << "+" << n << " alone: picks";
+    }
+}
+
+}  // namespace
+}  // namespace deepinfer
