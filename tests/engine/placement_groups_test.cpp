@@ -79,7 +79,8 @@ private:
     mutable std::vector<std::array<int64_t, 2>> steps_;
 };
 
-std::map<std::string, std::vector<int32_t>> run(std::shared_ptr<const Model> model, const EngineConfig& cfg) {
+std::map<std::string, std::vector<int32_t>> run(std::shared_ptr<const Model> model, const EngineConfig& cfg,
+                                                EngineMetrics* metrics = nullptr) {
     Engine engine(std::move(model), nullptr, cfg);
     std::mt19937 rng(5);
     for (int i = 0; i < 4; ++i) {
@@ -94,6 +95,7 @@ std::map<std::string, std::vector<int32_t>> run(std::shared_ptr<const Model> mod
     }
     std::map<std::string, std::vector<int32_t>> out;
     engine.run_until_done([&](RequestOutput&& o) { out[o.request_id] = o.completions.at(0).token_ids; });
+    if (metrics) *metrics = engine.metrics();
     return out;
 }
 
@@ -117,6 +119,26 @@ TEST(EnginePlacementGroups, EachGroupGetsItsShareOfTheStepAndOutputsDoNotChange)
     for (const auto& s : steps) {
         EXPECT_LE(s[0], 32);
         EXPECT_LE(s[1], 32);
+    }
+}
+
+// Memory too short for every prompt at once: sequences are preempted and recomputed (bit-identical
+// outputs), each group still within its share of every step.
+TEST(EnginePlacementGroups, PreemptionUnderGroupsKeepsOutputsAndShares) {
+    EngineConfig tight = small_steps();
+    tight.max_num_batched_tokens = 256;  // 128 per group: two 64-token chunks, so all four prompts start
+    // Room for three sequences of 100 tokens, in small pages that grow as tokens arrive: three are
+    // admitted at their first 64-token chunk and the latest admitted is preempted as they grow.
+    tight.state_page_bytes = 1024;
+    tight.state_memory_bytes = 3 * test::tiny_engine_model()->estimate_state_bytes(100, tight.state_page_bytes);
+    const auto plain = run(test::tiny_engine_model(), tight);
+    auto grouped = std::make_shared<GroupedModel>(test::tiny_engine_model(), 2);
+    EngineMetrics m;
+    EXPECT_EQ(run(grouped, tight, &m), plain);
+    EXPECT_GT(m.preemptions, 0);
+    for (const auto& s : grouped->steps()) {
+        EXPECT_LE(s[0], 128);
+        EXPECT_LE(s[1], 128);
     }
 }
 
