@@ -108,6 +108,12 @@ struct Plan {
 inline int64_t total_tokens(const Completion& c) {
     return static_cast<int64_t>(c.request->prompt.size() + c.generated.size());
 }
+// Rows the completion runs in a step without drafts: its decode row, or its next prefill chunk at most
+// `max_prefill_chunk` long (before the step's budget and share points shorten it).
+inline int64_t plain_rows(const Completion& c, int64_t max_prefill_chunk) {
+    const int64_t rem = total_tokens(c) - c.num_computed;
+    return rem == 1 ? 1 : std::min(rem, max_prefill_chunk);
+}
 inline int32_t token_at(const Completion& c, int64_t i) {
     const auto& p = c.request->prompt;
     return i < static_cast<int64_t>(p.size()) ? p[size_t(i)] : c.generated[size_t(i) - p.size()];
@@ -123,6 +129,7 @@ using engine_internal::Request;
 using engine_internal::Scheduled;
 using engine_internal::Status;
 using engine_internal::since;
+using engine_internal::plain_rows;
 using engine_internal::token_at;
 using engine_internal::total_tokens;
 

@@ -69,9 +69,8 @@ Plan Engine::Impl::schedule() {
         // Whether this step speculates at all (the scheduler's expected gain, probes).
         int64_t decode_rows = 0, tokens = 0;
         for (const Completion* c : order) {
-            const int64_t rem = total_tokens(*c) - c->num_computed;
-            decode_rows += rem == 1;
-            tokens += rem == 1 ? 1 : std::min(rem, cfg.max_prefill_chunk);
+            decode_rows += total_tokens(*c) - c->num_computed == 1;
+            tokens += plain_rows(*c, cfg.max_prefill_chunk);
         }
         plan.speculate = verify_scheduler->speculate(decode_rows, tokens);
     }

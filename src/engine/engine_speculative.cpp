@@ -39,7 +39,7 @@ std::vector<int64_t> Engine::Impl::plan_verify_lengths(const std::vector<Complet
         const Completion* c = order[i];
         const int64_t rem = total_tokens(*c) - c->num_computed;
         if (rem != 1 || c->drafts.empty()) {
-            other += rem == 1 ? 1 : std::min(rem, cfg.max_prefill_chunk);
+            other += plain_rows(*c, cfg.max_prefill_chunk);
             continue;
         }
         // Every emitted token must fit max_tokens: the step emits at most drafts + 1.
@@ -65,7 +65,7 @@ std::vector<int64_t> Engine::Impl::plan_async_drafts(const std::vector<Completio
         const Completion* c = order[i];
         const int64_t rem = total_tokens(*c) - c->num_computed;
         if (rem != 1) {
-            other += std::min(rem, cfg.max_prefill_chunk);
+            other += plain_rows(*c, cfg.max_prefill_chunk);
             continue;
         }
         ++other;

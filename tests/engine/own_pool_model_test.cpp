@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <map>
-#include <random>
 
 #include "deepinfer/engine.h"
+#include "engine/engine_run.h"
 #include "engine/tiny_engine_model.h"
 #include "model/paged_rows.h"
 
@@ -36,23 +36,11 @@ private:
 
 std::shared_ptr<const Model> tiny_model() { return test::tiny_engine_model(); }
 
-std::map<std::string, std::vector<int32_t>> run(std::shared_ptr<const Model> model, const EngineConfig& cfg, EngineMetrics* metrics) {
-    Engine engine(std::move(model), nullptr, cfg);
-    std::mt19937 rng(9);
-    for (int i = 0; i < 6; ++i) {
-        std::vector<int32_t> p(static_cast<size_t>(20 + 13 * i));
-        for (int32_t& t : p) t = static_cast<int32_t>(rng() % uint32_t(tiny_model()->info().vocab_size));
-        SamplingParams sp;
-        sp.temperature = i % 2 ? 0.8 : 0.0;
-        sp.seed = uint64_t(i);
-        sp.max_tokens = 5;
-        sp.ignore_eos = true;
-        engine.add_request(std::to_string(i), std::move(p), sp);
-    }
-    std::map<std::string, std::vector<int32_t>> out;
-    engine.run_until_done([&](RequestOutput&& o) { out[o.request_id] = o.completions.at(0).token_ids; });
-    if (metrics) *metrics = engine.metrics();
-    return out;
+std::map<std::string, std::vector<int32_t>> run(std::shared_ptr<const Model> model, const EngineConfig& cfg,
+                                                EngineMetrics* metrics) {
+    return test::run_random_prompts(std::move(model), cfg,
+                                    {.count = 6, .first = 20, .step = 13, .seed = 9, .temperature = 0.8, .max_tokens = 5},
+                                    metrics);
 }
 
 TEST(EngineOwnPool, AnUnboundedBudgetReservesNoHostPoolAndAdmitsWithinTheModelsPool) {

@@ -7,9 +7,9 @@
 #include <array>
 #include <map>
 #include <mutex>
-#include <random>
 
 #include "deepinfer/engine.h"
+#include "engine/engine_run.h"
 #include "engine/tiny_engine_model.h"
 
 namespace deepinfer {
@@ -81,22 +81,9 @@ private:
 
 std::map<std::string, std::vector<int32_t>> run(std::shared_ptr<const Model> model, const EngineConfig& cfg,
                                                 EngineMetrics* metrics = nullptr) {
-    Engine engine(std::move(model), nullptr, cfg);
-    std::mt19937 rng(5);
-    for (int i = 0; i < 4; ++i) {
-        std::vector<int32_t> p(static_cast<size_t>(150 + 37 * i));
-        for (int32_t& t : p) t = static_cast<int32_t>(rng() % uint32_t(test::tiny_engine_model()->info().vocab_size));
-        SamplingParams sp;
-        sp.temperature = i % 2 ? 0.7 : 0.0;
-        sp.seed = uint64_t(i);
-        sp.max_tokens = 4;
-        sp.ignore_eos = true;
-        engine.add_request(std::to_string(i), std::move(p), sp);
-    }
-    std::map<std::string, std::vector<int32_t>> out;
-    engine.run_until_done([&](RequestOutput&& o) { out[o.request_id] = o.completions.at(0).token_ids; });
-    if (metrics) *metrics = engine.metrics();
-    return out;
+    return test::run_random_prompts(std::move(model), cfg,
+                                    {.count = 4, .first = 150, .step = 37, .seed = 5, .temperature = 0.7, .max_tokens = 4},
+                                    metrics);
 }
 
 EngineConfig small_steps() {
