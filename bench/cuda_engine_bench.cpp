@@ -13,6 +13,9 @@
 //                     [--prefill-prompt 8192] [--prefill-requests 4] [--context 4096] [--tail 64]
 //                     [--batches 1,32,128,256,512] [--decode 16] [--batch-tokens 8192] [--gpus 1] [--prefixes G]
 // --prefixes: distinct shared prefixes (default: one per GPU), the requests spread over them in turn.
+// --routing even: every MoE layer spreads its rows evenly over the experts (CudaModelOptions::
+// even_routing), as a trained model's balanced router does, instead of the random router's choice;
+// every line reports the expert load it saw (experts_touched_frac, expert_max_over_mean).
 // The shared prefix makes the decode steps read the same compressed entries for all B sequences of a
 // batch from HBM or L2; at 4K contexts those reads are a few percent of the weight bytes of a step
 // (the report says so beside the numbers).
@@ -31,6 +34,7 @@
 #include "deepinfer/engine.h"
 #include "deepinfer/model.h"
 #include "deepinfer/synthetic.h"
+#include "expert_load_fields.h"
 
 namespace {
 
@@ -123,6 +127,7 @@ struct Bench {
         r["tok_s"] = double(requests * prompt_len) / secs;
         r["tok_s_per_gpu"] = r["tok_s"].get<double>() / double(stat_models(*model).size());
         gpu_fields(r);
+        bench::add_expert_load_fields(r, stat_models(*model));
         return r;
     }
 
@@ -166,6 +171,7 @@ struct Bench {
         r["tok_s"] = double(gen) / secs;
         r["tok_s_per_gpu"] = r["tok_s"].get<double>() / double(stat_models(*model).size());
         gpu_fields(r);
+        bench::add_expert_load_fields(r, stat_models(*model));
         return r;
     }
 };
@@ -174,6 +180,7 @@ struct Bench {
 
 int main(int argc, char** argv) {
     std::string layers = "flash:4", dir = "/tmp/deepinfer-engine-bench", model_dir, gemm = "fast", batches = "1,32,128,256,512";
+    std::string routing = "model";
     int64_t prefill_prompt = 8192, prefill_requests = 4, context = 4096, tail = 64, decode = 16, batch_tokens = 8192, gpus = 1, prefixes = 0;
     bool keep = false;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -192,6 +199,7 @@ int main(int argc, char** argv) {
         else if (k == "--batch-tokens") batch_tokens = std::stoll(v);
         else if (k == "--gpus") gpus = std::stoll(v);
         else if (k == "--prefixes") prefixes = std::stoll(v);
+        else if (k == "--routing") routing = v;  // model | even
         else {
             std::fprintf(stderr, "unknown option %s\n", k.c_str());
             return 2;
@@ -224,6 +232,9 @@ int main(int argc, char** argv) {
         cuda::CudaModelOptions co;
         co.max_model_len = std::max(prefill_prompt, context) + decode + 64;
         co.gemm = gemm == "fast" ? cuda::GemmMode::kFast : cuda::GemmMode::kReference;
+        DI_CHECK(routing == "model" || routing == "even", "--routing: model or even, not ", routing);
+        co.even_routing = routing == "even";
+        co.expert_load_stats = true;  // one single-block kernel per MoE layer
         t = Clock::now();
         Bench b;
         if (gpus == 1) {
@@ -242,7 +253,7 @@ int main(int argc, char** argv) {
         b.ec.device_sampling = true;
         b.ec.state_memory_bytes = uint64_t{1} << 40;  // the model's own device pool bounds it (state_limit)
         const cuda::CudaModelStats st0 = cuda::cuda_model_stats(*stat_models(*b.model)[0]);
-        b.base = {{"layers", layers}, {"num_layers", ratios.size()}, {"gemm", gemm}, {"gpus", gpus},
+        b.base = {{"layers", layers}, {"num_layers", ratios.size()}, {"gemm", gemm}, {"gpus", gpus}, {"routing", routing},
                   {"numerics", numerics_name(b.model->numerics())}, {"checkpoint_bytes", checkpoint_bytes},
                   {"write_s", write_s}, {"load_s", load_s}, {"workspace_bytes", st0.workspace_bytes},
                   {"state_capacity_bytes", b.model->state_capacity_bytes()}};

@@ -40,6 +40,7 @@
 #include "deepinfer/engine.h"
 #include "deepinfer/model.h"
 #include "deepinfer/synthetic.h"
+#include "expert_load_fields.h"
 
 namespace {
 
@@ -137,7 +138,8 @@ int main(int argc, char** argv) {
     std::string layers = "csa,hca", batches = "1,8,64", dir = "/tmp/deepinfer-cuda-bench", engine_batches, gemm = "reference";
     std::string gpus_list = "1", ep_dispatch_list = "auto";
     int64_t ep_routed_min_rows = cuda::CudaModelOptions{}.ep_routed_min_rows;
-    bool keep = false, max_len_given = false, profile = false;
+    bool keep = false, max_len_given = false, profile = false, expert_stats = false;
+    std::string routing_list = "model";
     int64_t engine_prompt = 32, engine_tokens = 9, context = 64, max_len = 8192;
     std::string model_dir;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -157,6 +159,8 @@ int main(int argc, char** argv) {
         else if (k == "--keep") keep = v == "1";
         else if (k == "--profile") profile = v == "1";  // profiler capture only around the timed prefill/decode  // keep the written checkpoint (for a later --model run)
         else if (k == "--engine-batches") engine_batches = v;
+        else if (k == "--expert-stats") expert_stats = v == "1";  // experts_touched_frac, expert_max_over_mean per line
+        else if (k == "--routing") routing_list = v;  // model,even: one run each (even: CudaModelOptions::even_routing)
         else if (k == "--model") model_dir = v;
         else if (k == "--engine-prompt") engine_prompt = std::stoll(v);
         else if (k == "--engine-tokens") engine_tokens = std::stoll(v);
@@ -237,8 +241,20 @@ int main(int argc, char** argv) {
         std::stringstream ds(ep_dispatch_list);
         for (std::string item; std::getline(ds, item, ',');) dispatches.push_back(item);
     }
+    std::vector<std::string> routings;
+    {
+        std::stringstream rs(routing_list);
+        for (std::string item; std::getline(rs, item, ',');) routings.push_back(item);
+    }
+    co.expert_load_stats = expert_stats;
     for (int64_t G : parse_list(gpus_list)) {
+        for (size_t ri = 0; ri < routings.size(); ++ri)
         for (size_t di = 0; di < (G > 1 ? dispatches.size() : 1); ++di) {
+            if (routings[ri] != "model" && routings[ri] != "even") {
+                std::fprintf(stderr, "--routing: model or even, not %s\n", routings[ri].c_str());
+                return 2;
+            }
+            co.even_routing = routings[ri] == "even";
             co.ep_dispatch = cuda::parse_ep_dispatch(dispatches[di].c_str());
             co.ep_routed_min_rows = ep_routed_min_rows;
             // The workspace: from the limits (every row of the largest batch or prefill, max_model_len).
@@ -268,7 +284,8 @@ int main(int argc, char** argv) {
                 model->forward_batch(chunks);
             }
             nlohmann::json base = {{"layers", layers}, {"experts", experts}, {"numerics", numerics_name(model->numerics())},
-                                   {"write_s", write_s}, {"load_s", load_s}, {"gemm", gemm}, {"gpus", G}};
+                                   {"write_s", write_s}, {"load_s", load_s}, {"gemm", gemm}, {"gpus", G},
+                                   {"routing", routings[ri]}};
             if (G > 1) base["ep_dispatch"] = cuda::ep_dispatch_name(co.ep_dispatch);
             if (prefill > 0) {
                 std::vector<Sequence> seqs;
@@ -279,6 +296,7 @@ int main(int argc, char** argv) {
                     ps.push_back(prompt(prefill));
                 }
                 for (int64_t g = 0; g < G; ++g) chunks.push_back({&seqs[size_t(g)], ps[size_t(g)], false});
+                for (const Model* m : stat_models(*model)) cuda::reset_cuda_model_stats(*m);
                 if (profile) cudaProfilerStart();
                 t = Clock::now();
                 model->forward_batch(chunks);
@@ -291,6 +309,7 @@ int main(int argc, char** argv) {
                 r["seconds"] = secs;
                 r["tok_s"] = double(prefill * G) / secs;
                 r["tok_s_per_gpu"] = double(prefill) / secs;
+                bench::add_expert_load_fields(r, stat_models(*model));
                 std::printf("%s\n", r.dump().c_str());
                 std::fflush(stdout);
             }
@@ -314,6 +333,7 @@ int main(int argc, char** argv) {
                 std::vector<DeviceDraw> draws(static_cast<size_t>(b));
                 for (int64_t i = 0; i < b; ++i) draws[size_t(i)] = {.chunk = int32_t(i), .temperature = 0.0};
                 if (G > 1) cuda::reset_cuda_ep_exchange_stats(*model);
+                for (const Model* m : stat_models(*model)) cuda::reset_cuda_model_stats(*m);
                 if (profile) cudaProfilerStart();
                 t = Clock::now();
                 for (int64_t step = 0; step < decode; ++step) {
@@ -333,6 +353,7 @@ int main(int argc, char** argv) {
                 r["ms_per_step"] = 1e3 * secs / double(decode);
                 r["tok_s"] = double(b * decode) / secs;
                 r["tok_s_per_gpu"] = double(b * decode) / secs / double(G);
+                bench::add_expert_load_fields(r, stat_models(*model));
                 if (G > 1) {  // what the MoE exchange moved, against the all-gather's volume
                     const cuda::EpExchangeStats st = cuda::cuda_ep_exchange_stats(*model);
                     r["ep_layers_routed"] = st.layers_routed;

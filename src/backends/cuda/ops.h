@@ -373,6 +373,30 @@ struct PermuteParams {
 };
 void permute(const PermuteParams& p, Stream s);
 
+// Benchmark accounting of one MoE layer's forward: how evenly its pairs spread over the experts held
+// here (a trained model's routing is balanced; a random-weight model's may not be). One block, from
+// permute's offsets: acc[0] += experts with at least one pair, acc[1] += the most pairs of one expert,
+// acc[2] += pairs, acc[3] += 1 (layer forwards). Integer adds: the totals do not depend on the order.
+struct ExpertLoadParams {
+    const int32_t* expert_offsets = nullptr;  // [experts + 1] i32 (permute's; entries past `experts` ignored)
+    int64_t experts = 0;
+    unsigned long long* acc = nullptr;        // [4] u64 device accumulators
+};
+void expert_load_accumulate(const ExpertLoadParams& p, Stream s);
+
+// Benchmarks only (CudaModelOptions::even_routing): replaces the router's choice by an even one,
+// pair (r, k) of global row r = first_row + local row to expert ((r·top_k + k)·stride) mod experts,
+// stride odd and coprime with experts (distinct experts within a row, every expert's share within one
+// of the others'), routing weights kept. The outputs are then not the model's.
+struct EvenRoutingParams {
+    int32_t* ids = nullptr;  // [rows, top_k] i32, overwritten
+    int64_t rows = 0, top_k = 0, experts = 0, first_row = 0;
+    int64_t stride = 37;
+};
+void even_routing(const EvenRoutingParams& p, Stream s);
+// The smallest odd stride >= 37 coprime with `experts` (even_routing's default scatter).
+int64_t even_routing_stride(int64_t experts);
+
 // h = silu(min(g, L)) · clamp(u, ±L) (L = 0: no clamp) [· w_row] [→ bf16], in place into g.
 struct SwigluParams {
     float* g = nullptr;         // [rows, I]

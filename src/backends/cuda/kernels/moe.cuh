@@ -176,6 +176,34 @@ static __global__ void moe_combine_kernel(const __grid_constant__ CombineParams 
     }
 }
 
+// One block: the layer's expert load from permute's offsets (integer atomics: order-independent).
+static __global__ void expert_load_kernel(const __grid_constant__ ExpertLoadParams p) {
+    __shared__ unsigned long long touched, most;
+    if (threadIdx.x == 0) touched = most = 0;
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < p.experts; e += blockDim.x) {
+        const int32_t n = p.expert_offsets[e + 1] - p.expert_offsets[e];
+        if (n > 0) {
+            atomicAdd(&touched, 1ull);
+            atomicMax(&most, static_cast<unsigned long long>(n));
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        atomicAdd(p.acc + 0, touched);
+        atomicAdd(p.acc + 1, most);
+        atomicAdd(p.acc + 2, static_cast<unsigned long long>(p.expert_offsets[p.experts] - p.expert_offsets[0]));
+        atomicAdd(p.acc + 3, 1ull);
+    }
+}
+
+static __global__ void even_routing_kernel(const __grid_constant__ EvenRoutingParams p) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= p.rows * p.top_k) return;
+    const int64_t pair = p.first_row * p.top_k + i;  // (r·top_k + k) of the global row r
+    p.ids[i] = static_cast<int32_t>((pair % p.experts) * p.stride % p.experts);
+}
+
 static __global__ void expert_local_ids_kernel(const __grid_constant__ ExpertLocalIdsParams p) {
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= p.n) return;

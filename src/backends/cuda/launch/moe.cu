@@ -2,6 +2,7 @@
 // Launchers of the MoE ops: router, permutation, SwiGLU, scatter/gather, combine, and the expert-
 // parallel pair maps.
 #include <algorithm>
+#include <numeric>
 
 #include "backends/cuda/common/cuda_check.h"
 #include "backends/cuda/cuda_backend.h"
@@ -54,6 +55,29 @@ void moe_combine(const CombineParams& p, Stream s) {
     DI_CHECK(p.top_k <= kernels::kMaxTopK, "moe_combine: top_k ", p.top_k);
     const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(column_blocks(p.rows, p.hidden, 256)));
     kernels::moe_combine_kernel<<<grid, 256, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+void expert_load_accumulate(const ExpertLoadParams& p, Stream s) {
+    DI_CHECK(p.experts > 0 && p.expert_offsets && p.acc, "expert_load_accumulate: ", p.experts, " experts");
+    kernels::expert_load_kernel<<<1, 256, 0, raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
+int64_t even_routing_stride(int64_t experts) {
+    int64_t stride = 37;
+    while (std::gcd(stride, experts) != 1) stride += 2;
+    return stride;
+}
+
+void even_routing(const EvenRoutingParams& p, Stream s) {
+    if (p.rows == 0) return;
+    DI_CHECK(p.top_k >= 1 && p.top_k <= p.experts && p.first_row >= 0, "even_routing: top_k ", p.top_k, " of ",
+             p.experts, " experts");
+    DI_CHECK(p.stride >= 1 && std::gcd(p.stride, p.experts) == 1, "even_routing: stride ", p.stride,
+             " must be coprime with ", p.experts, " experts");
+    const int64_t n = p.rows * p.top_k;
+    kernels::even_routing_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 

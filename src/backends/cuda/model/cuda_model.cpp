@@ -216,6 +216,11 @@ void CudaModel::moe_rows(const DeviceLayer& lw, int64_t S, const int32_t* tokens
            .official = off, .biased = biased, .ids = ids, .weights = wts},
           s);
     DI_CHECK(lw.mlp_type != MlpType::kHashMoe || lw.tid2eid, "hash-routed layer without tid2eid");
+    if (even_routing_)  // benchmarks only: an even spread instead of the router's choice
+        even_routing({.ids = ids, .rows = S, .top_k = K, .experts = E,
+                      .first_row = exchange ? exchange->first_row(static_cast<int>(ep_rank_)) : 0,
+                      .stride = even_routing_stride(E)},
+                     s);
     // Shared expert (no routing weight): on the stream while the routed experts' rows travel.
     const int64_t SI = lw.shared_w1.out_features;
     float* ys = workspace_->alloc_n<float>(S * D);
@@ -230,6 +235,7 @@ void CudaModel::moe_rows(const DeviceLayer& lw, int64_t S, const int32_t* tokens
     const float* y_slot = routed_experts({.experts = &lw.experts, .x = a, .ids = ids, .weights = wts, .rows = S,
                                           .hidden = D, .top_k = K, .experts_total = E, .swiglu_limit = L,
                                           .official = off, .weight_before_w2 = off, .fast = fast_,
+                                          .expert_load = expert_load_ ? static_cast<unsigned long long*>(expert_load_->data()) : nullptr,
                                           .exchange = exchange, .rank = static_cast<int>(ep_rank_), .overlap = shared_expert},
                                          *workspace_, s);
     moe_combine({.expert_out = y_slot, .ids = ids, .weights = wts, .shared = ys, .out = out, .rows = S, .top_k = K,

@@ -48,6 +48,13 @@ struct CudaModelOptions {
     // sizes, paid back from this many rows per forward under kAuto).
     EpDispatch ep_dispatch = EpDispatch::kAuto;
     int64_t ep_routed_min_rows = 64;
+    // Benchmarks: count how evenly each MoE layer's pairs spread over the experts held here
+    // (CudaModelStats::moe_layer_forwards ..; one single-block kernel per MoE layer). V4 models.
+    bool expert_load_stats = false;
+    // Benchmarks only: every MoE layer sends its rows to experts chosen evenly (ops.h: even_routing)
+    // instead of by its router, as a trained model's balanced routing spreads them; a random-weight
+    // model's router may send most rows to a few experts. The outputs are not the model's. V4 models.
+    bool even_routing = false;
 };
 
 // What a CUDA model measured since load (or the last reset): device time from CUDA events.
@@ -63,6 +70,10 @@ struct CudaModelStats {
     uint64_t state_page_bytes = 0;
     int64_t state_page_tokens = 0, state_ring_pages = 0;
     int64_t state_pages = 0, state_pages_in_use = 0, state_pages_peak = 0;
+    // CudaModelOptions::expert_load_stats (else 0): MoE layer forwards counted and, summed over them,
+    // the experts held here with at least one pair, the most pairs of one expert, and all pairs (graph
+    // steps count their padding rows too); experts_here: routed experts per layer on this GPU.
+    int64_t moe_layer_forwards = 0, experts_touched = 0, expert_pairs_max = 0, expert_pairs = 0, experts_here = 0;
 };
 
 // The engine-facing measurements and limits of a one-GPU CUDA model (the V4 CudaModel and the V4.1

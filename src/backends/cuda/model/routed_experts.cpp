@@ -64,6 +64,7 @@ void run_experts(const RoutedExpertsParams& p, const Setup& u, const ExpertRows&
     permute({.ids = group_ids, .rows = T, .top_k = K, .experts = ep ? local + 1 : local, .perm_src = perm_src,
              .perm_slot = perm_slot, .perm_expert = perm_expert, .expert_offsets = offsets},
             s);
+    if (p.expert_load) expert_load_accumulate({.expert_offsets = offsets, .experts = local, .acc = p.expert_load}, s);
     // Each permuted pair's output row: its slot, or the slot's compact index.
     const int32_t* out_row = perm_slot;
     int64_t scattered = NP;

@@ -38,6 +38,9 @@ struct RoutedExpertsParams {
     // experts' formats allow; otherwise the reference kernels. Official numerics with act_block < 128:
     // act_quant per act_block first (the reference's rounding), then the kernels' per-128 FP8 form.
     bool fast = false;
+    // Benchmarks (CudaModelOptions::expert_load_stats): the experts' load here accumulated into these
+    // [4] device counters (ops.h: expert_load_accumulate); null: not counted.
+    unsigned long long* expert_load = nullptr;
     ExpertExchange* exchange = nullptr;      // expert parallelism, else null
     int rank = 0;                            // this GPU's rank in `exchange`
     // Work independent of the routed experts (the shared expert), enqueued on `s` exactly once: under
