@@ -13,9 +13,10 @@
 //                     [--prefill-prompt 8192] [--prefill-requests 4] [--context 4096] [--tail 64]
 //                     [--batches 1,32,128,256,512] [--decode 16] [--batch-tokens 8192] [--gpus 1] [--prefixes G]
 // --prefixes: distinct shared prefixes (default: one per GPU), the requests spread over them in turn.
-// --routing even: every MoE layer spreads its rows evenly over the experts (CudaModelOptions::
-// even_routing), as a trained model's balanced router does, instead of the random router's choice;
-// every line reports the expert load it saw (experts_touched_frac, expert_max_over_mean).
+// --routing model,even: the decode batches once per routing, in turn (the prefill with the first);
+// `even`: every MoE layer spreads its rows evenly over the experts (set_cuda_even_routing), as a
+// trained model's balanced router does, instead of the random router's choice. Every line reports
+// the expert load it saw (experts_touched_frac, expert_max_over_mean).
 // The shared prefix makes the decode steps read the same compressed entries for all B sequences of a
 // batch from HBM or L2; at 4K contexts those reads are a few percent of the weight bytes of a step
 // (the report says so beside the numbers).
@@ -199,7 +200,7 @@ int main(int argc, char** argv) {
         else if (k == "--batch-tokens") batch_tokens = std::stoll(v);
         else if (k == "--gpus") gpus = std::stoll(v);
         else if (k == "--prefixes") prefixes = std::stoll(v);
-        else if (k == "--routing") routing = v;  // model | even
+        else if (k == "--routing") routing = v;  // model,even: a decode sweep each
         else {
             std::fprintf(stderr, "unknown option %s\n", k.c_str());
             return 2;
@@ -232,8 +233,16 @@ int main(int argc, char** argv) {
         cuda::CudaModelOptions co;
         co.max_model_len = std::max(prefill_prompt, context) + decode + 64;
         co.gemm = gemm == "fast" ? cuda::GemmMode::kFast : cuda::GemmMode::kReference;
-        DI_CHECK(routing == "model" || routing == "even", "--routing: model or even, not ", routing);
-        co.even_routing = routing == "even";
+        std::vector<std::string> routings;
+        {
+            std::stringstream rs(routing);
+            for (std::string item; std::getline(rs, item, ',');) {
+                DI_CHECK(item == "model" || item == "even", "--routing: model or even, not ", item);
+                routings.push_back(item);
+            }
+        }
+        DI_CHECK(!routings.empty(), "--routing: model, even or both");
+        co.even_routing = routings[0] == "even";
         co.expert_load_stats = true;  // one single-block kernel per MoE layer
         t = Clock::now();
         Bench b;
@@ -253,7 +262,7 @@ int main(int argc, char** argv) {
         b.ec.device_sampling = true;
         b.ec.state_memory_bytes = uint64_t{1} << 40;  // the model's own device pool bounds it (state_limit)
         const cuda::CudaModelStats st0 = cuda::cuda_model_stats(*stat_models(*b.model)[0]);
-        b.base = {{"layers", layers}, {"num_layers", ratios.size()}, {"gemm", gemm}, {"gpus", gpus}, {"routing", routing},
+        b.base = {{"layers", layers}, {"num_layers", ratios.size()}, {"gemm", gemm}, {"gpus", gpus}, {"routing", routings[0]},
                   {"numerics", numerics_name(b.model->numerics())}, {"checkpoint_bytes", checkpoint_bytes},
                   {"write_s", write_s}, {"load_s", load_s}, {"workspace_bytes", st0.workspace_bytes},
                   {"state_capacity_bytes", b.model->state_capacity_bytes()}};
@@ -262,9 +271,13 @@ int main(int argc, char** argv) {
         b.decode(2, 128, 64, 2, 1);
         if (prefill_requests > 0) std::printf("%s\n", b.prefill(prefill_requests, prefill_prompt).dump().c_str());
         std::fflush(stdout);
-        for (int64_t batch : bs) {
-            std::printf("%s\n", b.decode(batch, context, tail, decode, std::min(prefixes, batch)).dump().c_str());
-            std::fflush(stdout);
+        for (const std::string& r : routings) {
+            for (const Model* m : stat_models(*b.model)) cuda::set_cuda_even_routing(*m, r == "even");
+            b.base["routing"] = r;
+            for (int64_t batch : bs) {
+                std::printf("%s\n", b.decode(batch, context, tail, decode, std::min(prefixes, batch)).dump().c_str());
+                std::fflush(stdout);
+            }
         }
         b.model.reset();
         if (model_dir.empty() && !keep) std::filesystem::remove_all(dir);

@@ -90,6 +90,7 @@ def main():
     out.append("| measurement | measured | floor (roofline) | measured / floor | per layer | scaled to 43 layers |")
     out.append("|---|---|---|---|---|---|")
     pts = []
+    routings = sorted({r.get("routing", "model") for r in rows if r["mode"] == "engine_decode"})
     for r in rows:
         if r["mode"] == "engine_prefill":
             ctx = r["prompt"] // 2  # mean context over a prompt's tokens
@@ -105,26 +106,38 @@ def main():
             per_layer = ms / n
             steps, per_req = r["decode_steps"], r["tokens"] / b
             note = "" if steps <= 1.05 * per_req + 0.5 else f" ({steps} steps for {per_req:.1f} tokens each: staggered starts)"
-            out.append(f"| decode b{b}, {ctx} context | {ms:.2f} ms/step, {r['tok_s']:,.0f} tok/s{note} | {f_ms:.2f} ms | "
+            how = f", {r.get('routing', 'model')} routing" if len(routings) > 1 else ""
+            out.append(f"| decode b{b}, {ctx} context{how} | {ms:.2f} ms/step, {r['tok_s']:,.0f} tok/s{note} | {f_ms:.2f} ms | "
                        f"{ms / f_ms:.1f}x | {per_layer:.3f} ms | {per_layer * 43:.1f} ms/step, {r['tok_s'] * n / 43:,.0f} tok/s "
                        f"(floor {f43:.2f} ms) |")
-            pts.append((b, r["tok_s"], b / (f_ms * 1e-3), r.get("gpu_idle_fraction", 0)))
+            pts.append((b, r["tok_s"], b / (f_ms * 1e-3), r.get("gpu_idle_fraction", 0), r.get("routing", "model"),
+                        r.get("experts_touched_frac"), r.get("expert_max_over_mean")))
     # Beside SGLang's published 4xH200 figure for V4-Flash (4,550 total tok/s per GPU at 8K input / 1K
     # output): the same mix derived from this run's separate prefill and best decode rates per GPU
     # (not a mixed-workload measurement; scaled to 43 layers by the per-layer times).
     pre = [r for r in rows if r["mode"] == "engine_prefill"]
     dec = [r for r in rows if r["mode"] == "engine_decode"]
-    if pre and dec:
+    for routing in routings if pre and dec else []:
         p43 = pre[0]["tok_s_per_gpu"] * n / 43
-        d43 = max(r["tok_s_per_gpu"] * n / 43 for r in dec)
+        d43 = max(r["tok_s_per_gpu"] * n / 43 for r in dec if r.get("routing", "model") == routing)
         mix = (8192 + 1024) / (8192 / p43 + 1024 / d43)
+        how = f" ({routing} routing at decode)" if len(routings) > 1 else ""
         out.append("")
-        out.append(f"8K-in / 1K-out mix, derived (not measured as a mix), 43 layers, per GPU ({gpus} GPU{'s' if gpus > 1 else ''}): "
+        out.append(f"8K-in / 1K-out mix{how}, derived (not measured as a mix), 43 layers, per GPU ({gpus} GPU{'s' if gpus > 1 else ''}): "
                    f"{mix:,.0f} total tok/s (prefill {p43:,.0f}, best decode {d43:,.0f} tok/s per GPU); "
                    f"SGLang's published 4xH200 figure: 4,550 total tok/s per GPU.")
     out.append("")
     out.append("GPU idle fraction between steps (CUDA events): " +
-               ", ".join(f"b{b} {idle:.2%}" for b, _, _, idle in pts) + ".")
+               ", ".join(f"b{p[0]}{'/' + p[4] if len(routings) > 1 else ''} {p[3]:.2%}" for p in pts) + ".")
+    loads = [p for p in pts if p[5] is not None]
+    if loads:
+        out.append("Expert load at decode (share of each layer's experts given rows; busiest expert's rows over the "
+                   "mean, 1 = even): " + ", ".join(f"b{p[0]} {p[4]} {p[5]:.0%} / {p[6]:.1f}x" for p in loads) +
+                   ". The floors assume a trained model's balanced routing (every expert's share even); `model` is the "
+                   "random router's choice, `even` spreads the rows evenly (cuda_engine_bench --routing).")
+    if pre and pre[0].get("experts_touched_frac") is not None:
+        out.append(f"Expert load at prefill: {pre[0]['experts_touched_frac']:.0%} of the experts given rows, busiest "
+                   f"{pre[0]['expert_max_over_mean']:.1f}x the mean.")
     out.append("Scaled to 43 layers = measured per-layer time x 43 (LM head and sampling counted 43/{} times: an "
                "upper bound on the step time); tok/s scaled = measured tok/s x {}/43 (tokens over the timed "
                "wall time, so staggered starts count against it).".format(n, n))
@@ -138,7 +151,10 @@ def main():
         import matplotlib.pyplot as plt
         fig, ax = plt.subplots(figsize=(7, 4.5))
         xs = [p[0] for p in pts]
-        ax.plot(xs, [p[1] for p in pts], marker="o", label="measured (offline engine)")
+        for routing in routings:
+            sel = [p for p in pts if p[4] == routing]
+            ax.plot([p[0] for p in sel], [p[1] for p in sel], marker="o",
+                    label="measured (offline engine)" + (f", {routing} routing" if len(routings) > 1 else ""))
         fine = sorted(set([1] + [2 ** k for k in range(0, 10)] + xs))
         ax.plot(fine, [b / (floor_ms(b, pts[0] and rows[-1]["context"], n, ratios)[0] * 1e-3) for b in fine],
                 ls="--", color="k", label="roofline (max of HBM and FP8 floors)")

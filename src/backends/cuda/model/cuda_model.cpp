@@ -648,6 +648,11 @@ const CudaModelRuntime& as_cuda(const Model& model) {
 }  // namespace
 
 CudaModelStats cuda_model_stats(const Model& model) { return as_cuda(model).stats(); }
+void set_cuda_even_routing(const Model& model, bool on) {
+    const auto* m = dynamic_cast<const CudaModel*>(&model);
+    DI_CHECK(m != nullptr, "even routing: a DeepSeek-V4 model on one GPU (or one rank of an expert-parallel one)");
+    m->set_even_routing(on);
+}
 int64_t cuda_model_max_len(const Model& model) { return as_cuda(model).max_len(); }
 void reset_cuda_model_stats(const Model& model) { as_cuda(model).reset_stats(); }
 size_t cuda_workspace_bound(const Model& model, int64_t rows, int64_t sequences, int64_t logit_rows,

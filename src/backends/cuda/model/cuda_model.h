@@ -94,6 +94,10 @@ public:
 // checked and made the calling thread's current device.
 int select_cuda_model_device(const CudaModelOptions& o);
 
+// Benchmarks only: turns CudaModelOptions::even_routing on or off for the next forwards (a V4
+// CudaModel; the captured decode graphs are dropped when it changes).
+void set_cuda_even_routing(const Model& model, bool on);
+
 // Loads a checkpoint directory onto the GPU. Numerics as Model::load (from the checkpoint unless set).
 std::unique_ptr<Model> load_cuda_model(const std::string& checkpoint_dir, const ModelOptions& options = {},
                                        const CudaModelOptions& cuda_options = {});

@@ -166,6 +166,12 @@ public:
         }
         return st;
     }
+    void set_even_routing(bool on) const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (on == even_routing_) return;
+        even_routing_ = on;
+        graphs_.clear();  // they captured the other routing
+    }
     void reset_stats() const override {
         std::lock_guard<std::mutex> lock(mutex_);
         stats_ = {};
@@ -283,7 +289,7 @@ private:
     int64_t max_seqs_, max_rows_;  // the limits the workspace is sized for
     ExpertExchange* ep_ = nullptr;  // expert parallelism: the exchange (not owned), else null
     int64_t ep_rank_ = 0;
-    bool even_routing_ = false;  // CudaModelOptions::even_routing
+    mutable bool even_routing_ = false;  // CudaModelOptions::even_routing (guarded by mutex_)
     static constexpr int kExpertLoadCounters = 4;
     std::unique_ptr<DeviceBuffer> expert_load_;  // CudaModelOptions::expert_load_stats: ops.h ExpertLoadParams::acc
     void zero_expert_load() const {

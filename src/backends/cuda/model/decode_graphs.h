@@ -46,6 +46,9 @@ public:
     // (a warning) and this step runs `compute` directly. Counts captures and replays in `stats`.
     float* run(std::pair<int64_t, int64_t> key, DeviceArena& arena, Stream s, const std::function<float*()>& compute,
                CudaModelStats& stats);
+    // Drops every captured graph (the next step of each bucket captures again): after a change to
+    // what a step enqueues.
+    void clear() { graphs_.clear(); }
 
 private:
     struct Entry {
