@@ -216,11 +216,7 @@ void CudaModel::moe_rows(const DeviceLayer& lw, int64_t S, const int32_t* tokens
            .official = off, .biased = biased, .ids = ids, .weights = wts},
           s);
     DI_CHECK(lw.mlp_type != MlpType::kHashMoe || lw.tid2eid, "hash-routed layer without tid2eid");
-    if (even_routing_)  // benchmarks only: an even spread instead of the router's choice
-        even_routing({.ids = ids, .rows = S, .top_k = K, .experts = E,
-                      .first_row = exchange ? exchange->first_row(static_cast<int>(ep_rank_)) : 0,
-                      .stride = even_routing_stride(E)},
-                     s);
+    bench_routing_.route(ids, S, K, E, exchange, static_cast<int>(ep_rank_), s);  // benchmarks only
     // Shared expert (no routing weight): on the stream while the routed experts' rows travel.
     const int64_t SI = lw.shared_w1.out_features;
     float* ys = workspace_->alloc_n<float>(S * D);
@@ -235,7 +231,7 @@ void CudaModel::moe_rows(const DeviceLayer& lw, int64_t S, const int32_t* tokens
     const float* y_slot = routed_experts({.experts = &lw.experts, .x = a, .ids = ids, .weights = wts, .rows = S,
                                           .hidden = D, .top_k = K, .experts_total = E, .swiglu_limit = L,
                                           .official = off, .weight_before_w2 = off, .fast = fast_,
-                                          .expert_load = expert_load_ ? static_cast<unsigned long long*>(expert_load_->data()) : nullptr,
+                                          .expert_load = bench_routing_.counters(),
                                           .exchange = exchange, .rank = static_cast<int>(ep_rank_), .overlap = shared_expert},
                                          *workspace_, s);
     moe_combine({.expert_out = y_slot, .ids = ids, .weights = wts, .shared = ys, .out = out, .rows = S, .top_k = K,
@@ -648,11 +644,7 @@ const CudaModelRuntime& as_cuda(const Model& model) {
 }  // namespace
 
 CudaModelStats cuda_model_stats(const Model& model) { return as_cuda(model).stats(); }
-void set_cuda_even_routing(const Model& model, bool on) {
-    const auto* m = dynamic_cast<const CudaModel*>(&model);
-    DI_CHECK(m != nullptr, "even routing: a DeepSeek-V4 model on one GPU (or one rank of an expert-parallel one)");
-    m->set_even_routing(on);
-}
+void set_cuda_even_routing(const Model& model, bool on) { as_cuda(model).set_even_routing(on); }
 int64_t cuda_model_max_len(const Model& model) { return as_cuda(model).max_len(); }
 void reset_cuda_model_stats(const Model& model) { as_cuda(model).reset_stats(); }
 size_t cuda_workspace_bound(const Model& model, int64_t rows, int64_t sequences, int64_t logit_rows,

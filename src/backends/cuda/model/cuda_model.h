@@ -49,11 +49,11 @@ struct CudaModelOptions {
     EpDispatch ep_dispatch = EpDispatch::kAuto;
     int64_t ep_routed_min_rows = 64;
     // Benchmarks: count how evenly each MoE layer's pairs spread over the experts held here
-    // (CudaModelStats::moe_layer_forwards ..; one single-block kernel per MoE layer). V4 models.
+    // (CudaModelStats::moe_layer_forwards ..; one single-block kernel per MoE layer; bench_routing.h).
     bool expert_load_stats = false;
     // Benchmarks only: every MoE layer sends its rows to experts chosen evenly (ops.h: even_routing)
     // instead of by its router, as a trained model's balanced routing spreads them; a random-weight
-    // model's router may send most rows to a few experts. The outputs are not the model's. V4 models.
+    // model's router may send most rows to a few experts. The outputs are not the model's.
     bool even_routing = false;
 };
 
@@ -84,6 +84,8 @@ public:
     virtual CudaModelStats stats() const = 0;
     virtual void reset_stats() const = 0;
     virtual int64_t max_len() const = 0;
+    // CudaModelOptions::even_routing for the next forwards (benchmarks; drops the captured graphs).
+    virtual void set_even_routing(bool on) const = 0;
     // The workspace bound of one forward of `rows` rows in `sequences` sequences with `logit_rows`
     // rows of logits, positions below `positions` and `draws` device draws.
     virtual size_t workspace_bound(int64_t rows, int64_t sequences, int64_t logit_rows, int64_t positions,
@@ -94,8 +96,8 @@ public:
 // checked and made the calling thread's current device.
 int select_cuda_model_device(const CudaModelOptions& o);
 
-// Benchmarks only: turns CudaModelOptions::even_routing on or off for the next forwards (a V4
-// CudaModel; the captured decode graphs are dropped when it changes).
+// Benchmarks only: turns CudaModelOptions::even_routing on or off for the next forwards (a one-GPU
+// model or one rank of an expert-parallel one; the captured decode graphs are dropped when it changes).
 void set_cuda_even_routing(const Model& model, bool on);
 
 // Loads a checkpoint directory onto the GPU. Numerics as Model::load (from the checkpoint unless set).

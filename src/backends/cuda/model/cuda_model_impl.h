@@ -16,6 +16,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/model/cuda_model.h"
 #include "backends/cuda/model/cuda_weights.h"
+#include "backends/cuda/model/bench_routing.h"
 #include "backends/cuda/model/decode_graphs.h"
 #include "backends/cuda/model/device_page_pool.h"
 #include "backends/cuda/model/device_sequence_state.h"
@@ -74,7 +75,7 @@ public:
           max_rows_(ForwardLimits::of(mo).max_rows),
           ep_(o.expert_exchange),
           ep_rank_(o.expert_rank),
-          even_routing_(o.even_routing),
+          bench_routing_(o.expert_load_stats, o.even_routing),
           graphs_(mo.cuda_graphs && o.expert_exchange == nullptr),
           draws_(max_seqs_) {
         DI_CHECK(!fast_ || fast_fp8_available(), "fast GEMM mode needs FP8 tensor cores (compute capability 8.9+)");
@@ -105,10 +106,6 @@ public:
         workspace_ = std::make_unique<DeviceArena>(
             o.workspace_bytes ? o.workspace_bytes : workspace_need(max_rows_, max_rows_, max_rows_, max_len_, max_seqs_));
         make_state_pool(mo.device_state_bytes);
-        if (o.expert_load_stats) {
-            expert_load_ = std::make_unique<DeviceBuffer>(kExpertLoadCounters * sizeof(unsigned long long));
-            zero_expert_load();
-        }
         pad_ = new_sequence();  // the padding rows of graph steps write here (pages outside the capacity)
         // The CPU weights view the checkpoint mapping; the device has its own copies now.
     }
@@ -154,32 +151,18 @@ public:
         st.state_pages = pool_->capacity_pages();
         st.state_pages_in_use = pool_->pages_in_use();
         st.state_pages_peak = pool_->peak_pages();
-        if (expert_load_) {
-            stream_.synchronize();
-            unsigned long long acc[kExpertLoadCounters];
-            expert_load_->copy_to_host(acc, sizeof acc);
-            st.experts_touched = int64_t(acc[0]);
-            st.expert_pairs_max = int64_t(acc[1]);
-            st.expert_pairs = int64_t(acc[2]);
-            st.moe_layer_forwards = int64_t(acc[3]);
-            st.experts_here = config_.n_routed_experts / (ep_ ? ep_->ranks() : 1);
-        }
+        bench_routing_.read(st, config_.n_routed_experts / (ep_ ? ep_->ranks() : 1), stream_.get());
         return st;
     }
-    void set_even_routing(bool on) const {
+    void set_even_routing(bool on) const override {
         std::lock_guard<std::mutex> lock(mutex_);
-        if (on == even_routing_) return;
-        even_routing_ = on;
-        graphs_.clear();  // they captured the other routing
+        if (bench_routing_.set_even(on)) graphs_.clear();  // they captured the other routing
     }
     void reset_stats() const override {
         std::lock_guard<std::mutex> lock(mutex_);
         stats_ = {};
         timer_.reset();
-        if (expert_load_) {
-            stream_.synchronize();
-            zero_expert_load();
-        }
+        bench_routing_.reset(stream_.get());
     }
     size_t workspace_bound(int64_t rows, int64_t segments, int64_t logit_rows, int64_t positions, int64_t draws) const override {
         return workspace_need(rows, segments, logit_rows, positions, draws);
@@ -289,13 +272,7 @@ private:
     int64_t max_seqs_, max_rows_;  // the limits the workspace is sized for
     ExpertExchange* ep_ = nullptr;  // expert parallelism: the exchange (not owned), else null
     int64_t ep_rank_ = 0;
-    mutable bool even_routing_ = false;  // CudaModelOptions::even_routing (guarded by mutex_)
-    static constexpr int kExpertLoadCounters = 4;
-    std::unique_ptr<DeviceBuffer> expert_load_;  // CudaModelOptions::expert_load_stats: ops.h ExpertLoadParams::acc
-    void zero_expert_load() const {
-        const unsigned long long zero[kExpertLoadCounters] = {};
-        expert_load_->copy_from_host(zero, sizeof zero);
-    }
+    mutable BenchRouting bench_routing_;  // CudaModelOptions::expert_load_stats, even_routing (guarded by mutex_)
     std::shared_ptr<const DeviceStateLayout> layout_;
     std::shared_ptr<DevicePagePool> pool_;  // every sequence's state (and the padding sequence's)
     uint64_t state_capacity_ = 0;           // pool bytes the engine may fill (the padding sequence's pages excluded)

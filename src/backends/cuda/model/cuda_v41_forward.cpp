@@ -27,6 +27,7 @@ CudaModelStats CudaV41Model::stats() const {
     st.state_pages = pool_->capacity_pages();
     st.state_pages_in_use = pool_->pages_in_use();
     st.state_pages_peak = pool_->peak_pages();
+    bench_routing_.read(st, config_.text.n_routed_experts / (ep_ ? ep_->ranks() : 1), stream_.get());
     return st;
 }
 
@@ -34,6 +35,12 @@ void CudaV41Model::reset_stats() const {
     std::lock_guard<std::mutex> lock(mutex_);
     stats_ = {};
     timer_.reset();
+    bench_routing_.reset(stream_.get());
+}
+
+void CudaV41Model::set_even_routing(bool on) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (bench_routing_.set_even(on)) graphs_.clear();  // they captured the other routing
 }
 
 float* CudaV41Model::compute(const Batch& b) const {

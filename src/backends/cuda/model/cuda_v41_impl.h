@@ -25,6 +25,7 @@
 #include "backends/cuda/model/cuda_model.h"
 #include "backends/cuda/model/cuda_v41_state.h"
 #include "backends/cuda/model/cuda_v41_weights.h"
+#include "backends/cuda/model/bench_routing.h"
 #include "backends/cuda/model/decode_graphs.h"
 #include "backends/cuda/model/device_draws.h"
 #include "backends/cuda/model/step_timer.h"
@@ -87,6 +88,7 @@ public:
     // CudaModelRuntime.
     CudaModelStats stats() const override;
     void reset_stats() const override;
+    void set_even_routing(bool on) const override;
     int64_t max_len() const override { return max_len_; }
     size_t workspace_bound(int64_t rows, int64_t sequences, int64_t logit_rows, int64_t positions,
                            int64_t draws) const override {
@@ -253,6 +255,7 @@ private:
     // largest forward the limits allow; initialized after the members that bound uses).
     mutable DeviceArena workspace_;
     mutable DecodeGraphs graphs_;  // by (rows, context) bucket
+    mutable BenchRouting bench_routing_;  // CudaModelOptions::expert_load_stats, even_routing
     mutable Sequence pad_{nullptr};  // the scratch sequence of graph steps' padding rows
     mutable InputBlock input_;
     mutable std::unique_ptr<PinnedBuffer> pinned_in_;

@@ -61,7 +61,8 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
                                    : std::max(workspace_need(limits_.max_rows, limits_.max_rows, limits_.max_rows, max_len_,
                                                              limits_.max_seqs),
                                               dspark_workspace_need(limits_.max_seqs))),
-      graphs_(options.cuda_graphs && o.expert_exchange == nullptr) {
+      graphs_(options.cuda_graphs && o.expert_exchange == nullptr),
+      bench_routing_(o.expert_load_stats, o.even_routing) {
     DI_CHECK(!options.v41_bounded_replay, dir, ": bounded replay runs on the CPU only so far (--device cpu)");
     DI_CHECK(!fast_ || fast_fp8_available(), "fast GEMM mode needs FP8 tensor cores (compute capability 8.9+)");
     const V41TextConfig& c = config_.text;
@@ -279,6 +280,7 @@ void CudaV41Model::moe_rows(const V41DeviceLayer& lw, int64_t E, int64_t K, int6
            .temperature = static_cast<float>(c.gate_temp), .sum_in_selection_order = true, .biased = biased, .ids = ids,
            .weights = wts},
           s);
+    bench_routing_.route(ids, S, K, E, exchange, static_cast<int>(ep_rank_), s);  // benchmarks only
     // Shared expert (no routing weight): on the stream while the routed experts' rows travel.
     const int64_t SI = lw.shared_w1.out_features;
     float* ys = workspace_.alloc_n<float>(S * D);
@@ -294,7 +296,8 @@ void CudaV41Model::moe_rows(const V41DeviceLayer& lw, int64_t E, int64_t K, int6
     const float* y_slot = routed_experts({.experts = &lw.experts, .x = a, .ids = ids, .weights = wts, .rows = S,
                                           .hidden = D, .top_k = K, .experts_total = E, .swiglu_limit = L,
                                           .official = off, .act_block = kActivationBlock, .weight_before_w2 = true,
-                                          .fast = fast_, .exchange = exchange, .rank = static_cast<int>(ep_rank_), .overlap = shared_expert},
+                                          .fast = fast_, .expert_load = bench_routing_.counters(), .exchange = exchange,
+                                          .rank = static_cast<int>(ep_rank_), .overlap = shared_expert},
                                          workspace_, s);
     moe_combine({.expert_out = y_slot, .ids = ids, .weights = wts, .shared = ys, .out = out, .rows = S, .top_k = K,
                  .hidden = D, .scale_outputs = false, .round_bf16 = off},
