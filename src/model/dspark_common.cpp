@@ -12,6 +12,19 @@
 
 namespace deepinfer {
 
+int64_t dspark_tap_index(std::span<const int64_t> ids, int64_t layer) {
+    const auto it = std::find(ids.begin(), ids.end(), layer);
+    return it == ids.end() ? -1 : int64_t(it - ids.begin());
+}
+
+void dspark_stream_mean(const float* x, int64_t hc, int64_t D, float* out) {
+    for (int64_t d = 0; d < D; ++d) {
+        float s = 0.0f;
+        for (int64_t j = 0; j < hc; ++j) s += x[j * D + d];
+        out[d] = s / float(hc);
+    }
+}
+
 void attach_dspark_rings(DSparkRings& rings, int64_t stages, int64_t window, int64_t head_dim,
                          const std::shared_ptr<StatePool>& pool) {
     rings.attached = true;

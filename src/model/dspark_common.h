@@ -29,6 +29,12 @@ struct DSparkRings {
     std::vector<PagedRing> stages;  // [stages] of [rows, head_dim]
 };
 
+// The position of target layer `layer` in the drafter's tapped layers `ids`, -1 if it is not tapped.
+int64_t dspark_tap_index(std::span<const int64_t> ids, int64_t layer);
+// out[d] = the mean of x's hc streams (x: [hc, D]), summed in stream order then divided: a tap's value
+// before the family's rounding.
+void dspark_stream_mean(const float* x, int64_t hc, int64_t D, float* out);
+
 // Attaches `rings`: `stages` rings of window + kRingHeadroom rows of `head_dim` floats from `pool`.
 void attach_dspark_rings(DSparkRings& rings, int64_t stages, int64_t window, int64_t head_dim,
                          const std::shared_ptr<StatePool>& pool);

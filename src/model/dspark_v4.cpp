@@ -55,11 +55,7 @@ void dspark_attention(const V4DSparkModel& m, int64_t stage, const AttentionWeig
 
 }  // namespace
 
-int64_t V4DSparkModel::tap_index(int64_t layer) const {
-    const auto& ids = config->dspark_target_layer_ids;
-    const auto it = std::find(ids.begin(), ids.end(), layer);
-    return it == ids.end() ? -1 : int64_t(it - ids.begin());
-}
+int64_t V4DSparkModel::tap_index(int64_t layer) const { return dspark_tap_index(config->dspark_target_layer_ids, layer); }
 
 V4DSparkModel make_v4_dspark_model(const ModelConfig& config, const ModelWeights& weights,
                                    const cpu::RopeTable& rope_main, const cpu::RopeTable& rope_compress,
@@ -78,12 +74,8 @@ V4DSparkModel make_v4_dspark_model(const ModelConfig& config, const ModelWeights
 }
 
 void v4_tap_mean(const V4DSparkModel& m, const float* x, float* out) {
-    const int64_t hc = m.config->hc_mult, D = m.config->hidden_size;
-    for (int64_t d = 0; d < D; ++d) {
-        float s = 0.0f;
-        for (int64_t j = 0; j < hc; ++j) s += x[j * D + d];
-        out[d] = s / float(hc);
-    }
+    const int64_t D = m.config->hidden_size;
+    dspark_stream_mean(x, m.config->hc_mult, D, out);
     if (m.numerics == Numerics::kOfficial) cpu::round_bf16_inplace(out, D);
 }
 

@@ -8,13 +8,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "backends/cpu/linear.h"
 #include "deepinfer/drafter.h"
 #include "deepinfer/model.h"
+#include "model/dspark_common.h"
 
 namespace deepinfer::drafter_checks {
 
@@ -90,6 +93,40 @@ inline std::vector<Draft> check_drafting_batch_invariant(const Model& model, std
     for (size_t i = 0; i < reqs.size(); ++i)
         expect_same_draft(together[i], d.draft({&reqs[i], 1})[0], "request " + std::to_string(i));
     return together;
+}
+
+// A draft d of a DSpark drafter from `anchor` at temperature T against the closed form of the Markov
+// and confidence heads (§1.6-§1.7) over the block's outputs b: ℓ_k = U[k] + W1[x_k]·W2ᵀ, the
+// probabilities softmax(ℓ_k / T) within 1e-5, the confidence sigmoid(w · [y[k]; W1[x_k]]) within 1e-5,
+// x_0 = the anchor and x_{k+1} = the draft's own token k. In double precision.
+inline void expect_markov_and_confidence_heads(const DSparkHeads& h, const DSparkBlockOutput& b, const Draft& d,
+                                               int32_t anchor, double T) {
+    const int64_t D = h.hidden, V = h.vocab, r = h.rank;
+    int32_t prev = anchor;
+    for (int64_t k = 0; k < h.block; ++k) {
+        std::vector<float> e(static_cast<size_t>(r)), head_row(static_cast<size_t>(r));
+        cpu::dequantize_rows(*h.markov_embed, prev, prev + 1, e.data());
+        std::vector<double> l(static_cast<size_t>(V));
+        double mx = -1e300;
+        for (int64_t v = 0; v < V; ++v) {
+            cpu::dequantize_rows(*h.markov_head, v, v + 1, head_row.data());
+            double beta = 0;
+            for (int64_t i = 0; i < r; ++i) beta += double(e[size_t(i)]) * head_row[size_t(i)];
+            l[size_t(v)] = double(b.U[size_t(k * V + v)]) + beta;
+            mx = std::max(mx, l[size_t(v)]);
+        }
+        double den = 0;
+        for (double x : l) den += std::exp((x - mx) / T);
+        double worst = 0;
+        for (int64_t v = 0; v < V; ++v)
+            worst = std::max(worst, std::abs(std::exp((l[size_t(v)] - mx) / T) / den - d.probs[size_t(k * V + v)]));
+        EXPECT_LT(worst, 1e-5) << "draft " << k;
+        double z = 0;
+        for (int64_t i = 0; i < D; ++i) z += double(h.confidence[size_t(i)]) * b.y[size_t(k * D + i)];
+        for (int64_t i = 0; i < r; ++i) z += double(h.confidence[size_t(D + i)]) * e[size_t(i)];
+        EXPECT_NEAR(d.confidence[size_t(k)], 1.0 / (1.0 + std::exp(-z)), 1e-5) << "draft " << k;
+        prev = d.tokens[size_t(k)];
+    }
 }
 
 }  // namespace deepinfer::drafter_checks

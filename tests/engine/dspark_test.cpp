@@ -34,6 +34,7 @@
 #include "deepinfer/synthetic_v41.h"
 #include "engine/chi_square.h"
 #include "engine/drafter_checks.h"
+#include "engine/dspark_engine_checks.h"
 #include "engine/spec_test_util.h"
 #include "model/v41/dspark.h"
 #include "model/paged_rows.h"
@@ -316,32 +317,10 @@ TEST(DSparkFormula, DraftsFollowTheMarkovAndConfidenceHeads) {
     v41::SequenceState* st = &dynamic_cast<v41::SequenceState&>(s.state());
     const v41::DSparkBlockOutput b = v41::dspark_block_forward(dm, std::span<v41::SequenceState* const>(&st, 1),
                                                                std::span(&anchor, 1));
-    int32_t prev = anchor;
-    for (int64_t k = 0; k < G; ++k) {
-        // ℓ = U[k] + W1[prev] · W2ᵀ; q = softmax(ℓ / T); z = w · [y[k]; W1[prev]].
-        std::vector<float> e(static_cast<size_t>(r)), head_row(static_cast<size_t>(r));
-        cpu::dequantize_rows(w.markov_embed, prev, prev + 1, e.data());
-        std::vector<double> l(static_cast<size_t>(V));
-        double mx = -1e300;
-        for (int64_t v = 0; v < V; ++v) {
-            cpu::dequantize_rows(w.markov_head, v, v + 1, head_row.data());
-            double beta = 0;
-            for (int64_t i = 0; i < r; ++i) beta += double(e[size_t(i)]) * head_row[size_t(i)];
-            l[size_t(v)] = double(b.U[size_t(k * V + v)]) + beta;
-            mx = std::max(mx, l[size_t(v)]);
-        }
-        double den = 0;
-        for (double x : l) den += std::exp((x - mx) / T);
-        double worst = 0;
-        for (int64_t v = 0; v < V; ++v)
-            worst = std::max(worst, std::abs(std::exp((l[size_t(v)] - mx) / T) / den - d.probs[size_t(k * V + v)]));
-        EXPECT_LT(worst, 1e-5) << "draft " << k;
-        double z = 0;
-        for (int64_t i = 0; i < D; ++i) z += double(w.confidence[size_t(i)]) * b.y[size_t(k * D + i)];
-        for (int64_t i = 0; i < r; ++i) z += double(w.confidence[size_t(D + i)]) * e[size_t(i)];
-        EXPECT_NEAR(d.confidence[size_t(k)], 1.0 / (1.0 + std::exp(-z)), 1e-5) << "draft " << k;
-        prev = d.tokens[size_t(k)];
-    }
+    drafter_checks::expect_markov_and_confidence_heads({.markov_embed = &w.markov_embed, .markov_head = &w.markov_head,
+                                                        .confidence = w.confidence.data(), .hidden = D, .rank = r,
+                                                        .vocab = V, .block = G},
+                                                       b, d, anchor, T);
 }
 
 // ---- through the engine ----
@@ -364,39 +343,15 @@ TEST_P(DSpark, GreedyIsTokenIdenticalToNoSpeculation) {
     const auto model = tiny_model(GetParam());
     const int64_t V = model->info().vocab_size;
     std::mt19937 rng(21);
-    Requests reqs;
-    for (int i = 0; i < 5; ++i) {
-        SamplingParams sp = greedy(8 + i);
-        if (i == 2) sp.repetition_penalty = 1.3;  // penalties count accepted drafts of the same step
-        if (i == 3) sp.logprobs = 2;
-        reqs.emplace_back("g" + std::to_string(i), random_prompt(rng, 2 + int64_t(rng() % 30), V), sp);
-    }
-    SamplingParams hot;  // a sampled neighbour: its randomness must not leak into the greedy requests
-    hot.temperature = 1.0;
-    hot.max_tokens = 7;
-    hot.ignore_eos = true;
-    reqs.emplace_back("hot", random_prompt(rng, 12, V), hot);
+    const Requests reqs = test::greedy_requests_with_sampled_neighbour(rng, V, 30);
     const RunResult plain = run(model, {}, reqs);
     // Official numerics cost more per step: fewer arms there (every arm is batched with all neighbours).
     const std::vector<std::pair<int64_t, bool>> arms =
         GetParam() ? std::vector<std::pair<int64_t, bool>>{{2, false}, {5, true}}
                    : std::vector<std::pair<int64_t, bool>>{{1, false}, {3, false}, {5, false}, {5, true}};
-    for (const auto& [k, sched] : arms) {
-        const RunResult spec = run(model, spec_config(k, sched), reqs);
-        const std::string what = "k=" + std::to_string(k) + " scheduler=" + std::to_string(sched);
-        expect_same_outputs(plain, spec, reqs, what);
-        if (!sched) {
-            EXPECT_GT(spec.metrics.spec_draft_tokens, 0) << what;
-        }
-    }
-    // Alone (no neighbours): the same tokens.
-    const Requests one(reqs.begin(), reqs.begin() + 1);
-    expect_same_outputs(plain, run(model, spec_config(4, false), one), one, "alone");
-    // `auto` picks the checkpoint's drafter (and caps k at its block).
-    const RunResult a = run(model, spec_config(9, false, "auto"), reqs);
-    expect_same_outputs(plain, a, reqs, "auto");
-    EXPECT_GT(a.metrics.spec_draft_tokens, 0);
-    EXPECT_EQ(a.metrics.spec_position_verified.size(), 5u);
+    test::expect_dspark_greedy_arms(model, plain, reqs, arms, 0, 5, [](int64_t k, bool sched, const char* method) {
+        return spec_config(k, sched, method);
+    });
 }
 
 // Asynchronous scheduling (the next step is sized before its drafts exist; the forward worker drafts,

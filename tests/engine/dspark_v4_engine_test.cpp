@@ -13,6 +13,7 @@
 #include <map>
 #include <random>
 
+#include "engine/dspark_engine_checks.h"
 #include "engine/dspark_v4_fixtures.h"
 
 namespace deepinfer {
@@ -44,37 +45,15 @@ TEST_P(DSparkV4, GreedyIsTokenIdenticalToNoSpeculation) {
     const auto model = tiny_model(GetParam());
     const int64_t V = model->info().vocab_size;
     std::mt19937 rng(21);
-    Requests reqs;
-    for (int i = 0; i < 5; ++i) {
-        SamplingParams sp = greedy(8 + i);
-        if (i == 2) sp.repetition_penalty = 1.3;
-        if (i == 3) sp.logprobs = 2;
-        reqs.emplace_back(std::string("g").append(std::to_string(i)), random_prompt(rng, 2 + int64_t(rng() % 40), V), sp);
-    }
-    SamplingParams hot;  // a sampled neighbour
-    hot.temperature = 1.0;
-    hot.max_tokens = 7;
-    hot.ignore_eos = true;
-    reqs.emplace_back("hot", random_prompt(rng, 12, V), hot);
+    const Requests reqs = test::greedy_requests_with_sampled_neighbour(rng, V, 40);
     const RunResult plain = run(model, {}, reqs);
     const std::vector<std::pair<int64_t, bool>> arms =
         GetParam() ? std::vector<std::pair<int64_t, bool>>{{2, false}, {5, true}}
                    : std::vector<std::pair<int64_t, bool>>{{1, false}, {2, false}, {3, false}, {4, false},
                                                            {5, false}, {3, true}, {5, true}};
-    for (const auto& [k, sched] : arms) {
-        const RunResult spec = run(model, spec_config(k, sched), reqs);
-        const std::string what = "k=" + std::to_string(k) + " scheduler=" + std::to_string(sched);
-        expect_same_outputs(plain, spec, reqs, what);
-        if (!sched) {
-            EXPECT_GT(spec.metrics.spec_draft_tokens, 0) << what;
-        }
-    }
-    const Requests one(reqs.begin() + 1, reqs.begin() + 2);  // alone, no neighbours
-    expect_same_outputs(plain, run(model, spec_config(4, false), one), one, "alone");
-    const RunResult a = run(model, spec_config(9, false, "auto"), reqs);  // the checkpoint's drafter, k capped
-    expect_same_outputs(plain, a, reqs, "auto");
-    EXPECT_GT(a.metrics.spec_draft_tokens, 0);
-    EXPECT_EQ(a.metrics.spec_position_verified.size(), 5u);
+    test::expect_dspark_greedy_arms(model, plain, reqs, arms, 1, 5, [](int64_t k, bool sched, const char* method) {
+        return spec_config(k, sched, method);
+    });
 }
 
 TEST(DSparkV4Async, AsynchronousSchedulingComposesWithTheDrafter) {

@@ -308,31 +308,10 @@ TEST(DSparkV4Formula, DraftsFollowTheMarkovAndConfidenceHeads) {
         cpu::linear_rows(dm.weights->head, yn.data(), 1, U.data());
         for (int64_t v = 0; v < V; ++v) ASSERT_NEAR(U[size_t(v)], b.U[size_t(k * V + v)], 1e-4) << k;
     }
-    int32_t prev = anchor;
-    for (int64_t k = 0; k < G; ++k) {
-        std::vector<float> e(static_cast<size_t>(r)), head_row(static_cast<size_t>(r));
-        cpu::dequantize_rows(w.markov_w1, prev, prev + 1, e.data());
-        std::vector<double> l(static_cast<size_t>(V));
-        double mx = -1e300;
-        for (int64_t v = 0; v < V; ++v) {
-            cpu::dequantize_rows(w.markov_w2, v, v + 1, head_row.data());
-            double beta = 0;
-            for (int64_t i = 0; i < r; ++i) beta += double(e[size_t(i)]) * head_row[size_t(i)];
-            l[size_t(v)] = double(b.U[size_t(k * V + v)]) + beta;
-            mx = std::max(mx, l[size_t(v)]);
-        }
-        double den = 0;
-        for (double x : l) den += std::exp((x - mx) / T);
-        double worst = 0;
-        for (int64_t v = 0; v < V; ++v)
-            worst = std::max(worst, std::abs(std::exp((l[size_t(v)] - mx) / T) / den - d.probs[size_t(k * V + v)]));
-        EXPECT_LT(worst, 1e-5) << "draft " << k;
-        double z = 0;
-        for (int64_t i = 0; i < D; ++i) z += double(w.confidence.data[size_t(i)]) * b.y[size_t(k * D + i)];
-        for (int64_t i = 0; i < r; ++i) z += double(w.confidence.data[size_t(D + i)]) * e[size_t(i)];
-        EXPECT_NEAR(d.confidence[size_t(k)], 1.0 / (1.0 + std::exp(-z)), 1e-5) << "draft " << k;
-        prev = d.tokens[size_t(k)];
-    }
+    drafter_checks::expect_markov_and_confidence_heads({.markov_embed = &w.markov_w1, .markov_head = &w.markov_w2,
+                                                        .confidence = w.confidence.ptr(), .hidden = D, .rank = r,
+                                                        .vocab = V, .block = G},
+                                                       b, d, anchor, T);
 }
 
 TEST(DSparkCore, AttentionIsTheSinkSoftmaxOverTheWindowAndTheBlock) {

@@ -99,11 +99,7 @@ SequenceState& v41_state(Sequence& sequence) {
 
 }  // namespace
 
-int64_t DSparkModel::tap_index(int64_t layer) const {
-    const auto& ids = config->dspark_target_layer_ids;
-    const auto it = std::find(ids.begin(), ids.end(), layer);
-    return it == ids.end() ? -1 : int64_t(it - ids.begin());
-}
+int64_t DSparkModel::tap_index(int64_t layer) const { return dspark_tap_index(config->dspark_target_layer_ids, layer); }
 
 DSparkModel make_dspark_model(const V41TextConfig& config, const Weights& weights, const cpu::RopeTable& rope_main,
                               Numerics numerics) {
@@ -121,12 +117,8 @@ DSparkModel make_dspark_model(const V41TextConfig& config, const Weights& weight
 }
 
 void tap_mean(const DSparkModel& m, const float* x, float* out) {
-    const int64_t hc = m.config->hc_mult, D = m.config->hidden_size;
-    for (int64_t d = 0; d < D; ++d) {
-        float s = 0.0f;
-        for (int64_t j = 0; j < hc; ++j) s += x[j * D + d];
-        out[d] = s / float(hc);
-    }
+    const int64_t D = m.config->hidden_size;
+    dspark_stream_mean(x, m.config->hc_mult, D, out);
     round_activations(m.numerics, out, D);
 }
 
