@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The lightning indexer at prefill shapes on tensor cores: the grouped kernel (kernels/indexer_tc_rows.cuh,
-// 2 or 4 rows per block sharing each key tile) against the per-row kernel (indexer_tc.cuh) and the CPU.
+// 2 or 4 rows per block sharing each key tile, and the one-row form decode takes) against the per-row
+// reference kernel (indexer_tc.cuh) and the CPU.
 // Three segments with different visible counts (512..4175 keys; contiguous keys, paged keys at an
 // aligned and at a misaligned page offset) and a row count that is not a multiple of 4, so some blocks
 // hold rows of two segments. Scores (every visible one) and the top-512 picks must be bit-identical
@@ -97,7 +98,8 @@ TEST_F(CudaIndexerPrefill, GroupedRowsBitIdenticalToPerRowKernel) {
         std::vector<float> scores;
         std::vector<int32_t> selected;
     };
-    // Rows [r0, r0 + n) alone, with `per_block` rows per block (1: the per-row kernel, 0: the launch default).
+    // Rows [r0, r0 + n) alone, with `per_block` rows per block (-1: the per-row reference kernel, 0: the
+    // launch default).
     auto run = [&](int64_t r0, int64_t n, int64_t per_block, int reps = 1, double* ms = nullptr) {
         Dev<float> dsc(size_t(n * max_visible));
         Dev<int32_t> dsel(size_t(n * topk));
@@ -118,10 +120,13 @@ TEST_F(CudaIndexerPrefill, GroupedRowsBitIdenticalToPerRowKernel) {
         return Result{dsc.host(size_t(n * max_visible)), dsel.host(size_t(n * topk))};
     };
     double ms_row = 0, ms_grouped = 0;
-    const Result per_row = run(0, rows, 1, 5, &ms_row);
+    double ms_one = 0;
+    const Result per_row = run(0, rows, -1, 5, &ms_row);
     const Result grouped = run(0, rows, 0, 5, &ms_grouped);
-    std::printf("indexer + top-512, %lld rows (3 segments, up to %lld keys): per-row kernel %.3f ms, grouped %.3f ms\n",
-                static_cast<long long>(rows), static_cast<long long>(max_visible), ms_row, ms_grouped);
+    const Result one = run(0, rows, 1, 5, &ms_one);
+    std::printf("indexer + top-512, %lld rows (3 segments, up to %lld keys): per-row kernel %.3f ms, grouped %.3f ms, "
+                "one row per block (decode's) %.3f ms\n",
+                static_cast<long long>(rows), static_cast<long long>(max_visible), ms_row, ms_grouped, ms_one);
 
     // The per-row kernel against the CPU on one row of each segment (tolerance of the fast mode; the
     // exact-order CPU test is ops_cuda_test's IndexerScoresAndTop512BitIdentical).
@@ -154,6 +159,8 @@ TEST_F(CudaIndexerPrefill, GroupedRowsBitIdenticalToPerRowKernel) {
 
     EXPECT_EQ(differing(per_row.scores, grouped.scores, visible, max_visible), 0) << "grouped (4 rows) vs per-row scores";
     EXPECT_EQ(grouped.selected, per_row.selected) << "grouped (4 rows) vs per-row picks";
+    EXPECT_EQ(differing(per_row.scores, one.scores, visible, max_visible), 0) << "1 row per block vs per-row scores";
+    EXPECT_EQ(one.selected, per_row.selected) << "1 row per block vs per-row picks";
     const Result pairs = run(0, rows, 2);
     EXPECT_EQ(differing(per_row.scores, pairs.scores, visible, max_visible), 0) << "2 rows per block vs per-row scores";
     EXPECT_EQ(pairs.selected, per_row.selected) << "2 rows per block vs per-row picks";
@@ -168,6 +175,9 @@ TEST_F(CudaIndexerPrefill, GroupedRowsBitIdenticalToPerRowKernel) {
         EXPECT_EQ(differing(batch_scores, alone.scores, vis, max_visible), 0) << "rows " << r0 << "+" << n << " alone";
         EXPECT_EQ(alone.selected, std::vector<int32_t>(grouped.selected.begin() + r0 * topk, grouped.selected.begin() + (r0 + n) * topk))
             << "rows " << r0 << "+" << n << " alone: picks";
+        if (n > 7) continue;
+        const Result alone_one = run(r0, n, 1);  // decode's form: a short batch of rows of any segments
+        EXPECT_EQ(differing(batch_scores, alone_one.scores, vis, max_visible), 0) << "rows " << r0 << "+" << n << " alone, 1 per block";
     }
 }
 

@@ -50,13 +50,31 @@ constexpr int kHcChunk = 512;
 constexpr int kHcSplitThreads = 256;
 template <int kRows>
 static __global__ void __launch_bounds__(kHcSplitThreads) hc_mix_partial_kernel(const __grid_constant__ HcMixSplitKParams p) {
-    __shared__ float x_s[kRows * kHcChunk];
+    __shared__ __align__(16) float x_s[kRows * kHcChunk];
     const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRows, c0 = static_cast<int64_t>(blockIdx.y) * kHcChunk;
     const int len = static_cast<int>(p.flat - c0 < kHcChunk ? p.flat - c0 : kHcChunk);
     const int nr = static_cast<int>(p.rows - r0 < kRows ? p.rows - r0 : kRows);
-    for (int i = threadIdx.x; i < kRows * len; i += kHcSplitThreads) {
-        const int row = i / len, k = i % len;
-        x_s[row * kHcChunk + k] = row < nr ? p.x[(r0 + row) * p.flat + c0 + k] : 0.0f;
+    if (len == kHcChunk && p.flat % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0) {
+        // Whole chunk: every thread's float4 loads issued before any store (a block is bound by load
+        // latency; one float at a time left x's bytes mostly idle).
+        constexpr int kQ = kHcChunk / 4, kPer = (kRows * kQ + kHcSplitThreads - 1) / kHcSplitThreads;
+        float4 v[kPer];
+#pragma unroll
+        for (int u = 0; u < kPer; ++u) {
+            const int i = static_cast<int>(threadIdx.x) + u * kHcSplitThreads, row = i / kQ;
+            v[u] = i < kRows * kQ && row < nr ? *reinterpret_cast<const float4*>(p.x + (r0 + row) * p.flat + c0 + (i % kQ) * 4)
+                                              : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int u = 0; u < kPer; ++u) {
+            const int i = static_cast<int>(threadIdx.x) + u * kHcSplitThreads;
+            if (i < kRows * kQ) *reinterpret_cast<float4*>(x_s + (i / kQ) * kHcChunk + (i % kQ) * 4) = v[u];
+        }
+    } else {
+        for (int i = threadIdx.x; i < kRows * len; i += kHcSplitThreads) {
+            const int row = i / len, k = i % len;
+            x_s[row * kHcChunk + k] = row < nr ? p.x[(r0 + row) * p.flat + c0 + k] : 0.0f;
+        }
     }
     __syncthreads();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -89,18 +107,28 @@ static __global__ void hc_mix_reduce_kernel(const __grid_constant__ HcMixSplitKP
     const int64_t n = p.rows * (p.outputs + 1), e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (e >= n) return;
     float sum = 0.0f;
-    for (int64_t c = 0; c < splits; ++c) sum += p.partial[c * n + e];
+    int64_t c = 0;
+    for (; c + 8 <= splits; c += 8) {  // 8 loads in flight, summed in chunk order
+        float v[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) v[u] = p.partial[(c + u) * n + e];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) sum += v[u];
+    }
+    for (; c < splits; ++c) sum += p.partial[c * n + e];
     p.mix[e] = sum;
 }
 
-// grid (rows, column blocks), block 256. With several column blocks (only with staged mixing logits)
-// each block repeats the token's Sinkhorn (the same operations, so the same values) and collapses its
-// share of the hidden columns; block 0 writes post and comb. No value depends on the grid.
+// grid (rows, column blocks), block 256. Block y collapses columns [y·span, (y+1)·span) of the token
+// (span = ceil(D / column blocks), a multiple of 4); block 0 also writes post and runs the Sinkhorn
+// for comb on warp 0 while its other warps collapse (the collapse needs only pre). Column blocks only
+// with staged mixing logits. No value depends on the grid or on which thread computes it.
 static __global__ void hc_pre_kernel(const __grid_constant__ HcPreParams p) {
     __shared__ float mix[kHcMaxOutputs], pre[kHcMax], xx;
     const int64_t hc = p.hc, D = p.hidden, flat = hc * D, outputs = (2 + hc) * hc, t = blockIdx.x;
     const float* x = p.x + t * flat;
     hc_mix(x, p.fn, p.mix, t, outputs, flat, mix, &xx);
+    const bool head_block = blockIdx.y == 0;
     // Warp 0: the same operations as the CPU's one loop, spread over lanes wherever the elements are
     // independent (every element sees the same sequence of operations): Sinkhorn's row sums on lane j
     // for row j, column sums on lane k for column k.
@@ -113,8 +141,12 @@ static __global__ void hc_pre_kernel(const __grid_constant__ HcPreParams p) {
         if (lane < hc) {
             const int64_t j = lane;
             pre[j] = dev::add(dev::sigmoid(dev::add(dev::mul(mix[j], p.scale[0]), p.base[j])), p.hc_eps);
-            if (blockIdx.y == 0) p.post[t * hc + j] = 2.0f * dev::sigmoid(dev::add(dev::mul(mix[hc + j], p.scale[1]), p.base[hc + j]));
+            if (head_block) p.post[t * hc + j] = 2.0f * dev::sigmoid(dev::add(dev::mul(mix[hc + j], p.scale[1]), p.base[hc + j]));
         }
+    }
+    __syncthreads();  // pre is ready
+    if (head_block && threadIdx.x < 32) {
+        const int lane = threadIdx.x;
         for (int64_t i = lane; i < hc * hc; i += 32) c[i] = dev::add(dev::mul(mix[2 * hc + i], p.scale[2]), p.base[2 * hc + i]);
         __syncwarp();
         if (lane < hc) {  // softmax of row j
@@ -150,15 +182,44 @@ static __global__ void hc_pre_kernel(const __grid_constant__ HcPreParams p) {
             col_norm();
         }
         float* C = p.comb + t * hc * hc;
-        if (blockIdx.y == 0)
-            for (int64_t i = lane; i < hc * hc; i += 32) C[i] = c[i];
+        for (int64_t i = lane; i < hc * hc; i += 32) C[i] = c[i];
+        return;
     }
-    __syncthreads();
+    // Collapse: a = Σ_j pre_j · x_j in stream order, by the block's other threads (all of them in blocks
+    // without the Sinkhorn), 4 columns per thread with the hc streams' loads in flight together.
+    const int worker = static_cast<int>(threadIdx.x) - (head_block ? 32 : 0);
+    const int workers = static_cast<int>(blockDim.x) - (head_block ? 32 : 0);
+    const int64_t span = ((D + gridDim.y - 1) / gridDim.y + 3) / 4 * 4;
+    const int64_t d_begin = static_cast<int64_t>(blockIdx.y) * span, d_end = d_begin + span < D ? d_begin + span : D;
     float* a = p.collapsed + t * D;
-    for (int64_t d = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; d < D; d += static_cast<int64_t>(gridDim.y) * blockDim.x) {
-        float s = 0;
-        for (int64_t j = 0; j < hc; ++j) s = dev::add(s, dev::mul(pre[j], x[j * D + d]));
-        a[d] = dev::maybe_bf16(s, p.round_bf16);
+    float pr[kHcMax];
+#pragma unroll
+    for (int j = 0; j < kHcMax; ++j) pr[j] = j < hc ? pre[j] : 0.f;
+    const bool vec = D % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.collapsed) % 16 == 0;
+    if (vec) {
+        for (int64_t d = d_begin + 4 * static_cast<int64_t>(worker); d < d_end; d += 4 * static_cast<int64_t>(workers)) {
+            float4 v[kHcMax];
+#pragma unroll
+            for (int j = 0; j < kHcMax; ++j)
+                if (j < hc) v[j] = *reinterpret_cast<const float4*>(x + j * D + d);
+            float s4[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int j = 0; j < kHcMax; ++j)
+                if (j < hc) {
+                    s4[0] = dev::add(s4[0], dev::mul(pr[j], v[j].x));
+                    s4[1] = dev::add(s4[1], dev::mul(pr[j], v[j].y));
+                    s4[2] = dev::add(s4[2], dev::mul(pr[j], v[j].z));
+                    s4[3] = dev::add(s4[3], dev::mul(pr[j], v[j].w));
+                }
+            *reinterpret_cast<float4*>(a + d) = make_float4(dev::maybe_bf16(s4[0], p.round_bf16), dev::maybe_bf16(s4[1], p.round_bf16),
+                                                            dev::maybe_bf16(s4[2], p.round_bf16), dev::maybe_bf16(s4[3], p.round_bf16));
+        }
+    } else {
+        for (int64_t d = d_begin + worker; d < d_end; d += workers) {
+            float s = 0;
+            for (int64_t j = 0; j < hc; ++j) s = dev::add(s, dev::mul(pr[j], x[j * D + d]));
+            a[d] = dev::maybe_bf16(s, p.round_bf16);
+        }
     }
 }
 

@@ -76,9 +76,12 @@ template <int kD>
 bool launch_indexer_tc_any(const IndexerParams& p, Stream s) {
     int64_t per_block = p.tc_rows_per_block;
     if (per_block == 0) per_block = p.max_segment_rows >= 2 * kernels::kItrRows ? kernels::kItrRows : 1;
-    DI_CHECK(per_block == 1 || per_block == 2 || per_block == 4, "indexer: ", per_block, " rows per block");
+    DI_CHECK(per_block == -1 || per_block == 1 || per_block == 2 || per_block == 4, "indexer: ", per_block, " rows per block");
     if (per_block == 4 && launch_indexer_tc_rows<kD, 4>(p, s)) return true;
     if (per_block == 2 && launch_indexer_tc_rows<kD, 2>(p, s)) return true;
+    // Decode: one row per block, still float4 key loads with the next tile in flight (the reference
+    // kernel below loads a float at a time with a page lookup per element).
+    if (per_block == 1 && launch_indexer_tc_rows<kD, 1>(p, s)) return true;
     return launch_indexer_tc<kD>(p, s);
 }
 
