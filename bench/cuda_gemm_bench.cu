@@ -11,8 +11,9 @@
 // One JSON line per measurement on stdout (or --out FILE), a markdown table on stderr at the end.
 // Weights rotate among copies worth >= 256 MiB so that small weights are read from HBM, not L2.
 //  3. DeepSeek-V4.1's dense FP8 linears (32x32 block scales): the native FP8 kernel vs the bf16 fallback.
-//   cuda_gemm_bench [--out results.jsonl] [--quick] [--sweep] [--only op,op] [--ms 1,4096] [--no-ceilings]
+//   cuda_gemm_bench [--out results.jsonl] [--quick] [--sweep] [--only op,op] [--ms 1,4096] [--per-expert 1,8] [--no-ceilings]
 // --sweep: the grouped experts also in every configuration of the register-converting FP4 kernel.
+// --per-expert 1,8: the grouped experts also with exactly that many rows for each of the 256 experts.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -403,9 +404,13 @@ struct Bench {
         });
     }
 
-    // 256 FP4 experts, top-6 of T tokens routed uniformly at random (distinct experts per token).
-    void grouped(const std::string& name, int64_t N, int64_t K, int64_t T) {
-        const int64_t E = 256, top = 6, NP = T * top;
+    // 256 FP4 experts, top-6 of T tokens routed uniformly at random (distinct experts per token); or
+    // (per_expert > 0) exactly per_expert rows for every expert, T = 256 * per_expert / 6 tokens (a
+    // balanced router's decode step).
+    void grouped(const std::string& name, int64_t N, int64_t K, int64_t T, int64_t per_expert = 0) {
+        const int64_t E = 256, top = 6;
+        if (per_expert > 0) T = std::max<int64_t>(1, E * per_expert / top);
+        const int64_t NP = per_expert > 0 ? E * per_expert : T * top;
         const size_t wb = size_t(N) * K / 2, sb = size_t(N) * (K / 32);
         Buf w(wb * E), sc(sb * E);
         fill(w.p(), wb * E, 31, 4);
@@ -422,7 +427,9 @@ struct Bench {
         }
         std::mt19937 rng(static_cast<uint32_t>(T));
         std::vector<std::vector<int32_t>> by_expert(static_cast<size_t>(E));
-        for (int64_t t = 0; t < T; ++t) {
+        for (int64_t e = 0; e < E && per_expert > 0; ++e)
+            for (int64_t i = 0; i < per_expert; ++i) by_expert[size_t(e)].push_back(int32_t((e * per_expert + i) % T));
+        for (int64_t t = 0; t < T && per_expert == 0; ++t) {
             std::vector<int32_t> ids;
             while (int64_t(ids.size()) < top) {
                 const int32_t e = int32_t(rng() % E);
@@ -447,7 +454,8 @@ struct Bench {
         act_quant_fp8({.x = xf.p<float>(), .x_ld = K, .rows = T, .cols = K, .q = xq.p<uint8_t>(), .scale = xs.p<float>()}, Stream{});
         const double flops = 2.0 * NP * N * K;
         const double bytes = double(used) * double(wb + sb) + double(T) * K + double(NP) * N * 4;
-        Row base{name, "", std::to_string(E) + "x" + std::to_string(N) + "x" + std::to_string(K) + " top6", NP, N, K, 0,
+        const std::string routing = per_expert > 0 ? " even" + std::to_string(per_expert) : " top6";
+        Row base{name, "", std::to_string(E) + "x" + std::to_string(N) + "x" + std::to_string(K) + routing, NP, N, K, 0,
                  flops, bytes, floor_ms(flops, bytes, true), "m = token-expert pairs; T = " + std::to_string(T)};
         {
             Row r = base;
@@ -485,7 +493,7 @@ struct Bench {
             });
             emit(r);
         }
-        if (T <= 32 && !quick) {
+        if (T <= 32 && !quick && per_expert == 0) {
             Row r = base;
             r.impl = "reference";
             r.ms = time_ms([&](int) {
@@ -611,6 +619,7 @@ void print_table(const Ceilings& c) {
 int main(int argc, char** argv) {
     std::string out, only;
     std::vector<int64_t> ms;
+    std::vector<int64_t> per_expert;
     bool quick = false, no_ceilings = false, sweep = false;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -624,9 +633,15 @@ int main(int argc, char** argv) {
                 ms.push_back(std::strtoll(t, &end, 10));
                 t = *end ? end + 1 : end;
             }
+        } else if (a == "--per-expert" && i + 1 < argc) {
+            for (const char* t = argv[++i]; *t;) {
+                char* end = nullptr;
+                per_expert.push_back(std::strtoll(t, &end, 10));
+                t = *end ? end + 1 : end;
+            }
         } else if (a == "--no-ceilings") no_ceilings = true;
         else {
-            std::fprintf(stderr, "usage: cuda_gemm_bench [--out FILE.jsonl] [--quick] [--sweep] [--only op,op] [--ms 1,4096] [--no-ceilings]\n");
+            std::fprintf(stderr, "usage: cuda_gemm_bench [--out FILE.jsonl] [--quick] [--sweep] [--only op,op] [--ms 1,4096] [--per-expert 1,8] [--no-ceilings]\n");
             return 2;
         }
     }
@@ -681,6 +696,11 @@ int main(int argc, char** argv) {
         if ((quick && t > 4096) || !m_wanted(t)) continue;
         if (wanted("experts_w1")) b.grouped("experts_w1", 2048, 4096, t);
         if (wanted("experts_w2")) b.grouped("experts_w2", 4096, 2048, t);
+    }
+    // --per-expert r: the grouped experts with exactly r rows per expert (even routing).
+    for (int64_t r : per_expert) {
+        if (wanted("experts_w1")) b.grouped("experts_w1", 2048, 4096, 0, r);
+        if (wanted("experts_w2")) b.grouped("experts_w2", 4096, 2048, 0, r);
     }
     // Memory-bound ops (reference CUDA-core kernels), last: their floors are bytes / copy bandwidth.
     for (int64_t t : {int64_t(1), int64_t(32), int64_t(128), int64_t(512), int64_t(4096), int64_t(16384)})

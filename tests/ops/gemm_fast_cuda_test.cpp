@@ -488,5 +488,66 @@ TEST_F(CudaGemmFast, Fp4WarpSpecializedKernelEveryTileWidth) {
                 err);
 }
 
+// The decode FP4 kernel (gemm_wgmma_fp4dec.cuh) picks its wgmma width per block from the tile's rows
+// (8, 16, 32, 64) inside tiles of up to 16/32/64 rows: experts whose row counts straddle every width,
+// empty ones, and ones longer than a tile equal the shared-memory kernel bit for bit in every decode
+// configuration (K = 2048: the stage ring wraps; 1 and 2 K tiles per stage), and a row alone (an 8-wide
+// block) equals its row inside a full tile; the default choice at decode-sized averages too.
+TEST_F(CudaGemmFast, Fp4DecodeKernelEveryWidth) {
+    const int64_t N = 256, K = 2048, T = 200;
+    const std::vector<int64_t> counts = {1, 7, 8, 9, 0, 16, 17, 31, 32, 33, 63, 64, 65, 130, 2};
+    const int64_t E = int64_t(counts.size());
+    std::vector<std::unique_ptr<Weight>> ws;
+    for (int64_t e = 0; e < E; ++e)
+        ws.push_back(std::make_unique<Weight>(cpu::WeightFormat::kFp4, N, K, 700 + uint32_t(e), e % 2 ? 110 : 122, e % 2 ? 18 : 4));
+    const auto x = bf16_randn(size_t(T * K), 701);
+    Dev<float> dx(x);
+    FastInput in(dx, T, K, false);
+    std::mt19937 rng(13);
+    std::vector<std::vector<int32_t>> tok(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e)
+        for (int64_t i = 0; i < counts[size_t(e)]; ++i) tok[size_t(e)].push_back(int32_t(rng() % uint32_t(T)));
+    const Groups all = make_groups(tok);
+    const auto sm = run_groups(ws, *in.q, *in.s, all, cuda::Fp4Path::kSharedConvert);
+    const int64_t e_big = 13, r_big = 100;  // a row of the 130-row expert: in a full tile of every configuration
+    const int64_t p_big = all.offsets[size_t(e_big)] + r_big;
+    int tested = 0;
+    for (int v = 0; v < cuda::kFp4RsVariants; ++v) {
+        if (std::string(cuda::fp4_rs_variant_name(v)).rfind("dec", 0) != 0) continue;
+        ++tested;
+        EXPECT_EQ(differing_words(run_groups(ws, *in.q, *in.s, all, cuda::Fp4Path::kAuto, true, v), sm), 0u)
+            << "configuration " << cuda::fp4_rs_variant_name(v);
+        std::vector<std::vector<int32_t>> t(static_cast<size_t>(E));
+        t[size_t(e_big)] = {tok[size_t(e_big)][size_t(r_big)]};
+        const auto alone = run_groups(ws, *in.q, *in.s, make_groups(t), cuda::Fp4Path::kAuto, false, v);
+        EXPECT_EQ(differing_words(alone, std::vector<float>(sm.begin() + p_big * N, sm.begin() + (p_big + 1) * N)), 0u)
+            << "a row alone, configuration " << cuda::fp4_rs_variant_name(v);
+    }
+    EXPECT_GE(tested, 1) << "no decode configuration";
+    // The default choice at a decode-sized average (one row for each of 200 experts).
+    std::vector<std::unique_ptr<Weight>> many;
+    const int64_t E2 = 200;
+    for (int64_t e = 0; e < E2; ++e)
+        many.push_back(std::make_unique<Weight>(cpu::WeightFormat::kFp4, N, K, 800 + uint32_t(e), e % 2 ? 110 : 122, e % 2 ? 18 : 4));
+    std::vector<std::vector<int32_t>> t1(static_cast<size_t>(E2));
+    for (int64_t e = 0; e < E2; ++e) t1[size_t(e)] = {int32_t((e * 7) % T)};
+    t1[5].push_back(3);  // one expert with two rows
+    const Groups g1 = make_groups(t1);
+    const auto def = run_groups(many, *in.q, *in.s, g1, cuda::Fp4Path::kAuto, true);
+    EXPECT_EQ(differing_words(def, run_groups(many, *in.q, *in.s, g1, cuda::Fp4Path::kSharedConvert)), 0u) << "default choice";
+    std::vector<float> ref;
+    for (int64_t e = 0; e < 4; ++e)
+        for (int32_t tk : t1[size_t(e)]) {
+            std::vector<float> y(static_cast<size_t>(N));
+            cpu::linear({.x = TensorView(const_cast<float*>(x.data()) + int64_t(tk) * K, DType::kF32, {1, K}),
+                         .weight = &many[size_t(e)]->host, .y = TensorView(y.data(), DType::kF32, {1, N}),
+                         .quantize_activations = true});
+            ref.insert(ref.end(), y.begin(), y.end());
+        }
+    const double err = rel_err(ref, std::vector<float>(def.begin(), def.begin() + int64_t(ref.size())));
+    EXPECT_LT(err, 5e-3);
+    std::printf("decode FP4 kernel, experts of 0..130 rows: bit-identical to the shared-memory kernel; vs CPU rel err %.3g\n", err);
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -32,18 +32,21 @@ enum class GemmMode : uint8_t {
 };
 
 // Which kernel multiplies packed FP4 weights on Hopper (sm_90): kAuto = for weights with out_features a
-// multiple of 128 and in_features a multiple of 256, the one that converts each thread's own A fragment
-// in registers (kernels/gemm_wgmma_fp4rs.cuh) up to 64 rows per group on average, the warp-specialized
-// one (kernels/gemm_wgmma_fp4ws.cuh: a producer warpgroup converts each weight tile once, two consumer
-// warpgroups multiply) above; else the one that converts whole tiles in shared memory (kernels/gemm_wgmma.cuh);
-// kSharedConvert always takes the latter (tests and benchmarks compare the two). Other devices: the
-// mma.sync kernel either way.
+// multiple of 128 and in_features a multiple of 256, up to 64 rows per group on average the decode kernel
+// (kernels/gemm_wgmma_fp4dec.cuh: each thread converts its own A fragment in registers, the wgmma width
+// from each tile's rows), the warp-specialized one (kernels/gemm_wgmma_fp4ws.cuh: a producer warpgroup
+// converts each weight tile once, two consumer warpgroups multiply) above; the register kernel
+// (kernels/gemm_wgmma_fp4rs.cuh, fixed token-tile widths) only when pinned; else the one that converts
+// whole tiles in shared memory (kernels/gemm_wgmma.cuh); kSharedConvert always takes the latter (tests and
+// benchmarks compare them). Other devices: the mma.sync kernel either way.
 enum class Fp4Path : uint8_t { kAuto, kSharedConvert };
 // The FP4 kernels' configurations on Hopper: the register-converting kernel's tile shapes (TN token rows
-// x 64·warpgroups weight rows per block, pipeline stages, blocks per SM) and the warp-specialized
-// kernel's ("ws128_s4", "ws128_s5": pipeline stages); FastLinearParams::fp4_rs_variant pins one (tests
-// and benchmarks: a row's bits are the same in every one), else the launcher picks by rows per expert.
-constexpr int kFp4RsVariants = 11;
+// x 64·warpgroups weight rows per block, pipeline stages, blocks per SM), the warp-specialized kernel's
+// ("ws128_s4", "ws128_s5": pipeline stages) and the decode kernel's ("dec64_kt2_72k_b3_pf256": tiles of
+// up to 64 rows, 2 K tiles per stage, 72 KB of stages, 3 blocks per SM, 256-byte L2 prefetch);
+// FastLinearParams::fp4_rs_variant pins one (tests and benchmarks: a row's bits are the same in every
+// one), else the launcher picks by rows per expert.
+constexpr int kFp4RsVariants = 17;
 const char* fp4_rs_variant_name(int variant);  // e.g. "tn128_wg2_s4_b1"
 
 // True when the fast path handles this weight: FP8 with 128x128 blocks (or 32x32 blocks where

@@ -7,6 +7,7 @@
 #include "backends/cuda/common/cuda_check.h"
 #include "backends/cuda/kernels/gemm_tc.cuh"
 #include "backends/cuda/kernels/gemm_wgmma.cuh"
+#include "backends/cuda/kernels/gemm_wgmma_fp4dec.cuh"
 #include "backends/cuda/kernels/gemm_wgmma_fp4rs.cuh"
 #include "backends/cuda/kernels/gemm_wgmma_fp4ws.cuh"
 #include "backends/cuda/kernels/gemm_wgmma_fp8b32.cuh"
@@ -128,39 +129,70 @@ void launch_fp4_ws(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) 
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
+// Hopper, packed FP4, the decode kernel (kernels/gemm_wgmma_fp4dec.cuh): tiles of up to kMaxNT token
+// rows of one expert (wgmma width from each tile's rows) x 64 weight rows (grid: weight-row blocks fastest).
+template <int kMaxNT, int kKTSmall, int kBudget, int kMinBlocks, int kPf>
+void launch_fp4_dec(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
+    using C = kernels::wgdec::DecConfig<kMaxNT, kKTSmall, kBudget, kMinBlocks, kPf>;
+    auto* kernel = kernels::wgdec::fp4_dec_kernel<kMaxNT, kKTSmall, kBudget, kMinBlocks, kPf>;
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    DI_ICHECK(a.N % C::BN == 0 && a.k_tiles % 2 == 0);
+    int64_t tiles = (p.rows + kMaxNT - 1) / kMaxNT;
+    TcArgs args = a;
+    if (p.experts) {
+        kernels::tc::expert_tiles_kernel<<<1, kernels::tc::kExpertTileThreads, 0, st>>>(p.expert_offsets, p.num_experts, kMaxNT,
+                                                                                       p.tile_scratch);
+        DI_CUDA_CHECK(cudaGetLastError());
+        args.tile_offsets = p.tile_scratch;
+        tiles = std::min<int64_t>(p.rows, tiles + std::min<int64_t>(p.num_experts, p.rows));
+    }
+    DI_CHECK(tiles < 65536, "fast linear: too many row tiles (", tiles, ")");
+    kernel<<<dim3(static_cast<unsigned>(a.N / C::BN), static_cast<unsigned>(tiles)), C::kThreads, C::kSmemBytes, st>>>(args);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
 // The FP4 kernels' configurations: the register kernel's {TN, warpgroups, stages, min blocks per SM},
-// or (ws) the warp-specialized kernel with `stages` pipeline stages.
+// the warp-specialized kernel (ws) with `stages` pipeline stages, or the decode kernel (dec) with tiles
+// of up to `tn` rows, `kt` K tiles per stage (for wgmma widths up to 32; one at 64), a `stages` KB
+// shared-memory budget for the pipeline and an L2 prefetch hint of `pf` bytes on the weight copies.
+enum class RsKind { kRs, kWs, kDec };
 struct RsVariant {
     int tn, wgs, stages, blocks;
-    bool ws = false;
+    RsKind kind = RsKind::kRs;
+    int kt = 1, pf = 0;
 };
 constexpr RsVariant kRsVariants[kFp4RsVariants] = {
     {8, 1, 8, 3},  {16, 1, 8, 3},  {32, 1, 6, 2}, {64, 2, 4, 1}, {128, 2, 4, 1},        {64, 1, 4, 3},
-    {128, 1, 4, 2}, {8, 1, 6, 4}, {128, 2, 6, 1}, {128, 3, 4, 1, true}, {128, 3, 5, 1, true},
+    {128, 1, 4, 2}, {8, 1, 6, 4}, {128, 2, 6, 1}, {128, 3, 4, 1, RsKind::kWs}, {128, 3, 5, 1, RsKind::kWs},
+    {64, 1, 72, 3, RsKind::kDec, 2}, {64, 1, 72, 3, RsKind::kDec, 1}, {32, 1, 72, 3, RsKind::kDec, 2},
+    {16, 1, 40, 5, RsKind::kDec, 1}, {64, 1, 72, 3, RsKind::kDec, 2, 256}, {64, 1, 72, 3, RsKind::kDec, 2, 128},
 };
 
 template <int V>
 void launch_fp4_rs_variant(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     constexpr RsVariant v = kRsVariants[V];
-    if constexpr (v.ws)
+    if constexpr (v.kind == RsKind::kWs)
         launch_fp4_ws<v.stages>(p, a, st);
+    else if constexpr (v.kind == RsKind::kDec)
+        launch_fp4_dec<v.tn, v.kt, v.stages * 1024, v.blocks, v.pf>(p, a, st);
     else
         launch_fp4_rs<v.wgs, v.tn, v.stages, v.blocks>(p, a, st);
 }
 
-// By default 64-token tiles (one warpgroup, three blocks per SM) up to 64 rows per group on average,
-// the warp-specialized kernel's 128-token tiles above (1.06-1.14x over the register kernel's 128-token
-// tiles at 4K-16K tokens, bench/results/cuda-expert-gemm-ws-h200-*.md): the row granularity of the
-// shared-memory kernel, so no expert takes more tiles than there, whatever the routing. (Smaller tiles
-// for decode-sized averages measured up to 1.4x faster with uniform routing, but every tile re-reads and
-// re-converts its expert's weights, so under skewed routing a hot expert's rows split into many 8-row
-// tiles; with them the 2-layer proxy's decode at batch 256 got slower,
-// bench/results/cuda-expert-gemm-h200-*.md.) A row's bits do not depend on the choice (the same MMA
-// sequence per output element; every configuration is tested against the shared-memory kernel bit for
-// bit).
+// By default, up to 64 rows per group on average, the decode kernel's 64-row tiles (wgmma width 8-64 from
+// each tile's rows, two K tiles per stage below 64, L2 prefetch of 256 bytes; 2.2-2.3 TB/s at 1-8 rows per
+// expert, 1.4-1.6x the register kernel's 64-token tiles, and no slower at 48-64 rows,
+// bench/results/cuda-expert-decode-h200-*.md); the warp-specialized kernel's 128-token tiles above
+// (1.06-1.14x over the register kernel's at 4K-16K tokens, bench/results/cuda-expert-gemm-ws-h200-*.md).
+// Both keep the row granularity of the shared-memory kernel (64 rows or more per tile), so no expert takes
+// more tiles than there, whatever the routing: every tile re-reads and re-converts its expert's weights,
+// and under a skewed router 8-row tiles split a hot expert into many (the register kernel's 8-token tiles
+// made the 2-layer proxy's decode slower at batch 256, bench/results/cuda-expert-gemm-h200-*.md). A row's
+// bits do not depend on the choice (the same MMA sequence per output element; every configuration is
+// tested against the shared-memory kernel bit for bit).
 void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t rows_per_group, cudaStream_t st) {
     int v = p.fp4_rs_variant;
-    if (v < 0) v = rows_per_group <= 64 ? 5 : 9;
+    if (v < 0) v = rows_per_group <= 64 ? 15 : 9;
     DI_CHECK(v < kFp4RsVariants, "fast linear: no FP4 kernel configuration ", v);
     switch (v) {
         case 0: launch_fp4_rs_variant<0>(p, a, st); break;
@@ -173,7 +205,13 @@ void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t r
         case 7: launch_fp4_rs_variant<7>(p, a, st); break;
         case 8: launch_fp4_rs_variant<8>(p, a, st); break;
         case 9: launch_fp4_rs_variant<9>(p, a, st); break;
-        default: launch_fp4_rs_variant<10>(p, a, st); break;
+        case 10: launch_fp4_rs_variant<10>(p, a, st); break;
+        case 11: launch_fp4_rs_variant<11>(p, a, st); break;
+        case 12: launch_fp4_rs_variant<12>(p, a, st); break;
+        case 13: launch_fp4_rs_variant<13>(p, a, st); break;
+        case 14: launch_fp4_rs_variant<14>(p, a, st); break;
+        case 15: launch_fp4_rs_variant<15>(p, a, st); break;
+        default: launch_fp4_rs_variant<16>(p, a, st); break;
     }
 }
 
@@ -218,7 +256,8 @@ const char* fp4_rs_variant_name(int variant) {
     static constexpr const char* kNames[kFp4RsVariants] = {
         "tn8_wg1_s8_b3",   "tn16_wg1_s8_b3", "tn32_wg1_s6_b2",       "tn64_wg2_s4_b1",       "tn128_wg2_s4_b1",
         "tn64_wg1_s4_b3",  "tn128_wg1_s4_b2", "tn8_wg1_s6_b4",       "tn128_wg2_s6_b1",      "ws128_s4",
-        "ws128_s5"};
+        "ws128_s5",        "dec64_kt2_72k_b3", "dec64_kt1_72k_b3", "dec32_kt2_72k_b3", "dec16_kt1_40k_b5",
+        "dec64_kt2_72k_b3_pf256", "dec64_kt2_72k_b3_pf128"};
     return variant >= 0 && variant < kFp4RsVariants ? kNames[variant] : "by_rows";
 }
 
