@@ -11,7 +11,12 @@
 // One JSON line per measurement on stdout (or --out FILE), a markdown table on stderr at the end.
 // Weights rotate among copies worth >= 256 MiB so that small weights are read from HBM, not L2.
 //  3. DeepSeek-V4.1's dense FP8 linears (32x32 block scales): the native FP8 kernel vs the bf16 fallback.
-//   cuda_gemm_bench [--out results.jsonl] [--quick] [--sweep] [--only op,op] [--ms 1,4096] [--per-expert 1,8] [--no-ceilings]
+//  4. --splitk: split-K (gemm_fast.h) at the dense linears of V4-Flash (FP8 128x128, bf16) and V4.1 (bf16)
+//     whose output tiles do not fill the GPU, for decode batches: one K chunk (no split: the kernel before
+//     split-K), the weight's chunks in one block (unsplit), on separate blocks + ordered sum (split), as the
+//     model runs it (auto), and (with --sweep) forced splits into 2..32 chunks.
+//   cuda_gemm_bench [--out results.jsonl] [--quick] [--sweep] [--splitk] [--only op,op] [--ms 1,4096] [--per-expert 1,8]
+//                   [--no-ceilings]
 // --sweep: the grouped experts also in every configuration of the register-converting FP4 kernel.
 // --per-expert 1,8: the grouped experts also with exactly that many rows for each of the 256 experts.
 #include <cublasLt.h>
@@ -349,6 +354,61 @@ struct Bench {
         }
     }
 
+    // Split-K forms of one dense linear at M rows (section 4). Bytes: weights (+scales) + activations read +
+    // f32 output written (the partials' traffic is the split form's cost, not counted).
+    void splitk(const std::string& name, int64_t N, int64_t K, WeightKind kind, int64_t M) {
+        const bool fp8 = kind == WeightKind::kFp8Block;
+        const size_t wbytes = fp8 ? size_t(N) * K : size_t(N) * K * 2;
+        const size_t sbytes = fp8 ? size_t((N + 127) / 128) * (K / 128) : 0;
+        const double flops = 2.0 * M * N * K;
+        const double bytes = double(wbytes + sbytes) + double(M) * K * (fp8 ? 1.0 + 4.0 / 128 : 2.0) + double(M) * N * 4;
+        const int copies = int(std::clamp<size_t>((size_t(256) << 20) / (wbytes + sbytes), 1, 32));
+        Buf w(wbytes * copies), sc(std::max<size_t>(sbytes, 1) * copies), xf(size_t(M) * K * 4), xq(size_t(M) * K * 2),
+            xs(size_t(M) * (K / 128) * 4 + 16), y(size_t(M) * N * 4);
+        fill(w.p(), wbytes * copies, 71, fp8 ? 0 : 3);
+        if (fp8) fill(sc.p(), sbytes * copies, 72, 1);
+        fill(xf.p(), size_t(M) * K * 4, 73, 2);
+        if (fp8)
+            act_quant_fp8({.x = xf.p<float>(), .x_ld = K, .rows = M, .cols = K, .q = xq.p<uint8_t>(), .scale = xs.p<float>()}, Stream{});
+        else
+            to_bf16({.x = xf.p<float>(), .x_ld = K, .rows = M, .cols = K, .out = xq.p<uint16_t>()}, Stream{});
+        std::vector<DeviceLinear> lin(static_cast<size_t>(copies));
+        for (int i = 0; i < copies; ++i) {
+            DeviceLinear& d = lin[size_t(i)];
+            d.weight = w.p<uint8_t>() + size_t(i) * wbytes;
+            d.scale = fp8 ? sc.p<uint8_t>() + size_t(i) * sbytes : nullptr;
+            d.kind = kind;
+            d.scale_kind = fp8 ? ScaleKind::kE8M0 : ScaleKind::kNone;
+            d.out_features = N;
+            d.in_features = K;
+        }
+        const int chunks = fast_linear_k_chunks(lin[0]);
+        // Forced splits up to 512 rows, the sweep up to 128.
+        const bool force = M <= 512, sweep_m = sweep && M <= 128;
+        Buf part(std::max<size_t>(size_t(std::max(force ? chunks : 1, sweep_m ? 32 : 1)) * M * N,
+                                  size_t(fast_linear_split_floats(lin[0], M))) * 4);
+        const std::string shape = std::to_string(N) + "x" + std::to_string(K);
+        auto run = [&](const std::string& impl, int k_chunks, SplitK split) {
+            Row r{name, impl, shape, M, N, K, 0, flops, bytes, floor_ms(flops, bytes, fp8),
+                  "K chunks " + std::to_string(k_chunks > 0 ? k_chunks : chunks)};
+            r.ms = time_ms([&](int i) {
+                fast_linear({.a = xq.p(), .a_scale = fp8 ? xs.p<float>() : nullptr, .weight = lin[size_t(i % copies)], .y = y.p<float>(),
+                             .y_ld = N, .rows = M, .split_scratch = part.p<float>(), .split = split, .k_chunks = k_chunks},
+                            Stream{});
+            });
+            emit(r);
+        };
+        run("fast_one_chunk", 1, SplitK::kOff);
+        if (chunks > 1) {
+            run("fast_unsplit", 0, SplitK::kOff);
+            if (force) run("fast_split", 0, SplitK::kForce);
+        }
+        run("fast_auto", 0, SplitK::kAuto);
+        if (sweep_m)
+            for (int c : {2, 4, 8, 16, 32})
+                if (c != chunks && c <= (fp8 ? K / 128 : K / 64)) run("fast_split_s" + std::to_string(c), c, SplitK::kForce);
+    }
+
     // A V4.1 dense linear (FP8 e4m3, 32x32 ue8m0 block scales) both ways of the fast mode, same data:
     // native (act_quant per 32 + the FP8 32x32 kernel, Hopper) and the fallback (the weight as exact
     // bf16: to_bf16 + the bf16 kernel). The GEMM rows are the kernels alone; the activation
@@ -620,12 +680,13 @@ int main(int argc, char** argv) {
     std::string out, only;
     std::vector<int64_t> ms;
     std::vector<int64_t> per_expert;
-    bool quick = false, no_ceilings = false, sweep = false;
+    bool quick = false, no_ceilings = false, sweep = false, splitk = false;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--out" && i + 1 < argc) out = argv[++i];
         else if (a == "--quick") quick = true;
         else if (a == "--sweep") sweep = true;
+        else if (a == "--splitk") splitk = true;
         else if (a == "--only" && i + 1 < argc) only = "," + std::string(argv[++i]) + ",";
         else if (a == "--ms" && i + 1 < argc) {
             for (const char* t = argv[++i]; *t;) {
@@ -641,7 +702,9 @@ int main(int argc, char** argv) {
             }
         } else if (a == "--no-ceilings") no_ceilings = true;
         else {
-            std::fprintf(stderr, "usage: cuda_gemm_bench [--out FILE.jsonl] [--quick] [--sweep] [--only op,op] [--ms 1,4096] [--per-expert 1,8] [--no-ceilings]\n");
+            std::fprintf(stderr,
+                         "usage: cuda_gemm_bench [--out FILE.jsonl] [--quick] [--sweep] [--splitk] [--only op,op] [--ms 1,4096] "
+                         "[--per-expert 1,8] [--no-ceilings]\n");
             return 2;
         }
     }
@@ -668,6 +731,29 @@ int main(int argc, char** argv) {
         {"shared_w1", 2048, 4096, WeightKind::kFp8Block}, {"shared_w2", 4096, 2048, WeightKind::kFp8Block},
         {"wo_a_group", 1024, 4096, WeightKind::kBF16},  {"lm_head", 129280, 4096, WeightKind::kBF16},
     };
+    if (splitk) {
+        // The dense linears whose output tiles do not fill the GPU (V4-Flash FP8 and bf16, V4.1 bf16), and two
+        // that do (no split: the control).
+        const std::vector<GemmShape> split_shapes = {
+            {"wq_a", 1024, 4096, WeightKind::kFp8Block},          {"wkv", 512, 4096, WeightKind::kFp8Block},
+            {"shared_w1", 2048, 4096, WeightKind::kFp8Block},     {"shared_w2", 4096, 2048, WeightKind::kFp8Block},
+            {"wo_b", 4096, 8192, WeightKind::kFp8Block},          {"indexer_wq_b", 8192, 1024, WeightKind::kFp8Block},
+            {"wq_b", 32768, 1024, WeightKind::kFp8Block},         {"wo_a_group", 1024, 4096, WeightKind::kBF16},
+            {"indexer_weights", 64, 4096, WeightKind::kBF16},     {"v41_wq_a", 1280, 5120, WeightKind::kBF16},
+            {"v41_wkv", 512, 5120, WeightKind::kBF16},            {"v41_shared_w1", 2304, 5120, WeightKind::kBF16},
+            {"v41_shared_w2", 5120, 2304, WeightKind::kBF16},     {"v41_wo_b", 5120, 8192, WeightKind::kBF16},
+            {"lm_head", 129280, 4096, WeightKind::kBF16},
+        };
+        for (const GemmShape& s : split_shapes) {
+            if (!wanted(s.name)) continue;
+            for (int64_t m : {int64_t(1), int64_t(8), int64_t(32), int64_t(128), int64_t(512), int64_t(4096)})
+                if (m_wanted(m) && !(s.name == "lm_head" && m > 512)) b.splitk(s.name, s.n, s.k, s.kind, m);
+        }
+        print_table(b.c);
+        cublasLtDestroy(b.lt);
+        if (g_out != stdout) std::fclose(g_out);
+        return 0;
+    }
     const std::vector<int64_t> decode = {1, 32, 128, 512}, prefill = {4096, 8192, 16384};
     for (const GemmShape& s : shapes) {
         if (!wanted(s.name)) continue;

@@ -5,7 +5,9 @@
 // block's largest) 5e-4, BF16 1e-5; FP4 with scales spread over 18 binades 5e-3 (the documented
 // rounding of the smallest subblocks). Batch invariance bit for bit: a row's result alone, in small
 // batches and in large ones (every tile configuration) is the same; likewise a token's routed-expert
-// rows in the grouped form. Skips without a GPU (or below compute capability 8.9 for FP8/FP4).
+// rows in the grouped form. Split-K (Hopper): at the V4-Flash and V4.1 shapes, the split form (chunks on
+// separate blocks + ordered sum), the unsplit form (all chunks in one block) and every row count from 1 to
+// prefill sizes give a row the same bits. Skips without a GPU (or below compute capability 8.9 for FP8/FP4).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -124,17 +126,33 @@ struct FastInput {
     }
 };
 
+// y = x · Wᵀ on the fast path (split-K as the model runs it: scratch for the split form when
+// fast_linear_split_floats asks for it under `split`), written at row stride y_ld (>= N; the columns
+// past N are checked untouched) and returned as [rows, N].
 std::vector<float> run_fast(const Weight& w, const std::vector<float>& x, int64_t rows, bool round = false,
-                            cuda::Fp4Path path = cuda::Fp4Path::kAuto, int fp4_rs_variant = -1) {
+                            cuda::Fp4Path path = cuda::Fp4Path::kAuto, int fp4_rs_variant = -1,
+                            cuda::SplitK split = cuda::SplitK::kAuto, int64_t y_ld = 0) {
     const int64_t K = w.dev.in_features, N = w.dev.out_features;
+    if (y_ld == 0) y_ld = N;
     const bool bf16 = w.dev.kind == cuda::WeightKind::kBF16;
-    Dev<float> dx(x), dy(size_t(rows * N));
+    const float kUntouched = 1234.5f;
+    Dev<float> dx(x), dy(std::vector<float>(size_t(rows * y_ld), kUntouched));
     FastInput in(dx, rows, K, bf16);
-    cuda::fast_linear({.a = in.q->ptr(), .a_scale = bf16 ? nullptr : in.s->ptr(), .weight = w.dev, .y = dy.ptr(), .y_ld = N,
+    const int64_t scratch = cuda::fast_linear_split_floats(w.dev, rows, split);
+    Dev<float> dscratch(size_t(std::max<int64_t>(scratch, 1)));
+    cuda::fast_linear({.a = in.q->ptr(), .a_scale = bf16 ? nullptr : in.s->ptr(), .weight = w.dev, .y = dy.ptr(), .y_ld = y_ld,
                        .rows = rows, .round_output_bf16 = round, .fp4_path = path,
-                       .fp4_rs_variant = fp4_rs_variant},
+                       .fp4_rs_variant = fp4_rs_variant, .split_scratch = scratch > 0 ? dscratch.ptr() : nullptr, .split = split},
                       Stream{});
-    return dy.host(size_t(rows * N));
+    const auto all = dy.host(size_t(rows * y_ld));
+    std::vector<float> out(size_t(rows * N));
+    size_t touched = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+        std::copy_n(all.begin() + r * y_ld, N, out.begin() + r * N);
+        for (int64_t n = N; n < y_ld; ++n) touched += all[size_t(r * y_ld + n)] != kUntouched;
+    }
+    EXPECT_EQ(touched, 0u) << "columns past N written";
+    return out;
 }
 
 size_t differing_words(const std::vector<float>& a, const std::vector<float>& b) {
@@ -222,6 +240,80 @@ TEST_F(CudaGemmFast, BatchInvariantAcrossBatchSizesAndTileShapes) {
             const auto part = run_fast(w, xs, n);
             EXPECT_EQ(0, std::memcmp(part.data(), full.data() + r0 * N, size_t(n * N) * 4))
                 << "format " << int(f) << ": rows [" << r0 << ", " << r0 + n << ") differ from the 300-row batch";
+        }
+    }
+}
+
+// Split-K at the real shapes: every FP8 128x128 and BF16 linear of V4-Flash / V4.1 whose output tiles do not
+// fill the GPU. A row's bits are one function of the weight: in 520 rows with all chunks in one block (the
+// unsplit form), alone (split form, one warpgroup), in batches of 8 to 128 rows (split form where the
+// partials fit), 520 rows forced split (two warpgroups per block) and as the model runs them, 4096 rows
+// (prefill), and with the split form turned off at one row. Against the CPU within the fast mode's tolerance; bf16 output rounding and a row
+// stride past N (V4.1's wo_a groups) through the ordered-sum kernel.
+TEST_F(CudaGemmFast, SplitKIsBatchInvariantAtModelShapes) {
+    struct Shape {
+        const char* name;
+        cpu::WeightFormat f;
+        int64_t N, K;
+    };
+    const Shape shapes[] = {
+        {"wq_a", cpu::WeightFormat::kFp8Block, 1024, 4096},        {"wkv", cpu::WeightFormat::kFp8Block, 512, 4096},
+        {"shared_w1", cpu::WeightFormat::kFp8Block, 2048, 4096},   {"shared_w2", cpu::WeightFormat::kFp8Block, 4096, 2048},
+        {"wo_b", cpu::WeightFormat::kFp8Block, 4096, 8192},        {"indexer_wq_b", cpu::WeightFormat::kFp8Block, 8192, 1024},
+        {"wo_a_group", cpu::WeightFormat::kBF16, 1024, 4096},      {"indexer_weights", cpu::WeightFormat::kBF16, 64, 4096},
+        {"v41_wq_a", cpu::WeightFormat::kBF16, 1280, 5120},        {"v41_wkv", cpu::WeightFormat::kBF16, 512, 5120},
+        {"v41_shared_w1", cpu::WeightFormat::kBF16, 2304, 5120},   {"v41_shared_w2", cpu::WeightFormat::kBF16, 5120, 2304},
+        {"v41_wo_b", cpu::WeightFormat::kBF16, 5120, 8192},        {"odd_fp8", cpu::WeightFormat::kFp8Block, 1000, 1024},
+        {"odd_bf16", cpu::WeightFormat::kBF16, 300, 1024},
+    };
+    const bool hopper = cuda::fast_fp8_b32_available();  // sm_90: the wgmma kernel, where K is chunked
+    const int64_t R = 520, kPrefill = 4096;
+    uint32_t seed = 1500;
+    for (const Shape& sh : shapes) {
+        const bool bf16 = sh.f == cpu::WeightFormat::kBF16;
+        Weight w(sh.f, sh.N, sh.K, seed++);
+        const int chunks = cuda::fast_linear_k_chunks(w.dev);
+        if (hopper) {
+            EXPECT_GT(chunks, 1) << sh.name << ": expected a split";
+        }
+        const auto x = bf16_randn(size_t(R * sh.K), seed++);
+        const auto full = run_fast(w, x, R, false, cuda::Fp4Path::kAuto, -1, cuda::SplitK::kOff);  // all chunks in one block
+        const std::string what = std::string(sh.name) + " (" + std::to_string(chunks) + " K chunks)";
+        auto rows_of = [&](int64_t r0, int64_t n) { return std::vector<float>(full.begin() + r0 * sh.N, full.begin() + (r0 + n) * sh.N); };
+        auto sub = [&](int64_t r0, int64_t n, cuda::SplitK split = cuda::SplitK::kAuto, bool round = false, int64_t y_ld = 0) {
+            const std::vector<float> xs(x.begin() + r0 * sh.K, x.begin() + (r0 + n) * sh.K);
+            return run_fast(w, xs, n, round, cuda::Fp4Path::kAuto, -1, split, y_ld);
+        };
+        for (const auto& [r0, n] : {std::pair<int64_t, int64_t>{0, 1}, {519, 1}, {3, 8}, {40, 33}, {100, 64}, {200, 65}, {256, 128}})
+            EXPECT_EQ(differing_words(sub(r0, n), rows_of(r0, n)), 0u) << what << ": rows [" << r0 << ", " << r0 + n << ")";
+        EXPECT_EQ(differing_words(sub(0, R, cuda::SplitK::kForce), full), 0u) << what << ": forced split, " << R << " rows";
+        EXPECT_EQ(differing_words(sub(0, R), full), 0u) << what << ": " << R << " rows as the model runs them";
+        EXPECT_EQ(differing_words(sub(7, 1, cuda::SplitK::kOff), rows_of(7, 1)), 0u) << what << ": unsplit, one row";
+        // bf16 rounding and a row stride past N, split (5 rows) and unsplit (forced off).
+        for (cuda::SplitK split : {cuda::SplitK::kAuto, cuda::SplitK::kOff}) {
+            const auto rounded = sub(11, 5, split, true, sh.N + 36);
+            size_t bad = 0;
+            for (size_t i = 0; i < rounded.size(); ++i) bad += rounded[i] != cpu::round_bf16(full[size_t(11 * sh.N) + i]);
+            EXPECT_EQ(bad, 0u) << what << ": bf16 output rounding at a wider row stride";
+        }
+        // Against the CPU (8 rows).
+        const int64_t C = 8;
+        std::vector<float> ref(size_t(C * sh.N));
+        cpu::linear({.x = TensorView(const_cast<float*>(x.data()), DType::kF32, {C, sh.K}), .weight = &w.host,
+                     .y = TensorView(ref.data(), DType::kF32, {C, sh.N}), .quantize_activations = !bf16});
+        const double err = rel_err(ref, rows_of(0, C));
+        EXPECT_LT(err, bf16 ? 1e-5 : 5e-4) << what;
+        std::printf("split-K %s %lldx%lld: %d K chunks, rel err vs CPU %.3g\n", sh.name, (long long)sh.N, (long long)sh.K, chunks, err);
+    }
+    // Prefill sizes: a 4096-row launch (two warpgroups, every chunk in one block) against rows alone / few.
+    for (const Shape& sh : {shapes[1], shapes[6]}) {
+        Weight w(sh.f, sh.N, sh.K, seed++);
+        const auto x = bf16_randn(size_t(kPrefill * sh.K), seed++);
+        const auto big = run_fast(w, x, kPrefill);
+        for (const auto& [r0, n] : {std::pair<int64_t, int64_t>{4095, 1}, {1000, 3}, {2048, 100}}) {
+            const std::vector<float> xs(x.begin() + r0 * sh.K, x.begin() + (r0 + n) * sh.K);
+            EXPECT_EQ(differing_words(run_fast(w, xs, n), std::vector<float>(big.begin() + r0 * sh.N, big.begin() + (r0 + n) * sh.N)), 0u)
+                << sh.name << " prefill: rows [" << r0 << ", " << r0 + n << ")";
         }
     }
 }

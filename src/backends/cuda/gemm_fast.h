@@ -15,8 +15,15 @@
 //  - BF16 weights times bf16 activations (LM head and other bf16 linears).
 // Batch invariance: a row's result never depends on the other rows of the launch. Every output
 // element is computed by the same sequence of m16n8k32 (m16n8k16 for bf16) MMAs over K in ascending
-// order with the same promotion points, whatever tile shape the launcher picks from the row count;
-// there is no split-K. tests/ops/gemm_fast_cuda_test.cpp checks this bit for bit.
+// order with the same promotion points, whatever tile shape the launcher picks from the row count.
+// Split-K (Hopper, FP8 128x128 and BF16 weights whose output tiles alone do not fill the GPU): K is cut
+// into fast_linear_k_chunks(w) chunks of whole 128-byte K tiles, a number that depends on the weight's
+// kind and shape and the device's SM count only, never on the rows; each chunk accumulates from zero,
+// and the chunk sums are added in chunk order, ((c0 + c1) + c2) + ... Decode-sized launches run the
+// chunks on separate blocks (partials in FastLinearParams::split_scratch, then an ordered sum kernel);
+// larger ones, or launches without scratch, run all chunks in one block with the same accumulators and
+// the same ordered sum: the same bits either way. tests/ops/gemm_fast_cuda_test.cpp checks this bit
+// for bit.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +60,21 @@ const char* fp4_rs_variant_name(int variant);  // e.g. "tn128_wg2_s4_b1"
 // fast_fp8_b32_available, not grouped), FP4, or BF16, with in_features a multiple of 128 (FP8/FP4) or
 // 64 (BF16). Others stay on the reference kernel.
 bool fast_linear_supported(const DeviceLinear& w);
+// The number of K chunks the fast GEMM sums `w`'s products in (see above): > 1 only on sm_90 for FP8
+// 128x128-block and BF16 weights whose output tiles number fewer than the SMs, at most one chunk per
+// two K tiles; a function of the weight's kind and shape and the device, never of the rows.
+int fast_linear_k_chunks(const DeviceLinear& w);
+// When the fast GEMM splits K over blocks: never, when the unsplit grid is small (kAuto: rows up to
+// the decode sizes, partials within kFastSplitMaxFloats), or whenever w has more than one K chunk
+// (kForce; tests and benchmarks). The bits are the same in every form.
+enum class SplitK : uint8_t { kAuto, kOff, kForce };
+constexpr int64_t kFastSplitMaxFloats = int64_t(4) << 20;  // partials of one split launch: 16 MiB
+// The f32 scratch (floats) the split form of `w` at `rows` rows takes (FastLinearParams::split_scratch);
+// 0 when that launch runs unsplit. Grouped (routed-expert) launches never split.
+int64_t fast_linear_split_floats(const DeviceLinear& w, int64_t rows, SplitK mode = SplitK::kAuto);
+// An upper bound of fast_linear_split_floats(w, r, kAuto) over every weight and r <= rows on this
+// device (workspace sizing; 0 off sm_90).
+int64_t fast_linear_split_floats_bound(int64_t rows);
 // The act_quant block (ActQuantFp8Params::block) of a fast_linear_supported FP8/FP4 weight's activations:
 // 32 for FP8 with 32x32 blocks (not grouped), else 128.
 inline int64_t fast_activation_block(const DeviceLinear& w) {
@@ -108,6 +130,11 @@ struct FastLinearParams {
     bool round_output_bf16 = false;
     Fp4Path fp4_path = Fp4Path::kAuto;
     int fp4_rs_variant = -1;  // -1: by rows per group; 0 .. kFp4RsVariants - 1: that configuration
+    // Split-K: the partials of the split form, fast_linear_split_floats(weight, rows, split) floats
+    // (stream-ordered scratch), or null: then the launch runs unsplit (the same bits).
+    float* split_scratch = nullptr;
+    SplitK split = SplitK::kAuto;
+    int k_chunks = 0;  // 0: fast_linear_k_chunks(weight); else that many (benchmarks: other chunkings' bits differ)
 };
 void fast_linear(const FastLinearParams& p, Stream s);
 

@@ -38,6 +38,10 @@ struct TcArgs {
     float* y;
     int64_t y_ld, rows, N, K, k_tiles;
     bool round_bf16;
+    // Split-K (the wgmma kernel only): K in k_chunks chunks of k_tiles * c / k_chunks .. tiles, summed
+    // in chunk order; with `partial` ([k_chunks, rows, N] f32) block z computes chunk z into it.
+    int k_chunks;
+    float* partial;
 };
 
 // ---- PTX wrappers ---------------------------------------------------------------------------------

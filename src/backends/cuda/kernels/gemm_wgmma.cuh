@@ -11,6 +11,11 @@
 // weights arrive raw and are converted to e4m3 per K tile (see gemm_fast.h for the numerics).
 // Every M uses the same instruction sequence per output element (a warpgroup's 64 rows never
 // interact with another warpgroup's): batch-invariant.
+// Split-K (TcArgs::k_chunks > 1): K tiles [KT·c/S, KT·(c+1)/S) form chunk c; each chunk accumulates
+// from zero (FP8/FP4: its promoted sum starts at 0; BF16: its first MMA overwrites) and the chunk sums
+// are added in chunk order. With TcArgs::partial, block z computes chunk z alone and stores it
+// (split_reduce_kernel adds them); without, a block runs every chunk, keeping the running sum in
+// registers: the same additions in the same order, so the same bits.
 #pragma once
 
 #include "backends/cuda/kernels/gemm_tc.cuh"
@@ -148,6 +153,12 @@ static __global__ void __launch_bounds__(128 * kWGs, (kWGs == 1 || BN == 64) ? 2
     const DeviceLinear& w = *wp;
     const int64_t n0 = int64_t(blockIdx.y) * BN;
     const int64_t N = p.N, K = p.K, KT = p.k_tiles;
+    // This block's K tiles [kt0, kt1), and the end of its current chunk.
+    constexpr bool kChunked = kB != BKind::kFp4;  // (FP4 here: one chunk, like the FP4 expert kernels)
+    const int64_t S = kChunked ? max(p.k_chunks, 1) : 1;
+    const bool split = p.partial != nullptr;
+    const int64_t kt0 = split ? KT * blockIdx.z / S : 0, kt1 = split ? KT * (blockIdx.z + 1) / S : KT;
+    int64_t chunk = 0, chunk_start = kt0, chunk_end = split ? kt1 : KT / S;
     const uint8_t* wbytes = static_cast<const uint8_t*>(w.weight);
     const bool wg_active = row_begin + 64 * wgi < row_end;  // uniform per warpgroup
 
@@ -157,7 +168,7 @@ static __global__ void __launch_bounds__(128 * kWGs, (kWGs == 1 || BN == 64) ? 2
     float* wscale = reinterpret_cast<float*>(conv + C::kExtraBytes);  // FP8: this block's weight scales per K tile
     if constexpr (kB == BKind::kFp4) tc::build_fp4_table(table, tid);
     if constexpr (kB == BKind::kFp8) {
-        for (int64_t i = tid; i < KT; i += kThreads) {
+        for (int64_t i = kt0 + tid; i < kt1; i += kThreads) {
             const int64_t si = (n0 / 128) * KT + i;
             float v = 1.0f;
             switch (w.scale_kind) {
@@ -236,9 +247,9 @@ static __global__ void __launch_bounds__(128 * kWGs, (kWGs == 1 || BN == 64) ? 2
             if (tid < BN) tc::cp_async4(sb + BN * 64 + tid * 4, w_scale_src + kt * 4, w_scale_len);
     };
 
-    float acc[BN / 2];
+    float acc[BN / 2], total[BN / 2];  // the current chunk's sum; the sum of the chunks before it
 #pragma unroll
-    for (int j = 0; j < BN / 2; ++j) acc[j] = 0.0f;
+    for (int j = 0; j < BN / 2; ++j) acc[j] = total[j] = 0.0f;
     [[maybe_unused]] float part[BN / 2];
     if constexpr (kScaled) {
 #pragma unroll
@@ -247,16 +258,16 @@ static __global__ void __launch_bounds__(128 * kWGs, (kWGs == 1 || BN == 64) ? 2
 
 #pragma unroll
     for (int st = 0; st < kStages - 1; ++st) {
-        if (st < KT) load_stage(st, st);
+        if (kt0 + st < kt1) load_stage(st, kt0 + st);
         tc::cp_async_commit();
     }
 
     const int g = lane / 4, t4 = lane % 4;
-    for (int64_t kt = 0; kt < KT; ++kt) {
+    for (int64_t kt = kt0; kt < kt1; ++kt) {
         tc::cp_async_wait<kStages - 2>();
         fence_proxy_async();  // this thread's cp.async writes, visible to the tensor cores
         __syncthreads();
-        const int st = static_cast<int>(kt % kStages);
+        const int st = static_cast<int>((kt - kt0) % kStages);
         const uint8_t* sa = smem + st * C::kStageBytes;
         const uint8_t* sb = sa + C::kABytes;
         const float* sx = reinterpret_cast<const float*>(sb + C::kBBytes);
@@ -293,7 +304,7 @@ static __global__ void __launch_bounds__(128 * kWGs, (kWGs == 1 || BN == 64) ? 2
                 if constexpr (kScaled)
                     wgmma_step<BN, kB>(part, da, db, ks > 0 ? 1 : 0);
                 else
-                    wgmma_step<BN, kB>(acc, da, db, (kt > 0 || ks > 0) ? 1 : 0);
+                    wgmma_step<BN, kB>(acc, da, db, (kt > chunk_start || ks > 0) ? 1 : 0);
             }
             wgmma_commit();
         }
@@ -301,7 +312,7 @@ static __global__ void __launch_bounds__(128 * kWGs, (kWGs == 1 || BN == 64) ? 2
         // iteration and whose bytes every thread has passed the barrier above for.
         {
             const int64_t next = kt + kStages - 1;
-            if (next < KT) load_stage(static_cast<int>(next % kStages), next);
+            if (next < kt1) load_stage(static_cast<int>((next - kt0) % kStages), next);
             tc::cp_async_commit();
         }
         {
@@ -326,10 +337,44 @@ static __global__ void __launch_bounds__(128 * kWGs, (kWGs == 1 || BN == 64) ? 2
                 }
             }
         }
+        if (kChunked && kt + 1 == chunk_end && kt + 1 < kt1) {  // unsplit, more than one chunk: fold this one in
+#pragma unroll
+            for (int j = 0; j < BN / 2; ++j) {
+                total[j] = chunk == 0 ? acc[j] : total[j] + acc[j];
+                if constexpr (kScaled) acc[j] = 0.0f;  // (BF16: the next chunk's first MMA overwrites)
+            }
+            ++chunk;
+            chunk_start = kt + 1;
+            chunk_end = KT * (chunk + 1) / S;
+        }
     }
     tc::cp_async_wait<0>();
+    if (kChunked && chunk > 0) {
+#pragma unroll
+        for (int j = 0; j < BN / 2; ++j) acc[j] = total[j] + acc[j];
+    }
 
     if (!wg_active) return;
+    if (split) {  // this chunk's sums, unrounded, at [chunk][row][n]
+        float* part_out = p.partial + int64_t(blockIdx.z) * p.rows * N;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int64_t gr = row_begin + wgi * 64 + wi * 16 + g + h * 8;
+            if (gr >= row_end) continue;
+            float* prow = part_out + gr * N;
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j) {
+                const int64_t n = n0 + j * 8 + t4 * 2;
+                if (N % 2 == 0 && n + 1 < N) {
+                    *reinterpret_cast<float2*>(prow + n) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                } else {
+                    if (n < N) prow[n] = acc[4 * j + 2 * h];
+                    if (n + 1 < N) prow[n + 1] = acc[4 * j + 2 * h + 1];
+                }
+            }
+        }
+        return;
+    }
     const bool pairs = p.y_ld % 2 == 0 && (reinterpret_cast<uintptr_t>(p.y) & 7) == 0;  // 8-byte stores
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -348,6 +393,44 @@ static __global__ void __launch_bounds__(128 * kWGs, (kWGs == 1 || BN == 64) ? 2
                 if (n + 1 < N) yrow[n + 1] = v1;
             }
         }
+    }
+}
+
+// y[y_row(r), n] = ((partial[0][r][n] + partial[1][r][n]) + ...) + partial[S-1][r][n], the chunk order
+// of the unsplit kernel's running sum; four consecutive n per thread.
+static __global__ void split_reduce_kernel(const __grid_constant__ TcArgs p) {
+    const int64_t N = p.N, quads = (N + 3) / 4;
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= p.rows * quads) return;
+    const int64_t r = i / quads, n = (i % quads) * 4, plane = p.rows * N;
+    const float* src = p.partial + r * N + n;
+    float* yrow = p.y + (p.y_row ? int64_t(p.y_row[r]) : r) * p.y_ld;
+    const int S = max(p.k_chunks, 1);
+    if (N % 4 == 0) {
+        float4 v = __ldcs(reinterpret_cast<const float4*>(src));
+        for (int c = 1; c < S; ++c) {
+            const float4 u = __ldcs(reinterpret_cast<const float4*>(src + c * plane));
+            v.x = v.x + u.x;
+            v.y = v.y + u.y;
+            v.z = v.z + u.z;
+            v.w = v.w + u.w;
+        }
+        v = make_float4(dev::maybe_bf16(v.x, p.round_bf16), dev::maybe_bf16(v.y, p.round_bf16),
+                        dev::maybe_bf16(v.z, p.round_bf16), dev::maybe_bf16(v.w, p.round_bf16));
+        if (p.y_ld % 4 == 0 && (reinterpret_cast<uintptr_t>(p.y) & 15) == 0) {
+            *reinterpret_cast<float4*>(yrow + n) = v;
+            return;
+        }
+        yrow[n] = v.x;
+        yrow[n + 1] = v.y;
+        yrow[n + 2] = v.z;
+        yrow[n + 3] = v.w;
+        return;
+    }
+    for (int64_t k = n; k < min(n + 4, N); ++k) {
+        float v = src[k - n];
+        for (int c = 1; c < S; ++c) v = v + src[k - n + c * plane];
+        yrow[k] = dev::maybe_bf16(v, p.round_bf16);
     }
 }
 

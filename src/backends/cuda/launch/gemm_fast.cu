@@ -39,7 +39,8 @@ void launch(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
-// Hopper: 128 rows x BN weight rows per block, BN from the weight's shape only (never from M).
+// Hopper: 128 rows x BN weight rows per block, BN from the weight's shape only (never from M). With
+// a.partial, K chunk z on blocks (x, y, z), then their ordered sum.
 template <int kWGs, int BN, BKind kB>
 void launch_wgmma(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     constexpr int kStages = 4;
@@ -55,10 +56,16 @@ void launch_wgmma(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
         args.tile_offsets = p.tile_scratch;
         grid_x = std::min<int64_t>(p.rows, grid_x + std::min<int64_t>(p.num_experts, p.rows));
     }
-    const int64_t grid_y = (a.N + BN - 1) / BN;
-    DI_CHECK(grid_x < (int64_t(1) << 31) && grid_y < 65536, "fast linear: grid too large");
-    kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), C::kThreads, C::kSmemBytes, st>>>(args);
+    const int64_t grid_y = (a.N + BN - 1) / BN, grid_z = a.partial ? a.k_chunks : 1;
+    DI_CHECK(grid_x < (int64_t(1) << 31) && grid_y < 65536 && grid_z < 65536, "fast linear: grid too large");
+    kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z)), C::kThreads,
+             C::kSmemBytes, st>>>(args);
     DI_CUDA_CHECK(cudaGetLastError());
+    if (a.partial) {
+        const int64_t threads = a.rows * ((a.N + 3) / 4);
+        kernels::wg::split_reduce_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, st>>>(args);
+        DI_CUDA_CHECK(cudaGetLastError());
+    }
 }
 
 // Hopper, FP8 with 32x32 blocks (kernels/gemm_wgmma_fp8b32.cuh): BM = 64 x kWGs rows, BN weight rows.
@@ -224,14 +231,42 @@ int compute_capability() {
     return major * 10 + minor;
 }
 
+int sm_count() {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        return 1;
+    return std::max(n, 1);
+}
+
+// The wgmma kernel's tile width: from the weight's shape only.
+int64_t wgmma_bn(int64_t N) { return N <= 2048 ? 64 : 128; }
+// Its rows per block: one warpgroup for decode-sized row counts (more blocks per SM to stream
+// weights), two for prefill (the B tile shared by 128 rows); a row's bits are the same either way.
+bool wgmma_small(int64_t rows_per_group) { return rows_per_group <= 64; }
+
+// Split-K: chunks of at least this many 128-byte K tiles, and blocks for two per SM.
+constexpr int64_t kMinChunkTiles = 2, kSplitBlocksPerSm = 2;
+
+// The split form's partial floats for S chunks at `rows` rows, 0 when the launch runs unsplit: kAuto
+// splits while the unsplit grid has fewer blocks than the SMs and the partials stay within
+// kFastSplitMaxFloats.
+int64_t split_floats(int64_t N, int64_t rows, int64_t S, SplitK mode) {
+    if (S <= 1 || rows <= 0 || mode == SplitK::kOff) return 0;
+    const int64_t floats = S * rows * N;
+    if (mode == SplitK::kForce) return floats;
+    const int64_t row_tiles = (rows + (wgmma_small(rows) ? 63 : 127)) / (wgmma_small(rows) ? 64 : 128);
+    const int64_t blocks = row_tiles * ((N + wgmma_bn(N) - 1) / wgmma_bn(N));
+    return blocks < sm_count() && floats <= kFastSplitMaxFloats ? floats : 0;
+}
+
 // Tile shapes by rows per tile: 16x32 (decode), 64x64, 128x128 (prefill); on Hopper the wgmma kernel.
 template <BKind kB>
 void launch_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t rows_per_group, cudaStream_t st) {
     if (compute_capability() == 90) {
         // BN from the weight's shape; one warpgroup per block for decode-sized row counts (more
         // blocks per SM to stream weights), two for prefill (the B tile shared by 128 rows).
-        const bool small = rows_per_group <= 64;
-        if (a.N <= 2048) {
+        const bool small = wgmma_small(rows_per_group);
+        if (wgmma_bn(a.N) == 64) {
             if (small) launch_wgmma<1, 64, kB>(p, a, st); else launch_wgmma<2, 64, kB>(p, a, st);
         } else {
             if (small) launch_wgmma<1, 128, kB>(p, a, st); else launch_wgmma<2, 128, kB>(p, a, st);
@@ -249,6 +284,26 @@ void launch_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t rows_per
 }  // namespace
 
 bool fast_fp8_available() { return compute_capability() >= 89; }
+
+int fast_linear_k_chunks(const DeviceLinear& w) {
+    const bool fp8 = w.kind == WeightKind::kFp8Block && w.block_rows == 128 && w.block_cols == 128;
+    if (!(fp8 || w.kind == WeightKind::kBF16) || !fast_linear_supported(w) || compute_capability() != 90) return 1;
+    const int64_t tiles = (w.out_features + wgmma_bn(w.out_features) - 1) / wgmma_bn(w.out_features), sms = sm_count();
+    if (tiles >= sms) return 1;
+    const int64_t k_tiles = fp8 ? w.in_features / 128 : w.in_features / 64;
+    const int64_t want = (kSplitBlocksPerSm * sms + tiles - 1) / tiles;
+    return static_cast<int>(std::max<int64_t>(1, std::min(want, k_tiles / kMinChunkTiles)));
+}
+
+int64_t fast_linear_split_floats(const DeviceLinear& w, int64_t rows, SplitK mode) {
+    return split_floats(w.out_features, rows, fast_linear_k_chunks(w), mode);
+}
+
+int64_t fast_linear_split_floats_bound(int64_t rows) {
+    // S < 2·SMs / tiles + 1 and tiles < SMs, so S·N <= S·tiles·128 < 3·SMs·128.
+    if (compute_capability() != 90) return 0;
+    return std::min<int64_t>(kFastSplitMaxFloats, std::max<int64_t>(rows, 0) * 3 * sm_count() * 128);
+}
 
 bool fast_fp8_b32_available() { return compute_capability() == 90; }
 
@@ -301,6 +356,13 @@ void fast_linear(const FastLinearParams& p, Stream s) {
     a.K = w.in_features;
     a.k_tiles = bf16 ? w.in_features / 64 : w.in_features / 128;
     a.round_bf16 = p.round_output_bf16;
+    // Split-K (the wgmma kernel's FP8 128x128 and BF16 forms only).
+    a.k_chunks = 1;
+    if (w.kind == WeightKind::kBF16 || (w.kind == WeightKind::kFp8Block && w.block_cols == 128)) {
+        a.k_chunks = p.k_chunks > 0 ? static_cast<int>(std::min<int64_t>(p.k_chunks, a.k_tiles)) : fast_linear_k_chunks(w);
+        const int64_t need = p.experts ? 0 : split_floats(a.N, p.rows, a.k_chunks, p.split);
+        if (need > 0 && p.split_scratch && compute_capability() == 90) a.partial = p.split_scratch;
+    }
     const int64_t per_group = p.experts ? (p.rows + p.num_experts - 1) / p.num_experts : p.rows;
     const auto st = static_cast<cudaStream_t>(s.handle);
     const bool b32 = w.kind == WeightKind::kFp8Block && w.block_cols == 32;

@@ -258,6 +258,7 @@ size_t CudaModel::dspark_workspace_need(int64_t Rq) const {
     if (fast_) mo += bytes(NT * I) + bytes(NT * (I / 128 + 1) * 4) + bytes(S * Dm) + bytes(S * (Dm / 128 + 1) * 4) + bytes((E + 1) * 4);
     const size_t mixing = fast_ ? bytes(hc_mix_splits(hc * Dm) * S * ((2 + hc) * hc + 1) * 4) : 0;  // released before
     total += std::max({at, mo, mixing}) + 1024;
+    if (fast_) total += bytes(fast_linear_split_floats_bound(S) * 4);  // split-K partials
     total += 2 * bytes(S * Dm * 4) + bytes(S * (hc + 1) * 4) + bytes(S * V * 4) + bytes(S * Dm * 4);  // collapse, head
     total += 2 * bytes(G * R * 4) + bytes(R * rank * 4) + 3 * bytes(R * V * 4) + bytes(R * V * 8) + bytes(R * 4);
     return total;

@@ -217,6 +217,8 @@ bool CudaV41Model::project_fast(const DeviceLinear& w, const float* x, int64_t x
         f.a = q;
         f.a_scale = qs;
     }
+    // Split-K partials (not for scratch kept past the call: a side stream's GEMM runs unsplit, same bits).
+    if (const int64_t n = keep ? 0 : fast_linear_split_floats(w, rows)) f.split_scratch = workspace_.alloc_n<float>(n);
     fast_linear(f, s);
     if (!keep) workspace_.reset(mark);  // stream-ordered
     return true;

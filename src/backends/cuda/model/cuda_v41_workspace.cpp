@@ -75,6 +75,7 @@ size_t CudaV41Model::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, 
         site = std::max(site, std::max(at, mo));
     }
     total += site;
+    if (fast_) total += bytes(fast_linear_split_floats_bound(S) * 4);  // split-K partials (one GEMM's at a time)
     total += bytes(R * hc * Dm * 4) + bytes(R * hc * 4) + bytes(R * Dm * 4) + bytes(R * V * 4) + bytes(R * Dm * 2);  // head
     total += draws_.workspace_need(D, V);                                                       // sampling
     if (dspark_stages_ > 0) {  // DSpark taps and context rows (cuda_v41_dspark.cpp): at most every row
@@ -110,6 +111,7 @@ size_t CudaV41Model::dspark_workspace_need(int64_t R) const {
         mo += bytes(S * Dm * 4) + bytes(S * Dm) + bytes(S * (Dm / 128 + 1) * 4) + bytes(NT * I) + bytes(NT * (I / 128 + 1) * 4) +
               bytes((E + 1) * 4) + bytes(S * Dm) + bytes(S * (Dm / 128 + 1) * 4) + bytes(S * std::max(Dm, I) * 2);
     total += std::max(at, mo);
+    if (fast_) total += bytes(fast_linear_split_floats_bound(S) * 4);  // split-K partials
     // Collapse, norm, head; the Markov loop.
     total += 2 * bytes(S * Dm * 4) + bytes(S * V * 4) + (fast_ ? bytes(S * Dm * 2) : 0);
     total += 2 * bytes(G * Rq * 4) + bytes(Rq * rank * 4) + 3 * bytes(Rq * V * 4) + bytes(Rq * V * 8) + bytes(Rq * 4);
