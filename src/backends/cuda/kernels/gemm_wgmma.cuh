@@ -11,11 +11,13 @@
 // weights arrive raw and are converted to e4m3 per K tile (see gemm_fast.h for the numerics).
 // Every M uses the same instruction sequence per output element (a warpgroup's 64 rows never
 // interact with another warpgroup's): batch-invariant.
-// Split-K (TcArgs::k_chunks > 1): K tiles [KT·c/S, KT·(c+1)/S) form chunk c; each chunk accumulates
-// from zero (FP8/FP4: its promoted sum starts at 0; BF16: its first MMA overwrites) and the chunk sums
-// are added in chunk order. With TcArgs::partial, block z computes chunk z alone and stores it
-// (split_reduce_kernel adds them); without, a block runs every chunk, keeping the running sum in
-// registers: the same additions in the same order, so the same bits.
+// Split-K (kChunks, TcArgs::k_chunks = S > 1; FP8 and BF16): K tiles [KT·c/S, KT·(c+1)/S) form chunk c;
+// each chunk accumulates from zero (FP8: its first promotion is a product, not an FMA into 0; BF16: its
+// first MMA overwrites) and the chunk sums are added in chunk order. With TcArgs::partial, block z
+// computes chunk z alone and stores it (split_reduce_kernel adds them); without, a block runs every
+// chunk, folding each finished one into a running sum in registers when the next begins: the same
+// additions in the same order, so the same bits. kChunks = false (S = 1) is the same arithmetic with
+// one chunk, without the running sum's registers.
 #pragma once
 
 #include "backends/cuda/kernels/gemm_tc.cuh"
@@ -122,9 +124,10 @@ struct WgConfig {
 // Byte offset of (row r, 16-byte K chunk c) in a tile.
 __device__ __forceinline__ int tile_offset(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
 
-template <int kWGs, int BN, int kStages, BKind kB>
+template <int kWGs, int BN, int kStages, BKind kB, bool kChunks>
 static __global__ void __launch_bounds__(128 * kWGs, (kWGs == 1 || BN == 64) ? 2 : 1)
     wgmma_gemm_kernel(const __grid_constant__ TcArgs p) {
+    static_assert(!kChunks || kB != BKind::kFp4, "FP4 weights run in one K chunk (like the FP4 expert kernels)");
     using C = WgConfig<kWGs, BN, kStages, kB>;
     constexpr int BM = C::BM, kThreads = C::kThreads;
     constexpr bool kScaled = kB != BKind::kBf16;
@@ -153,12 +156,12 @@ static __global__ void __launch_bounds__(128 * kWGs, (kWGs == 1 || BN == 64) ? 2
     const DeviceLinear& w = *wp;
     const int64_t n0 = int64_t(blockIdx.y) * BN;
     const int64_t N = p.N, K = p.K, KT = p.k_tiles;
-    // This block's K tiles [kt0, kt1), and the end of its current chunk.
-    constexpr bool kChunked = kB != BKind::kFp4;  // (FP4 here: one chunk, like the FP4 expert kernels)
-    const int64_t S = kChunked ? max(p.k_chunks, 1) : 1;
-    const bool split = p.partial != nullptr;
-    const int64_t kt0 = split ? KT * blockIdx.z / S : 0, kt1 = split ? KT * (blockIdx.z + 1) / S : KT;
-    int64_t chunk = 0, chunk_start = kt0, chunk_end = split ? kt1 : KT / S;
+    // This block's K tiles [kt0, kt1), and its current chunk [chunk_start, chunk_end) (K tiles <= 256).
+    const int S = kChunks ? max(p.k_chunks, 1) : 1, KTi = static_cast<int>(KT);
+    const bool split = kChunks && p.partial != nullptr;
+    const int kt0 = split ? KTi * static_cast<int>(blockIdx.z) / S : 0;
+    const int kt1 = split ? KTi * static_cast<int>(blockIdx.z + 1) / S : KTi;
+    int chunk = 0, chunk_start = kt0, chunk_end = split ? kt1 : KTi / S;
     const uint8_t* wbytes = static_cast<const uint8_t*>(w.weight);
     const bool wg_active = row_begin + 64 * wgi < row_end;  // uniform per warpgroup
 
@@ -247,9 +250,10 @@ static __global__ void __launch_bounds__(128 * kWGs, (kWGs == 1 || BN == 64) ? 2
             if (tid < BN) tc::cp_async4(sb + BN * 64 + tid * 4, w_scale_src + kt * 4, w_scale_len);
     };
 
-    float acc[BN / 2], total[BN / 2];  // the current chunk's sum; the sum of the chunks before it
+    float acc[BN / 2];  // the current chunk's sum
 #pragma unroll
-    for (int j = 0; j < BN / 2; ++j) acc[j] = total[j] = 0.0f;
+    for (int j = 0; j < BN / 2; ++j) acc[j] = 0.0f;
+    [[maybe_unused]] float total[kChunks ? BN / 2 : 1];  // the sum of the chunks before it
     [[maybe_unused]] float part[BN / 2];
     if constexpr (kScaled) {
 #pragma unroll
@@ -263,11 +267,20 @@ static __global__ void __launch_bounds__(128 * kWGs, (kWGs == 1 || BN == 64) ? 2
     }
 
     const int g = lane / 4, t4 = lane % 4;
-    for (int64_t kt = kt0; kt < kt1; ++kt) {
+    for (int kt = kt0; kt < kt1; ++kt) {
         tc::cp_async_wait<kStages - 2>();
         fence_proxy_async();  // this thread's cp.async writes, visible to the tensor cores
         __syncthreads();
-        const int st = static_cast<int>((kt - kt0) % kStages);
+        if constexpr (kChunks) {
+            if (kt == chunk_end) {  // unsplit: the next chunk begins; fold the finished one in
+#pragma unroll
+                for (int j = 0; j < BN / 2; ++j) total[j] = chunk == 0 ? acc[j] : total[j] + acc[j];
+                ++chunk;
+                chunk_start = kt;
+                chunk_end = KTi * (chunk + 1) / S;
+            }
+        }
+        const int st = (kt - kt0) % kStages;
         const uint8_t* sa = smem + st * C::kStageBytes;
         const uint8_t* sb = sa + C::kABytes;
         const float* sx = reinterpret_cast<const float*>(sb + C::kBBytes);
@@ -311,8 +324,8 @@ static __global__ void __launch_bounds__(128 * kWGs, (kWGs == 1 || BN == 64) ? 2
         // Prefetch while the tensor cores work: stage (kt - 1) % kStages, whose MMAs completed last
         // iteration and whose bytes every thread has passed the barrier above for.
         {
-            const int64_t next = kt + kStages - 1;
-            if (next < kt1) load_stage(static_cast<int>((next - kt0) % kStages), next);
+            const int next = kt + kStages - 1;
+            if (next < kt1) load_stage((next - kt0) % kStages, next);
             tc::cp_async_commit();
         }
         {
@@ -322,36 +335,43 @@ static __global__ void __launch_bounds__(128 * kWGs, (kWGs == 1 || BN == 64) ? 2
                 if constexpr (kB == BKind::kFp8) swu = wscale[kt];
                 const int r0 = wgi * 64 + wi * 16 + g;
                 const float sx0 = sx[r0], sx1 = sx[r0 + 8];
+                // A chunk's first K tile starts its sum with the product (one chunk: the first tile).
+                auto promote = [&](bool first) {
 #pragma unroll
-                for (int j = 0; j < BN / 8; ++j) {
-                    const int c0 = j * 8 + t4 * 2;
-                    float sw0 = swu, sw1 = swu;
-                    if constexpr (kB == BKind::kFp4) {
-                        sw0 = conv_sw[c0];
-                        sw1 = conv_sw[c0 + 1];
+                    for (int j = 0; j < BN / 8; ++j) {
+                        const int c0 = j * 8 + t4 * 2;
+                        float sw0 = swu, sw1 = swu;
+                        if constexpr (kB == BKind::kFp4) {
+                            sw0 = conv_sw[c0];
+                            sw1 = conv_sw[c0 + 1];
+                        }
+                        const float s00 = sx0 * sw0, s01 = sx0 * sw1, s10 = sx1 * sw0, s11 = sx1 * sw1;
+                        if (first) {
+                            acc[4 * j + 0] = part[4 * j + 0] * s00;
+                            acc[4 * j + 1] = part[4 * j + 1] * s01;
+                            acc[4 * j + 2] = part[4 * j + 2] * s10;
+                            acc[4 * j + 3] = part[4 * j + 3] * s11;
+                        } else {
+                            acc[4 * j + 0] = fmaf(part[4 * j + 0], s00, acc[4 * j + 0]);
+                            acc[4 * j + 1] = fmaf(part[4 * j + 1], s01, acc[4 * j + 1]);
+                            acc[4 * j + 2] = fmaf(part[4 * j + 2], s10, acc[4 * j + 2]);
+                            acc[4 * j + 3] = fmaf(part[4 * j + 3], s11, acc[4 * j + 3]);
+                        }
                     }
-                    acc[4 * j + 0] = fmaf(part[4 * j + 0], sx0 * sw0, acc[4 * j + 0]);
-                    acc[4 * j + 1] = fmaf(part[4 * j + 1], sx0 * sw1, acc[4 * j + 1]);
-                    acc[4 * j + 2] = fmaf(part[4 * j + 2], sx1 * sw0, acc[4 * j + 2]);
-                    acc[4 * j + 3] = fmaf(part[4 * j + 3], sx1 * sw1, acc[4 * j + 3]);
-                }
+                };
+                if (kt == chunk_start)
+                    promote(true);
+                else
+                    promote(false);
             }
-        }
-        if (kChunked && kt + 1 == chunk_end && kt + 1 < kt1) {  // unsplit, more than one chunk: fold this one in
-#pragma unroll
-            for (int j = 0; j < BN / 2; ++j) {
-                total[j] = chunk == 0 ? acc[j] : total[j] + acc[j];
-                if constexpr (kScaled) acc[j] = 0.0f;  // (BF16: the next chunk's first MMA overwrites)
-            }
-            ++chunk;
-            chunk_start = kt + 1;
-            chunk_end = KT * (chunk + 1) / S;
         }
     }
     tc::cp_async_wait<0>();
-    if (kChunked && chunk > 0) {
+    if constexpr (kChunks) {
+        if (chunk > 0) {
 #pragma unroll
-        for (int j = 0; j < BN / 2; ++j) acc[j] = total[j] + acc[j];
+            for (int j = 0; j < BN / 2; ++j) acc[j] = total[j] + acc[j];
+        }
     }
 
     if (!wg_active) return;

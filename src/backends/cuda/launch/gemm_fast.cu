@@ -45,7 +45,9 @@ template <int kWGs, int BN, BKind kB>
 void launch_wgmma(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     constexpr int kStages = 4;
     using C = kernels::wg::WgConfig<kWGs, BN, kStages, kB>;
-    auto* kernel = kernels::wg::wgmma_gemm_kernel<kWGs, BN, kStages, kB>;
+    auto* kernel = kernels::wg::wgmma_gemm_kernel<kWGs, BN, kStages, kB, false>;
+    if constexpr (kB != BKind::kFp4)
+        if (a.k_chunks > 1) kernel = kernels::wg::wgmma_gemm_kernel<kWGs, BN, kStages, kB, true>;
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
     DI_CHECK(a.k_tiles <= C::kMaxKTiles, "fast linear: in_features too large for the wgmma kernel");
     int64_t grid_x = (p.rows + C::BM - 1) / C::BM;
@@ -244,11 +246,13 @@ int64_t wgmma_bn(int64_t N) { return N <= 2048 ? 64 : 128; }
 // weights), two for prefill (the B tile shared by 128 rows); a row's bits are the same either way.
 bool wgmma_small(int64_t rows_per_group) { return rows_per_group <= 64; }
 
-// Split-K: chunks of at least this many 128-byte K tiles, and blocks for two per SM.
-constexpr int64_t kMinChunkTiles = 2, kSplitBlocksPerSm = 2;
+// Split-K: chunks of at least this many 128-byte K tiles (measured on the H200 at the V4-Flash and V4.1
+// shapes, 1-128 rows: one block per SM and chunks of >= 4 K tiles beat two blocks per SM or 2-tile
+// chunks, bench/results/cuda-splitk-h200-*).
+constexpr int64_t kMinChunkTiles = 4;
 
 // The split form's partial floats for S chunks at `rows` rows, 0 when the launch runs unsplit: kAuto
-// splits while the unsplit grid has fewer blocks than the SMs and the partials stay within
+// splits while the unsplit grid has fewer blocks than the SMs and the partials stay below
 // kFastSplitMaxFloats.
 int64_t split_floats(int64_t N, int64_t rows, int64_t S, SplitK mode) {
     if (S <= 1 || rows <= 0 || mode == SplitK::kOff) return 0;
@@ -256,7 +260,7 @@ int64_t split_floats(int64_t N, int64_t rows, int64_t S, SplitK mode) {
     if (mode == SplitK::kForce) return floats;
     const int64_t row_tiles = (rows + (wgmma_small(rows) ? 63 : 127)) / (wgmma_small(rows) ? 64 : 128);
     const int64_t blocks = row_tiles * ((N + wgmma_bn(N) - 1) / wgmma_bn(N));
-    return blocks < sm_count() && floats <= kFastSplitMaxFloats ? floats : 0;
+    return blocks < sm_count() && floats < kFastSplitMaxFloats ? floats : 0;
 }
 
 // Tile shapes by rows per tile: 16x32 (decode), 64x64, 128x128 (prefill); on Hopper the wgmma kernel.
@@ -291,7 +295,7 @@ int fast_linear_k_chunks(const DeviceLinear& w) {
     const int64_t tiles = (w.out_features + wgmma_bn(w.out_features) - 1) / wgmma_bn(w.out_features), sms = sm_count();
     if (tiles >= sms) return 1;
     const int64_t k_tiles = fp8 ? w.in_features / 128 : w.in_features / 64;
-    const int64_t want = (kSplitBlocksPerSm * sms + tiles - 1) / tiles;
+    const int64_t want = sms / tiles;  // blocks: at most one per SM
     return static_cast<int>(std::max<int64_t>(1, std::min(want, k_tiles / kMinChunkTiles)));
 }
 
@@ -300,9 +304,9 @@ int64_t fast_linear_split_floats(const DeviceLinear& w, int64_t rows, SplitK mod
 }
 
 int64_t fast_linear_split_floats_bound(int64_t rows) {
-    // S < 2·SMs / tiles + 1 and tiles < SMs, so S·N <= S·tiles·128 < 3·SMs·128.
+    // S <= SMs / tiles, so S·N <= S·tiles·128 <= SMs·128.
     if (compute_capability() != 90) return 0;
-    return std::min<int64_t>(kFastSplitMaxFloats, std::max<int64_t>(rows, 0) * 3 * sm_count() * 128);
+    return std::min<int64_t>(kFastSplitMaxFloats, std::max<int64_t>(rows, 0) * sm_count() * 128);
 }
 
 bool fast_fp8_b32_available() { return compute_capability() == 90; }
