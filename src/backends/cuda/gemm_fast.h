@@ -61,9 +61,9 @@ const char* fp4_rs_variant_name(int variant);  // e.g. "tn128_wg2_s4_b1"
 // 64 (BF16). Others stay on the reference kernel.
 bool fast_linear_supported(const DeviceLinear& w);
 // The number of K chunks the fast GEMM sums `w`'s products in (see above): > 1 only on sm_90 for FP8
-// 128x128-block and BF16 weights whose output tiles number at most half the SMs: SMs / tiles chunks
-// (one block per SM), at most one per four K tiles; a function of the weight's kind and shape and the
-// device, never of the rows.
+// 128x128-block and BF16 weights whose output tiles number at most a third of the SMs: SMs / tiles
+// chunks (one block per SM), at most one per four K tiles (fewer than 3: none); a function of the
+// weight's kind and shape and the device, never of the rows.
 int fast_linear_k_chunks(const DeviceLinear& w);
 // When the fast GEMM splits K over blocks: never, when the unsplit grid is small (kAuto: rows up to
 // the decode sizes, partials below kFastSplitMaxFloats), or whenever w has more than one K chunk

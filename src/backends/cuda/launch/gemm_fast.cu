@@ -250,6 +250,8 @@ bool wgmma_small(int64_t rows_per_group) { return rows_per_group <= 64; }
 // shapes, 1-128 rows: one block per SM and chunks of >= 4 K tiles beat two blocks per SM or 2-tile
 // chunks, bench/results/cuda-splitk-h200-*).
 constexpr int64_t kMinChunkTiles = 4;
+// ... and no split into two chunks (the indexer's wq_b, 64 output tiles: slower than one chunk at 1-4096 rows).
+constexpr int64_t kMinChunks = 3;
 
 // The split form's partial floats for S chunks at `rows` rows, 0 when the launch runs unsplit: kAuto
 // splits while the unsplit grid has fewer blocks than the SMs and the partials stay below
@@ -295,8 +297,8 @@ int fast_linear_k_chunks(const DeviceLinear& w) {
     const int64_t tiles = (w.out_features + wgmma_bn(w.out_features) - 1) / wgmma_bn(w.out_features), sms = sm_count();
     if (tiles >= sms) return 1;
     const int64_t k_tiles = fp8 ? w.in_features / 128 : w.in_features / 64;
-    const int64_t want = sms / tiles;  // blocks: at most one per SM
-    return static_cast<int>(std::max<int64_t>(1, std::min(want, k_tiles / kMinChunkTiles)));
+    const int64_t S = std::min(sms / tiles, k_tiles / kMinChunkTiles);  // blocks: at most one per SM
+    return S >= kMinChunks ? static_cast<int>(S) : 1;
 }
 
 int64_t fast_linear_split_floats(const DeviceLinear& w, int64_t rows, SplitK mode) {
