@@ -87,6 +87,9 @@ struct EngineConfig {
     // drafts as token-wise verification on average; structured output: each row's mask follows the drafts
     // before it), else token-wise.
     bool speculative_block_verification = false;
+    // Confidence scheduler: from this many decode rows in a step, its exploration (learning the costs,
+    // probes) speculates for a subset of the requests (VerifyScheduler::kSubsetFrom).
+    int64_t speculative_subset_from = 96;
     // Tests: the cost the confidence scheduler learns for each decode-only step, instead of the step's
     // measured wall time (deterministic decisions). Empty: measured.
     std::function<SpeculativeStepCost(const SpeculativeStepShape&)> speculative_step_cost;

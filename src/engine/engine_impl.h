@@ -11,6 +11,7 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -191,7 +192,8 @@ struct Engine::Impl {
             DI_CHECK(cfg.num_speculative_tokens >= 1 && cfg.num_speculative_tokens <= d->max_drafts(),
                      "engine: num_speculative_tokens must be in [1, ", d->max_drafts(), "]");
             drafter = std::move(d);
-            verify_scheduler = std::make_unique<VerifyScheduler>(cfg.num_speculative_tokens, cfg.speculative_scheduler);
+            verify_scheduler = std::make_unique<VerifyScheduler>(cfg.num_speculative_tokens, cfg.speculative_scheduler,
+                                                                 cfg.speculative_subset_from);
             metrics.spec_position_verified.assign(size_t(cfg.num_speculative_tokens), 0);
             metrics.spec_position_accepted.assign(size_t(cfg.num_speculative_tokens), 0);
             // Asynchronous scheduling: the next step is sized before its drafts exist (budget from the
@@ -237,13 +239,17 @@ struct Engine::Impl {
 
     // ---- speculative decoding ----
     // Drafts each scheduled decode row verifies (index-aligned with `order`); 0 without a drafter.
-    std::vector<int64_t> plan_verify_lengths(const std::vector<Completion*>& order, int64_t budget);
+    // `speculating` (aligned with `order`): the decode rows that speculate this step (the others verify
+    // and draft nothing).
+    std::vector<int64_t> plan_verify_lengths(const std::vector<Completion*>& order, std::span<const uint8_t> speculating,
+                                             int64_t budget);
 
     // Asynchronous scheduling: the drafts each decode row may get (index-aligned with `order`), decided
     // before they exist. Confidence scheduler: every candidate drafts its full block (the scores feed
     // the next budget) and `draft_budget` = B* from the stale confidences, allocated by the worker over
     // the current ones; fixed mode: each row's count, `draft_budget` = -1.
-    std::vector<int64_t> plan_async_drafts(const std::vector<Completion*>& order, int64_t budget, int64_t& draft_budget);
+    std::vector<int64_t> plan_async_drafts(const std::vector<Completion*>& order, std::span<const uint8_t> speculating,
+                                           int64_t budget, int64_t& draft_budget);
 
     // The worker's part of an asynchronous speculative step: draft the scheduled decode rows, allocate
     // the verify slots (the confidence scheduler's top-B* over current survivals, or every draft), and

@@ -65,19 +65,25 @@ Plan Engine::Impl::schedule() {
     };
     std::vector<std::pair<Completion*, int64_t>> advance;  // every running completion and its take
     const bool async_drafts = drafter && cfg.async_scheduling;
+    std::vector<uint8_t> speculating(order.size(), 1);  // per row of `order`: its decode row speculates
     if (verify_scheduler) {
-        // Whether this step speculates at all (the scheduler's expected gain, probes).
+        // Whether this step speculates at all (the scheduler's expected gain, probes), and for how many
+        // requests: a subset is the first decode rows in admission order (the same ones step after step).
         int64_t decode_rows = 0, tokens = 0;
         for (const Completion* c : order) {
             decode_rows += total_tokens(*c) - c->num_computed == 1;
             tokens += plain_rows(*c, cfg.max_prefill_chunk);
         }
-        plan.speculate = verify_scheduler->speculate(decode_rows, tokens);
+        const int64_t m = verify_scheduler->speculate(decode_rows, tokens);
+        plan.speculate = m > 0;
+        int64_t k = 0;
+        for (size_t i = 0; i < order.size(); ++i)
+            if (total_tokens(*order[i]) - order[i]->num_computed == 1) speculating[i] = k++ < m;
     }
     const std::vector<int64_t> verify_len =
         !plan.speculate ? std::vector<int64_t>(order.size(), 0)
-        : async_drafts  ? plan_async_drafts(order, budget, plan.draft_budget)
-                        : plan_verify_lengths(order, budget);
+        : async_drafts  ? plan_async_drafts(order, speculating, budget, plan.draft_budget)
+                        : plan_verify_lengths(order, speculating, budget);
     if (plan.draft_budget > 0) budget -= plan.draft_budget;  // reserved for the worker's allocation
     for (size_t oi = 0; oi < order.size(); ++oi) {
         Completion* c = order[oi];
@@ -97,7 +103,7 @@ Plan Engine::Impl::schedule() {
         plan.decode_only = plan.decode_only && rem == 1;
         if (async_drafts) {
             Scheduled s{c, {token_at(*c, c->num_computed)}, 0};
-            s.drafter_taps = plan.speculate || rem != 1;  // prefill rows always tap
+            s.drafter_taps = speculating[oi] || rem != 1;  // prefill rows always tap
             if (rem == 1 && drafts > 0) s.draft_slots = drafts;
             else if (rem != 1) s.tokens.clear();
             if (rem != 1)
@@ -106,7 +112,7 @@ Plan Engine::Impl::schedule() {
             continue;
         }
         Scheduled s{c, {}, take > 1 && rem == 1 ? drafts : 0};
-        s.drafter_taps = plan.speculate || rem != 1;  // prefill rows always tap
+        s.drafter_taps = speculating[oi] || rem != 1;  // prefill rows always tap
         for (int64_t i = 0; i < take - s.drafts; ++i) s.tokens.push_back(token_at(*c, c->num_computed + i));
         s.tokens.insert(s.tokens.end(), c->drafts.begin(), c->drafts.begin() + s.drafts);
         plan.items.push_back(std::move(s));

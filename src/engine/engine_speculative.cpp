@@ -29,7 +29,8 @@
 
 namespace deepinfer {
 
-std::vector<int64_t> Engine::Impl::plan_verify_lengths(const std::vector<Completion*>& order, int64_t budget) {
+std::vector<int64_t> Engine::Impl::plan_verify_lengths(const std::vector<Completion*>& order,
+                                                       std::span<const uint8_t> speculating, int64_t budget) {
     std::vector<int64_t> len(order.size(), 0);
     if (!drafter) return len;
     std::vector<VerifyCandidate> cands;
@@ -38,7 +39,7 @@ std::vector<int64_t> Engine::Impl::plan_verify_lengths(const std::vector<Complet
     for (size_t i = 0; i < order.size(); ++i) {
         const Completion* c = order[i];
         const int64_t rem = total_tokens(*c) - c->num_computed;
-        if (rem != 1 || c->drafts.empty()) {
+        if (rem != 1 || c->drafts.empty() || !speculating[i]) {
             other += plain_rows(*c, cfg.max_prefill_chunk);
             continue;
         }
@@ -55,7 +56,9 @@ std::vector<int64_t> Engine::Impl::plan_verify_lengths(const std::vector<Complet
     return len;
 }
 
-std::vector<int64_t> Engine::Impl::plan_async_drafts(const std::vector<Completion*>& order, int64_t budget, int64_t& draft_budget) {
+std::vector<int64_t> Engine::Impl::plan_async_drafts(const std::vector<Completion*>& order,
+                                                     std::span<const uint8_t> speculating, int64_t budget,
+                                                     int64_t& draft_budget) {
     std::vector<int64_t> len(order.size(), 0);
     draft_budget = -1;
     std::vector<VerifyCandidate> cands;
@@ -69,6 +72,7 @@ std::vector<int64_t> Engine::Impl::plan_async_drafts(const std::vector<Completio
             continue;
         }
         ++other;
+        if (!speculating[i]) continue;  // outside the step's speculating subset
         // The row must be a generated token's (a prompt's last chunk of one token drafts nothing).
         if (c->status != Status::kRunning || c->token_finished || !c->seq || c->generated.empty()) continue;
         if (!c->drafter_current) continue;  // its last pass kept nothing for the drafter

@@ -19,6 +19,7 @@
 //     distribution as without speculation (two-sample chi-square over many seeds, 16-token vocabulary).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -588,6 +589,51 @@ TEST(DSparkScheduler, FallsBackToPlainStepsWhereSpeculationLoses) {
                 EXPECT_GT(m.spec_plain_steps, m.steps / 2) << what;
             } else {
                 EXPECT_EQ(m.spec_plain_steps, 0) << what;
+            }
+        }
+    }
+}
+
+// At large batches (here from 4 decode rows: EngineConfig::speculative_subset_from) the scheduler's
+// exploration speculates for a subset of the requests: in one step some rows verify drafts and update the
+// drafter while the others decode plainly. Where speculation loses, no step drafts for more than a quarter
+// of the batch; where it pays, it moves on to every request. Greedy output equals no speculation.
+TEST(DSparkScheduler, ExploresWithASubsetOfTheBatch) {
+    OneThread one_thread;
+    const std::shared_ptr<const Model> model = agreeing_model();
+    std::mt19937 rng(5);
+    test::Requests reqs;
+    const int64_t n = 8;
+    for (int64_t i = 0; i < n; ++i)
+        reqs.emplace_back("s" + std::to_string(i), random_prompt(rng, 4 + 3 * i, model->info().vocab_size), test::greedy(48));
+    const test::RunResult plain = test::run(model, {}, reqs);
+    for (bool async : {false, true}) {
+        for (bool loses : {true, false}) {
+            EngineConfig c = test::spec_config(5, true, "dspark", 16);
+            c.async_scheduling = async;
+            c.speculative_subset_from = 4;
+            auto drafted = std::make_shared<std::vector<int64_t>>();
+            c.speculative_step_cost = [loses, drafted](const SpeculativeStepShape& s) {
+                if (s.drafted_requests > 0) drafted->push_back(s.drafted_requests);
+                const double per_row = s.drafter_taps && loses ? 1e-3 : 1e-5;
+                return SpeculativeStepCost{.step_seconds = 1e-3 + per_row * double(s.tokens),
+                                           .draft_seconds = loses ? 1e-3 : 1e-5};
+            };
+            const test::RunResult r = test::run(model, c, reqs);
+            const std::string what = "async=" + std::to_string(async) + " loses=" + std::to_string(loses);
+            for (const auto& [id, prompt, sp] : reqs)
+                EXPECT_EQ(plain.outputs.at(id).completions.at(0).token_ids, r.outputs.at(id).completions.at(0).token_ids)
+                    << what << " " << id;
+            const EngineMetrics& m = r.metrics;
+            EXPECT_GT(m.spec_accepted_tokens, 0) << what;  // the subset's drafts were verified
+            ASSERT_FALSE(drafted->empty()) << what;
+            const int64_t most = *std::max_element(drafted->begin(), drafted->end());
+            if (loses) {
+                EXPECT_LE(most, n / 4) << what;
+                EXPECT_GT(m.spec_plain_steps, m.steps / 2) << what;
+            } else {
+                EXPECT_EQ(most, n) << what;
+                EXPECT_LT(m.spec_plain_steps, m.steps / 4) << what;
             }
         }
     }

@@ -3,9 +3,12 @@
 // of tapped steps (all drafts when verification is nearly free, none when it is expensive and
 // confidences are low), its allocation gives each request a prefix and prefers likely drafts; it
 // speculates only when the expected gain over plain steps reaches 1 (batch, drafter cost, acceptance)
-// and probes again; the step-cost model drops warm-ups; online calibration moves toward realized acceptance.
+// and probes again; at large batches it explores with a subset of the requests and confirms a near miss
+// with full steps; the step-cost model drops warm-ups; online calibration moves toward realized acceptance.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "engine/speculative/scheduler.h"
@@ -88,26 +91,26 @@ TEST(VerifyScheduler, SpeculatesOnlyWhenTheExpectedGainReachesOne) {
     VerifyScheduler loses = trained(n, eager, graph, 2e-3);
     loses.plan(c, n, 10000);  // the survival profile from these confidences
     EXPECT_LT(loses.expected_gain(n, n), 1.0);
-    EXPECT_FALSE(loses.speculate(n, n));
+    EXPECT_EQ(loses.speculate(n, n), 0);
     // Small batch, the same costs: a step is mostly fixed cost, five tokens per step pay.
     VerifyScheduler pays = trained(2, eager, graph, 2e-4);
     std::vector<VerifyCandidate> c2(2, VerifyCandidate{4, sure, sure});
     pays.plan(c2, 2, 10000);
     EXPECT_GT(pays.expected_gain(2, 2), 2.0);
-    EXPECT_TRUE(pays.speculate(2, 2));
+    EXPECT_EQ(pays.speculate(2, 2), VerifyScheduler::kAll);
     // The drafter alone can make it lose: the same small batch with a drafter that costs 10 steps.
     VerifyScheduler slow_drafter = trained(2, eager, graph, 20e-3);
     slow_drafter.plan(c2, 2, 10000);
-    EXPECT_FALSE(slow_drafter.speculate(2, 2));
+    EXPECT_EQ(slow_drafter.speculate(2, 2), 0);
     // Rejected drafts (the calibrated survival falls) make it lose at a batch where sure drafts pay.
     VerifyScheduler doubtful = trained(8, eager, graph, 2e-4);
     std::vector<VerifyCandidate> c8(8, VerifyCandidate{4, sure, sure});
     doubtful.plan(c8, 8, 10000);
-    EXPECT_TRUE(doubtful.speculate(8, 8));
+    EXPECT_EQ(doubtful.speculate(8, 8), VerifyScheduler::kAll);
     for (int i = 0; i < 400; ++i) doubtful.observe_acceptance(sure, 4, 0);  // nothing is ever accepted
     for (int i = 0; i < 20; ++i) doubtful.plan(c8, 8, 10000);
     EXPECT_LT(doubtful.expected_gain(8, 8), 1.0);
-    EXPECT_FALSE(doubtful.speculate(8, 8));
+    EXPECT_EQ(doubtful.speculate(8, 8), 0);
 }
 
 TEST(VerifyScheduler, MeasuresPlainStepsThenProbesSpeculationPeriodically) {
@@ -120,7 +123,7 @@ TEST(VerifyScheduler, MeasuresPlainStepsThenProbesSpeculationPeriodically) {
     // Cold: speculate (the speculative costs are learned first).
     std::vector<int> modes;
     for (int step = 0; step < 300; ++step) {
-        const bool spec = s.speculate(n, n);
+        const bool spec = s.speculate(n, n) > 0;
         modes.push_back(spec);
         int64_t rows = n;
         if (spec) rows += s.plan(c, n, 10000).empty() ? 0 : s.last_budget();
@@ -141,6 +144,73 @@ TEST(VerifyScheduler, MeasuresPlainStepsThenProbesSpeculationPeriodically) {
     ASSERT_GE(probes.size(), 2u);
     EXPECT_GE(probes[1] - probes[0], size_t(2 * VerifyScheduler::kProbeEvery));
     EXPECT_GT(switches, 4);
+}
+
+// Runs `steps` steps of batch n against step costs (as an asynchronous engine: each step's cost is
+// observed after the next step is planned); returns the requests that speculated per step.
+template <typename Tapped, typename Plain, typename Draft>
+std::vector<int64_t> simulate(VerifyScheduler& s, int64_t n, int steps, Tapped tapped, Plain plain, Draft draft) {
+    const std::vector<float> sure = {0.99f, 0.99f, 0.99f, 0.99f};
+    std::vector<int64_t> out;
+    std::function<void()> pending;
+    for (int step = 0; step < steps; ++step) {
+        const int64_t m = std::min(s.speculate(n, n), n);
+        out.push_back(m);
+        int64_t rows = n;
+        if (m > 0) {
+            std::vector<VerifyCandidate> c(size_t(m), VerifyCandidate{4, sure, sure});
+            s.plan(c, n, 100000);
+            rows += s.last_budget();
+        }
+        if (pending) pending();
+        pending = [&s, rows, m, tapped, plain, draft] {
+            s.observe_step(rows, m > 0, m > 0 ? tapped(rows) : plain(rows), m, m > 0 ? draft(m) : 0.0);
+        };
+    }
+    return out;
+}
+
+TEST(VerifyScheduler, ExploresWithASubsetAtLargeBatches) {
+    const int64_t n = 256;
+    // A GPU at a large batch: every row costs the same in a plain (graph) and a tapped (eager) step, a
+    // tapped step has a larger fixed cost, the drafter costs per request: 5 tokens per request cannot pay
+    // for 5x the rows and the draft (true gain 0.85).
+    auto graph = [](int64_t rows) { return 1e-3 + 5e-5 * double(rows); };
+    auto eager = [](int64_t rows) { return 2e-3 + 5e-5 * double(rows); };
+    auto draft = [](int64_t req) { return 1e-3 + 5e-5 * double(req); };
+    VerifyScheduler loses(4, true);
+    const std::vector<int64_t> m = simulate(loses, n, 200, eager, graph, draft);
+    int64_t spec = 0;
+    for (size_t i = 0; i < m.size(); ++i) {
+        spec += m[i] > 0;
+        // Learning and probes speculate for an eighth or a quarter of the requests, never all of them.
+        EXPECT_LE(m[i], n / 4) << "step " << i;
+    }
+    EXPECT_EQ(m[0], n / 8);
+    EXPECT_EQ(m[1], n / 4);
+    EXPECT_LE(spec, 12);  // 5 learning steps, then 2-step probes at growing intervals
+    EXPECT_EQ(m[199], 0);
+    EXPECT_NEAR(loses.expected_gain(n, n), 0.85, 0.03);  // the lines extrapolate to the full step
+
+    // Rows beyond 600 cost less (the GPU fills up): the subset steps (up to 512 rows) see only the steep
+    // part and estimate a gain just below 1 (0.98); full steps confirm it and find 1.4: it speculates.
+    auto concave = [](int64_t rows) {
+        return 2e-3 + 5e-5 * double(std::min<int64_t>(rows, 600)) + 2e-5 * double(std::max<int64_t>(0, rows - 600));
+    };
+    auto cheap_draft = [](int64_t req) { return 1e-3 + 1e-5 * double(req); };
+    VerifyScheduler pays(4, true);
+    const std::vector<int64_t> p = simulate(pays, n, 200, concave, graph, cheap_draft);
+    const auto first_full = std::find(p.begin(), p.end(), n) - p.begin();
+    EXPECT_GT(std::count(p.begin(), p.begin() + first_full, 0), 0);  // plain steps measured first
+    EXPECT_LT(first_full, 12);
+    EXPECT_GE(std::count(p.begin(), p.end(), n), 185);
+    EXPECT_NEAR(pays.expected_gain(n, n), 1.4, 0.05);
+
+    // Below the subset threshold exploration speculates for every request (where speculation pays).
+    VerifyScheduler small(4, true);
+    EXPECT_EQ(small.speculate(64, 64), VerifyScheduler::kAll);
+    VerifyScheduler low_threshold(4, true, 16);
+    EXPECT_EQ(low_threshold.speculate(64, 64), 64 / VerifyScheduler::kSubsetShare);
 }
 
 TEST(VerifyScheduler, FixedModeAlwaysSpeculates) {

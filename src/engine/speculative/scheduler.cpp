@@ -43,8 +43,9 @@ double ConfidenceCalibrator::mean_abs_error(int64_t j) const {
     return trials_[size_t(j)] > 0 ? abs_err_[size_t(j)] / trials_[size_t(j)] : 0;
 }
 
-VerifyScheduler::VerifyScheduler(int64_t max_drafts, bool adaptive)
-    : max_drafts_(max_drafts), adaptive_(adaptive), calibrator_(max_drafts), profile_(size_t(max_drafts), 1.0) {}
+VerifyScheduler::VerifyScheduler(int64_t max_drafts, bool adaptive, int64_t subset_from)
+    : max_drafts_(max_drafts), adaptive_(adaptive), calibrator_(max_drafts), profile_(size_t(max_drafts), 1.0),
+      subset_from_(std::max<int64_t>(1, subset_from)) {}
 
 void VerifyScheduler::observe_step(int64_t tokens, bool tapped, double seconds, int64_t drafted, double draft_seconds) {
     costs_.observe(tapped ? StepKind::kTapped : StepKind::kPlain, tokens, seconds);
@@ -71,21 +72,35 @@ double VerifyScheduler::expected_gain(int64_t n, int64_t tokens) const {
     return best / plain_rate;
 }
 
-bool VerifyScheduler::speculate(int64_t n, int64_t tokens) {
-    if (!adaptive_) return true;
-    if (n <= 0) return speculating_;  // no decode rows: nothing to decide (prefill rows always tap)
-    bool want = true;
+int64_t VerifyScheduler::subset(int64_t n, bool wide) const {
+    if (n < subset_from_) return kAll;
+    return std::max<int64_t>(1, n / (wide ? kSubsetShare / 2 : kSubsetShare));
+}
+
+bool VerifyScheduler::full_measured(int64_t n, int64_t tokens) const {
+    return costs_.max_x(StepKind::kTapped) >= tokens + n * max_drafts_ / 2;
+}
+
+int64_t VerifyScheduler::speculate(int64_t n, int64_t tokens) {
+    if (!adaptive_) return kAll;
+    if (n <= 0) return speculating_ ? kAll : 0;  // no decode rows: nothing to decide (prefill rows always tap)
+    int64_t m = kAll;
     if (probe_left_ > 0) {
         --probe_left_;
+        m = probe_requests_;
     } else if (plain_left_ > 0) {
         --plain_left_;
-        want = false;
-    } else if (costs_.known(StepKind::kTapped) && costs_.known(StepKind::kDraft)) {
+        m = 0;
+    } else if (!costs_.known(StepKind::kTapped) || !costs_.known(StepKind::kDraft) || !costs_.tapped_slope_known()) {
+        // Learn the speculative costs first (an optimistic start); at large batches on a subset of the
+        // requests, alternating two sizes (rows and requests apart: both lines get a slope).
+        m = subset(n, learn_steps_++ % 2 == 1);
+    } else {
         const double gain = expected_gain(n, tokens);
+        bool want;
         if (!costs_.known(StepKind::kPlain)) {
-            // Measure plain steps unless speculation beats even a tapped step without drafts by far
-            // (that comparison needs the tapped line's slope: exploration plans provide it).
-            want = !costs_.tapped_slope_known() || gain >= kSureGain;
+            // Measure plain steps unless speculation beats even a tapped step without drafts by far.
+            want = gain >= kSureGain;
         } else {
             want = gain >= (speculating_ ? 1.0 : 1.0 + kSwitchOnMargin);
             if (want && gain < kSureGain && spec_steps_ >= kReprobePlain) {  // plain costs may have moved
@@ -93,10 +108,21 @@ bool VerifyScheduler::speculate(int64_t n, int64_t tokens) {
                 plain_left_ = kProbeSteps - 1;
             }
         }
-        if (!want && costs_.known(StepKind::kPlain) && plain_steps_ >= probe_every_) {
-            // Probe: a tapped step (the drafter catches up), then one that verifies fresh drafts.
-            want = true;
+        m = want ? kAll : 0;
+        if (!want && costs_.known(StepKind::kPlain) && gain >= kConfirmFloor && !full_measured(n, tokens) &&
+            confirmed_ != n) {
+            // A near miss extrapolated from subset steps: full speculative steps measure it (a tapped
+            // step, then one that verifies every request's drafts).
+            m = kAll;
             probe_left_ = kProbeSteps - 1;
+            probe_requests_ = kAll;
+            confirmed_ = n;
+        } else if (!want && costs_.known(StepKind::kPlain) && plain_steps_ >= probe_every_) {
+            // Probe: a tapped step (the drafter catches up), then one that verifies fresh drafts; at
+            // large batches a subset's (the acceptance profile and the lines, at a fraction of the cost).
+            m = subset(n, false);
+            probe_left_ = kProbeSteps - 1;
+            probe_requests_ = m;
             probed_ = true;
         } else if (want) {
             probe_every_ = kProbeEvery;  // speculation pays again: probe promptly after the next fallback
@@ -105,16 +131,16 @@ bool VerifyScheduler::speculate(int64_t n, int64_t tokens) {
             probe_every_ = std::min(2 * probe_every_, kMaxProbeEvery);
             probed_ = false;
         }
-    }  // else: learn the speculative costs first (an optimistic start)
-    if (want) {
+    }
+    if (m > 0) {
         ++spec_steps_;
         plain_steps_ = 0;
     } else {
         ++plain_steps_;
         spec_steps_ = 0;
     }
-    speculating_ = want;
-    return want;
+    speculating_ = m >= n;
+    return m;
 }
 
 int64_t VerifyScheduler::budget(std::span<const VerifyCandidate> cands, int64_t non_draft, int64_t budget) {

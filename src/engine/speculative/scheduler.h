@@ -12,9 +12,13 @@
 // measured costs, against plain steps) must reach 1; otherwise the step is plain (no drafter taps, so a
 // GPU model replays its CUDA graph) and nothing is drafted. Probes keep both sides measured (the
 // interval between probes of speculation doubles while they find no gain: a probe costs a speculative
-// step, which is exactly what does not pay).
+// step, which is exactly what does not pay). At large batches (where speculation rarely pays) the
+// exploration — learning the speculative costs, probes — speculates for a subset of the requests only,
+// so it costs a fraction of a full speculative step; the cost lines extrapolate to the full step, and a
+// near miss (an estimated gain in [0.9, 1)) is confirmed by full speculative steps.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -57,14 +61,26 @@ public:
     static constexpr double kSureGain = 1.5;       // above it (against a tapped step as the plain cost),
                                                    // plain steps need not be measured
     static constexpr double kSwitchOnMargin = 0.02;  // hysteresis: from plain, speculate at gain >= 1.02
+    static constexpr int64_t kSubsetFrom = 96;     // default: from this many decode rows, exploration
+                                                   // (learning, probes) speculates for a subset only
+    static constexpr int64_t kSubsetShare = 8;     // the subset: a 1/8 of the decode rows (1/4 on every
+                                                   // other learning step, so the draft line has a slope)
+    static constexpr double kConfirmFloor = 0.9;   // a gain estimated from subset steps in [0.9, 1):
+                                                   // full speculative steps confirm it
+    static constexpr int64_t kAll = INT64_MAX;     // speculate(): every decode row speculates
 
-    VerifyScheduler(int64_t max_drafts, bool adaptive);
+    // `subset_from`: the smallest batch (decode rows) whose exploration speculates for a subset.
+    VerifyScheduler(int64_t max_drafts, bool adaptive, int64_t subset_from = kSubsetFrom);
     bool adaptive() const { return adaptive_; }
 
-    // Once per step, before its rows are laid out: whether this step speculates, i.e. its decode rows
-    // update the drafter's state and drafting follows (fixed mode: always). `decode_rows`: rows that
-    // emit a token (the requests that would draft); `tokens`: every row of the step but drafts.
-    bool speculate(int64_t decode_rows, int64_t tokens);
+    // Once per step, before its rows are laid out: how many of its decode rows speculate, i.e. update
+    // the drafter's state, with drafting following (0: a plain step; kAll, or any count >= the decode
+    // rows: every one; fixed mode: kAll). `decode_rows`: rows that emit a token (the requests that would
+    // draft); `tokens`: every row of the step but drafts. A subset (the first rows in a stable order)
+    // explores at large batches: learning the speculative costs and probing cost a fraction of a full
+    // speculative step there, where speculation rarely pays; the cost lines extrapolate to the full
+    // step, and an estimate near 1 is confirmed by full steps before falling back.
+    int64_t speculate(int64_t decode_rows, int64_t tokens);
     // The expected gain of speculating at this shape: the best expected tokens per second of a
     // speculative step over draft budgets (recent survival profile, measured tapped-step and draft
     // costs) over those of a plain step (measured; a tapped step without drafts while unmeasured).
@@ -94,14 +110,23 @@ private:
     // Expected tokens per second of a speculative step of `n` requests over `tokens` non-draft rows
     // verifying `b` drafts with expected survivals summing to `tau_drafts`.
     double spec_rate(int64_t n, int64_t tokens, int64_t b, double tau_drafts) const;
+    // The requests of an exploring step at batch n (all of them below subset_from).
+    int64_t subset(int64_t n, bool wide) const;
+    // Whether tapped steps were measured near the size of a full speculative step at this shape (else
+    // the tapped line is extrapolated from subset steps).
+    bool full_measured(int64_t n, int64_t tokens) const;
 
     int64_t max_drafts_;
     bool adaptive_;
     StepCostModel costs_;
     ConfidenceCalibrator calibrator_;
     std::vector<double> profile_;  // [max_drafts] mean calibrated survival by draft position (recent plans)
-    bool speculating_ = true;
-    int64_t probe_left_ = 0;       // steps left of a probe (speculate: true)
+    int64_t subset_from_;
+    bool speculating_ = true;      // the last step speculated (every request, or any for n = 0)
+    int64_t probe_left_ = 0;       // steps left of a probe or confirmation (speculate: probe_requests_)
+    int64_t probe_requests_ = kAll;
+    int64_t learn_steps_ = 0;      // steps spent learning the speculative costs
+    int64_t confirmed_ = -1;       // the batch at which full steps last confirmed a subset estimate
     int64_t plain_left_ = 0;       // steps left of a re-measure of plain steps (speculate: false)
     int64_t plain_steps_ = 0;      // consecutive plain steps
     int64_t probe_every_ = kProbeEvery;  // plain steps between probes (backs off while probes find no gain)

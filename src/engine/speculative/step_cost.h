@@ -50,6 +50,8 @@ public:
     double predict(StepKind kind, int64_t x) const;
     // Whether tapped steps were seen at two distinct sizes (the line's slope is identified).
     bool tapped_slope_known() const { return table(StepKind::kTapped).fit.ready(); }
+    // The largest x taken into the line of `kind` (0 before any).
+    int64_t max_x(StepKind kind) const { return table(kind).max_x; }
 
 private:
     struct Table {
