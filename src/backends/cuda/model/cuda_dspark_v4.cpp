@@ -44,6 +44,7 @@ void CudaModel::dspark_attach(Sequence& sequence) const {
     dev->dspark = std::move(pages);
     std::lock_guard<std::mutex> lock(mutex_);  // zeroed after any forward in flight (see new_sequence)
     for (float* p : fresh) fill_zero(p, layout_->page_bytes, stream_.get());
+    if (!tap_sink_) tap_sink_ = std::make_unique<DeviceBuffer>(size_t(config_.head_dim) * sizeof(float));
 }
 
 CudaModel::TapPlan CudaModel::dspark_tap_plan(std::span<DeviceSequenceState* const> states,
@@ -69,6 +70,22 @@ CudaModel::TapPlan CudaModel::dspark_tap_plan(std::span<DeviceSequenceState* con
     }
     for (const auto& d : dst) plan.dst.insert(plan.dst.end(), d.begin(), d.end());
     return plan;
+}
+
+CudaModel::TapPlan CudaModel::pad_tap_plan(const TapPlan& plan, int64_t rows) const {
+    const size_t M = plan.src.size(), NS = weights_.dspark->stages.size(), S = static_cast<size_t>(rows);
+    DI_ICHECK(tap_sink_ && M <= S && plan.dst.size() == NS * M);
+    TapPlan p;
+    p.src.resize(S);
+    for (size_t r = 0; r < S; ++r) p.src[r] = static_cast<int32_t>(r);
+    p.pos.assign(S, 0);
+    p.dst.assign(NS * S, static_cast<float*>(tap_sink_->data()));
+    for (size_t j = 0; j < M; ++j) {
+        const auto r = static_cast<size_t>(plan.src[j]);
+        p.pos[r] = plan.pos[j];
+        for (size_t s = 0; s < NS; ++s) p.dst[s * S + r] = plan.dst[s * M + j];
+    }
+    return p;
 }
 
 void CudaModel::dspark_tap_layer(int64_t layer, const Batch& b, const float* x, float* taps) const {

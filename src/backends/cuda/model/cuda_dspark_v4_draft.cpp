@@ -14,6 +14,7 @@
 
 #include "backends/cuda/model/cuda_model_impl.h"
 #include "backends/cuda/model/device_drafts.h"
+#include "backends/cuda/model/draft_graphs.h"
 #include "backends/cuda/model/dspark_markov.h"
 #include "model/dspark_common.h"
 
@@ -29,7 +30,7 @@ std::vector<Draft> CudaModel::dspark_draft(std::span<const DraftRequest> request
     const int64_t G = c.dspark_block_size, V = c.vocab_size, D = c.hidden_size, hc = c.hc_mult;
     const int64_t H = c.num_attention_heads, Dh = c.head_dim, QL = c.q_lora_rank, Rr = c.qk_rope_head_dim;
     const int64_t W = c.sliding_window, NS = static_cast<int64_t>(ds.stages.size());
-    const int64_t rank = c.dspark_markov_rank, R = static_cast<int64_t>(requests.size()), S = R * G;
+    const int64_t rank = c.dspark_markov_rank, R = static_cast<int64_t>(requests.size());
     const float eps = static_cast<float>(c.rms_norm_eps);
     check_dspark_requests(requests, G, V);
     std::vector<Draft> out(requests.size());
@@ -40,37 +41,41 @@ std::vector<Draft> CudaModel::dspark_draft(std::span<const DraftRequest> request
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(),
                      [&](int64_t x, int64_t y) { return requests[size_t(x)].num_drafts > requests[size_t(y)].num_drafts; });
+    bool any_sampled = false;
+    for (const DraftRequest& r : requests) any_sampled = any_sampled || (!r.uniforms.empty() && r.temperature > 0);
+    // A call of argmax drafts only replays the CUDA graph of its request bucket (draft_graphs.h): the
+    // slots past the requests draft token 0 at position 0 from the first request's rings, and every
+    // Markov step runs every slot (rows compute alone: the requests' drafts are the eager ones).
+    const DraftGraphShape shape = draft_graph_shape(draft_graphs_.enabled() && !any_sampled, R, max_seqs_);
+    const int64_t Rs = shape.slots, S = Rs * G;
     std::vector<int32_t> tokens, positions, anchors, anchor_pos, sampled;
-    std::vector<const uint8_t*> rings(static_cast<size_t>(NS * R));
+    std::vector<const uint8_t*> rings(static_cast<size_t>(NS * Rs));
     std::vector<double> temps, uniforms(static_cast<size_t>(S), 0.0);
-    for (int64_t a = 0; a < R; ++a) {
-        const DraftRequest& r = requests[size_t(order[size_t(a)])];
+    for (int64_t a = 0; a < Rs; ++a) {
+        const DraftRequest& r = requests[size_t(order[size_t(std::min(a, R - 1))])];
         auto* st = dynamic_cast<DeviceSequenceState*>(&r.sequence->state());
         DI_CHECK(st != nullptr && st->dspark,
                  "DSpark drafting: the sequence is not attached to this model's drafter");
         DI_CHECK(st->length > 0, "DSpark drafting: the sequence has not run its prompt");
-        const int64_t P = st->length;
+        const bool pad = a >= R;
+        const int64_t P = pad ? 0 : st->length;
+        const int32_t anchor = pad ? 0 : r.anchor;
         for (int64_t k = 0; k < G; ++k) {
-            tokens.push_back(k == 0 ? r.anchor : static_cast<int32_t>(c.dspark_noise_token_id));
+            tokens.push_back(k == 0 ? anchor : static_cast<int32_t>(c.dspark_noise_token_id));
             positions.push_back(static_cast<int32_t>(P + k));
         }
-        anchors.push_back(r.anchor);
+        anchors.push_back(anchor);
         anchor_pos.push_back(static_cast<int32_t>(P));
         for (int64_t i = 0; i < NS; ++i)
-            rings[size_t(i * R + a)] = reinterpret_cast<const uint8_t*>(st->dspark_ring(int64_t(i)));
-        const bool smp = !r.uniforms.empty() && r.temperature > 0;
+            rings[size_t(i * Rs + a)] = reinterpret_cast<const uint8_t*>(st->dspark_ring(int64_t(i)));
+        const bool smp = !pad && !r.uniforms.empty() && r.temperature > 0;
         sampled.push_back(smp ? 1 : 0);
-        temps.push_back(r.temperature);
-        for (size_t k = 0; k < r.uniforms.size(); ++k) uniforms[size_t(a * G) + k] = r.uniforms[k];
+        temps.push_back(pad ? 0.0 : r.temperature);
+        if (!pad)
+            for (size_t k = 0; k < r.uniforms.size(); ++k) uniforms[size_t(a * G) + k] = r.uniforms[k];
         if (smp) out[size_t(order[size_t(a)])].probs.resize(size_t(r.num_drafts * V));
     }
-    const bool any_sampled = std::find(sampled.begin(), sampled.end(), 1) != sampled.end();
-    std::vector<int64_t> active(static_cast<size_t>(G));
-    for (int64_t k = 0; k < G; ++k) {
-        int64_t n = 0;
-        while (n < R && requests[size_t(order[size_t(n)])].num_drafts > k) ++n;
-        active[size_t(k)] = n;
-    }
+    const std::vector<int64_t> active = shape.active(requests, order, G);
     // Inputs: one pinned block, one copy.
     size_t bytes = 0;
     auto place = [&](size_t n) {
@@ -78,22 +83,27 @@ std::vector<Draft> CudaModel::dspark_draft(std::span<const DraftRequest> request
         bytes = align256(bytes + n);
         return at;
     };
-    const size_t o_tok = place(size_t(S) * 4), o_pos = place(size_t(S) * 4), o_anchor = place(size_t(R) * 4);
-    const size_t o_apos = place(size_t(R) * 4), o_rings = place(rings.size() * sizeof(void*));
-    const size_t o_sampled = place(size_t(R) * 4), o_temp = place(size_t(R) * 8), o_unif = place(size_t(S) * 8);
+    const size_t o_tok = place(size_t(S) * 4), o_pos = place(size_t(S) * 4), o_anchor = place(size_t(Rs) * 4);
+    const size_t o_apos = place(size_t(Rs) * 4), o_rings = place(rings.size() * sizeof(void*));
+    const size_t o_sampled = place(size_t(Rs) * 4), o_temp = place(size_t(Rs) * 8), o_unif = place(size_t(S) * 8);
     if (!pinned_in_ || pinned_in_->nbytes() < bytes) pinned_in_ = std::make_unique<PinnedBuffer>(bytes * 2);
     auto* pin = static_cast<uint8_t*>(pinned_in_->host());
     std::memcpy(pin + o_tok, tokens.data(), size_t(S) * 4);
     std::memcpy(pin + o_pos, positions.data(), size_t(S) * 4);
-    std::memcpy(pin + o_anchor, anchors.data(), size_t(R) * 4);
-    std::memcpy(pin + o_apos, anchor_pos.data(), size_t(R) * 4);
+    std::memcpy(pin + o_anchor, anchors.data(), size_t(Rs) * 4);
+    std::memcpy(pin + o_apos, anchor_pos.data(), size_t(Rs) * 4);
     std::memcpy(pin + o_rings, rings.data(), rings.size() * sizeof(void*));
-    std::memcpy(pin + o_sampled, sampled.data(), size_t(R) * 4);
-    std::memcpy(pin + o_temp, temps.data(), size_t(R) * 8);
+    std::memcpy(pin + o_sampled, sampled.data(), size_t(Rs) * 4);
+    std::memcpy(pin + o_temp, temps.data(), size_t(Rs) * 8);
     std::memcpy(pin + o_unif, uniforms.data(), size_t(S) * 8);
-    const size_t out_bytes = size_t(2 * G * R) * 4;
-    if (!pinned_out_ || pinned_out_->nbytes() < out_bytes) pinned_out_ = std::make_unique<PinnedBuffer>(out_bytes * 2);
-    const size_t probs_bytes = size_t(G * R * V) * sizeof(float);
+    // A graph copies its results to pinned memory that never moves (draft_graphs.h), eager calls to the
+    // staging buffer.
+    uint8_t* host_out = shape.graph ? draft_graphs_.host_out(size_t(2 * G * max_seqs_) * 4) : nullptr;
+    const size_t out_bytes = size_t(2 * G * Rs) * 4;
+    if (!shape.graph && (!pinned_out_ || pinned_out_->nbytes() < out_bytes))
+        pinned_out_ = std::make_unique<PinnedBuffer>(out_bytes * 2);
+    if (!shape.graph) host_out = static_cast<uint8_t*>(pinned_out_->host());
+    const size_t probs_bytes = size_t(G * Rs * V) * sizeof(float);
     if (any_sampled && (!pinned_probs_ || pinned_probs_->nbytes() < probs_bytes))
         pinned_probs_ = std::make_unique<PinnedBuffer>(probs_bytes);
 
@@ -122,22 +132,23 @@ std::vector<Draft> CudaModel::dspark_draft(std::span<const DraftRequest> request
     const auto* d_temp = reinterpret_cast<const double*>(d_in + o_temp);
     const auto* d_unif = reinterpret_cast<const double*>(d_in + o_unif);
 
-    // The stages (run_v4_block with DSparkAttention).
-    float* x = workspace_->alloc_n<float>(S * hc * D);
-    float* y2 = workspace_->alloc_n<float>(S * hc * D);
-    embed({.table = weights_.embed, .tokens = d_tok, .x = x, .rows = S, .hc = hc, .round_bf16 = off}, s);
-    float* post = workspace_->alloc_n<float>(S * hc);
-    float* comb = workspace_->alloc_n<float>(S * hc * hc);
-    float* a = workspace_->alloc_n<float>(S * D);
-    float* o_out = workspace_->alloc_n<float>(S * D);
-    float* mix = workspace_->alloc_n<float>(S * ((2 + hc) * hc + 1));
-    auto pre = [&](const DeviceHc& w, const float* norm) {
-        const bool given = hc_mix_fast(w, x, S, (2 + hc) * hc, mix);  // (the fast mode's split-K mixing, as run_layer)
-        hc_pre({.x = x, .fn = w.fn, .base = w.base, .scale = w.scale, .rows = S, .hc = hc, .hidden = D,
-                .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps),
-                .post = post, .comb = comb, .collapsed = a, .round_bf16 = off, .mix = mix, .mix_given = given},
-               s);
-        rms_norm({.x = a, .weight = norm, .out = a, .rows = S, .n = D, .eps = eps, .round_bf16 = off}, s);
+    auto compute = [&] {
+        // The stages (run_v4_block with DSparkAttention).
+        float* x = workspace_->alloc_n<float>(S * hc * D);
+        float* y2 = workspace_->alloc_n<float>(S * hc * D);
+        embed({.table = weights_.embed, .tokens = d_tok, .x = x, .rows = S, .hc = hc, .round_bf16 = off}, s);
+        float* post = workspace_->alloc_n<float>(S * hc);
+        float* comb = workspace_->alloc_n<float>(S * hc * hc);
+        float* a = workspace_->alloc_n<float>(S * D);
+        float* o_out = workspace_->alloc_n<float>(S * D);
+        float* mix = workspace_->alloc_n<float>(S * ((2 + hc) * hc + 1));
+        auto pre = [&](const DeviceHc& w, const float* norm) {
+            const bool given = hc_mix_fast(w, x, S, (2 + hc) * hc, mix);  // (the fast mode's split-K mixing, as run_layer)
+            hc_pre({.x = x, .fn = w.fn, .base = w.base, .scale = w.scale, .rows = S, .hc = hc, .hidden = D,
+                    .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps),
+                    .post = post, .comb = comb, .collapsed = a, .round_bf16 = off, .mix = mix, .mix_given = given},
+                   s);
+            rms_norm({.x = a, .weight = norm, .out = a, .rows = S, .n = D, .eps = eps, .round_bf16 = off}, s);
     };
     auto post_mix = [&] {
         hc_post({.out = o_out, .x = x, .post = post, .comb = comb, .y = y2, .rows = S, .hc = hc, .hidden = D,
@@ -168,7 +179,7 @@ std::vector<Draft> CudaModel::dspark_draft(std::span<const DraftRequest> request
                       s);
             float* scratch = workspace_->alloc_n<float>(S * H * (W + G));
             float* o = workspace_->alloc_n<float>(S * H * Dh);
-            dspark_attention({.q = q, .block_kv = kv, .rings = d_rings + st * R, .anchor_positions = d_apos, .requests = R,
+            dspark_attention({.q = q, .block_kv = kv, .rings = d_rings + st * Rs, .anchor_positions = d_apos, .requests = Rs,
                               .block = G, .heads = H, .head_dim = Dh, .window = W, .window_rows = dspark_ring_rows(),
                               .ring_format = CacheFormat::kF32, .ring_block = 32, .sink = lw.sink, .scratch = scratch,
                               .cos_sin = rope_main_, .rope_dim = Rr,
@@ -224,14 +235,20 @@ std::vector<Draft> CudaModel::dspark_draft(std::span<const DraftRequest> request
     // The Markov head, left to right (dspark_markov.h).
     const DSparkMarkovParams mp{.embed = &ds.markov_w1, .head = &ds.markov_w2, .confidence = ds.confidence, .U = U, .y = y,
                                 .anchors = d_anchor, .temperature = d_temp, .sampled = d_sampled, .uniforms = d_unif,
-                                .active = active, .requests = R, .block = G, .vocab = V, .hidden = D, .rank = rank,
-                                .host_out = static_cast<uint8_t*>(pinned_out_->host()),
+                                .active = active, .requests = Rs, .block = G, .vocab = V, .hidden = D, .rank = rank,
+                                .host_out = host_out,
                                 .host_probs = any_sampled ? static_cast<float*>(pinned_probs_->host()) : nullptr};
     dspark_markov_draft(mp, *workspace_, s);
+    };
+    if (shape.graph)
+        draft_graphs_.run(Rs, *workspace_, s, compute, stats_.draft_graph_captures, stats_.draft_graph_replays);
+    else
+        compute();
     stream_.synchronize();
     release.armed = false;
     workspace_->reset(mark);
-    unpack_device_drafts(mp.host_out, mp.host_probs, G, V, order, requests, sampled, out);
+    unpack_device_drafts(host_out, any_sampled ? static_cast<const float*>(pinned_probs_->host()) : nullptr, G, V, Rs,
+                         order, requests, sampled, out);
     return out;
 }
 

@@ -490,9 +490,9 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     if (weights_.mtp) mtp_plan = mtp_pass_plan(states, chunks);
     // A pure decode step replays the CUDA graph of its (rows, context) bucket; padding rows decode
     // token 0 at position 0 of the scratch sequence (batch invariance: they change no other row).
-    // DSpark-attached sequences: their taps and context rows (eagerly as well).
-    const TapPlan tap_plan = dspark_tap_plan(states, chunks, b);
-    const int64_t bucket = graphs_.enabled() && decode && !mtp_plan.any && tap_plan.src.empty() ? graph_bucket(real_rows) : 0;
+    // DSpark-attached sequences: their taps and context rows (in a graph step every row taps: padded below).
+    TapPlan tap_plan = dspark_tap_plan(states, chunks, b);
+    const int64_t bucket = graphs_.enabled() && decode && !mtp_plan.any ? graph_bucket(real_rows) : 0;
     b.graph = bucket > 0 && bucket <= max_rows_;
     if (b.graph) {
         auto* pad = static_cast<DeviceSequenceState*>(&pad_.state());
@@ -505,6 +505,7 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
             states.push_back(pad);
         }
         b.max_position = context_bucket(b.max_position + 1, max_len_) - 1;
+        if (!tap_plan.src.empty()) tap_plan = pad_tap_plan(tap_plan, bucket);
     }
     b.rows = static_cast<int64_t>(tokens.size());
     b.num_segments = static_cast<int64_t>(states.size());
@@ -584,7 +585,9 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     // A graph step (decode_graphs.h): the captured work reads its inputs from the block above, at the
     // same arena offset in every step of the bucket, and allocates the same arena ranges: replaying it
     // is the eager path.
-    float* logits = b.graph ? graphs_.run({b.rows, b.max_position + 1}, *workspace_, s, [&] { return compute(b); }, stats_)
+    const int64_t variant = tap_plan.src.empty() ? 0 : 1;
+    float* logits = b.graph ? graphs_.run({b.rows, b.max_position + 1, variant}, *workspace_, s, [&] { return compute(b); },
+                                        stats_.graph_captures, stats_.graph_replays)
                             : compute(b);
 
     // Device draws (groups of at most max_seqs_ draws share one scratch), then the small copies back.

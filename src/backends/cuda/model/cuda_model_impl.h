@@ -18,6 +18,7 @@
 #include "backends/cuda/model/cuda_weights.h"
 #include "backends/cuda/model/bench_routing.h"
 #include "backends/cuda/model/decode_graphs.h"
+#include "backends/cuda/model/draft_graphs.h"
 #include "backends/cuda/model/device_page_pool.h"
 #include "backends/cuda/model/device_sequence_state.h"
 #include "backends/cuda/model/device_state_layout.h"
@@ -77,6 +78,7 @@ public:
           ep_rank_(o.expert_rank),
           bench_routing_(o.expert_load_stats, o.even_routing),
           graphs_(mo.cuda_graphs && o.expert_exchange == nullptr),
+          draft_graphs_(mo.cuda_graphs && o.expert_exchange == nullptr),
           draws_(max_seqs_) {
         DI_CHECK(!fast_ || fast_fp8_available(), "fast GEMM mode needs FP8 tensor cores (compute capability 8.9+)");
         UploadOptions upload;
@@ -156,7 +158,10 @@ public:
     }
     void set_even_routing(bool on) const override {
         std::lock_guard<std::mutex> lock(mutex_);
-        if (bench_routing_.set_even(on)) graphs_.clear();  // they captured the other routing
+        if (bench_routing_.set_even(on)) {  // they captured the other routing
+            graphs_.clear();
+            draft_graphs_.clear();
+        }
     }
     void reset_stats() const override {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -233,6 +238,10 @@ private:
     // Chunks without drafter taps (SequenceChunk::drafter_taps) keep nothing for the drafter.
     TapPlan dspark_tap_plan(std::span<DeviceSequenceState* const> states, std::span<const SequenceChunk> chunks,
                             const Batch& b) const;
+    // A graph step's taps (decode rows, one per segment): every one of its `rows` taps, the size the
+    // captured work has; rows whose pass skips the drafter, and padding rows, write their context rows
+    // to the sink row (never read).
+    TapPlan pad_tap_plan(const TapPlan& plan, int64_t rows) const;
     // After target layer `layer` (streams x): the stream means of the tapped rows; after the layers the
     // context rows into the rings.
     void dspark_tap_layer(int64_t layer, const Batch& b, const float* x, float* taps) const;
@@ -285,10 +294,12 @@ private:
     mutable std::mutex mutex_;  // one forward at a time (the workspace and stream are shared)
     // Guarded by mutex_:
     mutable DecodeGraphs graphs_;  // by (rows, context) bucket; turned off for good if a capture fails
+    mutable DraftGraphs draft_graphs_;  // DSpark draft calls of argmax drafts, by request bucket
     mutable DeviceDraws draws_;
     mutable Sequence pad_{nullptr};  // the scratch sequence of padding rows
     mutable std::unique_ptr<PinnedBuffer> pinned_in_;
     mutable std::unique_ptr<PinnedBuffer> pinned_out_;  // MTP drafting's copies back (cuda_mtp_draft.cpp)
+    mutable std::unique_ptr<DeviceBuffer> tap_sink_;    // one ring row: see pad_tap_plan (made at the first attach)
     mutable StepTimer timer_;
     mutable CudaModelStats stats_;
     std::unique_ptr<Drafter> mtp_drafter_;  // set when weights_.mtp

@@ -166,7 +166,8 @@ std::vector<Draft> CudaModel::mtp_draft(std::span<const DraftRequest> requests) 
     copy_to_host(host + size_t(K * R) * 4, d_conf, size_t(K * R) * 4, s);
     stream_.synchronize();
     workspace_->reset(mark);
-    unpack_device_drafts(host, any_sampled ? static_cast<const float*>(pinned_probs_->host()) : nullptr, K, V, order,
+    unpack_device_drafts(host, any_sampled ? static_cast<const float*>(pinned_probs_->host()) : nullptr, K, V,
+                         static_cast<int64_t>(order.size()), order,
                          requests, sampled, out);
     return out;
 }

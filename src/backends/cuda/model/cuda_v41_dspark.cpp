@@ -52,6 +52,7 @@ void CudaV41Model::dspark_attach(Sequence& sequence) const {
     std::lock_guard<std::mutex> lock(mutex_);
     enqueue_page_writes(none, fresh, layout_->page_bytes, stream_.get());
     st->dspark = std::move(rings);
+    if (!tap_sink_) tap_sink_ = std::make_unique<DeviceBuffer>(size_t(formats_.window_bytes));
 }
 
 void CudaV41Model::plan_taps(Batch& b, InputBlock& in) const {
@@ -60,9 +61,20 @@ void CudaV41Model::plan_taps(Batch& b, InputBlock& in) const {
     const int64_t rows = dspark_ring_rows(), row_bytes = formats_.window_bytes;
     std::vector<int32_t> src, pos;
     std::vector<std::vector<uint8_t*>> dst(static_cast<size_t>(dspark_stages_));
-    for (size_t i = 0; i < b.drafter_taps.size(); ++i) {  // the real segments (padding never taps)
+    // A graph step (decode rows, one per segment) with any tapped row: every row of the bucket taps, the
+    // size the captured work has; rows whose pass skips the drafter, and padding rows, write their context
+    // rows to the sink row (never read).
+    const bool pad = b.graph && std::find(b.drafter_taps.begin(), b.drafter_taps.end(), 1) != b.drafter_taps.end();
+    for (size_t i = 0; i < b.states.size(); ++i) {
+        const bool real = i < b.drafter_taps.size();  // (padding segments come last)
+        if (pad && (!real || !b.drafter_taps[i])) {
+            src.push_back(static_cast<int32_t>(b.row_begin[i]));
+            pos.push_back(0);
+            for (int64_t s = 0; s < dspark_stages_; ++s) dst[size_t(s)].push_back(static_cast<uint8_t*>(tap_sink_->data()));
+            continue;
+        }
+        if (!real || !b.drafter_taps[i]) continue;  // not attached, or its pass skips the drafter
         V41DeviceState& st = *b.states[i];
-        if (!b.drafter_taps[i]) continue;  // not attached, or its pass skips the drafter
         // The segment's last ring-many rows (earlier rows of a long chunk would be overwritten by later ones).
         const int64_t n = b.num_rows[i];
         for (int64_t t = std::max<int64_t>(0, n - rows); t < n; ++t) {

@@ -18,6 +18,7 @@
 #include "backends/cuda/model/cuda_v41_impl.h"
 #include "deepinfer/check.h"
 #include "backends/cuda/model/device_drafts.h"
+#include "backends/cuda/model/draft_graphs.h"
 #include "backends/cuda/model/dspark_markov.h"
 #include "model/dspark_common.h"
 
@@ -79,7 +80,7 @@ std::vector<Draft> CudaV41Model::dspark_draft(std::span<const DraftRequest> requ
     const Stream s = stream_.get();
     const bool off = official();
     const int64_t G = c.dspark_block_size, V = c.vocab_size, D = c.hidden_size, hc = c.hc_mult;
-    const int64_t rank = c.dspark_markov_rank, R = static_cast<int64_t>(requests.size()), S = R * G;
+    const int64_t rank = c.dspark_markov_rank, R = static_cast<int64_t>(requests.size());
     const float eps = static_cast<float>(c.rms_norm_eps);
     check_dspark_requests(requests, G, V);
     std::vector<Draft> out(requests.size());
@@ -91,39 +92,43 @@ std::vector<Draft> CudaV41Model::dspark_draft(std::span<const DraftRequest> requ
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(),
                      [&](int64_t x, int64_t y) { return requests[size_t(x)].num_drafts > requests[size_t(y)].num_drafts; });
+    bool any_sampled = false;
+    for (const DraftRequest& r : requests) any_sampled = any_sampled || (!r.uniforms.empty() && r.temperature > 0);
+    // A call of argmax drafts only replays the CUDA graph of its request bucket (draft_graphs.h): the
+    // slots past the requests draft token 0 at position 0 from the first request's rings, and every
+    // Markov step runs every slot (rows compute alone: the requests' drafts are the eager ones).
+    const DraftGraphShape shape = draft_graph_shape(draft_graphs_.enabled() && !any_sampled, R, limits_.max_seqs);
+    const int64_t Rs = shape.slots, S = Rs * G;
     std::vector<int32_t> tokens, positions, anchors, anchor_pos, sampled;
     std::vector<float> one_hot(static_cast<size_t>(S * hc), 0.0f);
-    std::vector<const uint8_t*> rings(static_cast<size_t>(dspark_stages_ * R));
+    std::vector<const uint8_t*> rings(static_cast<size_t>(dspark_stages_ * Rs));
     std::vector<double> temps, uniforms(static_cast<size_t>(S), 0.0);
-    for (int64_t a = 0; a < R; ++a) {
-        const DraftRequest& r = requests[size_t(order[size_t(a)])];
+    for (int64_t a = 0; a < Rs; ++a) {
+        const DraftRequest& r = requests[size_t(order[size_t(std::min(a, R - 1))])];
         auto* st = dynamic_cast<V41DeviceState*>(&r.sequence->state());
         DI_CHECK(st != nullptr && st->dspark,
                  "DSpark drafting: the sequence is not attached to this model's drafter");
         DI_CHECK(st->length > 0, "DSpark drafting: the sequence has not run its prompt");
-        const int64_t P = st->length;
+        const bool pad = a >= R;
+        const int64_t P = pad ? 0 : st->length;
+        const int32_t anchor = pad ? 0 : r.anchor;
         for (int64_t k = 0; k < G; ++k) {
-            tokens.push_back(k == 0 ? r.anchor : static_cast<int32_t>(c.dspark_noise_token_id));
+            tokens.push_back(k == 0 ? anchor : static_cast<int32_t>(c.dspark_noise_token_id));
             positions.push_back(static_cast<int32_t>(P + k));
             one_hot[size_t((a * G + k) * hc)] = 1.0f;  // the identity pre-mix: stream 0
         }
-        anchors.push_back(r.anchor);
+        anchors.push_back(anchor);
         anchor_pos.push_back(static_cast<int32_t>(P));
         for (int64_t st_i = 0; st_i < dspark_stages_; ++st_i)
-            rings[size_t(st_i * R + a)] = st->dspark_ring(st_i);
-        const bool smp = !r.uniforms.empty() && r.temperature > 0;
+            rings[size_t(st_i * Rs + a)] = st->dspark_ring(st_i);
+        const bool smp = !pad && !r.uniforms.empty() && r.temperature > 0;
         sampled.push_back(smp ? 1 : 0);
-        temps.push_back(r.temperature);
-        for (size_t k = 0; k < r.uniforms.size(); ++k) uniforms[size_t(a * G) + k] = r.uniforms[k];
+        temps.push_back(pad ? 0.0 : r.temperature);
+        if (!pad)
+            for (size_t k = 0; k < r.uniforms.size(); ++k) uniforms[size_t(a * G) + k] = r.uniforms[k];
         if (smp) out[size_t(order[size_t(a)])].probs.resize(size_t(r.num_drafts * V));
     }
-    const bool any_sampled = std::find(sampled.begin(), sampled.end(), 1) != sampled.end();
-    std::vector<int64_t> active(static_cast<size_t>(G));
-    for (int64_t k = 0; k < G; ++k) {
-        int64_t n = 0;
-        while (n < R && requests[size_t(order[size_t(n)])].num_drafts > k) ++n;
-        active[size_t(k)] = n;
-    }
+    const std::vector<int64_t> active = shape.active(requests, order, G);
     // Inputs: one block, one copy (the forward's staging buffers: drafting holds the model's lock).
     input_.clear();
     const size_t o_tokens = input_.add(tokens), o_pos = input_.add(positions), o_pre = input_.add(one_hot);
@@ -132,9 +137,14 @@ std::vector<Draft> CudaV41Model::dspark_draft(std::span<const DraftRequest> requ
     const size_t in_bytes = input_.size();
     if (!pinned_in_ || pinned_in_->nbytes() < in_bytes) pinned_in_ = std::make_unique<PinnedBuffer>(in_bytes * 2);
     std::memcpy(pinned_in_->host(), input_.data(), in_bytes);
-    const size_t out_bytes = size_t(2 * G * R) * 4;
-    if (!pinned_out_ || pinned_out_->nbytes() < out_bytes) pinned_out_ = std::make_unique<PinnedBuffer>(out_bytes * 2);
-    const size_t probs_bytes = size_t(G * R * V) * sizeof(float);
+    // A graph copies its results to pinned memory that never moves (draft_graphs.h), eager calls to the
+    // staging buffer.
+    uint8_t* host_out = shape.graph ? draft_graphs_.host_out(size_t(2 * G * limits_.max_seqs) * 4) : nullptr;
+    const size_t out_bytes = size_t(2 * G * Rs) * 4;
+    if (!shape.graph && (!pinned_out_ || pinned_out_->nbytes() < out_bytes))
+        pinned_out_ = std::make_unique<PinnedBuffer>(out_bytes * 2);
+    if (!shape.graph) host_out = static_cast<uint8_t*>(pinned_out_->host());
+    const size_t probs_bytes = size_t(G * Rs * V) * sizeof(float);
     if (any_sampled && (!pinned_probs_ || pinned_probs_->nbytes() < probs_bytes))
         pinned_probs_ = std::make_unique<PinnedBuffer>(probs_bytes);
 
@@ -164,63 +174,70 @@ std::vector<Draft> CudaV41Model::dspark_draft(std::span<const DraftRequest> requ
     const auto* d_temp = reinterpret_cast<const double*>(at(o_temp));
     const auto* d_unif = reinterpret_cast<const double*>(at(o_unif));
 
-    // The stages over every block row (dspark_block_forward).
-    float* x = workspace_.alloc_n<float>(S * hc * D);
-    float* x2 = workspace_.alloc_n<float>(S * hc * D);
-    embed({.table = weights_.embed, .tokens = d_tokens, .x = x, .rows = S, .hc = hc, .round_bf16 = off}, s);
-    float* pre_mix = workspace_.alloc_n<float>(S * hc);
-    copy_on_device(pre_mix, at(o_pre), size_t(S * hc) * sizeof(float), s);
-    float* pre_a = workspace_.alloc_n<float>(S * hc);
-    float* pre_f = workspace_.alloc_n<float>(S * hc);
-    float* post = workspace_.alloc_n<float>(S * hc);
-    float* comb = workspace_.alloc_n<float>(S * hc * hc);
-    float* an = workspace_.alloc_n<float>(S * D);
-    float* o = workspace_.alloc_n<float>(S * D);
-    for (int64_t st = 0; st < dspark_stages_; ++st) {
-        const V41DeviceLayer& lw = ds.stages[size_t(st)];
-        for (int site = 0; site < 2; ++site) {
-            const DeviceHc& hw = site == 0 ? lw.hc_attn : lw.hc_ffn;
-            hc_mixes({.x = x, .fn = hw.fn, .base = hw.base, .scale = hw.scale, .rows = S, .hc = hc, .hidden = D,
-                      .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps),
-                      .pre = site == 0 ? pre_a : pre_f, .post = post, .comb = comb,
-                      .collapse_pre = site == 0 ? pre_mix : pre_a, .collapsed = an, .round_bf16 = off},
-                     s);
-            rms_norm({.x = an, .weight = site == 0 ? lw.attn_norm : lw.ffn_norm, .out = an, .rows = S, .n = D, .eps = eps,
-                      .round_bf16 = off},
-                     s);
-            const size_t inner = workspace_.mark();
-            if (site == 0)
-                dspark_stage_attention(lw, R, d_pos, d_apos, d_rings + st * R, an, o);
-            else  // drafts are text: no image mask (bias_vl unused)
-                moe_rows(lw, c.dspark_n_routed_experts, c.dspark_num_experts_per_tok, S, an, o, nullptr);
-            workspace_.reset(inner);
-            hc_post({.out = o, .x = x, .post = post, .comb = comb, .y = x2, .rows = S, .hc = hc, .hidden = D,
-                     .round_bf16 = off, .mix_first = true},
-                    s);
-            std::swap(x, x2);
+    auto compute = [&] {
+        // The stages over every block row (dspark_block_forward).
+        float* x = workspace_.alloc_n<float>(S * hc * D);
+        float* x2 = workspace_.alloc_n<float>(S * hc * D);
+        embed({.table = weights_.embed, .tokens = d_tokens, .x = x, .rows = S, .hc = hc, .round_bf16 = off}, s);
+        float* pre_mix = workspace_.alloc_n<float>(S * hc);
+        copy_on_device(pre_mix, at(o_pre), size_t(S * hc) * sizeof(float), s);
+        float* pre_a = workspace_.alloc_n<float>(S * hc);
+        float* pre_f = workspace_.alloc_n<float>(S * hc);
+        float* post = workspace_.alloc_n<float>(S * hc);
+        float* comb = workspace_.alloc_n<float>(S * hc * hc);
+        float* an = workspace_.alloc_n<float>(S * D);
+        float* o = workspace_.alloc_n<float>(S * D);
+        for (int64_t st = 0; st < dspark_stages_; ++st) {
+            const V41DeviceLayer& lw = ds.stages[size_t(st)];
+            for (int site = 0; site < 2; ++site) {
+                const DeviceHc& hw = site == 0 ? lw.hc_attn : lw.hc_ffn;
+                hc_mixes({.x = x, .fn = hw.fn, .base = hw.base, .scale = hw.scale, .rows = S, .hc = hc, .hidden = D,
+                          .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps),
+                          .pre = site == 0 ? pre_a : pre_f, .post = post, .comb = comb,
+                          .collapse_pre = site == 0 ? pre_mix : pre_a, .collapsed = an, .round_bf16 = off},
+                         s);
+                rms_norm({.x = an, .weight = site == 0 ? lw.attn_norm : lw.ffn_norm, .out = an, .rows = S, .n = D, .eps = eps,
+                          .round_bf16 = off},
+                         s);
+                const size_t inner = workspace_.mark();
+                if (site == 0)
+                    dspark_stage_attention(lw, Rs, d_pos, d_apos, d_rings + st * Rs, an, o);
+                else  // drafts are text: no image mask (bias_vl unused)
+                    moe_rows(lw, c.dspark_n_routed_experts, c.dspark_num_experts_per_tok, S, an, o, nullptr);
+                workspace_.reset(inner);
+                hc_post({.out = o, .x = x, .post = post, .comb = comb, .y = x2, .rows = S, .hc = hc, .hidden = D,
+                         .round_bf16 = off, .mix_first = true},
+                        s);
+                std::swap(x, x2);
+            }
+            std::swap(pre_mix, pre_f);
         }
-        std::swap(pre_mix, pre_f);
-    }
-    // Collapse with the last FFN pre-mix (no HC head on V4.1's drafter), norm, the target's head.
-    float* y = workspace_.alloc_n<float>(S * D);
-    float* yn = workspace_.alloc_n<float>(S * D);
-    hc_collapse({.x = x, .pre = pre_mix, .out = y, .rows = S, .hc = hc, .hidden = D, .round_bf16 = off}, s);
-    rms_norm({.x = y, .weight = ds.norm, .out = yn, .rows = S, .n = D, .eps = eps, .round_bf16 = off}, s);
-    float* U = workspace_.alloc_n<float>(S * V);
-    if (!project_fast(weights_.head, yn, D, S, U, V, false, false, s, false))
-        linear({.x = yn, .x_ld = D, .weight = weights_.head, .y = U, .y_ld = V, .rows = S}, s);
+        // Collapse with the last FFN pre-mix (no HC head on V4.1's drafter), norm, the target's head.
+        float* y = workspace_.alloc_n<float>(S * D);
+        float* yn = workspace_.alloc_n<float>(S * D);
+        hc_collapse({.x = x, .pre = pre_mix, .out = y, .rows = S, .hc = hc, .hidden = D, .round_bf16 = off}, s);
+        rms_norm({.x = y, .weight = ds.norm, .out = yn, .rows = S, .n = D, .eps = eps, .round_bf16 = off}, s);
+        float* U = workspace_.alloc_n<float>(S * V);
+        if (!project_fast(weights_.head, yn, D, S, U, V, false, false, s, false))
+            linear({.x = yn, .x_ld = D, .weight = weights_.head, .y = U, .y_ld = V, .rows = S}, s);
 
-    // The Markov head, left to right (dspark_markov.h).
-    const DSparkMarkovParams mp{.embed = &ds.markov_embed, .head = &ds.markov_head, .confidence = ds.confidence, .U = U, .y = y,
-                                .anchors = d_anchor, .temperature = d_temp, .sampled = d_sampled, .uniforms = d_unif,
-                                .active = active, .requests = R, .block = G, .vocab = V, .hidden = D, .rank = rank,
-                                .host_out = static_cast<uint8_t*>(pinned_out_->host()),
-                                .host_probs = any_sampled ? static_cast<float*>(pinned_probs_->host()) : nullptr};
-    dspark_markov_draft(mp, workspace_, s);
+        // The Markov head, left to right (dspark_markov.h).
+        const DSparkMarkovParams mp{.embed = &ds.markov_embed, .head = &ds.markov_head, .confidence = ds.confidence, .U = U, .y = y,
+                                    .anchors = d_anchor, .temperature = d_temp, .sampled = d_sampled, .uniforms = d_unif,
+                                    .active = active, .requests = Rs, .block = G, .vocab = V, .hidden = D, .rank = rank,
+                                    .host_out = host_out,
+                                    .host_probs = any_sampled ? static_cast<float*>(pinned_probs_->host()) : nullptr};
+        dspark_markov_draft(mp, workspace_, s);
+    };
+    if (shape.graph)
+        draft_graphs_.run(Rs, workspace_, s, compute, stats_.draft_graph_captures, stats_.draft_graph_replays);
+    else
+        compute();
     stream_.synchronize();
     release.armed = false;
     workspace_.reset(mark);
-    unpack_device_drafts(mp.host_out, mp.host_probs, G, V, order, requests, sampled, out);
+    unpack_device_drafts(host_out, any_sampled ? static_cast<const float*>(pinned_probs_->host()) : nullptr, G, V, Rs,
+                         order, requests, sampled, out);
     return out;
 }
 

@@ -40,7 +40,10 @@ void CudaV41Model::reset_stats() const {
 
 void CudaV41Model::set_even_routing(bool on) const {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (bench_routing_.set_even(on)) graphs_.clear();  // they captured the other routing
+    if (bench_routing_.set_even(on)) {  // they captured the other routing
+        graphs_.clear();
+        draft_graphs_.clear();
+    }
 }
 
 float* CudaV41Model::compute(const Batch& b) const {
@@ -151,7 +154,7 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
     auto wants = [&](size_t i) { return want_logits.empty() || want_logits[i] != 0; };
     const std::vector<uint8_t> drawn = check_device_draws(draws, chunks.size());
     Batch b;
-    bool decode = !chunks.empty(), attached = false;
+    bool decode = !chunks.empty();
     for (size_t i = 0; i < chunks.size(); ++i) {
         const SequenceChunk& ch = chunks[i];
         DI_CHECK(ch.sequence != nullptr, "forward_batch: chunk without a sequence");
@@ -178,7 +181,6 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
         // the drafter, so it can replay a graph.
         const bool taps = st->dspark.has_value() && ch.drafter_taps;
         b.drafter_taps.push_back(taps);
-        attached = attached || taps;
         decode = decode && n == 1 && !(ch.all_logits && wants(i));
     }
     const int64_t real_rows = static_cast<int64_t>(b.tokens.size());
@@ -187,7 +189,7 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
     // A pure decode step replays the CUDA graph of its (rows, context) bucket; padding rows decode
     // token 0 at position 0 of the scratch sequence (batch invariance: they change no other row).
     const int64_t bucket = graphs_.enabled() && decode ? graph_bucket(real_rows) : 0;
-    b.graph = bucket > 0 && bucket <= limits_.max_rows && !attached;  // steps with DSpark taps run eagerly
+    b.graph = bucket > 0 && bucket <= limits_.max_rows;  // (with DSpark taps: every row taps, plan_taps)
     if (b.graph) {
         auto* pad = static_cast<V41DeviceState*>(&pad_.state());
         for (int64_t k = real_rows; k < bucket; ++k) {
@@ -260,7 +262,8 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
 
     // A graph step: the captured work reads its inputs from the block above, at the same arena offset
     // in every step of the bucket, and allocates the same arena ranges: replaying it is the eager path.
-    float* logits = b.graph ? graphs_.run({S, b.max_position + 1}, workspace_, s, [&] { return compute(b); }, stats_)
+    float* logits = b.graph ? graphs_.run({S, b.max_position + 1, b.num_taps > 0 ? 1 : 0}, workspace_, s, [&] { return compute(b); },
+                                        stats_.graph_captures, stats_.graph_replays)
                             : compute(b);
 
     draws_.enqueue(logits, V, draws, draw_rows, workspace_, s);

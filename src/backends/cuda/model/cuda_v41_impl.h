@@ -27,6 +27,7 @@
 #include "backends/cuda/model/cuda_v41_weights.h"
 #include "backends/cuda/model/bench_routing.h"
 #include "backends/cuda/model/decode_graphs.h"
+#include "backends/cuda/model/draft_graphs.h"
 #include "backends/cuda/model/device_draws.h"
 #include "backends/cuda/model/step_timer.h"
 #include "deepinfer/check.h"
@@ -255,11 +256,13 @@ private:
     // largest forward the limits allow; initialized after the members that bound uses).
     mutable DeviceArena workspace_;
     mutable DecodeGraphs graphs_;  // by (rows, context) bucket
+    mutable DraftGraphs draft_graphs_;  // DSpark draft calls of argmax drafts, by request bucket
     mutable BenchRouting bench_routing_;  // CudaModelOptions::expert_load_stats, even_routing
     mutable Sequence pad_{nullptr};  // the scratch sequence of graph steps' padding rows
     mutable InputBlock input_;
     mutable std::unique_ptr<PinnedBuffer> pinned_in_;
     mutable std::unique_ptr<PinnedBuffer> pinned_out_, pinned_probs_;  // drafting's results
+    mutable std::unique_ptr<DeviceBuffer> tap_sink_;  // one ring row: see plan_taps (made at the first attach)
     std::unique_ptr<Drafter> dspark_drafter_;  // set when dspark_stages_ > 0
     mutable StepTimer timer_;
     mutable CudaModelStats stats_;

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <exception>
 
-#include "backends/cuda/model/cuda_model.h"
 #include "deepinfer/check.h"
 #include "deepinfer/log.h"
 
@@ -30,8 +29,8 @@ ForwardLimits ForwardLimits::of(const ModelOptions& o) {
     return l;
 }
 
-float* DecodeGraphs::run(std::pair<int64_t, int64_t> key, DeviceArena& arena, Stream s,
-                         const std::function<float*()>& compute, CudaModelStats& stats) {
+float* DecodeGraphs::run(GraphKey key, DeviceArena& arena, Stream s,
+                         const std::function<float*()>& compute, int64_t& captures, int64_t& replays) {
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
         const size_t start = arena.mark();
@@ -51,13 +50,13 @@ float* DecodeGraphs::run(std::pair<int64_t, int64_t> key, DeviceArena& arena, St
         const size_t end = arena.mark();
         arena.reset(start);  // the capture ran nothing: the replay below computes
         it = graphs_.emplace(key, Entry{std::move(graph), logits, start, end}).first;
-        ++stats.graph_captures;
+        ++captures;
     }
     const Entry& g = it->second;
     DI_ICHECK(arena.mark() == g.start);  // the inputs of a bucket sit at one arena offset
     g.graph->launch(s);
     arena.reset(g.end);
-    ++stats.graph_replays;
+    ++replays;
     return g.logits;
 }
 

@@ -10,14 +10,12 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <utility>
+#include <tuple>
 
 #include "backends/cuda/cuda_backend.h"
 #include "deepinfer/model.h"
 
 namespace deepinfer::cuda {
-
-struct CudaModelStats;
 
 // Padded batch sizes of decode steps that replay a CUDA graph (a step of S sequences runs the graph
 // of the smallest bucket >= S; padding rows decode token 0 at position 0 of a scratch sequence).
@@ -36,6 +34,10 @@ struct ForwardLimits {
     static ForwardLimits of(const ModelOptions& options);
 };
 
+// A graph's key: (rows, context, variant); the variant tells apart graphs of one bucket with different
+// work (1: the step's rows tap for the DSpark drafter, cuda_v41_dspark.cpp / cuda_dspark_v4.cpp; 0: not).
+using GraphKey = std::tuple<int64_t, int64_t, int64_t>;
+
 class DecodeGraphs {
 public:
     explicit DecodeGraphs(bool enabled) : enabled_(enabled) {}
@@ -43,9 +45,9 @@ public:
     // Runs the step of bucket `key`: replays its graph, capturing it first on the bucket's first
     // step. `compute` enqueues the step on `s` from the arena's current mark (the end of the inputs
     // block) and returns the logits (arena memory). A capture that fails turns graphs off for good
-    // (a warning) and this step runs `compute` directly. Counts captures and replays in `stats`.
-    float* run(std::pair<int64_t, int64_t> key, DeviceArena& arena, Stream s, const std::function<float*()>& compute,
-               CudaModelStats& stats);
+    // (a warning) and this step runs `compute` directly. Counts captures and replays.
+    float* run(GraphKey key, DeviceArena& arena, Stream s, const std::function<float*()>& compute,
+               int64_t& captures, int64_t& replays);
     // Drops every captured graph (the next step of each bucket captures again): after a change to
     // what a step enqueues.
     void clear() { graphs_.clear(); }
@@ -57,7 +59,7 @@ private:
         size_t start = 0, end = 0;  // the arena range the captured work uses
     };
     bool enabled_;
-    std::map<std::pair<int64_t, int64_t>, Entry> graphs_;
+    std::map<GraphKey, Entry> graphs_;
 };
 
 }  // namespace deepinfer::cuda

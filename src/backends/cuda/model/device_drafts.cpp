@@ -5,13 +5,13 @@
 
 namespace deepinfer::cuda {
 
-void unpack_device_drafts(const uint8_t* host_out, const float* host_probs, int64_t steps, int64_t vocab,
+void unpack_device_drafts(const uint8_t* host_out, const float* host_probs, int64_t steps, int64_t vocab, int64_t slots,
                           std::span<const int64_t> order, std::span<const DraftRequest> requests,
                           std::span<const int32_t> sampled, std::vector<Draft>& out) {
-    const int64_t R = static_cast<int64_t>(order.size()), V = vocab;
+    const int64_t R = slots, V = vocab;
     const auto* toks = reinterpret_cast<const int32_t*>(host_out);
     const auto* conf = reinterpret_cast<const float*>(host_out + size_t(steps * R) * 4);
-    for (int64_t a = 0; a < R; ++a) {
+    for (int64_t a = 0; a < static_cast<int64_t>(order.size()); ++a) {
         Draft& d = out[size_t(order[size_t(a)])];
         const int64_t nd = requests[size_t(order[size_t(a)])].num_drafts;
         for (int64_t k = 0; k < nd; ++k) {

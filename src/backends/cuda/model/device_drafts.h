@@ -11,11 +11,12 @@
 
 namespace deepinfer::cuda {
 
-// host_out: [steps, R] int32 drafts then [steps, R] f32 confidences, R = order.size() slots (slot a is
-// request order[a]); host_probs: [steps, R, vocab] distributions of the sampled slots (sampled[a] != 0,
+// host_out: [steps, slots] int32 drafts then [steps, slots] f32 confidences, slot a < order.size() is
+// request order[a] (later slots are a graph's padding); host_probs: [steps, slots, vocab] distributions
+// of the sampled slots (sampled[a] != 0,
 // whose out[order[a]].probs is sized [num_drafts, vocab]), null when none samples. Appends each
 // request's num_drafts drafts to out[order[a]].
-void unpack_device_drafts(const uint8_t* host_out, const float* host_probs, int64_t steps, int64_t vocab,
+void unpack_device_drafts(const uint8_t* host_out, const float* host_probs, int64_t steps, int64_t vocab, int64_t slots,
                           std::span<const int64_t> order, std::span<const DraftRequest> requests,
                           std::span<const int32_t> sampled, std::vector<Draft>& out);
 

@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "backends/cuda/model/draft_graphs.h"
+
+#include "deepinfer/check.h"
+
+namespace deepinfer::cuda {
+
+std::vector<int64_t> DraftGraphShape::active(std::span<const DraftRequest> requests, std::span<const int64_t> order,
+                                             int64_t steps) const {
+    std::vector<int64_t> n(static_cast<size_t>(steps), slots);
+    if (graph) return n;
+    const int64_t R = static_cast<int64_t>(order.size());
+    for (int64_t k = 0; k < steps; ++k) {
+        int64_t a = 0;
+        while (a < R && requests[size_t(order[size_t(a)])].num_drafts > k) ++a;
+        n[size_t(k)] = a;
+    }
+    return n;
+}
+
+DraftGraphShape draft_graph_shape(bool graphs, int64_t requests, int64_t max_seqs) {
+    const int64_t bucket = graphs ? graph_bucket(requests) : 0;
+    if (bucket > 0 && bucket <= max_seqs) return {.graph = true, .slots = bucket};
+    return {.graph = false, .slots = requests};
+}
+
+uint8_t* DraftGraphs::host_out(size_t capacity) {
+    if (!out_) out_ = std::make_unique<PinnedBuffer>(capacity);
+    DI_ICHECK(out_->nbytes() >= capacity);
+    return static_cast<uint8_t*>(out_->host());
+}
+
+void DraftGraphs::run(int64_t slots, DeviceArena& arena, Stream s, const std::function<void()>& compute,
+                      int64_t& captures, int64_t& replays) {
+    graphs_.run({slots, 0, 0}, arena, s, [&]() -> float* {
+        compute();
+        return nullptr;
+    }, captures, replays);
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: Apache-2.0
+// CUDA graphs of DSpark draft calls, shared by the V4 (0731) and V4.1 CUDA drafters: a call of R
+// requests whose drafts are all argmax (no sampled distributions to copy) runs in the request bucket
+// of graph_bucket(R) (decode_graphs.h): the slots past the requests draft token 0 at position 0 from
+// the first request's rings, and every Markov step runs every slot. Rows compute alone, so the
+// requests' drafts are the eager call's bit for bit; the captured call copies its results to a pinned
+// buffer that never moves (a graph holds its address).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backends/cuda/model/decode_graphs.h"
+#include "deepinfer/drafter.h"
+
+namespace deepinfer::cuda {
+
+struct DraftGraphShape {
+    bool graph = false;
+    int64_t slots = 0;  // request slots the call computes: R eagerly, the bucket in a graph
+    // Per Markov step the slots that run: eagerly the requests still drafting (a prefix of `order`, sorted
+    // by draft count, descending), in a graph every slot.
+    std::vector<int64_t> active(std::span<const DraftRequest> requests, std::span<const int64_t> order,
+                                int64_t steps) const;
+};
+// `graphs`: graphs are on and no request samples its drafts. A bucket above `max_seqs` (the workspace's
+// bound) runs eagerly.
+DraftGraphShape draft_graph_shape(bool graphs, int64_t requests, int64_t max_seqs);
+
+class DraftGraphs {
+public:
+    explicit DraftGraphs(bool enabled) : graphs_(enabled) {}
+    bool enabled() const { return graphs_.enabled(); }
+    // The pinned results buffer of graph calls, allocated on the first call with `capacity` bytes (the
+    // largest bucket's), the same pointer ever after.
+    uint8_t* host_out(size_t capacity);
+    // Replays the graph of `slots` (capturing it on the first call; DecodeGraphs::run).
+    void run(int64_t slots, DeviceArena& arena, Stream s, const std::function<void()>& compute, int64_t& captures,
+             int64_t& replays);
+    void clear() { graphs_.clear(); }  // DecodeGraphs::clear
+
+private:
+    DecodeGraphs graphs_;
+    std::unique_ptr<PinnedBuffer> out_;
+};
+
+}  // namespace deepinfer::cuda
