@@ -239,6 +239,7 @@ int main(int argc, char** argv) {
                                             {"--temperature", "0"}, {"--repeat", "1"}, {"--arms", "none,fixed,scheduler"},
                                             {"--tokenizer", "assets/tokenizer/deepseek-v4/tokenizer.json"}, {"--threads", "0"},
                                             {"--device", "cpu"}, {"--async", "0"}, {"--warmup", "0"}, {"--gemm", "reference"}, {"--max-batch-tokens", "4096"},
+                                            {"--verify-graphs", "1"},
                                             {"--dir", (std::filesystem::temp_directory_path() / "deepinfer-spec-bench").string()}};
     for (int i = 1; i + 1 < argc; i += 2) a[argv[i]] = argv[i + 1];
     const int64_t hidden = std::stoll(a["--hidden"]), layers = std::stoll(a["--layers"]), vocab = std::stoll(a["--vocab"]);
@@ -260,6 +261,7 @@ int main(int argc, char** argv) {
     mo.device = di::parse_device(a["--device"]);
     if (a["--gemm"] != "reference" && a["--gemm"] != "fast") throw std::runtime_error("--gemm must be reference or fast");
     mo.device_fast_gemm = a["--gemm"] == "fast";  // CUDA: tensor-core GEMMs
+    mo.cuda_verify_graphs = a["--verify-graphs"] != "0";  // CUDA V4.1: steps of verify rows replay graphs
     int64_t max_batch = 1;
     {
         std::stringstream list(a["--batches"]);
@@ -328,6 +330,7 @@ int main(int argc, char** argv) {
                                     {"generated_tok_per_cpu_s", double(m.generated_tokens) / cpu}, {"steps", m.steps},
                                     {"forward_s", m.forward_seconds}, {"draft_s", m.draft_seconds},
                                     {"threads", di::cpu_num_threads()}, {"device", a["--device"]}, {"gemm", a["--gemm"]},
+                                    {"verify_graphs", mo.cuda_verify_graphs},
                                     {"async", ec.async_scheduling}};
                 if (round < 0) {
                     r["warmup"] = true;

@@ -59,6 +59,9 @@ struct ModelOptions {
     // context bucket, captured on first use); off: every step launches its kernels one by one.
     // Both paths give bit-identical results.
     bool cuda_graphs = true;
+    // CUDA, DeepSeek-V4.1, with cuda_graphs: steps of short chunks (at most kGraphChunkRows rows each:
+    // speculative verify rows, decode rows, prompt tails) replay the graph of their rows' bucket too.
+    bool cuda_verify_graphs = true;
     // CUDA: tensor-core GEMMs (--gemm fast; equal to the CPU within tolerances, batch-invariant) instead
     // of the bit-exact reference kernels (--gemm reference).
     bool device_fast_gemm = false;

@@ -461,8 +461,9 @@ TEST_P(CudaDSpark, GreedyDraftGraphsEqualEagerDrafts) {
             std::vector<DraftRequest> reqs;
             for (int64_t i : ids) {
                 const bool smp = sampled && i == ids.front();
-                reqs.push_back({&seqs[m][size_t(i)], anchors[size_t(i)], 1 + (i + round) % 5, smp ? 0.9 : 0.0,
-                                smp ? std::vector<double>(5, 0.37) : std::vector<double>{}});
+                const int64_t count = 1 + (i + round) % 5;
+                reqs.push_back({&seqs[m][size_t(i)], anchors[size_t(i)], count, smp ? 0.9 : 0.0,
+                                smp ? std::vector<double>(size_t(count), 0.37) : std::vector<double>{}});
             }
             d[m] = models[m]->drafter()->draft(reqs);
         }
@@ -546,6 +547,82 @@ TEST_P(CudaDSpark, TappedDecodeGraphsEqualEagerSteps) {
     EXPECT_EQ(after.graph_replays - before.graph_replays, int64_t(runs.size()));  // every step, tapped or not
     EXPECT_EQ(cuda::cuda_model_stats(*eager).graph_replays, 0);
     // The rings: greedy drafts from every sequence equal the eager model's.
+    std::vector<int32_t> anchors = random_tokens(rng, N, V);
+    std::vector<Draft> d[3];
+    for (int m = 1; m < 3; ++m) {
+        std::vector<DraftRequest> reqs;
+        for (int64_t i = 0; i < N; ++i) reqs.push_back({&seqs[m][size_t(i)], anchors[size_t(i)], 5, 0.0, {}});
+        d[m] = models[m]->drafter()->draft(reqs);
+    }
+    for (int64_t i = 0; i < N; ++i) {
+        EXPECT_EQ(d[1][size_t(i)].tokens, d[2][size_t(i)].tokens) << "request " << i;
+        EXPECT_TRUE(same_bits(d[1][size_t(i)].confidence, d[2][size_t(i)].confidence)) << "request " << i;
+    }
+}
+
+// Steps of short chunks (verify rows: an anchor and 0..5 drafts, some rows tapping and some not, a
+// prompt's tail) replay the graph of their rows' bucket on DeepSeek-V4.1 (ModelOptions::cuda_verify_graphs;
+// V4's run eagerly): every row's logits equal the eager model's and the CPU model's bit for bit through
+// rollbacks, and the context rows they write give the eager model's drafts.
+TEST_P(CudaDSpark, VerifyStepGraphsEqualEagerSteps) {
+    const bool v4 = GetParam().v4, official = GetParam().official;
+    const std::string dir = v4 ? v4_fixture(official, false) : fixture(official, false);
+    ModelOptions no_graphs = options(8, 256);
+    no_graphs.cuda_graphs = false;
+    const std::unique_ptr<Model> eager =
+        v4 ? cuda::load_cuda_model(dir, no_graphs) : cuda::load_cuda_v41_model(dir, no_graphs, {});
+    const Model* models[3] = {cpu_.get(), gpu_.get(), eager.get()};
+    const int64_t V = cpu_->info().vocab_size, N = 5;
+    std::mt19937 rng(17);
+    std::vector<Sequence> seqs[3];
+    std::vector<std::vector<int32_t>> prompts;
+    for (int64_t i = 0; i < N; ++i) {
+        prompts.push_back(random_tokens(rng, 6 + 7 * i, V));
+        for (int m = 0; m < 3; ++m) {
+            seqs[m].push_back(models[m]->new_sequence());
+            models[m]->drafter()->attach(seqs[m].back());
+        }
+    }
+    for (int64_t i = 0; i + 1 < N; ++i)  // the last sequence's prompt runs in the graph steps below
+        for (int m = 0; m < 3; ++m) models[m]->forward(seqs[m][size_t(i)], prompts[size_t(i)], false);
+    const auto before = cuda::cuda_model_stats(*gpu_);
+    int64_t steps = 0, prompt_done = 0;
+    for (int round = 0; round < 6; ++round) {
+        // Chunks: sequences 0..3 verify 0..5 drafts (an anchor and random tokens), tapping or not; sequence
+        // 4 runs its prompt 8 tokens a step (its last chunk shorter).
+        std::vector<std::vector<int32_t>> rows(static_cast<size_t>(N));
+        std::vector<int> taps(size_t(N), 1);
+        for (int64_t i = 0; i + 1 < N; ++i) {
+            rows[size_t(i)] = random_tokens(rng, 1 + (i + round) % 6, V);
+            taps[size_t(i)] = (i + round) % 4 != 1;
+        }
+        const int64_t take = std::min<int64_t>(8, int64_t(prompts[N - 1].size()) - prompt_done);
+        if (take > 0)
+            rows[N - 1].assign(prompts[N - 1].begin() + prompt_done, prompts[N - 1].begin() + prompt_done + take);
+        std::vector<float> logits[3];
+        for (int m = 0; m < 3; ++m) {
+            std::vector<SequenceChunk> chunks;
+            for (int64_t i = 0; i < N; ++i) {
+                if (rows[size_t(i)].empty()) continue;
+                const bool prompt = i == N - 1;
+                chunks.push_back({&seqs[m][size_t(i)], rows[size_t(i)], !prompt, {}});
+                chunks.back().drafter_taps = taps[size_t(i)] != 0;
+            }
+            for (const auto& l : models[m]->forward_batch(chunks)) logits[m].insert(logits[m].end(), l.begin(), l.end());
+        }
+        ++steps;
+        prompt_done += std::max<int64_t>(take, 0);
+        const std::string what = "round " + std::to_string(round);
+        EXPECT_TRUE(same_bits(logits[1], logits[2])) << what;
+        EXPECT_TRUE(same_bits(logits[1], logits[0])) << what;
+        for (int64_t i = 0; i + 1 < N; ++i) {  // keep none, some or all of the verified rows
+            const int64_t n = int64_t(rows[size_t(i)].size()), keep = (i + round) % 3 == 0 ? 1 : (i + round) % 3 == 1 ? (n + 1) / 2 : n;
+            for (int m = 0; m < 3; ++m) seqs[m][size_t(i)].truncate(seqs[m][size_t(i)].num_tokens() - n + keep);
+        }
+    }
+    const auto after = cuda::cuda_model_stats(*gpu_);
+    EXPECT_EQ(after.graph_replays - before.graph_replays, v4 ? 0 : steps);
+    EXPECT_EQ(cuda::cuda_model_stats(*eager).graph_replays, 0);
     std::vector<int32_t> anchors = random_tokens(rng, N, V);
     std::vector<Draft> d[3];
     for (int m = 1; m < 3; ++m) {

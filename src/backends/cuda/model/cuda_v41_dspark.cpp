@@ -61,16 +61,20 @@ void CudaV41Model::plan_taps(Batch& b, InputBlock& in) const {
     const int64_t rows = dspark_ring_rows(), row_bytes = formats_.window_bytes;
     std::vector<int32_t> src, pos;
     std::vector<std::vector<uint8_t*>> dst(static_cast<size_t>(dspark_stages_));
-    // A graph step (decode rows, one per segment) with any tapped row: every row of the bucket taps, the
-    // size the captured work has; rows whose pass skips the drafter, and padding rows, write their context
-    // rows to the sink row (never read).
+    // A graph step with any tapped row: every row of the bucket taps, the size the captured work has
+    // (its chunks are shorter than a ring); rows whose pass skips the drafter, and padding rows, write their
+    // context rows to the sink row (never read).
     const bool pad = b.graph && std::find(b.drafter_taps.begin(), b.drafter_taps.end(), 1) != b.drafter_taps.end();
+    DI_ICHECK(!pad || b.max_rows <= rows);
     for (size_t i = 0; i < b.states.size(); ++i) {
         const bool real = i < b.drafter_taps.size();  // (padding segments come last)
         if (pad && (!real || !b.drafter_taps[i])) {
-            src.push_back(static_cast<int32_t>(b.row_begin[i]));
-            pos.push_back(0);
-            for (int64_t s = 0; s < dspark_stages_; ++s) dst[size_t(s)].push_back(static_cast<uint8_t*>(tap_sink_->data()));
+            for (int64_t t = 0; t < b.num_rows[i]; ++t) {
+                src.push_back(static_cast<int32_t>(b.row_begin[i] + t));
+                pos.push_back(0);
+                for (int64_t s = 0; s < dspark_stages_; ++s)
+                    dst[size_t(s)].push_back(static_cast<uint8_t*>(tap_sink_->data()));
+            }
             continue;
         }
         if (!real || !b.drafter_taps[i]) continue;  // not attached, or its pass skips the drafter
@@ -86,6 +90,7 @@ void CudaV41Model::plan_taps(Batch& b, InputBlock& in) const {
         }
     }
     b.num_taps = static_cast<int64_t>(src.size());
+    DI_ICHECK(!pad || b.num_taps == b.rows);
     if (b.num_taps == 0) return;
     b.tap_src = in.add(src);
     b.tap_pos = in.add(pos);

@@ -154,7 +154,7 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
     auto wants = [&](size_t i) { return want_logits.empty() || want_logits[i] != 0; };
     const std::vector<uint8_t> drawn = check_device_draws(draws, chunks.size());
     Batch b;
-    bool decode = !chunks.empty();
+    bool decode = !chunks.empty(), short_chunks = !chunks.empty();
     for (size_t i = 0; i < chunks.size(); ++i) {
         const SequenceChunk& ch = chunks[i];
         DI_CHECK(ch.sequence != nullptr, "forward_batch: chunk without a sequence");
@@ -182,13 +182,16 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
         const bool taps = st->dspark.has_value() && ch.drafter_taps;
         b.drafter_taps.push_back(taps);
         decode = decode && n == 1 && !(ch.all_logits && wants(i));
+        short_chunks = short_chunks && n <= kGraphChunkRows;
     }
     const int64_t real_rows = static_cast<int64_t>(b.tokens.size());
     // The pages this forward writes: the sequences' own (copy-on-write), the entry pages of its positions.
     prepare_writes(b.states, b.num_rows);
     // A pure decode step replays the CUDA graph of its (rows, context) bucket; padding rows decode
     // token 0 at position 0 of the scratch sequence (batch invariance: they change no other row).
-    const int64_t bucket = graphs_.enabled() && decode ? graph_bucket(real_rows) : 0;
+    // Steps of short chunks (verify rows) too: every table is sized per row of the bucket (plan()).
+    const bool graph_step = decode || (verify_graphs_ && short_chunks);
+    const int64_t bucket = graphs_.enabled() && graph_step ? graph_bucket(real_rows) : 0;
     b.graph = bucket > 0 && bucket <= limits_.max_rows;  // (with DSpark taps: every row taps, plan_taps)
     if (b.graph) {
         auto* pad = static_cast<V41DeviceState*>(&pad_.state());
@@ -204,17 +207,17 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
     const int64_t S = static_cast<int64_t>(b.tokens.size());
     b.rows = S;
     b.mask_ld = b.max_position + 1;
-    // Rows of logits: every row of a graph step; else the rows a chunk wants (all or its last) and the
-    // last row of a chunk with draws. Chunks that want neither (mid-prefill) skip the head.
+    // Rows of logits: every row of a graph step (in order); else the rows a chunk wants (all or its last)
+    // and the last row of a chunk with draws. Chunks that want neither (mid-prefill) skip the head.
     std::vector<int32_t> picked;
     std::vector<int64_t> first_pick(chunks.size(), -1), num_pick(chunks.size(), 0);
     for (size_t i = 0; i < chunks.size(); ++i) {
         const int64_t n = b.num_rows[i];
         if (b.graph || wants(i) || drawn[i]) {
             const int64_t from = wants(i) && chunks[i].all_logits ? 0 : n - 1;
-            first_pick[i] = static_cast<int64_t>(picked.size());
+            first_pick[i] = static_cast<int64_t>(picked.size()) + (b.graph ? from : 0);
             num_pick[i] = n - from;
-            for (int64_t r = from; r < n; ++r) picked.push_back(static_cast<int32_t>(b.row_begin[i] + r));
+            for (int64_t r = b.graph ? 0 : from; r < n; ++r) picked.push_back(static_cast<int32_t>(b.row_begin[i] + r));
         }
     }
     if (b.graph)

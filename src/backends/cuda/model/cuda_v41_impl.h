@@ -257,6 +257,7 @@ private:
     mutable DeviceArena workspace_;
     mutable DecodeGraphs graphs_;  // by (rows, context) bucket
     mutable DraftGraphs draft_graphs_;  // DSpark draft calls of argmax drafts, by request bucket
+    bool verify_graphs_;  // ModelOptions::cuda_verify_graphs
     mutable BenchRouting bench_routing_;  // CudaModelOptions::expert_load_stats, even_routing
     mutable Sequence pad_{nullptr};  // the scratch sequence of graph steps' padding rows
     mutable InputBlock input_;

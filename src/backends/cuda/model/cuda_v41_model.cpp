@@ -63,6 +63,7 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
                                               dspark_workspace_need(limits_.max_seqs))),
       graphs_(options.cuda_graphs && o.expert_exchange == nullptr),
       draft_graphs_(options.cuda_graphs && o.expert_exchange == nullptr),
+      verify_graphs_(options.cuda_verify_graphs),
       bench_routing_(o.expert_load_stats, o.even_routing) {
     DI_CHECK(!options.v41_bounded_replay, dir, ": bounded replay runs on the CPU only so far (--device cpu)");
     DI_CHECK(!fast_ || fast_fp8_available(), "fast GEMM mode needs FP8 tensor cores (compute capability 8.9+)");

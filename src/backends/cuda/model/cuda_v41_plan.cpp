@@ -3,8 +3,9 @@
 // src/model/v41/attention.cpp's SharedState does (what KV, index and candidate sources publish per
 // segment) and writes every per-row table the layers' kernels read into the input block.
 //
-// Graph steps (pure decode, one row per segment, padded to a bucket) size every table from the
-// bucket, not from the positions, so one captured graph serves every step of its bucket: the
+// Graph steps (decode rows or short chunks such as verify rows, padded to a bucket with one-row
+// segments) size every table from the bucket, not from the positions or the chunks' composition (per
+// segment tables hold a row's worth of segments), so one captured graph serves every step of its bucket: the
 // compressor gets one group slot per row (slots of rows that complete no group pool their own row
 // and store nothing: null destinations), the indexer one IndexRow per row (rows of segments that
 // publish nothing score no entries and publish into a discarded top-k row), the candidate stage
@@ -85,7 +86,10 @@ void CudaV41Model::plan(Batch& b, InputBlock& in) const {
     } else {
         for (const V41DeviceState* st : b.states) table_len = std::max(table_len, st->entries.size());
     }
-    std::vector<const uint8_t*> tables(b.states.size() * size_t(table_len), nullptr);
+    // (A graph step's segment tables hold one entry per row: at most that many segments.)
+    const size_t table_segments = b.graph ? size_t(b.rows) : b.states.size();
+    DI_ICHECK(table_segments >= b.states.size());
+    std::vector<const uint8_t*> tables(table_segments * size_t(table_len), nullptr);
     for (size_t i = 0; i < b.states.size(); ++i) {
         const V41DeviceState& st = *b.states[i];
         DI_ICHECK(layout_->entry_pages(b.first_position[i] + b.num_rows[i]) <= std::min(table_len, st.entries.size()));
@@ -238,6 +242,7 @@ void CudaV41Model::plan_attention(int64_t layer, Batch& b, InputBlock& in) const
         for (int64_t t = 0; t < n; ++t)
             ring_dst.push_back(t >= n - window_rows ? window + ((P0 + t) % window_rows) * formats_.window_bytes : nullptr);
     }
+    if (b.graph) segs.resize(size_t(b.rows), segs.back());  // one entry per row (unused ones: no row names them)
     LayerPlan& p = b.layers[size_t(layer)];
     p.kv_source = ratio > 0 ? uniform_kv_source(b) : -1;
     p.sink_segments = in.add(segs);

@@ -20,6 +20,10 @@ namespace deepinfer::cuda {
 // Padded batch sizes of decode steps that replay a CUDA graph (a step of S sequences runs the graph
 // of the smallest bucket >= S; padding rows decode token 0 at position 0 of a scratch sequence).
 inline constexpr int64_t kGraphBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512};
+// The longest chunk a graph step holds besides decode rows (CudaV41Model: an anchor and up to 7 drafts, a
+// prompt's tail): a step of such chunks has at most as many segments as rows, so tables sized per row of
+// the bucket fit every composition.
+inline constexpr int64_t kGraphChunkRows = 8;
 // The smallest bucket >= rows; 0 above the largest.
 int64_t graph_bucket(int64_t rows);
 // Context bucket of a graph: the sizes that depend on the longest sequence (indexer scores,
