@@ -113,37 +113,56 @@ TEST(VerifyScheduler, SpeculatesOnlyWhenTheExpectedGainReachesOne) {
     EXPECT_EQ(doubtful.speculate(8, 8), 0);
 }
 
-TEST(VerifyScheduler, MeasuresPlainStepsThenProbesSpeculationPeriodically) {
+// 300 steps of batch n (every request with 4 sure drafts), costs from the given lines; whether each
+// step speculated.
+template <typename Tapped, typename Plain>
+std::vector<int> run_modes(VerifyScheduler& s, int64_t n, Tapped tapped, Plain plain, double draft_seconds) {
     const std::vector<float> sure = {0.99f, 0.99f, 0.99f, 0.99f};
-    const int64_t n = 64;
     std::vector<VerifyCandidate> c(size_t(n), VerifyCandidate{4, sure, sure});
-    auto eager = [](int64_t rows) { return 1e-3 + 1e-4 * double(rows); };
-    auto graph = [](int64_t rows) { return 1e-3 + 1e-5 * double(rows); };
-    VerifyScheduler s(4, true);
-    // Cold: speculate (the speculative costs are learned first).
     std::vector<int> modes;
     for (int step = 0; step < 300; ++step) {
         const bool spec = s.speculate(n, n) > 0;
         modes.push_back(spec);
         int64_t rows = n;
         if (spec) rows += s.plan(c, n, 10000).empty() ? 0 : s.last_budget();
-        s.observe_step(rows, spec, spec ? eager(rows) : graph(rows), spec ? n : 0, spec ? 2e-3 : 0.0);
+        s.observe_step(rows, spec, spec ? tapped(rows) : plain(rows), spec ? n : 0, spec ? draft_seconds : 0.0);
     }
-    EXPECT_EQ(modes[0], 1);
+    return modes;
+}
+
+TEST(VerifyScheduler, MeasuresPlainStepsThenProbesSpeculationPeriodically) {
+    const int64_t n = 64;
+    // A probe costs about what its tokens are worth at plain steps (verify rows a little dearer than plain
+    // rows; the drafter makes speculation lose, gain 0.86): probes come kProbeEvery plain steps after the
+    // fallback, then at doubling intervals while they find no gain.
+    auto graph = [](int64_t rows) { return 1e-3 + 1e-5 * double(rows); };
+    auto tapped = [](int64_t rows) { return 1e-3 + 1.1e-5 * double(rows); };
+    VerifyScheduler s(4, true);
+    const std::vector<int> modes = run_modes(s, n, tapped, graph, 5e-3);
+    EXPECT_EQ(modes[0], 1);  // cold: speculate (the speculative costs are learned first)
+    EXPECT_LT(s.expected_gain(n, n), 1.0);
     int spec_steps = 0, switches = 0;
     for (size_t i = 0; i < modes.size(); ++i) {
         spec_steps += modes[i];
         switches += i > 0 && modes[i] != modes[i - 1];
     }
     EXPECT_LT(spec_steps, 30);  // mostly plain: a few steps to learn, then probes
-    // Probes (two speculating steps after a plain run) keep coming, kProbeEvery plain steps after the
-    // fallback, then at doubling intervals while they find no gain.
-    std::vector<size_t> probes;
+    std::vector<size_t> probes;  // two speculating steps after a plain run
     for (size_t i = 1; i + 1 < modes.size(); ++i)
         if (modes[i] && modes[i + 1] && !modes[i - 1] && i > 20) probes.push_back(i);
     ASSERT_GE(probes.size(), 2u);
     EXPECT_GE(probes[1] - probes[0], size_t(2 * VerifyScheduler::kProbeEvery));
     EXPECT_GT(switches, 4);
+
+    // Verify rows 10x dearer than plain rows: a probe costs about 17 plain steps more than its tokens are
+    // worth, so probes wait until that is at most kProbeShare of the plain steps between them (here the
+    // longest interval): no probe within these 300 steps once speculation stopped.
+    auto eager = [](int64_t rows) { return 1e-3 + 1e-4 * double(rows); };
+    VerifyScheduler dear(4, true);
+    const std::vector<int> m2 = run_modes(dear, n, eager, graph, 2e-3);
+    const auto last_spec = std::find(m2.rbegin(), m2.rend(), 1) - m2.rbegin();
+    EXPECT_GT(last_spec, 280);  // speculated only while learning (the first steps)
+    EXPECT_LT(std::count(m2.begin(), m2.end(), 1), 10);
 }
 
 // Runs `steps` steps of batch n against step costs (as an asynchronous engine: each step's cost is

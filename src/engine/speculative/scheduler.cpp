@@ -77,6 +77,21 @@ int64_t VerifyScheduler::subset(int64_t n, bool wide) const {
     return std::max<int64_t>(1, n / (wide ? kSubsetShare / 2 : kSubsetShare));
 }
 
+int64_t VerifyScheduler::probe_interval(int64_t n, int64_t tokens) const {
+    const double plain = costs_.predict(StepKind::kPlain, tokens);
+    if (plain <= 0) return kProbeEvery;
+    const int64_t m = std::min(subset(n, false), n);
+    double tau = 0;  // expected accepted drafts of a request verifying every draft (the recent profile)
+    for (double p : profile_) tau += p;
+    // A probe: a tapped step without drafts (about a plain step: a GPU replays its graph), then one where m
+    // requests verify every draft; its excess over plain steps emitting the same tokens.
+    const double cost = plain + costs_.predict(StepKind::kTapped, tokens + m * max_drafts_) + costs_.predict(StepKind::kDraft, m);
+    const double worth = (2 + double(m) * tau / double(n)) * plain;
+    const double excess = std::max(0.0, cost - worth);
+    const double steps = std::ceil(excess / (kProbeShare * plain));
+    return std::clamp<int64_t>(static_cast<int64_t>(std::min(steps, 1e9)), kProbeEvery, kMaxProbeEvery);
+}
+
 bool VerifyScheduler::full_measured(int64_t n, int64_t tokens) const {
     return costs_.max_x(StepKind::kTapped) >= tokens + n * max_drafts_ / 2;
 }
@@ -117,7 +132,8 @@ int64_t VerifyScheduler::speculate(int64_t n, int64_t tokens) {
             probe_left_ = kProbeSteps - 1;
             probe_requests_ = kAll;
             confirmed_ = n;
-        } else if (!want && costs_.known(StepKind::kPlain) && plain_steps_ >= probe_every_) {
+        } else if (!want && costs_.known(StepKind::kPlain) &&
+                   plain_steps_ >= std::max(probe_every_, probe_interval(n, tokens))) {
             // Probe: a tapped step (the drafter catches up), then one that verifies fresh drafts; at
             // large batches a subset's (the acceptance profile and the lines, at a fraction of the cost).
             m = subset(n, false);

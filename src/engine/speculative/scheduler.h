@@ -11,8 +11,9 @@
 // (best expected tokens per second over draft budgets, from the recent survival profile and the
 // measured costs, against plain steps) must reach 1; otherwise the step is plain (no drafter taps, so a
 // GPU model replays its CUDA graph) and nothing is drafted. Probes keep both sides measured (the
-// interval between probes of speculation doubles while they find no gain: a probe costs a speculative
-// step, which is exactly what does not pay). At large batches (where speculation rarely pays) the
+// interval between probes of speculation doubles while they find no gain, and is long enough that a
+// probe's predicted cost over plain steps is at most 1% of the plain steps between probes: a probe costs a
+// speculative step, which is exactly what does not pay). At large batches (where speculation rarely pays) the
 // exploration — learning the speculative costs, probes — speculates for a subset of the requests only,
 // so it costs a fraction of a full speculative step; the cost lines extrapolate to the full step, and a
 // near miss (an estimated gain in [0.9, 1)) is confirmed by full speculative steps.
@@ -68,6 +69,8 @@ public:
     static constexpr double kConfirmFloor = 0.9;   // a gain estimated from subset steps in [0.9, 1):
                                                    // full speculative steps confirm it
     static constexpr int64_t kAll = INT64_MAX;     // speculate(): every decode row speculates
+    static constexpr double kProbeShare = 0.01;    // probes cost at most this share of the plain steps'
+                                                   // time between them (predicted; kProbeEvery at least)
 
     // `subset_from`: the smallest batch (decode rows) whose exploration speculates for a subset.
     VerifyScheduler(int64_t max_drafts, bool adaptive, int64_t subset_from = kSubsetFrom);
@@ -112,6 +115,9 @@ private:
     double spec_rate(int64_t n, int64_t tokens, int64_t b, double tau_drafts) const;
     // The requests of an exploring step at batch n (all of them below subset_from).
     int64_t subset(int64_t n, bool wide) const;
+    // Plain steps between probes at this shape so that a probe's predicted excess over plain steps that
+    // emit the same tokens is at most kProbeShare of their time (kProbeEvery .. kMaxProbeEvery).
+    int64_t probe_interval(int64_t n, int64_t tokens) const;
     // Whether tapped steps were measured near the size of a full speculative step at this shape (else
     // the tapped line is extrapolated from subset steps).
     bool full_measured(int64_t n, int64_t tokens) const;
