@@ -27,8 +27,9 @@ constexpr int kTcaBlock = 64;  // candidates per online-softmax block
 // CTAs per row on devices with thread-block clusters (sm_90+). Measured on the 2-layer proxy (H200,
 // bench/results/cuda-decode-latency-h200-*): 4 was 2% faster than 2 at batch 1 and 7% slower at
 // prefill (each CTA restages q; a cluster holds its SMs until its longest CTA ends), 1 was 6% slower at
-// batch 1 and 5% faster at batch 256.
-constexpr int kTcaSplit = 2;
+// batch 1 and 5% faster at batch 256; later (bench/results/cuda-decode-large-batch-h200-*) 1 was 0.6%
+// slower at batch 1, 5% faster at 128, 9% at 512 and 3% at prefill: offline batches run large, so 1.
+constexpr int kTcaSplit = 1;
 
 __host__ __device__ constexpr int64_t tca_pitch(int64_t kd) { return kd + 8; }  // bf16 elements per row
 // Dynamic shared memory: q [64, pitch] and the candidate block [64, pitch] in bf16 (at the end the f32
