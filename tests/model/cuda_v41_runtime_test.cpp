@@ -175,7 +175,7 @@ TEST_P(CudaV41Runtime, WorkspaceSizedFromLimitsAndNeverExceeded) {
             std::vector<SequenceChunk> chunks;
             std::vector<DeviceDraw> draws;
             int64_t rows = 0, logit_rows = 0, positions = 0;
-            bool decode = true;
+            bool decode = true, short_chunks = true;
             for (size_t k = 0; k < members.size(); ++k) {
                 Sequence& s = seqs[size_t(members[k])];
                 chunks.push_back({&s, toks[k], all_logits, {}});
@@ -183,11 +183,13 @@ TEST_P(CudaV41Runtime, WorkspaceSizedFromLimitsAndNeverExceeded) {
                 logit_rows += all_logits ? int64_t(toks[k].size()) : 1;
                 positions = std::max(positions, s.num_tokens() + int64_t(toks[k].size()));
                 decode = decode && toks[k].size() == 1 && !all_logits;
+                short_chunks = short_chunks && int64_t(toks[k].size()) <= cuda::kGraphChunkRows;
                 if (with_draws) draws.push_back({.chunk = int32_t(k), .seed = 1, .counter = uint64_t(rows), .temperature = 0.9, .top_k = 30});
             }
             int64_t n = int64_t(members.size());
-            if (graphs && decode) {  // a graph step: padded rows and the context bucket
-                rows = logit_rows = n = cuda::graph_bucket(n);
+            if (graphs && (decode || short_chunks)) {  // a graph step (decode rows, or chunks of verify-sized
+                                                       // rows): padded one-row segments and the context bucket
+                rows = logit_rows = n = cuda::graph_bucket(rows);
                 positions = cuda::context_bucket(positions, cuda::cuda_model_max_len(*model));
             }
             const ForwardOutputs out = model->forward_sampled(chunks, {}, draws);
