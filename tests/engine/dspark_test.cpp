@@ -23,7 +23,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <unistd.h>
 
@@ -557,6 +559,18 @@ TEST(DSparkSampled, OutputKeepsTheTargetDistribution) {
     }
 }
 
+// Injected step costs of a GPU-like device: a step costs 1 ms plus per row 1 us, or, where speculation
+// loses, 1 ms per row of a step with drafter taps and 1 ms per draft call. Each step's drafted requests
+// go to `drafted` (when given).
+std::function<SpeculativeStepCost(const SpeculativeStepShape&)> simulated_step_cost(
+    bool loses, std::shared_ptr<std::vector<int64_t>> drafted = nullptr) {
+    return [loses, drafted](const SpeculativeStepShape& s) {
+        if (drafted && s.drafted_requests > 0) drafted->push_back(s.drafted_requests);
+        const double per_row = s.drafter_taps && loses ? 1e-3 : 1e-5;
+        return SpeculativeStepCost{.step_seconds = 1e-3 + per_row * double(s.tokens), .draft_seconds = loses ? 1e-3 : 1e-5};
+    };
+}
+
 // The confidence scheduler with the DSpark drafter against injected step costs: where verify rows cost
 // 100x a plain step's row it falls back to plain steps after learning (and probes), where every step
 // costs alike it speculates on every decode step; greedy output equals no speculation either way.
@@ -573,16 +587,10 @@ TEST(DSparkScheduler, FallsBackToPlainStepsWhereSpeculationLoses) {
         for (bool loses : {true, false}) {
             EngineConfig c = test::spec_config(5, true, "dspark", 16);
             c.async_scheduling = async;
-            c.speculative_step_cost = [loses](const SpeculativeStepShape& s) {
-                const double per_row = s.drafter_taps && loses ? 1e-3 : 1e-5;
-                return SpeculativeStepCost{.step_seconds = 1e-3 + per_row * double(s.tokens),
-                                           .draft_seconds = loses ? 1e-3 : 1e-5};
-            };
+            c.speculative_step_cost = simulated_step_cost(loses);
             const test::RunResult r = test::run(model, c, reqs);
             const std::string what = "async=" + std::to_string(async) + " loses=" + std::to_string(loses);
-            for (const auto& [id, prompt, sp] : reqs)
-                EXPECT_EQ(plain.outputs.at(id).completions.at(0).token_ids, r.outputs.at(id).completions.at(0).token_ids)
-                    << what << " " << id;
+            test::expect_same_greedy_outputs(plain, r, reqs, what);
             const EngineMetrics& m = r.metrics;
             EXPECT_GT(m.spec_accepted_tokens, 0) << what;
             if (loses) {
@@ -613,17 +621,10 @@ TEST(DSparkScheduler, ExploresWithASubsetOfTheBatch) {
             c.async_scheduling = async;
             c.speculative_subset_from = 4;
             auto drafted = std::make_shared<std::vector<int64_t>>();
-            c.speculative_step_cost = [loses, drafted](const SpeculativeStepShape& s) {
-                if (s.drafted_requests > 0) drafted->push_back(s.drafted_requests);
-                const double per_row = s.drafter_taps && loses ? 1e-3 : 1e-5;
-                return SpeculativeStepCost{.step_seconds = 1e-3 + per_row * double(s.tokens),
-                                           .draft_seconds = loses ? 1e-3 : 1e-5};
-            };
+            c.speculative_step_cost = simulated_step_cost(loses, drafted);
             const test::RunResult r = test::run(model, c, reqs);
             const std::string what = "async=" + std::to_string(async) + " loses=" + std::to_string(loses);
-            for (const auto& [id, prompt, sp] : reqs)
-                EXPECT_EQ(plain.outputs.at(id).completions.at(0).token_ids, r.outputs.at(id).completions.at(0).token_ids)
-                    << what << " " << id;
+            test::expect_same_greedy_outputs(plain, r, reqs, what);
             const EngineMetrics& m = r.metrics;
             EXPECT_GT(m.spec_accepted_tokens, 0) << what;  // the subset's drafts were verified
             ASSERT_FALSE(drafted->empty()) << what;
