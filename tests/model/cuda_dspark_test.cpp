@@ -70,6 +70,22 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
+// Where two drafts' distributions ([drafts, V] f32) first differ, with each row's sum and extremes.
+std::string first_difference(const std::vector<float>& a, const std::vector<float>& b, int64_t V) {
+    if (a.size() != b.size()) return "sizes " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+        if (std::memcmp(&a[i], &b[i], 4) == 0) continue;
+        const size_t row = i / size_t(V), at = row * size_t(V);
+        double sa = 0, sb = 0;
+        for (int64_t v = 0; v < V; ++v) sa += a[at + size_t(v)], sb += b[at + size_t(v)];
+        return "draft " + std::to_string(row) + " id " + std::to_string(i - at) + ": " + std::to_string(a[i]) + " vs " +
+               std::to_string(b[i]) + "; row sums " + std::to_string(sa) + " vs " + std::to_string(sb) + "; id 0 " +
+               std::to_string(a[at]) + " vs " + std::to_string(b[at]) + "; last id " + std::to_string(a[at + size_t(V) - 1]) +
+               " vs " + std::to_string(b[at + size_t(V) - 1]);
+    }
+    return "equal";
+}
+
 std::vector<int32_t> random_tokens(std::mt19937& rng, int64_t n, int64_t vocab) {
     std::vector<int32_t> t(static_cast<size_t>(n));
     for (int32_t& x : t) x = static_cast<int32_t>(rng() % uint32_t(vocab - 1));  // never the noise id
@@ -477,6 +493,8 @@ TEST_P(CudaDSpark, GreedyDraftGraphsEqualEagerDrafts) {
             EXPECT_EQ(d[1][k].tokens, d[0][k].tokens) << what << " request " << ids[k];
             EXPECT_TRUE(same_bits(d[1][k].confidence, d[0][k].confidence)) << what << " request " << ids[k];
             EXPECT_TRUE(same_bits(d[1][k].probs, d[2][k].probs)) << what << " request " << ids[k];
+            EXPECT_TRUE(same_bits(d[1][k].probs, d[0][k].probs))
+                << what << " request " << ids[k] << ": " << first_difference(d[1][k].probs, d[0][k].probs, V);
         }
         // Verify passes, then keep none, some or all of each request's drafts (rotating), new anchors.
         for (size_t k = 0; k < ids.size(); ++k) {
