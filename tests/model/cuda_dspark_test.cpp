@@ -442,11 +442,12 @@ TEST_P(CudaDSpark, AttachAddsTheRingBytesAndOnlyBeforeTheFirstForward) {
     EXPECT_THROW(gpu_->drafter()->draft(std::span<const DraftRequest>(&too_many, 1)), Error);
 }
 
-// Draft calls whose drafts are all argmax replay a CUDA graph per request bucket (draft_graphs.h): their
-// drafts and confidences equal a model's without graphs and the CPU drafter's bit for bit, through
-// replays whose inputs moved (positions after verify passes and rollbacks, other requests and rings,
-// other draft counts; 1..6 requests in buckets 1, 2, 4, 8). A call with a sampled request runs eagerly.
-TEST_P(CudaDSpark, GreedyDraftGraphsEqualEagerDrafts) {
+// Draft calls replay a CUDA graph per request bucket and sampling (draft_graphs.h): their drafts,
+// confidences and sampled distributions equal a model's without graphs and the CPU drafter's bit for
+// bit, through replays whose inputs moved (positions after verify passes and rollbacks, other requests
+// and rings, other draft counts, other uniforms; 1..6 requests in buckets 1, 2, 4, 8; two calls with a
+// sampled request, in one bucket: a capture and a replay).
+TEST_P(CudaDSpark, DraftGraphsEqualEagerDrafts) {
     const bool v4 = GetParam().v4, official = GetParam().official;
     const std::string dir = v4 ? v4_fixture(official, false) : fixture(official, false);
     ModelOptions no_graphs = options(8, 256);
@@ -468,7 +469,7 @@ TEST_P(CudaDSpark, GreedyDraftGraphsEqualEagerDrafts) {
     std::vector<int32_t> anchors = random_tokens(rng, N, V);
     const int64_t sizes[] = {1, 2, 3, 5, 6, 4, 1, 6, 5};
     for (int round = 0; round < 9; ++round) {
-        const bool sampled = round == 4;  // one call with a sampled request: eager on both GPU models
+        const bool sampled = round == 4 || round == 7;  // the sampled variant of bucket 8: captured, replayed
         const auto before = cuda::cuda_model_stats(*gpu_);
         std::vector<int64_t> ids;
         for (int64_t j = 0; j < sizes[round]; ++j) ids.push_back((round + j) % N);
@@ -478,14 +479,15 @@ TEST_P(CudaDSpark, GreedyDraftGraphsEqualEagerDrafts) {
             for (int64_t i : ids) {
                 const bool smp = sampled && i == ids.front();
                 const int64_t count = 1 + (i + round) % 5;
-                reqs.push_back({&seqs[m][size_t(i)], anchors[size_t(i)], count, smp ? 0.9 : 0.0,
-                                smp ? std::vector<double>(size_t(count), 0.37) : std::vector<double>{}});
+                std::vector<double> u;
+                for (int64_t k = 0; smp && k < count; ++k) u.push_back(round == 4 ? 0.37 : 0.05 + 0.2 * double(k));
+                reqs.push_back({&seqs[m][size_t(i)], anchors[size_t(i)], count, smp ? 0.9 : 0.0, u});
             }
             d[m] = models[m]->drafter()->draft(reqs);
         }
         const auto after = cuda::cuda_model_stats(*gpu_);
         const std::string what = "round " + std::to_string(round);
-        EXPECT_EQ(after.draft_graph_replays, before.draft_graph_replays + (sampled ? 0 : 1)) << what;
+        EXPECT_EQ(after.draft_graph_replays, before.draft_graph_replays + 1) << what;
         for (size_t k = 0; k < ids.size(); ++k) {
             EXPECT_EQ(int64_t(d[1][k].tokens.size()), 1 + (ids[k] + round) % 5) << what;
             EXPECT_EQ(d[1][k].tokens, d[2][k].tokens) << what << " request " << ids[k];
@@ -512,8 +514,8 @@ TEST_P(CudaDSpark, GreedyDraftGraphsEqualEagerDrafts) {
         }
     }
     const auto st = cuda::cuda_model_stats(*gpu_);
-    EXPECT_EQ(st.draft_graph_captures, 4);  // buckets 1, 2, 4, 8, each captured once
-    EXPECT_EQ(st.draft_graph_replays, 8);   // every call but the sampled one
+    EXPECT_EQ(st.draft_graph_captures, 5);  // buckets 1, 2, 4, 8, each captured once, and 8's sampled variant
+    EXPECT_EQ(st.draft_graph_replays, 9);   // every call
     EXPECT_EQ(cuda::cuda_model_stats(*eager).draft_graph_captures + cuda::cuda_model_stats(*eager).draft_graph_replays, 0);
     EXPECT_LE(st.workspace_high_water, st.workspace_bytes);
 }

@@ -94,10 +94,10 @@ std::vector<Draft> CudaV41Model::dspark_draft(std::span<const DraftRequest> requ
                      [&](int64_t x, int64_t y) { return requests[size_t(x)].num_drafts > requests[size_t(y)].num_drafts; });
     bool any_sampled = false;
     for (const DraftRequest& r : requests) any_sampled = any_sampled || (!r.uniforms.empty() && r.temperature > 0);
-    // A call of argmax drafts only replays the CUDA graph of its request bucket (draft_graphs.h): the
-    // slots past the requests draft token 0 at position 0 from the first request's rings, and every
-    // Markov step runs every slot (rows compute alone: the requests' drafts are the eager ones).
-    const DraftGraphShape shape = draft_graph_shape(draft_graphs_.enabled() && !any_sampled, R, limits_.max_seqs);
+    // A call replays the CUDA graph of its request bucket and sampling (draft_graphs.h): the slots past
+    // the requests draft token 0 at position 0 from the first request's rings, and every Markov step
+    // runs every slot (rows compute alone: the requests' drafts are the eager ones).
+    const DraftGraphShape shape = draft_graph_shape(draft_graphs_.enabled(), R, limits_.max_seqs);
     const int64_t Rs = shape.slots, S = Rs * G;
     std::vector<int32_t> tokens, positions, anchors, anchor_pos, sampled;
     std::vector<float> one_hot(static_cast<size_t>(S * hc), 0.0f);
@@ -144,9 +144,16 @@ std::vector<Draft> CudaV41Model::dspark_draft(std::span<const DraftRequest> requ
     if (!shape.graph && (!pinned_out_ || pinned_out_->nbytes() < out_bytes))
         pinned_out_ = std::make_unique<PinnedBuffer>(out_bytes * 2);
     if (!shape.graph) host_out = static_cast<uint8_t*>(pinned_out_->host());
-    const size_t probs_bytes = size_t(G * Rs * V) * sizeof(float);
-    if (any_sampled && (!pinned_probs_ || pinned_probs_->nbytes() < probs_bytes))
-        pinned_probs_ = std::make_unique<PinnedBuffer>(probs_bytes);
+    // The sampled drafts' distributions: a graph's pinned buffer (sized for the largest bucket), else the
+    // staging buffer.
+    float* host_probs = nullptr;
+    if (any_sampled && shape.graph) {
+        host_probs = draft_graphs_.host_probs(size_t(G * limits_.max_seqs * V) * sizeof(float));
+    } else if (any_sampled) {
+        const size_t probs_bytes = size_t(G * Rs * V) * sizeof(float);
+        if (!pinned_probs_ || pinned_probs_->nbytes() < probs_bytes) pinned_probs_ = std::make_unique<PinnedBuffer>(probs_bytes);
+        host_probs = static_cast<float*>(pinned_probs_->host());
+    }
 
     const size_t mark = workspace_.mark();
     struct Release {  // on an exception: drain the stream, return the scratch
@@ -226,17 +233,17 @@ std::vector<Draft> CudaV41Model::dspark_draft(std::span<const DraftRequest> requ
                                     .anchors = d_anchor, .temperature = d_temp, .sampled = d_sampled, .uniforms = d_unif,
                                     .active = active, .requests = Rs, .block = G, .vocab = V, .hidden = D, .rank = rank,
                                     .host_out = host_out,
-                                    .host_probs = any_sampled ? static_cast<float*>(pinned_probs_->host()) : nullptr};
+                                    .host_probs = host_probs};
         dspark_markov_draft(mp, workspace_, s);
     };
     if (shape.graph)
-        draft_graphs_.run(Rs, workspace_, s, compute, stats_.draft_graph_captures, stats_.draft_graph_replays);
+        draft_graphs_.run(Rs, any_sampled, workspace_, s, compute, stats_.draft_graph_captures, stats_.draft_graph_replays);
     else
         compute();
     stream_.synchronize();
     release.armed = false;
     workspace_.reset(mark);
-    unpack_device_drafts(host_out, any_sampled ? static_cast<const float*>(pinned_probs_->host()) : nullptr, G, V, Rs,
+    unpack_device_drafts(host_out, host_probs, G, V, Rs,
                          order, requests, sampled, out);
     return out;
 }

@@ -30,9 +30,15 @@ uint8_t* DraftGraphs::host_out(size_t capacity) {
     return static_cast<uint8_t*>(out_->host());
 }
 
-void DraftGraphs::run(int64_t slots, DeviceArena& arena, Stream s, const std::function<void()>& compute,
+float* DraftGraphs::host_probs(size_t capacity) {
+    if (!probs_) probs_ = std::make_unique<PinnedBuffer>(capacity);
+    DI_ICHECK(probs_->nbytes() >= capacity);
+    return static_cast<float*>(probs_->host());
+}
+
+void DraftGraphs::run(int64_t slots, bool sampled, DeviceArena& arena, Stream s, const std::function<void()>& compute,
                       int64_t& captures, int64_t& replays) {
-    graphs_.run({slots, 0, 0}, arena, s, [&]() -> float* {
+    graphs_.run({slots, 0, sampled ? 1 : 0}, arena, s, [&]() -> float* {
         compute();
         return nullptr;
     }, captures, replays);

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // CUDA graphs of DSpark draft calls, shared by the V4 (0731) and V4.1 CUDA drafters: a call of R
-// requests whose drafts are all argmax (no sampled distributions to copy) runs in the request bucket
-// of graph_bucket(R) (decode_graphs.h): the slots past the requests draft token 0 at position 0 from
-// the first request's rings, and every Markov step runs every slot. Rows compute alone, so the
-// requests' drafts are the eager call's bit for bit; the captured call copies its results to a pinned
-// buffer that never moves (a graph holds its address).
+// requests runs in the request bucket of graph_bucket(R) (decode_graphs.h): the slots past the
+// requests draft token 0 at position 0 from the first request's rings, and every Markov step runs
+// every slot. Rows compute alone, so the requests' drafts are the eager call's bit for bit; the
+// captured call copies its results to pinned buffers that never move (a graph holds their addresses).
+// Two graphs per bucket: argmax drafts only, and calls where some request samples its drafts (which
+// sample per slot from the call's temperatures and uniforms, device inputs, and also copy every step's
+// distributions to the host).
 #pragma once
 
 #include <cstdint>
@@ -26,8 +28,7 @@ struct DraftGraphShape {
     std::vector<int64_t> active(std::span<const DraftRequest> requests, std::span<const int64_t> order,
                                 int64_t steps) const;
 };
-// `graphs`: graphs are on and no request samples its drafts. A bucket above `max_seqs` (the workspace's
-// bound) runs eagerly.
+// `graphs`: graphs are on. A bucket above `max_seqs` (the workspace's bound) runs eagerly.
 DraftGraphShape draft_graph_shape(bool graphs, int64_t requests, int64_t max_seqs);
 
 class DraftGraphs {
@@ -37,14 +38,18 @@ public:
     // The pinned results buffer of graph calls, allocated on the first call with `capacity` bytes (the
     // largest bucket's), the same pointer ever after.
     uint8_t* host_out(size_t capacity);
-    // Replays the graph of `slots` (capturing it on the first call; DecodeGraphs::run).
-    void run(int64_t slots, DeviceArena& arena, Stream s, const std::function<void()>& compute, int64_t& captures,
-             int64_t& replays);
+    // The pinned distributions buffer of sampled graph calls ([steps, slots, vocab] f32), likewise:
+    // allocated on the first sampled call with `capacity` bytes (the largest bucket's).
+    float* host_probs(size_t capacity);
+    // Replays the graph of `slots` and `sampled` (some request samples its drafts), capturing it on the
+    // first such call (DecodeGraphs::run).
+    void run(int64_t slots, bool sampled, DeviceArena& arena, Stream s, const std::function<void()>& compute,
+             int64_t& captures, int64_t& replays);
     void clear() { graphs_.clear(); }  // DecodeGraphs::clear
 
 private:
     DecodeGraphs graphs_;
-    std::unique_ptr<PinnedBuffer> out_;
+    std::unique_ptr<PinnedBuffer> out_, probs_;
 };
 
 }  // namespace deepinfer::cuda
