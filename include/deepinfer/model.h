@@ -59,7 +59,7 @@ struct ModelOptions {
     // context bucket, captured on first use); off: every step launches its kernels one by one.
     // Both paths give bit-identical results.
     bool cuda_graphs = true;
-    // CUDA, DeepSeek-V4.1, with cuda_graphs: steps of short chunks (at most kGraphChunkRows rows each:
+    // CUDA (V4 and V4.1), with cuda_graphs: steps of short chunks (at most kGraphChunkRows rows each:
     // speculative verify rows, decode rows, prompt tails) replay the graph of their rows' bucket too.
     bool cuda_verify_graphs = true;
     // CUDA: tensor-core GEMMs (--gemm fast; equal to the CPU within tolerances, batch-invariant) instead

@@ -106,7 +106,8 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
         project_f32(cw.wkv, a, S, ckv);
         project_f32(cw.wgate, a, S, cg);
         add_ape({.gate = cg, .ape = cw.ape, .positions = b.positions, .rows = S, .width = width, .ratio = cw.ratio}, s);
-        int64_t max_windows = b.graph ? 1 : 0;  // graphs: decode rows complete at most one window each
+        // Graphs: a decode row completes at most one window, a short chunk ceil(kGraphChunkRows / ratio).
+        int64_t max_windows = !b.graph ? 0 : b.short_chunks ? (kGraphChunkRows + cw.ratio - 1) / cw.ratio : 1;
         for (int64_t i = 0; i < b.num_segments && !b.graph; ++i) {
             const int64_t P0 = b.first_position[size_t(i)], n = b.num_rows[size_t(i)];
             max_windows = std::max(max_windows, (P0 + n) / cw.ratio - (P0 + cw.ratio) / cw.ratio + 1);
@@ -456,7 +457,7 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     Batch b;
     std::vector<int32_t> tokens, positions, row_segment;
     std::vector<DeviceSequenceState*> states;
-    bool decode = !chunks.empty();
+    bool decode = !chunks.empty(), short_chunks = !chunks.empty();
     for (size_t i = 0; i < chunks.size(); ++i) {
         const SequenceChunk& ch = chunks[i];
         DI_CHECK(ch.sequence != nullptr, "forward_batch: chunk without a sequence");
@@ -481,6 +482,7 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
         b.max_position = std::max(b.max_position, P0 + n - 1);
         states.push_back(dev);
         decode = decode && n == 1 && !(ch.all_logits && wants(i));
+        short_chunks = short_chunks && n <= kGraphChunkRows;
     }
     const int64_t real_rows = static_cast<int64_t>(tokens.size());
     // Every page this forward writes becomes its sequence's own (copy-on-write) before anything else.
@@ -489,21 +491,33 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     MtpPassPlan mtp_plan;
     if (weights_.mtp) mtp_plan = mtp_pass_plan(states, chunks);
     // A pure decode step replays the CUDA graph of its (rows, context) bucket; padding rows decode
-    // token 0 at position 0 of the scratch sequence (batch invariance: they change no other row).
+    // token 0 at position 0 of the scratch sequence (batch invariance: they change no other row). Steps
+    // of short chunks (verify rows: an anchor and its drafts; a prompt's tail) replay the graphs of their
+    // own variant: as many segments as rows (zero-row segments of the scratch sequence after the padding
+    // rows), each sized for kGraphChunkRows rows, so one graph serves every composition of its bucket.
     // DSpark-attached sequences: their taps and context rows (in a graph step every row taps: padded below).
     TapPlan tap_plan = dspark_tap_plan(states, chunks, b);
-    const int64_t bucket = graphs_.enabled() && decode && !mtp_plan.any ? graph_bucket(real_rows) : 0;
+    const bool graph_step = decode || (verify_graphs_ && short_chunks);
+    const int64_t bucket = graphs_.enabled() && graph_step && !mtp_plan.any ? graph_bucket(real_rows) : 0;
     b.graph = bucket > 0 && bucket <= max_rows_;
+    b.short_chunks = b.graph && !decode;
     if (b.graph) {
         auto* pad = static_cast<DeviceSequenceState*>(&pad_.state());
+        int64_t segments = static_cast<int64_t>(states.size());
         for (int64_t k = real_rows; k < bucket; ++k) {
             tokens.push_back(0);
             positions.push_back(0);
-            row_segment.push_back(static_cast<int32_t>(k));
+            row_segment.push_back(static_cast<int32_t>(segments++));
             b.first_position.push_back(0);
             b.num_rows.push_back(1);
             states.push_back(pad);
         }
+        for (; segments < bucket; ++segments) {  // (short chunks only)
+            b.first_position.push_back(0);
+            b.num_rows.push_back(0);
+            states.push_back(pad);
+        }
+        if (b.short_chunks) b.max_rows = kGraphChunkRows;
         b.max_position = context_bucket(b.max_position + 1, max_len_) - 1;
         if (!tap_plan.src.empty()) tap_plan = pad_tap_plan(tap_plan, bucket);
     }
@@ -517,11 +531,11 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
         int64_t offset = 0;
         for (size_t i = 0; i < chunks.size(); ++i) {
             const int64_t n = static_cast<int64_t>(chunks[i].tokens.size());
-            if (b.graph || wants(i) || drawn[i]) {
-                const int64_t from = wants(i) && chunks[i].all_logits ? 0 : n - 1;
-                first_pick[i] = static_cast<int64_t>(picked.size());
+            if (b.graph || wants(i) || drawn[i]) {  // (a graph step's head runs over every row, in order)
+                const int64_t from = wants(i) && chunks[i].all_logits ? 0 : n - 1, lo = b.graph ? 0 : from;
+                first_pick[i] = static_cast<int64_t>(picked.size()) + from - lo;
                 num_pick[i] = n - from;
-                for (int64_t r = from; r < n; ++r) picked.push_back(static_cast<int32_t>(offset + r));
+                for (int64_t r = lo; r < n; ++r) picked.push_back(static_cast<int32_t>(offset + r));
             }
             offset += n;
         }
@@ -585,7 +599,7 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     // A graph step (decode_graphs.h): the captured work reads its inputs from the block above, at the
     // same arena offset in every step of the bucket, and allocates the same arena ranges: replaying it
     // is the eager path.
-    const int64_t variant = tap_plan.src.empty() ? 0 : 1;
+    const int64_t variant = (tap_plan.src.empty() ? 0 : 1) + (b.short_chunks ? 2 : 0);
     float* logits = b.graph ? graphs_.run({b.rows, b.max_position + 1, variant}, *workspace_, s, [&] { return compute(b); },
                                         stats_.graph_captures, stats_.graph_replays)
                             : compute(b);

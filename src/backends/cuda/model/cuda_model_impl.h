@@ -79,6 +79,7 @@ public:
           bench_routing_(o.expert_load_stats, o.even_routing),
           graphs_(mo.cuda_graphs && o.expert_exchange == nullptr),
           draft_graphs_(mo.cuda_graphs && o.expert_exchange == nullptr),
+          verify_graphs_(mo.cuda_verify_graphs),
           draws_(max_seqs_) {
         DI_CHECK(!fast_ || fast_fp8_available(), "fast GEMM mode needs FP8 tensor cores (compute capability 8.9+)");
         UploadOptions upload;
@@ -294,7 +295,8 @@ private:
     mutable std::mutex mutex_;  // one forward at a time (the workspace and stream are shared)
     // Guarded by mutex_:
     mutable DecodeGraphs graphs_;  // by (rows, context) bucket; turned off for good if a capture fails
-    mutable DraftGraphs draft_graphs_;  // DSpark draft calls of argmax drafts, by request bucket
+    mutable DraftGraphs draft_graphs_;  // DSpark draft calls, by request bucket and sampling
+    bool verify_graphs_;                // ModelOptions::cuda_verify_graphs: steps of short chunks replay graphs too
     mutable DeviceDraws draws_;
     mutable Sequence pad_{nullptr};  // the scratch sequence of padding rows
     mutable std::unique_ptr<PinnedBuffer> pinned_in_;
@@ -318,6 +320,9 @@ struct CudaModel::Batch {
     std::vector<int64_t> first_position, num_rows;  // host copies per segment
     int64_t max_position = 0;                       // largest position in the batch (graphs: of the bucket)
     bool graph = false;  // sizes from the buckets, so the captured work serves every step of its bucket
+    // A graph step of short chunks (verify rows, a prompt's tail: at most kGraphChunkRows rows each): as
+    // many segments as rows (the tail: zero-row segments), every segment sized for kGraphChunkRows rows.
+    bool short_chunks = false;
     // The pass's MTP rows (device inputs bound by mtp_pass_bind; null: none).
     const MtpPassPlan* mtp = nullptr;
     const int32_t *mtp_tokens = nullptr, *mtp_positions = nullptr, *mtp_row_segment = nullptr, *mtp_src_row = nullptr;
