@@ -474,14 +474,16 @@ TEST_P(CudaDSpark, DraftGraphsEqualEagerDrafts) {
         std::vector<int64_t> ids;
         for (int64_t j = 0; j < sizes[round]; ++j) ids.push_back((round + j) % N);
         std::vector<Draft> d[3];
+        // The sampled request's uniforms (DraftRequest holds a span: they outlive the calls).
+        std::vector<double> u;
+        for (int64_t k = 0; sampled && k < 1 + (ids.front() + round) % 5; ++k)
+            u.push_back(round == 4 ? 0.37 : 0.05 + 0.2 * double(k));
         for (int m = 0; m < 3; ++m) {
             std::vector<DraftRequest> reqs;
             for (int64_t i : ids) {
                 const bool smp = sampled && i == ids.front();
-                const int64_t count = 1 + (i + round) % 5;
-                std::vector<double> u;
-                for (int64_t k = 0; smp && k < count; ++k) u.push_back(round == 4 ? 0.37 : 0.05 + 0.2 * double(k));
-                reqs.push_back({&seqs[m][size_t(i)], anchors[size_t(i)], count, smp ? 0.9 : 0.0, u});
+                reqs.push_back({&seqs[m][size_t(i)], anchors[size_t(i)], 1 + (i + round) % 5, smp ? 0.9 : 0.0,
+                                smp ? std::span<const double>(u) : std::span<const double>()});
             }
             d[m] = models[m]->drafter()->draft(reqs);
         }
