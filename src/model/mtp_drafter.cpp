@@ -106,14 +106,10 @@ std::vector<Draft> MtpDrafter::draft(std::span<const DraftRequest> requests) con
             const DraftRequest& r = requests[active[a]];
             Draft& d = out[active[a]];
             const float* l = logits.data() + int64_t(a) * V;
-            // Confidence proxy: the softmax probability at temperature 1 of the draft.
-            const float mx = *std::max_element(l, l + V);
-            double den1 = 0;
-            for (int64_t v = 0; v < V; ++v) den1 += std::exp(double(l[v]) - mx);
             const bool sampled = !r.uniforms.empty() && r.temperature > 0;
             const int32_t pick = draw_draft(l, V, r.temperature, sampled ? &r.uniforms[size_t(k)] : nullptr, d.probs);
             d.tokens.push_back(pick);
-            d.confidence.push_back(static_cast<float>(std::exp(double(l[pick]) - mx) / den1));
+            d.confidence.push_back(draft_confidence_proxy(l, V, pick));  // softmax at temperature 1 of the draft
             if (k + 1 < r.num_drafts) {
                 still.push_back(active[a]);
                 h2.insert(h2.end(), streams.begin() + int64_t(a) * row, streams.begin() + int64_t(a + 1) * row);

@@ -546,7 +546,7 @@ struct DraftSampleParams {
     double* scratch = nullptr;   // [rows, vocab] f64
     float* probs = nullptr;      // [rows, vocab]: written for sampled rows
     int32_t* tokens = nullptr;   // [rows]
-    float* confidence = nullptr;  // [rows]
+    float* confidence = nullptr;  // [rows] the MTP confidence proxy (draft_confidence_proxy), or null: none
 };
 void draft_sample(const DraftSampleParams& p, Stream s);
 

@@ -31,8 +31,10 @@ void add_streams(const AddStreamsParams& p, Stream s) {
 
 void draft_sample(const DraftSampleParams& p, Stream s) {
     if (p.rows == 0) return;
-    DI_CHECK(p.logits && p.temperature && p.sampled && p.uniform && p.scratch && p.probs && p.tokens && p.confidence,
+    DI_CHECK(p.logits && p.temperature && p.sampled && p.uniform && p.scratch && p.probs && p.tokens,
              "draft_sample: missing buffers");
+    DI_CHECK(draft_sum_blocks(p.vocab) <= kernels::kDraftMaxBlocks, "draft_sample: a vocabulary of ", p.vocab,
+             " ids is over ", kernels::kDraftMaxBlocks * kDraftSumBlock);
     kernels::draft_sample_kernel<<<static_cast<unsigned>(p.rows), kernels::kTopkThreads, 0, raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }

@@ -12,7 +12,6 @@ void dspark_markov_draft(const DSparkMarkovParams& p, DeviceArena& arena, Stream
     float* logits = arena.alloc_n<float>(R * V);
     double* dscratch = arena.alloc_n<double>(R * V);
     float* probs = arena.alloc_n<float>(R * V);
-    float* proxy = arena.alloc_n<float>(R);  // draft_sample's MTP confidence proxy (unused here)
     for (int64_t k = 0; k < G; ++k) {
         const int64_t n = p.active[size_t(k)];
         if (n == 0) break;
@@ -25,7 +24,7 @@ void dspark_markov_draft(const DSparkMarkovParams& p, DeviceArena& arena, Stream
                            s);
         draft_sample({.logits = logits, .rows = n, .vocab = V, .temperature = p.temperature, .sampled = p.sampled,
                       .uniform = p.uniforms + k, .uniform_stride = G, .scratch = dscratch, .probs = probs,
-                      .tokens = d_drafts + k * R, .confidence = proxy},
+                      .tokens = d_drafts + k * R, .confidence = nullptr},  // (no MTP proxy)
                      s);
         if (p.host_probs)  // the step's distributions in one copy (rows of argmax drafts are copied, not read)
             copy_to_host(p.host_probs + k * R * V, probs, size_t(n * V) * 4, s);
