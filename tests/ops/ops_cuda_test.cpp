@@ -19,6 +19,7 @@
 #include "backends/cpu/hyper_connection.h"
 #include "backends/cpu/linear.h"
 #include "backends/cpu/primitives.h"
+#include "backends/cuda/attention_tc.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/gemm_fast.h"
 #include "ops/cuda_test_util.h"
@@ -860,6 +861,31 @@ TEST_F(CudaOps, SparseSinkAttentionMatchesCpu) {
             if (first.empty()) first = got;
             else expect_bits_equal(std::vector<float>(first.begin(), first.begin() + n * H * Dh), got,
                                    "tensor-core attention: rows alone equal rows in a batch");
+        }
+        // The pipelined kernel (rows in flight through a ring, where the device's shared memory holds it) and
+        // the one-buffer kernel give the same bits: CSA (10 full blocks of 64) and HCA (128 window + 46
+        // entries: 3 blocks, the last partial), batches of 12 rows and 1 row.
+        for (const cuda::AttentionKind kind : {cuda::AttentionKind::kCsa, cuda::AttentionKind::kHca}) {
+            for (const int64_t n : {rows, int64_t(1)}) {
+                std::vector<float> outs[2];
+                for (const bool single : {false, true}) {
+                    Dev<float> dtc(size_t(n * H * Dh));
+                    const bool csa = kind == cuda::AttentionKind::kCsa;
+                    const cuda::SparseAttentionParams ap{.segments = dseg.ptr(), .row_segment = drs.ptr(), .positions = dpos.ptr(), .rows = n,
+                                            .heads = H, .head_dim = Dh, .q = dq.ptr(), .kv = dkv.ptr(), .sink = dsink.ptr(),
+                                            .window = W, .window_rows = WR, .kind = kind, .ratio = csa ? m : 128,
+                                            .selected = csa ? dsel.ptr() : nullptr, .topk = csa ? topk : 0,
+                                            .max_candidates = W + topk, .scratch = nullptr, .cos_sin = dcs.ptr(), .rope_dim = R,
+                                            .softmax_scale = scale, .official = true, .tensor_cores = true, .out = dtc.ptr()};
+                    if (single) ASSERT_TRUE(cuda::sparse_attention_tc_one_buffer(ap, Stream{}));
+                    else cuda::sparse_attention(ap, Stream{});
+                    outs[single ? 1 : 0] = dtc.host(size_t(n * H * Dh));
+                }
+                EXPECT_NE(outs[0], std::vector<float>(outs[0].size(), 0.0f));
+                expect_bits_equal(outs[1], outs[0],
+                                  std::string("tensor-core attention: pipelined = one buffer, ") + (kind == cuda::AttentionKind::kCsa ? "CSA" : "HCA") +
+                                      ", " + std::to_string(n) + " rows");
+            }
         }
     }
 }

@@ -24,9 +24,91 @@
 
 namespace deepinfer::cuda::kernels {
 
+// The pipelined kernel's staging: a block's 64 rows move in 4 batches of 16 rows through a ring of two
+// batch slots in shared memory (cp.async, f32: no registers held while they fly), then into the
+// block's bf16 buffer. Thread t copies and converts the float4s i = t + (4·batch + k)·kTcaThreads of
+// the block (row i / kQuads, column i % kQuads; k < kPerBatch: tca_stage_rows' mapping and conversion),
+// so it waits only for its own copies and no barrier separates a batch's arrival, conversion and the
+// slot's next copy.
+template <int kD>
+struct TcaRing {
+    static constexpr int kQuads = kD / 4, kRowStep = kTcaThreads / kQuads;
+    static constexpr int kBatchRows = kTcaRingRows / 2, kPerBatch = kBatchRows / kRowStep;
+    static_assert(kTcaThreads % kQuads == 0 && kBatchRows % kRowStep == 0 && kTcaBlock == 4 * kBatchRows,
+                  "4 batches of whole float4s per thread");
+    // Batch `batch` of the block whose rows are rows[] into slot batch % 2 (zeros for null rows), then
+    // one commit group (also when nothing is copied: every thread counts the same groups).
+    __device__ __forceinline__ static void issue(float* ring, const float* const* rows, int batch, const float* any) {
+        const int t = static_cast<int>(threadIdx.x), c = (t % kQuads) * 4;
+        const float* const* rr = rows + batch * kBatchRows + t / kQuads;
+        float* dst = ring + ((batch % 2) * kBatchRows + t / kQuads) * kD + c;
+#pragma unroll
+        for (int k = 0; k < kPerBatch; ++k) {
+            const float* src = rr[k * kRowStep];
+            dev::cp_async16(dst + k * kRowStep * kD, src ? src + c : any, src ? 16 : 0);
+        }
+        dev::cp_async_commit();
+    }
+    __device__ __forceinline__ static void commit_none() { dev::cp_async_commit(); }
+    // Waits for this thread's copies of the batch before the last committed one, converts them into the
+    // block buffer kv [64, pitch].
+    __device__ __forceinline__ static void convert(__nv_bfloat16* kv, const float* ring, int batch) {
+        dev::cp_async_wait<1>();
+        const int t = static_cast<int>(threadIdx.x), c = (t % kQuads) * 4;
+        const float* src = ring + ((batch % 2) * kBatchRows + t / kQuads) * kD + c;
+        __nv_bfloat16* dst = kv + (batch * kBatchRows + t / kQuads) * tca_pitch(kD) + c;
+        float4 v[kPerBatch];
+#pragma unroll
+        for (int k = 0; k < kPerBatch; ++k) v[k] = *reinterpret_cast<const float4*>(src + k * kRowStep * kD);
+#pragma unroll
+        for (int k = 0; k < kPerBatch; ++k)
+            *reinterpret_cast<uint2*>(dst + k * kRowStep * tca_pitch(kD)) = uint2{pack_bf16x2(v[k].x, v[k].y), pack_bf16x2(v[k].z, v[k].w)};
+        asm volatile("" ::: "memory");  // the slot's reads stay before its next copy
+    }
+    // A whole block into kv: its batches 0 and 1 are in flight (the last two commit groups); batches 2
+    // and 3 follow through the ring, then batches 0 and 1 of the next block (rows `next`, or nothing)
+    // stay in flight. kv must be free (a barrier after its last reader).
+    __device__ __forceinline__ static void stage(__nv_bfloat16* kv, float* ring, const float* const* rows,
+                                                 const float* const* next, const float* any) {
+#pragma unroll
+        for (int batch = 0; batch < 4; ++batch) {
+            convert(kv, ring, batch);
+            if (batch < 2) issue(ring, rows, batch + 2, any);
+            else if (next) issue(ring, next, batch - 2, any);
+            else commit_none();
+        }
+    }
+};
+
+// A row's candidates (attention.cuh) and their count, kept in shared memory by the pipelined kernel and
+// read back (volatile) where a block's row addresses are made: held in registers across the block loop
+// they would spill (the loop needs the 64 accumulators and the MMA fragments).
+struct TcaCandidates {
+    Candidates cand;
+    int64_t count;
+    // Candidate j's row, null past the last one.
+    __device__ __forceinline__ static const float* row(const TcaCandidates* shared, int64_t j) {
+        const volatile TcaCandidates* v = shared;
+        if (j >= v->count) return nullptr;
+        const Candidates c{v->cand.chunk_kv, v->cand.window,     v->cand.seg,         v->cand.selected, v->cand.lo,
+                           v->cand.P0,       v->cand.window_rows, v->cand.num_window, v->cand.head_dim};
+        return c(j);
+    }
+};
+static_assert(sizeof(TcaCandidates) <= 128, "tca_pipelined_smem_bytes holds 128 bytes for it");
+
 // grid (rows, ceil(heads / 64), kSplit), cluster (1, 1, kSplit), block kTcaThreads, dynamic shared
-// memory tca_smem_bytes(kD).
-template <int kD, int kSplit>
+// memory tca_smem_bytes(kD), or tca_pipelined_smem_bytes(kD) with kPipe.
+//
+// kPipe (kD >= 128): a block's rows are copied asynchronously (cp.async) into a ring of 32 f32 rows in
+// shared memory (TcaRing) and converted from there into the bf16 block buffer: while a block's MMAs
+// run, the next block's first 32 rows (64 KB at kD = 512) are in flight, and its last 32 follow while
+// the first are converted. Without kPipe a CTA alternates a staging phase (each thread's loads in
+// registers: 64 KB in flight, tensor cores idle) and an MMA phase (no loads in flight), and holding
+// the loads' registers next to the 64 accumulators spills. The row addresses of the block after next
+// are made during a block's MMAs. The arithmetic is the same with and without kPipe (the same values
+// staged, the same MMAs in the same order): both produce the same bits.
+template <int kD, int kSplit, bool kPipe>
 static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(const __grid_constant__ SparseAttentionParams p) {
     extern __shared__ __align__(16) unsigned char tca_sm[];
     const TcaShared<kD> sm(tca_sm);
@@ -49,6 +131,8 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
     const int64_t nc = cand.num_window + num_comp;
     const int64_t nh = p.heads - h0 < kTcaHeads ? p.heads - h0 : kTcaHeads;
     const int64_t num_blocks = (nc + kTcaBlock - 1) / kTcaBlock;
+    // Candidate j's row, null past the last one.
+    auto row_of = [&](int64_t j) -> const float* { return j < nc ? cand(j) : nullptr; };
 
     const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32, qd = lane % 4;
     const int hg = warp % 4, quarter = warp / 4;
@@ -58,32 +142,27 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
     const float neg_inf = -__int_as_float(0x7F800000);
 
     constexpr int kNt = kD / 32;  // output n-tiles of 8 columns per warp
+    constexpr int kKs = kD / 16;  // k-steps of the scores
     float acc[kNt][4];
-#pragma unroll
-    for (int t = 0; t < kNt; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
     float m_run[2] = {neg_inf, neg_inf}, l_run[2] = {0.f, 0.f};
 
-    if (split < num_blocks) {
-        if (tid < kTcaBlock) sm.rows[tid] = tid < nh ? p.q + (r * p.heads + h0 + tid) * kD : nullptr;
-        __syncthreads();
-        tca_stage_rows<kD>(sm.q, sm.rows);
-    }
-    for (int64_t b = split; b < num_blocks; b += kSplit) {
-        const int64_t j0 = b * kTcaBlock, n = nc - j0 < kTcaBlock ? nc - j0 : kTcaBlock;
-        __syncthreads();  // the previous block's MMAs and staging are done with kv, p and rows
-        if (tid < kTcaBlock) sm.rows[tid] = tid < n ? cand(j0 + tid) : nullptr;
-        __syncthreads();
-        tca_stage_rows<kD>(sm.kv, sm.rows);
-        __syncthreads();
+    // One block of n candidates in kv: the online softmax's step. hook(0) runs after the first half of
+    // the scores, hook(1) after the barrier that publishes the row maxima, hook(2) after the first half
+    // of P·V, hook(3) after the second.
+    auto attend = [&](const __nv_bfloat16* kv, int n, auto&& hook) {
         float sc[2][4];
-        tca_scores<kD>(sc, sm, hg, quarter, lane);
+#pragma unroll
+        for (int t = 0; t < 2; ++t) sc[t][0] = sc[t][1] = sc[t][2] = sc[t][3] = 0.f;
+        tca_scores_part<kD, 0, kKs / 2>(sc, sm, kv, hg, quarter, lane);
+        hook(0);
+        tca_scores_part<kD, kKs / 2, kKs>(sc, sm, kv, hg, quarter, lane);
         // Mask, row maxima of this quarter (quad shuffle), exchanged through shared memory.
         float mx[2] = {neg_inf, neg_inf};
 #pragma unroll
         for (int t = 0; t < 2; ++t)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int64_t j = quarter * 16 + t * 8 + qd * 2 + (e % 2);
+                const int j = quarter * 16 + t * 8 + qd * 2 + (e % 2);
                 sc[t][e] = j < n ? sc[t][e] * scale2 : neg_inf;
                 mx[e / 2] = fmaxf(mx[e / 2], sc[t][e]);
             }
@@ -97,6 +176,7 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
             sm.red_max[quarter * kTcaHeads + row1] = mx[1];
         }
         __syncthreads();
+        hook(1);
         float m_new[2], alpha[2];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
@@ -146,7 +226,66 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
             acc[t][2] *= alpha[1];
             acc[t][3] *= alpha[1];
         }
-        tca_pv<kD>(acc, sm, hg, quarter, lane);
+        tca_pv_part<kD, 0, kTcaBlock / 32>(acc, sm, kv, hg, quarter, lane);
+        hook(2);
+        tca_pv_part<kD, kTcaBlock / 32, kTcaBlock / 16>(acc, sm, kv, hg, quarter, lane);
+        hook(3);
+    };
+
+    if constexpr (!kPipe) {
+#pragma unroll
+        for (int t = 0; t < kNt; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+        if (split < num_blocks) {
+            if (tid < kTcaBlock) sm.rows[tid] = tid < nh ? p.q + (r * p.heads + h0 + tid) * kD : nullptr;
+            __syncthreads();
+            tca_stage_rows<kD>(sm.q, sm.rows);
+        }
+        for (int64_t b = split; b < num_blocks; b += kSplit) {
+            const int64_t j0 = b * kTcaBlock;
+            const int n = static_cast<int>(nc - j0 < kTcaBlock ? nc - j0 : kTcaBlock);
+            __syncthreads();  // the previous block's MMAs and staging are done with kv, p and rows
+            if (tid < kTcaBlock) sm.rows[tid] = row_of(j0 + tid);
+            __syncthreads();
+            tca_stage_rows<kD>(sm.kv, sm.rows);
+            __syncthreads();
+            attend(sm.kv, n, [](int) {});
+        }
+    } else {
+        using Ring = TcaRing<kD>;
+        TcaCandidates* const cands = reinterpret_cast<TcaCandidates*>(sm.next_rows + 2 * kTcaBlock);
+        const float* const any = p.kv;  // a valid address for the zero-filling copies (never read)
+        // next_rows[i % 2]: the rows of the CTA's i-th block. Prologue: block 0's first two batches in
+        // flight while q is staged, then block 0 staged with block 1's first two batches in flight.
+        if (split < num_blocks) {
+            const int i = tid / kTcaBlock, j = tid % kTcaBlock;
+            if (i == 0) sm.rows[j] = j < nh ? p.q + (r * p.heads + h0 + j) * kD : nullptr;
+            else if (i < 3) sm.next_rows[(i - 1) * kTcaBlock + j] = row_of((split + (i - 1) * kSplit) * kTcaBlock + j);
+            else if (tid == 3 * kTcaBlock) *cands = TcaCandidates{cand, nc};
+            __syncthreads();
+            Ring::issue(sm.ring, sm.next_rows, 0, any);
+            Ring::issue(sm.ring, sm.next_rows, 1, any);
+            tca_stage_rows<kD>(sm.q, sm.rows);
+            Ring::stage(sm.kv, sm.ring, sm.next_rows, split + kSplit < num_blocks ? sm.next_rows + kTcaBlock : nullptr, any);
+        }
+#pragma unroll
+        for (int t = 0; t < kNt; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+        const int nb = static_cast<int>(num_blocks), ncount = static_cast<int>(nc);
+        for (int b = split, parity = 0; b < nb; b += kSplit, parity ^= 1) {
+            const int j0 = b * kTcaBlock, n = ncount - j0 < kTcaBlock ? ncount - j0 : kTcaBlock;
+            // The rows of the block after next, loaded now, published after this block's MMAs into this
+            // block's half of next_rows (whose last reader was this block's staging).
+            const float* ahead = tid < kTcaBlock ? TcaCandidates::row(cands, (b + 2 * kSplit) * kTcaBlock + tid) : nullptr;
+            __syncthreads();  // kv holds this block (every thread's conversions are visible)
+            attend(sm.kv, n, [&](int stage) {
+                if (stage == 3 && tid < kTcaBlock) sm.next_rows[parity * kTcaBlock + tid] = ahead;
+            });
+            if (b + kSplit < nb) {
+                __syncthreads();  // every warp is done with kv; the block after next's rows are published
+                Ring::stage(sm.kv, sm.ring, sm.next_rows + (parity ^ 1) * kTcaBlock,
+                            b + 2 * kSplit < nb ? sm.next_rows + parity * kTcaBlock : nullptr, any);
+            }
+        }
+        dev::cp_async_wait<0>();  // nothing is in flight (the last blocks committed empty groups)
     }
     const int parts = static_cast<int>(num_blocks < kSplit ? num_blocks : kSplit);
     tca_merge_store<kD, kSplit, true>(sm, acc, m_run, l_run, split, parts, nh, p.sink, h0, p.cos_sin + pos * p.rope_dim,

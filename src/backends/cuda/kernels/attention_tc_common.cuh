@@ -40,7 +40,16 @@ __host__ __device__ constexpr int64_t tca_smem_bytes(int64_t kd) {
            4 * 2 * kTcaHeads + 8 * kTcaBlock;
 }
 
-// Pointers into one CTA's dynamic shared memory (layout of tca_smem_bytes).
+// The pipelined V4 kernel (attention_tc.cuh) appends a ring of 32 candidate rows [32, kd] f32 (two
+// batches of 16 rows in flight), two blocks' row addresses [2, 64] and 128 bytes for its row's
+// candidate source to that layout; the shared part keeps its offsets.
+constexpr int kTcaRingRows = 32;
+__host__ __device__ constexpr int64_t tca_pipelined_smem_bytes(int64_t kd) {
+    return tca_smem_bytes(kd) + 4 * kTcaRingRows * kd + 2 * 8 * kTcaBlock + 128;
+}
+
+// Pointers into one CTA's dynamic shared memory (layout of tca_smem_bytes; ring and next_rows only
+// within tca_pipelined_smem_bytes).
 template <int kD>
 struct TcaShared {
     static constexpr int kP = static_cast<int>(tca_pitch(kD));
@@ -54,6 +63,8 @@ struct TcaShared {
     float* part_l;        // [64] this CTA's row sums
     const float** rows;   // [64] the rows being staged (null: a zero row)
     float* o;             // [64, kD] f32 partial output, over q and kv
+    float* ring;               // [kTcaRingRows, kD] the pipelined kernel's rows in flight (f32)
+    const float** next_rows;   // [2, 64] the pipelined kernel's block rows by iteration parity (null: a zero row)
     __device__ explicit TcaShared(unsigned char* base) {
         q = reinterpret_cast<__nv_bfloat16*>(base);
         kv = q + kTcaHeads * kP;
@@ -64,6 +75,8 @@ struct TcaShared {
         part_l = part_m + kTcaHeads;
         rows = reinterpret_cast<const float**>(part_l + kTcaHeads);
         o = reinterpret_cast<float*>(base);
+        ring = reinterpret_cast<float*>(base + tca_smem_bytes(kD));
+        next_rows = reinterpret_cast<const float**>(ring + kTcaRingRows * kD);
     }
 };
 
@@ -99,39 +112,61 @@ __device__ __forceinline__ void tca_stage_rows(__nv_bfloat16* dst, const float* 
     }
 }
 
-// Scores of this warp's 16 heads x 16 candidates (its quarter of the block): two n-tiles over K = kD.
-template <int kD>
-__device__ __forceinline__ void tca_scores(float (&sc)[2][4], const TcaShared<kD>& sm, int hg, int quarter, int lane) {
+// Scores of this warp's 16 heads x 16 candidates (its quarter of the block): two n-tiles, accumulated
+// over the k-steps [kK0, kK1) of K = kD (16 each; tca_scores: all of them, from zero).
+template <int kD, int kK0, int kK1>
+__device__ __forceinline__ void tca_scores_part(float (&sc)[2][4], const TcaShared<kD>& sm, const __nv_bfloat16* kv, int hg,
+                                                int quarter, int lane) {
     constexpr int kP = TcaShared<kD>::kP;
-#pragma unroll
-    for (int t = 0; t < 2; ++t) sc[t][0] = sc[t][1] = sc[t][2] = sc[t][3] = 0.f;
 #pragma unroll 4
-    for (int ks = 0; ks < kD / 16; ++ks) {
+    for (int ks = kK0; ks < kK1; ++ks) {
         uint32_t a[4], b[4];
         dev::ldmatrix_x4(a, sm.q + (hg * 16 + lane % 16) * kP + ks * 16 + (lane / 16) * 8);
-        dev::ldmatrix_x4(b, sm.kv + (quarter * 16 + lane % 8 + (lane / 16) * 8) * kP + ks * 16 + ((lane / 8) % 2) * 8);
+        dev::ldmatrix_x4(b, kv + (quarter * 16 + lane % 8 + (lane / 16) * 8) * kP + ks * 16 + ((lane / 8) % 2) * 8);
         dev::mma_bf16_16816(sc[0], a, b[0], b[1]);
         dev::mma_bf16_16816(sc[1], a, b[2], b[3]);
     }
 }
-
-// acc += P · V over one block: this warp's 16 heads x kD / 4 columns (quarter).
 template <int kD>
-__device__ __forceinline__ void tca_pv(float (&acc)[kD / 32][4], const TcaShared<kD>& sm, int hg, int quarter, int lane) {
+__device__ __forceinline__ void tca_scores(float (&sc)[2][4], const TcaShared<kD>& sm, const __nv_bfloat16* kv, int hg,
+                                           int quarter, int lane) {
+#pragma unroll
+    for (int t = 0; t < 2; ++t) sc[t][0] = sc[t][1] = sc[t][2] = sc[t][3] = 0.f;
+    tca_scores_part<kD, 0, kD / 16>(sc, sm, kv, hg, quarter, lane);
+}
+template <int kD>
+__device__ __forceinline__ void tca_scores(float (&sc)[2][4], const TcaShared<kD>& sm, int hg, int quarter, int lane) {
+    tca_scores<kD>(sc, sm, sm.kv, hg, quarter, lane);
+}
+
+// acc += P · V over the k-steps [kK0, kK1) of one block (16 candidates each; tca_pv: all 4): this
+// warp's 16 heads x kD / 4 columns (quarter).
+template <int kD, int kK0, int kK1>
+__device__ __forceinline__ void tca_pv_part(float (&acc)[kD / 32][4], const TcaShared<kD>& sm, const __nv_bfloat16* kv, int hg,
+                                            int quarter, int lane) {
     constexpr int kP = TcaShared<kD>::kP, kPP = TcaShared<kD>::kPP, kNt = kD / 32;
     const int c0 = quarter * (kD / 4);
 #pragma unroll
-    for (int ks = 0; ks < kTcaBlock / 16; ++ks) {
+    for (int ks = kK0; ks < kK1; ++ks) {
         uint32_t a[4];
         dev::ldmatrix_x4(a, sm.p + (hg * 16 + lane % 16) * kPP + ks * 16 + (lane / 16) * 8);
 #pragma unroll
         for (int t = 0; t < kNt; t += 2) {
             uint32_t b[4];
-            dev::ldmatrix_x4_trans(b, sm.kv + (ks * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kP + c0 + t * 8 + (lane / 16) * 8);
+            dev::ldmatrix_x4_trans(b, kv + (ks * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kP + c0 + t * 8 + (lane / 16) * 8);
             dev::mma_bf16_16816(acc[t], a, b[0], b[1]);
             dev::mma_bf16_16816(acc[t + 1], a, b[2], b[3]);
         }
     }
+}
+template <int kD>
+__device__ __forceinline__ void tca_pv(float (&acc)[kD / 32][4], const TcaShared<kD>& sm, const __nv_bfloat16* kv, int hg,
+                                       int quarter, int lane) {
+    tca_pv_part<kD, 0, kTcaBlock / 16>(acc, sm, kv, hg, quarter, lane);
+}
+template <int kD>
+__device__ __forceinline__ void tca_pv(float (&acc)[kD / 32][4], const TcaShared<kD>& sm, int hg, int quarter, int lane) {
+    tca_pv<kD>(acc, sm, sm.kv, hg, quarter, lane);
 }
 
 // Barrier over the CTAs of a row (the cluster), with release/acquire of shared and global memory.

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Launchers of the attention block's ops: ring writes, ape, compressor, indexer + top-k, sparse attention.
+#include "backends/cuda/attention_tc.h"
 #include "backends/cuda/common/cuda_check.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/attention.cuh"
@@ -122,21 +123,34 @@ void launch_mqa(const SparseAttentionParams& p, Stream s) {
                                             static_cast<size_t>(kernels::mqa_smem_bytes(kHeads, p.head_dim)), raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
+// The pipelined kernel (kPipe) where the device's shared memory holds its ring of rows in flight (sm_90:
+// 227 KB per block), else the one-buffer kernel (sm_80 at kD = 512, and kD = 64); both give the same
+// bits. The choice depends on the device only.
 template <int kD>
-bool launch_tc(const SparseAttentionParams& p, Stream s) {
-    return launch_tca<kD>(kernels::tc_attention_kernel<kD, kernels::kTcaSplit>, kernels::tc_attention_kernel<kD, 1>, p, p.rows, p.heads, raw(s));
+bool launch_tc(const SparseAttentionParams& p, Stream s, bool one_buffer) {
+    if constexpr (kD >= 128)  // the ring's batches hold whole float4s per thread from kD = 128
+        if (!one_buffer && kernels::tca_pipelined_smem_bytes(kD) <= max_shared_memory_per_block())
+            return launch_tca<kD, kernels::tca_pipelined_smem_bytes(kD)>(kernels::tc_attention_kernel<kD, kernels::kTcaSplit, true>,
+                                                                     kernels::tc_attention_kernel<kD, 1, true>, p, p.rows, p.heads, raw(s));
+    return launch_tca<kD>(kernels::tc_attention_kernel<kD, kernels::kTcaSplit, false>, kernels::tc_attention_kernel<kD, 1, false>,
+                          p, p.rows, p.heads, raw(s));
 }
 
-bool try_tensor_cores(const SparseAttentionParams& p, Stream s) {
+bool try_tensor_cores(const SparseAttentionParams& p, Stream s, bool one_buffer = false) {
     switch (p.head_dim) {
-        case 64: return launch_tc<64>(p, s);
-        case 128: return launch_tc<128>(p, s);
-        case 256: return launch_tc<256>(p, s);
-        case 512: return launch_tc<512>(p, s);
+        case 64: return launch_tc<64>(p, s, one_buffer);
+        case 128: return launch_tc<128>(p, s, one_buffer);
+        case 256: return launch_tc<256>(p, s, one_buffer);
+        case 512: return launch_tc<512>(p, s, one_buffer);
         default: return false;
     }
 }
 }  // namespace
+
+bool sparse_attention_tc_one_buffer(const SparseAttentionParams& p, Stream s) {
+    const bool aligned16 = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.kv) % 16 == 0;
+    return p.rows > 0 && p.official && aligned16 && try_tensor_cores(p, s, true);
+}
 
 void sparse_attention(const SparseAttentionParams& p, Stream s) {
     if (p.rows == 0) return;

@@ -43,10 +43,11 @@ bool tca_clusters_fit(void (*kernel)(Params), int split, int64_t smem) {
 // ceil(heads / 64)) of single_kernel. The cluster check runs once per kernel (kD) and process, before
 // any graph capture can be under way (the first launch of a model is an eager prefill), so eager
 // launches and graph replays always take the same kernel.
-template <int kD, class Params>
+// kSmem: the kernels' dynamic shared memory (tca_smem_bytes(kD) unless the kernel says otherwise).
+template <int kD, int64_t kSmem = kernels::tca_smem_bytes(kD), class Params>
 bool launch_tca(void (*split_kernel)(Params), void (*single_kernel)(Params), const Params& p, int64_t rows,
                 int64_t heads, cudaStream_t stream) {
-    const int64_t smem = kernels::tca_smem_bytes(kD);
+    constexpr int64_t smem = kSmem;
     if (smem > max_shared_memory_per_block()) return false;
     for (auto* k : {split_kernel, single_kernel})
         DI_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
