@@ -580,6 +580,41 @@ TEST_F(CudaGemmFast, Fp4WarpSpecializedKernelEveryTileWidth) {
                 err);
 }
 
+// The warp-specialized FP4 kernel with one or two producer warpgroups (two: producer p converts the K
+// tiles kt = p mod 2) and its tile-to-expert lookup (each lane counts a strided share of the experts):
+// 70 experts (more than two warps' width, so the count wraps), empty ones among them, K tiles few (2:
+// one per producer) and not a multiple of either stage ring (10), and half the experts with ue8m0 scales
+// of 0 and 1 (128-blocks whose largest scale is 2^-127: the subnormal promotion scale) equal the
+// shared-memory kernel bit for bit in every warp-specialized configuration.
+TEST_F(CudaGemmFast, Fp4WarpSpecializedProducersManyExpertsAndTinyScales) {
+    const int64_t N = 256, T = 200, E = 70;
+    for (const int64_t K : {int64_t(256), int64_t(1280)}) {
+        std::vector<std::unique_ptr<Weight>> ws;
+        for (int64_t e = 0; e < E; ++e)
+            ws.push_back(std::make_unique<Weight>(cpu::WeightFormat::kFp4, N, K, 700 + uint32_t(e), e % 2 ? 0 : 120, e % 2 ? 2 : 6));
+        const auto x = bf16_randn(size_t(T * K), 701);
+        Dev<float> dx(x);
+        FastInput in(dx, T, K, false);
+        std::mt19937 rng(13);
+        std::vector<std::vector<int32_t>> tok(static_cast<size_t>(E));
+        for (int64_t e = 0; e < E; ++e) {
+            const uint32_t n = e % 7 == 3 ? 0u : rng() % 150u;
+            for (uint32_t i = 0; i < n; ++i) tok[size_t(e)].push_back(int32_t(rng() % uint32_t(T)));
+        }
+        const Groups all = make_groups(tok);
+        const auto sm = run_groups(ws, *in.q, *in.s, all, cuda::Fp4Path::kSharedConvert);
+        int tested = 0;
+        for (int v = 0; v < cuda::kFp4RsVariants; ++v) {
+            if (std::string(cuda::fp4_rs_variant_name(v)).rfind("ws", 0) != 0) continue;
+            ++tested;
+            EXPECT_EQ(differing_words(run_groups(ws, *in.q, *in.s, all, cuda::Fp4Path::kAuto, true, v), sm), 0u)
+                << "K " << K << ", configuration " << cuda::fp4_rs_variant_name(v);
+        }
+        EXPECT_GE(tested, 3) << "the warp-specialized configurations (one and two producer warpgroups)";
+        EXPECT_EQ(differing_words(run_groups(ws, *in.q, *in.s, all, cuda::Fp4Path::kAuto), sm), 0u) << "K " << K << ", default";
+    }
+}
+
 // The decode FP4 kernel (gemm_wgmma_fp4dec.cuh) picks its wgmma width per block from the tile's rows
 // (8, 16, 32, 64) inside tiles of up to 16/32/64 rows: experts whose row counts straddle every width,
 // empty ones, and ones longer than a tile equal the shared-memory kernel bit for bit in every decode

@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // Device code of the warp-specialized fast GEMM for packed FP4 weights on Hopper (sm_90a): the routed
 // experts' prefill path (compute-bound tiles of up to 128 tokens of one expert).
-// A block is three warpgroups over 128 weight rows x up to 128 token rows:
-//  - warpgroup 0, the producer: cp.async copies of each K tile (128 bytes of K) into a ring of kStages
+// A block is kProducers + 2 warpgroups over 128 weight rows x up to 128 token rows:
+//  - warpgroups 0 .. kProducers - 1, the producers (with two, producer p takes the K tiles kt = p mod 2,
+//    so each converts a tile in two tiles' time: the conversion is the kernel's longest serial chain):
+//    cp.async copies of each K tile (128 bytes of K) into a ring of kStages
 //    stages (the tokens' e4m3 rows in the 128-byte swizzle layout, the raw FP4 weight rows, their ue8m0
 //    scales, the tokens' act_quant scales), then converts the FP4 weights of the tile to e4m3 into the
 //    stage's swizzled weight tile (each producer thread one weight row: 64 raw bytes -> 128 e4m3 bytes)
 //    and its promotion scales, and signals the stage full (mbarrier);
-//  - warpgroups 1 and 2, the consumers: each waits for the stage, issues four
+//  - the last two warpgroups, the consumers: each waits for the stage, issues four
 //    wgmma.mma_async m64nNTk32 e4m3 with both operands in shared memory (A = its 64 converted weight
 //    rows, B = the NT token rows), waits for them, promotes the fresh register tile into its f32
 //    accumulator, and releases the stage (mbarrier).
@@ -102,8 +104,43 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
             : "memory");
     } while (!done);
 }
-// Barrier 1 among the 128 producer threads (barrier 0 is __syncthreads).
-__device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
+// Barrier 1 + p among the 128 threads of producer warpgroup p (barrier 0 is __syncthreads).
+__device__ __forceinline__ void producer_sync(int p) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + p) : "memory"); }
+
+// setmaxnreg (sm_90a): a warpgroup gives registers back or takes them (every thread of it, once).
+template <int kRegs>
+__device__ __forceinline__ void regs_dec() {
+#ifdef DI_WGMMA_ENABLED
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+template <int kRegs>
+__device__ __forceinline__ void regs_inc() {
+#ifdef DI_WGMMA_ENABLED
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
+
+// base + row · stride (one mad.wide per copy: volatile, so the compiler keeps no 64-bit product per row
+// in registers across the loop).
+__device__ __forceinline__ const uint8_t* row_address(const uint8_t* base, uint32_t row, uint32_t stride) {
+    uint64_t a;
+    asm volatile("mad.wide.u32 %0, %1, %2, %3;\n" : "=l"(a) : "r"(row), "r"(stride), "l"(reinterpret_cast<uint64_t>(base)));
+    return reinterpret_cast<const uint8_t*>(a);
+}
+
+// Tile t's expert: the last e < num_experts with tile_offsets[e] <= t (tile_offsets ascending from 0), as
+// the count of those e minus one; each lane counts a strided share, one round of independent loads
+// instead of a binary search's chain of dependent ones (the block's prologue).
+__device__ __forceinline__ int expert_of_tile(const int32_t* tile_offsets, int64_t num_experts, int t) {
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    int n = 0;
+#pragma unroll 4
+    for (int64_t e = lane; e < num_experts; e += 32) n += __ldg(tile_offsets + e) <= t ? 1 : 0;
+    return __reduce_add_sync(0xFFFFFFFFu, n) - 1;
+}
 
 // 8 packed e2m1 codes (one word, low nibble first) -> 8 e4m3 bytes (two words) through the 8-byte
 // magnitude table (lo, hi) of one shift: the bytes of tc::fp4x8_to_e4m3 in fewer instructions.
@@ -112,15 +149,21 @@ __device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;
 // bit 7 of (w << 4)'s byte k and output byte 2k + 1 bit 7 of w's byte k: one byte_perm of (w << 4, w)
 // per output word.
 __device__ __forceinline__ void fp4x8_to_e4m3_fast(uint32_t w, uint32_t lo, uint32_t hi, uint32_t& out0, uint32_t& out1) {
-    const uint32_t m = w & 0x77777777u;
+    // prmt reads the low 16 bits of its selector: one mask for both halves (the compiler's own
+    // __byte_perm masks each half separately, one instruction more).
+    const uint32_t m = w & 0x77777777u, mh = m >> 16;
+    uint32_t m0, m1;
+    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(m0) : "r"(lo), "r"(hi), "r"(m));
+    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(m1) : "r"(lo), "r"(hi), "r"(mh));
     const uint32_t w4 = w << 4;
-    out0 = __byte_perm(lo, hi, m & 0xFFFFu) | (__byte_perm(w4, w, 0x5140u) & 0x80808080u);
-    out1 = __byte_perm(lo, hi, m >> 16) | (__byte_perm(w4, w, 0x7362u) & 0x80808080u);
+    out0 = m0 | (__byte_perm(w4, w, 0x5140u) & 0x80808080u);
+    out1 = m1 | (__byte_perm(w4, w, 0x7362u) & 0x80808080u);
 }
 
-template <int kStages>
+template <int kStages, int kProducers = 1>
 struct WsConfig {
-    static constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
+    static_assert(kProducers == 1 || kProducers == 2, "one or two producer warpgroups");
+    static constexpr int kThreads = 128 * (kProducers + 2);  // producer warpgroups + two consumer warpgroups
     static constexpr int BN = 128;        // weight rows per block (64 per consumer warpgroup)
     static constexpr int kMaxTokens = 128;
     static constexpr int kWPitch = 80;  // bytes per raw FP4 weight row in a stage (64 + 16: conflict-free reads)
@@ -137,16 +180,21 @@ struct WsConfig {
     static constexpr int kBarOff = kStages * kStageBytes;  // full[kStages], empty[kStages]
     static constexpr int kTableOff = kBarOff + 2 * kStages * 8;
     static constexpr int kSmemBytes = kTableOff + 128 + 1024;  // + alignment slack
-    static constexpr int kAhead = kStages - 2;  // K tiles copied ahead of the one being converted
-    static_assert(kStages >= 3, "the producer converts K tile kt while the consumers use kt - 1");
+    // K tiles copied ahead of the one being converted (a multiple of kProducers: a producer's own tiles).
+    static constexpr int kAhead = kProducers == 1 ? kStages - 2 : 2;
+    static constexpr int kOwnAhead = kAhead / kProducers;  // cp.async groups in flight behind tile kt's
+    static_assert(kStages >= kAhead + kProducers, "the producers convert while the consumers use the tile before");
+    // Registers per thread (setmaxnreg, two producer warpgroups only: 512 threads enter with 128).
+    static constexpr int kProducerRegs = 96, kConsumerRegs = 160;
+    static_assert(kProducers == 1 || 256 * (kProducerRegs + kConsumerRegs) <= 65536, "register file");
     static constexpr uint32_t kConsumerWarps = 8;
 };
 
 // The consumers' part for NT token columns: MMAs, promotion, and the yᵀ stores.
-template <int kStages, int NT>
-__device__ __forceinline__ void consume(const TcArgs& p, uint8_t* smem, int64_t row_begin, int64_t row_end, int64_t n0) {
-    using C = WsConfig<kStages>;
-    const int tid = threadIdx.x, cw = tid / 128 - 1, lane = tid % 32, wi = (tid % 128) / 32;
+template <int kStages, int kProducers, int NT>
+__device__ __forceinline__ void consume(const TcArgs& p, uint8_t* smem, int64_t row_begin, int64_t row_end, int64_t n0, int64_t g0) {
+    using C = WsConfig<kStages, kProducers>;
+    const int tid = threadIdx.x, cw = tid / 128 - kProducers, lane = tid % 32, wi = (tid % 128) / 32;
     const int g = lane / 4, t4 = lane % 4;
     const int lr0 = cw * 64 + wi * 16 + g;  // this thread's weight rows lr0 and lr0 + 8 (of the block's 128)
     uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kBarOff);
@@ -157,8 +205,9 @@ __device__ __forceinline__ void consume(const TcArgs& p, uint8_t* smem, int64_t 
 #pragma unroll
     for (int j = 0; j < NT / 2; ++j) acc[j] = part[j] = 0.0f;
     for (int64_t kt = 0; kt < KT; ++kt) {
-        const int st = static_cast<int>(kt % kStages);
-        mbar_wait(full + st, static_cast<uint32_t>((kt / kStages) & 1));
+        const int64_t g = g0 + kt;  // the block's K tile count: its stage and phase
+        const int st = static_cast<int>(g % kStages);
+        mbar_wait(full + st, static_cast<uint32_t>((g / kStages) & 1));
         const uint8_t* s = smem + st * C::kStageBytes;
         wg::wgmma_fence();
 #pragma unroll
@@ -196,10 +245,143 @@ __device__ __forceinline__ void consume(const TcArgs& p, uint8_t* smem, int64_t 
         }
 }
 
-template <int kStages>
-static __global__ void __launch_bounds__(384, 1) fp4_ws_kernel(const __grid_constant__ TcArgs p) {
+// The producers' part (warpgroups 0 .. kProducers - 1; producer pw takes K tiles pw, pw + kProducers, ...).
+template <int kStages, int kProducers, int kPf>
+__device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const DeviceLinear* wp, int64_t row_begin, int rows, int nt,
+                                        int64_t n0, int64_t g0) {
+    using C = WsConfig<kStages, kProducers>;
+    constexpr int BN = C::BN;
+    const int tid = threadIdx.x;
+    const int64_t K = p.K, KT = p.k_tiles;
+    const uint8_t* table = smem + C::kTableOff;
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kBarOff);
+    uint64_t* empty = full + kStages;
+    const int pw = tid / 128, pt = tid % 128;
+    constexpr int P = kProducers;
+    const uint8_t* wbytes = static_cast<const uint8_t*>(wp->weight);
+    const uint8_t* wscales = static_cast<const uint8_t*>(wp->scale);
+    auto a_row_of = [&](int64_t r) -> int64_t { return p.a_row_src ? p.a_row_src[r] : r; };
+    // Each thread's copies are the same rows and chunks in every K tile: base addresses plus the K tile's
+    // offset, in few registers (with two producer warpgroups a producer thread has C::kProducerRegs).
+    // Token chunks: chunk c = pt % 8 of rows pt / 8 + 16q, rows < nt copied (a row past the tile's end
+    // zero-fills: the MMAs read nt rows); x_row[q]: the source row (0 when zero-filled).
+    constexpr int kXChunks = C::kMaxTokens * 8 / 128;
+    uint32_t x_row[kXChunks];
+#pragma unroll
+    for (int q = 0; q < kXChunks; ++q) {
+        const int r = pt / 8 + 16 * q;
+        x_row[q] = r < rows ? static_cast<uint32_t>(a_row_of(row_begin + r)) : 0u;
+    }
+    const int xr0 = pt / 8;
+    const int x_copy = (nt - xr0 + 15) / 16, x_ok = (rows - xr0 + 15) / 16;  // q < x_copy copies, q < x_ok non-zero
+    const uint32_t x_dst = C::kXOff + xr0 * 128 + (((pt % 8) ^ (xr0 % 8)) << 4);  // + q * 2048 (16 rows)
+    const uint8_t* x_base = p.a + (pt % 8) * 16;
+    const uint32_t x_stride = static_cast<uint32_t>(p.a_row_bytes);
+    // Raw weight chunks: chunk pt % 4 of rows pt / 4 + 32q.
+    constexpr int kWChunks = BN * 4 / 128;
+    const uint8_t* w_base = wbytes + (n0 + pt / 4) * (K / 2) + (pt % 4) * 16;
+    const int64_t w_qstride = 32 * (K / 2);
+    const uint32_t w_dst = C::kROff + (pt / 4) * C::kWPitch + (pt % 4) * 16;  // + q * 32 * kWPitch
+    const uint8_t* ws_base = wscales + (n0 + pt) * (K / 32);  // row pt's scales
+    const float* xs_base = pt < rows ? p.a_scale + a_row_of(row_begin + pt) * KT : p.a_scale;  // token row pt's
+    const int xs_len = pt < rows ? 4 : (pt < nt ? 0 : -1);
+    auto load_stage = [&](int st, int64_t kt) {
+        uint8_t* s = smem + st * C::kStageBytes;
+        const uint8_t* xb = x_base + kt * 128;
+#pragma unroll
+        for (int q = 0; q < kXChunks; ++q)
+            if (q < x_copy) tc::cp_async16(s + x_dst + q * 2048, row_address(xb, x_row[q], x_stride), q < x_ok ? 16 : 0);
+        const uint8_t* wb = w_base + kt * 64;
+#pragma unroll
+        for (int q = 0; q < kWChunks; ++q) tc::cp_async16(s + w_dst + q * 32 * C::kWPitch, wb + q * w_qstride, 16);
+        tc::cp_async4(s + C::kRsOff + pt * 4, ws_base + kt * 4, 4);
+        if constexpr (kPf > 0) {
+            // Weight row pt's bytes kPf K tiles ahead into L2 (the copies then wait on L2, not DRAM).
+            if (kt + kPf < KT) prefetch_l2(wbytes + (n0 + pt) * (K / 2) + (kt + kPf) * 64);
+        }
+        if (xs_len >= 0) tc::cp_async4(s + C::kSxOff + pt * 4, xs_len > 0 ? xs_base + kt : xs_base, xs_len);
+    };
+
+    // K tile kt into its stage (the block's K tile count g0 + kt), once the consumers released the stage's
+    // previous tile (of this or an earlier tile of the block).
+    auto load = [&](int64_t kt) {
+        const int64_t g = g0 + kt;
+        const int st = static_cast<int>(g % kStages);
+        if (g >= kStages) mbar_wait(empty + st, static_cast<uint32_t>((g / kStages - 1) & 1));
+        load_stage(st, kt);
+    };
+#pragma unroll
+    for (int a = 0; a < C::kOwnAhead; ++a) {
+        const int64_t kt = pw + int64_t(a) * P;
+        if (kt < KT) load(kt);
+        tc::cp_async_commit();
+    }
+    for (int64_t kt = pw; kt < KT; kt += P) {
+        // This producer's K tile kt + kAhead.
+        if (kt + C::kAhead < KT) load(kt + C::kAhead);
+        tc::cp_async_commit();
+        tc::cp_async_wait<C::kOwnAhead>();  // K tile kt (this thread's copies)
+        producer_sync(pw);                  // everyone's in this warpgroup
+        const int st = static_cast<int>((g0 + kt) % kStages);
+        uint8_t* s = smem + st * C::kStageBytes;
+        // Weight row pt of the tile: 4 subblocks of 32 codes -> 128 e4m3 bytes, and its promotion scale.
+        const uint32_t sc = *reinterpret_cast<const uint32_t*>(s + C::kRsOff + pt * 4);
+        const uint32_t emax = max(max(sc & 0xFFu, (sc >> 8) & 0xFFu), max((sc >> 16) & 0xFFu, sc >> 24));
+        // 2^(emax - 127) by its bits (ldexpf's value: 2^-127 is the subnormal 0x00400000), NaN for 0xFF.
+        reinterpret_cast<float*>(s + C::kSwOff)[pt] =
+            __int_as_float(emax == 0xFFu ? 0x7FC00000 : (emax == 0u ? 0x00400000 : static_cast<int>(emax << 23)));
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const uint32_t d = min(emax - ((sc >> (8 * j)) & 0xFFu), 15u);
+            const uint2 tv = *reinterpret_cast<const uint2*>(table + d * 8);
+            const uint4 packed = *reinterpret_cast<const uint4*>(s + C::kROff + pt * C::kWPitch + j * 16);
+            uint4 o0, o1;
+            fp4x8_to_e4m3_fast(packed.x, tv.x, tv.y, o0.x, o0.y);
+            fp4x8_to_e4m3_fast(packed.y, tv.x, tv.y, o0.z, o0.w);
+            fp4x8_to_e4m3_fast(packed.z, tv.x, tv.y, o1.x, o1.y);
+            fp4x8_to_e4m3_fast(packed.w, tv.x, tv.y, o1.z, o1.w);
+            *reinterpret_cast<uint4*>(s + C::kCOff + wg::tile_offset(pt, 2 * j)) = o0;
+            *reinterpret_cast<uint4*>(s + C::kCOff + wg::tile_offset(pt, 2 * j + 1)) = o1;
+        }
+        wg::fence_proxy_async();  // this thread's copies and conversions, visible to the tensor cores
+        mbar_arrive(full + st);
+    }
+    tc::cp_async_wait<0>();
+}
+
+// Token tile t of the launch (up to 128 rows of one expert, or of the plain GEMM): its rows and weight;
+// false past the last tile.
+struct WsTile {
+    int64_t row_begin, row_end;
+    const DeviceLinear* wp;
+};
+template <int kMaxTokens>
+__device__ __forceinline__ bool ws_tile(const TcArgs& p, int64_t t, WsTile& tile) {
+    tile.wp = &p.weight;
+    if (p.expert_offsets) {
+        if (t >= p.tile_offsets[p.num_experts]) return false;
+        const int e = expert_of_tile(p.tile_offsets, p.num_experts, static_cast<int>(t));
+        tile.row_begin = p.expert_offsets[e] + (t - p.tile_offsets[e]) * kMaxTokens;
+        tile.row_end = p.expert_offsets[e + 1];
+        tile.wp = p.experts + e;
+    } else {
+        tile.row_begin = t * kMaxTokens;
+        if (tile.row_begin >= p.rows) return false;
+        tile.row_end = p.rows;
+    }
+    tile.row_end = min(tile.row_end, tile.row_begin + kMaxTokens);
+    return true;
+}
+
+// One block per (weight-row block, token tile) (kPersistent = false: blockIdx.x, blockIdx.y), or one
+// block per SM looping over them (kPersistent: tile i = blockIdx.x + j·gridDim.x, weight-row blocks
+// fastest), its stage ring running on across tiles: the producers load a tile's first K tiles while the
+// consumers finish the previous one and store it (no block start, prologue or pipeline fill per tile).
+// Either way a tile's arithmetic is the same.
+template <int kStages, int kProducers, bool kPersistent, int kPf = 0>
+static __global__ void __launch_bounds__(WsConfig<kStages, kProducers>::kThreads, 1) fp4_ws_kernel(const __grid_constant__ TcArgs p) {
 #ifdef DI_WGMMA_ENABLED
-    using C = WsConfig<kStages>;
+    using C = WsConfig<kStages, kProducers>;
     constexpr int BN = C::BN;
     extern __shared__ uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ((1024 - (tc::smem_addr(smem_raw) & 1023u)) & 1023u);  // the swizzle atom
@@ -207,140 +389,48 @@ static __global__ void __launch_bounds__(384, 1) fp4_ws_kernel(const __grid_cons
     uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kBarOff);
     uint64_t* empty = full + kStages;
     const int tid = threadIdx.x;
+    const int64_t nb = p.N / BN;  // weight-row blocks
 
-    // This block's token rows (blockIdx.y: a tile of up to 128 rows of one expert) and weight rows.
-    int64_t row_begin, row_end;
-    const DeviceLinear* wp = &p.weight;
-    if (p.expert_offsets) {
-        const int t = static_cast<int>(blockIdx.y);
-        if (t >= p.tile_offsets[p.num_experts]) return;
-        int lo = 0, hi = static_cast<int>(p.num_experts) - 1;  // last e with tile_offsets[e] <= t
-        while (lo < hi) {
-            const int mid = (lo + hi + 1) / 2;
-            if (p.tile_offsets[mid] <= t) lo = mid; else hi = mid - 1;
-        }
-        row_begin = p.expert_offsets[lo] + int64_t(t - p.tile_offsets[lo]) * C::kMaxTokens;
-        row_end = p.expert_offsets[lo + 1];
-        wp = p.experts + lo;
-    } else {
-        row_begin = int64_t(blockIdx.y) * C::kMaxTokens;
-        row_end = p.rows;
-    }
-    row_end = min(row_end, row_begin + C::kMaxTokens);
-    const int rows = static_cast<int>(row_end - row_begin);  // 1..128
-    const int nt = (rows + 31) / 32 * 32;                    // the wgmma N of this block
-    const int64_t n0 = int64_t(blockIdx.x) * BN, K = p.K, KT = p.k_tiles;
+    WsTile tile;
+    int64_t i = kPersistent ? int64_t(blockIdx.x) : int64_t(blockIdx.y) * nb + blockIdx.x;
+    if (!ws_tile<C::kMaxTokens>(p, i / nb, tile)) return;
 
     if (tid == 0) {
         for (int s = 0; s < kStages; ++s) {
-            mbar_init(full + s, 128);                   // every producer thread, once per K tile
+            mbar_init(full + s, 128);                   // every thread of a producer warpgroup, once per K tile
             mbar_init(empty + s, C::kConsumerWarps);    // one lane per consumer warp
         }
     }
     tc::build_fp4_table(table, tid);
     __syncthreads();
 
-    if (tid >= 128) {
-        switch (nt) {
-            case 32: consume<kStages, 32>(p, smem, row_begin, row_end, n0); break;
-            case 64: consume<kStages, 64>(p, smem, row_begin, row_end, n0); break;
-            case 96: consume<kStages, 96>(p, smem, row_begin, row_end, n0); break;
-            default: consume<kStages, 128>(p, smem, row_begin, row_end, n0); break;
-        }
-        return;
-    }
-
-    // ---- Producer (warpgroup 0) ----
-    const uint8_t* wbytes = static_cast<const uint8_t*>(wp->weight);
-    const uint8_t* wscales = static_cast<const uint8_t*>(wp->scale);
-    auto a_row_of = [&](int64_t r) -> int64_t { return p.a_row_src ? p.a_row_src[r] : r; };
-    // Each thread's copies are the same rows and chunks in every K tile: running source pointers. Token
-    // chunks: rows < nt (a row past the tile's end zero-fills: the MMAs read nt rows).
-    constexpr int kXChunks = C::kMaxTokens * 8 / 128;
-    const uint8_t* x_src[kXChunks];
-    int x_len[kXChunks];
-#pragma unroll
-    for (int q = 0; q < kXChunks; ++q) {
-        const int i = tid + q * 128, r = i >> 3, c = i & 7;
-        const bool ok = r < rows;
-        x_src[q] = ok ? p.a + a_row_of(row_begin + r) * p.a_row_bytes + c * 16 : p.a;
-        x_len[q] = r < nt ? (ok ? 16 : 0) : -1;  // -1: no copy
-    }
-    constexpr int kWChunks = BN * 4 / 128;  // 16-byte chunks of raw weight rows per thread
-    const uint8_t* w_src[kWChunks];
-#pragma unroll
-    for (int q = 0; q < kWChunks; ++q) {
-        const int i = tid + q * 128, r = i / 4, c = i % 4;
-        w_src[q] = wbytes + (n0 + r) * (K / 2) + c * 16;
-    }
-    const uint8_t* ws_src = wscales + (n0 + tid) * (K / 32);  // row tid's scales
-    const float* x_scale_src = p.a_scale;                      // tid < nt: token row tid's scales
-    int x_scale_len = tid < nt ? 0 : -1;
-    if (tid < rows) {
-        x_scale_src = p.a_scale + a_row_of(row_begin + tid) * KT;
-        x_scale_len = 4;
-    }
-    auto load_stage = [&](int st) {
-        uint8_t* s = smem + st * C::kStageBytes;
-#pragma unroll
-        for (int q = 0; q < kXChunks; ++q) {
-            const int i = tid + q * 128;
-            if (x_len[q] >= 0) tc::cp_async16(s + C::kXOff + wg::tile_offset(i >> 3, i & 7), x_src[q], x_len[q]);
-            x_src[q] += 128;
-        }
-#pragma unroll
-        for (int q = 0; q < kWChunks; ++q) {
-            const int i = tid + q * 128;
-            tc::cp_async16(s + C::kROff + (i / 4) * C::kWPitch + (i % 4) * 16, w_src[q], 16);
-            w_src[q] += 64;
-        }
-        tc::cp_async4(s + C::kRsOff + tid * 4, ws_src, 4);
-        if (x_scale_len >= 0) tc::cp_async4(s + C::kSxOff + tid * 4, x_scale_src, x_scale_len);
-        ws_src += 4;
-        x_scale_src += x_scale_len > 0 ? 1 : 0;
+    // Each role loops over the block's tiles in its own branch (setmaxnreg needs one branch per role).
+    auto next_tile = [&]() -> bool {
+        if constexpr (!kPersistent) return false;
+        i += gridDim.x;
+        return ws_tile<C::kMaxTokens>(p, i / nb, tile);
     };
-
-#pragma unroll
-    for (int st = 0; st < C::kAhead; ++st) {
-        if (st < KT) load_stage(st);
-        tc::cp_async_commit();
-    }
-    for (int64_t kt = 0; kt < KT; ++kt) {
-        {
-            // K tile kt + kAhead into its stage, once the consumers released the stage's previous tile.
-            const int64_t next = kt + C::kAhead;
-            if (next < KT) {
-                const int st = static_cast<int>(next % kStages);
-                if (next >= kStages) mbar_wait(empty + st, static_cast<uint32_t>((next / kStages - 1) & 1));
-                load_stage(st);
+    if (tid >= 128 * kProducers) {
+        if constexpr (kProducers > 1) regs_inc<C::kConsumerRegs>();
+        for (int64_t g0 = 0;; g0 += p.k_tiles) {
+            const int nt = static_cast<int>((tile.row_end - tile.row_begin + 31) / 32 * 32);  // the wgmma N of this tile
+            const int64_t n0 = (i % nb) * BN;
+            switch (nt) {
+                case 32: consume<kStages, kProducers, 32>(p, smem, tile.row_begin, tile.row_end, n0, g0); break;
+                case 64: consume<kStages, kProducers, 64>(p, smem, tile.row_begin, tile.row_end, n0, g0); break;
+                case 96: consume<kStages, kProducers, 96>(p, smem, tile.row_begin, tile.row_end, n0, g0); break;
+                default: consume<kStages, kProducers, 128>(p, smem, tile.row_begin, tile.row_end, n0, g0); break;
             }
-            tc::cp_async_commit();
+            if (!next_tile()) break;
         }
-        tc::cp_async_wait<C::kAhead>();  // K tile kt (this thread's copies)
-        producer_sync();                 // everyone's
-        const int st = static_cast<int>(kt % kStages);
-        uint8_t* s = smem + st * C::kStageBytes;
-        // Weight row tid of the tile: 4 subblocks of 32 codes -> 128 e4m3 bytes, and its promotion scale.
-        const uint32_t sc = *reinterpret_cast<const uint32_t*>(s + C::kRsOff + tid * 4);
-        const uint32_t emax = max(max(sc & 0xFFu, (sc >> 8) & 0xFFu), max((sc >> 16) & 0xFFu, sc >> 24));
-        reinterpret_cast<float*>(s + C::kSwOff)[tid] = emax == 0xFFu ? __int_as_float(0x7FC00000) : ldexpf(1.0f, int(emax) - 127);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const uint32_t d = min(emax - ((sc >> (8 * j)) & 0xFFu), 15u);
-            const uint2 tv = *reinterpret_cast<const uint2*>(table + d * 8);
-            const uint4 packed = *reinterpret_cast<const uint4*>(s + C::kROff + tid * C::kWPitch + j * 16);
-            uint4 o0, o1;
-            fp4x8_to_e4m3_fast(packed.x, tv.x, tv.y, o0.x, o0.y);
-            fp4x8_to_e4m3_fast(packed.y, tv.x, tv.y, o0.z, o0.w);
-            fp4x8_to_e4m3_fast(packed.z, tv.x, tv.y, o1.x, o1.y);
-            fp4x8_to_e4m3_fast(packed.w, tv.x, tv.y, o1.z, o1.w);
-            *reinterpret_cast<uint4*>(s + C::kCOff + wg::tile_offset(tid, 2 * j)) = o0;
-            *reinterpret_cast<uint4*>(s + C::kCOff + wg::tile_offset(tid, 2 * j + 1)) = o1;
+    } else {
+        if constexpr (kProducers > 1) regs_dec<C::kProducerRegs>();
+        for (int64_t g0 = 0;; g0 += p.k_tiles) {
+            const int rows = static_cast<int>(tile.row_end - tile.row_begin);  // 1..128
+            produce<kStages, kProducers, kPf>(p, smem, tile.wp, tile.row_begin, rows, (rows + 31) / 32 * 32, (i % nb) * BN, g0);
+            if (!next_tile()) break;
         }
-        wg::fence_proxy_async();  // this thread's copies and conversions, visible to the tensor cores
-        mbar_arrive(full + st);
     }
-    tc::cp_async_wait<0>();
 #else
     (void)p;
     __trap();  // the launcher selects this kernel only on sm_90 devices (built for sm_90a)

@@ -117,11 +117,14 @@ void launch_fp4_rs(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) 
 }
 
 // Hopper, packed FP4, the warp-specialized kernel (kernels/gemm_wgmma_fp4ws.cuh): tiles of up to 128
-// token rows of one expert x 128 weight rows (grid: weight-row blocks fastest).
-template <int kStages>
+// token rows of one expert x 128 weight rows (weight-row blocks fastest), kProducers producer
+// warpgroups; kPersistent: one block per SM looping over the tiles.
+int sm_count();
+
+template <int kStages, int kProducers, bool kPersistent, int kPf>
 void launch_fp4_ws(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
-    using C = kernels::wgws::WsConfig<kStages>;
-    auto* kernel = kernels::wgws::fp4_ws_kernel<kStages>;
+    using C = kernels::wgws::WsConfig<kStages, kProducers>;
+    auto* kernel = kernels::wgws::fp4_ws_kernel<kStages, kProducers, kPersistent, kPf>;
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
     DI_ICHECK(a.N % C::BN == 0);
     int64_t tiles = (p.rows + C::kMaxTokens - 1) / C::kMaxTokens;
@@ -134,7 +137,12 @@ void launch_fp4_ws(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) 
         tiles = std::min<int64_t>(p.rows, tiles + std::min<int64_t>(p.num_experts, p.rows));
     }
     DI_CHECK(tiles < 65536, "fast linear: too many row tiles (", tiles, ")");
-    kernel<<<dim3(static_cast<unsigned>(a.N / C::BN), static_cast<unsigned>(tiles)), C::kThreads, C::kSmemBytes, st>>>(args);
+    const int64_t blocks = tiles * (a.N / C::BN);  // an upper bound: the grouped form's count is on the device
+    if constexpr (kPersistent) {
+        kernel<<<static_cast<unsigned>(std::min<int64_t>(blocks, sm_count())), C::kThreads, C::kSmemBytes, st>>>(args);
+    } else {
+        kernel<<<dim3(static_cast<unsigned>(a.N / C::BN), static_cast<unsigned>(tiles)), C::kThreads, C::kSmemBytes, st>>>(args);
+    }
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -161,7 +169,7 @@ void launch_fp4_dec(const FastLinearParams& p, const TcArgs& a, cudaStream_t st)
 }
 
 // The FP4 kernels' configurations: the register kernel's {TN, warpgroups, stages, min blocks per SM},
-// the warp-specialized kernel (ws) with `stages` pipeline stages, or the decode kernel (dec) with tiles
+// the warp-specialized kernel (ws) with `stages` pipeline stages and wgs - 2 producer warpgroups, or the decode kernel (dec) with tiles
 // of up to `tn` rows, `kt` K tiles per stage (for wgmma widths up to 32; one at 64), a `stages` KB
 // shared-memory budget for the pipeline and an L2 prefetch hint of `pf` bytes on the weight copies.
 enum class RsKind { kRs, kWs, kDec };
@@ -169,19 +177,23 @@ struct RsVariant {
     int tn, wgs, stages, blocks;
     RsKind kind = RsKind::kRs;
     int kt = 1, pf = 0;
+    bool persistent = false;  // ws: one block per SM looping over the tiles
 };
 constexpr RsVariant kRsVariants[kFp4RsVariants] = {
     {8, 1, 8, 3},  {16, 1, 8, 3},  {32, 1, 6, 2}, {64, 2, 4, 1}, {128, 2, 4, 1},        {64, 1, 4, 3},
     {128, 1, 4, 2}, {8, 1, 6, 4}, {128, 2, 6, 1}, {128, 3, 4, 1, RsKind::kWs}, {128, 3, 5, 1, RsKind::kWs},
     {64, 1, 72, 3, RsKind::kDec, 2}, {64, 1, 72, 3, RsKind::kDec, 1}, {32, 1, 72, 3, RsKind::kDec, 2},
     {16, 1, 40, 5, RsKind::kDec, 1}, {64, 1, 72, 3, RsKind::kDec, 2, 256}, {64, 1, 72, 3, RsKind::kDec, 2, 128},
+    {128, 4, 4, 1, RsKind::kWs}, {128, 4, 5, 1, RsKind::kWs}, {128, 4, 4, 1, RsKind::kWs, 1, 0, true},
+    {128, 4, 5, 1, RsKind::kWs, 1, 0, true}, {128, 3, 4, 1, RsKind::kWs, 1, 0, true}, {128, 4, 4, 1, RsKind::kWs, 1, 6, true},
+    {128, 4, 4, 1, RsKind::kWs, 1, 12, true},
 };
 
 template <int V>
 void launch_fp4_rs_variant(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     constexpr RsVariant v = kRsVariants[V];
     if constexpr (v.kind == RsKind::kWs)
-        launch_fp4_ws<v.stages>(p, a, st);
+        launch_fp4_ws<v.stages, v.wgs - 2, v.persistent, v.pf>(p, a, st);
     else if constexpr (v.kind == RsKind::kDec)
         launch_fp4_dec<v.tn, v.kt, v.stages * 1024, v.blocks, v.pf>(p, a, st);
     else
@@ -201,7 +213,7 @@ void launch_fp4_rs_variant(const FastLinearParams& p, const TcArgs& a, cudaStrea
 // tested against the shared-memory kernel bit for bit).
 void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t rows_per_group, cudaStream_t st) {
     int v = p.fp4_rs_variant;
-    if (v < 0) v = rows_per_group <= 64 ? 15 : 9;
+    if (v < 0) v = rows_per_group <= 64 ? 15 : 20;
     DI_CHECK(v < kFp4RsVariants, "fast linear: no FP4 kernel configuration ", v);
     switch (v) {
         case 0: launch_fp4_rs_variant<0>(p, a, st); break;
@@ -220,7 +232,14 @@ void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t r
         case 13: launch_fp4_rs_variant<13>(p, a, st); break;
         case 14: launch_fp4_rs_variant<14>(p, a, st); break;
         case 15: launch_fp4_rs_variant<15>(p, a, st); break;
-        default: launch_fp4_rs_variant<16>(p, a, st); break;
+        case 16: launch_fp4_rs_variant<16>(p, a, st); break;
+        case 17: launch_fp4_rs_variant<17>(p, a, st); break;
+        case 18: launch_fp4_rs_variant<18>(p, a, st); break;
+        case 19: launch_fp4_rs_variant<19>(p, a, st); break;
+        case 20: launch_fp4_rs_variant<20>(p, a, st); break;
+        case 21: launch_fp4_rs_variant<21>(p, a, st); break;
+        case 22: launch_fp4_rs_variant<22>(p, a, st); break;
+        default: launch_fp4_rs_variant<23>(p, a, st); break;
     }
 }
 
@@ -318,7 +337,7 @@ const char* fp4_rs_variant_name(int variant) {
         "tn8_wg1_s8_b3",   "tn16_wg1_s8_b3", "tn32_wg1_s6_b2",       "tn64_wg2_s4_b1",       "tn128_wg2_s4_b1",
         "tn64_wg1_s4_b3",  "tn128_wg1_s4_b2", "tn8_wg1_s6_b4",       "tn128_wg2_s6_b1",      "ws128_s4",
         "ws128_s5",        "dec64_kt2_72k_b3", "dec64_kt1_72k_b3", "dec32_kt2_72k_b3", "dec16_kt1_40k_b5",
-        "dec64_kt2_72k_b3_pf256", "dec64_kt2_72k_b3_pf128"};
+        "dec64_kt2_72k_b3_pf256", "dec64_kt2_72k_b3_pf128", "ws128p2_s4", "ws128p2_s5", "ws128p2_s4_pers", "ws128p2_s5_pers", "ws128_s4_pers", "ws128p2_s4_pers_pf6", "ws128p2_s4_pers_pf12"};
     return variant >= 0 && variant < kFp4RsVariants ? kNames[variant] : "by_rows";
 }
 
