@@ -42,18 +42,21 @@ enum class GemmMode : uint8_t {
 // multiple of 128 and in_features a multiple of 256, up to 64 rows per group on average the decode kernel
 // (kernels/gemm_wgmma_fp4dec.cuh: each thread converts its own A fragment in registers, the wgmma width
 // from each tile's rows), the warp-specialized one (kernels/gemm_wgmma_fp4ws.cuh: a producer warpgroup
-// converts each weight tile once, two consumer warpgroups multiply) above; the register kernel
+// converts each weight tile once, two consumer warpgroups multiply; by default two producer warpgroups
+// taking alternate K tiles, one block per SM looping over the tiles) above; the register kernel
 // (kernels/gemm_wgmma_fp4rs.cuh, fixed token-tile widths) only when pinned; else the one that converts
 // whole tiles in shared memory (kernels/gemm_wgmma.cuh); kSharedConvert always takes the latter (tests and
 // benchmarks compare them). Other devices: the mma.sync kernel either way.
 enum class Fp4Path : uint8_t { kAuto, kSharedConvert };
 // The FP4 kernels' configurations on Hopper: the register-converting kernel's tile shapes (TN token rows
 // x 64·warpgroups weight rows per block, pipeline stages, blocks per SM), the warp-specialized kernel's
-// ("ws128_s4", "ws128_s5": pipeline stages) and the decode kernel's ("dec64_kt2_72k_b3_pf256": tiles of
+// ("ws128_s4", "ws128_s5": pipeline stages; "p2": two producer warpgroups; "_pers": one block per SM
+// looping over the tiles; "_pf6": L2 prefetch of the weight rows 6 K tiles ahead; "_late2": a producer
+// copies its K tile 2 own tiles ahead after converting, not before) and the decode kernel's ("dec64_kt2_72k_b3_pf256": tiles of
 // up to 64 rows, 2 K tiles per stage, 72 KB of stages, 3 blocks per SM, 256-byte L2 prefetch);
 // FastLinearParams::fp4_rs_variant pins one (tests and benchmarks: a row's bits are the same in every
 // one), else the launcher picks by rows per expert.
-constexpr int kFp4RsVariants = 24;
+constexpr int kFp4RsVariants = 26;
 const char* fp4_rs_variant_name(int variant);  // e.g. "tn128_wg2_s4_b1"
 
 // True when the fast path handles this weight: FP8 with 128x128 blocks (or 32x32 blocks where

@@ -3,16 +3,21 @@
 // experts' prefill path (compute-bound tiles of up to 128 tokens of one expert).
 // A block is kProducers + 2 warpgroups over 128 weight rows x up to 128 token rows:
 //  - warpgroups 0 .. kProducers - 1, the producers (with two, producer p takes the K tiles kt = p mod 2,
-//    so each converts a tile in two tiles' time: the conversion is the kernel's longest serial chain):
-//    cp.async copies of each K tile (128 bytes of K) into a ring of kStages
-//    stages (the tokens' e4m3 rows in the 128-byte swizzle layout, the raw FP4 weight rows, their ue8m0
-//    scales, the tokens' act_quant scales), then converts the FP4 weights of the tile to e4m3 into the
-//    stage's swizzled weight tile (each producer thread one weight row: 64 raw bytes -> 128 e4m3 bytes)
-//    and its promotion scales, and signals the stage full (mbarrier);
+//    so each has two tiles' time for a tile's copies and conversion; with one warpgroup its single warp
+//    per scheduler was the kernel's bottleneck): cp.async copies of each K tile (128 bytes of K) into a
+//    ring of kStages stages (the tokens' e4m3 rows in the 128-byte swizzle layout, the raw FP4 weight
+//    rows, their ue8m0 scales, the tokens' act_quant scales), then converts the FP4 weights of the tile
+//    to e4m3 into the stage's swizzled weight tile (each producer thread one weight row: 64 raw bytes ->
+//    128 e4m3 bytes) and its promotion scales, and signals the stage full (mbarrier); kPf > 0: each
+//    thread also prefetches its weight row kPf K tiles ahead into L2;
 //  - the last two warpgroups, the consumers: each waits for the stage, issues four
 //    wgmma.mma_async m64nNTk32 e4m3 with both operands in shared memory (A = its 64 converted weight
 //    rows, B = the NT token rows), waits for them, promotes the fresh register tile into its f32
 //    accumulator, and releases the stage (mbarrier).
+// With two producer warpgroups (512 threads) setmaxnreg gives the producers 96 registers and the
+// consumers 160. kPersistent: one block per SM loops over the (weight-row block, token tile) pairs, the
+// stage ring running on across them (a tile's first copies overlap the previous tile's last MMAs and
+// stores: no block start, prologue or pipeline fill per tile).
 // Conversion, copies and the tensor cores overlap; the conversion of a weight tile is done once per
 // block and shared by all its tokens; the consumers run no conversion or address arithmetic.
 // NT (the wgmma N: 32, 64, 96 or 128) is chosen per block from its tile's row count (a 96-row expert
@@ -246,7 +251,7 @@ __device__ __forceinline__ void consume(const TcArgs& p, uint8_t* smem, int64_t 
 }
 
 // The producers' part (warpgroups 0 .. kProducers - 1; producer pw takes K tiles pw, pw + kProducers, ...).
-template <int kStages, int kProducers, int kPf>
+template <int kStages, int kProducers, int kPf, int kLate>
 __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const DeviceLinear* wp, int64_t row_begin, int rows, int nt,
                                         int64_t n0, int64_t g0) {
     using C = WsConfig<kStages, kProducers>;
@@ -310,17 +315,26 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
         if (g >= kStages) mbar_wait(empty + st, static_cast<uint32_t>((g / kStages - 1) & 1));
         load_stage(st, kt);
     };
+    // kLate = 0: a producer's own K tile kt + kAhead is copied before it converts kt (kOwnAhead own tiles
+    // in flight behind kt's); kLate = A > 0: after it converted kt and released the stage to the consumers
+    // (A own tiles ahead; a wait for a free stage then never delays a converted tile).
+    constexpr int kOwn = kLate > 0 ? kLate : C::kOwnAhead;
+    constexpr int kAh = kOwn * P;
+    static_assert(kLate == 0 || kAh <= kStages - 1, "the stage a late copy waits for is two tiles behind");
 #pragma unroll
-    for (int a = 0; a < C::kOwnAhead; ++a) {
+    for (int a = 0; a < kOwn; ++a) {
         const int64_t kt = pw + int64_t(a) * P;
         if (kt < KT) load(kt);
         tc::cp_async_commit();
     }
     for (int64_t kt = pw; kt < KT; kt += P) {
-        // This producer's K tile kt + kAhead.
-        if (kt + C::kAhead < KT) load(kt + C::kAhead);
-        tc::cp_async_commit();
-        tc::cp_async_wait<C::kOwnAhead>();  // K tile kt (this thread's copies)
+        if constexpr (kLate == 0) {
+            if (kt + kAh < KT) load(kt + kAh);
+            tc::cp_async_commit();
+            tc::cp_async_wait<kOwn>();  // K tile kt (this thread's copies)
+        } else {
+            tc::cp_async_wait<kOwn - 1>();
+        }
         producer_sync(pw);                  // everyone's in this warpgroup
         const int st = static_cast<int>((g0 + kt) % kStages);
         uint8_t* s = smem + st * C::kStageBytes;
@@ -345,6 +359,10 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
         }
         wg::fence_proxy_async();  // this thread's copies and conversions, visible to the tensor cores
         mbar_arrive(full + st);
+        if constexpr (kLate > 0) {
+            if (kt + kAh < KT) load(kt + kAh);
+            tc::cp_async_commit();
+        }
     }
     tc::cp_async_wait<0>();
 }
@@ -378,7 +396,7 @@ __device__ __forceinline__ bool ws_tile(const TcArgs& p, int64_t t, WsTile& tile
 // fastest), its stage ring running on across tiles: the producers load a tile's first K tiles while the
 // consumers finish the previous one and store it (no block start, prologue or pipeline fill per tile).
 // Either way a tile's arithmetic is the same.
-template <int kStages, int kProducers, bool kPersistent, int kPf = 0>
+template <int kStages, int kProducers, bool kPersistent, int kPf = 0, int kLate = 0>
 static __global__ void __launch_bounds__(WsConfig<kStages, kProducers>::kThreads, 1) fp4_ws_kernel(const __grid_constant__ TcArgs p) {
 #ifdef DI_WGMMA_ENABLED
     using C = WsConfig<kStages, kProducers>;
@@ -427,7 +445,7 @@ static __global__ void __launch_bounds__(WsConfig<kStages, kProducers>::kThreads
         if constexpr (kProducers > 1) regs_dec<C::kProducerRegs>();
         for (int64_t g0 = 0;; g0 += p.k_tiles) {
             const int rows = static_cast<int>(tile.row_end - tile.row_begin);  // 1..128
-            produce<kStages, kProducers, kPf>(p, smem, tile.wp, tile.row_begin, rows, (rows + 31) / 32 * 32, (i % nb) * BN, g0);
+            produce<kStages, kProducers, kPf, kLate>(p, smem, tile.wp, tile.row_begin, rows, (rows + 31) / 32 * 32, (i % nb) * BN, g0);
             if (!next_tile()) break;
         }
     }

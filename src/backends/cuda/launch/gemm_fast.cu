@@ -121,10 +121,10 @@ void launch_fp4_rs(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) 
 // warpgroups; kPersistent: one block per SM looping over the tiles.
 int sm_count();
 
-template <int kStages, int kProducers, bool kPersistent, int kPf>
+template <int kStages, int kProducers, bool kPersistent, int kPf, int kLate>
 void launch_fp4_ws(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     using C = kernels::wgws::WsConfig<kStages, kProducers>;
-    auto* kernel = kernels::wgws::fp4_ws_kernel<kStages, kProducers, kPersistent, kPf>;
+    auto* kernel = kernels::wgws::fp4_ws_kernel<kStages, kProducers, kPersistent, kPf, kLate>;
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
     DI_ICHECK(a.N % C::BN == 0);
     int64_t tiles = (p.rows + C::kMaxTokens - 1) / C::kMaxTokens;
@@ -169,7 +169,8 @@ void launch_fp4_dec(const FastLinearParams& p, const TcArgs& a, cudaStream_t st)
 }
 
 // The FP4 kernels' configurations: the register kernel's {TN, warpgroups, stages, min blocks per SM},
-// the warp-specialized kernel (ws) with `stages` pipeline stages and wgs - 2 producer warpgroups, or the decode kernel (dec) with tiles
+// the warp-specialized kernel (ws) with `stages` pipeline stages, wgs - 2 producer warpgroups, one block
+// per SM looping over the tiles (persistent) and an L2 prefetch of the weight rows `pf` K tiles ahead, or the decode kernel (dec) with tiles
 // of up to `tn` rows, `kt` K tiles per stage (for wgmma widths up to 32; one at 64), a `stages` KB
 // shared-memory budget for the pipeline and an L2 prefetch hint of `pf` bytes on the weight copies.
 enum class RsKind { kRs, kWs, kDec };
@@ -178,6 +179,7 @@ struct RsVariant {
     RsKind kind = RsKind::kRs;
     int kt = 1, pf = 0;
     bool persistent = false;  // ws: one block per SM looping over the tiles
+    int late = 0;             // ws: > 0: a producer copies its tile `late` own tiles ahead after converting
 };
 constexpr RsVariant kRsVariants[kFp4RsVariants] = {
     {8, 1, 8, 3},  {16, 1, 8, 3},  {32, 1, 6, 2}, {64, 2, 4, 1}, {128, 2, 4, 1},        {64, 1, 4, 3},
@@ -186,14 +188,15 @@ constexpr RsVariant kRsVariants[kFp4RsVariants] = {
     {16, 1, 40, 5, RsKind::kDec, 1}, {64, 1, 72, 3, RsKind::kDec, 2, 256}, {64, 1, 72, 3, RsKind::kDec, 2, 128},
     {128, 4, 4, 1, RsKind::kWs}, {128, 4, 5, 1, RsKind::kWs}, {128, 4, 4, 1, RsKind::kWs, 1, 0, true},
     {128, 4, 5, 1, RsKind::kWs, 1, 0, true}, {128, 3, 4, 1, RsKind::kWs, 1, 0, true}, {128, 4, 4, 1, RsKind::kWs, 1, 6, true},
-    {128, 4, 4, 1, RsKind::kWs, 1, 12, true},
+    {128, 4, 4, 1, RsKind::kWs, 1, 12, true}, {128, 4, 4, 1, RsKind::kWs, 1, 0, true, 1},
+    {128, 4, 5, 1, RsKind::kWs, 1, 0, true, 2},
 };
 
 template <int V>
 void launch_fp4_rs_variant(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     constexpr RsVariant v = kRsVariants[V];
     if constexpr (v.kind == RsKind::kWs)
-        launch_fp4_ws<v.stages, v.wgs - 2, v.persistent, v.pf>(p, a, st);
+        launch_fp4_ws<v.stages, v.wgs - 2, v.persistent, v.pf, v.late>(p, a, st);
     else if constexpr (v.kind == RsKind::kDec)
         launch_fp4_dec<v.tn, v.kt, v.stages * 1024, v.blocks, v.pf>(p, a, st);
     else
@@ -203,8 +206,9 @@ void launch_fp4_rs_variant(const FastLinearParams& p, const TcArgs& a, cudaStrea
 // By default, up to 64 rows per group on average, the decode kernel's 64-row tiles (wgmma width 8-64 from
 // each tile's rows, two K tiles per stage below 64, L2 prefetch of 256 bytes; 2.2-2.3 TB/s at 1-8 rows per
 // expert, 1.4-1.6x the register kernel's 64-token tiles, and no slower at 48-64 rows,
-// bench/results/cuda-expert-decode-h200-*.md); the warp-specialized kernel's 128-token tiles above
-// (1.06-1.14x over the register kernel's at 4K-16K tokens, bench/results/cuda-expert-gemm-ws-h200-*.md).
+// bench/results/cuda-expert-decode-h200-*.md); the warp-specialized kernel's 128-token tiles above, with
+// two producer warpgroups and one block per SM looping over the tiles (ws128p2_s5_pers: 1.17-1.46x over
+// the one-producer ws128_s4 at 4K-16K tokens, bench/results/cuda-expert-prefill-h200-*.md).
 // Both keep the row granularity of the shared-memory kernel (64 rows or more per tile), so no expert takes
 // more tiles than there, whatever the routing: every tile re-reads and re-converts its expert's weights,
 // and under a skewed router 8-row tiles split a hot expert into many (the register kernel's 8-token tiles
@@ -239,7 +243,9 @@ void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t r
         case 20: launch_fp4_rs_variant<20>(p, a, st); break;
         case 21: launch_fp4_rs_variant<21>(p, a, st); break;
         case 22: launch_fp4_rs_variant<22>(p, a, st); break;
-        default: launch_fp4_rs_variant<23>(p, a, st); break;
+        case 23: launch_fp4_rs_variant<23>(p, a, st); break;
+        case 24: launch_fp4_rs_variant<24>(p, a, st); break;
+        default: launch_fp4_rs_variant<25>(p, a, st); break;
     }
 }
 
@@ -337,7 +343,7 @@ const char* fp4_rs_variant_name(int variant) {
         "tn8_wg1_s8_b3",   "tn16_wg1_s8_b3", "tn32_wg1_s6_b2",       "tn64_wg2_s4_b1",       "tn128_wg2_s4_b1",
         "tn64_wg1_s4_b3",  "tn128_wg1_s4_b2", "tn8_wg1_s6_b4",       "tn128_wg2_s6_b1",      "ws128_s4",
         "ws128_s5",        "dec64_kt2_72k_b3", "dec64_kt1_72k_b3", "dec32_kt2_72k_b3", "dec16_kt1_40k_b5",
-        "dec64_kt2_72k_b3_pf256", "dec64_kt2_72k_b3_pf128", "ws128p2_s4", "ws128p2_s5", "ws128p2_s4_pers", "ws128p2_s5_pers", "ws128_s4_pers", "ws128p2_s4_pers_pf6", "ws128p2_s4_pers_pf12"};
+        "dec64_kt2_72k_b3_pf256", "dec64_kt2_72k_b3_pf128", "ws128p2_s4", "ws128p2_s5", "ws128p2_s4_pers", "ws128p2_s5_pers", "ws128_s4_pers", "ws128p2_s4_pers_pf6", "ws128p2_s4_pers_pf12", "ws128p2_s4_pers_late1", "ws128p2_s5_pers_late2"};
     return variant >= 0 && variant < kFp4RsVariants ? kNames[variant] : "by_rows";
 }
 
