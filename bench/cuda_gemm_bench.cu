@@ -11,6 +11,8 @@
 // One JSON line per measurement on stdout (or --out FILE), a markdown table on stderr at the end.
 // Weights rotate among copies worth >= 256 MiB so that small weights are read from HBM, not L2.
 //  3. DeepSeek-V4.1's dense FP8 linears (32x32 block scales): the native FP8 kernel vs the bf16 fallback.
+//     On Hopper, above 64 rows also `fast_classic`: the cp.async kernel (DensePath::kClassic) that the
+//     warp-specialized dense kernel replaces there (the same bits).
 //  4. --splitk: split-K (gemm_fast.h) at the dense linears of V4-Flash (FP8 128x128, bf16) and V4.1 (bf16)
 //     whose output tiles do not fill the GPU, for decode batches: one K chunk (no split: the kernel before
 //     split-K), the weight's chunks in one block (unsplit), on separate blocks + ordered sum (split), as the
@@ -333,6 +335,16 @@ struct Bench {
             r.ms = time_ms([&](int i) {
                 fast_linear({.a = xq.p(), .a_scale = fp8 ? xs.p<float>() : nullptr, .weight = lin[size_t(i % copies)],
                              .y = y.p<float>(), .y_ld = N, .rows = M},
+                            Stream{});
+            });
+            emit(r);
+        }
+        if (M > 64 && fast_dense_ws_available()) {  // the cp.async kernel the warp-specialized one replaces
+            Row r = base;
+            r.impl = "fast_classic";
+            r.ms = time_ms([&](int i) {
+                fast_linear({.a = xq.p(), .a_scale = fp8 ? xs.p<float>() : nullptr, .weight = lin[size_t(i % copies)],
+                             .y = y.p<float>(), .y_ld = N, .rows = M, .dense_path = DensePath::kClassic},
                             Stream{});
             });
             emit(r);

@@ -131,7 +131,8 @@ struct FastInput {
 // past N are checked untouched) and returned as [rows, N].
 std::vector<float> run_fast(const Weight& w, const std::vector<float>& x, int64_t rows, bool round = false,
                             cuda::Fp4Path path = cuda::Fp4Path::kAuto, int fp4_rs_variant = -1,
-                            cuda::SplitK split = cuda::SplitK::kAuto, int64_t y_ld = 0) {
+                            cuda::SplitK split = cuda::SplitK::kAuto, int64_t y_ld = 0,
+                            cuda::DensePath dense = cuda::DensePath::kAuto) {
     const int64_t K = w.dev.in_features, N = w.dev.out_features;
     if (y_ld == 0) y_ld = N;
     const bool bf16 = w.dev.kind == cuda::WeightKind::kBF16;
@@ -142,7 +143,8 @@ std::vector<float> run_fast(const Weight& w, const std::vector<float>& x, int64_
     Dev<float> dscratch(size_t(std::max<int64_t>(scratch, 1)));
     cuda::fast_linear({.a = in.q->ptr(), .a_scale = bf16 ? nullptr : in.s->ptr(), .weight = w.dev, .y = dy.ptr(), .y_ld = y_ld,
                        .rows = rows, .round_output_bf16 = round, .fp4_path = path,
-                       .fp4_rs_variant = fp4_rs_variant, .split_scratch = scratch > 0 ? dscratch.ptr() : nullptr, .split = split},
+                       .fp4_rs_variant = fp4_rs_variant, .split_scratch = scratch > 0 ? dscratch.ptr() : nullptr, .split = split,
+                       .dense_path = dense},
                       Stream{});
     const auto all = dy.host(size_t(rows * y_ld));
     std::vector<float> out(size_t(rows * N));
@@ -314,6 +316,56 @@ TEST_F(CudaGemmFast, SplitKIsBatchInvariantAtModelShapes) {
             const std::vector<float> xs(x.begin() + r0 * sh.K, x.begin() + (r0 + n) * sh.K);
             EXPECT_EQ(differing_words(run_fast(w, xs, n), std::vector<float>(big.begin() + r0 * sh.N, big.begin() + (r0 + n) * sh.N)), 0u)
                 << sh.name << " prefill: rows [" << r0 << ", " << r0 + n << ")";
+        }
+    }
+}
+
+// The warp-specialized dense kernel (Hopper, > 64 rows: gemm_wgmma_dense_ws.cuh) against the classic
+// cp.async kernel (DensePath::kClassic) bit for bit, at the V4-Flash / V4.1 dense shapes (FP8 128x128 and
+// BF16, both instruction widths, K chunked or not) and odd ones (N not a multiple of the tile), at row
+// counts from 65 (one partial row tile) to prefill chunks (many tiles per block: the persistent schedule,
+// its stage ring across tiles), with bf16 output rounding and a row stride past N; and a row's bits in a
+// 4096-row launch equal the same row alone (the one-warpgroup kernel).
+TEST_F(CudaGemmFast, DenseWsKernelEqualsClassicKernel) {
+    if (!cuda::fast_fp8_b32_available()) GTEST_SKIP() << "the warp-specialized dense kernel is Hopper's (sm_90)";
+    EXPECT_TRUE(cuda::fast_dense_ws_available()) << "TMA tensor maps unavailable: the dense kernel never runs";
+    struct Shape {
+        const char* name;
+        cpu::WeightFormat f;
+        int64_t N, K;
+    };
+    const Shape shapes[] = {
+        {"wq_a", cpu::WeightFormat::kFp8Block, 1024, 4096},       {"wkv", cpu::WeightFormat::kFp8Block, 512, 4096},
+        {"shared_w1", cpu::WeightFormat::kFp8Block, 2048, 4096},  {"shared_w2", cpu::WeightFormat::kFp8Block, 4096, 2048},
+        {"wo_b", cpu::WeightFormat::kFp8Block, 4096, 8192},       {"indexer_wq_b", cpu::WeightFormat::kFp8Block, 8192, 1024},
+        {"wo_a_group", cpu::WeightFormat::kBF16, 1024, 4096},     {"v41_shared_w2", cpu::WeightFormat::kBF16, 5120, 2304},
+        {"odd_fp8", cpu::WeightFormat::kFp8Block, 1000, 2048},    {"odd_bf16", cpu::WeightFormat::kBF16, 300, 1024},
+        {"wide_fp8", cpu::WeightFormat::kFp8Block, 2176, 1024},
+    };
+    uint32_t seed = 2500;
+    for (const Shape& sh : shapes) {
+        Weight w(sh.f, sh.N, sh.K, seed++);
+        for (int64_t rows : {int64_t(65), int64_t(300), int64_t(1000), int64_t(4096)}) {
+            if (rows == 4096 && sh.N * sh.K > (int64_t(16) << 20)) continue;  // keep the test short
+            const auto x = bf16_randn(size_t(rows * sh.K), seed++);
+            const auto ws = run_fast(w, x, rows, false, cuda::Fp4Path::kAuto, -1, cuda::SplitK::kOff);
+            const auto classic = run_fast(w, x, rows, false, cuda::Fp4Path::kAuto, -1, cuda::SplitK::kOff, 0, cuda::DensePath::kClassic);
+            EXPECT_EQ(differing_words(ws, classic), 0u) << sh.name << ", " << rows << " rows";
+            size_t nonzero = 0;
+            for (float v : ws) nonzero += v != 0.0f;
+            EXPECT_GT(nonzero, ws.size() / 2) << sh.name << ", " << rows << " rows";
+            if (rows == 300) {
+                const auto rounded = run_fast(w, x, rows, true, cuda::Fp4Path::kAuto, -1, cuda::SplitK::kOff, sh.N + 36);
+                size_t bad = 0;
+                for (size_t i = 0; i < rounded.size(); ++i) bad += rounded[i] != cpu::round_bf16(ws[i]);
+                EXPECT_EQ(bad, 0u) << sh.name << ": bf16 output rounding at a wider row stride";
+            }
+            if (rows == 4096 || rows == 1000) {  // a row alone (one warpgroup, split form where it splits)
+                const int64_t r = rows - 1;
+                const std::vector<float> xs(x.begin() + r * sh.K, x.begin() + (r + 1) * sh.K);
+                EXPECT_EQ(differing_words(run_fast(w, xs, 1), std::vector<float>(ws.begin() + r * sh.N, ws.begin() + (r + 1) * sh.N)), 0u)
+                    << sh.name << ": row " << r << " of " << rows << " alone";
+            }
         }
     }
 }

@@ -48,6 +48,13 @@ enum class GemmMode : uint8_t {
 // whole tiles in shared memory (kernels/gemm_wgmma.cuh); kSharedConvert always takes the latter (tests and
 // benchmarks compare them). Other devices: the mma.sync kernel either way.
 enum class Fp4Path : uint8_t { kAuto, kSharedConvert };
+// Which kernel multiplies dense FP8 (128x128 blocks) and BF16 weights on Hopper at more than 64 rows per
+// launch: kAuto = the warp-specialized persistent kernel (kernels/gemm_wgmma_dense_ws.cuh: TMA copies,
+// a producer warp and two consumer warpgroups, static tile schedule grouped for L2 reuse) where the
+// launch is plain (no row gather, no grouped experts, no split-K partials) and the operands suit the
+// tensor memory accelerator; else, or with kClassic, the cp.async kernel (kernels/gemm_wgmma.cuh). Both
+// give a row the same bits (tests/ops/gemm_fast_cuda_test.cpp compares them).
+enum class DensePath : uint8_t { kAuto, kClassic };
 // The FP4 kernels' configurations on Hopper: the register-converting kernel's tile shapes (TN token rows
 // x 64·warpgroups weight rows per block, pipeline stages, blocks per SM), the warp-specialized kernel's
 // ("ws128_s4", "ws128_s5": pipeline stages; "p2": two producer warpgroups; "_pers": one block per SM
@@ -89,6 +96,9 @@ bool fast_fp8_available();
 // True when the current device runs FP8 weights with 32x32 block scales natively (wgmma: sm_90). Elsewhere
 // those are not fast_linear_supported (V4.1's fast mode uploads them as exact bf16 instead).
 bool fast_fp8_b32_available();
+// True when the current device runs DensePath::kAuto's warp-specialized dense kernel (sm_90 with the driver's
+// TMA tensor-map encoder).
+bool fast_dense_ws_available();
 
 // DeepSeek's act_quant into e4m3 bytes + f32 scales: s = 2^ceil(log2(max(amax, 1e-4)/448)) per `block`
 // (128, or 32 for FP8 weights with 32x32 blocks) consecutive columns of a row, q = e4m3(clamp(x/s, ±448));
@@ -139,6 +149,7 @@ struct FastLinearParams {
     float* split_scratch = nullptr;
     SplitK split = SplitK::kAuto;
     int k_chunks = 0;  // 0: fast_linear_k_chunks(weight); else that many (benchmarks: other chunkings' bits differ)
+    DensePath dense_path = DensePath::kAuto;
 };
 void fast_linear(const FastLinearParams& p, Stream s);
 

@@ -124,8 +124,12 @@ struct WgConfig {
 // Byte offset of (row r, 16-byte K chunk c) in a tile.
 __device__ __forceinline__ int tile_offset(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
 
+// Two blocks per SM for one warpgroup or 64-wide tiles, except the two-warpgroup chunked form: its
+// running sum does not fit 128 registers (it spilled at BN = 64), and it runs where the grid is small
+// (split-K partials: at most one block per SM) or, unsplit at prefill sizes, only where the
+// warp-specialized dense kernel (gemm_wgmma_dense_ws.cuh) does not apply.
 template <int kWGs, int BN, int kStages, BKind kB, bool kChunks>
-static __global__ void __launch_bounds__(128 * kWGs, (kWGs == 1 || BN == 64) ? 2 : 1)
+static __global__ void __launch_bounds__(128 * kWGs, ((kWGs == 1 || BN == 64) && !(kChunks && kWGs == 2)) ? 2 : 1)
     wgmma_gemm_kernel(const __grid_constant__ TcArgs p) {
     static_assert(!kChunks || kB != BKind::kFp4, "FP4 weights run in one K chunk (like the FP4 expert kernels)");
     using C = WgConfig<kWGs, BN, kStages, kB>;

@@ -2,11 +2,14 @@
 // Launchers of the fast (tensor-core) GEMM and its activation conversions: format checks, the tile
 // configuration by rows per tile (any configuration gives a row the same bits; see gemm_fast.h),
 // the grouped form's tile table, launch checks.
+#include <cudaTypedefs.h>
+
 #include <algorithm>
 
 #include "backends/cuda/common/cuda_check.h"
 #include "backends/cuda/kernels/gemm_tc.cuh"
 #include "backends/cuda/kernels/gemm_wgmma.cuh"
+#include "backends/cuda/kernels/gemm_wgmma_dense_ws.cuh"
 #include "backends/cuda/kernels/gemm_wgmma_fp4dec.cuh"
 #include "backends/cuda/kernels/gemm_wgmma_fp4rs.cuh"
 #include "backends/cuda/kernels/gemm_wgmma_fp4ws.cuh"
@@ -68,6 +71,75 @@ void launch_wgmma(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
         kernels::wg::split_reduce_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, st>>>(args);
         DI_CUDA_CHECK(cudaGetLastError());
     }
+}
+
+int sm_count();
+
+// The driver's cuTensorMapEncodeTiled through the runtime (no link against libcuda); null if absent.
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+    static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+        void* f = nullptr;
+        cudaDriverEntryPointQueryResult q{};
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess) {
+            (void)cudaGetLastError();
+            return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
+        }
+        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+    }();
+    return fn;
+}
+
+// A [rows, row_bytes] uint8 matrix at `base` (rows `stride` bytes apart) as 128 x 128-byte TMA boxes in the
+// 128-byte swizzle layout; false when the driver or the operand's alignment does not allow it.
+bool tile_map(CUtensorMap& m, const void* base, int64_t row_bytes, int64_t rows, int64_t stride) {
+    const auto fn = encode_tiled();
+    if (!fn || (reinterpret_cast<uintptr_t>(base) & 15) != 0 || stride % 16 != 0 || rows <= 0 || rows > (int64_t(1) << 31) ||
+        row_bytes % 128 != 0)
+        return false;
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(row_bytes), static_cast<cuuint64_t>(rows)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride)};
+    const cuuint32_t box[2] = {128, 128}, elem[2] = {1, 1};
+    return fn(&m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Row tiles per group of the dense kernel's tile order (kernels/gemm_wgmma_dense_ws.cuh).
+constexpr int kDenseGroupM = 16;
+
+// Hopper, dense FP8 / BF16 at prefill sizes: the warp-specialized persistent kernel, IW = wgmma_bn(N) (the
+// classic kernel's instruction width, so the same bits). False (nothing launched) where it does not apply.
+template <int IW, BKind kB>
+bool launch_dense_ws(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
+    constexpr int kStages = 5;
+    using C = kernels::wgd::DenseWsConfig<kStages>;
+    if (p.dense_path != DensePath::kAuto || p.experts || a.a_row_src || a.partial || a.k_tiles > C::kMaxKTiles) return false;
+    kernels::wgd::DenseWsArgs args{};
+    const int64_t k_bytes = kB == BKind::kBf16 ? 2 * a.K : a.K;
+    if (!tile_map(args.a_map, a.a, k_bytes, a.rows, a.a_row_bytes) ||
+        !tile_map(args.b_map, a.weight.weight, k_bytes, a.N, k_bytes))
+        return false;
+    args.a_scale = a.a_scale;
+    args.weight = a.weight;
+    args.y_row = a.y_row;
+    args.y = a.y;
+    args.y_ld = a.y_ld;
+    args.rows = a.rows;
+    args.N = a.N;
+    args.k_tiles = static_cast<int>(a.k_tiles);
+    args.k_chunks = std::max(a.k_chunks, 1);
+    const int64_t m_tiles = (a.rows + C::BM - 1) / C::BM, n_tiles = (a.N + C::BN - 1) / C::BN;
+    DI_CHECK(m_tiles * n_tiles < (int64_t(1) << 31), "fast linear: too many output tiles");
+    args.m_tiles = static_cast<int>(m_tiles);
+    args.n_tiles = static_cast<int>(n_tiles);
+    args.group_m = kDenseGroupM;
+    args.round_bf16 = a.round_bf16;
+    auto* kernel = kernels::wgd::dense_ws_kernel<IW, kB, kStages>;
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    const int64_t grid = std::min<int64_t>(m_tiles * n_tiles, sm_count());
+    kernel<<<static_cast<unsigned>(grid), C::kThreads, C::kSmemBytes, st>>>(args);
+    DI_CUDA_CHECK(cudaGetLastError());
+    return true;
 }
 
 // Hopper, FP8 with 32x32 blocks (kernels/gemm_wgmma_fp8b32.cuh): BM = 64 x kWGs rows, BN weight rows.
@@ -297,6 +369,11 @@ void launch_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t rows_per
         // BN from the weight's shape; one warpgroup per block for decode-sized row counts (more
         // blocks per SM to stream weights), two for prefill (the B tile shared by 128 rows).
         const bool small = wgmma_small(rows_per_group);
+        if constexpr (kB != BKind::kFp4) {
+            if (!small) {
+                if (wgmma_bn(a.N) == 64 ? launch_dense_ws<64, kB>(p, a, st) : launch_dense_ws<128, kB>(p, a, st)) return;
+            }
+        }
         if (wgmma_bn(a.N) == 64) {
             if (small) launch_wgmma<1, 64, kB>(p, a, st); else launch_wgmma<2, 64, kB>(p, a, st);
         } else {
@@ -337,6 +414,8 @@ int64_t fast_linear_split_floats_bound(int64_t rows) {
 }
 
 bool fast_fp8_b32_available() { return compute_capability() == 90; }
+
+bool fast_dense_ws_available() { return compute_capability() == 90 && encode_tiled() != nullptr; }
 
 const char* fp4_rs_variant_name(int variant) {
     static constexpr const char* kNames[kFp4RsVariants] = {
