@@ -12,7 +12,8 @@
 // Weights rotate among copies worth >= 256 MiB so that small weights are read from HBM, not L2.
 //  3. DeepSeek-V4.1's dense FP8 linears (32x32 block scales): the native FP8 kernel vs the bf16 fallback.
 //     On Hopper, above 64 rows also `fast_classic`: the cp.async kernel (DensePath::kClassic) that the
-//     warp-specialized dense kernel replaces there (the same bits).
+//     warp-specialized dense kernel replaces there (the same bits), and that kernel's pinned forms
+//     (`fast` = kAuto = clusters of two with the classic wgmma width; fast_ws, fast_ws_wide, fast_ws_cluster_wide).
 //  4. --splitk: split-K (gemm_fast.h) at the dense linears of V4-Flash (FP8 128x128, bf16) and V4.1 (bf16)
 //     whose output tiles do not fill the GPU, for decode batches: one K chunk (no split: the kernel before
 //     split-K), the weight's chunks in one block (unsplit), on separate blocks + ordered sum (split), as the
@@ -339,15 +340,19 @@ struct Bench {
             });
             emit(r);
         }
-        if (M > 64 && fast_dense_ws_available()) {  // the cp.async kernel the warp-specialized one replaces
-            Row r = base;
-            r.impl = "fast_classic";
-            r.ms = time_ms([&](int i) {
-                fast_linear({.a = xq.p(), .a_scale = fp8 ? xs.p<float>() : nullptr, .weight = lin[size_t(i % copies)],
-                             .y = y.p<float>(), .y_ld = N, .rows = M, .dense_path = DensePath::kClassic},
-                            Stream{});
-            });
-            emit(r);
+        if (M > 64 && fast_dense_ws_available()) {  // the cp.async kernel the warp-specialized one replaces, its forms
+            for (const auto& [path, name] : {std::pair{DensePath::kClassic, "fast_classic"}, std::pair{DensePath::kWs, "fast_ws"},
+                                             std::pair{DensePath::kWsWide, "fast_ws_wide"},
+                                             std::pair{DensePath::kWsClusterWide, "fast_ws_cluster_wide"}}) {
+                Row r = base;
+                r.impl = name;
+                r.ms = time_ms([&](int i) {
+                    fast_linear({.a = xq.p(), .a_scale = fp8 ? xs.p<float>() : nullptr, .weight = lin[size_t(i % copies)],
+                                 .y = y.p<float>(), .y_ld = N, .rows = M, .dense_path = path},
+                                Stream{});
+                });
+                emit(r);
+            }
         }
         if (M <= 128 && !quick) {
             Row r = base;

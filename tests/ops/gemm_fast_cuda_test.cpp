@@ -165,28 +165,31 @@ size_t differing_words(const std::vector<float>& a, const std::vector<float>& b)
 }
 
 TEST_F(CudaGemmFast, ActQuantFp8EqualsActQuantDequant) {
-    const int64_t rows = 7, cols = 4096;
-    auto x = bf16_randn(size_t(rows * cols), 3, 3.0f);
-    for (int64_t i = 0; i < 128; ++i) x[size_t(128 + i)] = 1e-7f * float(i);  // a tiny block: amax floor 1e-4
-    Dev<float> dx(x), dref(x.size());
-    cuda::act_quant_dequant({.x = dx.ptr(), .out = dref.ptr(), .rows = rows, .cols = cols}, Stream{});
-    const std::vector<int32_t> src = {6, 0, 3, 3, 1, 5, 2};  // gathered rows
-    Dev<int32_t> dsrc(src);
-    Dev<uint8_t> q(size_t(rows * cols));
-    Dev<float> s(size_t(rows * cols / 128));
-    cuda::act_quant_fp8({.x = dx.ptr(), .x_ld = cols, .row_src = dsrc.ptr(), .rows = rows, .cols = cols, .q = q.ptr(), .scale = s.ptr()},
-                        Stream{});
-    const auto ref = dref.host(x.size());
-    const auto hq = q.host(size_t(rows * cols));
-    const auto hs = s.host(size_t(rows * cols / 128));
-    size_t bad = 0;
-    for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) {
-            const float got = e4m3_to_f32(hq[size_t(r * cols + c)]) * hs[size_t(r * (cols / 128) + c / 128)];
-            const float want = ref[size_t(src[size_t(r)] * cols + c)];
-            if (std::memcmp(&got, &want, 4) != 0) ++bad;
-        }
-    EXPECT_EQ(bad, 0u);
+    // 7 x 32 (row, 128-column) pairs, and 7 x 3 (a count that the kernel's 4 pairs per warp do not divide).
+    for (const int64_t cols : {int64_t(4096), int64_t(384)}) {
+        const int64_t rows = 7;
+        auto x = bf16_randn(size_t(rows * cols), 3, 3.0f);
+        for (int64_t i = 0; i < 128; ++i) x[size_t(128 + i)] = 1e-7f * float(i);  // a tiny block: amax floor 1e-4
+        Dev<float> dx(x), dref(x.size());
+        cuda::act_quant_dequant({.x = dx.ptr(), .out = dref.ptr(), .rows = rows, .cols = cols}, Stream{});
+        const std::vector<int32_t> src = {6, 0, 3, 3, 1, 5, 2};  // gathered rows
+        Dev<int32_t> dsrc(src);
+        Dev<uint8_t> q(size_t(rows * cols));
+        Dev<float> s(size_t(rows * cols / 128));
+        cuda::act_quant_fp8({.x = dx.ptr(), .x_ld = cols, .row_src = dsrc.ptr(), .rows = rows, .cols = cols, .q = q.ptr(), .scale = s.ptr()},
+                            Stream{});
+        const auto ref = dref.host(x.size());
+        const auto hq = q.host(size_t(rows * cols));
+        const auto hs = s.host(size_t(rows * cols / 128));
+        size_t bad = 0;
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c) {
+                const float got = e4m3_to_f32(hq[size_t(r * cols + c)]) * hs[size_t(r * (cols / 128) + c / 128)];
+                const float want = ref[size_t(src[size_t(r)] * cols + c)];
+                if (std::memcmp(&got, &want, 4) != 0) ++bad;
+            }
+        EXPECT_EQ(bad, 0u) << cols << " columns";
+    }
 }
 
 struct Case {
@@ -320,12 +323,14 @@ TEST_F(CudaGemmFast, SplitKIsBatchInvariantAtModelShapes) {
     }
 }
 
-// The warp-specialized dense kernel (Hopper, > 64 rows: gemm_wgmma_dense_ws.cuh) against the classic
-// cp.async kernel (DensePath::kClassic) bit for bit, at the V4-Flash / V4.1 dense shapes (FP8 128x128 and
-// BF16, both instruction widths, K chunked or not) and odd ones (N not a multiple of the tile), at row
-// counts from 65 (one partial row tile) to prefill chunks (many tiles per block: the persistent schedule,
-// its stage ring across tiles), with bf16 output rounding and a row stride past N; and a row's bits in a
-// 4096-row launch equal the same row alone (the one-warpgroup kernel).
+// The warp-specialized dense kernel (Hopper, > 64 rows: gemm_wgmma_dense_ws.cuh) in every form (DensePath:
+// clusters of two with weight multicast or one block per tile; the classic wgmma width or 128 for every N)
+// against the classic cp.async kernel (DensePath::kClassic) bit for bit, at the V4-Flash / V4.1 dense
+// shapes (FP8 128x128 and BF16, both instruction widths, K chunked or not) and odd ones (N not a multiple
+// of the tile), at row counts from 65 (one partial row tile; an odd number of row tiles leaves a cluster's
+// second block without rows) to prefill chunks (many tiles per block: the persistent schedule, its stage
+// ring across tiles), with bf16 output rounding and a row stride past N; and a row's bits in a 4096-row
+// launch equal the same row alone (the one-warpgroup kernel).
 TEST_F(CudaGemmFast, DenseWsKernelEqualsClassicKernel) {
     if (!cuda::fast_fp8_b32_available()) GTEST_SKIP() << "the warp-specialized dense kernel is Hopper's (sm_90)";
     EXPECT_TRUE(cuda::fast_dense_ws_available()) << "TMA tensor maps unavailable: the dense kernel never runs";
@@ -351,6 +356,12 @@ TEST_F(CudaGemmFast, DenseWsKernelEqualsClassicKernel) {
             const auto ws = run_fast(w, x, rows, false, cuda::Fp4Path::kAuto, -1, cuda::SplitK::kOff);
             const auto classic = run_fast(w, x, rows, false, cuda::Fp4Path::kAuto, -1, cuda::SplitK::kOff, 0, cuda::DensePath::kClassic);
             EXPECT_EQ(differing_words(ws, classic), 0u) << sh.name << ", " << rows << " rows";
+            // The pinned forms: one block per tile, and the 128-wide wgmma for every N (alone and in clusters).
+            for (const auto& [path, name] : {std::pair{cuda::DensePath::kWs, "ws"}, std::pair{cuda::DensePath::kWsWide, "ws_wide"},
+                                             std::pair{cuda::DensePath::kWsClusterWide, "ws_cluster_wide"}}) {
+                const auto got = run_fast(w, x, rows, false, cuda::Fp4Path::kAuto, -1, cuda::SplitK::kOff, 0, path);
+                EXPECT_EQ(differing_words(got, classic), 0u) << sh.name << ", " << rows << " rows, form " << name;
+            }
             size_t nonzero = 0;
             for (float v : ws) nonzero += v != 0.0f;
             EXPECT_GT(nonzero, ws.size() / 2) << sh.name << ", " << rows << " rows";

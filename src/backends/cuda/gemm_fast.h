@@ -49,12 +49,15 @@ enum class GemmMode : uint8_t {
 // benchmarks compare them). Other devices: the mma.sync kernel either way.
 enum class Fp4Path : uint8_t { kAuto, kSharedConvert };
 // Which kernel multiplies dense FP8 (128x128 blocks) and BF16 weights on Hopper at more than 64 rows per
-// launch: kAuto = the warp-specialized persistent kernel (kernels/gemm_wgmma_dense_ws.cuh: TMA copies,
-// a producer warp and two consumer warpgroups, static tile schedule grouped for L2 reuse) where the
-// launch is plain (no row gather, no grouped experts, no split-K partials) and the operands suit the
-// tensor memory accelerator; else, or with kClassic, the cp.async kernel (kernels/gemm_wgmma.cuh). Both
-// give a row the same bits (tests/ops/gemm_fast_cuda_test.cpp compares them).
-enum class DensePath : uint8_t { kAuto, kClassic };
+// launch: the warp-specialized persistent kernel (kernels/gemm_wgmma_dense_ws.cuh: TMA copies, a producer
+// warp and two consumer warpgroups, static tile schedule grouped for L2 reuse) where the launch is plain
+// (no row gather, no grouped experts, no split-K partials) and the operands suit the tensor memory
+// accelerator; else, or with kClassic, the cp.async kernel (kernels/gemm_wgmma.cuh). Its forms: kWs (one
+// block per tile), kWsCluster (clusters of two blocks over row-tile pairs sharing each weight tile by TMA
+// multicast), each with the classic kernel's wgmma width (64 for N <= 2048, else 128) or, `Wide`, 128
+// for every N. kAuto = kWsCluster. Every form gives a row the same bits as the classic kernel
+// (tests/ops/gemm_fast_cuda_test.cpp compares them); benchmarks and tests pin them.
+enum class DensePath : uint8_t { kAuto, kClassic, kWs, kWsCluster, kWsWide, kWsClusterWide };
 // The FP4 kernels' configurations on Hopper: the register-converting kernel's tile shapes (TN token rows
 // x 64·warpgroups weight rows per block, pipeline stages, blocks per SM), the warp-specialized kernel's
 // ("ws128_s4", "ws128_s5": pipeline stages; "p2": two producer warpgroups; "_pers": one block per SM

@@ -20,6 +20,11 @@
 //    issues the MMAs (128 / IW per k step), waits for them, releases the stage (`empty` mbarrier), and
 //    promotes; at the tile's end it stores its rows while the producer already fills the next tile's stages.
 // The consumer warpgroups never wait for each other: one promotes while the other's MMAs run.
+// kCluster = 2: blocks run in clusters of two over row-tile pairs (2u, 2u + 1) of the same weight rows;
+// each block's producer copies half of the weight tile (64 rows) and multicasts it into both blocks, so
+// that each K tile reads the weights from L2 once per pair (24 KB per block and K tile instead of 32 KB:
+// the copies from L2, not the tensor cores, bound 128 x 128 tiles); a stage is free again once the
+// consumers of both blocks released it (each consumer warp arrives on both blocks' `empty` barriers).
 #pragma once
 
 #include <cuda.h>
@@ -41,7 +46,7 @@ struct DenseWsArgs {
     float* y;
     int64_t y_ld, rows, N;
     int k_tiles, k_chunks;
-    int m_tiles, n_tiles, group_m;
+    int m_tiles, n_tiles, group_m;  // kCluster = 2: m_tiles counts row-tile pairs
     bool round_bf16;
 };
 
@@ -57,6 +62,9 @@ struct DenseWsConfig {
     static constexpr int kWscOff = kBarOff + 2 * kStages * 8;    // per consumer: weight scales of the tile's K tiles
     static constexpr int kSmemBytes = kWscOff + 2 * kMaxKTiles * 4 + 1024;  // + alignment slack
     static constexpr uint32_t kTxBytes = 2 * kTileBytes;
+    // Registers per thread after setmaxnreg: producer warpgroup, consumers (128·56 + 256·224 <= 64K; at 40 the
+    // cluster form's producer spilled).
+    static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
 };
 
 // ---- mbarriers (shared::cta), TMA, register reallocation ------------------------------------------------
@@ -106,6 +114,40 @@ __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 #endif
 }
+// The same, multicast into the blocks of `mask` (this cluster), each completing on its barrier at `bar`'s offset.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, int32_t c0, int32_t c1, uint64_t* bar,
+                                                      uint16_t mask) {
+#ifdef DI_WGMMA_ENABLED
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], "
+        "[%4], %5;\n" ::"r"(tc::smem_addr(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(tc::smem_addr(bar)), "h"(mask)
+        : "memory");
+#endif
+}
+// Arrive on the barrier at `bar`'s offset in block `rank` of this cluster (release at cluster scope).
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
+#ifdef DI_WGMMA_ENABLED
+    asm volatile(
+        "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(tc::smem_addr(bar)),
+        "r"(rank)
+        : "memory");
+#endif
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r = 0;
+#ifdef DI_WGMMA_ENABLED
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+#endif
+    return r;
+}
+// All threads of the cluster (barrier.cluster: every thread of both blocks arrives).
+__device__ __forceinline__ void cluster_sync() {
+#ifdef DI_WGMMA_ENABLED
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
 template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_inc() {
 #ifdef DI_WGMMA_ENABLED
@@ -130,7 +172,7 @@ __device__ __forceinline__ void tile_coords(const DenseWsArgs& p, int t, int& mt
 }
 
 // A consumer warpgroup (cw = 0, 1): rows 64·cw .. of every tile.
-template <int IW, BKind kB, int kStages>
+template <int IW, BKind kB, int kStages, int kCluster>
 __device__ __forceinline__ void consume(const DenseWsArgs& p, uint8_t* smem, int cw) {
 #ifdef DI_WGMMA_ENABLED
     using C = DenseWsConfig<kStages>;
@@ -143,10 +185,13 @@ __device__ __forceinline__ void consume(const DenseWsArgs& p, uint8_t* smem, int
     const int KT = p.k_tiles, S = max(p.k_chunks, 1);
     const int tiles = p.m_tiles * p.n_tiles;
     const DeviceLinear& w = p.weight;
+    const int unit0 = blockIdx.x / kCluster, units = gridDim.x / kCluster;
+    const int rank = kCluster > 1 ? static_cast<int>(cluster_rank()) : 0;
     uint32_t it = 0;  // K tiles consumed by this block: the ring position
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    for (int t = unit0; t < tiles; t += units) {
         int mt, nt;
         tile_coords(p, t, mt, nt);
+        mt = mt * kCluster + rank;
         const int64_t m0 = int64_t(mt) * C::BM, n0 = int64_t(nt) * C::BN;
         if constexpr (kScaled) {
             wg_sync(2 + cw);  // the previous tile's reads of wsc are done
@@ -205,7 +250,14 @@ __device__ __forceinline__ void consume(const DenseWsArgs& p, uint8_t* smem, int
             wg::wgmma_commit();
             wg::wgmma_wait();
             __syncwarp();
-            if (lane == 0) mbar_arrive(empty + st);
+            if (lane == 0) {
+                if constexpr (kCluster > 1) {
+#pragma unroll
+                    for (int r = 0; r < kCluster; ++r) mbar_arrive_cluster(empty + st, static_cast<uint32_t>(r));
+                } else {
+                    mbar_arrive(empty + st);
+                }
+            }
             if constexpr (kScaled) {
                 const float swu = wsc[kt];
                 const float s00 = sx0 * swu, s10 = sx1 * swu;
@@ -266,42 +318,25 @@ __device__ __forceinline__ void consume(const DenseWsArgs& p, uint8_t* smem, int
 #endif
 }
 
-template <int IW, BKind kB, int kStages>
-static __global__ void __launch_bounds__(384, 1) dense_ws_kernel(const __grid_constant__ DenseWsArgs p) {
+// The producer warp.
+template <BKind kB, int kStages, int kCluster>
+__device__ __forceinline__ void produce(const DenseWsArgs& p, uint8_t* smem) {
 #ifdef DI_WGMMA_ENABLED
-    static_assert(kB != BKind::kFp4, "dense FP8 or BF16 weights only");
     using C = DenseWsConfig<kStages>;
-    extern __shared__ uint8_t smem_raw[];
-    uint8_t* smem = smem_raw + ((1024 - (tc::smem_addr(smem_raw) & 1023u)) & 1023u);  // the swizzle atom
     uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kBarOff);
     uint64_t* empty = full + kStages;
     const int tid = threadIdx.x;
-    if (tid == 0) {
-        for (int s = 0; s < kStages; ++s) {
-            mbar_init(full + s, 1 + 32);  // the TMA's expect_tx arrival + the 32 lanes' scale copies
-            mbar_init(empty + s, 8);      // one lane per consumer warp
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        prefetch_map(&p.a_map);
-        prefetch_map(&p.b_map);
-    }
-    __syncthreads();
-
-    if (tid >= 128) {
-        setmaxnreg_inc<232>();
-        consume<IW, kB, kStages>(p, smem, tid / 128 - 1);
-        return;
-    }
-    setmaxnreg_dec<40>();
-    if (tid >= 32) return;
 
     // ---- Producer (warp 0) ----
     const int lane = tid, KT = p.k_tiles, tiles = p.m_tiles * p.n_tiles;
     constexpr bool kScaled = kB != BKind::kBf16;
+    const int unit0 = blockIdx.x / kCluster, units = gridDim.x / kCluster;
+    const int rank = kCluster > 1 ? static_cast<int>(cluster_rank()) : 0;
     uint32_t it = 0;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    for (int t = unit0; t < tiles; t += units) {
         int mt, nt;
         tile_coords(p, t, mt, nt);
+        mt = mt * kCluster + rank;
         const int64_t m0 = int64_t(mt) * C::BM;
         for (int kt = 0; kt < KT; ++kt, ++it) {
             const int st = static_cast<int>(it % kStages);
@@ -310,7 +345,13 @@ static __global__ void __launch_bounds__(384, 1) dense_ws_kernel(const __grid_co
             if (lane == 0) {
                 mbar_arrive_expect_tx(full + st, C::kTxBytes);
                 tma_load_2d(s, &p.a_map, kt * 128, mt * C::BM, full + st);
-                tma_load_2d(s + C::kTileBytes, &p.b_map, kt * 128, nt * C::BN, full + st);
+                if constexpr (kCluster > 1) {  // this block's half of the weight rows, into both blocks
+                    constexpr int kRows = C::BN / kCluster;
+                    tma_load_2d_multicast(s + C::kTileBytes + rank * kRows * 128, &p.b_map, kt * 128, nt * C::BN + rank * kRows,
+                                          full + st, static_cast<uint16_t>((1u << kCluster) - 1));
+                } else {
+                    tma_load_2d(s + C::kTileBytes, &p.b_map, kt * 128, nt * C::BN, full + st);
+                }
             }
             if constexpr (kScaled) {
                 float* sx = reinterpret_cast<float*>(s + C::kSxOff);
@@ -324,6 +365,44 @@ static __global__ void __launch_bounds__(384, 1) dense_ws_kernel(const __grid_co
         }
     }
     tc::cp_async_wait<0>();
+#else
+    (void)p; (void)smem;
+#endif
+}
+
+template <int IW, BKind kB, int kStages, int kCluster>
+static __global__ void __launch_bounds__(384, 1) dense_ws_kernel(const __grid_constant__ DenseWsArgs p) {
+#ifdef DI_WGMMA_ENABLED
+    static_assert(kB != BKind::kFp4, "dense FP8 or BF16 weights only");
+    using C = DenseWsConfig<kStages>;
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024 - (tc::smem_addr(smem_raw) & 1023u)) & 1023u);  // the swizzle atom
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kBarOff);
+    uint64_t* empty = full + kStages;
+    const int tid = threadIdx.x;
+    if (tid == 0) {
+        for (int s = 0; s < kStages; ++s) {
+            mbar_init(full + s, 1 + 32);  // the TMA's expect_tx arrival + the 32 lanes' scale copies
+            mbar_init(empty + s, 8 * kCluster);  // one lane per consumer warp (of each block of the cluster)
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        prefetch_map(&p.a_map);
+        prefetch_map(&p.b_map);
+    }
+    if constexpr (kCluster > 1)
+        cluster_sync();  // both blocks' barriers initialized before either copies into the other
+    else
+        __syncthreads();
+
+    if (tid >= 128) {
+        setmaxnreg_inc<C::kConsumerRegs>();
+        consume<IW, kB, kStages, kCluster>(p, smem, tid / 128 - 1);
+    } else {
+        setmaxnreg_dec<C::kProducerRegs>();
+        if (tid < 32) produce<kB, kStages, kCluster>(p, smem);
+    }
+    // A block leaves only after its peer: the peer's consumers still arrive on this block's barriers.
+    if constexpr (kCluster > 1) cluster_sync();
 #else
     (void)p;
     __trap();  // the launcher selects this kernel only on sm_90 devices (built for sm_90a)

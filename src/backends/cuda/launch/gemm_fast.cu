@@ -90,16 +90,16 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
     return fn;
 }
 
-// A [rows, row_bytes] uint8 matrix at `base` (rows `stride` bytes apart) as 128 x 128-byte TMA boxes in the
+// A [rows, row_bytes] uint8 matrix at `base` (rows `stride` bytes apart) as box_rows x 128-byte TMA boxes in the
 // 128-byte swizzle layout; false when the driver or the operand's alignment does not allow it.
-bool tile_map(CUtensorMap& m, const void* base, int64_t row_bytes, int64_t rows, int64_t stride) {
+bool tile_map(CUtensorMap& m, const void* base, int64_t row_bytes, int64_t rows, int64_t stride, int box_rows = 128) {
     const auto fn = encode_tiled();
     if (!fn || (reinterpret_cast<uintptr_t>(base) & 15) != 0 || stride % 16 != 0 || rows <= 0 || rows > (int64_t(1) << 31) ||
         row_bytes % 128 != 0)
         return false;
     const cuuint64_t dims[2] = {static_cast<cuuint64_t>(row_bytes), static_cast<cuuint64_t>(rows)};
     const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride)};
-    const cuuint32_t box[2] = {128, 128}, elem[2] = {1, 1};
+    const cuuint32_t box[2] = {128, static_cast<cuuint32_t>(box_rows)}, elem[2] = {1, 1};
     return fn(&m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
@@ -109,15 +109,15 @@ constexpr int kDenseGroupM = 16;
 
 // Hopper, dense FP8 / BF16 at prefill sizes: the warp-specialized persistent kernel, IW = wgmma_bn(N) (the
 // classic kernel's instruction width, so the same bits). False (nothing launched) where it does not apply.
-template <int IW, BKind kB>
+template <int IW, BKind kB, int kCluster>
 bool launch_dense_ws(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     constexpr int kStages = 5;
     using C = kernels::wgd::DenseWsConfig<kStages>;
-    if (p.dense_path != DensePath::kAuto || p.experts || a.a_row_src || a.partial || a.k_tiles > C::kMaxKTiles) return false;
+    if (p.experts || a.a_row_src || a.partial || a.k_tiles > C::kMaxKTiles) return false;
     kernels::wgd::DenseWsArgs args{};
     const int64_t k_bytes = kB == BKind::kBf16 ? 2 * a.K : a.K;
     if (!tile_map(args.a_map, a.a, k_bytes, a.rows, a.a_row_bytes) ||
-        !tile_map(args.b_map, a.weight.weight, k_bytes, a.N, k_bytes))
+        !tile_map(args.b_map, a.weight.weight, k_bytes, a.N, k_bytes, C::BN / kCluster))
         return false;
     args.a_scale = a.a_scale;
     args.weight = a.weight;
@@ -128,18 +128,54 @@ bool launch_dense_ws(const FastLinearParams& p, const TcArgs& a, cudaStream_t st
     args.N = a.N;
     args.k_tiles = static_cast<int>(a.k_tiles);
     args.k_chunks = std::max(a.k_chunks, 1);
-    const int64_t m_tiles = (a.rows + C::BM - 1) / C::BM, n_tiles = (a.N + C::BN - 1) / C::BN;
+    // Work units: row tiles (kCluster = 1) or row-tile pairs (2) x weight-row tiles.
+    const int64_t m_tiles = (a.rows + C::BM * kCluster - 1) / (C::BM * kCluster), n_tiles = (a.N + C::BN - 1) / C::BN;
     DI_CHECK(m_tiles * n_tiles < (int64_t(1) << 31), "fast linear: too many output tiles");
     args.m_tiles = static_cast<int>(m_tiles);
     args.n_tiles = static_cast<int>(n_tiles);
-    args.group_m = kDenseGroupM;
+    args.group_m = kDenseGroupM / kCluster;
     args.round_bf16 = a.round_bf16;
-    auto* kernel = kernels::wgd::dense_ws_kernel<IW, kB, kStages>;
+    auto* kernel = kernels::wgd::dense_ws_kernel<IW, kB, kStages, kCluster>;
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
-    const int64_t grid = std::min<int64_t>(m_tiles * n_tiles, sm_count());
-    kernel<<<static_cast<unsigned>(grid), C::kThreads, C::kSmemBytes, st>>>(args);
-    DI_CUDA_CHECK(cudaGetLastError());
+    cudaLaunchConfig_t cfg{};
+    cudaLaunchAttribute attr[1]{};
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kCluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.blockDim = dim3(C::kThreads);
+    cfg.dynamicSmemBytes = C::kSmemBytes;
+    cfg.stream = st;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    // Persistent: as many units at once as fit (clusters of two need two SMs of one GPC).
+    static const int resident = [&] {
+        cudaLaunchConfig_t q = cfg;
+        q.gridDim = dim3(static_cast<unsigned>(sm_count() / kCluster * kCluster));
+        int n = 0;
+        if (kCluster == 1 || cudaOccupancyMaxActiveClusters(&n, kernel, &q) != cudaSuccess || n <= 0) {
+            (void)cudaGetLastError();
+            n = sm_count() / kCluster;
+        }
+        return n;
+    }();
+    const int64_t units = std::min<int64_t>(m_tiles * n_tiles, resident);
+    cfg.gridDim = dim3(static_cast<unsigned>(units * kCluster));
+    DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args));
     return true;
+}
+
+// The dense kernel's form from DensePath (kAuto: kWsCluster); false when the launch takes the classic kernel.
+template <BKind kB>
+bool launch_dense_ws_by_path(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
+    const bool narrow = a.N <= 2048;  // wgmma_bn(N) == 64
+    switch (p.dense_path) {
+        case DensePath::kClassic: return false;
+        case DensePath::kWs: return narrow ? launch_dense_ws<64, kB, 1>(p, a, st) : launch_dense_ws<128, kB, 1>(p, a, st);
+        case DensePath::kWsWide: return launch_dense_ws<128, kB, 1>(p, a, st);
+        case DensePath::kWsClusterWide: return launch_dense_ws<128, kB, 2>(p, a, st);
+        default: return narrow ? launch_dense_ws<64, kB, 2>(p, a, st) : launch_dense_ws<128, kB, 2>(p, a, st);
+    }
 }
 
 // Hopper, FP8 with 32x32 blocks (kernels/gemm_wgmma_fp8b32.cuh): BM = 64 x kWGs rows, BN weight rows.
@@ -371,7 +407,7 @@ void launch_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t rows_per
         const bool small = wgmma_small(rows_per_group);
         if constexpr (kB != BKind::kFp4) {
             if (!small) {
-                if (wgmma_bn(a.N) == 64 ? launch_dense_ws<64, kB>(p, a, st) : launch_dense_ws<128, kB>(p, a, st)) return;
+                if (launch_dense_ws_by_path<kB>(p, a, st)) return;
             }
         }
         if (wgmma_bn(a.N) == 64) {
@@ -499,7 +535,7 @@ void act_quant_fp8(const ActQuantFp8Params& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.cols % 128 == 0 && p.x_ld % 4 == 0 && (p.block == 128 || p.block == 32), "act_quant_fp8: cols = ", p.cols,
              ", x_ld = ", p.x_ld, ", block = ", p.block);
-    const int64_t threads = p.rows * (p.cols / 128) * 32;
+    const int64_t warps = (p.rows * (p.cols / 128) + kernels::tc::kActQuantTasks - 1) / kernels::tc::kActQuantTasks, threads = warps * 32;
     kernels::tc::act_quant_fp8_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0,
                                         static_cast<cudaStream_t>(s.handle)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
