@@ -13,7 +13,7 @@
 //  3. DeepSeek-V4.1's dense FP8 linears (32x32 block scales): the native FP8 kernel vs the bf16 fallback.
 //     On Hopper, above 64 rows also `fast_classic`: the cp.async kernel (DensePath::kClassic) that the
 //     warp-specialized dense kernel replaces there (the same bits), and that kernel's pinned forms
-//     (`fast` = kAuto = clusters of two with the classic wgmma width; fast_ws, fast_ws_wide, fast_ws_cluster_wide).
+//     (`fast` = kAuto = kWsWide; fast_ws, fast_ws_cluster, fast_ws_cluster_wide).
 //  4. --splitk: split-K (gemm_fast.h) at the dense linears of V4-Flash (FP8 128x128, bf16) and V4.1 (bf16)
 //     whose output tiles do not fill the GPU, for decode batches: one K chunk (no split: the kernel before
 //     split-K), the weight's chunks in one block (unsplit), on separate blocks + ordered sum (split), as the
@@ -342,7 +342,7 @@ struct Bench {
         }
         if (M > 64 && fast_dense_ws_available()) {  // the cp.async kernel the warp-specialized one replaces, its forms
             for (const auto& [path, name] : {std::pair{DensePath::kClassic, "fast_classic"}, std::pair{DensePath::kWs, "fast_ws"},
-                                             std::pair{DensePath::kWsWide, "fast_ws_wide"},
+                                             std::pair{DensePath::kWsCluster, "fast_ws_cluster"},
                                              std::pair{DensePath::kWsClusterWide, "fast_ws_cluster_wide"}}) {
                 Row r = base;
                 r.impl = name;

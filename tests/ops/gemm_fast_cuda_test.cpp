@@ -165,7 +165,7 @@ size_t differing_words(const std::vector<float>& a, const std::vector<float>& b)
 }
 
 TEST_F(CudaGemmFast, ActQuantFp8EqualsActQuantDequant) {
-    // 7 x 32 (row, 128-column) pairs, and 7 x 3 (a count that the kernel's 4 pairs per warp do not divide).
+    // 7 rows of 32 (row, 128-column) pairs, and 7 rows of 3.
     for (const int64_t cols : {int64_t(4096), int64_t(384)}) {
         const int64_t rows = 7;
         auto x = bf16_randn(size_t(rows * cols), 3, 3.0f);
@@ -356,8 +356,9 @@ TEST_F(CudaGemmFast, DenseWsKernelEqualsClassicKernel) {
             const auto ws = run_fast(w, x, rows, false, cuda::Fp4Path::kAuto, -1, cuda::SplitK::kOff);
             const auto classic = run_fast(w, x, rows, false, cuda::Fp4Path::kAuto, -1, cuda::SplitK::kOff, 0, cuda::DensePath::kClassic);
             EXPECT_EQ(differing_words(ws, classic), 0u) << sh.name << ", " << rows << " rows";
-            // The pinned forms: one block per tile, and the 128-wide wgmma for every N (alone and in clusters).
-            for (const auto& [path, name] : {std::pair{cuda::DensePath::kWs, "ws"}, std::pair{cuda::DensePath::kWsWide, "ws_wide"},
+            // The pinned forms (kAuto: one block per tile, the 128-wide wgmma for every N): the classic width,
+            // and clusters of two with either width.
+            for (const auto& [path, name] : {std::pair{cuda::DensePath::kWs, "ws"}, std::pair{cuda::DensePath::kWsCluster, "ws_cluster"},
                                              std::pair{cuda::DensePath::kWsClusterWide, "ws_cluster_wide"}}) {
                 const auto got = run_fast(w, x, rows, false, cuda::Fp4Path::kAuto, -1, cuda::SplitK::kOff, 0, path);
                 EXPECT_EQ(differing_words(got, classic), 0u) << sh.name << ", " << rows << " rows, form " << name;

@@ -55,8 +55,11 @@ enum class Fp4Path : uint8_t { kAuto, kSharedConvert };
 // accelerator; else, or with kClassic, the cp.async kernel (kernels/gemm_wgmma.cuh). Its forms: kWs (one
 // block per tile), kWsCluster (clusters of two blocks over row-tile pairs sharing each weight tile by TMA
 // multicast), each with the classic kernel's wgmma width (64 for N <= 2048, else 128) or, `Wide`, 128
-// for every N. kAuto = kWsCluster. Every form gives a row the same bits as the classic kernel
-// (tests/ops/gemm_fast_cuda_test.cpp compares them); benchmarks and tests pin them.
+// for every N (the same bits: the m64n64 and m64n128 instructions compute an element alike). kAuto =
+// kWsWide, the fastest on the H200 (1.1-1.9x the classic kernel at 4K-16K rows; the cluster forms ran at
+// half its rate, cause not found: bench/results/cuda-dense-prefill-h200-*.md). Every form gives a row the
+// same bits as the classic kernel (tests/ops/gemm_fast_cuda_test.cpp compares them); benchmarks and tests
+// pin them.
 enum class DensePath : uint8_t { kAuto, kClassic, kWs, kWsCluster, kWsWide, kWsClusterWide };
 // The FP4 kernels' configurations on Hopper: the register-converting kernel's tile shapes (TN token rows
 // x 64·warpgroups weight rows per block, pipeline stages, blocks per SM), the warp-specialized kernel's

@@ -369,45 +369,31 @@ static __global__ void __launch_bounds__(kExpertTileThreads) expert_tiles_kernel
 // ---- Activation conversion ---------------------------------------------------------------------------
 
 // One warp per (row, 128-column block): lane l owns columns 4l..4l+3.
-// Each warp quantizes kActQuantTasks (row, 128-column block) pairs, its loads all in flight first (one
-// pair per warp left the loads latency-bound: 0.27-0.30 of the copy bandwidth at prefill sizes).
-constexpr int kActQuantTasks = 4;
 static __global__ void act_quant_fp8_kernel(const __grid_constant__ ActQuantFp8Params p) {
-    // A warp per 128 columns of a row; a scale per `block` (32 or 128) columns: groups of 8 or 32 lanes.
-    const int64_t warps_per_row = p.cols / 128, per_warp = 128 / p.block, tasks = p.rows * warps_per_row;
-    const int64_t g0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32 * kActQuantTasks;
+    // One warp per 128 columns of a row; a scale per `block` (32 or 128) columns: groups of 8 or 32 lanes.
+    const int64_t warps_per_row = p.cols / 128, per_warp = 128 / p.block;
+    const int64_t gw = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
     const int lane = threadIdx.x % 32;
-    if (g0 >= tasks) return;
-    float4 v[kActQuantTasks];
-#pragma unroll
-    for (int t = 0; t < kActQuantTasks; ++t) {
-        const int64_t gw = min(g0 + t, tasks - 1);  // (a repeat of the last pair past the end: never stored)
-        const int64_t r = gw / warps_per_row, b = gw % warps_per_row;
-        const int64_t src = p.row_src ? p.row_src[r] : r;
-        v[t] = *reinterpret_cast<const float4*>(p.x + src * p.x_ld + b * 128 + lane * 4);
-    }
+    if (gw >= p.rows * warps_per_row) return;
+    const int64_t r = gw / warps_per_row, b = gw % warps_per_row;
+    const int64_t src = p.row_src ? p.row_src[r] : r;
+    const float4 v = *reinterpret_cast<const float4*>(p.x + src * p.x_ld + b * 128 + lane * 4);
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
     const int lanes = static_cast<int>(p.block / 4);
 #pragma unroll
-    for (int t = 0; t < kActQuantTasks; ++t) {
-        const int64_t gw = g0 + t;
-        if (gw >= tasks) break;  // uniform per warp
-        const int64_t r = gw / warps_per_row, b = gw % warps_per_row;
-        float amax = fmaxf(fmaxf(fabsf(v[t].x), fabsf(v[t].y)), fmaxf(fabsf(v[t].z), fabsf(v[t].w)));
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const float other = __shfl_xor_sync(0xFFFFFFFFu, amax, o);
-            if (o < lanes) amax = fmaxf(amax, other);
-        }
-        amax = fmaxf(amax, 1e-4f);
-        const float scale = ldexpf(1.0f, dev::ceil_log2_bits(dev::mul(amax, 1.0f / 448.0f)));
-        auto q = [&](float x) -> uint32_t {
-            const float e = dev::round_e4m3(fminf(fmaxf(x / scale, -448.0f), 448.0f));  // exact e4m3 value
-            return static_cast<uint32_t>(__nv_cvt_float_to_fp8(e, __NV_SATFINITE, __NV_E4M3));
-        };
-        const uint32_t packed = q(v[t].x) | (q(v[t].y) << 8) | (q(v[t].z) << 16) | (q(v[t].w) << 24);
-        *reinterpret_cast<uint32_t*>(p.q + r * p.cols + b * 128 + lane * 4) = packed;
-        if (lane % lanes == 0) p.scale[(r * warps_per_row + b) * per_warp + lane / lanes] = scale;
+    for (int o = 16; o > 0; o >>= 1) {
+        const float other = __shfl_xor_sync(0xFFFFFFFFu, amax, o);
+        if (o < lanes) amax = fmaxf(amax, other);
     }
+    amax = fmaxf(amax, 1e-4f);
+    const float scale = ldexpf(1.0f, dev::ceil_log2_bits(dev::mul(amax, 1.0f / 448.0f)));
+    auto q = [&](float x) -> uint32_t {
+        const float e = dev::round_e4m3(fminf(fmaxf(x / scale, -448.0f), 448.0f));  // exact e4m3 value
+        return static_cast<uint32_t>(__nv_cvt_float_to_fp8(e, __NV_SATFINITE, __NV_E4M3));
+    };
+    const uint32_t packed = q(v.x) | (q(v.y) << 8) | (q(v.z) << 16) | (q(v.w) << 24);
+    *reinterpret_cast<uint32_t*>(p.q + r * p.cols + b * 128 + lane * 4) = packed;
+    if (lane % lanes == 0) p.scale[(r * warps_per_row + b) * per_warp + lane / lanes] = scale;
 }
 
 // 8 columns per thread.

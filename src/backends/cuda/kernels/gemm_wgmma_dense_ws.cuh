@@ -3,8 +3,9 @@
 // BF16 linears at prefill sizes on Hopper (sm_90a). It computes every output element with the same
 // instruction sequence and the same additions as wg::wgmma_gemm_kernel (gemm_wgmma.cuh) with two
 // warpgroups, so a row's bits are the same whichever kernel the launcher picks:
-//  - per 128-byte K tile, four wgmma m64nIWk32 e4m3 (m64nIWk16 bf16) in ascending K; IW (the
-//    instruction's N: 64 or 128) from the weight's shape only, as wgmma_bn;
+//  - per 128-byte K tile, four k steps of wgmma m64nIWk32 e4m3 (m64nIWk16 bf16) in ascending K; IW (the
+//    instruction's N) 64 or 128: the classic kernel uses 64 for N <= 2048, and the m64n64 and m64n128
+//    instructions give an element the same bits (tests/ops/gemm_fast_cuda_test.cpp, every form);
 //  - FP8: the four MMAs into a fresh register tile, promoted into the chunk's f32 sum times (activation
 //    scale x weight scale), the chunk's first tile by a product;
 //  - K in TcArgs::k_chunks chunks (tiles [KT·c/S, KT·(c+1)/S)), each summed from zero and added in chunk
@@ -23,8 +24,11 @@
 // kCluster = 2: blocks run in clusters of two over row-tile pairs (2u, 2u + 1) of the same weight rows;
 // each block's producer copies half of the weight tile (64 rows) and multicasts it into both blocks, so
 // that each K tile reads the weights from L2 once per pair (24 KB per block and K tile instead of 32 KB:
-// the copies from L2, not the tensor cores, bound 128 x 128 tiles); a stage is free again once the
-// consumers of both blocks released it (each consumer warp arrives on both blocks' `empty` barriers).
+// the copies from L2 may bound 128 x 128 tiles); a stage is free again once the consumers of both blocks
+// released it (each consumer warp arrives on both blocks' `empty` barriers). Correct (bit-identical in the
+// tests) but measured at half the rate of kCluster = 1 on the H200 (cause not found: the resident cluster
+// count, the cross-block stage release, or the pairs' lockstep are the suspects), so the launcher's
+// default is kCluster = 1.
 #pragma once
 
 #include <cuda.h>

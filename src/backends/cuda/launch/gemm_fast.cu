@@ -165,16 +165,17 @@ bool launch_dense_ws(const FastLinearParams& p, const TcArgs& a, cudaStream_t st
     return true;
 }
 
-// The dense kernel's form from DensePath (kAuto: kWsCluster); false when the launch takes the classic kernel.
+// The dense kernel's form from DensePath (kAuto: kWsWide, the fastest form measured, bench/results/
+// cuda-dense-prefill-h200-*.md); false when the launch takes the classic kernel.
 template <BKind kB>
 bool launch_dense_ws_by_path(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     const bool narrow = a.N <= 2048;  // wgmma_bn(N) == 64
     switch (p.dense_path) {
         case DensePath::kClassic: return false;
         case DensePath::kWs: return narrow ? launch_dense_ws<64, kB, 1>(p, a, st) : launch_dense_ws<128, kB, 1>(p, a, st);
-        case DensePath::kWsWide: return launch_dense_ws<128, kB, 1>(p, a, st);
+        case DensePath::kWsCluster: return narrow ? launch_dense_ws<64, kB, 2>(p, a, st) : launch_dense_ws<128, kB, 2>(p, a, st);
         case DensePath::kWsClusterWide: return launch_dense_ws<128, kB, 2>(p, a, st);
-        default: return narrow ? launch_dense_ws<64, kB, 2>(p, a, st) : launch_dense_ws<128, kB, 2>(p, a, st);
+        default: return launch_dense_ws<128, kB, 1>(p, a, st);  // kAuto, kWsWide
     }
 }
 
@@ -535,7 +536,7 @@ void act_quant_fp8(const ActQuantFp8Params& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.cols % 128 == 0 && p.x_ld % 4 == 0 && (p.block == 128 || p.block == 32), "act_quant_fp8: cols = ", p.cols,
              ", x_ld = ", p.x_ld, ", block = ", p.block);
-    const int64_t warps = (p.rows * (p.cols / 128) + kernels::tc::kActQuantTasks - 1) / kernels::tc::kActQuantTasks, threads = warps * 32;
+    const int64_t threads = p.rows * (p.cols / 128) * 32;
     kernels::tc::act_quant_fp8_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0,
                                         static_cast<cudaStream_t>(s.handle)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
