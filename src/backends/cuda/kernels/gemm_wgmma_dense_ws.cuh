@@ -33,6 +33,7 @@
 
 #include <cuda.h>
 
+#include "backends/cuda/common/mbarrier.cuh"
 #include "backends/cuda/kernels/gemm_wgmma.cuh"
 
 namespace deepinfer::cuda::kernels::wgd {
@@ -73,24 +74,9 @@ struct DenseWsConfig {
 
 // ---- mbarriers (shared::cta), TMA, register reallocation ------------------------------------------------
 
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(tc::smem_addr(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-    asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(tc::smem_addr(bar)) : "memory");
-}
-// Wait (acquire) for the completion of the phase of the given parity.
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-    const uint32_t addr = tc::smem_addr(bar);
-    uint32_t done = 0;
-    do {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(addr), "r"(parity)
-            : "memory");
-    } while (!done);
-}
+using dev::mbar_arrive;  // (common/mbarrier.cuh)
+using dev::mbar_init;
+using dev::mbar_wait;
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
 #ifdef DI_WGMMA_ENABLED
     asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(tc::smem_addr(bar)),

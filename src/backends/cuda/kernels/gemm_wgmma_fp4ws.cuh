@@ -30,6 +30,7 @@
 // (tests/ops/gemm_fast_cuda_test.cpp compares every configuration with the shared-memory kernel).
 #pragma once
 
+#include "backends/cuda/common/mbarrier.cuh"
 #include "backends/cuda/kernels/gemm_wgmma.cuh"
 
 namespace deepinfer::cuda::kernels::wgws {
@@ -90,25 +91,9 @@ __device__ __forceinline__ void wgmma_ss_step(float (&d)[NT / 2], uint64_t da, u
 
 // ---- mbarriers (shared::cta) and the producers' named barrier -----------------------------------------
 
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(tc::smem_addr(bar)), "r"(count) : "memory");
-}
-// Arrive (release: this thread's earlier shared-memory accesses happen before the phase completes).
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-    asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(tc::smem_addr(bar)) : "memory");
-}
-// Wait (acquire) for the completion of the phase of the given parity.
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-    const uint32_t addr = tc::smem_addr(bar);
-    uint32_t done = 0;
-    do {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(addr), "r"(parity)
-            : "memory");
-    } while (!done);
-}
+using dev::mbar_arrive;  // (common/mbarrier.cuh)
+using dev::mbar_init;
+using dev::mbar_wait;
 // Barrier 1 + p among the 128 threads of producer warpgroup p (barrier 0 is __syncthreads).
 __device__ __forceinline__ void producer_sync(int p) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + p) : "memory"); }
 
