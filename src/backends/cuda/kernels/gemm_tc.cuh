@@ -15,6 +15,7 @@
 
 #include "backends/cuda/common/cp_async.cuh"
 #include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/common/weight_scale.cuh"
 #include "backends/cuda/common/mma_sync.cuh"
 #include "backends/cuda/gemm_fast.h"
 
@@ -292,12 +293,7 @@ static __global__ void __launch_bounds__(WM* WN * 32, 1) tc_gemm_kernel(const __
             if constexpr (kB == BKind::kFp8) {
                 const int64_t scale_cols = K / 128;
                 const int64_t si = (n0 / 128) * scale_cols + kt;
-                switch (w.scale_kind) {
-                    case ScaleKind::kF32: swu = static_cast<const float*>(w.scale)[si]; break;
-                    case ScaleKind::kBF16: swu = dev::bf16_value(static_cast<const uint16_t*>(w.scale)[si]); break;
-                    case ScaleKind::kE8M0: swu = dev::e8m0_value(static_cast<const uint8_t*>(w.scale)[si]); break;
-                    default: break;
-                }
+                swu = dev::weight_scale(w, si);
             }
 #pragma unroll
             for (int i = 0; i < MT; ++i) {

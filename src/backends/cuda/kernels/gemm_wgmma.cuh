@@ -178,12 +178,7 @@ static __global__ void __launch_bounds__(128 * kWGs, ((kWGs == 1 || BN == 64) &&
         for (int64_t i = kt0 + tid; i < kt1; i += kThreads) {
             const int64_t si = (n0 / 128) * KT + i;
             float v = 1.0f;
-            switch (w.scale_kind) {
-                case ScaleKind::kF32: v = static_cast<const float*>(w.scale)[si]; break;
-                case ScaleKind::kBF16: v = dev::bf16_value(static_cast<const uint16_t*>(w.scale)[si]); break;
-                case ScaleKind::kE8M0: v = dev::e8m0_value(static_cast<const uint8_t*>(w.scale)[si]); break;
-                default: break;
-            }
+            v = dev::weight_scale(w, si);
             wscale[i] = v;
         }
     }

@@ -188,12 +188,7 @@ __device__ __forceinline__ void consume(const DenseWsArgs& p, uint8_t* smem, int
             for (int i = wl; i < KT; i += 128) {
                 const int64_t si = (n0 / 128) * KT + i;
                 float v = 1.0f;
-                switch (w.scale_kind) {
-                    case ScaleKind::kF32: v = static_cast<const float*>(w.scale)[si]; break;
-                    case ScaleKind::kBF16: v = dev::bf16_value(static_cast<const uint16_t*>(w.scale)[si]); break;
-                    case ScaleKind::kE8M0: v = dev::e8m0_value(static_cast<const uint8_t*>(w.scale)[si]); break;
-                    default: break;
-                }
+                v = dev::weight_scale(w, si);
                 wsc[i] = v;
             }
             wg_sync(2 + cw);

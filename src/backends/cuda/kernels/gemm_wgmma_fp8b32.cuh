@@ -62,12 +62,7 @@ static __global__ void __launch_bounds__(128 * kWGs, (kWGs == 1 || BN == 64) ? 2
             float v = 1.0f;
             if (nb < nblocks) {
                 const int64_t si = nb * KB + kb;
-                switch (w.scale_kind) {
-                    case ScaleKind::kF32: v = static_cast<const float*>(w.scale)[si]; break;
-                    case ScaleKind::kBF16: v = dev::bf16_value(static_cast<const uint16_t*>(w.scale)[si]); break;
-                    case ScaleKind::kE8M0: v = dev::e8m0_value(static_cast<const uint8_t*>(w.scale)[si]); break;
-                    default: break;
-                }
+                v = dev::weight_scale(w, si);
             }
             wscale[i] = v;
         }

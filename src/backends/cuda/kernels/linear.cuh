@@ -6,6 +6,7 @@
 #pragma once
 
 #include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/common/weight_scale.cuh"
 #include "backends/cuda/ops.h"
 
 namespace deepinfer::cuda::kernels {
@@ -15,14 +16,7 @@ constexpr int kLinearGroups = 8;  // output columns per block (8 lanes each: 64 
 constexpr int kLinearThreads = kLinearGroups * 8;
 constexpr int kLinearRows = 4;     // rows sharing each decoded weight element
 
-__device__ __forceinline__ float weight_scale(const DeviceLinear& w, int64_t si) {
-    switch (w.scale_kind) {
-        case ScaleKind::kF32: return static_cast<const float*>(w.scale)[si];
-        case ScaleKind::kBF16: return dev::bf16_value(static_cast<const uint16_t*>(w.scale)[si]);
-        case ScaleKind::kE8M0: return dev::e8m0_value(static_cast<const uint8_t*>(w.scale)[si]);
-        default: return 1.0f;
-    }
-}
+using dev::weight_scale;  // (common/weight_scale.cuh)
 
 // W[n, k] as f32 (exactly the CPU's dequantized value).
 __device__ __forceinline__ float weight_at(const DeviceLinear& w, int64_t n, int64_t k) {
