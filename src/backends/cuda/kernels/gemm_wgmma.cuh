@@ -40,6 +40,22 @@ __device__ __forceinline__ uint64_t smem_desc(const void* p) {
     return ((a & 0x3FFFFu) >> 4) | ((kLbo >> 4) << 16) | ((kSbo >> 4) << 32) | (kSwizzle128 << 62);
 }
 
+// acc += part · (activation scale x weight scale) for one promoted register tile of wgmma m64nN (f32
+// accumulators): this thread's columns 8j + 2·t4 and 8j + 2·t4 + 1 take the activation scales sx[...]
+// (the tile's K block), its rows r and r + 8 the weight scales sw0 and sw1. Shared by the FP4 kernels.
+template <int N>
+__device__ __forceinline__ void promote_tile(float (&acc)[N / 2], const float (&part)[N / 2], const float* sx, int t4,
+                                             float sw0, float sw1) {
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j) {
+        const float2 x = *reinterpret_cast<const float2*>(sx + j * 8 + t4 * 2);
+        acc[4 * j + 0] = fmaf(part[4 * j + 0], x.x * sw0, acc[4 * j + 0]);
+        acc[4 * j + 1] = fmaf(part[4 * j + 1], x.y * sw0, acc[4 * j + 1]);
+        acc[4 * j + 2] = fmaf(part[4 * j + 2], x.x * sw1, acc[4 * j + 2]);
+        acc[4 * j + 3] = fmaf(part[4 * j + 3], x.y * sw1, acc[4 * j + 3]);
+    }
+}
+
 __device__ __forceinline__ void fence_proxy_async() {
 #ifdef DI_WGMMA_ENABLED
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");

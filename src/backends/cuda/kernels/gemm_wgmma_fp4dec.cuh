@@ -197,14 +197,7 @@ __device__ __forceinline__ void dec_tile(const TcArgs& p, const DecTile& t, uint
     // acc += part · (activation scale x weight scale), K tile ktl of the stage in `slot`.
     auto promote = [&](int slot, int ktl, const float (&sw)[2]) {
         const float* sx = reinterpret_cast<const float*>(smem + slot * kStageBytes + kSx) + ktl * NT;
-#pragma unroll
-        for (int j = 0; j < NT / 8; ++j) {
-            const float2 x = *reinterpret_cast<const float2*>(sx + j * 8 + t4 * 2);
-            acc[4 * j + 0] = fmaf(part[4 * j + 0], x.x * sw[0], acc[4 * j + 0]);
-            acc[4 * j + 1] = fmaf(part[4 * j + 1], x.y * sw[0], acc[4 * j + 1]);
-            acc[4 * j + 2] = fmaf(part[4 * j + 2], x.x * sw[1], acc[4 * j + 2]);
-            acc[4 * j + 3] = fmaf(part[4 * j + 3], x.y * sw[1], acc[4 * j + 3]);
-        }
+        wg::promote_tile<NT>(acc, part, sx, t4, sw[0], sw[1]);
     };
 
     // Prologue: stages 0 .. kStages - 2 in flight; stage 0 landed (everyone's copies: the barrier).

@@ -258,14 +258,7 @@ static __global__ void __launch_bounds__(128 * kWGs, kMinBlocks) fp4_rs_kernel(c
     // acc += part · (activation scale x weight scale), K tile of stage st.
     auto promote = [&](int st, const float (&sw)[2]) {
         const float* sx = reinterpret_cast<const float*>(smem + st * C::kStageBytes + C::kSxOff);
-#pragma unroll
-        for (int j = 0; j < TN / 8; ++j) {
-            const float2 x = *reinterpret_cast<const float2*>(sx + j * 8 + t4 * 2);
-            acc[4 * j + 0] = fmaf(part[4 * j + 0], x.x * sw[0], acc[4 * j + 0]);
-            acc[4 * j + 1] = fmaf(part[4 * j + 1], x.y * sw[0], acc[4 * j + 1]);
-            acc[4 * j + 2] = fmaf(part[4 * j + 2], x.x * sw[1], acc[4 * j + 2]);
-            acc[4 * j + 3] = fmaf(part[4 * j + 3], x.y * sw[1], acc[4 * j + 3]);
-        }
+        wg::promote_tile<TN>(acc, part, sx, t4, sw[0], sw[1]);
     };
 
 #pragma unroll

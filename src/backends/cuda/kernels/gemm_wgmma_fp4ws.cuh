@@ -209,14 +209,7 @@ __device__ __forceinline__ void consume(const TcArgs& p, uint8_t* smem, int64_t 
         const float* sx = reinterpret_cast<const float*>(s + C::kSxOff);
         const float* swr = reinterpret_cast<const float*>(s + C::kSwOff);
         const float sw0 = swr[lr0], sw1 = swr[lr0 + 8];
-#pragma unroll
-        for (int j = 0; j < NT / 8; ++j) {
-            const float2 x = *reinterpret_cast<const float2*>(sx + j * 8 + t4 * 2);
-            acc[4 * j + 0] = fmaf(part[4 * j + 0], x.x * sw0, acc[4 * j + 0]);
-            acc[4 * j + 1] = fmaf(part[4 * j + 1], x.y * sw0, acc[4 * j + 1]);
-            acc[4 * j + 2] = fmaf(part[4 * j + 2], x.x * sw1, acc[4 * j + 2]);
-            acc[4 * j + 3] = fmaf(part[4 * j + 3], x.y * sw1, acc[4 * j + 3]);
-        }
+        wg::promote_tile<NT>(acc, part, sx, t4, sw0, sw1);
         __syncwarp();
         if (lane == 0) mbar_arrive(empty + st);
     }
