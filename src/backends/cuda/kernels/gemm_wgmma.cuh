@@ -40,6 +40,21 @@ __device__ __forceinline__ uint64_t smem_desc(const void* p) {
     return ((a & 0x3FFFFu) >> 4) | ((kLbo >> 4) << 16) | ((kSbo >> 4) << 32) | (kSwizzle128 << 62);
 }
 
+// setmaxnreg (sm_90a): a warpgroup of a warp-specialized kernel takes registers (inc) or gives them back
+// (dec), every thread of it, once.
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+#ifdef DI_WGMMA_ENABLED
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+#ifdef DI_WGMMA_ENABLED
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+
 // acc += part · (activation scale x weight scale) for one promoted register tile of wgmma m64nN (f32
 // accumulators): this thread's columns 8j + 2·t4 and 8j + 2·t4 + 1 take the activation scales sx[...]
 // (the tile's K block), its rows r and r + 8 the weight scales sw0 and sw1. Shared by the FP4 kernels.

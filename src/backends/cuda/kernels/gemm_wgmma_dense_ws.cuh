@@ -138,18 +138,8 @@ __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 #endif
 }
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_inc() {
-#ifdef DI_WGMMA_ENABLED
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-#endif
-}
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_dec() {
-#ifdef DI_WGMMA_ENABLED
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-#endif
-}
+using wg::setmaxnreg_dec;  // (gemm_wgmma.cuh)
+using wg::setmaxnreg_inc;
 // Named barrier `id` among the 128 threads of one consumer warpgroup.
 __device__ __forceinline__ void wg_sync(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
 

@@ -97,19 +97,6 @@ using dev::mbar_wait;
 // Barrier 1 + p among the 128 threads of producer warpgroup p (barrier 0 is __syncthreads).
 __device__ __forceinline__ void producer_sync(int p) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + p) : "memory"); }
 
-// setmaxnreg (sm_90a): a warpgroup gives registers back or takes them (every thread of it, once).
-template <int kRegs>
-__device__ __forceinline__ void regs_dec() {
-#ifdef DI_WGMMA_ENABLED
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-#endif
-}
-template <int kRegs>
-__device__ __forceinline__ void regs_inc() {
-#ifdef DI_WGMMA_ENABLED
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-#endif
-}
 
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 
@@ -407,7 +394,7 @@ static __global__ void __launch_bounds__(WsConfig<kStages, kProducers>::kThreads
         return ws_tile<C::kMaxTokens>(p, i / nb, tile);
     };
     if (tid >= 128 * kProducers) {
-        if constexpr (kProducers > 1) regs_inc<C::kConsumerRegs>();
+        if constexpr (kProducers > 1) wg::setmaxnreg_inc<C::kConsumerRegs>();
         for (int64_t g0 = 0;; g0 += p.k_tiles) {
             const int nt = static_cast<int>((tile.row_end - tile.row_begin + 31) / 32 * 32);  // the wgmma N of this tile
             const int64_t n0 = (i % nb) * BN;
@@ -420,7 +407,7 @@ static __global__ void __launch_bounds__(WsConfig<kStages, kProducers>::kThreads
             if (!next_tile()) break;
         }
     } else {
-        if constexpr (kProducers > 1) regs_dec<C::kProducerRegs>();
+        if constexpr (kProducers > 1) wg::setmaxnreg_dec<C::kProducerRegs>();
         for (int64_t g0 = 0;; g0 += p.k_tiles) {
             const int rows = static_cast<int>(tile.row_end - tile.row_begin);  // 1..128
             produce<kStages, kProducers, kPf, kLate>(p, smem, tile.wp, tile.row_begin, rows, (rows + 31) / 32 * 32, (i % nb) * BN, g0);
