@@ -7,6 +7,7 @@
 
 #include "backends/cuda/common/device_math.cuh"
 #include "backends/cuda/kernels/rows.cuh"
+#include "backends/cuda/kernels/sink_softmax.cuh"
 #include "backends/cuda/kernels/v41_cache.cuh"
 #include "backends/cuda/ops.h"
 
@@ -48,35 +49,9 @@ static __global__ void dspark_attention_kernel(const __grid_constant__ DSparkAtt
     const int64_t nc = key.num_ring + G;
     const float* q = p.q + (r * p.heads + h) * Dh;
     float* sc = p.scratch + (r * p.heads + h) * (p.window + G);
-    const int group = threadIdx.x / 8, lane = threadIdx.x % 8;
-    for (int64_t base = 0; base < nc; base += blockDim.x / 8) {  // uniform trip count per warp
-        const int64_t j = base + group < nc ? base + group : 0;
-        float v = 0.0f;
-        const int64_t n8 = Dh - Dh % 8;
-        for (int64_t k = lane; k < n8; k += 8) v = dev::add(v, dev::mul(q[k], key(j, k)));
-        v = dev::hsum8(v);
-        float t = __shfl_sync(0xFFFFFFFFu, v, 0, 8);
-        for (int64_t k = n8; k < Dh; ++k) t = dev::add(t, dev::mul(q[k], key(j, k)));
-        if (lane == 0 && base + group < nc) sc[base + group] = dev::mul(t, p.softmax_scale);
-    }
-    __syncthreads();
+    sink_scores(q, key, nc, Dh, p.softmax_scale, sc);
     const float sink = p.sink[h];
-    if (threadIdx.x == 0) {
-        float mx = sink;
-        for (int64_t j = 0; j < nc; ++j) mx = fmaxf(mx, sc[j]);
-        mx_sh = mx;
-    }
-    __syncthreads();
-    const float mx = mx_sh;
-    for (int64_t j = threadIdx.x; j < nc; j += blockDim.x) sc[j] = dev::exp_f32(dev::add(sc[j], -mx));
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float den = dev::exp_f32(dev::add(sink, -mx));
-        for (int64_t j = 0; j < nc; ++j) den = dev::add(den, sc[j]);
-        den_sh = den;
-    }
-    __syncthreads();
-    const float den = den_sh;
+    const float den = sink_softmax_exp(sc, nc, sink, &mx_sh, &den_sh);
     for (int64_t j = threadIdx.x; j < nc; j += blockDim.x)
         sc[j] = dev::maybe_bf16(p.sum_then_divide ? sc[j] : sc[j] / den, p.official);
     __syncthreads();
