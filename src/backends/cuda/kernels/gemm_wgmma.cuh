@@ -155,6 +155,24 @@ struct WgConfig {
 // Byte offset of (row r, 16-byte K chunk c) in a tile.
 __device__ __forceinline__ int tile_offset(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
 
+// Each thread's cp.async chunks of a 128-byte-wide activation tile of rows row_begin.. (16-byte chunks, 8 per
+// row, chunk i = tid + q·kThreads): source (row a_row_src[gr] or gr), swizzled offset, bytes (0: a row at or
+// past row_end copies nothing and zero-fills). The same chunks in every K tile: computed once.
+template <int kChunks, int kThreads>
+__device__ __forceinline__ void a_tile_chunks(int tid, int64_t row_begin, int64_t row_end, const uint8_t* a,
+                                              const int32_t* a_row_src, int64_t a_row_bytes,
+                                              const uint8_t* (&src)[kChunks], int (&dst)[kChunks], int (&len)[kChunks]) {
+#pragma unroll
+    for (int q = 0; q < kChunks; ++q) {
+        const int i = tid + q * kThreads, r = i >> 3, c = i & 7;
+        const int64_t gr = row_begin + r;
+        const bool ok = gr < row_end;
+        src[q] = ok ? a + (a_row_src ? static_cast<int64_t>(a_row_src[gr]) : gr) * a_row_bytes + c * 16 : a;
+        dst[q] = tile_offset(r, c);
+        len[q] = ok ? 16 : 0;
+    }
+}
+
 // Two blocks per SM for one warpgroup or 64-wide tiles, except the two-warpgroup chunked form: its
 // running sum does not fit 128 registers (it spilled at BN = 64), and it runs where the grid is small
 // (split-K partials: at most one block per SM) or, unsplit at prefill sizes, only where the
@@ -221,15 +239,7 @@ static __global__ void __launch_bounds__(128 * kWGs, ((kWGs == 1 || BN == 64) &&
     constexpr int kBChunks = kB == BKind::kFp4 ? (BN * 4 + kThreads - 1) / kThreads : BN * 8 / kThreads;
     const uint8_t* a_src[kAChunks];
     int a_dst[kAChunks], a_len[kAChunks];
-#pragma unroll
-    for (int q = 0; q < kAChunks; ++q) {
-        const int i = tid + q * kThreads, r = i >> 3, c = i & 7;
-        const int64_t gr = row_begin + r;
-        const bool ok = gr < row_end;
-        a_src[q] = ok ? p.a + a_row_of(gr) * p.a_row_bytes + c * 16 : p.a;
-        a_dst[q] = tile_offset(r, c);
-        a_len[q] = ok ? 16 : 0;
-    }
+    a_tile_chunks<kAChunks, kThreads>(tid, row_begin, row_end, p.a, p.a_row_src, p.a_row_bytes, a_src, a_dst, a_len);
     const uint8_t* b_src[kBChunks];
     int b_dst[kBChunks], b_len[kBChunks];
 #pragma unroll

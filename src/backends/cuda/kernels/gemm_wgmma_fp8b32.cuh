@@ -73,15 +73,7 @@ static __global__ void __launch_bounds__(128 * kWGs, (kWGs == 1 || BN == 64) ? 2
     constexpr int kBChunks = BN * 8 / kThreads;
     const uint8_t* a_src[kAChunks];
     int a_dst[kAChunks], a_len[kAChunks];
-#pragma unroll
-    for (int q = 0; q < kAChunks; ++q) {
-        const int i = tid + q * kThreads, r = i >> 3, c = i & 7;
-        const int64_t gr = row_begin + r;
-        const bool ok = gr < row_end;
-        a_src[q] = ok ? p.a + a_row_of(gr) * p.a_row_bytes + c * 16 : p.a;
-        a_dst[q] = tile_offset(r, c);
-        a_len[q] = ok ? 16 : 0;
-    }
+    a_tile_chunks<kAChunks, kThreads>(tid, row_begin, row_end, p.a, p.a_row_src, p.a_row_bytes, a_src, a_dst, a_len);
     const uint8_t* b_src[kBChunks];
     int b_dst[kBChunks], b_len[kBChunks];
 #pragma unroll
