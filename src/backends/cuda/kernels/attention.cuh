@@ -172,11 +172,14 @@ struct Candidates {
     }
 };
 
-// grid (rows, heads), block 256; dynamic shared memory: head_dim floats.
-static __global__ void sparse_attention_kernel(const __grid_constant__ SparseAttentionParams p) {
-    extern __shared__ float o_sh[];
-    __shared__ float mx_sh, den_sh;
-    const int64_t r = blockIdx.x, h = blockIdx.y, Dh = p.head_dim;
+// Row r of a sparse attention: its position, its candidates (the window, then the compressed entries: every
+// visible one for HCA, the indexer's picks for CSA; rows of `width` floats) and how many.
+struct RowCandidates {
+    int64_t pos;
+    Candidates cand;
+    int64_t nc;
+};
+__device__ __forceinline__ RowCandidates row_candidates(const SparseAttentionParams& p, int64_t r, int64_t width) {
     const DeviceSegment& s = p.segments[p.row_segment[r]];
     const int64_t pos = p.positions[r];
     const int64_t lo = pos - p.window + 1 > 0 ? pos - p.window + 1 : 0;
@@ -186,10 +189,20 @@ static __global__ void sparse_attention_kernel(const __grid_constant__ SparseAtt
         const int64_t vis = (pos + 1) / p.ratio;
         num_comp = vis < p.topk ? vis : p.topk;
     }
-    const Candidates cand{p.kv + s.row_begin * Dh, s.window, &s,
+    const Candidates cand{p.kv + s.row_begin * width, s.window, &s,
                           p.kind == AttentionKind::kCsa ? p.selected + r * p.topk : nullptr,
-                          lo, s.first_position, p.window_rows, pos - lo + 1, Dh};
-    const int64_t nc = cand.num_window + num_comp;
+                          lo, s.first_position, p.window_rows, pos - lo + 1, width};
+    return {pos, cand, cand.num_window + num_comp};
+}
+
+// grid (rows, heads), block 256; dynamic shared memory: head_dim floats.
+static __global__ void sparse_attention_kernel(const __grid_constant__ SparseAttentionParams p) {
+    extern __shared__ float o_sh[];
+    __shared__ float mx_sh, den_sh;
+    const int64_t r = blockIdx.x, h = blockIdx.y, Dh = p.head_dim;
+    const RowCandidates rc = row_candidates(p, r, Dh);
+    const int64_t pos = rc.pos, nc = rc.nc;
+    const Candidates& cand = rc.cand;
     const float* q = p.q + (r * p.heads + h) * Dh;
     float* sc = p.scratch + (r * p.heads + h) * p.max_candidates;
     const int group = threadIdx.x / 8, lane = threadIdx.x % 8;

@@ -36,19 +36,9 @@ static __global__ void __launch_bounds__(kMqaThreads) mqa_attention_kernel(const
     float* q_s = sm;                                 // [kHeads, Dh]
     float* kv_s = q_s + kHeads * Dh;                 // [2, kMqaChunk, pitch]
     float* p_s = kv_s + 2 * kMqaChunk * pitch;       // [2, kHeads, kMqaChunk]
-    const DeviceSegment& s = p.segments[p.row_segment[r]];
-    const int64_t pos = p.positions[r];
-    const int64_t lo = pos - p.window + 1 > 0 ? pos - p.window + 1 : 0;
-    int64_t num_comp = 0;
-    if (p.kind == AttentionKind::kHca) num_comp = (pos + 1) / p.ratio;
-    if (p.kind == AttentionKind::kCsa) {
-        const int64_t vis = (pos + 1) / p.ratio;
-        num_comp = vis < p.topk ? vis : p.topk;
-    }
-    const Candidates cand{p.kv + s.row_begin * Dh, s.window, &s,
-                          p.kind == AttentionKind::kCsa ? p.selected + r * p.topk : nullptr,
-                          lo, s.first_position, p.window_rows, pos - lo + 1, Dh};
-    const int64_t nc = cand.num_window + num_comp, chunks = (nc + kMqaChunk - 1) / kMqaChunk;
+    const RowCandidates rc = row_candidates(p, r, Dh);
+    const int64_t pos = rc.pos, nc = rc.nc, chunks = (nc + kMqaChunk - 1) / kMqaChunk;
+    const Candidates& cand = rc.cand;
     const int tid = threadIdx.x, group = tid / 8, lane = tid % 8, q4 = static_cast<int>(Dh / 4);
     auto head = [&](int hh) { return h0 + hh < p.heads ? h0 + hh : p.heads - 1; };  // past the end: a duplicate
     auto scores = [&](int hh) { return p.scratch + (r * p.heads + head(hh)) * p.max_candidates; };

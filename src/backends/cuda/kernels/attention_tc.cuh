@@ -116,19 +116,9 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
 
     const int64_t r = blockIdx.x, h0 = static_cast<int64_t>(blockIdx.y) * kTcaHeads;
     const int split = static_cast<int>(blockIdx.z);
-    const DeviceSegment& s = p.segments[p.row_segment[r]];
-    const int64_t pos = p.positions[r];
-    const int64_t lo = pos - p.window + 1 > 0 ? pos - p.window + 1 : 0;
-    int64_t num_comp = 0;
-    if (p.kind == AttentionKind::kHca) num_comp = (pos + 1) / p.ratio;
-    if (p.kind == AttentionKind::kCsa) {
-        const int64_t vis = (pos + 1) / p.ratio;
-        num_comp = vis < p.topk ? vis : p.topk;
-    }
-    const Candidates cand{p.kv + s.row_begin * kD, s.window, &s,
-                          p.kind == AttentionKind::kCsa ? p.selected + r * p.topk : nullptr,
-                          lo, s.first_position, p.window_rows, pos - lo + 1, kD};
-    const int64_t nc = cand.num_window + num_comp;
+    const RowCandidates rc = row_candidates(p, r, kD);
+    const int64_t pos = rc.pos, nc = rc.nc;
+    const Candidates& cand = rc.cand;
     const int64_t nh = p.heads - h0 < kTcaHeads ? p.heads - h0 : kTcaHeads;
     const int64_t num_blocks = (nc + kTcaBlock - 1) / kTcaBlock;
     // Candidate j's row, null past the last one.
