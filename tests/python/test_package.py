@@ -326,6 +326,9 @@ def test_structured_output_through_sampling_params(llm, deepinfer_bin, cache_dir
 INTERRUPT_SCRIPT = textwrap.dedent("""
     import os, signal, sys, threading, time, json
     from deepinfer import LLM, SamplingParams
+    # Ctrl-C raises KeyboardInterrupt even when this process inherited SIGINT ignored (a parent started in
+    # the background by a non-interactive shell): Python installs its handler only over the default action.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     llm = LLM(cache_dir=sys.argv[1], seed=3, max_num_seqs=4)
     sp = SamplingParams(temperature=1.0, max_tokens=2000, ignore_eos=True)
     prompts = ["Tell me a long story %d" % i for i in range(4)]
