@@ -155,6 +155,32 @@ struct WgConfig {
 // Byte offset of (row r, 16-byte K chunk c) in a tile.
 __device__ __forceinline__ int tile_offset(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
 
+// Stores this thread's part of a wgmma m64nBN f32 tile: rows gr0 and gr0 + 8 (skipped at or past row_end) of
+// y (row y_row[gr] when given), columns n0 + 8j + 2·t4 and + 1 below N, bf16-rounded when asked; float2
+// stores when `pairs` (an even row stride and an 8-byte aligned y).
+template <int BN>
+__device__ __forceinline__ void store_tile_rows(const tc::TcArgs& p, const float (&acc)[BN / 2], bool pairs, int64_t gr0,
+                                                int64_t row_end, int64_t n0, int64_t N, int t4) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int64_t gr = gr0 + h * 8;
+        if (gr >= row_end) continue;
+        float* yrow = p.y + (p.y_row ? int64_t(p.y_row[gr]) : gr) * p.y_ld;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const int64_t n = n0 + j * 8 + t4 * 2;
+            const float v0 = dev::maybe_bf16(acc[4 * j + 2 * h], p.round_bf16);
+            const float v1 = dev::maybe_bf16(acc[4 * j + 2 * h + 1], p.round_bf16);
+            if (pairs && n + 1 < N) {
+                *reinterpret_cast<float2*>(yrow + n) = make_float2(v0, v1);
+            } else {
+                if (n < N) yrow[n] = v0;
+                if (n + 1 < N) yrow[n + 1] = v1;
+            }
+        }
+    }
+}
+
 // Each thread's cp.async chunks of a 128-byte-wide activation tile of rows row_begin.. (16-byte chunks, 8 per
 // row, chunk i = tid + q·kThreads): source (row a_row_src[gr] or gr), swizzled offset, bytes (0: a row at or
 // past row_end copies nothing and zero-fills). The same chunks in every K tile: computed once.
@@ -436,24 +462,7 @@ static __global__ void __launch_bounds__(128 * kWGs, ((kWGs == 1 || BN == 64) &&
         return;
     }
     const bool pairs = p.y_ld % 2 == 0 && (reinterpret_cast<uintptr_t>(p.y) & 7) == 0;  // 8-byte stores
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int64_t gr = row_begin + wgi * 64 + wi * 16 + g + h * 8;
-        if (gr >= row_end) continue;
-        float* yrow = p.y + (p.y_row ? int64_t(p.y_row[gr]) : gr) * p.y_ld;
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            const int64_t n = n0 + j * 8 + t4 * 2;
-            const float v0 = dev::maybe_bf16(acc[4 * j + 2 * h], p.round_bf16);
-            const float v1 = dev::maybe_bf16(acc[4 * j + 2 * h + 1], p.round_bf16);
-            if (pairs && n + 1 < N) {
-                *reinterpret_cast<float2*>(yrow + n) = make_float2(v0, v1);
-            } else {
-                if (n < N) yrow[n] = v0;
-                if (n + 1 < N) yrow[n + 1] = v1;
-            }
-        }
-    }
+    store_tile_rows<BN>(p, acc, pairs, row_begin + wgi * 64 + wi * 16 + g, row_end, n0, N, t4);
 }
 
 // y[y_row(r), n] = ((partial[0][r][n] + partial[1][r][n]) + ...) + partial[S-1][r][n], the chunk order

@@ -171,24 +171,7 @@ static __global__ void __launch_bounds__(128 * kWGs, (kWGs == 1 || BN == 64) ? 2
 
     if (!wg_active) return;
     const bool pairs = p.y_ld % 2 == 0 && (reinterpret_cast<uintptr_t>(p.y) & 7) == 0;  // 8-byte stores
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int64_t gr = row_begin + r0 + h * 8;
-        if (gr >= row_end) continue;
-        float* yrow = p.y + (p.y_row ? int64_t(p.y_row[gr]) : gr) * p.y_ld;
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            const int64_t n = n0 + j * 8 + t4 * 2;
-            const float v0 = dev::maybe_bf16(acc[4 * j + 2 * h], p.round_bf16);
-            const float v1 = dev::maybe_bf16(acc[4 * j + 2 * h + 1], p.round_bf16);
-            if (pairs && n + 1 < N) {
-                *reinterpret_cast<float2*>(yrow + n) = make_float2(v0, v1);
-            } else {
-                if (n < N) yrow[n] = v0;
-                if (n + 1 < N) yrow[n + 1] = v1;
-            }
-        }
-    }
+    store_tile_rows<BN>(p, acc, pairs, row_begin + r0, row_end, n0, N, t4);
 }
 
 }  // namespace deepinfer::cuda::kernels::wg
