@@ -324,6 +324,14 @@ protected:
         EXPECT_EQ(gpu_->numerics(), official ? Numerics::kOfficial : Numerics::kExact);
         EXPECT_EQ(cpu_->numerics(), gpu_->numerics());
     }
+    // The same GPU model without CUDA graphs (the eager path the graph tests compare with).
+    std::unique_ptr<Model> eager_model() const {
+        const bool v4 = GetParam().v4, official = GetParam().official;
+        const std::string dir = v4 ? v4_fixture(official, false) : fixture(official, false);
+        ModelOptions no_graphs = options(8, 256);
+        no_graphs.cuda_graphs = false;
+        return v4 ? cuda::load_cuda_model(dir, no_graphs) : cuda::load_cuda_v41_model(dir, no_graphs, {});
+    }
     void forward(Pair& p, const std::vector<std::vector<int32_t>>& chunks, bool all_logits) {
         std::vector<SequenceChunk> c, g;
         for (size_t i = 0; i < chunks.size(); ++i) {
@@ -448,12 +456,7 @@ TEST_P(CudaDSpark, AttachAddsTheRingBytesAndOnlyBeforeTheFirstForward) {
 // and rings, other draft counts, other uniforms; 1..6 requests in buckets 1, 2, 4, 8; two calls with a
 // sampled request, in one bucket: a capture and a replay).
 TEST_P(CudaDSpark, DraftGraphsEqualEagerDrafts) {
-    const bool v4 = GetParam().v4, official = GetParam().official;
-    const std::string dir = v4 ? v4_fixture(official, false) : fixture(official, false);
-    ModelOptions no_graphs = options(8, 256);
-    no_graphs.cuda_graphs = false;
-    const std::unique_ptr<Model> eager =
-        v4 ? cuda::load_cuda_model(dir, no_graphs) : cuda::load_cuda_v41_model(dir, no_graphs, {});
+    const std::unique_ptr<Model> eager = eager_model();
     const Model* models[3] = {cpu_.get(), gpu_.get(), eager.get()};
     const int64_t V = cpu_->info().vocab_size, N = 6;
     std::mt19937 rng(11);
@@ -527,12 +530,7 @@ TEST_P(CudaDSpark, DraftGraphsEqualEagerDrafts) {
 // model's and the CPU model's bit for bit, and the context rows they write give the same drafts as the
 // eager model's (steps with all, some, one or no rows tapping; buckets 4 and 8).
 TEST_P(CudaDSpark, TappedDecodeGraphsEqualEagerSteps) {
-    const bool v4 = GetParam().v4, official = GetParam().official;
-    const std::string dir = v4 ? v4_fixture(official, false) : fixture(official, false);
-    ModelOptions no_graphs = options(8, 256);
-    no_graphs.cuda_graphs = false;
-    const std::unique_ptr<Model> eager =
-        v4 ? cuda::load_cuda_model(dir, no_graphs) : cuda::load_cuda_v41_model(dir, no_graphs, {});
+    const std::unique_ptr<Model> eager = eager_model();
     const Model* models[3] = {cpu_.get(), gpu_.get(), eager.get()};
     const int64_t V = cpu_->info().vocab_size, N = 5;
     std::mt19937 rng(13);
@@ -587,12 +585,7 @@ TEST_P(CudaDSpark, TappedDecodeGraphsEqualEagerSteps) {
 // steps' graph, V4: its short-chunk variant): every row's logits equal the eager model's and the CPU model's
 // bit for bit through rollbacks, and the context rows they write give the eager model's drafts.
 TEST_P(CudaDSpark, VerifyStepGraphsEqualEagerSteps) {
-    const bool v4 = GetParam().v4, official = GetParam().official;
-    const std::string dir = v4 ? v4_fixture(official, false) : fixture(official, false);
-    ModelOptions no_graphs = options(8, 256);
-    no_graphs.cuda_graphs = false;
-    const std::unique_ptr<Model> eager =
-        v4 ? cuda::load_cuda_model(dir, no_graphs) : cuda::load_cuda_v41_model(dir, no_graphs, {});
+    const std::unique_ptr<Model> eager = eager_model();
     const Model* models[3] = {cpu_.get(), gpu_.get(), eager.get()};
     const int64_t V = cpu_->info().vocab_size, N = 5;
     std::mt19937 rng(17);
