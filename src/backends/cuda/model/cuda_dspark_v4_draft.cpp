@@ -97,22 +97,10 @@ std::vector<Draft> CudaModel::dspark_draft(std::span<const DraftRequest> request
     std::memcpy(pin + o_temp, temps.data(), size_t(Rs) * 8);
     std::memcpy(pin + o_unif, uniforms.data(), size_t(S) * 8);
     // A graph copies its results to pinned memory that never moves (draft_graphs.h), eager calls to the
-    // staging buffer.
-    uint8_t* host_out = shape.graph ? draft_graphs_.host_out(size_t(2 * G * max_seqs_) * 4) : nullptr;
-    const size_t out_bytes = size_t(2 * G * Rs) * 4;
-    if (!shape.graph && (!pinned_out_ || pinned_out_->nbytes() < out_bytes))
-        pinned_out_ = std::make_unique<PinnedBuffer>(out_bytes * 2);
-    if (!shape.graph) host_out = static_cast<uint8_t*>(pinned_out_->host());
-    // The sampled drafts' distributions: a graph's pinned buffer (sized for the largest bucket), else the
-    // staging buffer.
-    float* host_probs = nullptr;
-    if (any_sampled && shape.graph) {
-        host_probs = draft_graphs_.host_probs(size_t(G * max_seqs_ * V) * sizeof(float));
-    } else if (any_sampled) {
-        const size_t probs_bytes = size_t(G * Rs * V) * sizeof(float);
-        if (!pinned_probs_ || pinned_probs_->nbytes() < probs_bytes) pinned_probs_ = std::make_unique<PinnedBuffer>(probs_bytes);
-        host_probs = static_cast<float*>(pinned_probs_->host());
-    }
+    // staging buffers.
+    const DraftHostBuffers hb = draft_graphs_.host_buffers(shape, any_sampled, G, V, max_seqs_, pinned_out_, pinned_probs_);
+    uint8_t* const host_out = hb.out;
+    float* const host_probs = hb.probs;
 
     const size_t mark = workspace_->mark();
     struct Release {  // on an exception: drain the stream, return the scratch

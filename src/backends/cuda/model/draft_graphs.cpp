@@ -36,6 +36,27 @@ float* DraftGraphs::host_probs(size_t capacity) {
     return static_cast<float*>(probs_->host());
 }
 
+DraftHostBuffers DraftGraphs::host_buffers(const DraftGraphShape& shape, bool sampled, int64_t steps, int64_t vocab,
+                                           int64_t max_slots, std::unique_ptr<PinnedBuffer>& staging_out,
+                                           std::unique_ptr<PinnedBuffer>& staging_probs) {
+    DraftHostBuffers b;
+    if (shape.graph) {
+        b.out = host_out(size_t(2 * steps * max_slots) * 4);
+        if (sampled) b.probs = host_probs(size_t(steps * max_slots * vocab) * sizeof(float));
+        return b;
+    }
+    const size_t out_bytes = size_t(2 * steps * shape.slots) * 4;
+    if (!staging_out || staging_out->nbytes() < out_bytes) staging_out = std::make_unique<PinnedBuffer>(out_bytes * 2);
+    b.out = static_cast<uint8_t*>(staging_out->host());
+    if (sampled) {
+        const size_t probs_bytes = size_t(steps * shape.slots * vocab) * sizeof(float);
+        if (!staging_probs || staging_probs->nbytes() < probs_bytes)
+            staging_probs = std::make_unique<PinnedBuffer>(probs_bytes);
+        b.probs = static_cast<float*>(staging_probs->host());
+    }
+    return b;
+}
+
 void DraftGraphs::run(int64_t slots, bool sampled, DeviceArena& arena, Stream s, const std::function<void()>& compute,
                       int64_t& captures, int64_t& replays) {
     graphs_.run({slots, 0, sampled ? 1 : 0}, arena, s, [&]() -> float* {

@@ -31,6 +31,13 @@ struct DraftGraphShape {
 // `graphs`: graphs are on. A bucket above `max_seqs` (the workspace's bound) runs eagerly.
 DraftGraphShape draft_graph_shape(bool graphs, int64_t requests, int64_t max_seqs);
 
+// Where a draft call's results land (pinned): out = [steps, slots] int32 drafts then [steps, slots] f32
+// confidences; probs = [steps, slots, vocab] f32, only when some request samples (else null).
+struct DraftHostBuffers {
+    uint8_t* out = nullptr;
+    float* probs = nullptr;
+};
+
 class DraftGraphs {
 public:
     explicit DraftGraphs(bool enabled) : graphs_(enabled) {}
@@ -41,6 +48,11 @@ public:
     // The pinned distributions buffer of sampled graph calls ([steps, slots, vocab] f32), likewise:
     // allocated on the first sampled call with `capacity` bytes (the largest bucket's).
     float* host_probs(size_t capacity);
+    // The call's buffers: a graph's (host_out / host_probs, sized for `max_slots` slots), else the caller's
+    // staging buffers, grown to the call's slots when short.
+    DraftHostBuffers host_buffers(const DraftGraphShape& shape, bool sampled, int64_t steps, int64_t vocab,
+                                  int64_t max_slots, std::unique_ptr<PinnedBuffer>& staging_out,
+                                  std::unique_ptr<PinnedBuffer>& staging_probs);
     // Replays the graph of `slots` and `sampled` (some request samples its drafts), capturing it on the
     // first such call (DecodeGraphs::run).
     void run(int64_t slots, bool sampled, DeviceArena& arena, Stream s, const std::function<void()>& compute,
