@@ -13,6 +13,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -222,6 +223,107 @@ TEST_P(CudaMtp, AttachAddsTheDrafterStateBytesAndOnlyBeforeTheFirstForward) {
     // Drafting needs an attached sequence.
     const DraftRequest r{&late, 2, 3, 0.0, {}};
     EXPECT_THROW(gpu_->drafter()->draft(std::span<const DraftRequest>(&r, 1)), Error);
+}
+
+// CUDA graphs with the MTP block (draft_graphs.h, decode_graphs.h): draft calls replay a graph per
+// (request bucket, longest chain, sampling), decode and verify steps of at most kGraphChunkRows rows per
+// sequence replay their bucket's MTP variant (the block's rows one per pass row, padding rows into the
+// padding sequence's window). Drafts, confidences, sampled distributions and every logit equal a model's
+// without graphs and the CPU model's bit for bit, through rollbacks, other subsets of requests, other
+// chain lengths, a verify pass too long for a graph (eager) and the decode steps between.
+TEST_P(CudaMtp, GraphsEqualEagerDraftsAndSteps) {
+    ModelOptions no_graphs = numerics(GetParam());
+    no_graphs.cuda_graphs = false;
+    const std::unique_ptr<Model> eager = cuda::load_cuda_model(test::data_path("models/v4_tiny_a_mtp"), no_graphs);
+    const Model* models[3] = {cpu_.get(), gpu_.get(), eager.get()};
+    const int64_t V = cpu_->info().vocab_size, N = 5;
+    std::mt19937 rng(23);
+    std::vector<Sequence> seqs[3];
+    for (int64_t i = 0; i < N; ++i) {
+        const std::vector<int32_t> prompt = random_tokens(rng, 4 + 7 * i, V);
+        for (int m = 0; m < 3; ++m) {
+            seqs[m].push_back(models[m]->new_sequence());
+            models[m]->drafter()->attach(seqs[m].back());
+            models[m]->forward(seqs[m].back(), prompt, false);
+        }
+    }
+    // Every batched forward on the three models: the logits of every row bit-identical.
+    auto step = [&](const std::vector<int64_t>& ids, const std::vector<std::vector<int32_t>>& rows, bool all,
+                    const std::string& what) {
+        std::vector<float> logits[3];
+        for (int m = 0; m < 3; ++m) {
+            std::vector<SequenceChunk> chunks;
+            for (size_t k = 0; k < ids.size(); ++k) chunks.push_back({&seqs[m][size_t(ids[k])], rows[k], all, {}});
+            for (const auto& l : models[m]->forward_batch(chunks)) logits[m].insert(logits[m].end(), l.begin(), l.end());
+        }
+        EXPECT_FALSE(logits[0].empty()) << what;
+        EXPECT_TRUE(same_bits(logits[1], logits[2])) << what;
+        EXPECT_TRUE(same_bits(logits[1], logits[0])) << what;
+    };
+    const auto before = cuda::cuda_model_stats(*gpu_);
+    std::vector<int32_t> anchors = random_tokens(rng, N, V);
+    const int64_t sizes[] = {1, 2, 3, 5, 4, 5, 2, 5};
+    int64_t graph_steps = 0, rounds = 0;
+    for (int round = 0; round < 8; ++round, ++rounds) {
+        const bool sampled = round == 3 || round == 6;
+        std::vector<int64_t> ids, counts;
+        for (int64_t j = 0; j < sizes[round]; ++j) {
+            ids.push_back((round + j) % N);
+            counts.push_back(round == 5 && j == 1 ? 12 : 1 + (ids.back() + round) % 7);  // 12: a 13-row verify pass
+        }
+        std::vector<double> u;  // the sampled request's uniforms (DraftRequest holds a span)
+        for (int64_t k = 0; sampled && k < counts[0]; ++k) u.push_back(0.05 + 0.13 * double(k));
+        std::vector<Draft> d[3];
+        for (int m = 0; m < 3; ++m) {
+            std::vector<DraftRequest> reqs;
+            for (size_t k = 0; k < ids.size(); ++k) {
+                const bool smp = sampled && k == 0;
+                reqs.push_back({&seqs[m][size_t(ids[k])], anchors[size_t(ids[k])], counts[k], smp ? 0.9 : 0.0,
+                                smp ? std::span<const double>(u) : std::span<const double>()});
+            }
+            d[m] = models[m]->drafter()->draft(reqs);
+        }
+        const std::string what = "round " + std::to_string(round);
+        for (size_t k = 0; k < ids.size(); ++k) {
+            EXPECT_EQ(int64_t(d[1][k].tokens.size()), counts[k]) << what;
+            for (int m : {0, 2}) {
+                EXPECT_EQ(d[1][k].tokens, d[m][k].tokens) << what << " request " << ids[k] << " model " << m;
+                EXPECT_TRUE(same_bits(d[1][k].confidence, d[m][k].confidence)) << what << " request " << ids[k];
+                EXPECT_TRUE(same_bits(d[1][k].probs, d[m][k].probs)) << what << " request " << ids[k];
+            }
+            EXPECT_EQ(d[1][k].probs.empty(), !(sampled && k == 0)) << what;
+        }
+        // The verify pass over [anchor, drafts], then keep none, some or all of each chain (rotating).
+        std::vector<std::vector<int32_t>> rows;
+        int64_t longest = 0;
+        for (size_t k = 0; k < ids.size(); ++k) {
+            rows.push_back({anchors[size_t(ids[k])]});
+            rows.back().insert(rows.back().end(), d[0][k].tokens.begin(), d[0][k].tokens.end());
+            longest = std::max<int64_t>(longest, int64_t(rows.back().size()));
+        }
+        step(ids, rows, true, what + " verify");
+        graph_steps += longest <= 8 ? 1 : 0;
+        for (size_t k = 0; k < ids.size(); ++k) {
+            const int64_t n = int64_t(rows[k].size()), i = ids[k];
+            const int64_t keep = (i + round) % 3 == 0 ? 1 : (i + round) % 3 == 1 ? (n + 1) / 2 : n;
+            for (int m = 0; m < 3; ++m) seqs[m][size_t(i)].truncate(seqs[m][size_t(i)].num_tokens() - n + keep);
+        }
+        // A decode step of every sequence, then new anchors.
+        std::vector<int64_t> all(static_cast<size_t>(N));
+        std::iota(all.begin(), all.end(), 0);
+        std::vector<std::vector<int32_t>> one;
+        for (int64_t i = 0; i < N; ++i) one.push_back(random_tokens(rng, 1, V));
+        step(all, one, false, what + " decode");
+        ++graph_steps;
+        anchors = random_tokens(rng, N, V);
+    }
+    const auto after = cuda::cuda_model_stats(*gpu_);
+    EXPECT_EQ(after.draft_graph_replays - before.draft_graph_replays, rounds);  // every draft call
+    EXPECT_EQ(after.graph_replays - before.graph_replays, graph_steps);  // (a capture is replayed too)
+    EXPECT_EQ(graph_steps, 15);  // the 13-row verify pass ran eagerly
+    const auto e = cuda::cuda_model_stats(*eager);
+    EXPECT_EQ(e.graph_replays + e.graph_captures + e.draft_graph_replays + e.draft_graph_captures, 0);
+    EXPECT_LE(after.workspace_high_water, after.workspace_bytes);
 }
 
 INSTANTIATE_TEST_SUITE_P(CudaMtp, CudaMtp, ::testing::Values(Numerics::kExact, Numerics::kOfficial),

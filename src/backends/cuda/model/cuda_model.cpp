@@ -487,7 +487,7 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     const int64_t real_rows = static_cast<int64_t>(tokens.size());
     // Every page this forward writes becomes its sequence's own (copy-on-write) before anything else.
     prepare_state_writes(states, chunks);
-    // MTP-attached sequences: the MTP rows this pass completes (they run eagerly, without a graph).
+    // MTP-attached sequences: the MTP rows this pass completes (in a graph step one per row: padded below).
     MtpPassPlan mtp_plan;
     if (weights_.mtp) mtp_plan = mtp_pass_plan(states, chunks);
     // A pure decode step replays the CUDA graph of its (rows, context) bucket; padding rows decode
@@ -498,7 +498,8 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     // DSpark-attached sequences: their taps and context rows (in a graph step every row taps: padded below).
     TapPlan tap_plan = dspark_tap_plan(states, chunks, b);
     const bool graph_step = decode || (verify_graphs_ && short_chunks);
-    const int64_t bucket = graphs_.enabled() && graph_step && !mtp_plan.any ? graph_bucket(real_rows) : 0;
+    const bool mtp_ok = !mtp_plan.any || mtp_plan.graphable;
+    const int64_t bucket = graphs_.enabled() && graph_step && mtp_ok ? graph_bucket(real_rows) : 0;
     b.graph = bucket > 0 && bucket <= max_rows_;
     b.short_chunks = b.graph && !decode;
     if (b.graph) {
@@ -523,6 +524,7 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     }
     b.rows = static_cast<int64_t>(tokens.size());
     b.num_segments = static_cast<int64_t>(states.size());
+    if (b.graph && mtp_plan.any) mtp_plan = pad_mtp_pass_plan(std::move(mtp_plan), b, static_cast<int64_t>(chunks.size()));
     // Rows of logits: every row of a graph step; else the rows a chunk wants (all or its last) and the
     // last row of a chunk with draws. Chunks that want neither (mid-prefill) skip the head.
     std::vector<int32_t> picked;
@@ -599,7 +601,7 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     // A graph step (decode_graphs.h): the captured work reads its inputs from the block above, at the
     // same arena offset in every step of the bucket, and allocates the same arena ranges: replaying it
     // is the eager path.
-    const int64_t variant = (tap_plan.src.empty() ? 0 : 1) + (b.short_chunks ? 2 : 0);
+    const int64_t variant = (tap_plan.src.empty() ? 0 : 1) + (b.short_chunks ? 2 : 0) + (mtp_plan.any ? 4 : 0);
     float* logits = b.graph ? graphs_.run({b.rows, b.max_position + 1, variant}, *workspace_, s, [&] { return compute(b); },
                                         stats_.graph_captures, stats_.graph_replays)
                             : compute(b);

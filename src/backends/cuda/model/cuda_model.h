@@ -60,7 +60,7 @@ struct CudaModelOptions {
 // What a CUDA model measured since load (or the last reset): device time from CUDA events.
 struct CudaModelStats {
     int64_t forwards = 0, graph_captures = 0, graph_replays = 0, device_draws = 0;
-    int64_t draft_graph_captures = 0, draft_graph_replays = 0;  // DSpark draft calls (draft_graphs.h)
+    int64_t draft_graph_captures = 0, draft_graph_replays = 0;  // MTP and DSpark draft calls (draft_graphs.h)
     double gpu_seconds = 0;  // from each forward's first device operation to its last (its span on the stream)
     double gap_seconds = 0;  // from one forward's last device operation to the next one's first: GPU idle
     size_t workspace_bytes = 0, workspace_high_water = 0;

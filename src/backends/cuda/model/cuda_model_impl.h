@@ -110,6 +110,7 @@ public:
             o.workspace_bytes ? o.workspace_bytes : workspace_need(max_rows_, max_rows_, max_rows_, max_len_, max_seqs_));
         make_state_pool(mo.device_state_bytes);
         pad_ = new_sequence();  // the padding rows of graph steps write here (pages outside the capacity)
+        if (weights_.mtp) mtp_attach(pad_);  // and their MTP rows (graph steps and draft calls, cuda_mtp*.cpp)
         // The CPU weights view the checkpoint mapping; the device has its own copies now.
     }
 
@@ -257,6 +258,10 @@ private:
     // The MTP rows of a target pass over `states` (real chunks, in order): every attached sequence's
     // rows whose next token this pass learns, and its tap-ring writes.
     MtpPassPlan mtp_pass_plan(std::span<DeviceSequenceState* const> states, std::span<const SequenceChunk> chunks) const;
+    // The plan of a graph step (b padded, the plan graphable): one MTP row per padding row too (token 0 at
+    // position 0 of the padding sequence's window, from its own pass row), a segment per padding segment,
+    // and the bucket's row and context sizes, so one graph serves every step of its bucket.
+    MtpPassPlan pad_mtp_pass_plan(MtpPassPlan plan, const Batch& b, int64_t real_segments) const;
     static size_t mtp_pass_bytes(const MtpPassPlan& plan);                        // packed input size
     static void mtp_pass_pack(const MtpPassPlan& plan, uint8_t* host);             // into pinned memory
     static void mtp_pass_bind(const MtpPassPlan& plan, const uint8_t* device, Batch& b);  // the copy's device pointers
@@ -338,6 +343,9 @@ struct CudaModel::Batch {
 // The MTP rows of one target pass, built on the host (cuda_mtp.cpp).
 struct CudaModel::MtpPassPlan {
     bool any = false;  // some chunk's sequence is attached
+    // Every chunk's sequence is attached and has run a position before the chunk: its MTP rows are then
+    // the chunk's rows one for one, as a graph step needs (pad_mtp_pass_plan).
+    bool graphable = true;
     std::vector<int32_t> tokens, positions, row_segment, src_row;  // [M]: the token at p+1, p, segment, pass row of h_p (-1: ring)
     std::vector<const float*> src_ptr;                              // [M]: the tap-ring row of h_p, or null
     std::vector<DeviceSegment> segments;                            // one per attached chunk with MTP rows

@@ -14,7 +14,8 @@ void CudaModel::make_state_pool(uint64_t bytes) {
     const uint64_t per_seq = L.sequence_bytes(max_len_) + uint64_t(L.mtp_pages + L.dspark_pages) * P;
     const int64_t least = L.ring_pages + L.mtp_pages + L.dspark_pages + L.entry_pages(1);
     const int64_t pages = state_pool_pages(bytes, per_seq, max_seqs_, P, least, max_len_);
-    pool_ = std::make_shared<DevicePagePool>(pages + L.ring_pages, P);  // + the padding sequence's rings
+    // + the padding sequence's rings and MTP pages
+    pool_ = std::make_shared<DevicePagePool>(pages + L.ring_pages + L.mtp_pages, P);
     state_capacity_ = uint64_t(pages) * P;
 }
 

@@ -80,6 +80,7 @@ CudaModel::MtpPassPlan CudaModel::mtp_pass_plan(std::span<DeviceSequenceState* c
         const std::span<const int32_t> toks = chunks[i].tokens;
         const int64_t n = static_cast<int64_t>(toks.size()), P0 = states[i]->length;
         const DeviceMtpState* m = states[i]->mtp ? &*states[i]->mtp : nullptr;
+        p.graphable = p.graphable && m != nullptr && P0 > 0;
         for (int64_t t = 0; t < n; ++t) {
             // The last kMtpTapRows rows of an attached chunk go to the tap ring.
             float* dst = nullptr;
@@ -122,6 +123,37 @@ CudaModel::MtpPassPlan CudaModel::mtp_pass_plan(std::span<DeviceSequenceState* c
         }
         offset += n;
     }
+    return p;
+}
+
+CudaModel::MtpPassPlan CudaModel::pad_mtp_pass_plan(MtpPassPlan p, const Batch& b, int64_t real_segments) const {
+    DI_ICHECK(p.any && p.graphable && b.graph && static_cast<int64_t>(p.segments.size()) == real_segments);
+    const auto* pad = static_cast<const DeviceSequenceState*>(&pad_.state());
+    int64_t row = static_cast<int64_t>(p.tokens.size());
+    for (int64_t i = real_segments; i < b.num_segments; ++i) {
+        const int64_t n = b.num_rows[size_t(i)];
+        const int32_t seg = static_cast<int32_t>(p.segments.size());
+        for (int64_t r = 0; r < n; ++r) {
+            p.tokens.push_back(0);
+            p.positions.push_back(0);
+            p.row_segment.push_back(seg);
+            p.src_row.push_back(static_cast<int32_t>(row + r));
+            p.src_ptr.push_back(nullptr);
+            p.tap_dst.push_back(nullptr);
+        }
+        DeviceSegment ds;
+        ds.row_begin = row;
+        ds.num_rows = n;
+        ds.first_position = 0;
+        ds.window = pad->mtp_window();
+        p.segments.push_back(ds);
+        p.first_position.push_back(0);
+        p.num_rows.push_back(n);
+        row += n;
+    }
+    DI_ICHECK(row == b.rows && static_cast<int64_t>(p.tap_dst.size()) == b.rows);
+    p.max_rows = b.max_rows;
+    p.max_position = b.max_position;
     return p;
 }
 
@@ -179,6 +211,8 @@ void CudaModel::run_mtp_pass(const Batch& b, const float* x) const {
         mb.first_position = p.first_position;
         mb.num_rows = p.num_rows;
         mb.max_position = p.max_position;
+        mb.graph = b.graph;
+        mb.short_chunks = b.short_chunks;
         mtp_block(mb, h);
     }
     workspace_->reset(mark);  // stream-ordered

@@ -5,13 +5,15 @@
 // and that draft give the next, k times (speculative-decoding.md §5.3). Every step runs on the device
 // for all requests that still want drafts; draft_sample picks each draft (argmax, or inverse CDF with
 // the request's uniform) with src/model/draft_sampling.h's arithmetic. Drafting writes the MTP ring at
-// positions >= num_tokens() - 1 only; the next target pass overwrites them before any read.
+// positions >= num_tokens() - 1 only; the next target pass overwrites them before any read. Calls
+// replay CUDA graphs per (request bucket, draft count, sampling) when graphs are on (draft_graphs.h).
 #include <algorithm>
 #include <cstring>
 #include <numeric>
 
 #include "backends/cuda/model/cuda_model_impl.h"
 #include "backends/cuda/model/device_drafts.h"
+#include "backends/cuda/model/draft_graphs.h"
 
 namespace deepinfer::cuda::v4 {
 
@@ -30,10 +32,8 @@ std::vector<Draft> CudaModel::mtp_draft(std::span<const DraftRequest> requests) 
     std::stable_sort(order.begin(), order.end(),
                      [&](int64_t a, int64_t b) { return requests[size_t(a)].num_drafts > requests[size_t(b)].num_drafts; });
     std::vector<DeviceSequenceState*> states;
-    std::vector<int32_t> anchors, sampled, ident;
-    std::vector<const float*> src_ptr;
-    std::vector<double> temps, uniforms;
     int64_t K = 0;
+    bool any_sampled = false;
     for (int64_t a = 0; a < R; ++a) {
         const DraftRequest& r = requests[size_t(order[size_t(a)])];
         DI_CHECK(r.sequence != nullptr && r.num_drafts >= 1 && r.num_drafts <= kMtpMaxDrafts,
@@ -50,42 +50,53 @@ std::vector<Draft> CudaModel::mtp_draft(std::span<const DraftRequest> requests) 
                  " is not available (the tap ring holds ", m.taps_first, "..", m.taps_end - 1, ")");
         DI_CHECK(dev->length - 1 + r.num_drafts <= max_len_, "MTP drafting: positions past max_model_len ", max_len_);
         states.push_back(dev);
-        anchors.push_back(r.anchor);
-        ident.push_back(static_cast<int32_t>(a));
-        const bool smp = !r.uniforms.empty() && r.temperature > 0;
-        sampled.push_back(smp ? 1 : 0);
-        temps.push_back(r.temperature);
+        any_sampled = any_sampled || (!r.uniforms.empty() && r.temperature > 0);
         K = std::max(K, r.num_drafts);
     }
+    // A call replays the CUDA graph of its request bucket, draft count K and sampling (draft_graphs.h):
+    // every step runs every slot (a request with fewer drafts chains on to K, writing its MTP window at
+    // positions the next target pass overwrites before any read, as a request of K drafts would), and
+    // the slots past the requests draft token 0 at positions 0 .. K-1 of the padding sequence's window
+    // (all alike: same inputs, same writes). Rows compute alone: the requests' drafts are the eager ones.
+    bool fits = true;  // every slot's K positions within max_model_len
+    for (const DeviceSequenceState* st : states) fits = fits && st->length - 1 + K <= max_len_;
+    const DraftGraphShape shape = draft_graph_shape(draft_graphs_.enabled() && fits, R, max_seqs_);
+    const int64_t Rs = shape.slots;
+    auto* pad = static_cast<DeviceSequenceState*>(&pad_.state());
+    std::vector<int32_t> anchors, sampled, ident;
+    std::vector<const float*> src_ptr;
+    std::vector<double> temps, uniforms(static_cast<size_t>(Rs * K), 0.0);
     // Drafting writes the MTP windows: each becomes its sequence's own first (copy-on-write).
     prepare_mtp_writes(states);
-    for (int64_t a = 0; a < R; ++a)
-        src_ptr.push_back(states[size_t(a)]->mtp_tap_row((states[size_t(a)]->length - 1) % kMtpTapRows, W));
-    uniforms.assign(static_cast<size_t>(R * K), 0.0);
-    const bool any_sampled = std::find(sampled.begin(), sampled.end(), 1) != sampled.end();
-    for (int64_t a = 0; a < R; ++a) {
-        const DraftRequest& r = requests[size_t(order[size_t(a)])];
+    for (int64_t a = 0; a < Rs; ++a) {
+        const bool is_pad = a >= R;
+        const DraftRequest& r = requests[size_t(order[size_t(std::min(a, R - 1))])];
+        const DeviceSequenceState* st = is_pad ? pad : states[size_t(a)];
+        anchors.push_back(is_pad ? 0 : r.anchor);
+        ident.push_back(static_cast<int32_t>(a));
+        const bool smp = !is_pad && !r.uniforms.empty() && r.temperature > 0;
+        sampled.push_back(smp ? 1 : 0);
+        temps.push_back(is_pad ? 0.0 : r.temperature);
+        src_ptr.push_back(st->mtp_tap_row(is_pad ? 0 : (st->length - 1) % kMtpTapRows, W));
+        if (is_pad) continue;
         for (size_t k = 0; k < r.uniforms.size(); ++k) uniforms[size_t(a * K) + k] = r.uniforms[k];
-        if (sampled[size_t(a)]) out[size_t(order[size_t(a)])].probs.resize(size_t(r.num_drafts * V));
+        if (smp) out[size_t(order[size_t(a)])].probs.resize(size_t(r.num_drafts * V));
     }
     // Per step k: the active rows, their positions and one segment each (MTP ring of that sequence).
-    std::vector<int64_t> active(static_cast<size_t>(K));
+    const std::vector<int64_t> active = shape.active(requests, order, K);
     std::vector<int32_t> positions;
     std::vector<DeviceSegment> segs;
-    for (int64_t k = 0; k < K; ++k) {
-        int64_t n = 0;
-        while (n < R && requests[size_t(order[size_t(n)])].num_drafts > k) ++n;
-        active[size_t(k)] = n;
-        for (int64_t a = 0; a < n; ++a) {
+    for (int64_t k = 0; k < K; ++k)
+        for (int64_t a = 0; a < active[size_t(k)]; ++a) {
+            const DeviceSequenceState* st = a >= R ? pad : states[size_t(a)];
             DeviceSegment ds;
             ds.row_begin = a;
             ds.num_rows = 1;
-            ds.first_position = states[size_t(a)]->length - 1 + k;
-            ds.window = states[size_t(a)]->mtp_window();
+            ds.first_position = (a >= R ? 0 : st->length - 1) + k;
+            ds.window = st->mtp_window();
             segs.push_back(ds);
             positions.push_back(static_cast<int32_t>(ds.first_position));
         }
-    }
     // Inputs: one pinned block, one copy.
     size_t bytes = 0;
     auto place = [&](size_t n) {
@@ -93,27 +104,38 @@ std::vector<Draft> CudaModel::mtp_draft(std::span<const DraftRequest> requests) 
         bytes = align256(bytes + n);
         return at;
     };
-    const size_t o_anchor = place(size_t(R) * 4), o_sampled = place(size_t(R) * 4), o_ident = place(size_t(R) * 4);
-    const size_t o_src = place(size_t(R) * sizeof(const float*)), o_temp = place(size_t(R) * 8);
+    const size_t o_anchor = place(size_t(Rs) * 4), o_sampled = place(size_t(Rs) * 4), o_ident = place(size_t(Rs) * 4);
+    const size_t o_src = place(size_t(Rs) * sizeof(const float*)), o_temp = place(size_t(Rs) * 8);
     const size_t o_unif = place(uniforms.size() * 8), o_pos = place(positions.size() * 4);
     const size_t o_segs = place(segs.size() * sizeof(DeviceSegment));
     if (!pinned_in_ || pinned_in_->nbytes() < bytes) pinned_in_ = std::make_unique<PinnedBuffer>(bytes * 2);
-    const size_t out_bytes = size_t(2 * K * R) * 4;
-    if (!pinned_out_ || pinned_out_->nbytes() < out_bytes) pinned_out_ = std::make_unique<PinnedBuffer>(out_bytes * 2);
-    const size_t probs_bytes = size_t(K * R * V) * sizeof(float);
-    if (any_sampled && (!pinned_probs_ || pinned_probs_->nbytes() < probs_bytes))
-        pinned_probs_ = std::make_unique<PinnedBuffer>(probs_bytes);
     auto* pin = static_cast<uint8_t*>(pinned_in_->host());
-    std::memcpy(pin + o_anchor, anchors.data(), size_t(R) * 4);
-    std::memcpy(pin + o_sampled, sampled.data(), size_t(R) * 4);
-    std::memcpy(pin + o_ident, ident.data(), size_t(R) * 4);
-    std::memcpy(pin + o_src, src_ptr.data(), size_t(R) * sizeof(const float*));
-    std::memcpy(pin + o_temp, temps.data(), size_t(R) * 8);
+    std::memcpy(pin + o_anchor, anchors.data(), size_t(Rs) * 4);
+    std::memcpy(pin + o_sampled, sampled.data(), size_t(Rs) * 4);
+    std::memcpy(pin + o_ident, ident.data(), size_t(Rs) * 4);
+    std::memcpy(pin + o_src, src_ptr.data(), size_t(Rs) * sizeof(const float*));
+    std::memcpy(pin + o_temp, temps.data(), size_t(Rs) * 8);
     std::memcpy(pin + o_unif, uniforms.data(), uniforms.size() * 8);
     std::memcpy(pin + o_pos, positions.data(), positions.size() * 4);
     std::memcpy(pin + o_segs, segs.data(), segs.size() * sizeof(DeviceSegment));
+    // A graph copies its results to pinned memory that never moves while it lives (draft_graphs.h), eager
+    // calls to the staging buffers.
+    const DraftHostBuffers hb = draft_graphs_.host_buffers(shape, any_sampled, K, V, Rs, pinned_out_, pinned_probs_);
 
     const size_t mark = workspace_->mark();
+    struct Release {  // on an exception: drain the stream, return the scratch
+        const CudaModel& m;
+        size_t mark;
+        bool armed = true;
+        ~Release() {
+            if (!armed) return;
+            try {
+                m.stream_.synchronize();
+            } catch (...) {
+            }
+            m.workspace_->reset(mark);
+        }
+    } release{*this, mark};
     auto* d_in = static_cast<uint8_t*>(workspace_->alloc(bytes));
     copy_to_device(d_in, pin, bytes, s);
     const auto* d_anchor = reinterpret_cast<const int32_t*>(d_in + o_anchor);
@@ -124,51 +146,60 @@ std::vector<Draft> CudaModel::mtp_draft(std::span<const DraftRequest> requests) 
     const auto* d_unif = reinterpret_cast<const double*>(d_in + o_unif);
     const auto* d_pos = reinterpret_cast<const int32_t*>(d_in + o_pos);
     const auto* d_segs = reinterpret_cast<const DeviceSegment*>(d_in + o_segs);
-    // Step k's drafts and confidences: [K, R] each; the streams of the rows still drafting ping-pong.
-    int32_t* d_tokens = workspace_->alloc_n<int32_t>(K * R);
-    float* d_conf = workspace_->alloc_n<float>(K * R);
-    float* h[2] = {workspace_->alloc_n<float>(R * W), workspace_->alloc_n<float>(R * W)};
-    gather_row_sources({.src_ptr = d_src, .base = nullptr, .base_row = nullptr, .dst = h[0], .rows = R, .width = W}, s);
-    size_t seg_at = 0;
-    for (int64_t k = 0; k < K; ++k) {
-        const int64_t n = active[size_t(k)];
-        const size_t step = workspace_->mark();
-        Batch mb;
-        mb.rows = n;
-        mb.num_segments = n;
-        mb.max_rows = 1;
-        mb.tokens = k == 0 ? d_anchor : d_tokens + (k - 1) * R;
-        mb.positions = d_pos + seg_at;
-        mb.row_segment = d_ident;
-        mb.all_segments = mb.segments = d_segs + seg_at;
-        for (int64_t a = 0; a < n; ++a) {
-            mb.first_position.push_back(segs[seg_at + size_t(a)].first_position);
-            mb.num_rows.push_back(1);
-            mb.max_position = std::max(mb.max_position, segs[seg_at + size_t(a)].first_position);
+    auto compute = [&] {
+        // Step k's drafts and confidences: [K, Rs] each; the streams of the rows still drafting ping-pong.
+        int32_t* d_tokens = workspace_->alloc_n<int32_t>(K * Rs);
+        float* d_conf = workspace_->alloc_n<float>(K * Rs);
+        float* h[2] = {workspace_->alloc_n<float>(Rs * W), workspace_->alloc_n<float>(Rs * W)};
+        gather_row_sources({.src_ptr = d_src, .base = nullptr, .base_row = nullptr, .dst = h[0], .rows = Rs, .width = W},
+                           s);
+        size_t seg_at = 0;
+        for (int64_t k = 0; k < K; ++k) {
+            const int64_t n = active[size_t(k)];
+            const size_t step = workspace_->mark();
+            Batch mb;
+            mb.rows = n;
+            mb.num_segments = n;
+            mb.max_rows = 1;
+            mb.graph = shape.graph;
+            mb.tokens = k == 0 ? d_anchor : d_tokens + (k - 1) * Rs;
+            mb.positions = d_pos + seg_at;
+            mb.row_segment = d_ident;
+            mb.all_segments = mb.segments = d_segs + seg_at;
+            for (int64_t a = 0; a < n; ++a) {
+                mb.first_position.push_back(segs[seg_at + size_t(a)].first_position);
+                mb.num_rows.push_back(1);
+                mb.max_position = std::max(mb.max_position, segs[seg_at + size_t(a)].first_position);
+            }
+            // (a graph's sizes may not follow the positions: the block's sliding window sizes its candidates
+            // from max_position, which is the longest context for every call of the graph)
+            if (shape.graph) mb.max_position = max_len_ - 1;
+            seg_at += size_t(n);
+            float* xo = mtp_block(mb, h[k % 2]);
+            const float* logits = head_logits(xo, n, weights_.mtp->hc_head, weights_.mtp->norm);
+            double* scratch = workspace_->alloc_n<double>(n * V);
+            float* probs = workspace_->alloc_n<float>(n * V);
+            draft_sample({.logits = logits, .rows = n, .vocab = V, .temperature = d_temp, .sampled = d_sampled,
+                          .uniform = d_unif + k, .uniform_stride = K, .scratch = scratch, .probs = probs,
+                          .tokens = d_tokens + k * Rs, .confidence = d_conf + k * Rs},
+                         s);
+            // The step's distributions in one copy (rows of greedy drafts are copied but not read).
+            if (any_sampled) copy_to_host(hb.probs + k * Rs * V, probs, size_t(n * V) * 4, s);
+            if (k + 1 < K) copy_on_device(h[(k + 1) % 2], xo, size_t(active[size_t(k + 1)] * W) * 4, s);
+            workspace_->reset(step);  // stream-ordered: the next step's scratch follows on the stream
         }
-        seg_at += size_t(n);
-        float* xo = mtp_block(mb, h[k % 2]);
-        const float* logits = head_logits(xo, n, weights_.mtp->hc_head, weights_.mtp->norm);
-        double* scratch = workspace_->alloc_n<double>(n * V);
-        float* probs = workspace_->alloc_n<float>(n * V);
-        draft_sample({.logits = logits, .rows = n, .vocab = V, .temperature = d_temp, .sampled = d_sampled,
-                      .uniform = d_unif + k, .uniform_stride = K, .scratch = scratch, .probs = probs,
-                      .tokens = d_tokens + k * R, .confidence = d_conf + k * R},
-                     s);
-        // The step's distributions in one copy (rows of greedy drafts are copied but not read).
-        if (any_sampled)
-            copy_to_host(static_cast<float*>(pinned_probs_->host()) + k * R * V, probs, size_t(n * V) * 4, s);
-        if (k + 1 < K) copy_on_device(h[(k + 1) % 2], xo, size_t(active[size_t(k + 1)] * W) * 4, s);
-        workspace_->reset(step);  // stream-ordered: the next step's scratch follows on the stream
-    }
-    auto* host = static_cast<uint8_t*>(pinned_out_->host());
-    copy_to_host(host, d_tokens, size_t(K * R) * 4, s);
-    copy_to_host(host + size_t(K * R) * 4, d_conf, size_t(K * R) * 4, s);
+        copy_to_host(hb.out, d_tokens, size_t(K * Rs) * 4, s);
+        copy_to_host(hb.out + size_t(K * Rs) * 4, d_conf, size_t(K * Rs) * 4, s);
+    };
+    if (shape.graph)
+        draft_graphs_.run(Rs, K, any_sampled, *workspace_, s, compute, stats_.draft_graph_captures,
+                          stats_.draft_graph_replays);
+    else
+        compute();
     stream_.synchronize();
+    release.armed = false;
     workspace_->reset(mark);
-    unpack_device_drafts(host, any_sampled ? static_cast<const float*>(pinned_probs_->host()) : nullptr, K, V,
-                         static_cast<int64_t>(order.size()), order,
-                         requests, sampled, out);
+    unpack_device_drafts(hb.out, hb.probs, K, V, Rs, order, requests, sampled, out);
     return out;
 }
 

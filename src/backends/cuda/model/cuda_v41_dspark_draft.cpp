@@ -225,7 +225,7 @@ std::vector<Draft> CudaV41Model::dspark_draft(std::span<const DraftRequest> requ
         dspark_markov_draft(mp, workspace_, s);
     };
     if (shape.graph)
-        draft_graphs_.run(Rs, any_sampled, workspace_, s, compute, stats_.draft_graph_captures, stats_.draft_graph_replays);
+        draft_graphs_.run(Rs, G, any_sampled, workspace_, s, compute, stats_.draft_graph_captures, stats_.draft_graph_replays);
     else
         compute();
     stream_.synchronize();

@@ -40,7 +40,8 @@ struct ForwardLimits {
 
 // A graph's key: (rows, context, variant); the variant tells apart graphs of one bucket with different
 // work (+1: the step's rows tap for the DSpark drafter, cuda_v41_dspark.cpp / cuda_dspark_v4.cpp; +2: a
-// V4 step of short chunks, whose segments are sized for kGraphChunkRows rows, cuda_model.cpp).
+// V4 step of short chunks, whose segments are sized for kGraphChunkRows rows, cuda_model.cpp; +4: a V4
+// step that also runs the MTP block over its rows, cuda_mtp.cpp).
 using GraphKey = std::tuple<int64_t, int64_t, int64_t>;
 
 class DecodeGraphs {

@@ -25,14 +25,18 @@ DraftGraphShape draft_graph_shape(bool graphs, int64_t requests, int64_t max_seq
 }
 
 uint8_t* DraftGraphs::host_out(size_t capacity) {
-    if (!out_) out_ = std::make_unique<PinnedBuffer>(capacity);
-    DI_ICHECK(out_->nbytes() >= capacity);
+    if (!out_ || out_->nbytes() < capacity) {
+        if (out_) graphs_.clear();  // they copy to the old buffer
+        out_ = std::make_unique<PinnedBuffer>(capacity);
+    }
     return static_cast<uint8_t*>(out_->host());
 }
 
 float* DraftGraphs::host_probs(size_t capacity) {
-    if (!probs_) probs_ = std::make_unique<PinnedBuffer>(capacity);
-    DI_ICHECK(probs_->nbytes() >= capacity);
+    if (!probs_ || probs_->nbytes() < capacity) {
+        if (probs_) graphs_.clear();  // (the sampled ones copy to the old buffer)
+        probs_ = std::make_unique<PinnedBuffer>(capacity);
+    }
     return static_cast<float*>(probs_->host());
 }
 
@@ -57,9 +61,9 @@ DraftHostBuffers DraftGraphs::host_buffers(const DraftGraphShape& shape, bool sa
     return b;
 }
 
-void DraftGraphs::run(int64_t slots, bool sampled, DeviceArena& arena, Stream s, const std::function<void()>& compute,
-                      int64_t& captures, int64_t& replays) {
-    graphs_.run({slots, 0, sampled ? 1 : 0}, arena, s, [&]() -> float* {
+void DraftGraphs::run(int64_t slots, int64_t steps, bool sampled, DeviceArena& arena, Stream s,
+                      const std::function<void()>& compute, int64_t& captures, int64_t& replays) {
+    graphs_.run({slots, steps, sampled ? 1 : 0}, arena, s, [&]() -> float* {
         compute();
         return nullptr;
     }, captures, replays);

@@ -4,9 +4,9 @@
 // requests draft token 0 at position 0 from the first request's rings, and every Markov step runs
 // every slot. Rows compute alone, so the requests' drafts are the eager call's bit for bit; the
 // captured call copies its results to pinned buffers that never move (a graph holds their addresses).
-// Two graphs per bucket: argmax drafts only, and calls where some request samples its drafts (which
-// sample per slot from the call's temperatures and uniforms, device inputs, and also copy every step's
-// distributions to the host).
+// Two graphs per bucket and draft count (DSpark: its block; MTP: the call's longest chain): argmax drafts
+// only, and calls where some request samples its drafts (which sample per slot from the call's
+// temperatures and uniforms, device inputs, and also copy every step's distributions to the host).
 #pragma once
 
 #include <cstdint>
@@ -42,20 +42,20 @@ class DraftGraphs {
 public:
     explicit DraftGraphs(bool enabled) : graphs_(enabled) {}
     bool enabled() const { return graphs_.enabled(); }
-    // The pinned results buffer of graph calls, allocated on the first call with `capacity` bytes (the
-    // largest bucket's), the same pointer ever after.
+    // The pinned results buffer of graph calls, at least `capacity` bytes: the same pointer from call to
+    // call; a call that needs more replaces it and drops the captured graphs (they copy to the old one).
+    // DSpark asks for the largest bucket's size on its first call, so its buffer never moves.
     uint8_t* host_out(size_t capacity);
-    // The pinned distributions buffer of sampled graph calls ([steps, slots, vocab] f32), likewise:
-    // allocated on the first sampled call with `capacity` bytes (the largest bucket's).
+    // The pinned distributions buffer of sampled graph calls ([steps, slots, vocab] f32), likewise.
     float* host_probs(size_t capacity);
     // The call's buffers: a graph's (host_out / host_probs, sized for `max_slots` slots), else the caller's
     // staging buffers, grown to the call's slots when short.
     DraftHostBuffers host_buffers(const DraftGraphShape& shape, bool sampled, int64_t steps, int64_t vocab,
                                   int64_t max_slots, std::unique_ptr<PinnedBuffer>& staging_out,
                                   std::unique_ptr<PinnedBuffer>& staging_probs);
-    // Replays the graph of `slots` and `sampled` (some request samples its drafts), capturing it on the
-    // first such call (DecodeGraphs::run).
-    void run(int64_t slots, bool sampled, DeviceArena& arena, Stream s, const std::function<void()>& compute,
+    // Replays the graph of `slots`, `steps` (drafts per slot) and `sampled` (some request samples its
+    // drafts), capturing it on the first such call (DecodeGraphs::run).
+    void run(int64_t slots, int64_t steps, bool sampled, DeviceArena& arena, Stream s, const std::function<void()>& compute,
              int64_t& captures, int64_t& replays);
     void clear() { graphs_.clear(); }  // DecodeGraphs::clear
 
