@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "deepinfer/check.h"
+#include "model/draft_sampling.h"
 
 namespace deepinfer {
 namespace {
@@ -100,13 +101,12 @@ Distribution sampling_distribution(std::span<const float> l, const SamplingParam
     }
     const double inv_t = 1.0 / p.temperature;
     if (p.top_k == 0 && p.top_p >= 1.0 && p.min_p <= 0.0) {
-        // Untruncated: one pass in id order, no sort.
+        // Untruncated: no sort; the total in blocks of ids (model/draft_sampling.h's order, which the
+        // device sampler sums across the GPU), the draw by the blocked inverse CDF (draw()).
         const double mx = *std::max_element(l.begin(), l.end());
         d.weight.resize(l.size());
-        for (size_t v = 0; v < l.size(); ++v) d.total += (d.weight[v] = std::exp((double(l[v]) - mx) * inv_t));
-        size_t n = d.weight.size();  // up to the last token with a nonzero probability (masked tails)
-        while (n > 1 && d.weight[n - 1] == 0) --n;
-        d.weight.resize(n);
+        for (size_t v = 0; v < l.size(); ++v) d.weight[v] = std::exp((double(l[v]) - mx) * inv_t);
+        d.total = draft_blocked_sum(V, [&](int64_t v) { return d.weight[size_t(v)]; }, &d.parts);
         return d;
     }
     std::vector<int32_t> cand(static_cast<size_t>(V));
@@ -153,6 +153,11 @@ Distribution sampling_distribution(std::span<const float> l, const SamplingParam
 int32_t draw(const Distribution& d, double uniform) {
     if (d.greedy) return d.argmax;
     double u = uniform * d.total;
+    if (!d.parts.empty()) {  // untruncated: the blocks' sums, then inside the block (zero weights never drawn)
+        const int64_t b = draft_cdf_block(d.parts.data(), static_cast<int64_t>(d.parts.size()), u);
+        return static_cast<int32_t>(draft_cdf_in_block([&](int64_t v) { return d.weight[size_t(v)]; },
+                                                       static_cast<int64_t>(d.weight.size()), b, u));
+    }
     const size_t n = d.weight.size();
     size_t pick = 0;
     for (; pick + 1 < n; ++pick) {

@@ -47,12 +47,16 @@ struct Distribution {
     int32_t argmax = 0;           // greedy only
     std::vector<int32_t> ids;     // draw order; empty: token i is candidate i (id order)
     std::vector<double> weight;   // [candidates] unnormalized probabilities
-    double total = 0;             // sum of weight
+    double total = 0;             // sum of weight (untruncated: of parts, in order)
+    // Untruncated (every id a candidate, in id order): the sums of weight's blocks of kDraftSumBlock
+    // ids (model/draft_sampling.h), which draw() walks first; empty otherwise.
+    std::vector<double> parts;
     int32_t id(size_t i) const { return ids.empty() ? static_cast<int32_t>(i) : ids[i]; }
     double prob(int32_t token) const;  // normalized probability of `token` (0 outside the candidates)
 };
 Distribution sampling_distribution(std::span<const float> processed, const SamplingParams& params);
-// Inverse-CDF draw in candidate order with a uniform in [0, 1) (greedy: the argmax).
+// Inverse-CDF draw in candidate order with a uniform in [0, 1) (greedy: the argmax; untruncated: the
+// blocked walk of model/draft_sampling.h, never a zero weight).
 int32_t draw(const Distribution& distribution, double uniform);
 // The logprob of `token` and the `top` most likely alternatives, from processed logits.
 TokenLogprob token_logprob(std::span<const float> processed, int64_t top, int32_t token);

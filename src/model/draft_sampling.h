@@ -7,9 +7,9 @@
 // Every sum over the vocabulary runs in one fixed blocked order (draft_blocked_sum): ids in blocks of
 // kDraftSumBlock, each block summed in id order, then the blocks' sums in block order. The inverse CDF
 // walks the same blocks: first over the blocks' sums, then inside the block it lands in. The device
-// kernel (kernels/mtp.cuh draft_sample_kernel) sums each block on its own thread and the blocks on one
-// thread, so it gives these bits with a few hundred dependent additions instead of one per id (the
-// vocabulary's 129,280 of V4).
+// kernels (kernels/mtp.cuh, draft_sample_*_kernel) sum each block on its own warp across the GPU and the
+// blocks on one thread, so they give these bits with about a thousand dependent additions per row
+// instead of one per id (the vocabulary's 129,280 of V4).
 #pragma once
 
 #include <algorithm>
@@ -44,23 +44,32 @@ double draft_blocked_sum(int64_t V, Term term, std::vector<double>* parts = null
 }
 
 // The draw of the inverse CDF at `u` (already scaled by the total) over probs [V] with the blocks' sums
-// `parts`: the first block whose sum exceeds what is left of u (else the last), then the first id in it
-// whose probability does (else its last id); a zero-probability pick steps back to the nearest nonzero id.
-DI_DRAFT_HD inline int64_t draft_inverse_cdf(const float* probs, int64_t V, const double* parts, double u) {
-    const int64_t nb = draft_sum_blocks(V);
+// `parts`, in two stages (the device kernel runs the second over a copy of the block in shared memory):
+// the first block whose sum exceeds what is left of u (else the last; u becomes what is left of it) ...
+DI_DRAFT_HD inline int64_t draft_cdf_block(const double* parts, int64_t nb, double& u) {
     int64_t b = 0;
     for (; b + 1 < nb; ++b) {
         if (u < parts[b]) break;
         u -= parts[b];
     }
+    return b;
+}
+// ... then the first id in block b whose probability exceeds what is left of u (else the block's last
+// id); a zero-probability pick steps back to the nearest nonzero id. `prob(v)`: the stored probability of v.
+template <class Prob>
+DI_DRAFT_HD inline int64_t draft_cdf_in_block(const Prob& prob, int64_t V, int64_t b, double u) {
     int64_t v = b * kDraftSumBlock;
     const int64_t end = V < v + kDraftSumBlock ? V : v + kDraftSumBlock;
     for (; v + 1 < end; ++v) {
-        if (u < double(probs[v])) break;
-        u -= double(probs[v]);
+        if (u < double(prob(v))) break;
+        u -= double(prob(v));
     }
-    while (v > 0 && probs[v] == 0) --v;
+    while (v > 0 && prob(v) == 0) --v;
     return v;
+}
+DI_DRAFT_HD inline int64_t draft_inverse_cdf(const float* probs, int64_t V, const double* parts, double u) {
+    const int64_t b = draft_cdf_block(parts, draft_sum_blocks(V), u);
+    return draft_cdf_in_block([probs](int64_t v) { return probs[v]; }, V, b, u);
 }
 
 // logits: [V]. `probs`: appended [V] when sampled, untouched for argmax drafts. Returns the draft.

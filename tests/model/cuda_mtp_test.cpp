@@ -51,54 +51,56 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 // draft_sample against src/model/draft_sampling.h (and the MTP confidence proxy) on rows with ties at
 // the maximum, a -inf tail, a very low and a high temperature, greedy rows between sampled ones, and
-// uniforms at the ends of [0, 1).
+// uniforms at the ends of [0, 1); a small vocabulary and V4's (253 blocks of ids spread over the GPU).
 TEST(CudaMtpOps, DraftSampleEqualsTheCpuDraftRule) {
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    const int64_t V = 1000, R = 8;
-    std::mt19937 rng(3);
-    std::normal_distribution<float> nd(0.f, 3.f);
-    std::vector<float> logits(size_t(R * V));
-    for (float& x : logits) x = nd(rng);
-    logits[size_t(1 * V + 10)] = logits[size_t(1 * V + 700)] = 50.f;  // tie: the lowest id wins
-    for (int64_t v = 600; v < V; ++v) logits[size_t(2 * V + v)] = -INFINITY;
-    const std::vector<double> temps = {0.0, 0.0, 1.0, 0.05, 3.0, 1.0, 0.7, 1.0};
-    const std::vector<int32_t> sampled = {0, 0, 1, 1, 1, 0, 1, 1};
-    const std::vector<double> uniforms = {0.5, 0.5, 0.999999, 0.3, 0.0, 0.5, 0.61, 0.999999999};
-    auto upload = [](const auto& v) {
-        auto b = std::make_unique<cuda::DeviceBuffer>(v.size() * sizeof(v[0]));
-        b->copy_from_host(v.data(), b->nbytes());
-        return b;
-    };
-    auto d_logits = upload(logits), d_temps = upload(temps), d_sampled = upload(sampled), d_unif = upload(uniforms);
-    cuda::DeviceBuffer scratch(size_t(R * V) * 8), probs(size_t(R * V) * 4), tokens(size_t(R) * 4), conf(size_t(R) * 4);
-    cuda::draft_sample({.logits = static_cast<const float*>(d_logits->data()), .rows = R, .vocab = V,
-                        .temperature = static_cast<const double*>(d_temps->data()),
-                        .sampled = static_cast<const int32_t*>(d_sampled->data()),
-                        .uniform = static_cast<const double*>(d_unif->data()), .uniform_stride = 1,
-                        .scratch = static_cast<double*>(scratch.data()), .probs = static_cast<float*>(probs.data()),
-                        .tokens = static_cast<int32_t*>(tokens.data()), .confidence = static_cast<float*>(conf.data())},
-                       cuda::Stream{});
-    std::vector<float> got_probs(static_cast<size_t>(R * V)), got_conf(static_cast<size_t>(R));
-    std::vector<int32_t> got_tokens(static_cast<size_t>(R));
-    probs.copy_to_host(got_probs.data(), probs.nbytes());
-    tokens.copy_to_host(got_tokens.data(), tokens.nbytes());
-    conf.copy_to_host(got_conf.data(), conf.nbytes());
-    for (int64_t r = 0; r < R; ++r) {
-        const float* l = logits.data() + r * V;
-        std::vector<float> want_probs;
-        const bool smp = sampled[size_t(r)] != 0;
-        const int32_t want = draw_draft(l, V, temps[size_t(r)], smp ? &uniforms[size_t(r)] : nullptr, want_probs);
-        EXPECT_EQ(got_tokens[size_t(r)], want) << "row " << r;
-        const float mx = *std::max_element(l, l + V);
-        double den1 = 0;
-        for (int64_t v = 0; v < V; ++v) den1 += std::exp(double(l[v]) - mx);
-        EXPECT_EQ(got_conf[size_t(r)], static_cast<float>(std::exp(double(l[want]) - mx) / den1)) << "row " << r;
-        if (smp) {
-            EXPECT_EQ(std::memcmp(want_probs.data(), got_probs.data() + r * V, size_t(V) * 4), 0) << "row " << r;
+    for (const int64_t V : {int64_t{1000}, int64_t{129280}}) {
+        SCOPED_TRACE("vocab " + std::to_string(V));
+        const int64_t R = 8;
+        std::mt19937 rng(3);
+        std::normal_distribution<float> nd(0.f, 3.f);
+        std::vector<float> logits(size_t(R * V));
+        for (float& x : logits) x = nd(rng);
+        logits[size_t(1 * V + 10)] = logits[size_t(1 * V + 700)] = 50.f;  // tie: the lowest id wins
+        for (int64_t v = 600; v < V; ++v) logits[size_t(2 * V + v)] = -INFINITY;
+        const std::vector<double> temps = {0.0, 0.0, 1.0, 0.05, 3.0, 1.0, 0.7, 1.0};
+        const std::vector<int32_t> sampled = {0, 0, 1, 1, 1, 0, 1, 1};
+        const std::vector<double> uniforms = {0.5, 0.5, 0.999999, 0.3, 0.0, 0.5, 0.61, 0.999999999};
+        auto upload = [](const auto& v) {
+            auto b = std::make_unique<cuda::DeviceBuffer>(v.size() * sizeof(v[0]));
+            b->copy_from_host(v.data(), b->nbytes());
+            return b;
+        };
+        auto d_logits = upload(logits), d_temps = upload(temps), d_sampled = upload(sampled), d_unif = upload(uniforms);
+        cuda::DeviceBuffer scratch(size_t(R * V) * 8), probs(size_t(R * V) * 4), tokens(size_t(R) * 4), conf(size_t(R) * 4);
+        cuda::DeviceBuffer parts(size_t(cuda::draft_sample_parts(R, V)) * 8);
+        cuda::draft_sample({.logits = static_cast<const float*>(d_logits->data()), .rows = R, .vocab = V,
+                            .temperature = static_cast<const double*>(d_temps->data()),
+                            .sampled = static_cast<const int32_t*>(d_sampled->data()),
+                            .uniform = static_cast<const double*>(d_unif->data()), .uniform_stride = 1,
+                            .scratch = static_cast<double*>(scratch.data()), .parts = static_cast<double*>(parts.data()),
+                            .probs = static_cast<float*>(probs.data()),
+                            .tokens = static_cast<int32_t*>(tokens.data()), .confidence = static_cast<float*>(conf.data())},
+                           cuda::Stream{});
+        std::vector<float> got_probs(static_cast<size_t>(R * V)), got_conf(static_cast<size_t>(R));
+        std::vector<int32_t> got_tokens(static_cast<size_t>(R));
+        probs.copy_to_host(got_probs.data(), probs.nbytes());
+        tokens.copy_to_host(got_tokens.data(), tokens.nbytes());
+        conf.copy_to_host(got_conf.data(), conf.nbytes());
+        for (int64_t r = 0; r < R; ++r) {
+            const float* l = logits.data() + r * V;
+            std::vector<float> want_probs;
+            const bool smp = sampled[size_t(r)] != 0;
+            const int32_t want = draw_draft(l, V, temps[size_t(r)], smp ? &uniforms[size_t(r)] : nullptr, want_probs);
+            EXPECT_EQ(got_tokens[size_t(r)], want) << "row " << r;
+            EXPECT_EQ(got_conf[size_t(r)], draft_confidence_proxy(l, V, want)) << "row " << r;
+            if (smp) {
+                EXPECT_EQ(std::memcmp(want_probs.data(), got_probs.data() + r * V, size_t(V) * 4), 0) << "row " << r;
+            }
         }
+        EXPECT_EQ(got_tokens[1], 10);
+        EXPECT_LT(got_tokens[2], 600);  // never a -inf id, even at u -> 1
     }
-    EXPECT_EQ(got_tokens[1], 10);
-    EXPECT_LT(got_tokens[2], 600);  // never a -inf id, even at u -> 1
 }
 
 // The same sequences on the CPU model and the GPU model, driven in lockstep.

@@ -495,10 +495,13 @@ struct SampleParams {
     const int32_t* logit_row = nullptr;  // [rows] (device): the logits row each draw reads (null: row r)
     const SampleRow* row = nullptr;  // [rows] (device)
     double* scratch = nullptr;       // [rows, vocab] f64
+    double* parts = nullptr;         // [sample_parts(rows, vocab)] f64: per block maxima and sums
     int32_t* index_scratch = nullptr;  // [rows, kMaxSampleTopK]
     int32_t* tokens = nullptr;       // [rows]
 };
 void sample(const SampleParams& p, Stream s);
+// Doubles of SampleParams::parts for `rows` rows of `vocab` ids.
+int64_t sample_parts(int64_t rows, int64_t vocab);
 
 // ---- MTP drafting (the V4-Flash preview's MTP block, cuda_mtp.cpp) ------------------------------
 
@@ -544,11 +547,14 @@ struct DraftSampleParams {
     const double* uniform = nullptr;      // [rows * uniform_stride]
     int64_t uniform_stride = 1;
     double* scratch = nullptr;   // [rows, vocab] f64
+    double* parts = nullptr;     // [draft_sample_parts(rows, vocab)] f64: per block sums and maxima
     float* probs = nullptr;      // [rows, vocab]: written for sampled rows
     int32_t* tokens = nullptr;   // [rows]
     float* confidence = nullptr;  // [rows] the MTP confidence proxy (draft_confidence_proxy), or null: none
 };
 void draft_sample(const DraftSampleParams& p, Stream s);
+// Doubles of DraftSampleParams::parts for `rows` rows of `vocab` ids.
+int64_t draft_sample_parts(int64_t rows, int64_t vocab);
 
 // ---- DeepSeek-V4.1 (src/model/v41: single-pass mHC, CSA2 caches, Engram) ------------------------
 

@@ -39,6 +39,7 @@ VerifyRowResult verify_row(const VerifyRowInput& in) {
             // p's candidate order with the row's draw uniform; all mass gone (numerically): p itself.
             Distribution r = d;
             r.total = 0;
+            r.parts.clear();  // (drawn in candidate order, one sum)
             for (size_t i = 0; i < r.weight.size(); ++i) {
                 const int32_t id = r.id(i);
                 const double q = in.draft_probs.empty() ? (id == x ? 1.0 : 0.0) : double(in.draft_probs[size_t(id)]);
@@ -107,6 +108,7 @@ BlockVerifyResult verify_block(const BlockVerifyInput& in) {
         // normalize(max(P_τ p_{τ+1} - q_{τ+1}, 0)) over p's candidates, in p's candidate order.
         Distribution r = d;
         r.total = 0;
+        r.parts.clear();  // (drawn in candidate order, one sum)
         for (size_t k = 0; k < r.weight.size(); ++k) {
             r.weight[k] = std::max(P[size_t(tau)] * d.weight[k] / d.total - q_of(tau, r.id(k)), 0.0);
             r.total += r.weight[k];

@@ -70,15 +70,30 @@ static __global__ void dspark_attention_kernel(const __grid_constant__ DSparkAtt
     }
 }
 
-// grid (rows), block 256: the logits by every thread, the confidence by thread 0 (cpu::dot's eight
-// accumulators over [y; e], then their fixed combination and the tail).
-static __global__ void dspark_markov_step_kernel(const __grid_constant__ DSparkMarkovStepParams p) {
-    const int64_t a = blockIdx.x, V = p.vocab, D = p.hidden, row = a * p.block + p.step;
-    const float* U = p.U + row * V;
-    const float* b = p.bias + a * V;
-    float* l = p.logits + a * V;
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) l[v] = dev::add(U[v], b[v]);
-    if (threadIdx.x != 0) return;
+// Ids of the draft logits per block of dspark_markov_step_kernel (256 threads, 8 ids each: the loads of
+// a thread are issued before its stores).
+constexpr int64_t kMarkovIdsPerBlock = 2048;
+
+// grid (ceil(vocab / kMarkovIdsPerBlock), rows), block 256: the logits l = U + bias by every block; the
+// confidence by thread 0 of block 0 (cpu::dot's eight accumulators over [y; e], then their fixed
+// combination and the tail).
+static __global__ void __launch_bounds__(256) dspark_markov_step_kernel(const __grid_constant__ DSparkMarkovStepParams p) {
+    const int64_t a = blockIdx.y, V = p.vocab, D = p.hidden, row = a * p.block + p.step;
+    const float* __restrict__ U = p.U + row * V;
+    const float* __restrict__ b = p.bias + a * V;
+    float* __restrict__ l = p.logits + a * V;
+    const int64_t v0 = static_cast<int64_t>(blockIdx.x) * kMarkovIdsPerBlock + threadIdx.x;
+    constexpr int kPer = static_cast<int>(kMarkovIdsPerBlock / 256);
+    float x[kPer];
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+        const int64_t v = v0 + u * 256;
+        x[u] = v < V ? dev::add(U[v], b[v]) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kPer; ++u)
+        if (v0 + u * 256 < V) l[v0 + u * 256] = x[u];
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
     const float* y = p.y + row * D;
     const float* e = p.e + a * p.rank;
     auto cat = [&](int64_t i) { return i < D ? y[i] : e[i - D]; };

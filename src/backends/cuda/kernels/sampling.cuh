@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-// Device sampling, one block per row, reproducing src/engine/sampler.cpp: the probabilities are
-// computed in parallel (each element's arithmetic is the CPU's), while every sum whose order decides
-// the pick (the normalizer, the top-p cumulative sum, the final walk) runs on one thread in the CPU's
-// order. The uniform is the CPU's counter-based splitmix64 stream.
+// Device sampling reproducing src/engine/sampler.cpp: the probabilities are computed in parallel (each
+// element's arithmetic is the CPU's), while every sum whose order decides the pick runs on one thread
+// in the CPU's order. Greedy and top-k rows: one block per row (sample_kernel; the top-p cumulative sum
+// and the final walk on one thread). Untruncated rows: in blocks of kDraftSumBlock ids as the CPU
+// (model/draft_sampling.h's order), one warp per block across the GPU, then the blocked inverse CDF
+// (sample_argmax_blocks_kernel, sample_block_sums_kernel, sample_pick_kernel). The uniform is the CPU's
+// counter-based splitmix64 stream.
 #pragma once
 
 #include "backends/cuda/common/device_math.cuh"
 #include "backends/cuda/kernels/topk.cuh"
 #include "backends/cuda/ops.h"
+#include "model/draft_sampling.h"
 
 namespace deepinfer::cuda::kernels {
 
@@ -71,6 +75,145 @@ __device__ inline BlockArgmax block_argmax(const float* l, int64_t V) {
     return out;
 }
 
+
+// ---- Sums in blocks of kDraftSumBlock ids across the GPU (model/draft_sampling.h's order) ----------
+
+// Warps per thread block of the blocked kernels (one warp per block of ids).
+constexpr int kDraftWarps = 4;
+// Blocks of ids per row at most (vocabularies up to kDraftMaxBlocks * kDraftSumBlock ids; launchers check).
+constexpr int64_t kDraftMaxBlocks = 1024;
+
+// block_argmax's rule: larger value, then lower id (a NaN never wins; none yet: id V).
+__device__ inline void argmax_visit(float& best, int64_t& at, float x, int64_t v) {
+    if (x > best || (x == best && v < at)) {
+        best = x;
+        at = v;
+    }
+}
+// Across a warp (the rule is a total order on (value, id) pairs without NaN: any grouping gives the same).
+__device__ inline void argmax_warp(float& best, int64_t& at) {
+    for (int off = 16; off > 0; off /= 2) {
+        const float o = __shfl_xor_sync(0xffffffffu, best, off);
+        const int64_t oi = __shfl_xor_sync(0xffffffffu, at, off);
+        argmax_visit(best, at, o, oi);
+    }
+}
+// Lane 0: the sum of buf[0, n) in order (the other lanes: 0).
+__device__ inline double lane0_sum(const double* buf, int64_t n) {
+    double s = 0;
+    if (threadIdx.x % 32 == 0)
+        for (int64_t i = 0; i < n; ++i) s += buf[i];
+    return s;
+}
+
+
+// Warp: the first maximum of block b of l[0, V) (block_argmax's rule; every lane gets it).
+__device__ inline void warp_block_argmax(const float* l, int64_t V, int64_t b, float& best, int64_t& at) {
+    const int64_t lane = threadIdx.x % 32, v0 = b * kDraftSumBlock;
+    const int64_t end = V < v0 + kDraftSumBlock ? V : v0 + kDraftSumBlock;
+    float x[kDraftSumBlock / 32];
+#pragma unroll
+    for (int i = 0; i < kDraftSumBlock / 32; ++i) {  // the loads first
+        const int64_t v = v0 + i * 32 + lane;
+        x[i] = v < end ? l[v] : -INFINITY;
+    }
+    best = -INFINITY;
+    at = V;
+#pragma unroll
+    for (int i = 0; i < kDraftSumBlock / 32; ++i)
+        if (v0 + i * 32 + lane < end) argmax_visit(best, at, x[i], v0 + i * 32 + lane);
+    argmax_warp(best, at);
+}
+// Warp: the sum of term(v) over block b of [0, V) in id order (lane 0 gets it, the others 0). `buf`:
+// kDraftSumBlock doubles of the warp's shared memory; every term is computed once, by some lane.
+template <class Term>
+__device__ inline double warp_block_sum(int64_t V, int64_t b, double* buf, const Term& term) {
+    const int64_t lane = threadIdx.x % 32, v0 = b * kDraftSumBlock;
+    const int64_t n = (V < v0 + kDraftSumBlock ? V : v0 + kDraftSumBlock) - v0;
+    for (int64_t i = lane; i < n; i += 32) buf[i] = term(v0 + i);
+    __syncwarp();
+    const double s = lane0_sum(buf, n);
+    __syncwarp();  // (buf is reused by the warp's next sum)
+    return s;
+}
+
+// Parts per row of the sampler's untruncated draws, each [blocks] f64: argmax value, argmax id, sum.
+constexpr int64_t kSampleParts = 3;
+__device__ inline bool sample_blocked(const SampleRow& row) { return row.temperature > 0 && row.top_k == 0; }
+__device__ inline const float* sample_logits(const SampleParams& p, int64_t r) {
+    return p.logits + (p.logit_row ? static_cast<int64_t>(p.logit_row[r]) : r) * p.vocab;
+}
+// The row's maximum (the CPU's max_element value: an all-NaN row keeps l[0]) from its blocks'.
+__device__ inline double sample_row_max(const SampleParams& p, int64_t r) {
+    const int64_t nb = draft_sum_blocks(p.vocab), lane = threadIdx.x % 32;
+    const double* part = p.parts + r * kSampleParts * nb;
+    float best = -INFINITY;
+    int64_t at = p.vocab;
+    for (int64_t b = lane; b < nb; b += 32) argmax_visit(best, at, static_cast<float>(part[b]), static_cast<int64_t>(part[nb + b]));
+    argmax_warp(best, at);
+    return at >= p.vocab ? static_cast<double>(sample_logits(p, r)[0]) : static_cast<double>(best);
+}
+
+// grid (ceil(blocks / kDraftWarps), rows), block 32 * kDraftWarps: untruncated rows only.
+static __global__ void __launch_bounds__(32 * kDraftWarps) sample_argmax_blocks_kernel(const __grid_constant__ SampleParams p) {
+    const int64_t r = blockIdx.y, nb = draft_sum_blocks(p.vocab);
+    const int64_t b = static_cast<int64_t>(blockIdx.x) * kDraftWarps + threadIdx.x / 32;
+    if (b >= nb || !sample_blocked(p.row[r])) return;
+    float best;
+    int64_t at;
+    warp_block_argmax(sample_logits(p, r), p.vocab, b, best, at);
+    if (threadIdx.x % 32 == 0) {
+        double* part = p.parts + r * kSampleParts * nb;
+        part[b] = best;
+        part[nb + b] = static_cast<double>(at);
+    }
+}
+
+// grid (ceil(blocks / kDraftWarps), rows), block 32 * kDraftWarps: the weights w = exp((l - max) / T)
+// (the CPU's arithmetic: times 1 / T) into the scratch, and each block's sum.
+static __global__ void __launch_bounds__(32 * kDraftWarps) sample_block_sums_kernel(const __grid_constant__ SampleParams p) {
+    __shared__ double buf_sh[kDraftWarps][kDraftSumBlock];
+    const int64_t r = blockIdx.y, nb = draft_sum_blocks(p.vocab), V = p.vocab;
+    const int64_t b = static_cast<int64_t>(blockIdx.x) * kDraftWarps + threadIdx.x / 32;
+    const SampleRow& row = p.row[r];
+    if (b >= nb || !sample_blocked(row)) return;
+    const double mx = sample_row_max(p, r), inv_t = 1.0 / row.temperature;
+    const float* l = sample_logits(p, r);
+    double* w = p.scratch + r * V;
+    const double s = warp_block_sum(V, b, buf_sh[threadIdx.x / 32], [&](int64_t v) {
+        const double e = exp((static_cast<double>(l[v]) - mx) * inv_t);
+        w[v] = e;
+        return e;
+    });
+    if (threadIdx.x % 32 == 0) p.parts[r * kSampleParts * nb + 2 * nb + b] = s;
+}
+
+// grid (rows), block 32: the draw by the blocked inverse CDF at the row's uniform times the total.
+static __global__ void __launch_bounds__(32) sample_pick_kernel(const __grid_constant__ SampleParams p) {
+    __shared__ double parts_sh[kDraftMaxBlocks];
+    __shared__ double block_sh[kDraftSumBlock];
+    const int64_t r = blockIdx.x, lane = threadIdx.x, V = p.vocab, nb = draft_sum_blocks(V);
+    const SampleRow& row = p.row[r];
+    if (!sample_blocked(row)) return;
+    const double* sums = p.parts + r * kSampleParts * nb + 2 * nb;
+    for (int64_t b = lane; b < nb; b += 32) parts_sh[b] = sums[b];
+    __syncwarp();
+    double u = 0;
+    int64_t b = 0;
+    if (lane == 0) {
+        u = counter_uniform(row.seed, row.stream, row.counter) * lane0_sum(parts_sh, nb);
+        b = draft_cdf_block(parts_sh, nb, u);
+    }
+    b = __shfl_sync(0xffffffffu, b, 0);
+    const double* w = p.scratch + r * V;
+    const int64_t v0 = b * kDraftSumBlock, end = V < v0 + kDraftSumBlock ? V : v0 + kDraftSumBlock;
+    for (int64_t v = v0 + lane; v < end; v += 32) block_sh[v - v0] = w[v];
+    __syncwarp();
+    if (lane == 0)
+        p.tokens[r] = static_cast<int32_t>(
+            draft_cdf_in_block([&](int64_t v) { return v >= v0 && v < end ? block_sh[v - v0] : w[v]; }, V, b, u));
+}
+
 static __global__ void __launch_bounds__(kTopkThreads) sample_kernel(const __grid_constant__ SampleParams p) {
     const int64_t r = blockIdx.x, V = p.vocab;
     const SampleRow& row = p.row[r];
@@ -84,28 +227,7 @@ static __global__ void __launch_bounds__(kTopkThreads) sample_kernel(const __gri
         return;
     }
     const double inv_t = 1.0 / row.temperature;
-    if (row.top_k == 0) {  // untruncated: one pass in id order
-        // fmaxf ignores NaN and is order-free, so a block reduction equals the CPU's running fmaxf,
-        // except that a row of only NaN gives NaN there (l[0]) and -inf here: keep l[0] then.
-        const BlockArgmax a = block_argmax(l, V);
-        const double mx = a.index >= V ? static_cast<double>(l[0]) : static_cast<double>(a.value);
-        for (int64_t v = threadIdx.x; v < V; v += blockDim.x) prob[v] = exp((static_cast<double>(l[v]) - mx) * inv_t);
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            double total = 0;
-            for (int64_t v = 0; v < V; ++v) total += prob[v];
-            int64_t n = V;  // up to the last token with a nonzero probability (as the CPU trims)
-            while (n > 1 && prob[n - 1] == 0) --n;
-            double u = counter_uniform(row.seed, row.stream, row.counter) * total;
-            int64_t pick = 0;
-            for (; pick + 1 < n; ++pick) {
-                if (u < prob[pick]) break;
-                u -= prob[pick];
-            }
-            p.tokens[r] = static_cast<int32_t>(pick);
-        }
-        return;
-    }
+    if (row.top_k == 0) return;  // untruncated: the blocked kernels (sample_block_sums_kernel, ...)
     // Top-k candidates (ascending ids), then sorted by (logit desc, id asc) on one thread.
     const int64_t k = row.top_k < V ? row.top_k : V;
     int32_t* cand = p.index_scratch + r * kMaxSampleTopK;

@@ -31,7 +31,9 @@ void dspark_markov_step(const DSparkMarkovStepParams& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.U && p.y && p.bias && p.e && p.weight && p.logits && p.confidence, "dspark_markov_step: missing buffers");
     DI_CHECK(p.step >= 0 && p.step < p.block, "dspark_markov_step: step ", p.step, " of a block of ", p.block);
-    kernels::dspark_markov_step_kernel<<<static_cast<unsigned>(p.rows), 256, 0, raw(s)>>>(p);
+    const dim3 grid(static_cast<unsigned>((p.vocab + kernels::kMarkovIdsPerBlock - 1) / kernels::kMarkovIdsPerBlock),
+                    static_cast<unsigned>(p.rows));
+    kernels::dspark_markov_step_kernel<<<grid, 256, 0, raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 

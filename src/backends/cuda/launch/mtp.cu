@@ -31,12 +31,20 @@ void add_streams(const AddStreamsParams& p, Stream s) {
 
 void draft_sample(const DraftSampleParams& p, Stream s) {
     if (p.rows == 0) return;
-    DI_CHECK(p.logits && p.temperature && p.sampled && p.uniform && p.scratch && p.probs && p.tokens,
+    DI_CHECK(p.logits && p.temperature && p.sampled && p.uniform && p.scratch && p.parts && p.probs && p.tokens,
              "draft_sample: missing buffers");
-    DI_CHECK(draft_sum_blocks(p.vocab) <= kernels::kDraftMaxBlocks, "draft_sample: a vocabulary of ", p.vocab,
-             " ids is over ", kernels::kDraftMaxBlocks * kDraftSumBlock);
-    kernels::draft_sample_kernel<<<static_cast<unsigned>(p.rows), kernels::kTopkThreads, 0, raw(s)>>>(p);
+    DI_CHECK(p.vocab > 0 && draft_sum_blocks(p.vocab) <= kernels::kDraftMaxBlocks, "draft_sample: a vocabulary of ",
+             p.vocab, " ids (1 to ", kernels::kDraftMaxBlocks * kDraftSumBlock, ")");
+    DI_CHECK(p.rows <= 65535, "draft_sample: ", p.rows, " rows");
+    const dim3 grid(static_cast<unsigned>((draft_sum_blocks(p.vocab) + kernels::kDraftWarps - 1) / kernels::kDraftWarps),
+                    static_cast<unsigned>(p.rows));
+    kernels::draft_argmax_blocks_kernel<<<grid, 32 * kernels::kDraftWarps, 0, raw(s)>>>(p);
+    kernels::draft_block_sums_kernel<<<grid, 32 * kernels::kDraftWarps, 0, raw(s)>>>(p);
+    kernels::draft_probs_kernel<<<grid, 32 * kernels::kDraftWarps, 0, raw(s)>>>(p);
+    kernels::draft_pick_kernel<<<static_cast<unsigned>(p.rows), 32, 0, raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
+
+int64_t draft_sample_parts(int64_t rows, int64_t vocab) { return rows * kernels::kDraftParts * draft_sum_blocks(vocab); }
 
 }  // namespace deepinfer::cuda

@@ -7,9 +7,21 @@ namespace deepinfer::cuda {
 
 void sample(const SampleParams& p, Stream s) {
     if (p.rows == 0) return;
-    DI_CHECK(p.logits && p.row && p.scratch && p.index_scratch && p.tokens, "cuda sample: missing buffers");
-    kernels::sample_kernel<<<static_cast<unsigned>(p.rows), kernels::kTopkThreads, 0, static_cast<cudaStream_t>(s.handle)>>>(p);
+    DI_CHECK(p.logits && p.row && p.scratch && p.parts && p.index_scratch && p.tokens, "cuda sample: missing buffers");
+    DI_CHECK(p.vocab > 0 && draft_sum_blocks(p.vocab) <= kernels::kDraftMaxBlocks, "cuda sample: a vocabulary of ",
+             p.vocab, " ids (1 to ", kernels::kDraftMaxBlocks * kDraftSumBlock, ")");
+    DI_CHECK(p.rows <= 65535, "cuda sample: ", p.rows, " rows");
+    const auto st = static_cast<cudaStream_t>(s.handle);
+    // Greedy and top-k rows; then the untruncated rows in blocks of ids across the GPU.
+    kernels::sample_kernel<<<static_cast<unsigned>(p.rows), kernels::kTopkThreads, 0, st>>>(p);
+    const dim3 grid(static_cast<unsigned>((draft_sum_blocks(p.vocab) + kernels::kDraftWarps - 1) / kernels::kDraftWarps),
+                    static_cast<unsigned>(p.rows));
+    kernels::sample_argmax_blocks_kernel<<<grid, 32 * kernels::kDraftWarps, 0, st>>>(p);
+    kernels::sample_block_sums_kernel<<<grid, 32 * kernels::kDraftWarps, 0, st>>>(p);
+    kernels::sample_pick_kernel<<<static_cast<unsigned>(p.rows), 32, 0, st>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
+
+int64_t sample_parts(int64_t rows, int64_t vocab) { return rows * kernels::kSampleParts * draft_sum_blocks(vocab); }
 
 }  // namespace deepinfer::cuda

@@ -272,7 +272,8 @@ size_t CudaModel::dspark_workspace_need(int64_t Rq) const {
     total += std::max({at, mo, mixing}) + 1024;
     if (fast_) total += bytes(fast_linear_split_floats_bound(S) * 4);  // split-K partials
     total += 2 * bytes(S * Dm * 4) + bytes(S * (hc + 1) * 4) + bytes(S * V * 4) + bytes(S * Dm * 4);  // collapse, head
-    total += 2 * bytes(G * R * 4) + bytes(R * rank * 4) + 3 * bytes(R * V * 4) + bytes(R * V * 8);  // Markov steps
+    total += 2 * bytes(G * R * 4) + bytes(R * rank * 4) + 3 * bytes(R * V * 4) + bytes(R * V * 8) +
+             bytes(draft_sample_parts(R, V) * 8);  // Markov steps
     return total;
 }
 

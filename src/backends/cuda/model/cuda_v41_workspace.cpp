@@ -114,7 +114,8 @@ size_t CudaV41Model::dspark_workspace_need(int64_t R) const {
     if (fast_) total += bytes(fast_linear_split_floats_bound(S) * 4);  // split-K partials
     // Collapse, norm, head; the Markov loop.
     total += 2 * bytes(S * Dm * 4) + bytes(S * V * 4) + (fast_ ? bytes(S * Dm * 2) : 0);
-    total += 2 * bytes(G * Rq * 4) + bytes(Rq * rank * 4) + 3 * bytes(Rq * V * 4) + bytes(Rq * V * 8);  // Markov steps
+    total += 2 * bytes(G * Rq * 4) + bytes(Rq * rank * 4) + 3 * bytes(Rq * V * 4) + bytes(Rq * V * 8) +
+             bytes(draft_sample_parts(Rq, V) * 8);  // Markov steps
     return total;
 }
 

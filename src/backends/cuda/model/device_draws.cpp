@@ -49,11 +49,12 @@ void DeviceDraws::enqueue(const float* logits, int64_t vocab, std::span<const De
     const auto* d_lrow = reinterpret_cast<const int32_t*>(d_tab + o_lrow);
     const int64_t group = std::min(D, group_);
     double* scratch = arena.alloc_n<double>(group * vocab);
+    double* parts = arena.alloc_n<double>(sample_parts(group, vocab));
     int32_t* index_scratch = arena.alloc_n<int32_t>(group * kMaxSampleTopK);
     int32_t* d_tokens = arena.alloc_n<int32_t>(D);
     for (int64_t g0 = 0; g0 < D; g0 += group)
         sample({.logits = logits, .rows = std::min(group, D - g0), .vocab = vocab, .logit_row = d_lrow + g0,
-                .row = d_rows + g0, .scratch = scratch, .index_scratch = index_scratch, .tokens = d_tokens + g0},
+                .row = d_rows + g0, .scratch = scratch, .parts = parts, .index_scratch = index_scratch, .tokens = d_tokens + g0},
                s);
     copy_to_host(out_->host(), d_tokens, size_t(D) * 4, s);
 }
@@ -69,7 +70,7 @@ size_t DeviceDraws::workspace_need(int64_t draws, int64_t vocab) const {
     const int64_t group = std::min(draws, group_);
     auto bytes = [](int64_t n) { return align256(static_cast<size_t>(n)) + 256; };
     return bytes(draws * int64_t(sizeof(SampleRow)) + 256 + draws * 4) + bytes(group * vocab * 8) +
-           bytes(group * kMaxSampleTopK * 4) + bytes(draws * 4);
+           bytes(sample_parts(group, vocab) * 8) + bytes(group * kMaxSampleTopK * 4) + bytes(draws * 4);
 }
 
 }  // namespace deepinfer::cuda

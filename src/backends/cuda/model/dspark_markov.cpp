@@ -11,6 +11,7 @@ void dspark_markov_draft(const DSparkMarkovParams& p, DeviceArena& arena, Stream
     float* bias = arena.alloc_n<float>(R * V);
     float* logits = arena.alloc_n<float>(R * V);
     double* dscratch = arena.alloc_n<double>(R * V);
+    double* parts = arena.alloc_n<double>(draft_sample_parts(R, V));
     float* probs = arena.alloc_n<float>(R * V);
     for (int64_t k = 0; k < G; ++k) {
         const int64_t n = p.active[size_t(k)];
@@ -23,7 +24,7 @@ void dspark_markov_draft(const DSparkMarkovParams& p, DeviceArena& arena, Stream
                             .confidence = d_conf + k * R},
                            s);
         draft_sample({.logits = logits, .rows = n, .vocab = V, .temperature = p.temperature, .sampled = p.sampled,
-                      .uniform = p.uniforms + k, .uniform_stride = G, .scratch = dscratch, .probs = probs,
+                      .uniform = p.uniforms + k, .uniform_stride = G, .scratch = dscratch, .parts = parts, .probs = probs,
                       .tokens = d_drafts + k * R, .confidence = nullptr},  // (no MTP proxy)
                      s);
         if (p.host_probs)  // the step's distributions in one copy (rows of argmax drafts are copied, not read)
