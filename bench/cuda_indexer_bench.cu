@@ -4,9 +4,11 @@
 // and decode batches (one row per sequence, every row at context C), each form timed with CUDA
 // events (median of the repeats) in its launch variants:
 //   scores: per-row reference kernel (indexer_tc.cuh), 4 rows per block (indexer_tc_rows.cuh), the GEMM
-//           kernel (indexer_tc_gemm.cuh), each without the top-k
+//           kernel (indexer_tc_gemm.cuh) with all warps in step and staggered (the default), each
+//           without the top-k
 //   full:   scores + top-k: 4 rows + topk.cuh (the launch default before the GEMM kernel), GEMM +
-//           topk.cuh, GEMM + topk_smem.cuh (the launch default now), decode's form
+//           topk.cuh, GEMM in step + topk_smem.cuh, GEMM + topk_smem.cuh (the launch default now),
+//           decode's form
 // and a check that every variant gives the same scores and picks bit for bit (exit code 1 if not).
 // Inputs: FP4-like values (e2m1 magnitudes times a power of two per 32, bf16-exact, as after the
 // Hadamard+FP4 step), bf16 head weights; never zeros.
@@ -90,6 +92,7 @@ T* upload(const std::vector<T>& v) {
 struct Variant {
     const char* name;
     int64_t per_block, topk_form;
+    bool lockstep = false;
 };
 
 struct Problem {
@@ -133,6 +136,7 @@ void run_problem(const Problem& pr, const std::vector<Variant>& variants, const 
         cuda::IndexerParams p = pr.base;
         p.tc_rows_per_block = v.per_block;
         p.topk_form = v.topk_form;
+        p.gemm_lockstep = v.lockstep;
         CK(cudaMemset(p.scores, 0xFF, ns * 4));  // NaN poison: unwritten scores show
         CK(cudaMemset(p.selected, 0x7F, nk * 4));
         const double ms = time_ms(p);
@@ -257,9 +261,11 @@ int main(int argc, char** argv) {
 
     const std::vector<Variant> prefill_variants = {
         {"scores: 4 rows/block (before)", 4, -1},
+        {"scores: GEMM, warps in step", 8, -1, true},
         {"scores: GEMM 8 rows/block (after)", 8, -1},
         {"full: 4 rows + topk.cuh (before)", 4, 1},
         {"full: GEMM + topk.cuh", 8, 1},
+        {"full: GEMM in step + topk_smem", 8, 2, true},
         {"full: GEMM + topk_smem (after)", 0, 0},
     };
     for (int64_t T : prefills) {

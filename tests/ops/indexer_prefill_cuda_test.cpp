@@ -230,14 +230,15 @@ TEST_F(CudaIndexerPrefill, GemmKernelBitIdenticalOverChunkings) {
         std::vector<int32_t> selected;
     };
     // Rows [r0, r0 + n) as a batch whose largest segment holds seg_rows rows.
-    auto run = [&](int64_t r0, int64_t n, int64_t seg_rows, int64_t per_block, int64_t topk_form) {
+    auto run = [&](int64_t r0, int64_t n, int64_t seg_rows, int64_t per_block, int64_t topk_form, bool lockstep = false) {
         Dev<float> dsc(size_t(n * max_visible));
         Dev<int32_t> dsel(size_t(n * topk));
         cuda::indexer_topk({.segments = dseg.ptr(), .row_segment = drs.ptr() + r0, .positions = dpos.ptr() + r0, .rows = n,
                             .q = dq.ptr() + r0 * IH * ID, .weights = dhw.ptr() + r0 * IH, .heads = IH, .head_dim = ID,
                             .ratio = m, .topk = topk, .max_visible = max_visible, .scores = dsc.ptr(),
                             .selected = dsel.ptr(), .num_selected = dcnt.ptr(), .official = true, .tensor_cores = true,
-                            .max_segment_rows = seg_rows, .tc_rows_per_block = per_block, .topk_form = topk_form},
+                            .max_segment_rows = seg_rows, .tc_rows_per_block = per_block, .gemm_lockstep = lockstep,
+                            .topk_form = topk_form},
                            Stream{});
         cuda::synchronize();
         return Result{dsc.host(size_t(n * max_visible)), dsel.host(size_t(n * topk))};
@@ -248,6 +249,9 @@ TEST_F(CudaIndexerPrefill, GemmKernelBitIdenticalOverChunkings) {
     EXPECT_EQ(all.selected, ref.selected) << "GEMM + prefill top-k vs per-row + topk.cuh picks";
     const Result old_topk = run(0, rows, T, 8, 1);
     EXPECT_EQ(old_topk.selected, ref.selected) << "GEMM + topk.cuh picks";
+    const Result lockstep = run(0, rows, T, 8, 2, true);
+    EXPECT_EQ(differing(ref.scores, lockstep.scores, visible, max_visible), 0) << "GEMM (warps in step) vs per-row scores";
+    EXPECT_EQ(lockstep.selected, ref.selected) << "GEMM (warps in step) + prefill top-k picks";
     int64_t some_below = 0;  // rows with more visible keys than picks (the top-k really selects)
     for (int64_t v : visible) some_below += v > topk;
     EXPECT_GT(some_below, T / 2);

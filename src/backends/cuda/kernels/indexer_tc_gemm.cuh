@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Lightning-indexer scores at prefill as a tiled GEMM: a block takes kIgRows = 8 consecutive query rows
 // of one segment (one warp per row, all 64 heads) and streams the shared 64-key tiles through a
-// double buffer (the next tile's loads in flight while this one is scored). Each warp computes the
+// double buffer (the next tile's loads in flight while this one is scored); the two halves of the
+// warps run half a tile apart (kStagger), so one warp's MMAs overlap the other's head sums on each SM
+// sub-partition. Each warp computes the
 // [64 heads x 64 keys] dot products of its row with exactly the MMAs of indexer_tc_block
 // (indexer_tc.cuh): the same bf16 m16n8k16 fragments (head h at MMA row h % 16, key j at MMA column
 // j % 8, k in order 0..kD-1 in steps of 16, f32 accumulation from zero), so every (row, head, key) dot
@@ -74,8 +76,9 @@ __device__ __forceinline__ float score_of(uint32_t half16) {
 }  // namespace ig
 
 // grid (ceil(rows / 8), key spans), block kIgThreads, dynamic shared memory ig_smem_bytes(kD). Groups
-// run last rows first (at prefill the rows with the most keys start first).
-template <int kD>
+// run last rows first (at prefill the rows with the most keys start first). kStagger false: all warps
+// in step (the benchmark's comparison; the same bits).
+template <int kD, bool kStagger>
 static __global__ void __launch_bounds__(kIgThreads, 1) indexer_tc_gemm_kernel(const __grid_constant__ IndexerParams p, int64_t span) {
     extern __shared__ __align__(16) unsigned char ig_sm[];
     constexpr int kP = static_cast<int>(itc_pitch(kD));
@@ -201,82 +204,110 @@ static __global__ void __launch_bounds__(kIgThreads, 1) indexer_tc_gemm_kernel(c
     const int64_t row_end = my_vis < k_begin + span ? my_vis : k_begin + span;  // this row's keys end here
     const __nv_bfloat16* qw = q_s + warp * kItcHeads * kP;
 
+    // Tile t's [64 heads x 64 keys] dot products of this warp's row into acc (key buffer t % 2).
+    float acc[4][8][4];
+    auto mma_tile = [&](int64_t t) {
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
+        const __nv_bfloat16* kb = k_s + (t & 1) * kItcKeys * kP;
+#pragma unroll
+        for (int ks = 0; ks < kD / 16; ++ks) {
+            uint32_t a[4][4];
+#pragma unroll
+            for (int mt = 0; mt < 4; ++mt) dev::ldmatrix_x4(a[mt], qw + (mt * 16 + lane % 16) * kP + ks * 16 + (lane / 16) * 8);
+#pragma unroll
+            for (int nt = 0; nt < 8; nt += 2) {
+                uint32_t b[4];
+                dev::ldmatrix_x4(b, kb + (nt * 8 + lane % 8 + (lane / 16) * 8) * kP + ks * 16 + ((lane / 8) % 2) * 8);
+#pragma unroll
+                for (int mt = 0; mt < 4; ++mt) {
+                    dev::mma_bf16_16816(acc[mt][nt], a[mt], b[0], b[1]);
+                    dev::mma_bf16_16816(acc[mt][nt + 1], a[mt], b[2], b[3]);
+                }
+            }
+        }
+    };
+    // Tile t's scores from acc: lane l sums key pair l (keys k0 + 2l, + 1) over the heads in order, 32
+    // heads at a time through the warp's scratch.
+    auto epilogue_tile = [&](int64_t t) {
+        const int64_t k0 = k_begin + t * kItcKeys;
+        uint32_t score = 0;  // (+0, +0)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+#pragma unroll
+            for (int m2 = 0; m2 < 2; ++m2) {
+                const int mt = half * 2 + m2;
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt) {
+                    uint32_t* row = x_s + (nt * 4 + qd) * kIgPairPitch + m2 * 16 + g;
+                    const uint32_t d0 = ig::max_bf16x2(ig::pack_bf16x2(acc[mt][nt][0], acc[mt][nt][1]), 0u);
+                    const uint32_t d1 = ig::max_bf16x2(ig::pack_bf16x2(acc[mt][nt][2], acc[mt][nt][3]), 0u);
+                    row[0] = ig::fma_bf16x2(d0, wpair[mt][0], ig::kNegZeros);
+                    row[8] = ig::fma_bf16x2(d1, wpair[mt][1], ig::kNegZeros);
+                }
+            }
+            __syncwarp();
+            const uint32_t* mine_row = x_s + lane * kIgPairPitch;
+            uint4 v[8];
+#pragma unroll
+            for (int h4 = 0; h4 < 8; ++h4) v[h4] = *reinterpret_cast<const uint4*>(mine_row + h4 * 4);
+#pragma unroll
+            for (int h4 = 0; h4 < 8; ++h4) {
+                const int64_t h = half * 32 + h4 * 4;
+                if (h + 4 <= heads) {  // warp-uniform
+                    score = ig::fma_bf16x2(v[h4].x, ig::kOnes, score);
+                    score = ig::fma_bf16x2(v[h4].y, ig::kOnes, score);
+                    score = ig::fma_bf16x2(v[h4].z, ig::kOnes, score);
+                    score = ig::fma_bf16x2(v[h4].w, ig::kOnes, score);
+                } else {
+                    if (h < heads) score = ig::fma_bf16x2(v[h4].x, ig::kOnes, score);
+                    if (h + 1 < heads) score = ig::fma_bf16x2(v[h4].y, ig::kOnes, score);
+                    if (h + 2 < heads) score = ig::fma_bf16x2(v[h4].z, ig::kOnes, score);
+                }
+            }
+            __syncwarp();  // the reads are done before the next half's writes
+        }
+        const int64_t j = k0 + 2 * lane;
+        float* out = p.scores + my_r * p.max_visible;
+        if (j < row_end) out[j] = ig::score_of(score & 0xFFFFu);
+        if (j + 1 < row_end) out[j + 1] = ig::score_of(score >> 16);
+    };
+    // After tile t's buffer is taken: tile t + 1 (in registers) into the other buffer, whose readers are
+    // done, and tile t + 2 into registers, in flight while tiles are scored.
+    auto stage_next = [&](int64_t t) {
+        if (k_begin + (t + 1) * kItcKeys >= k_end) return;  // block-uniform
+        store_tile(static_cast<int>((t + 1) & 1));
+        if (k_begin + (t + 2) * kItcKeys < k_end) load_tile(k_begin + (t + 2) * kItcKeys);
+    };
+    auto mine = [&](int64_t t) { return my_valid && k_begin + t * kItcKeys < row_end; };  // warp-uniform
+    const int64_t tiles = (k_end - k_begin + kItcKeys - 1) / kItcKeys;
+    if constexpr (!kStagger) {
+        // All warps in step: every tile's MMAs, then every tile's epilogues.
 #pragma unroll 1
-    for (int64_t k0 = k_begin, t = 0; k0 < k_end; k0 += kItcKeys, ++t) {
-        const int buf = static_cast<int>(t & 1);
-        const bool mine = my_valid && k0 < row_end;  // warp-uniform
-        float acc[4][8][4];
-        if (mine) {
-#pragma unroll
-            for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
-            const __nv_bfloat16* kb = k_s + buf * kItcKeys * kP;
-#pragma unroll
-            for (int ks = 0; ks < kD / 16; ++ks) {
-                uint32_t a[4][4];
-#pragma unroll
-                for (int mt = 0; mt < 4; ++mt) dev::ldmatrix_x4(a[mt], qw + (mt * 16 + lane % 16) * kP + ks * 16 + (lane / 16) * 8);
-#pragma unroll
-                for (int nt = 0; nt < 8; nt += 2) {
-                    uint32_t b[4];
-                    dev::ldmatrix_x4(b, kb + (nt * 8 + lane % 8 + (lane / 16) * 8) * kP + ks * 16 + ((lane / 8) % 2) * 8);
-#pragma unroll
-                    for (int mt = 0; mt < 4; ++mt) {
-                        dev::mma_bf16_16816(acc[mt][nt], a[mt], b[0], b[1]);
-                        dev::mma_bf16_16816(acc[mt][nt + 1], a[mt], b[2], b[3]);
-                    }
-                }
+        for (int64_t t = 0; t < tiles; ++t) {
+            if (mine(t)) mma_tile(t);
+            stage_next(t);
+            if (mine(t)) epilogue_tile(t);
+            __syncthreads();
+        }
+    } else {
+        // Half steps: warps 0-3 (one per SM sub-partition) run tile t's MMAs in half step 2t and its
+        // epilogue in 2t + 1, warps 4-7 one half step later, so each sub-partition's tensor core works
+        // while its other warp sums heads. Key buffer t % 2 is read in half steps 2t and 2t + 1; tile t + 1
+        // is stored in half step 2t into the buffer tile t - 1 released.
+        const int lag = warp / 4;
+#pragma unroll 1
+        for (int64_t hs = 0; hs <= 2 * tiles; ++hs) {
+            const int64_t rel = hs - lag;
+            if (rel >= 0 && rel < 2 * tiles && mine(rel / 2)) {
+                if ((rel & 1) == 0) mma_tile(rel / 2);
+                else epilogue_tile(rel / 2);
             }
+            if ((hs & 1) == 0) stage_next(hs / 2);
+            __syncthreads();
         }
-        // The next tile into the other buffer (its readers finished before the last barrier), and the
-        // one after into registers, in flight during the epilogue and the next tile's MMAs.
-        if (k0 + kItcKeys < k_end) {
-            store_tile(buf ^ 1);
-            if (k0 + 2 * kItcKeys < k_end) load_tile(k0 + 2 * kItcKeys);
-        }
-        if (mine) {
-            // Lane l sums key pair l (keys k0 + 2l, + 1) over the heads in order, 32 heads at a time.
-            uint32_t score = 0;  // (+0, +0)
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-#pragma unroll
-                for (int m2 = 0; m2 < 2; ++m2) {
-                    const int mt = half * 2 + m2;
-#pragma unroll
-                    for (int nt = 0; nt < 8; ++nt) {
-                        uint32_t* row = x_s + (nt * 4 + qd) * kIgPairPitch + m2 * 16 + g;
-                        const uint32_t d0 = ig::max_bf16x2(ig::pack_bf16x2(acc[mt][nt][0], acc[mt][nt][1]), 0u);
-                        const uint32_t d1 = ig::max_bf16x2(ig::pack_bf16x2(acc[mt][nt][2], acc[mt][nt][3]), 0u);
-                        row[0] = ig::fma_bf16x2(d0, wpair[mt][0], ig::kNegZeros);
-                        row[8] = ig::fma_bf16x2(d1, wpair[mt][1], ig::kNegZeros);
-                    }
-                }
-                __syncwarp();
-                const uint32_t* mine_row = x_s + lane * kIgPairPitch;
-#pragma unroll
-                for (int h4 = 0; h4 < 8; ++h4) {
-                    const uint4 v = *reinterpret_cast<const uint4*>(mine_row + h4 * 4);
-                    const int64_t h = half * 32 + h4 * 4;
-                    if (h + 4 <= heads) {  // warp-uniform
-                        score = ig::fma_bf16x2(v.x, ig::kOnes, score);
-                        score = ig::fma_bf16x2(v.y, ig::kOnes, score);
-                        score = ig::fma_bf16x2(v.z, ig::kOnes, score);
-                        score = ig::fma_bf16x2(v.w, ig::kOnes, score);
-                    } else {
-                        if (h < heads) score = ig::fma_bf16x2(v.x, ig::kOnes, score);
-                        if (h + 1 < heads) score = ig::fma_bf16x2(v.y, ig::kOnes, score);
-                        if (h + 2 < heads) score = ig::fma_bf16x2(v.z, ig::kOnes, score);
-                    }
-                }
-                __syncwarp();  // the reads are done before the next half's writes
-            }
-            const int64_t j = k0 + 2 * lane;
-            float* out = p.scores + my_r * p.max_visible;
-            if (j < row_end) out[j] = ig::score_of(score & 0xFFFFu);
-            if (j + 1 < row_end) out[j + 1] = ig::score_of(score >> 16);
-        }
-        __syncthreads();  // this tile's buffer is free; the next one is stored
     }
 }
 

@@ -62,7 +62,14 @@ static __global__ void __launch_bounds__(kTsThreads) topk_smem_kernel(const __gr
         return;
     }
     const float* scores = p.scores + r * p.ld;
-    for (int64_t i = tid; i < len; i += kTsThreads) keys[i] = order_key(scores[i]);
+    for (int64_t i0 = tid; i0 < len; i0 += 8 * kTsThreads) {  // 8 loads in flight per thread
+        float v[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) v[u] = i0 + u * kTsThreads < len ? scores[i0 + u * kTsThreads] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < 8; ++u)
+            if (i0 + u * kTsThreads < len) keys[i0 + u * kTsThreads] = order_key(v[u]);
+    }
 
     uint32_t prefix = 0, mask = 0;
     int need = static_cast<int>(take);  // how many still to select at or below the current prefix

@@ -76,16 +76,16 @@ bool launch_indexer_tc_rows(const IndexerParams& p, Stream s) {
 }
 
 // 8 rows per block as a tiled GEMM (prefill); false when the shared memory does not fit.
-template <int kD>
+template <int kD, bool kStagger>
 bool launch_indexer_tc_gemm(const IndexerParams& p, Stream s) {
     const int64_t smem = kernels::ig_smem_bytes(kD);
     if (smem > max_shared_memory_per_block()) return false;
-    DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::indexer_tc_gemm_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::indexer_tc_gemm_kernel<kD, kStagger>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     const int64_t groups = (p.rows + kernels::kIgRows - 1) / kernels::kIgRows;
     const int64_t span = kernels::itc_span(p.max_visible, groups, multiprocessor_count());
     const dim3 grid(static_cast<unsigned>(groups), static_cast<unsigned>((p.max_visible + span - 1) / span));
-    kernels::indexer_tc_gemm_kernel<kD><<<grid, kernels::kIgThreads, static_cast<size_t>(smem), raw(s)>>>(p, span);
+    kernels::indexer_tc_gemm_kernel<kD, kStagger><<<grid, kernels::kIgThreads, static_cast<size_t>(smem), raw(s)>>>(p, span);
     DI_CUDA_CHECK(cudaGetLastError());
     return true;
 }
@@ -96,7 +96,8 @@ bool launch_indexer_tc_any(const IndexerParams& p, Stream s) {
     if (per_block == 0) per_block = p.max_segment_rows >= 2 * kernels::kItrRows ? kernels::kIgRows : 1;
     DI_CHECK(per_block == -1 || per_block == 1 || per_block == 2 || per_block == 4 || per_block == 8, "indexer: ", per_block,
              " rows per block");
-    if (per_block == 8 && launch_indexer_tc_gemm<kD>(p, s)) return true;
+    if (per_block == 8 && (p.gemm_lockstep ? launch_indexer_tc_gemm<kD, false>(p, s) : launch_indexer_tc_gemm<kD, true>(p, s)))
+        return true;
     if (per_block == 4 && launch_indexer_tc_rows<kD, 4>(p, s)) return true;
     if (per_block == 2 && launch_indexer_tc_rows<kD, 2>(p, s)) return true;
     // Decode: one row per block, still float4 key loads with the next tile in flight (the reference
