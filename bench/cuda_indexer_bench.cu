@@ -6,9 +6,8 @@
 //   scores: per-row reference kernel (indexer_tc.cuh), 4 rows per block (indexer_tc_rows.cuh), the GEMM
 //           kernel (indexer_tc_gemm.cuh) with all warps in step and staggered (the default), each
 //           without the top-k
-//   full:   scores + top-k: 4 rows + topk.cuh (the launch default before the GEMM kernel), GEMM +
-//           topk.cuh, GEMM in step + topk_smem.cuh, GEMM + topk_smem.cuh (the launch default now),
-//           decode's form
+//   full:   scores + top-k (topk.cuh): 4 rows per block (the launch default before the GEMM kernel),
+//           the GEMM kernel (the launch default now), decode's form
 // and a check that every variant gives the same scores and picks bit for bit (exit code 1 if not).
 // Inputs: FP4-like values (e2m1 magnitudes times a power of two per 32, bf16-exact, as after the
 // Hadamard+FP4 step), bf16 head weights; never zeros.
@@ -91,8 +90,8 @@ T* upload(const std::vector<T>& v) {
 
 struct Variant {
     const char* name;
-    int64_t per_block, topk_form;
-    bool lockstep = false;
+    int64_t per_block;
+    bool scores_only, lockstep = false;
 };
 
 struct Problem {
@@ -135,7 +134,7 @@ void run_problem(const Problem& pr, const std::vector<Variant>& variants, const 
     for (const Variant& v : variants) {
         cuda::IndexerParams p = pr.base;
         p.tc_rows_per_block = v.per_block;
-        p.topk_form = v.topk_form;
+        p.scores_only = v.scores_only;
         p.gemm_lockstep = v.lockstep;
         CK(cudaMemset(p.scores, 0xFF, ns * 4));  // NaN poison: unwritten scores show
         CK(cudaMemset(p.selected, 0x7F, nk * 4));
@@ -153,7 +152,7 @@ void run_problem(const Problem& pr, const std::vector<Variant>& variants, const 
                                    size_t(visible[size_t(r)]) * 4) != 0;
         }
         int64_t bad_sel = -1;
-        if (v.topk_form != -1) {
+        if (!v.scores_only) {
             if (ref_sel.empty()) ref_sel = sel;
             bad_sel = 0;
             for (int64_t r = 0; r < pr.rows; ++r)
@@ -260,13 +259,11 @@ int main(int argc, char** argv) {
     };
 
     const std::vector<Variant> prefill_variants = {
-        {"scores: 4 rows/block (before)", 4, -1},
-        {"scores: GEMM, warps in step", 8, -1, true},
-        {"scores: GEMM 8 rows/block (after)", 8, -1},
-        {"full: 4 rows + topk.cuh (before)", 4, 1},
-        {"full: GEMM + topk.cuh", 8, 1},
-        {"full: GEMM in step + topk_smem", 8, 2, true},
-        {"full: GEMM + topk_smem (after)", 0, 0},
+        {"scores: 4 rows/block (before)", 4, true},
+        {"scores: GEMM, warps in step", 8, true, true},
+        {"scores: GEMM 8 rows/block (after)", 8, true},
+        {"full: 4 rows + topk (before)", 4, false},
+        {"full: GEMM + topk (after)", 0, false},
     };
     for (int64_t T : prefills) {
         std::vector<int32_t> pos(static_cast<size_t>(T)), rs(static_cast<size_t>(T), 0);
@@ -276,13 +273,13 @@ int main(int argc, char** argv) {
         std::vector<int64_t> vis;
         const Problem pr = problem("prefill", pos, rs, 1, T, &dp, &dr, &ds, &vis);
         std::vector<Variant> vs = prefill_variants;
-        if (T <= 4096) vs.insert(vs.begin() + 1, Variant{"scores: per-row reference kernel", -1, -1});
+        if (T <= 4096) vs.insert(vs.begin() + 1, Variant{"scores: per-row reference kernel", -1, true});
         run_problem(pr, vs, vis);
         CK(cudaFree(dp));
         CK(cudaFree(dr));
         CK(cudaFree(ds));
     }
-    const std::vector<Variant> decode_variants = {{"full: decode default (1 row/block)", 0, 0}};
+    const std::vector<Variant> decode_variants = {{"full: decode default (1 row/block)", 0, false}};
     for (int64_t B : decodes) {
         std::vector<int32_t> pos(static_cast<size_t>(B)), rs(static_cast<size_t>(B));
         for (int64_t b = 0; b < B; ++b) {

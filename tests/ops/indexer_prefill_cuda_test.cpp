@@ -2,7 +2,7 @@
 // The lightning indexer at prefill shapes on tensor cores: the GEMM kernel (kernels/indexer_tc_gemm.cuh,
 // 8 rows per block, the launch default at prefill) and the grouped kernel (kernels/indexer_tc_rows.cuh,
 // 2 or 4 rows per block sharing each key tile, and the one-row form decode takes) against the per-row
-// reference kernel (indexer_tc.cuh) and the CPU; the prefill top-k (topk_smem.cuh) against topk.cuh.
+// reference kernel (indexer_tc.cuh) and the CPU.
 // Three segments with different visible counts (512..4175 keys; contiguous keys, paged keys at an
 // aligned and at a misaligned page offset) and a row count that is not a multiple of 4, so some blocks
 // hold rows of two segments. Scores (every visible one) and the top-512 picks must be bit-identical
@@ -190,7 +190,7 @@ TEST_F(CudaIndexerPrefill, GroupedRowsBitIdenticalToPerRowKernel) {
 
 // A V4-Flash prefill (64 heads x 128, top-512, ratio 4) of 8,192 tokens from position 0 over paged keys
 // (64 per page, as the device state holds them), after 24 decode rows of other sequences: the batch at
-// once with the GEMM kernel and the prefill top-k against the per-row reference kernel and topk.cuh, and
+// once with the GEMM kernel (staggered and in step) against the per-row reference kernel, and
 // the prompt prefilled in chunks of several lengths (each chunk a batch of its own, with the launch
 // choice the engine's forward makes for it) against the batch at once, bit for bit.
 TEST_F(CudaIndexerPrefill, GemmKernelBitIdenticalOverChunkings) {
@@ -230,28 +230,25 @@ TEST_F(CudaIndexerPrefill, GemmKernelBitIdenticalOverChunkings) {
         std::vector<int32_t> selected;
     };
     // Rows [r0, r0 + n) as a batch whose largest segment holds seg_rows rows.
-    auto run = [&](int64_t r0, int64_t n, int64_t seg_rows, int64_t per_block, int64_t topk_form, bool lockstep = false) {
+    auto run = [&](int64_t r0, int64_t n, int64_t seg_rows, int64_t per_block, bool lockstep = false) {
         Dev<float> dsc(size_t(n * max_visible));
         Dev<int32_t> dsel(size_t(n * topk));
         cuda::indexer_topk({.segments = dseg.ptr(), .row_segment = drs.ptr() + r0, .positions = dpos.ptr() + r0, .rows = n,
                             .q = dq.ptr() + r0 * IH * ID, .weights = dhw.ptr() + r0 * IH, .heads = IH, .head_dim = ID,
                             .ratio = m, .topk = topk, .max_visible = max_visible, .scores = dsc.ptr(),
                             .selected = dsel.ptr(), .num_selected = dcnt.ptr(), .official = true, .tensor_cores = true,
-                            .max_segment_rows = seg_rows, .tc_rows_per_block = per_block, .gemm_lockstep = lockstep,
-                            .topk_form = topk_form},
+                            .max_segment_rows = seg_rows, .tc_rows_per_block = per_block, .gemm_lockstep = lockstep},
                            Stream{});
         cuda::synchronize();
         return Result{dsc.host(size_t(n * max_visible)), dsel.host(size_t(n * topk))};
     };
-    const Result ref = run(0, rows, T, -1, 1);   // per-row kernel, topk.cuh
-    const Result all = run(0, rows, T, 0, 0);    // launch default: GEMM kernel, prefill top-k
+    const Result ref = run(0, rows, T, -1);  // per-row kernel
+    const Result all = run(0, rows, T, 0);   // launch default: the GEMM kernel
     EXPECT_EQ(differing(ref.scores, all.scores, visible, max_visible), 0) << "GEMM vs per-row scores";
-    EXPECT_EQ(all.selected, ref.selected) << "GEMM + prefill top-k vs per-row + topk.cuh picks";
-    const Result old_topk = run(0, rows, T, 8, 1);
-    EXPECT_EQ(old_topk.selected, ref.selected) << "GEMM + topk.cuh picks";
-    const Result lockstep = run(0, rows, T, 8, 2, true);
+    EXPECT_EQ(all.selected, ref.selected) << "GEMM vs per-row picks";
+    const Result lockstep = run(0, rows, T, 8, true);
     EXPECT_EQ(differing(ref.scores, lockstep.scores, visible, max_visible), 0) << "GEMM (warps in step) vs per-row scores";
-    EXPECT_EQ(lockstep.selected, ref.selected) << "GEMM (warps in step) + prefill top-k picks";
+    EXPECT_EQ(lockstep.selected, ref.selected) << "GEMM (warps in step) picks";
     int64_t some_below = 0;  // rows with more visible keys than picks (the top-k really selects)
     for (int64_t v : visible) some_below += v > topk;
     EXPECT_GT(some_below, T / 2);
@@ -262,7 +259,7 @@ TEST_F(CudaIndexerPrefill, GemmKernelBitIdenticalOverChunkings) {
         int64_t off = 0;
         for (int64_t n : chunks) {
             const int64_t r0 = decode_rows + off;
-            const Result c = run(r0, n, n, 0, 0);
+            const Result c = run(r0, n, n, 0);
             const std::vector<int64_t> vis(visible.begin() + r0, visible.begin() + r0 + n);
             std::vector<float> want(all.scores.begin() + r0 * max_visible, all.scores.begin() + (r0 + n) * max_visible);
             EXPECT_EQ(differing(want, c.scores, vis, max_visible), 0) << "chunk at " << off << " of " << n << " rows";
@@ -273,11 +270,11 @@ TEST_F(CudaIndexerPrefill, GemmKernelBitIdenticalOverChunkings) {
         ASSERT_EQ(off, T);
     }
     // The decode rows alone (decode's launch form) and with the first 1000 prompt rows (a mixed batch).
-    const Result dec = run(0, decode_rows, 1, 0, 0);
+    const Result dec = run(0, decode_rows, 1, 0);
     const std::vector<int64_t> dvis(visible.begin(), visible.begin() + decode_rows);
     EXPECT_EQ(differing(all.scores, dec.scores, dvis, max_visible), 0) << "decode rows alone";
     EXPECT_EQ(dec.selected, std::vector<int32_t>(all.selected.begin(), all.selected.begin() + decode_rows * topk));
-    const Result mixed = run(0, decode_rows + 1000, 1000, 0, 0);
+    const Result mixed = run(0, decode_rows + 1000, 1000, 0);
     const std::vector<int64_t> mvis(visible.begin(), visible.begin() + decode_rows + 1000);
     EXPECT_EQ(differing(all.scores, mixed.scores, mvis, max_visible), 0) << "decode rows + a chunk";
     EXPECT_EQ(mixed.selected, std::vector<int32_t>(all.selected.begin(), all.selected.begin() + (decode_rows + 1000) * topk));

@@ -287,9 +287,7 @@ struct IndexerParams {
     int64_t tc_rows_per_block = 0;  // tests: 0 picks by max_segment_rows; 1, 2, 4 (indexer_tc_rows.cuh) or 8
                                     // (indexer_tc_gemm.cuh); -1 the per-row reference kernel
     bool gemm_lockstep = false;  // benchmarks: the GEMM kernel with all warps in step (no MMA / head-sum overlap)
-    // Top-k: kernels/topk_smem.cuh (each row staged once in shared memory) where segments hold >= 8 rows
-    // and a row fits, else kernels/topk.cuh; the same picks.
-    int64_t topk_form = 0;  // tests, benchmarks: 0 as above, 1 topk.cuh, 2 topk_smem.cuh, -1 none (scores only)
+    bool scores_only = false;  // benchmarks: the scores without the top-k
 };
 void indexer_topk(const IndexerParams& p, Stream s);
 

@@ -11,7 +11,6 @@
 #include "backends/cuda/kernels/indexer_tc_rows.cuh"
 #include "backends/cuda/launch/attention_tc_launch.cuh"
 #include "backends/cuda/kernels/topk.cuh"
-#include "backends/cuda/kernels/topk_smem.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -125,25 +124,13 @@ void indexer_topk(const IndexerParams& p, Stream s) {
         kernels::indexer_scores_kernel<<<grid, 256, 0, raw(s)>>>(p);
         DI_CUDA_CHECK(cudaGetLastError());
     }
-    if (p.topk_form == -1) return;
+    if (p.scores_only) return;
     kernels::visible_counts_kernel<<<static_cast<unsigned>((p.rows + 127) / 128), 128, 0, raw(s)>>>(
         p.positions, p.rows, p.ratio, p.num_selected);
     DI_CUDA_CHECK(cudaGetLastError());
-    const TopkParams tp{.scores = p.scores, .ld = p.max_visible, .lengths = p.num_selected, .n = p.max_visible,
-                        .rows = p.rows, .k = p.topk, .out = p.selected};
-    // Prefill (the GEMM scores' condition): each row's scores staged once in shared memory (same picks).
-    const int64_t smem = kernels::ts_smem_bytes(p.max_visible);
-    const bool prefill = p.tc_rows_per_block != -1 && p.max_segment_rows >= 2 * kernels::kItrRows;
-    DI_CHECK(p.topk_form >= 0 && p.topk_form <= 2, "indexer: top-k form ", p.topk_form);
-    if (p.topk_form == 2) DI_CHECK(smem <= max_shared_memory_per_block(), "indexer: ", p.max_visible, " scores per row");
-    if (p.topk_form == 2 || (p.topk_form == 0 && prefill && smem <= max_shared_memory_per_block())) {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::topk_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(smem)));
-        kernels::topk_smem_kernel<<<static_cast<unsigned>(p.rows), kernels::kTsThreads, static_cast<size_t>(smem), raw(s)>>>(tp);
-        DI_CUDA_CHECK(cudaGetLastError());
-        return;
-    }
-    topk(tp, s);
+    topk({.scores = p.scores, .ld = p.max_visible, .lengths = p.num_selected, .n = p.max_visible, .rows = p.rows,
+          .k = p.topk, .out = p.selected},
+         s);
 }
 
 namespace {
