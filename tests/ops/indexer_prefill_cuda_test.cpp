@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The lightning indexer at prefill shapes on tensor cores: the grouped kernel (kernels/indexer_tc_rows.cuh,
+// The lightning indexer at prefill shapes on tensor cores: the GEMM kernel (kernels/indexer_tc_gemm.cuh,
+// 8 rows per block, the launch default at prefill) and the grouped kernel (kernels/indexer_tc_rows.cuh,
 // 2 or 4 rows per block sharing each key tile, and the one-row form decode takes) against the per-row
 // reference kernel (indexer_tc.cuh) and the CPU.
 // Three segments with different visible counts (512..4175 keys; contiguous keys, paged keys at an
@@ -121,12 +122,14 @@ TEST_F(CudaIndexerPrefill, GroupedRowsBitIdenticalToPerRowKernel) {
     };
     double ms_row = 0, ms_grouped = 0;
     double ms_one = 0;
+    double ms_four = 0;
     const Result per_row = run(0, rows, -1, 5, &ms_row);
-    const Result grouped = run(0, rows, 0, 5, &ms_grouped);
+    const Result grouped = run(0, rows, 0, 5, &ms_grouped);  // the GEMM kernel (8 rows per block)
     const Result one = run(0, rows, 1, 5, &ms_one);
-    std::printf("indexer + top-512, %lld rows (3 segments, up to %lld keys): per-row kernel %.3f ms, grouped %.3f ms, "
-                "one row per block (decode's) %.3f ms\n",
-                static_cast<long long>(rows), static_cast<long long>(max_visible), ms_row, ms_grouped, ms_one);
+    const Result four = run(0, rows, 4, 5, &ms_four);
+    std::printf("indexer + top-512, %lld rows (3 segments, up to %lld keys): per-row kernel %.3f ms, GEMM (8 rows) %.3f ms, "
+                "4 rows per block %.3f ms, one row per block (decode's) %.3f ms\n",
+                static_cast<long long>(rows), static_cast<long long>(max_visible), ms_row, ms_grouped, ms_four, ms_one);
 
     // The per-row kernel against the CPU on one row of each segment (tolerance of the fast mode; the
     // exact-order CPU test is ops_cuda_test's IndexerScoresAndTop512BitIdentical).
@@ -157,8 +160,10 @@ TEST_F(CudaIndexerPrefill, GroupedRowsBitIdenticalToPerRowKernel) {
             << "row " << r << ": picks of the GPU's own scores";
     }
 
-    EXPECT_EQ(differing(per_row.scores, grouped.scores, visible, max_visible), 0) << "grouped (4 rows) vs per-row scores";
-    EXPECT_EQ(grouped.selected, per_row.selected) << "grouped (4 rows) vs per-row picks";
+    EXPECT_EQ(differing(per_row.scores, grouped.scores, visible, max_visible), 0) << "GEMM (8 rows) vs per-row scores";
+    EXPECT_EQ(grouped.selected, per_row.selected) << "GEMM (8 rows) vs per-row picks";
+    EXPECT_EQ(differing(per_row.scores, four.scores, visible, max_visible), 0) << "4 rows per block vs per-row scores";
+    EXPECT_EQ(four.selected, per_row.selected) << "4 rows per block vs per-row picks";
     EXPECT_EQ(differing(per_row.scores, one.scores, visible, max_visible), 0) << "1 row per block vs per-row scores";
     EXPECT_EQ(one.selected, per_row.selected) << "1 row per block vs per-row picks";
     const Result pairs = run(0, rows, 2);
@@ -169,16 +174,110 @@ TEST_F(CudaIndexerPrefill, GroupedRowsBitIdenticalToPerRowKernel) {
     // bits they give in the batch.
     const std::vector<std::pair<int64_t, int64_t>> alone_runs = {{1198, 7}, {1, 1}, {rows - 1, 1}, {1901, 150}, {3, 517}};
     for (const auto& [r0, n] : alone_runs) {
-        const Result alone = run(r0, n, 4);
+        const Result alone = run(r0, n, 8);
         const std::vector<int64_t> vis(visible.begin() + r0, visible.begin() + r0 + n);
         std::vector<float> batch_scores(grouped.scores.begin() + r0 * max_visible, grouped.scores.begin() + (r0 + n) * max_visible);
         EXPECT_EQ(differing(batch_scores, alone.scores, vis, max_visible), 0) << "rows " << r0 << "+" << n << " alone";
         EXPECT_EQ(alone.selected, std::vector<int32_t>(grouped.selected.begin() + r0 * topk, grouped.selected.begin() + (r0 + n) * topk))
             << "rows " << r0 << "+" << n << " alone: picks";
+        const Result alone4 = run(r0, n, 4);
+        EXPECT_EQ(differing(batch_scores, alone4.scores, vis, max_visible), 0) << "rows " << r0 << "+" << n << " alone, 4 per block";
         if (n > 7) continue;
         const Result alone_one = run(r0, n, 1);  // decode's form: a short batch of rows of any segments
         EXPECT_EQ(differing(batch_scores, alone_one.scores, vis, max_visible), 0) << "rows " << r0 << "+" << n << " alone, 1 per block";
     }
+}
+
+// A V4-Flash prefill (64 heads x 128, top-512, ratio 4) of 8,192 tokens from position 0 over paged keys
+// (64 per page, as the device state holds them), after 24 decode rows of other sequences: the batch at
+// once with the GEMM kernel (staggered and in step) against the per-row reference kernel, and
+// the prompt prefilled in chunks of several lengths (each chunk a batch of its own, with the launch
+// choice the engine's forward makes for it) against the batch at once, bit for bit.
+TEST_F(CudaIndexerPrefill, GemmKernelBitIdenticalOverChunkings) {
+    const int64_t IH = 64, ID = 128, m = 4, topk = 512, T = 8192, decode_rows = 24;
+    const int64_t nkeys = T / m;
+    auto keys = randn(size_t(nkeys * ID), 91);
+    for (int64_t i = 0; i < nkeys; ++i) hadamard_fp4_simulate(keys.data() + i * ID, ID);
+    PagedRowsCopy paged(keys, ID, 64, 4096);
+    std::vector<int32_t> pos, row_seg;
+    std::vector<int64_t> visible;
+    std::vector<cuda::DeviceSegment> dsegs;
+    cuda::DeviceSegment d;
+    d.pages = paged.table.ptr();
+    d.entries_per_page = paged.per_page;
+    d.idx_offset = paged.offset;
+    for (int64_t i = 0; i < decode_rows; ++i) {  // other sequences' decode rows (their keys: the same pages)
+        pos.push_back(int32_t(600 + (i * 2753) % (T - 600)));
+        row_seg.push_back(int32_t(i));
+        dsegs.push_back(d);
+    }
+    for (int64_t t = 0; t < T; ++t) {
+        pos.push_back(int32_t(t));
+        row_seg.push_back(int32_t(decode_rows));
+    }
+    dsegs.push_back(d);
+    for (int32_t x : pos) visible.push_back((x + 1) / m);
+    const int64_t rows = int64_t(pos.size()), max_visible = nkeys;
+    auto q = randn(size_t(rows * IH * ID), 92);
+    for (int64_t i = 0; i < rows * IH; ++i) hadamard_fp4_simulate(q.data() + i * ID, ID);
+    auto hw = randn(size_t(rows * IH), 93);
+    for (float& x : hw) x = cpu::round_bf16(x);
+    Dev<float> dq(q), dhw(hw);
+    Dev<int32_t> dpos(pos), drs(row_seg), dcnt(static_cast<size_t>(rows));
+    Dev<cuda::DeviceSegment> dseg(dsegs);
+    struct Result {
+        std::vector<float> scores;
+        std::vector<int32_t> selected;
+    };
+    // Rows [r0, r0 + n) as a batch whose largest segment holds seg_rows rows.
+    auto run = [&](int64_t r0, int64_t n, int64_t seg_rows, int64_t per_block, bool lockstep = false) {
+        Dev<float> dsc(size_t(n * max_visible));
+        Dev<int32_t> dsel(size_t(n * topk));
+        cuda::indexer_topk({.segments = dseg.ptr(), .row_segment = drs.ptr() + r0, .positions = dpos.ptr() + r0, .rows = n,
+                            .q = dq.ptr() + r0 * IH * ID, .weights = dhw.ptr() + r0 * IH, .heads = IH, .head_dim = ID,
+                            .ratio = m, .topk = topk, .max_visible = max_visible, .scores = dsc.ptr(),
+                            .selected = dsel.ptr(), .num_selected = dcnt.ptr(), .official = true, .tensor_cores = true,
+                            .max_segment_rows = seg_rows, .tc_rows_per_block = per_block, .gemm_lockstep = lockstep},
+                           Stream{});
+        cuda::synchronize();
+        return Result{dsc.host(size_t(n * max_visible)), dsel.host(size_t(n * topk))};
+    };
+    const Result ref = run(0, rows, T, -1);  // per-row kernel
+    const Result all = run(0, rows, T, 0);   // launch default: the GEMM kernel
+    EXPECT_EQ(differing(ref.scores, all.scores, visible, max_visible), 0) << "GEMM vs per-row scores";
+    EXPECT_EQ(all.selected, ref.selected) << "GEMM vs per-row picks";
+    const Result lockstep = run(0, rows, T, 8, true);
+    EXPECT_EQ(differing(ref.scores, lockstep.scores, visible, max_visible), 0) << "GEMM (warps in step) vs per-row scores";
+    EXPECT_EQ(lockstep.selected, ref.selected) << "GEMM (warps in step) picks";
+    int64_t some_below = 0;  // rows with more visible keys than picks (the top-k really selects)
+    for (int64_t v : visible) some_below += v > topk;
+    EXPECT_GT(some_below, T / 2);
+
+    // The prompt in chunks (the decode rows alone too), each as its own batch.
+    const std::vector<std::vector<int64_t>> chunkings = {{1, 7, 64, 517, 1000, 2048, 4555}, {4096, 4096}, {3000, 5192}};
+    for (const auto& chunks : chunkings) {
+        int64_t off = 0;
+        for (int64_t n : chunks) {
+            const int64_t r0 = decode_rows + off;
+            const Result c = run(r0, n, n, 0);
+            const std::vector<int64_t> vis(visible.begin() + r0, visible.begin() + r0 + n);
+            std::vector<float> want(all.scores.begin() + r0 * max_visible, all.scores.begin() + (r0 + n) * max_visible);
+            EXPECT_EQ(differing(want, c.scores, vis, max_visible), 0) << "chunk at " << off << " of " << n << " rows";
+            EXPECT_EQ(c.selected, std::vector<int32_t>(all.selected.begin() + r0 * topk, all.selected.begin() + (r0 + n) * topk))
+                << "chunk at " << off << " of " << n << " rows: picks";
+            off += n;
+        }
+        ASSERT_EQ(off, T);
+    }
+    // The decode rows alone (decode's launch form) and with the first 1000 prompt rows (a mixed batch).
+    const Result dec = run(0, decode_rows, 1, 0);
+    const std::vector<int64_t> dvis(visible.begin(), visible.begin() + decode_rows);
+    EXPECT_EQ(differing(all.scores, dec.scores, dvis, max_visible), 0) << "decode rows alone";
+    EXPECT_EQ(dec.selected, std::vector<int32_t>(all.selected.begin(), all.selected.begin() + decode_rows * topk));
+    const Result mixed = run(0, decode_rows + 1000, 1000, 0);
+    const std::vector<int64_t> mvis(visible.begin(), visible.begin() + decode_rows + 1000);
+    EXPECT_EQ(differing(all.scores, mixed.scores, mvis, max_visible), 0) << "decode rows + a chunk";
+    EXPECT_EQ(mixed.selected, std::vector<int32_t>(all.selected.begin(), all.selected.begin() + (decode_rows + 1000) * topk));
 }
 
 }  // namespace

@@ -280,11 +280,14 @@ struct IndexerParams {
     // Fast GEMM mode: the scores' dot products on tensor cores (kernels/indexer_tc.cuh) when official
     // numerics, heads <= 64 and head_dim in {32, 64, 128}; within the fast mode's tolerances.
     bool tensor_cores = false;
-    // With tensor cores the scores come from kernels/indexer_tc_rows.cuh: 4 rows per block share each key
-    // tile where segments hold >= 8 rows (prefill), else one row per block (decode); the scores are
-    // bit-identical to the per-row reference kernel's (kernels/indexer_tc.cuh).
+    // With tensor cores the scores come from kernels/indexer_tc_gemm.cuh where segments hold >= 8 rows
+    // (prefill: 8 rows per block as a tiled GEMM), else from kernels/indexer_tc_rows.cuh with one row per
+    // block (decode); the scores are bit-identical to the per-row reference kernel's (kernels/indexer_tc.cuh).
     int64_t max_segment_rows = 0;   // most rows of any one segment (0: unknown, one row per block)
-    int64_t tc_rows_per_block = 0;  // tests: 0 picks by max_segment_rows, 1, 2 or 4; -1 the per-row reference kernel
+    int64_t tc_rows_per_block = 0;  // tests: 0 picks by max_segment_rows; 1, 2, 4 (indexer_tc_rows.cuh) or 8
+                                    // (indexer_tc_gemm.cuh); -1 the per-row reference kernel
+    bool gemm_lockstep = false;  // benchmarks: the GEMM kernel with all warps in step (no MMA / head-sum overlap)
+    bool scores_only = false;  // benchmarks: the scores without the top-k
 };
 void indexer_topk(const IndexerParams& p, Stream s);
 

@@ -39,9 +39,11 @@ __host__ __device__ constexpr int64_t itr_smem_bytes(int64_t kd, int64_t rows) {
     return 2 * (rows + 1) * kItcHeads * itc_pitch(kd) + 2 * rows * kItcHeads * kItrTermPitch + 4 * rows * kItcHeads;
 }
 
-// grid (ceil(rows / kR), key spans), block itr_threads<kR>(), dynamic shared memory itr_smem_bytes(kD, kR).
+// The scores of rows [r0, r0 + kR) over keys [k_begin, k_begin + span), by a block of itr_threads<kR>()
+// threads with itr_smem_bytes(kD, kR) of dynamic shared memory (also the mixed-segment path of
+// indexer_tc_gemm.cuh, whose blocks have the thread count of kR = 2).
 template <int kD, int kR>
-static __global__ void __launch_bounds__(kItcThreads* kR) indexer_tc_rows_kernel(const __grid_constant__ IndexerParams p, int64_t span) {
+__device__ __forceinline__ void indexer_tc_rows_body(const IndexerParams& p, int64_t span, int64_t r0, int64_t k_begin) {
     extern __shared__ __align__(16) unsigned char itr_sm[];
     constexpr int kT = kItcThreads * kR;
     constexpr int kP = static_cast<int>(itc_pitch(kD));
@@ -54,8 +56,6 @@ static __global__ void __launch_bounds__(kItcThreads* kR) indexer_tc_rows_kernel
     float* w_s = reinterpret_cast<float*>(t_s + kR * kItcHeads * kItrTermPitch);  // [kR * 64]
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, qd = lane % 4;
     const int my_row = warp / 4, hw = warp % 4;  // MMA role: local row, head group of 16
-    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kR;
-    const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * span;
     const int64_t heads = p.heads;
     const float softmax_scale = 1.0f / sqrtf(static_cast<float>(kD));
     const float weights_scale = 1.0f / sqrtf(static_cast<float>(heads));
@@ -195,6 +195,12 @@ static __global__ void __launch_bounds__(kItcThreads* kR) indexer_tc_rows_kernel
             }
         }
     }
+}
+
+// grid (ceil(rows / kR), key spans), block itr_threads<kR>(), dynamic shared memory itr_smem_bytes(kD, kR).
+template <int kD, int kR>
+static __global__ void __launch_bounds__(kItcThreads* kR) indexer_tc_rows_kernel(const __grid_constant__ IndexerParams p, int64_t span) {
+    indexer_tc_rows_body<kD, kR>(p, span, static_cast<int64_t>(blockIdx.x) * kR, static_cast<int64_t>(blockIdx.y) * span);
 }
 
 }  // namespace deepinfer::cuda::kernels

@@ -7,6 +7,7 @@
 #include "backends/cuda/kernels/attention_mqa.cuh"
 #include "backends/cuda/kernels/attention_tc.cuh"
 #include "backends/cuda/kernels/indexer_tc.cuh"
+#include "backends/cuda/kernels/indexer_tc_gemm.cuh"
 #include "backends/cuda/kernels/indexer_tc_rows.cuh"
 #include "backends/cuda/launch/attention_tc_launch.cuh"
 #include "backends/cuda/kernels/topk.cuh"
@@ -73,11 +74,29 @@ bool launch_indexer_tc_rows(const IndexerParams& p, Stream s) {
     return true;
 }
 
+// 8 rows per block as a tiled GEMM (prefill); false when the shared memory does not fit.
+template <int kD, bool kStagger>
+bool launch_indexer_tc_gemm(const IndexerParams& p, Stream s) {
+    const int64_t smem = kernels::ig_smem_bytes(kD);
+    if (smem > max_shared_memory_per_block()) return false;
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::indexer_tc_gemm_kernel<kD, kStagger>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    const int64_t groups = (p.rows + kernels::kIgRows - 1) / kernels::kIgRows;
+    const int64_t span = kernels::itc_span(p.max_visible, groups, multiprocessor_count());
+    const dim3 grid(static_cast<unsigned>(groups), static_cast<unsigned>((p.max_visible + span - 1) / span));
+    kernels::indexer_tc_gemm_kernel<kD, kStagger><<<grid, kernels::kIgThreads, static_cast<size_t>(smem), raw(s)>>>(p, span);
+    DI_CUDA_CHECK(cudaGetLastError());
+    return true;
+}
+
 template <int kD>
 bool launch_indexer_tc_any(const IndexerParams& p, Stream s) {
     int64_t per_block = p.tc_rows_per_block;
-    if (per_block == 0) per_block = p.max_segment_rows >= 2 * kernels::kItrRows ? kernels::kItrRows : 1;
-    DI_CHECK(per_block == -1 || per_block == 1 || per_block == 2 || per_block == 4, "indexer: ", per_block, " rows per block");
+    if (per_block == 0) per_block = p.max_segment_rows >= 2 * kernels::kItrRows ? kernels::kIgRows : 1;
+    DI_CHECK(per_block == -1 || per_block == 1 || per_block == 2 || per_block == 4 || per_block == 8, "indexer: ", per_block,
+             " rows per block");
+    if (per_block == 8 && (p.gemm_lockstep ? launch_indexer_tc_gemm<kD, false>(p, s) : launch_indexer_tc_gemm<kD, true>(p, s)))
+        return true;
     if (per_block == 4 && launch_indexer_tc_rows<kD, 4>(p, s)) return true;
     if (per_block == 2 && launch_indexer_tc_rows<kD, 2>(p, s)) return true;
     // Decode: one row per block, still float4 key loads with the next tile in flight (the reference
@@ -105,6 +124,7 @@ void indexer_topk(const IndexerParams& p, Stream s) {
         kernels::indexer_scores_kernel<<<grid, 256, 0, raw(s)>>>(p);
         DI_CUDA_CHECK(cudaGetLastError());
     }
+    if (p.scores_only) return;
     kernels::visible_counts_kernel<<<static_cast<unsigned>((p.rows + 127) / 128), 128, 0, raw(s)>>>(
         p.positions, p.rows, p.ratio, p.num_selected);
     DI_CUDA_CHECK(cudaGetLastError());
