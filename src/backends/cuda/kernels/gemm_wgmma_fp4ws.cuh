@@ -6,9 +6,13 @@
 //    so each has two tiles' time for a tile's copies and conversion; with one warpgroup its single warp
 //    per scheduler was the kernel's bottleneck): cp.async copies of each K tile (128 bytes of K) into a
 //    ring of kStages stages (the tokens' e4m3 rows in the 128-byte swizzle layout, the raw FP4 weight
-//    rows, their ue8m0 scales, the tokens' act_quant scales), then converts the FP4 weights of the tile
+//    rows in a 64-byte-pitch swizzle), and once per group of 4 (or 2) K tiles the rows' ue8m0 scales and
+//    the tokens' act_quant scales of the whole group, 16 (8) bytes per row, into a small per-producer
+//    ring (ncu: per-K-tile 4-byte copies, one row per lane, were a sixth of all shared-memory wavefronts,
+//    nearly all of it bank and sector waste); then converts the FP4 weights of the tile
 //    to e4m3 into the stage's swizzled weight tile (each producer thread one weight row: 64 raw bytes ->
-//    128 e4m3 bytes) and its promotion scales, and signals the stage full (mbarrier); kPf > 0: each
+//    128 e4m3 bytes), writes the stage's token and promotion scales, and signals the stage full
+//    (mbarrier); kPf > 0: each
 //    thread also prefetches its weight row kPf K tiles ahead into L2;
 //  - the last two warpgroups, the consumers: each waits for the stage, issues four
 //    wgmma.mma_async m64nNTk32 e4m3 with both operands in shared memory (A = its 64 converted weight
@@ -98,6 +102,11 @@ using dev::mbar_wait;
 __device__ __forceinline__ void producer_sync(int p) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + p) : "memory"); }
 
 
+// 8-byte async copy; src_bytes = 0 fills the destination with zeros.
+__device__ __forceinline__ void cp_async8(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(tc::smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 
 // base + row · stride (one mad.wide per copy: volatile, so the compiler keeps no 64-bit product per row
@@ -143,20 +152,29 @@ struct WsConfig {
     static constexpr int kThreads = 128 * (kProducers + 2);  // producer warpgroups + two consumer warpgroups
     static constexpr int BN = 128;        // weight rows per block (64 per consumer warpgroup)
     static constexpr int kMaxTokens = 128;
-    static constexpr int kWPitch = 80;  // bytes per raw FP4 weight row in a stage (64 + 16: conflict-free reads)
-    // A stage: token tile (128 rows x 128 bytes, swizzled), converted weight tile (128 x 128, swizzled),
-    // raw weight rows, their ue8m0 scales (4 per row), the tokens' scales (f32), the rows' promotion
-    // scales (f32).
+    // Raw FP4 weight row r of a stage at r * 64, its 16-byte chunk c at ((c ^ ((r / 2) % 4)) * 16): 8 rows
+    // fill the 32 banks once for the copies (lanes 4r..4r+3 copy row r), and a warp's one-row-per-thread
+    // reads of chunk j hit 8 distinct 16-byte bank groups per quarter warp.
+    static constexpr int kWPitch = 64;
+    // A stage: token tile (128 rows x 128 bytes, swizzled), converted weight tile (128 x 128, swizzled), raw
+    // weight rows (128 x 64).
     static constexpr int kXOff = 0;
     static constexpr int kCOff = kMaxTokens * 128;
     static constexpr int kROff = kCOff + BN * 128;
-    static constexpr int kRsOff = kROff + BN * kWPitch;
-    static constexpr int kSxOff = kRsOff + BN * 4;
-    static constexpr int kSwOff = kSxOff + kMaxTokens * 4;
-    static constexpr int kStageBytes = (kSwOff + BN * 4 + 1023) / 1024 * 1024;
-    static constexpr int kBarOff = kStages * kStageBytes;  // full[kStages], empty[kStages]
+    static constexpr int kStageBytes = kROff + BN * kWPitch;  // 40 KB: a multiple of 1024 (the swizzle atom)
+    // Per stage, outside the stages: the tokens' act_quant scales and the rows' promotion scales (f32).
+    static constexpr int kSmallOff = kStages * kStageBytes;
+    static constexpr int kSmallBytes = kMaxTokens * 4 + BN * 4;
+    // Per producer warpgroup, a ring of kRing scale groups (a group: gs = 4 K tiles, or 2 when the K tiles
+    // are not a multiple of 4): the weight rows' ue8m0 scales (gs x 4 bytes per row) and the tokens' scales
+    // (gs floats per row), copied 8 or 16 bytes per row once per group instead of 4 bytes every K tile.
+    static constexpr int kRing = kProducers == 1 && kStages >= 5 ? 4 : 2;
+    static constexpr int kRingOff = kSmallOff + kStages * kSmallBytes;
+    static constexpr int kRingSlotBytes = BN * 16 + kMaxTokens * 16;  // weights' scales, then tokens'
+    static constexpr int kBarOff = kRingOff + kProducers * kRing * kRingSlotBytes;  // full[kStages], empty[kStages]
     static constexpr int kTableOff = kBarOff + 2 * kStages * 8;
     static constexpr int kSmemBytes = kTableOff + 128 + 1024;  // + alignment slack
+    static_assert(kSmemBytes <= 227 * 1024, "shared memory");
     // K tiles copied ahead of the one being converted (a multiple of kProducers: a producer's own tiles).
     static constexpr int kAhead = kProducers == 1 ? kStages - 2 : 2;
     static constexpr int kOwnAhead = kAhead / kProducers;  // cp.async groups in flight behind tile kt's
@@ -193,8 +211,8 @@ __device__ __forceinline__ void consume(const TcArgs& p, uint8_t* smem, int64_t 
                               ks > 0 ? 1 : 0);
         wg::wgmma_commit();
         wg::wgmma_wait();
-        const float* sx = reinterpret_cast<const float*>(s + C::kSxOff);
-        const float* swr = reinterpret_cast<const float*>(s + C::kSwOff);
+        const float* sx = reinterpret_cast<const float*>(smem + C::kSmallOff + st * C::kSmallBytes);
+        const float* swr = sx + C::kMaxTokens;
         const float sw0 = swr[lr0], sw1 = swr[lr0 + 8];
         wg::promote_tile<NT>(acc, part, sx, t4, sw0, sw1);
         __syncwarp();
@@ -251,10 +269,15 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
     constexpr int kWChunks = BN * 4 / 128;
     const uint8_t* w_base = wbytes + (n0 + pt / 4) * (K / 2) + (pt % 4) * 16;
     const int64_t w_qstride = 32 * (K / 2);
-    const uint32_t w_dst = C::kROff + (pt / 4) * C::kWPitch + (pt % 4) * 16;  // + q * 32 * kWPitch
+    const uint32_t w_dst = C::kROff + (pt / 4) * C::kWPitch + (((pt % 4) ^ ((pt / 8) % 4)) << 4);  // + q * 32 * kWPitch
     const uint8_t* ws_base = wscales + (n0 + pt) * (K / 32);  // row pt's scales
     const float* xs_base = pt < rows ? p.a_scale + a_row_of(row_begin + pt) * KT : p.a_scale;  // token row pt's
-    const int xs_len = pt < rows ? 4 : (pt < nt ? 0 : -1);
+    const int xs_len = pt < rows ? 1 : (pt < nt ? 0 : -1);  // copy, zero-fill, none
+    const int gshift = KT % 4 == 0 ? 2 : 1, gmask = (1 << gshift) - 1;  // 4 or 2 K tiles per scale group (KT is even)
+    const uint32_t ring = C::kRingOff + pw * C::kRing * C::kRingSlotBytes;
+    auto ring_slot = [&](int64_t kt) {
+        return smem + ring + static_cast<uint32_t>(((g0 + kt) >> gshift) & (C::kRing - 1)) * C::kRingSlotBytes;
+    };
     auto load_stage = [&](int st, int64_t kt) {
         uint8_t* s = smem + st * C::kStageBytes;
         const uint8_t* xb = x_base + kt * 128;
@@ -264,12 +287,35 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
         const uint8_t* wb = w_base + kt * 64;
 #pragma unroll
         for (int q = 0; q < kWChunks; ++q) tc::cp_async16(s + w_dst + q * 32 * C::kWPitch, wb + q * w_qstride, 16);
-        tc::cp_async4(s + C::kRsOff + pt * 4, ws_base + kt * 4, 4);
+        if ((static_cast<int>(kt) & gmask) == pw) {
+            // This producer's first K tile of a scale group: the group's scales (from its first K tile kg) of
+            // weight row pt and token row pt.
+            uint8_t* slot = ring_slot(kt);
+            const int64_t kg = kt - pw;
+            const uint8_t* wsrc = ws_base + kg * 4;
+            const float* xsrc = xs_base + (xs_len > 0 ? kg : 0);
+            const int gbytes = 4 << gshift;
+            if (((reinterpret_cast<uintptr_t>(wsrc) | reinterpret_cast<uintptr_t>(xsrc)) & (gbytes - 1)) == 0) {
+                if (gshift == 2) {
+                    tc::cp_async16(slot + pt * 16, wsrc, 16);
+                    if (xs_len >= 0) tc::cp_async16(slot + BN * 16 + pt * 16, xsrc, 16 * xs_len);
+                } else {
+                    cp_async8(slot + pt * 16, wsrc, 8);
+                    if (xs_len >= 0) cp_async8(slot + BN * 16 + pt * 16, xsrc, 8 * xs_len);
+                }
+            } else {
+                // Scales not aligned to the group's bytes (a weight or activation-scale buffer at an odd
+                // offset): 4 bytes per K tile, as the plain layout does.
+                for (int i = 0; i < (1 << gshift); ++i) {
+                    tc::cp_async4(slot + pt * 16 + i * 4, wsrc + i * 4, 4);
+                    if (xs_len >= 0) tc::cp_async4(slot + BN * 16 + pt * 16 + i * 4, xsrc + (xs_len > 0 ? i : 0), 4 * xs_len);
+                }
+            }
+        }
         if constexpr (kPf > 0) {
             // Weight row pt's bytes kPf K tiles ahead into L2 (the copies then wait on L2, not DRAM).
             if (kt + kPf < KT) prefetch_l2(wbytes + (n0 + pt) * (K / 2) + (kt + kPf) * 64);
         }
-        if (xs_len >= 0) tc::cp_async4(s + C::kSxOff + pt * 4, xs_len > 0 ? xs_base + kt : xs_base, xs_len);
     };
 
     // K tile kt into its stage (the block's K tile count g0 + kt), once the consumers released the stage's
@@ -286,6 +332,9 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
     constexpr int kOwn = kLate > 0 ? kLate : C::kOwnAhead;
     constexpr int kAh = kOwn * P;
     static_assert(kLate == 0 || kAh <= kStages - 1, "the stage a late copy waits for is two tiles behind");
+    // A scale group's ring slot is copied again kRing groups later: by then this producer converted the
+    // group's last own K tile (groups of at least 2 K tiles).
+    static_assert(kLate == 0 ? kAh < 2 * (C::kRing - 1) + P : kAh <= 2 * (C::kRing - 1) + P, "scale ring too short");
 #pragma unroll
     for (int a = 0; a < kOwn; ++a) {
         const int64_t kt = pw + int64_t(a) * P;
@@ -304,16 +353,20 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
         const int st = static_cast<int>((g0 + kt) % kStages);
         uint8_t* s = smem + st * C::kStageBytes;
         // Weight row pt of the tile: 4 subblocks of 32 codes -> 128 e4m3 bytes, and its promotion scale.
-        const uint32_t sc = *reinterpret_cast<const uint32_t*>(s + C::kRsOff + pt * 4);
+        const uint8_t* slot = ring_slot(kt);
+        const int ki = static_cast<int>(kt) & gmask;
+        const uint32_t sc = reinterpret_cast<const uint32_t*>(slot + pt * 16)[ki];
+        float* small = reinterpret_cast<float*>(smem + C::kSmallOff + st * C::kSmallBytes);
+        small[pt] = reinterpret_cast<const float*>(slot + BN * 16 + pt * 16)[ki];  // token row pt's scale (pt < nt read)
         const uint32_t emax = max(max(sc & 0xFFu, (sc >> 8) & 0xFFu), max((sc >> 16) & 0xFFu, sc >> 24));
         // 2^(emax - 127) by its bits (ldexpf's value: 2^-127 is the subnormal 0x00400000), NaN for 0xFF.
-        reinterpret_cast<float*>(s + C::kSwOff)[pt] =
+        small[C::kMaxTokens + pt] =
             __int_as_float(emax == 0xFFu ? 0x7FC00000 : (emax == 0u ? 0x00400000 : static_cast<int>(emax << 23)));
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const uint32_t d = min(emax - ((sc >> (8 * j)) & 0xFFu), 15u);
             const uint2 tv = *reinterpret_cast<const uint2*>(table + d * 8);
-            const uint4 packed = *reinterpret_cast<const uint4*>(s + C::kROff + pt * C::kWPitch + j * 16);
+            const uint4 packed = *reinterpret_cast<const uint4*>(s + C::kROff + pt * C::kWPitch + ((j ^ ((pt / 2) % 4)) << 4));
             uint4 o0, o1;
             fp4x8_to_e4m3_fast(packed.x, tv.x, tv.y, o0.x, o0.y);
             fp4x8_to_e4m3_fast(packed.y, tv.x, tv.y, o0.z, o0.w);
