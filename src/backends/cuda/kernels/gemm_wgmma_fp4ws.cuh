@@ -146,6 +146,36 @@ __device__ __forceinline__ void fp4x8_to_e4m3_fast(uint32_t w, uint32_t lo, uint
     out1 = m1 | (__byte_perm(w4, w, 0x7362u) & 0x80808080u);
 }
 
+// The stage's token scales in the order the consumers read them: a consumer thread (t4 = lane % 4) needs
+// the scales of token columns 8j + 2·t4 and + 1 for every j; column c = 8j + 2·t4 + e sits at
+// 16·(j / 2) + 4·t4 + 2·(j % 2) + e, so one 16-byte read gives columns j and j + 1 (j even) and a warp's
+// read (4 distinct addresses, 64 contiguous bytes) is one shared-memory wavefront: 8 reads per 128 tokens
+// instead of 16 8-byte ones. A permutation within each 32 tokens (conflict-free writes).
+__device__ __forceinline__ int token_scale_slot(int c) {
+    return (c >> 4) * 16 + ((c >> 1) & 3) * 4 + ((c >> 3) & 1) * 2 + (c & 1);
+}
+
+// acc += part · (token scale x weight-row scale), as wg::promote_tile (the same products and FMAs per
+// element, the same bits) with the token scales in token_scale_slot order.
+template <int NT>
+__device__ __forceinline__ void promote_tile_x4(float (&acc)[NT / 2], const float (&part)[NT / 2], const float* sx, int t4, float sw0,
+                                                float sw1) {
+    static_assert(NT % 16 == 0, "NT: a multiple of 16");
+#pragma unroll
+    for (int jj = 0; jj < NT / 16; ++jj) {
+        const float4 x = *reinterpret_cast<const float4*>(sx + jj * 16 + t4 * 4);
+        const int a = 8 * jj, b = 8 * jj + 4;  // accumulators of columns j = 2jj and j = 2jj + 1
+        acc[a + 0] = fmaf(part[a + 0], x.x * sw0, acc[a + 0]);
+        acc[a + 1] = fmaf(part[a + 1], x.y * sw0, acc[a + 1]);
+        acc[a + 2] = fmaf(part[a + 2], x.x * sw1, acc[a + 2]);
+        acc[a + 3] = fmaf(part[a + 3], x.y * sw1, acc[a + 3]);
+        acc[b + 0] = fmaf(part[b + 0], x.z * sw0, acc[b + 0]);
+        acc[b + 1] = fmaf(part[b + 1], x.w * sw0, acc[b + 1]);
+        acc[b + 2] = fmaf(part[b + 2], x.z * sw1, acc[b + 2]);
+        acc[b + 3] = fmaf(part[b + 3], x.w * sw1, acc[b + 3]);
+    }
+}
+
 template <int kStages, int kProducers = 1>
 struct WsConfig {
     static_assert(kProducers == 1 || kProducers == 2, "one or two producer warpgroups");
@@ -214,7 +244,7 @@ __device__ __forceinline__ void consume(const TcArgs& p, uint8_t* smem, int64_t 
         const float* sx = reinterpret_cast<const float*>(smem + C::kSmallOff + st * C::kSmallBytes);
         const float* swr = sx + C::kMaxTokens;
         const float sw0 = swr[lr0], sw1 = swr[lr0 + 8];
-        wg::promote_tile<NT>(acc, part, sx, t4, sw0, sw1);
+        promote_tile_x4<NT>(acc, part, sx, t4, sw0, sw1);
         __syncwarp();
         if (lane == 0) mbar_arrive(empty + st);
     }
@@ -234,7 +264,11 @@ __device__ __forceinline__ void consume(const TcArgs& p, uint8_t* smem, int64_t 
 }
 
 // The producers' part (warpgroups 0 .. kProducers - 1; producer pw takes K tiles pw, pw + kProducers, ...).
-template <int kStages, int kProducers, int kPf, int kLate>
+// kSelf: each thread converts the raw 16-byte chunks it copied itself (chunk pt % 4 of the rows pt / 4 +
+// 32q: 32 codes of one scale subblock each) instead of one whole row copied by four other threads, so
+// no barrier among the warpgroup's 128 threads before converting (a thread waits for its own copies
+// only); the scale groups its warp's rows need are copied by lanes of the same warp (a warp barrier).
+template <int kStages, int kProducers, int kPf, int kLate, bool kSelf = false>
 __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const DeviceLinear* wp, int64_t row_begin, int rows, int nt,
                                         int64_t n0, int64_t g0) {
     using C = WsConfig<kStages, kProducers>;
@@ -269,8 +303,12 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
     constexpr int kWChunks = BN * 4 / 128;
     const uint8_t* w_base = wbytes + (n0 + pt / 4) * (K / 2) + (pt % 4) * 16;
     const int64_t w_qstride = 32 * (K / 2);
-    const uint32_t w_dst = C::kROff + (pt / 4) * C::kWPitch + (((pt % 4) ^ ((pt / 8) % 4)) << 4);  // + q * 32 * kWPitch
-    const uint8_t* ws_base = wscales + (n0 + pt) * (K / 32);  // row pt's scales
+    // kSelf: a thread reads back only its own chunks (8 lanes = two whole rows: no swizzle needed).
+    const uint32_t w_dst = C::kROff + (pt / 4) * C::kWPitch + ((kSelf ? pt % 4 : (pt % 4) ^ ((pt / 8) % 4)) << 4);  // + q * 32 * kWPitch
+    // The weight row whose scale group this thread copies: row pt, or (kSelf) one of the rows its warp
+    // converts (warp w: rows 8w + i + 32q, i < 8, q < 4; lane l copies i = l % 8, q = l / 8).
+    const int ws_row = kSelf ? 8 * (pt / 32) + pt % 8 + 32 * ((pt % 32) / 8) : pt;
+    const uint8_t* ws_base = wscales + (n0 + ws_row) * (K / 32);
     const float* xs_base = pt < rows ? p.a_scale + a_row_of(row_begin + pt) * KT : p.a_scale;  // token row pt's
     const int xs_len = pt < rows ? 1 : (pt < nt ? 0 : -1);  // copy, zero-fill, none
     const int gshift = KT % 4 == 0 ? 2 : 1, gmask = (1 << gshift) - 1;  // 4 or 2 K tiles per scale group (KT is even)
@@ -297,17 +335,17 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
             const int gbytes = 4 << gshift;
             if (((reinterpret_cast<uintptr_t>(wsrc) | reinterpret_cast<uintptr_t>(xsrc)) & (gbytes - 1)) == 0) {
                 if (gshift == 2) {
-                    tc::cp_async16(slot + pt * 16, wsrc, 16);
+                    tc::cp_async16(slot + ws_row * 16, wsrc, 16);
                     if (xs_len >= 0) tc::cp_async16(slot + BN * 16 + pt * 16, xsrc, 16 * xs_len);
                 } else {
-                    cp_async8(slot + pt * 16, wsrc, 8);
+                    cp_async8(slot + ws_row * 16, wsrc, 8);
                     if (xs_len >= 0) cp_async8(slot + BN * 16 + pt * 16, xsrc, 8 * xs_len);
                 }
             } else {
                 // Scales not aligned to the group's bytes (a weight or activation-scale buffer at an odd
                 // offset): 4 bytes per K tile, as the plain layout does.
                 for (int i = 0; i < (1 << gshift); ++i) {
-                    tc::cp_async4(slot + pt * 16 + i * 4, wsrc + i * 4, 4);
+                    tc::cp_async4(slot + ws_row * 16 + i * 4, wsrc + i * 4, 4);
                     if (xs_len >= 0) tc::cp_async4(slot + BN * 16 + pt * 16 + i * 4, xsrc + (xs_len > 0 ? i : 0), 4 * xs_len);
                 }
             }
@@ -342,6 +380,9 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
         tc::cp_async_commit();
     }
     for (int64_t kt = pw; kt < KT; kt += P) {
+        // kSelf: the warp's reads of a scale group's ring slot (converting earlier K tiles) before any lane
+        // copies a later group into it.
+        if constexpr (kSelf) __syncwarp();
         if constexpr (kLate == 0) {
             if (kt + kAh < KT) load(kt + kAh);
             tc::cp_async_commit();
@@ -349,15 +390,47 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
         } else {
             tc::cp_async_wait<kOwn - 1>();
         }
-        producer_sync(pw);                  // everyone's in this warpgroup
+        if constexpr (kSelf) __syncwarp();  // the scale groups copied by other lanes of the warp
+        else producer_sync(pw);             // everyone's in this warpgroup
         const int st = static_cast<int>((g0 + kt) % kStages);
         uint8_t* s = smem + st * C::kStageBytes;
-        // Weight row pt of the tile: 4 subblocks of 32 codes -> 128 e4m3 bytes, and its promotion scale.
         const uint8_t* slot = ring_slot(kt);
         const int ki = static_cast<int>(kt) & gmask;
-        const uint32_t sc = reinterpret_cast<const uint32_t*>(slot + pt * 16)[ki];
         float* small = reinterpret_cast<float*>(smem + C::kSmallOff + st * C::kSmallBytes);
-        small[pt] = reinterpret_cast<const float*>(slot + BN * 16 + pt * 16)[ki];  // token row pt's scale (pt < nt read)
+        small[token_scale_slot(pt)] = reinterpret_cast<const float*>(slot + BN * 16 + pt * 16)[ki];  // token row pt's scale (pt < nt read)
+        if constexpr (kSelf) {
+            // Chunk c = pt % 4 (subblock c: 32 codes -> 32 e4m3 bytes) of the rows pt / 4 + 32q; lane c = 0
+            // writes the row's promotion scale.
+            const int c = pt % 4;
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int r = pt / 4 + 32 * q;
+                const uint32_t sc = reinterpret_cast<const uint32_t*>(slot + r * 16)[ki];
+                const uint32_t emax = max(max(sc & 0xFFu, (sc >> 8) & 0xFFu), max((sc >> 16) & 0xFFu, sc >> 24));
+                if (c == 0)
+                    small[C::kMaxTokens + r] =
+                        __int_as_float(emax == 0xFFu ? 0x7FC00000 : (emax == 0u ? 0x00400000 : static_cast<int>(emax << 23)));
+                const uint32_t d = min(emax - ((sc >> (8 * c)) & 0xFFu), 15u);
+                const uint2 tv = *reinterpret_cast<const uint2*>(table + d * 8);
+                const uint4 packed = *reinterpret_cast<const uint4*>(s + w_dst + q * 32 * C::kWPitch);
+                uint4 o0, o1;
+                fp4x8_to_e4m3_fast(packed.x, tv.x, tv.y, o0.x, o0.y);
+                fp4x8_to_e4m3_fast(packed.y, tv.x, tv.y, o0.z, o0.w);
+                fp4x8_to_e4m3_fast(packed.z, tv.x, tv.y, o1.x, o1.y);
+                fp4x8_to_e4m3_fast(packed.w, tv.x, tv.y, o1.z, o1.w);
+                *reinterpret_cast<uint4*>(s + C::kCOff + wg::tile_offset(r, 2 * c)) = o0;
+                *reinterpret_cast<uint4*>(s + C::kCOff + wg::tile_offset(r, 2 * c + 1)) = o1;
+            }
+            wg::fence_proxy_async();  // this thread's copies and conversions, visible to the tensor cores
+            mbar_arrive(full + st);
+            if constexpr (kLate > 0) {
+                if (kt + kAh < KT) load(kt + kAh);
+                tc::cp_async_commit();
+            }
+            continue;
+        }
+        // Weight row pt of the tile: 4 subblocks of 32 codes -> 128 e4m3 bytes, and its promotion scale.
+        const uint32_t sc = reinterpret_cast<const uint32_t*>(slot + pt * 16)[ki];
         const uint32_t emax = max(max(sc & 0xFFu, (sc >> 8) & 0xFFu), max((sc >> 16) & 0xFFu, sc >> 24));
         // 2^(emax - 127) by its bits (ldexpf's value: 2^-127 is the subnormal 0x00400000), NaN for 0xFF.
         small[C::kMaxTokens + pt] =
@@ -414,7 +487,7 @@ __device__ __forceinline__ bool ws_tile(const TcArgs& p, int64_t t, WsTile& tile
 // fastest), its stage ring running on across tiles: the producers load a tile's first K tiles while the
 // consumers finish the previous one and store it (no block start, prologue or pipeline fill per tile).
 // Either way a tile's arithmetic is the same.
-template <int kStages, int kProducers, bool kPersistent, int kPf = 0, int kLate = 0>
+template <int kStages, int kProducers, bool kPersistent, int kPf = 0, int kLate = 0, bool kSelf = false>
 static __global__ void __launch_bounds__(WsConfig<kStages, kProducers>::kThreads, 1) fp4_ws_kernel(const __grid_constant__ TcArgs p) {
 #ifdef DI_WGMMA_ENABLED
     using C = WsConfig<kStages, kProducers>;
@@ -463,7 +536,7 @@ static __global__ void __launch_bounds__(WsConfig<kStages, kProducers>::kThreads
         if constexpr (kProducers > 1) wg::setmaxnreg_dec<C::kProducerRegs>();
         for (int64_t g0 = 0;; g0 += p.k_tiles) {
             const int rows = static_cast<int>(tile.row_end - tile.row_begin);  // 1..128
-            produce<kStages, kProducers, kPf, kLate>(p, smem, tile.wp, tile.row_begin, rows, (rows + 31) / 32 * 32, (i % nb) * BN, g0);
+            produce<kStages, kProducers, kPf, kLate, kSelf>(p, smem, tile.wp, tile.row_begin, rows, (rows + 31) / 32 * 32, (i % nb) * BN, g0);
             if (!next_tile()) break;
         }
     }
