@@ -101,6 +101,18 @@ using dev::mbar_wait;
 // Barrier 1 + p among the 128 threads of producer warpgroup p (barrier 0 is __syncthreads).
 __device__ __forceinline__ void producer_sync(int p) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + p) : "memory"); }
 
+// Options of the warp-specialized kernel (a bit mask, template argument kOpt):
+//  - kOptElect: a producer warp's lanes signal a converted stage through one elected arrive per warp (the
+//    full barrier counts 4 arrivals per producer warpgroup instead of 128: fewer shared-memory atomics);
+//  - kOptPingPong: the two consumer warpgroups issue their MMAs in strict alternation (named barriers 3 and
+//    4 of the 256 consumer threads), so one warpgroup's MMAs run while the other promotes instead of both
+//    waiting on the tensor cores together and then promoting together.
+// Neither changes a row's arithmetic.
+constexpr int kOptElect = 1, kOptPingPong = 2;
+// Consumer warpgroup cw's turn to issue (barrier 3 + cw), and passing the turn to the other (4 - cw).
+__device__ __forceinline__ void consumer_turn_wait(int cw) { asm volatile("bar.sync %0, 256;\n" ::"r"(3 + cw) : "memory"); }
+__device__ __forceinline__ void consumer_turn_pass(int cw) { asm volatile("bar.arrive %0, 256;\n" ::"r"(4 - cw) : "memory"); }
+
 
 // 8-byte async copy; src_bytes = 0 fills the destination with zeros.
 __device__ __forceinline__ void cp_async8(void* dst, const void* src, int src_bytes) {
@@ -216,8 +228,8 @@ struct WsConfig {
 };
 
 // The consumers' part for NT token columns: MMAs, promotion, and the yᵀ stores.
-template <int kStages, int kProducers, int NT>
-__device__ __forceinline__ void consume(const TcArgs& p, uint8_t* smem, int64_t row_begin, int64_t row_end, int64_t n0, int64_t g0) {
+template <int kStages, int kProducers, int NT, int kOpt = 0>
+__device__ __forceinline__ void consume(const TcArgs& p, uint8_t* smem, int64_t row_begin, int64_t row_end, int64_t n0, uint32_t g0) {
     using C = WsConfig<kStages, kProducers>;
     const int tid = threadIdx.x, cw = tid / 128 - kProducers, lane = tid % 32, wi = (tid % 128) / 32;
     const int g = lane / 4, t4 = lane % 4;
@@ -229,17 +241,21 @@ __device__ __forceinline__ void consume(const TcArgs& p, uint8_t* smem, int64_t 
     float acc[NT / 2], part[NT / 2];
 #pragma unroll
     for (int j = 0; j < NT / 2; ++j) acc[j] = part[j] = 0.0f;
-    for (int64_t kt = 0; kt < KT; ++kt) {
-        const int64_t g = g0 + kt;  // the block's K tile count: its stage and phase
+    // The stages' operand descriptors: stage 0's plus the stage's offset (in 16-byte units; shared-memory
+    // addresses stay below 2^18, so the sum never carries out of the descriptor's address field).
+    const uint64_t da0 = wg::smem_desc(smem + C::kCOff + cw * 64 * 128), db0 = wg::smem_desc(smem + C::kXOff);
+    for (uint32_t kt = 0; kt < static_cast<uint32_t>(KT); ++kt) {
+        const uint32_t g = g0 + kt;  // the block's K tile count: its stage and phase
         const int st = static_cast<int>(g % kStages);
-        mbar_wait(full + st, static_cast<uint32_t>((g / kStages) & 1));
+        mbar_wait(full + st, (g / kStages) & 1u);
         const uint8_t* s = smem + st * C::kStageBytes;
+        const uint64_t so = static_cast<uint64_t>(st * (C::kStageBytes >> 4));
+        if constexpr ((kOpt & kOptPingPong) != 0) consumer_turn_wait(cw);
         wg::wgmma_fence();
 #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-            wgmma_ss_step<NT>(part, wg::smem_desc(s + C::kCOff + cw * 64 * 128 + ks * 32), wg::smem_desc(s + C::kXOff + ks * 32),
-                              ks > 0 ? 1 : 0);
+        for (int ks = 0; ks < 4; ++ks) wgmma_ss_step<NT>(part, da0 + so + 2 * ks, db0 + so + 2 * ks, ks > 0 ? 1 : 0);
         wg::wgmma_commit();
+        if constexpr ((kOpt & kOptPingPong) != 0) consumer_turn_pass(cw);
         wg::wgmma_wait();
         const float* sx = reinterpret_cast<const float*>(smem + C::kSmallOff + st * C::kSmallBytes);
         const float* swr = sx + C::kMaxTokens;
@@ -268,9 +284,9 @@ __device__ __forceinline__ void consume(const TcArgs& p, uint8_t* smem, int64_t 
 // 32q: 32 codes of one scale subblock each) instead of one whole row copied by four other threads, so
 // no barrier among the warpgroup's 128 threads before converting (a thread waits for its own copies
 // only); the scale groups its warp's rows need are copied by lanes of the same warp (a warp barrier).
-template <int kStages, int kProducers, int kPf, int kLate, bool kSelf = false>
+template <int kStages, int kProducers, int kPf, int kLate, bool kSelf = false, int kOpt = 0>
 __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const DeviceLinear* wp, int64_t row_begin, int rows, int nt,
-                                        int64_t n0, int64_t g0) {
+                                        int64_t n0, uint32_t g0) {
     using C = WsConfig<kStages, kProducers>;
     constexpr int BN = C::BN;
     const int tid = threadIdx.x;
@@ -283,6 +299,16 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
     const uint8_t* wbytes = static_cast<const uint8_t*>(wp->weight);
     const uint8_t* wscales = static_cast<const uint8_t*>(wp->scale);
     auto a_row_of = [&](int64_t r) -> int64_t { return p.a_row_src ? p.a_row_src[r] : r; };
+    // A converted stage's signal: every thread arrives, or (kOptElect) lane 0 of each warp once the warp's
+    // lanes are past their fences (the warp barrier orders them before its release).
+    auto signal_full = [&](uint64_t* bar) {
+        if constexpr ((kOpt & kOptElect) != 0) {
+            __syncwarp();
+            if (tid % 32 == 0) mbar_arrive(bar);
+        } else {
+            mbar_arrive(bar);
+        }
+    };
     // Each thread's copies are the same rows and chunks in every K tile: base addresses plus the K tile's
     // offset, in few registers (with two producer warpgroups a producer thread has C::kProducerRegs).
     // Token chunks: chunk c = pt % 8 of rows pt / 8 + 16q, rows < nt copied (a row past the tile's end
@@ -314,7 +340,7 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
     const int gshift = KT % 4 == 0 ? 2 : 1, gmask = (1 << gshift) - 1;  // 4 or 2 K tiles per scale group (KT is even)
     const uint32_t ring = C::kRingOff + pw * C::kRing * C::kRingSlotBytes;
     auto ring_slot = [&](int64_t kt) {
-        return smem + ring + static_cast<uint32_t>(((g0 + kt) >> gshift) & (C::kRing - 1)) * C::kRingSlotBytes;
+        return smem + ring + (((g0 + static_cast<uint32_t>(kt)) >> gshift) & (C::kRing - 1)) * C::kRingSlotBytes;
     };
     auto load_stage = [&](int st, int64_t kt) {
         uint8_t* s = smem + st * C::kStageBytes;
@@ -359,9 +385,9 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
     // K tile kt into its stage (the block's K tile count g0 + kt), once the consumers released the stage's
     // previous tile (of this or an earlier tile of the block).
     auto load = [&](int64_t kt) {
-        const int64_t g = g0 + kt;
+        const uint32_t g = g0 + static_cast<uint32_t>(kt);
         const int st = static_cast<int>(g % kStages);
-        if (g >= kStages) mbar_wait(empty + st, static_cast<uint32_t>((g / kStages - 1) & 1));
+        if (g >= static_cast<uint32_t>(kStages)) mbar_wait(empty + st, ((g / kStages) & 1u) ^ 1u);
         load_stage(st, kt);
     };
     // kLate = 0: a producer's own K tile kt + kAhead is copied before it converts kt (kOwnAhead own tiles
@@ -392,7 +418,7 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
         }
         if constexpr (kSelf) __syncwarp();  // the scale groups copied by other lanes of the warp
         else producer_sync(pw);             // everyone's in this warpgroup
-        const int st = static_cast<int>((g0 + kt) % kStages);
+        const int st = static_cast<int>((g0 + static_cast<uint32_t>(kt)) % kStages);
         uint8_t* s = smem + st * C::kStageBytes;
         const uint8_t* slot = ring_slot(kt);
         const int ki = static_cast<int>(kt) & gmask;
@@ -422,7 +448,7 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
                 *reinterpret_cast<uint4*>(s + C::kCOff + wg::tile_offset(r, 2 * c + 1)) = o1;
             }
             wg::fence_proxy_async();  // this thread's copies and conversions, visible to the tensor cores
-            mbar_arrive(full + st);
+            signal_full(full + st);
             if constexpr (kLate > 0) {
                 if (kt + kAh < KT) load(kt + kAh);
                 tc::cp_async_commit();
@@ -449,7 +475,7 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
             *reinterpret_cast<uint4*>(s + C::kCOff + wg::tile_offset(pt, 2 * j + 1)) = o1;
         }
         wg::fence_proxy_async();  // this thread's copies and conversions, visible to the tensor cores
-        mbar_arrive(full + st);
+        signal_full(full + st);
         if constexpr (kLate > 0) {
             if (kt + kAh < KT) load(kt + kAh);
             tc::cp_async_commit();
@@ -487,7 +513,7 @@ __device__ __forceinline__ bool ws_tile(const TcArgs& p, int64_t t, WsTile& tile
 // fastest), its stage ring running on across tiles: the producers load a tile's first K tiles while the
 // consumers finish the previous one and store it (no block start, prologue or pipeline fill per tile).
 // Either way a tile's arithmetic is the same.
-template <int kStages, int kProducers, bool kPersistent, int kPf = 0, int kLate = 0, bool kSelf = false>
+template <int kStages, int kProducers, bool kPersistent, int kPf = 0, int kLate = 0, bool kSelf = false, int kOpt = 0>
 static __global__ void __launch_bounds__(WsConfig<kStages, kProducers>::kThreads, 1) fp4_ws_kernel(const __grid_constant__ TcArgs p) {
 #ifdef DI_WGMMA_ENABLED
     using C = WsConfig<kStages, kProducers>;
@@ -506,7 +532,7 @@ static __global__ void __launch_bounds__(WsConfig<kStages, kProducers>::kThreads
 
     if (tid == 0) {
         for (int s = 0; s < kStages; ++s) {
-            mbar_init(full + s, 128);                   // every thread of a producer warpgroup, once per K tile
+            mbar_init(full + s, (kOpt & kOptElect) != 0 ? 4 : 128);  // a producer warpgroup's threads (or warps), once per K tile
             mbar_init(empty + s, C::kConsumerWarps);    // one lane per consumer warp
         }
     }
@@ -521,22 +547,31 @@ static __global__ void __launch_bounds__(WsConfig<kStages, kProducers>::kThreads
     };
     if (tid >= 128 * kProducers) {
         if constexpr (kProducers > 1) wg::setmaxnreg_inc<C::kConsumerRegs>();
-        for (int64_t g0 = 0;; g0 += p.k_tiles) {
+        // kOptPingPong: consumer warpgroup 0 issues first (warpgroup 1's initial turn pass); at the end
+        // warpgroup 0 takes warpgroup 1's last pass, so both named barriers end complete.
+        const int cw = tid / 128 - kProducers;
+        if constexpr ((kOpt & kOptPingPong) != 0) {
+            if (cw == 1) consumer_turn_pass(cw);
+        }
+        for (uint32_t g0 = 0;; g0 += static_cast<uint32_t>(p.k_tiles)) {
             const int nt = static_cast<int>((tile.row_end - tile.row_begin + 31) / 32 * 32);  // the wgmma N of this tile
             const int64_t n0 = (i % nb) * BN;
             switch (nt) {
-                case 32: consume<kStages, kProducers, 32>(p, smem, tile.row_begin, tile.row_end, n0, g0); break;
-                case 64: consume<kStages, kProducers, 64>(p, smem, tile.row_begin, tile.row_end, n0, g0); break;
-                case 96: consume<kStages, kProducers, 96>(p, smem, tile.row_begin, tile.row_end, n0, g0); break;
-                default: consume<kStages, kProducers, 128>(p, smem, tile.row_begin, tile.row_end, n0, g0); break;
+                case 32: consume<kStages, kProducers, 32, kOpt>(p, smem, tile.row_begin, tile.row_end, n0, g0); break;
+                case 64: consume<kStages, kProducers, 64, kOpt>(p, smem, tile.row_begin, tile.row_end, n0, g0); break;
+                case 96: consume<kStages, kProducers, 96, kOpt>(p, smem, tile.row_begin, tile.row_end, n0, g0); break;
+                default: consume<kStages, kProducers, 128, kOpt>(p, smem, tile.row_begin, tile.row_end, n0, g0); break;
             }
             if (!next_tile()) break;
         }
+        if constexpr ((kOpt & kOptPingPong) != 0) {
+            if (cw == 0) consumer_turn_wait(cw);
+        }
     } else {
         if constexpr (kProducers > 1) wg::setmaxnreg_dec<C::kProducerRegs>();
-        for (int64_t g0 = 0;; g0 += p.k_tiles) {
+        for (uint32_t g0 = 0;; g0 += static_cast<uint32_t>(p.k_tiles)) {
             const int rows = static_cast<int>(tile.row_end - tile.row_begin);  // 1..128
-            produce<kStages, kProducers, kPf, kLate, kSelf>(p, smem, tile.wp, tile.row_begin, rows, (rows + 31) / 32 * 32, (i % nb) * BN, g0);
+            produce<kStages, kProducers, kPf, kLate, kSelf, kOpt>(p, smem, tile.wp, tile.row_begin, rows, (rows + 31) / 32 * 32, (i % nb) * BN, g0);
             if (!next_tile()) break;
         }
     }

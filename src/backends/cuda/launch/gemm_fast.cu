@@ -230,10 +230,10 @@ void launch_fp4_rs(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) 
 // warpgroups; kPersistent: one block per SM looping over the tiles.
 int sm_count();
 
-template <int kStages, int kProducers, bool kPersistent, int kPf, int kLate, bool kSelf>
+template <int kStages, int kProducers, bool kPersistent, int kPf, int kLate, bool kSelf, int kOpt>
 void launch_fp4_ws(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     using C = kernels::wgws::WsConfig<kStages, kProducers>;
-    auto* kernel = kernels::wgws::fp4_ws_kernel<kStages, kProducers, kPersistent, kPf, kLate, kSelf>;
+    auto* kernel = kernels::wgws::fp4_ws_kernel<kStages, kProducers, kPersistent, kPf, kLate, kSelf, kOpt>;
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
     DI_ICHECK(a.N % C::BN == 0);
     int64_t tiles = (p.rows + C::kMaxTokens - 1) / C::kMaxTokens;
@@ -290,6 +290,7 @@ struct RsVariant {
     bool persistent = false;  // ws: one block per SM looping over the tiles
     int late = 0;             // ws: > 0: a producer copies its tile `late` own tiles ahead after converting
     bool self = false;        // ws: each producer thread converts the chunks it copied (no producer barrier)
+    int opt = 0;              // ws: kernels::wgws::kOptElect | kOptPingPong
 };
 constexpr RsVariant kRsVariants[kFp4RsVariants] = {
     {8, 1, 8, 3},  {16, 1, 8, 3},  {32, 1, 6, 2}, {64, 2, 4, 1}, {128, 2, 4, 1},        {64, 1, 4, 3},
@@ -301,13 +302,16 @@ constexpr RsVariant kRsVariants[kFp4RsVariants] = {
     {128, 4, 4, 1, RsKind::kWs, 1, 12, true}, {128, 4, 4, 1, RsKind::kWs, 1, 0, true, 1},
     {128, 4, 5, 1, RsKind::kWs, 1, 0, true, 2}, {128, 4, 5, 1, RsKind::kWs, 1, 0, true, 0, true},
     {128, 4, 4, 1, RsKind::kWs, 1, 0, true, 0, true},
+    {128, 4, 5, 1, RsKind::kWs, 1, 0, true, 0, false, kernels::wgws::kOptElect},
+    {128, 4, 5, 1, RsKind::kWs, 1, 0, true, 0, false, kernels::wgws::kOptPingPong},
+    {128, 4, 5, 1, RsKind::kWs, 1, 0, true, 0, false, kernels::wgws::kOptElect | kernels::wgws::kOptPingPong},
 };
 
 template <int V>
 void launch_fp4_rs_variant(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     constexpr RsVariant v = kRsVariants[V];
     if constexpr (v.kind == RsKind::kWs)
-        launch_fp4_ws<v.stages, v.wgs - 2, v.persistent, v.pf, v.late, v.self>(p, a, st);
+        launch_fp4_ws<v.stages, v.wgs - 2, v.persistent, v.pf, v.late, v.self, v.opt>(p, a, st);
     else if constexpr (v.kind == RsKind::kDec)
         launch_fp4_dec<v.tn, v.kt, v.stages * 1024, v.blocks, v.pf>(p, a, st);
     else
@@ -358,7 +362,10 @@ void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t r
         case 24: launch_fp4_rs_variant<24>(p, a, st); break;
         case 25: launch_fp4_rs_variant<25>(p, a, st); break;
         case 26: launch_fp4_rs_variant<26>(p, a, st); break;
-        default: launch_fp4_rs_variant<27>(p, a, st); break;
+        case 27: launch_fp4_rs_variant<27>(p, a, st); break;
+        case 28: launch_fp4_rs_variant<28>(p, a, st); break;
+        case 29: launch_fp4_rs_variant<29>(p, a, st); break;
+        default: launch_fp4_rs_variant<30>(p, a, st); break;
     }
 }
 
@@ -464,7 +471,7 @@ const char* fp4_rs_variant_name(int variant) {
         "tn64_wg1_s4_b3",  "tn128_wg1_s4_b2", "tn8_wg1_s6_b4",       "tn128_wg2_s6_b1",      "ws128_s4",
         "ws128_s5",        "dec64_kt2_72k_b3", "dec64_kt1_72k_b3", "dec32_kt2_72k_b3", "dec16_kt1_40k_b5",
         "dec64_kt2_72k_b3_pf256", "dec64_kt2_72k_b3_pf128", "ws128p2_s4", "ws128p2_s5", "ws128p2_s4_pers", "ws128p2_s5_pers", "ws128_s4_pers", "ws128p2_s4_pers_pf6", "ws128p2_s4_pers_pf12", "ws128p2_s4_pers_late1", "ws128p2_s5_pers_late2",
-        "ws128p2_s5_pers_self", "ws128p2_s4_pers_self"};
+        "ws128p2_s5_pers_self", "ws128p2_s4_pers_self", "ws128p2_s5_pers_ea", "ws128p2_s5_pers_pp", "ws128p2_s5_pers_ea_pp"};
     return variant >= 0 && variant < kFp4RsVariants ? kNames[variant] : "by_rows";
 }
 
