@@ -18,6 +18,11 @@
 //    wgmma.mma_async m64nNTk32 e4m3 with both operands in shared memory (A = its 64 converted weight
 //    rows, B = the NT token rows), waits for them, promotes the fresh register tile into its f32
 //    accumulator, and releases the stage (mbarrier).
+// The stage's token scales are stored in the consumers' read order (token_scale_slot); the consumers'
+// stage, phase and operand descriptors come from a 32-bit K-tile count and stage 0's descriptors.
+// kSelf (producer threads convert the chunks they copied, no producer barrier) and the kOpt options
+// (elected full-barrier arrive, consumer ping-pong) are measured alternatives, none faster than the
+// default (bench/results/cuda-expert-prefill-h200-*.md).
 // With two producer warpgroups (512 threads) setmaxnreg gives the producers 96 registers and the
 // consumers 160. kPersistent: one block per SM loops over the (weight-row block, token tile) pairs, the
 // stage ring running on across them (a tile's first copies overlap the previous tile's last MMAs and

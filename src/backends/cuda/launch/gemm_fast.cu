@@ -323,7 +323,8 @@ void launch_fp4_rs_variant(const FastLinearParams& p, const TcArgs& a, cudaStrea
 // expert, 1.4-1.6x the register kernel's 64-token tiles, and no slower at 48-64 rows,
 // bench/results/cuda-expert-decode-h200-*.md); the warp-specialized kernel's 128-token tiles above, with
 // two producer warpgroups and one block per SM looping over the tiles (ws128p2_s5_pers: 1.16-1.28x over
-// the one-producer ws128_s4 at 4K-16K tokens, bench/results/cuda-expert-prefill-h200-*.md).
+// the one-producer ws128_s4 at 4K-16K tokens, and 1.09-1.22x more with the 16-byte scale ring, the
+// token scales in read order and the 32-bit stage count, bench/results/cuda-expert-prefill-h200-*.md).
 // Both keep the row granularity of the shared-memory kernel (64 rows or more per tile), so no expert takes
 // more tiles than there, whatever the routing: every tile re-reads and re-converts its expert's weights,
 // and under a skewed router 8-row tiles split a hot expert into many (the register kernel's 8-token tiles
