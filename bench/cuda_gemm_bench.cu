@@ -18,9 +18,10 @@
 //     whose output tiles do not fill the GPU, for decode batches: one K chunk (no split: the kernel before
 //     split-K), the weight's chunks in one block (unsplit), on separate blocks + ordered sum (split), as the
 //     model runs it (auto), and (with --sweep) forced splits into 2..32 chunks.
-//   cuda_gemm_bench [--out results.jsonl] [--quick] [--sweep] [--splitk] [--only op,op] [--ms 1,4096] [--per-expert 1,8]
+//   cuda_gemm_bench [--out results.jsonl] [--quick] [--sweep] [--variants v,v] [--splitk] [--only op,op] [--ms 1,4096] [--per-expert 1,8]
 //                   [--no-ceilings]
 // --sweep: the grouped experts also in every configuration of the register-converting FP4 kernel.
+// --variants ws128p2_s5_pers,ws128p2_s4_pers: only those configurations (implies --sweep).
 // --per-expert 1,8: the grouped experts also with exactly that many rows for each of the 256 experts.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -229,6 +230,7 @@ struct Bench {
     Ceilings c;
     bool quick = false;
     bool sweep = false;  // --sweep: every configuration of the register-converting FP4 kernel
+    std::string variants;  // --variants a,b: only those configurations in the sweep (",a,b,"; empty: all)
 
     double floor_ms(double flops, double bytes, bool fp8) const {
         const double peak = fp8 ? c.fp8_tflops : c.bf16_tflops;
@@ -547,6 +549,7 @@ struct Bench {
         }
         for (int v = 0; v < kFp4RsVariants && sweep; ++v) {
             // Every configuration of the register-converting kernel (gemm_fast.h fp4_rs_variant).
+            if (!variants.empty() && variants.find("," + std::string(fp4_rs_variant_name(v)) + ",") == std::string::npos) continue;
             Row r = base;
             r.impl = std::string("fast_") + fp4_rs_variant_name(v);
             r.ms = time_ms([&](int) {
@@ -697,6 +700,7 @@ int main(int argc, char** argv) {
     std::string out, only;
     std::vector<int64_t> ms;
     std::vector<int64_t> per_expert;
+    std::string variants;
     bool quick = false, no_ceilings = false, sweep = false, splitk = false;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -705,6 +709,10 @@ int main(int argc, char** argv) {
         else if (a == "--sweep") sweep = true;
         else if (a == "--splitk") splitk = true;
         else if (a == "--only" && i + 1 < argc) only = "," + std::string(argv[++i]) + ",";
+        else if (a == "--variants" && i + 1 < argc) {
+            variants = "," + std::string(argv[++i]) + ",";
+            sweep = true;
+        }
         else if (a == "--ms" && i + 1 < argc) {
             for (const char* t = argv[++i]; *t;) {
                 char* end = nullptr;
@@ -720,7 +728,7 @@ int main(int argc, char** argv) {
         } else if (a == "--no-ceilings") no_ceilings = true;
         else {
             std::fprintf(stderr,
-                         "usage: cuda_gemm_bench [--out FILE.jsonl] [--quick] [--sweep] [--splitk] [--only op,op] [--ms 1,4096] "
+                         "usage: cuda_gemm_bench [--out FILE.jsonl] [--quick] [--sweep] [--variants v,v] [--splitk] [--only op,op] [--ms 1,4096] "
                          "[--per-expert 1,8] [--no-ceilings]\n");
             return 2;
         }
@@ -736,6 +744,7 @@ int main(int argc, char** argv) {
     Bench b;
     b.quick = quick;
     b.sweep = sweep;
+    b.variants = variants;
     LT_CHECK(cublasLtCreate(&b.lt));
     if (no_ceilings) {
         b.c = {4.2e3, 780, 1380};  // nominal values for filtered runs (profiling)

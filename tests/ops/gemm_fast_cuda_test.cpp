@@ -648,14 +648,26 @@ TEST_F(CudaGemmFast, Fp4WarpSpecializedKernelEveryTileWidth) {
 // tiles kt = p mod 2) and its tile-to-expert lookup (each lane counts a strided share of the experts):
 // 70 experts (more than two warps' width, so the count wraps), empty ones among them, K tiles few (2:
 // one per producer) and not a multiple of either stage ring (10), and half the experts with ue8m0 scales
-// of 0 and 1 (128-blocks whose largest scale is 2^-127: the subnormal promotion scale) equal the
-// shared-memory kernel bit for bit in every warp-specialized configuration.
+// of 0 and 1 (128-blocks whose largest scale is 2^-127: the subnormal promotion scale), and some experts'
+// scales at an address 8 bytes past a 16-byte boundary equal the shared-memory kernel bit for bit in every
+// warp-specialized configuration.
 TEST_F(CudaGemmFast, Fp4WarpSpecializedProducersManyExpertsAndTinyScales) {
     const int64_t N = 256, T = 200, E = 70;
     for (const int64_t K : {int64_t(256), int64_t(1280)}) {
         std::vector<std::unique_ptr<Weight>> ws;
-        for (int64_t e = 0; e < E; ++e)
+        std::vector<std::unique_ptr<DeviceBuffer>> shifted;
+        for (int64_t e = 0; e < E; ++e) {
             ws.push_back(std::make_unique<Weight>(cpu::WeightFormat::kFp4, N, K, 700 + uint32_t(e), e % 2 ? 0 : 120, e % 2 ? 2 : 6));
+            if (e % 5 == 2) {
+                // Scales 8 bytes past a 16-byte boundary: the warp-specialized kernel copies them 4 bytes per
+                // K tile instead of 16 per 4 K tiles.
+                std::vector<uint8_t> h(ws.back()->s.size() + 16, 0);
+                std::copy(ws.back()->s.begin(), ws.back()->s.end(), h.begin() + 8);
+                shifted.push_back(std::make_unique<DeviceBuffer>(h.size()));
+                shifted.back()->copy_from_host(h.data(), h.size());
+                ws.back()->dev.scale = static_cast<uint8_t*>(shifted.back()->data()) + 8;
+            }
+        }
         const auto x = bf16_randn(size_t(T * K), 701);
         Dev<float> dx(x);
         FastInput in(dx, T, K, false);

@@ -65,11 +65,13 @@ enum class DensePath : uint8_t { kAuto, kClassic, kWs, kWsCluster, kWsWide, kWsC
 // x 64·warpgroups weight rows per block, pipeline stages, blocks per SM), the warp-specialized kernel's
 // ("ws128_s4", "ws128_s5": pipeline stages; "p2": two producer warpgroups; "_pers": one block per SM
 // looping over the tiles; "_pf6": L2 prefetch of the weight rows 6 K tiles ahead; "_late2": a producer
-// copies its K tile 2 own tiles ahead after converting, not before) and the decode kernel's ("dec64_kt2_72k_b3_pf256": tiles of
+// copies its K tile 2 own tiles ahead after converting, not before; "_self": each producer thread converts
+// the raw chunks it copied, no barrier among the producers; "_ea": one elected arrive per producer warp on
+// a converted stage; "_pp": the two consumer warpgroups issue their MMAs in turn) and the decode kernel's ("dec64_kt2_72k_b3_pf256": tiles of
 // up to 64 rows, 2 K tiles per stage, 72 KB of stages, 3 blocks per SM, 256-byte L2 prefetch);
 // FastLinearParams::fp4_rs_variant pins one (tests and benchmarks: a row's bits are the same in every
 // one), else the launcher picks by rows per expert.
-constexpr int kFp4RsVariants = 26;
+constexpr int kFp4RsVariants = 31;
 const char* fp4_rs_variant_name(int variant);  // e.g. "tn128_wg2_s4_b1"
 
 // True when the fast path handles this weight: FP8 with 128x128 blocks (or 32x32 blocks where

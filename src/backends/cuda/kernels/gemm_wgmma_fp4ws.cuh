@@ -6,14 +6,23 @@
 //    so each has two tiles' time for a tile's copies and conversion; with one warpgroup its single warp
 //    per scheduler was the kernel's bottleneck): cp.async copies of each K tile (128 bytes of K) into a
 //    ring of kStages stages (the tokens' e4m3 rows in the 128-byte swizzle layout, the raw FP4 weight
-//    rows, their ue8m0 scales, the tokens' act_quant scales), then converts the FP4 weights of the tile
+//    rows in a 64-byte-pitch swizzle), and once per group of 4 (or 2) K tiles the rows' ue8m0 scales and
+//    the tokens' act_quant scales of the whole group, 16 (8) bytes per row, into a small per-producer
+//    ring (ncu: per-K-tile 4-byte copies, one row per lane, were a sixth of all shared-memory wavefronts,
+//    nearly all of it bank and sector waste); then converts the FP4 weights of the tile
 //    to e4m3 into the stage's swizzled weight tile (each producer thread one weight row: 64 raw bytes ->
-//    128 e4m3 bytes) and its promotion scales, and signals the stage full (mbarrier); kPf > 0: each
+//    128 e4m3 bytes), writes the stage's token and promotion scales, and signals the stage full
+//    (mbarrier); kPf > 0: each
 //    thread also prefetches its weight row kPf K tiles ahead into L2;
 //  - the last two warpgroups, the consumers: each waits for the stage, issues four
 //    wgmma.mma_async m64nNTk32 e4m3 with both operands in shared memory (A = its 64 converted weight
 //    rows, B = the NT token rows), waits for them, promotes the fresh register tile into its f32
 //    accumulator, and releases the stage (mbarrier).
+// The stage's token scales are stored in the consumers' read order (token_scale_slot); the consumers'
+// stage, phase and operand descriptors come from a 32-bit K-tile count and stage 0's descriptors.
+// kSelf (producer threads convert the chunks they copied, no producer barrier) and the kOpt options
+// (elected full-barrier arrive, consumer ping-pong) are measured alternatives, none faster than the
+// default (bench/results/cuda-expert-prefill-h200-*.md).
 // With two producer warpgroups (512 threads) setmaxnreg gives the producers 96 registers and the
 // consumers 160. kPersistent: one block per SM loops over the (weight-row block, token tile) pairs, the
 // stage ring running on across them (a tile's first copies overlap the previous tile's last MMAs and
@@ -97,6 +106,23 @@ using dev::mbar_wait;
 // Barrier 1 + p among the 128 threads of producer warpgroup p (barrier 0 is __syncthreads).
 __device__ __forceinline__ void producer_sync(int p) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + p) : "memory"); }
 
+// Options of the warp-specialized kernel (a bit mask, template argument kOpt):
+//  - kOptElect: a producer warp's lanes signal a converted stage through one elected arrive per warp (the
+//    full barrier counts 4 arrivals per producer warpgroup instead of 128: fewer shared-memory atomics);
+//  - kOptPingPong: the two consumer warpgroups issue their MMAs in strict alternation (named barriers 3 and
+//    4 of the 256 consumer threads), so one warpgroup's MMAs run while the other promotes instead of both
+//    waiting on the tensor cores together and then promoting together.
+// Neither changes a row's arithmetic.
+constexpr int kOptElect = 1, kOptPingPong = 2;
+// Consumer warpgroup cw's turn to issue (barrier 3 + cw), and passing the turn to the other (4 - cw).
+__device__ __forceinline__ void consumer_turn_wait(int cw) { asm volatile("bar.sync %0, 256;\n" ::"r"(3 + cw) : "memory"); }
+__device__ __forceinline__ void consumer_turn_pass(int cw) { asm volatile("bar.arrive %0, 256;\n" ::"r"(4 - cw) : "memory"); }
+
+
+// 8-byte async copy; src_bytes = 0 fills the destination with zeros.
+__device__ __forceinline__ void cp_async8(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(tc::smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
 
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 
@@ -137,26 +163,65 @@ __device__ __forceinline__ void fp4x8_to_e4m3_fast(uint32_t w, uint32_t lo, uint
     out1 = m1 | (__byte_perm(w4, w, 0x7362u) & 0x80808080u);
 }
 
+// The stage's token scales in the order the consumers read them: a consumer thread (t4 = lane % 4) needs
+// the scales of token columns 8j + 2·t4 and + 1 for every j; column c = 8j + 2·t4 + e sits at
+// 16·(j / 2) + 4·t4 + 2·(j % 2) + e, so one 16-byte read gives columns j and j + 1 (j even) and a warp's
+// read (4 distinct addresses, 64 contiguous bytes) is one shared-memory wavefront: 8 reads per 128 tokens
+// instead of 16 8-byte ones. A permutation within each 32 tokens (conflict-free writes).
+__device__ __forceinline__ int token_scale_slot(int c) {
+    return (c >> 4) * 16 + ((c >> 1) & 3) * 4 + ((c >> 3) & 1) * 2 + (c & 1);
+}
+
+// acc += part · (token scale x weight-row scale), as wg::promote_tile (the same products and FMAs per
+// element, the same bits) with the token scales in token_scale_slot order.
+template <int NT>
+__device__ __forceinline__ void promote_tile_x4(float (&acc)[NT / 2], const float (&part)[NT / 2], const float* sx, int t4, float sw0,
+                                                float sw1) {
+    static_assert(NT % 16 == 0, "NT: a multiple of 16");
+#pragma unroll
+    for (int jj = 0; jj < NT / 16; ++jj) {
+        const float4 x = *reinterpret_cast<const float4*>(sx + jj * 16 + t4 * 4);
+        const int a = 8 * jj, b = 8 * jj + 4;  // accumulators of columns j = 2jj and j = 2jj + 1
+        acc[a + 0] = fmaf(part[a + 0], x.x * sw0, acc[a + 0]);
+        acc[a + 1] = fmaf(part[a + 1], x.y * sw0, acc[a + 1]);
+        acc[a + 2] = fmaf(part[a + 2], x.x * sw1, acc[a + 2]);
+        acc[a + 3] = fmaf(part[a + 3], x.y * sw1, acc[a + 3]);
+        acc[b + 0] = fmaf(part[b + 0], x.z * sw0, acc[b + 0]);
+        acc[b + 1] = fmaf(part[b + 1], x.w * sw0, acc[b + 1]);
+        acc[b + 2] = fmaf(part[b + 2], x.z * sw1, acc[b + 2]);
+        acc[b + 3] = fmaf(part[b + 3], x.w * sw1, acc[b + 3]);
+    }
+}
+
 template <int kStages, int kProducers = 1>
 struct WsConfig {
     static_assert(kProducers == 1 || kProducers == 2, "one or two producer warpgroups");
     static constexpr int kThreads = 128 * (kProducers + 2);  // producer warpgroups + two consumer warpgroups
     static constexpr int BN = 128;        // weight rows per block (64 per consumer warpgroup)
     static constexpr int kMaxTokens = 128;
-    static constexpr int kWPitch = 80;  // bytes per raw FP4 weight row in a stage (64 + 16: conflict-free reads)
-    // A stage: token tile (128 rows x 128 bytes, swizzled), converted weight tile (128 x 128, swizzled),
-    // raw weight rows, their ue8m0 scales (4 per row), the tokens' scales (f32), the rows' promotion
-    // scales (f32).
+    // Raw FP4 weight row r of a stage at r * 64, its 16-byte chunk c at ((c ^ ((r / 2) % 4)) * 16): 8 rows
+    // fill the 32 banks once for the copies (lanes 4r..4r+3 copy row r), and a warp's one-row-per-thread
+    // reads of chunk j hit 8 distinct 16-byte bank groups per quarter warp.
+    static constexpr int kWPitch = 64;
+    // A stage: token tile (128 rows x 128 bytes, swizzled), converted weight tile (128 x 128, swizzled), raw
+    // weight rows (128 x 64).
     static constexpr int kXOff = 0;
     static constexpr int kCOff = kMaxTokens * 128;
     static constexpr int kROff = kCOff + BN * 128;
-    static constexpr int kRsOff = kROff + BN * kWPitch;
-    static constexpr int kSxOff = kRsOff + BN * 4;
-    static constexpr int kSwOff = kSxOff + kMaxTokens * 4;
-    static constexpr int kStageBytes = (kSwOff + BN * 4 + 1023) / 1024 * 1024;
-    static constexpr int kBarOff = kStages * kStageBytes;  // full[kStages], empty[kStages]
+    static constexpr int kStageBytes = kROff + BN * kWPitch;  // 40 KB: a multiple of 1024 (the swizzle atom)
+    // Per stage, outside the stages: the tokens' act_quant scales and the rows' promotion scales (f32).
+    static constexpr int kSmallOff = kStages * kStageBytes;
+    static constexpr int kSmallBytes = kMaxTokens * 4 + BN * 4;
+    // Per producer warpgroup, a ring of kRing scale groups (a group: gs = 4 K tiles, or 2 when the K tiles
+    // are not a multiple of 4): the weight rows' ue8m0 scales (gs x 4 bytes per row) and the tokens' scales
+    // (gs floats per row), copied 8 or 16 bytes per row once per group instead of 4 bytes every K tile.
+    static constexpr int kRing = kProducers == 1 && kStages >= 5 ? 4 : 2;
+    static constexpr int kRingOff = kSmallOff + kStages * kSmallBytes;
+    static constexpr int kRingSlotBytes = BN * 16 + kMaxTokens * 16;  // weights' scales, then tokens'
+    static constexpr int kBarOff = kRingOff + kProducers * kRing * kRingSlotBytes;  // full[kStages], empty[kStages]
     static constexpr int kTableOff = kBarOff + 2 * kStages * 8;
     static constexpr int kSmemBytes = kTableOff + 128 + 1024;  // + alignment slack
+    static_assert(kSmemBytes <= 227 * 1024, "shared memory");
     // K tiles copied ahead of the one being converted (a multiple of kProducers: a producer's own tiles).
     static constexpr int kAhead = kProducers == 1 ? kStages - 2 : 2;
     static constexpr int kOwnAhead = kAhead / kProducers;  // cp.async groups in flight behind tile kt's
@@ -168,8 +233,8 @@ struct WsConfig {
 };
 
 // The consumers' part for NT token columns: MMAs, promotion, and the yᵀ stores.
-template <int kStages, int kProducers, int NT>
-__device__ __forceinline__ void consume(const TcArgs& p, uint8_t* smem, int64_t row_begin, int64_t row_end, int64_t n0, int64_t g0) {
+template <int kStages, int kProducers, int NT, int kOpt = 0>
+__device__ __forceinline__ void consume(const TcArgs& p, uint8_t* smem, int64_t row_begin, int64_t row_end, int64_t n0, uint32_t g0) {
     using C = WsConfig<kStages, kProducers>;
     const int tid = threadIdx.x, cw = tid / 128 - kProducers, lane = tid % 32, wi = (tid % 128) / 32;
     const int g = lane / 4, t4 = lane % 4;
@@ -181,22 +246,26 @@ __device__ __forceinline__ void consume(const TcArgs& p, uint8_t* smem, int64_t 
     float acc[NT / 2], part[NT / 2];
 #pragma unroll
     for (int j = 0; j < NT / 2; ++j) acc[j] = part[j] = 0.0f;
-    for (int64_t kt = 0; kt < KT; ++kt) {
-        const int64_t g = g0 + kt;  // the block's K tile count: its stage and phase
+    // The stages' operand descriptors: stage 0's plus the stage's offset (in 16-byte units; shared-memory
+    // addresses stay below 2^18, so the sum never carries out of the descriptor's address field).
+    const uint64_t da0 = wg::smem_desc(smem + C::kCOff + cw * 64 * 128), db0 = wg::smem_desc(smem + C::kXOff);
+    for (uint32_t kt = 0; kt < static_cast<uint32_t>(KT); ++kt) {
+        const uint32_t g = g0 + kt;  // the block's K tile count: its stage and phase
         const int st = static_cast<int>(g % kStages);
-        mbar_wait(full + st, static_cast<uint32_t>((g / kStages) & 1));
+        mbar_wait(full + st, (g / kStages) & 1u);
         const uint8_t* s = smem + st * C::kStageBytes;
+        const uint64_t so = static_cast<uint64_t>(st * (C::kStageBytes >> 4));
+        if constexpr ((kOpt & kOptPingPong) != 0) consumer_turn_wait(cw);
         wg::wgmma_fence();
 #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-            wgmma_ss_step<NT>(part, wg::smem_desc(s + C::kCOff + cw * 64 * 128 + ks * 32), wg::smem_desc(s + C::kXOff + ks * 32),
-                              ks > 0 ? 1 : 0);
+        for (int ks = 0; ks < 4; ++ks) wgmma_ss_step<NT>(part, da0 + so + 2 * ks, db0 + so + 2 * ks, ks > 0 ? 1 : 0);
         wg::wgmma_commit();
+        if constexpr ((kOpt & kOptPingPong) != 0) consumer_turn_pass(cw);
         wg::wgmma_wait();
-        const float* sx = reinterpret_cast<const float*>(s + C::kSxOff);
-        const float* swr = reinterpret_cast<const float*>(s + C::kSwOff);
+        const float* sx = reinterpret_cast<const float*>(smem + C::kSmallOff + st * C::kSmallBytes);
+        const float* swr = sx + C::kMaxTokens;
         const float sw0 = swr[lr0], sw1 = swr[lr0 + 8];
-        wg::promote_tile<NT>(acc, part, sx, t4, sw0, sw1);
+        promote_tile_x4<NT>(acc, part, sx, t4, sw0, sw1);
         __syncwarp();
         if (lane == 0) mbar_arrive(empty + st);
     }
@@ -216,9 +285,13 @@ __device__ __forceinline__ void consume(const TcArgs& p, uint8_t* smem, int64_t 
 }
 
 // The producers' part (warpgroups 0 .. kProducers - 1; producer pw takes K tiles pw, pw + kProducers, ...).
-template <int kStages, int kProducers, int kPf, int kLate>
+// kSelf: each thread converts the raw 16-byte chunks it copied itself (chunk pt % 4 of the rows pt / 4 +
+// 32q: 32 codes of one scale subblock each) instead of one whole row copied by four other threads, so
+// no barrier among the warpgroup's 128 threads before converting (a thread waits for its own copies
+// only); the scale groups its warp's rows need are copied by lanes of the same warp (a warp barrier).
+template <int kStages, int kProducers, int kPf, int kLate, bool kSelf = false, int kOpt = 0>
 __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const DeviceLinear* wp, int64_t row_begin, int rows, int nt,
-                                        int64_t n0, int64_t g0) {
+                                        int64_t n0, uint32_t g0) {
     using C = WsConfig<kStages, kProducers>;
     constexpr int BN = C::BN;
     const int tid = threadIdx.x;
@@ -231,6 +304,16 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
     const uint8_t* wbytes = static_cast<const uint8_t*>(wp->weight);
     const uint8_t* wscales = static_cast<const uint8_t*>(wp->scale);
     auto a_row_of = [&](int64_t r) -> int64_t { return p.a_row_src ? p.a_row_src[r] : r; };
+    // A converted stage's signal: every thread arrives, or (kOptElect) lane 0 of each warp once the warp's
+    // lanes are past their fences (the warp barrier orders them before its release).
+    auto signal_full = [&](uint64_t* bar) {
+        if constexpr ((kOpt & kOptElect) != 0) {
+            __syncwarp();
+            if (tid % 32 == 0) mbar_arrive(bar);
+        } else {
+            mbar_arrive(bar);
+        }
+    };
     // Each thread's copies are the same rows and chunks in every K tile: base addresses plus the K tile's
     // offset, in few registers (with two producer warpgroups a producer thread has C::kProducerRegs).
     // Token chunks: chunk c = pt % 8 of rows pt / 8 + 16q, rows < nt copied (a row past the tile's end
@@ -251,10 +334,19 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
     constexpr int kWChunks = BN * 4 / 128;
     const uint8_t* w_base = wbytes + (n0 + pt / 4) * (K / 2) + (pt % 4) * 16;
     const int64_t w_qstride = 32 * (K / 2);
-    const uint32_t w_dst = C::kROff + (pt / 4) * C::kWPitch + (pt % 4) * 16;  // + q * 32 * kWPitch
-    const uint8_t* ws_base = wscales + (n0 + pt) * (K / 32);  // row pt's scales
+    // kSelf: a thread reads back only its own chunks (8 lanes = two whole rows: no swizzle needed).
+    const uint32_t w_dst = C::kROff + (pt / 4) * C::kWPitch + ((kSelf ? pt % 4 : (pt % 4) ^ ((pt / 8) % 4)) << 4);  // + q * 32 * kWPitch
+    // The weight row whose scale group this thread copies: row pt, or (kSelf) one of the rows its warp
+    // converts (warp w: rows 8w + i + 32q, i < 8, q < 4; lane l copies i = l % 8, q = l / 8).
+    const int ws_row = kSelf ? 8 * (pt / 32) + pt % 8 + 32 * ((pt % 32) / 8) : pt;
+    const uint8_t* ws_base = wscales + (n0 + ws_row) * (K / 32);
     const float* xs_base = pt < rows ? p.a_scale + a_row_of(row_begin + pt) * KT : p.a_scale;  // token row pt's
-    const int xs_len = pt < rows ? 4 : (pt < nt ? 0 : -1);
+    const int xs_len = pt < rows ? 1 : (pt < nt ? 0 : -1);  // copy, zero-fill, none
+    const int gshift = KT % 4 == 0 ? 2 : 1, gmask = (1 << gshift) - 1;  // 4 or 2 K tiles per scale group (KT is even)
+    const uint32_t ring = C::kRingOff + pw * C::kRing * C::kRingSlotBytes;
+    auto ring_slot = [&](int64_t kt) {
+        return smem + ring + (((g0 + static_cast<uint32_t>(kt)) >> gshift) & (C::kRing - 1)) * C::kRingSlotBytes;
+    };
     auto load_stage = [&](int st, int64_t kt) {
         uint8_t* s = smem + st * C::kStageBytes;
         const uint8_t* xb = x_base + kt * 128;
@@ -264,20 +356,43 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
         const uint8_t* wb = w_base + kt * 64;
 #pragma unroll
         for (int q = 0; q < kWChunks; ++q) tc::cp_async16(s + w_dst + q * 32 * C::kWPitch, wb + q * w_qstride, 16);
-        tc::cp_async4(s + C::kRsOff + pt * 4, ws_base + kt * 4, 4);
+        if ((static_cast<int>(kt) & gmask) == pw) {
+            // This producer's first K tile of a scale group: the group's scales (from its first K tile kg) of
+            // weight row pt and token row pt.
+            uint8_t* slot = ring_slot(kt);
+            const int64_t kg = kt - pw;
+            const uint8_t* wsrc = ws_base + kg * 4;
+            const float* xsrc = xs_base + (xs_len > 0 ? kg : 0);
+            const int gbytes = 4 << gshift;
+            if (((reinterpret_cast<uintptr_t>(wsrc) | reinterpret_cast<uintptr_t>(xsrc)) & (gbytes - 1)) == 0) {
+                if (gshift == 2) {
+                    tc::cp_async16(slot + ws_row * 16, wsrc, 16);
+                    if (xs_len >= 0) tc::cp_async16(slot + BN * 16 + pt * 16, xsrc, 16 * xs_len);
+                } else {
+                    cp_async8(slot + ws_row * 16, wsrc, 8);
+                    if (xs_len >= 0) cp_async8(slot + BN * 16 + pt * 16, xsrc, 8 * xs_len);
+                }
+            } else {
+                // Scales not aligned to the group's bytes (a weight or activation-scale buffer at an odd
+                // offset): 4 bytes per K tile, as the plain layout does.
+                for (int i = 0; i < (1 << gshift); ++i) {
+                    tc::cp_async4(slot + ws_row * 16 + i * 4, wsrc + i * 4, 4);
+                    if (xs_len >= 0) tc::cp_async4(slot + BN * 16 + pt * 16 + i * 4, xsrc + (xs_len > 0 ? i : 0), 4 * xs_len);
+                }
+            }
+        }
         if constexpr (kPf > 0) {
             // Weight row pt's bytes kPf K tiles ahead into L2 (the copies then wait on L2, not DRAM).
             if (kt + kPf < KT) prefetch_l2(wbytes + (n0 + pt) * (K / 2) + (kt + kPf) * 64);
         }
-        if (xs_len >= 0) tc::cp_async4(s + C::kSxOff + pt * 4, xs_len > 0 ? xs_base + kt : xs_base, xs_len);
     };
 
     // K tile kt into its stage (the block's K tile count g0 + kt), once the consumers released the stage's
     // previous tile (of this or an earlier tile of the block).
     auto load = [&](int64_t kt) {
-        const int64_t g = g0 + kt;
+        const uint32_t g = g0 + static_cast<uint32_t>(kt);
         const int st = static_cast<int>(g % kStages);
-        if (g >= kStages) mbar_wait(empty + st, static_cast<uint32_t>((g / kStages - 1) & 1));
+        if (g >= static_cast<uint32_t>(kStages)) mbar_wait(empty + st, ((g / kStages) & 1u) ^ 1u);
         load_stage(st, kt);
     };
     // kLate = 0: a producer's own K tile kt + kAhead is copied before it converts kt (kOwnAhead own tiles
@@ -286,6 +401,9 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
     constexpr int kOwn = kLate > 0 ? kLate : C::kOwnAhead;
     constexpr int kAh = kOwn * P;
     static_assert(kLate == 0 || kAh <= kStages - 1, "the stage a late copy waits for is two tiles behind");
+    // A scale group's ring slot is copied again kRing groups later: by then this producer converted the
+    // group's last own K tile (groups of at least 2 K tiles).
+    static_assert(kLate == 0 ? kAh < 2 * (C::kRing - 1) + P : kAh <= 2 * (C::kRing - 1) + P, "scale ring too short");
 #pragma unroll
     for (int a = 0; a < kOwn; ++a) {
         const int64_t kt = pw + int64_t(a) * P;
@@ -293,6 +411,9 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
         tc::cp_async_commit();
     }
     for (int64_t kt = pw; kt < KT; kt += P) {
+        // kSelf: the warp's reads of a scale group's ring slot (converting earlier K tiles) before any lane
+        // copies a later group into it.
+        if constexpr (kSelf) __syncwarp();
         if constexpr (kLate == 0) {
             if (kt + kAh < KT) load(kt + kAh);
             tc::cp_async_commit();
@@ -300,20 +421,56 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
         } else {
             tc::cp_async_wait<kOwn - 1>();
         }
-        producer_sync(pw);                  // everyone's in this warpgroup
-        const int st = static_cast<int>((g0 + kt) % kStages);
+        if constexpr (kSelf) __syncwarp();  // the scale groups copied by other lanes of the warp
+        else producer_sync(pw);             // everyone's in this warpgroup
+        const int st = static_cast<int>((g0 + static_cast<uint32_t>(kt)) % kStages);
         uint8_t* s = smem + st * C::kStageBytes;
+        const uint8_t* slot = ring_slot(kt);
+        const int ki = static_cast<int>(kt) & gmask;
+        float* small = reinterpret_cast<float*>(smem + C::kSmallOff + st * C::kSmallBytes);
+        small[token_scale_slot(pt)] = reinterpret_cast<const float*>(slot + BN * 16 + pt * 16)[ki];  // token row pt's scale (pt < nt read)
+        if constexpr (kSelf) {
+            // Chunk c = pt % 4 (subblock c: 32 codes -> 32 e4m3 bytes) of the rows pt / 4 + 32q; lane c = 0
+            // writes the row's promotion scale.
+            const int c = pt % 4;
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int r = pt / 4 + 32 * q;
+                const uint32_t sc = reinterpret_cast<const uint32_t*>(slot + r * 16)[ki];
+                const uint32_t emax = max(max(sc & 0xFFu, (sc >> 8) & 0xFFu), max((sc >> 16) & 0xFFu, sc >> 24));
+                if (c == 0)
+                    small[C::kMaxTokens + r] =
+                        __int_as_float(emax == 0xFFu ? 0x7FC00000 : (emax == 0u ? 0x00400000 : static_cast<int>(emax << 23)));
+                const uint32_t d = min(emax - ((sc >> (8 * c)) & 0xFFu), 15u);
+                const uint2 tv = *reinterpret_cast<const uint2*>(table + d * 8);
+                const uint4 packed = *reinterpret_cast<const uint4*>(s + w_dst + q * 32 * C::kWPitch);
+                uint4 o0, o1;
+                fp4x8_to_e4m3_fast(packed.x, tv.x, tv.y, o0.x, o0.y);
+                fp4x8_to_e4m3_fast(packed.y, tv.x, tv.y, o0.z, o0.w);
+                fp4x8_to_e4m3_fast(packed.z, tv.x, tv.y, o1.x, o1.y);
+                fp4x8_to_e4m3_fast(packed.w, tv.x, tv.y, o1.z, o1.w);
+                *reinterpret_cast<uint4*>(s + C::kCOff + wg::tile_offset(r, 2 * c)) = o0;
+                *reinterpret_cast<uint4*>(s + C::kCOff + wg::tile_offset(r, 2 * c + 1)) = o1;
+            }
+            wg::fence_proxy_async();  // this thread's copies and conversions, visible to the tensor cores
+            signal_full(full + st);
+            if constexpr (kLate > 0) {
+                if (kt + kAh < KT) load(kt + kAh);
+                tc::cp_async_commit();
+            }
+            continue;
+        }
         // Weight row pt of the tile: 4 subblocks of 32 codes -> 128 e4m3 bytes, and its promotion scale.
-        const uint32_t sc = *reinterpret_cast<const uint32_t*>(s + C::kRsOff + pt * 4);
+        const uint32_t sc = reinterpret_cast<const uint32_t*>(slot + pt * 16)[ki];
         const uint32_t emax = max(max(sc & 0xFFu, (sc >> 8) & 0xFFu), max((sc >> 16) & 0xFFu, sc >> 24));
         // 2^(emax - 127) by its bits (ldexpf's value: 2^-127 is the subnormal 0x00400000), NaN for 0xFF.
-        reinterpret_cast<float*>(s + C::kSwOff)[pt] =
+        small[C::kMaxTokens + pt] =
             __int_as_float(emax == 0xFFu ? 0x7FC00000 : (emax == 0u ? 0x00400000 : static_cast<int>(emax << 23)));
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const uint32_t d = min(emax - ((sc >> (8 * j)) & 0xFFu), 15u);
             const uint2 tv = *reinterpret_cast<const uint2*>(table + d * 8);
-            const uint4 packed = *reinterpret_cast<const uint4*>(s + C::kROff + pt * C::kWPitch + j * 16);
+            const uint4 packed = *reinterpret_cast<const uint4*>(s + C::kROff + pt * C::kWPitch + ((j ^ ((pt / 2) % 4)) << 4));
             uint4 o0, o1;
             fp4x8_to_e4m3_fast(packed.x, tv.x, tv.y, o0.x, o0.y);
             fp4x8_to_e4m3_fast(packed.y, tv.x, tv.y, o0.z, o0.w);
@@ -323,7 +480,7 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
             *reinterpret_cast<uint4*>(s + C::kCOff + wg::tile_offset(pt, 2 * j + 1)) = o1;
         }
         wg::fence_proxy_async();  // this thread's copies and conversions, visible to the tensor cores
-        mbar_arrive(full + st);
+        signal_full(full + st);
         if constexpr (kLate > 0) {
             if (kt + kAh < KT) load(kt + kAh);
             tc::cp_async_commit();
@@ -361,7 +518,7 @@ __device__ __forceinline__ bool ws_tile(const TcArgs& p, int64_t t, WsTile& tile
 // fastest), its stage ring running on across tiles: the producers load a tile's first K tiles while the
 // consumers finish the previous one and store it (no block start, prologue or pipeline fill per tile).
 // Either way a tile's arithmetic is the same.
-template <int kStages, int kProducers, bool kPersistent, int kPf = 0, int kLate = 0>
+template <int kStages, int kProducers, bool kPersistent, int kPf = 0, int kLate = 0, bool kSelf = false, int kOpt = 0>
 static __global__ void __launch_bounds__(WsConfig<kStages, kProducers>::kThreads, 1) fp4_ws_kernel(const __grid_constant__ TcArgs p) {
 #ifdef DI_WGMMA_ENABLED
     using C = WsConfig<kStages, kProducers>;
@@ -380,7 +537,7 @@ static __global__ void __launch_bounds__(WsConfig<kStages, kProducers>::kThreads
 
     if (tid == 0) {
         for (int s = 0; s < kStages; ++s) {
-            mbar_init(full + s, 128);                   // every thread of a producer warpgroup, once per K tile
+            mbar_init(full + s, (kOpt & kOptElect) != 0 ? 4 : 128);  // a producer warpgroup's threads (or warps), once per K tile
             mbar_init(empty + s, C::kConsumerWarps);    // one lane per consumer warp
         }
     }
@@ -395,22 +552,31 @@ static __global__ void __launch_bounds__(WsConfig<kStages, kProducers>::kThreads
     };
     if (tid >= 128 * kProducers) {
         if constexpr (kProducers > 1) wg::setmaxnreg_inc<C::kConsumerRegs>();
-        for (int64_t g0 = 0;; g0 += p.k_tiles) {
+        // kOptPingPong: consumer warpgroup 0 issues first (warpgroup 1's initial turn pass); at the end
+        // warpgroup 0 takes warpgroup 1's last pass, so both named barriers end complete.
+        const int cw = tid / 128 - kProducers;
+        if constexpr ((kOpt & kOptPingPong) != 0) {
+            if (cw == 1) consumer_turn_pass(cw);
+        }
+        for (uint32_t g0 = 0;; g0 += static_cast<uint32_t>(p.k_tiles)) {
             const int nt = static_cast<int>((tile.row_end - tile.row_begin + 31) / 32 * 32);  // the wgmma N of this tile
             const int64_t n0 = (i % nb) * BN;
             switch (nt) {
-                case 32: consume<kStages, kProducers, 32>(p, smem, tile.row_begin, tile.row_end, n0, g0); break;
-                case 64: consume<kStages, kProducers, 64>(p, smem, tile.row_begin, tile.row_end, n0, g0); break;
-                case 96: consume<kStages, kProducers, 96>(p, smem, tile.row_begin, tile.row_end, n0, g0); break;
-                default: consume<kStages, kProducers, 128>(p, smem, tile.row_begin, tile.row_end, n0, g0); break;
+                case 32: consume<kStages, kProducers, 32, kOpt>(p, smem, tile.row_begin, tile.row_end, n0, g0); break;
+                case 64: consume<kStages, kProducers, 64, kOpt>(p, smem, tile.row_begin, tile.row_end, n0, g0); break;
+                case 96: consume<kStages, kProducers, 96, kOpt>(p, smem, tile.row_begin, tile.row_end, n0, g0); break;
+                default: consume<kStages, kProducers, 128, kOpt>(p, smem, tile.row_begin, tile.row_end, n0, g0); break;
             }
             if (!next_tile()) break;
         }
+        if constexpr ((kOpt & kOptPingPong) != 0) {
+            if (cw == 0) consumer_turn_wait(cw);
+        }
     } else {
         if constexpr (kProducers > 1) wg::setmaxnreg_dec<C::kProducerRegs>();
-        for (int64_t g0 = 0;; g0 += p.k_tiles) {
+        for (uint32_t g0 = 0;; g0 += static_cast<uint32_t>(p.k_tiles)) {
             const int rows = static_cast<int>(tile.row_end - tile.row_begin);  // 1..128
-            produce<kStages, kProducers, kPf, kLate>(p, smem, tile.wp, tile.row_begin, rows, (rows + 31) / 32 * 32, (i % nb) * BN, g0);
+            produce<kStages, kProducers, kPf, kLate, kSelf, kOpt>(p, smem, tile.wp, tile.row_begin, rows, (rows + 31) / 32 * 32, (i % nb) * BN, g0);
             if (!next_tile()) break;
         }
     }

@@ -230,10 +230,10 @@ void launch_fp4_rs(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) 
 // warpgroups; kPersistent: one block per SM looping over the tiles.
 int sm_count();
 
-template <int kStages, int kProducers, bool kPersistent, int kPf, int kLate>
+template <int kStages, int kProducers, bool kPersistent, int kPf, int kLate, bool kSelf, int kOpt>
 void launch_fp4_ws(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     using C = kernels::wgws::WsConfig<kStages, kProducers>;
-    auto* kernel = kernels::wgws::fp4_ws_kernel<kStages, kProducers, kPersistent, kPf, kLate>;
+    auto* kernel = kernels::wgws::fp4_ws_kernel<kStages, kProducers, kPersistent, kPf, kLate, kSelf, kOpt>;
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
     DI_ICHECK(a.N % C::BN == 0);
     int64_t tiles = (p.rows + C::kMaxTokens - 1) / C::kMaxTokens;
@@ -289,6 +289,8 @@ struct RsVariant {
     int kt = 1, pf = 0;
     bool persistent = false;  // ws: one block per SM looping over the tiles
     int late = 0;             // ws: > 0: a producer copies its tile `late` own tiles ahead after converting
+    bool self = false;        // ws: each producer thread converts the chunks it copied (no producer barrier)
+    int opt = 0;              // ws: kernels::wgws::kOptElect | kOptPingPong
 };
 constexpr RsVariant kRsVariants[kFp4RsVariants] = {
     {8, 1, 8, 3},  {16, 1, 8, 3},  {32, 1, 6, 2}, {64, 2, 4, 1}, {128, 2, 4, 1},        {64, 1, 4, 3},
@@ -298,14 +300,18 @@ constexpr RsVariant kRsVariants[kFp4RsVariants] = {
     {128, 4, 4, 1, RsKind::kWs}, {128, 4, 5, 1, RsKind::kWs}, {128, 4, 4, 1, RsKind::kWs, 1, 0, true},
     {128, 4, 5, 1, RsKind::kWs, 1, 0, true}, {128, 3, 4, 1, RsKind::kWs, 1, 0, true}, {128, 4, 4, 1, RsKind::kWs, 1, 6, true},
     {128, 4, 4, 1, RsKind::kWs, 1, 12, true}, {128, 4, 4, 1, RsKind::kWs, 1, 0, true, 1},
-    {128, 4, 5, 1, RsKind::kWs, 1, 0, true, 2},
+    {128, 4, 5, 1, RsKind::kWs, 1, 0, true, 2}, {128, 4, 5, 1, RsKind::kWs, 1, 0, true, 0, true},
+    {128, 4, 4, 1, RsKind::kWs, 1, 0, true, 0, true},
+    {128, 4, 5, 1, RsKind::kWs, 1, 0, true, 0, false, kernels::wgws::kOptElect},
+    {128, 4, 5, 1, RsKind::kWs, 1, 0, true, 0, false, kernels::wgws::kOptPingPong},
+    {128, 4, 5, 1, RsKind::kWs, 1, 0, true, 0, false, kernels::wgws::kOptElect | kernels::wgws::kOptPingPong},
 };
 
 template <int V>
 void launch_fp4_rs_variant(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     constexpr RsVariant v = kRsVariants[V];
     if constexpr (v.kind == RsKind::kWs)
-        launch_fp4_ws<v.stages, v.wgs - 2, v.persistent, v.pf, v.late>(p, a, st);
+        launch_fp4_ws<v.stages, v.wgs - 2, v.persistent, v.pf, v.late, v.self, v.opt>(p, a, st);
     else if constexpr (v.kind == RsKind::kDec)
         launch_fp4_dec<v.tn, v.kt, v.stages * 1024, v.blocks, v.pf>(p, a, st);
     else
@@ -317,7 +323,8 @@ void launch_fp4_rs_variant(const FastLinearParams& p, const TcArgs& a, cudaStrea
 // expert, 1.4-1.6x the register kernel's 64-token tiles, and no slower at 48-64 rows,
 // bench/results/cuda-expert-decode-h200-*.md); the warp-specialized kernel's 128-token tiles above, with
 // two producer warpgroups and one block per SM looping over the tiles (ws128p2_s5_pers: 1.16-1.28x over
-// the one-producer ws128_s4 at 4K-16K tokens, bench/results/cuda-expert-prefill-h200-*.md).
+// the one-producer ws128_s4 at 4K-16K tokens, and 1.09-1.22x more with the 16-byte scale ring, the
+// token scales in read order and the 32-bit stage count, bench/results/cuda-expert-prefill-h200-*.md).
 // Both keep the row granularity of the shared-memory kernel (64 rows or more per tile), so no expert takes
 // more tiles than there, whatever the routing: every tile re-reads and re-converts its expert's weights,
 // and under a skewed router 8-row tiles split a hot expert into many (the register kernel's 8-token tiles
@@ -354,7 +361,12 @@ void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t r
         case 22: launch_fp4_rs_variant<22>(p, a, st); break;
         case 23: launch_fp4_rs_variant<23>(p, a, st); break;
         case 24: launch_fp4_rs_variant<24>(p, a, st); break;
-        default: launch_fp4_rs_variant<25>(p, a, st); break;
+        case 25: launch_fp4_rs_variant<25>(p, a, st); break;
+        case 26: launch_fp4_rs_variant<26>(p, a, st); break;
+        case 27: launch_fp4_rs_variant<27>(p, a, st); break;
+        case 28: launch_fp4_rs_variant<28>(p, a, st); break;
+        case 29: launch_fp4_rs_variant<29>(p, a, st); break;
+        default: launch_fp4_rs_variant<30>(p, a, st); break;
     }
 }
 
@@ -459,7 +471,8 @@ const char* fp4_rs_variant_name(int variant) {
         "tn8_wg1_s8_b3",   "tn16_wg1_s8_b3", "tn32_wg1_s6_b2",       "tn64_wg2_s4_b1",       "tn128_wg2_s4_b1",
         "tn64_wg1_s4_b3",  "tn128_wg1_s4_b2", "tn8_wg1_s6_b4",       "tn128_wg2_s6_b1",      "ws128_s4",
         "ws128_s5",        "dec64_kt2_72k_b3", "dec64_kt1_72k_b3", "dec32_kt2_72k_b3", "dec16_kt1_40k_b5",
-        "dec64_kt2_72k_b3_pf256", "dec64_kt2_72k_b3_pf128", "ws128p2_s4", "ws128p2_s5", "ws128p2_s4_pers", "ws128p2_s5_pers", "ws128_s4_pers", "ws128p2_s4_pers_pf6", "ws128p2_s4_pers_pf12", "ws128p2_s4_pers_late1", "ws128p2_s5_pers_late2"};
+        "dec64_kt2_72k_b3_pf256", "dec64_kt2_72k_b3_pf128", "ws128p2_s4", "ws128p2_s5", "ws128p2_s4_pers", "ws128p2_s5_pers", "ws128_s4_pers", "ws128p2_s4_pers_pf6", "ws128p2_s4_pers_pf12", "ws128p2_s4_pers_late1", "ws128p2_s5_pers_late2",
+        "ws128p2_s5_pers_self", "ws128p2_s4_pers_self", "ws128p2_s5_pers_ea", "ws128p2_s5_pers_pp", "ws128p2_s5_pers_ea_pp"};
     return variant >= 0 && variant < kFp4RsVariants ? kNames[variant] : "by_rows";
 }
 
