@@ -29,9 +29,22 @@ namespace deepinfer::cuda::kernels {
 // block's bf16 buffer. Thread t copies and converts the float4s i = t + (4·batch + k)·kTcaThreads of
 // the block (row i / kQuads, column i % kQuads; k < kPerBatch: tca_stage_rows' mapping and conversion),
 // so it waits only for its own copies and no barrier separates a batch's arrival, conversion and the
-// slot's next copy.
-template <int kD>
+// slot's next copy. kSwz: the block buffer in the wgmma kernel's layout (tcw::index), else rows
+// tca_pitch apart.
+template <int kD, bool kSwz = false>
 struct TcaRing {
+    // This thread's index, read anew at each use under kSwz (an opaque read: the compiler cannot hoist
+    // the addresses made from it out of the block loop, where the wgmma kernel has no registers to keep
+    // them and would spill them).
+    __device__ __forceinline__ static int thread() {
+        if constexpr (kSwz) {
+            int t;
+            asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+            return t;
+        } else {
+            return static_cast<int>(threadIdx.x);
+        }
+    }
     static constexpr int kQuads = kD / 4, kRowStep = kTcaThreads / kQuads;
     static constexpr int kBatchRows = kTcaRingRows / 2, kPerBatch = kBatchRows / kRowStep;
     static_assert(kTcaThreads % kQuads == 0 && kBatchRows % kRowStep == 0 && kTcaBlock == 4 * kBatchRows,
@@ -39,7 +52,7 @@ struct TcaRing {
     // Batch `batch` of the block whose rows are rows[] into slot batch % 2 (zeros for null rows), then
     // one commit group (also when nothing is copied: every thread counts the same groups).
     __device__ __forceinline__ static void issue(float* ring, const float* const* rows, int batch, const float* any) {
-        const int t = static_cast<int>(threadIdx.x), c = (t % kQuads) * 4;
+        const int t = thread(), c = (t % kQuads) * 4;
         const float* const* rr = rows + batch * kBatchRows + t / kQuads;
         float* dst = ring + ((batch % 2) * kBatchRows + t / kQuads) * kD + c;
 #pragma unroll
@@ -54,15 +67,19 @@ struct TcaRing {
     // block buffer kv [64, pitch].
     __device__ __forceinline__ static void convert(__nv_bfloat16* kv, const float* ring, int batch) {
         dev::cp_async_wait<1>();
-        const int t = static_cast<int>(threadIdx.x), c = (t % kQuads) * 4;
+        const int t = thread(), c = (t % kQuads) * 4;
         const float* src = ring + ((batch % 2) * kBatchRows + t / kQuads) * kD + c;
-        __nv_bfloat16* dst = kv + (batch * kBatchRows + t / kQuads) * tca_pitch(kD) + c;
+        const int row = batch * kBatchRows + t / kQuads;
+        __nv_bfloat16* dst = kv + row * tca_pitch(kD) + c;
         float4 v[kPerBatch];
 #pragma unroll
         for (int k = 0; k < kPerBatch; ++k) v[k] = *reinterpret_cast<const float4*>(src + k * kRowStep * kD);
 #pragma unroll
-        for (int k = 0; k < kPerBatch; ++k)
-            *reinterpret_cast<uint2*>(dst + k * kRowStep * tca_pitch(kD)) = uint2{pack_bf16x2(v[k].x, v[k].y), pack_bf16x2(v[k].z, v[k].w)};
+        for (int k = 0; k < kPerBatch; ++k) {
+            const uint2 packed{pack_bf16x2(v[k].x, v[k].y), pack_bf16x2(v[k].z, v[k].w)};
+            if constexpr (kSwz) *reinterpret_cast<uint2*>(kv + tcw::index(row + k * kRowStep, c)) = packed;
+            else *reinterpret_cast<uint2*>(dst + k * kRowStep * tca_pitch(kD)) = packed;
+        }
         asm volatile("" ::: "memory");  // the slot's reads stay before its next copy
     }
     // A whole block into kv: its batches 0 and 1 are in flight (the last two commit groups); batches 2
@@ -77,6 +94,7 @@ struct TcaRing {
             else if (next) issue(ring, next, batch - 2, any);
             else commit_none();
         }
+        if constexpr (kSwz) tcw::fence_proxy_async();  // kv's generic stores, before the barrier, for the wgmmas
     }
 };
 
@@ -108,10 +126,16 @@ static_assert(sizeof(TcaCandidates) <= 128, "tca_pipelined_smem_bytes holds 128 
 // the loads' registers next to the 64 accumulators spills. The row addresses of the block after next
 // are made during a block's MMAs. The arithmetic is the same with and without kPipe (the same values
 // staged, the same MMAs in the same order): both produce the same bits.
-template <int kD, int kSplit, bool kPipe>
+//
+// kWg (sm_90a, kPipe, kD = 512, dynamic shared memory tcw_smem_bytes(kD)): the scores and P·V on
+// warpgroup MMAs (attention_tc_wgmma.cuh) instead of per-warp mma.sync, q, kv and P in their swizzled
+// layout: the same fragments, k-steps and order, a third of the shared-memory operand traffic (a
+// warpgroup reads each operand tile once, not once per warp that shares it).
+template <int kD, int kSplit, bool kPipe, bool kWg = false>
 static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(const __grid_constant__ SparseAttentionParams p) {
+    static_assert(!kWg || (kPipe && kD == 512 && kSplit == 1), "the wgmma kernel: pipelined, kD = 512, one CTA per row");
     extern __shared__ __align__(16) unsigned char tca_sm[];
-    const TcaShared<kD> sm(tca_sm);
+    const TcaShared<kD> sm = kWg ? TcaShared<kD>(tca_sm, TcwLayout{}) : TcaShared<kD>(tca_sm);
     constexpr int kPP = TcaShared<kD>::kPP;
 
     const int64_t r = blockIdx.x, h0 = static_cast<int64_t>(blockIdx.y) * kTcaHeads;
@@ -143,9 +167,24 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
         float sc[2][4];
 #pragma unroll
         for (int t = 0; t < 2; ++t) sc[t][0] = sc[t][1] = sc[t][2] = sc[t][3] = 0.f;
-        tca_scores_part<kD, 0, kKs / 2>(sc, sm, kv, hg, quarter, lane);
-        hook(0);
-        tca_scores_part<kD, kKs / 2, kKs>(sc, sm, kv, hg, quarter, lane);
+        if constexpr (kWg) {
+            // Warpgroup `quarter`: the 64 heads x candidates 16·quarter.. +15, k-steps 0..kKs-1 in order.
+            // Descriptors advance by 16 bytes a unit: 32 bytes a k-step, a sub-tile (8 KiB) every 4.
+            const uint64_t da = tcw::desc_k(sm.q), db = tcw::desc_k(kv + quarter * 16 * 64);
+            tcw::fence();
+#pragma unroll 1
+            for (int kb = 0; kb < kKs / 4; ++kb) {
+#pragma unroll
+                for (int k4 = 0; k4 < 4; ++k4)
+                    tcw::mma_n16(sc, da + (kb * tcw::kSubRows * 128 + k4 * 32) / 16, db + (kb * tcw::kSubRows * 128 + k4 * 32) / 16);
+            }
+            tcw::commit_wait();
+            hook(0);
+        } else {
+            tca_scores_part<kD, 0, kKs / 2>(sc, sm, kv, hg, quarter, lane);
+            hook(0);
+            tca_scores_part<kD, kKs / 2, kKs>(sc, sm, kv, hg, quarter, lane);
+        }
         // Mask, row maxima of this quarter (quad shuffle), exchanged through shared memory.
         float mx[2] = {neg_inf, neg_inf};
 #pragma unroll
@@ -187,9 +226,15 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
                 sum[e / 2] += e4[e];
             }
             const int col = quarter * 16 + t * 8 + qd * 2;
-            *reinterpret_cast<uint32_t*>(sm.p + row0 * kPP + col) = pack_bf16x2(e4[0], e4[1]);
-            *reinterpret_cast<uint32_t*>(sm.p + row1 * kPP + col) = pack_bf16x2(e4[2], e4[3]);
+            if constexpr (kWg) {
+                *reinterpret_cast<uint32_t*>(sm.p + tcw::index(row0, col)) = pack_bf16x2(e4[0], e4[1]);
+                *reinterpret_cast<uint32_t*>(sm.p + tcw::index(row1, col)) = pack_bf16x2(e4[2], e4[3]);
+            } else {
+                *reinterpret_cast<uint32_t*>(sm.p + row0 * kPP + col) = pack_bf16x2(e4[0], e4[1]);
+                *reinterpret_cast<uint32_t*>(sm.p + row1 * kPP + col) = pack_bf16x2(e4[2], e4[3]);
+            }
         }
+        if constexpr (kWg) tcw::fence_proxy_async();  // P's generic stores, before the barrier, for the wgmmas
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
             sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 1);
@@ -216,9 +261,20 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
             acc[t][2] *= alpha[1];
             acc[t][3] *= alpha[1];
         }
-        tca_pv_part<kD, 0, kTcaBlock / 32>(acc, sm, kv, hg, quarter, lane);
-        hook(2);
-        tca_pv_part<kD, kTcaBlock / 32, kTcaBlock / 16>(acc, sm, kv, hg, quarter, lane);
+        if constexpr (kWg) {
+            // Warpgroup `quarter`: the 64 heads x columns quarter·kD/4.. (two sub-tiles), candidates in
+            // k-steps of 16 in order.
+            const uint64_t da = tcw::desc_k(sm.p), db = tcw::desc_n(kv + quarter * 2 * (tcw::kSubRows * 64));
+            tcw::fence();
+#pragma unroll
+            for (int ks = 0; ks < kTcaBlock / 16; ++ks) tcw::mma_n128_bt(acc, da + ks * 32 / 16, db + ks * 16 * 128 / 16);
+            tcw::commit_wait();
+            hook(2);
+        } else {
+            tca_pv_part<kD, 0, kTcaBlock / 32>(acc, sm, kv, hg, quarter, lane);
+            hook(2);
+            tca_pv_part<kD, kTcaBlock / 32, kTcaBlock / 16>(acc, sm, kv, hg, quarter, lane);
+        }
         hook(3);
     };
 
@@ -241,7 +297,7 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
             attend(sm.kv, n, [](int) {});
         }
     } else {
-        using Ring = TcaRing<kD>;
+        using Ring = TcaRing<kD, kWg>;
         TcaCandidates* const cands = reinterpret_cast<TcaCandidates*>(sm.next_rows + 2 * kTcaBlock);
         const float* const any = p.kv;  // a valid address for the zero-filling copies (never read)
         // next_rows[i % 2]: the rows of the CTA's i-th block. Prologue: block 0's first two batches in
@@ -254,12 +310,14 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
             __syncthreads();
             Ring::issue(sm.ring, sm.next_rows, 0, any);
             Ring::issue(sm.ring, sm.next_rows, 1, any);
-            tca_stage_rows<kD>(sm.q, sm.rows);
+            tca_stage_rows<kD, 8, kWg>(sm.q, sm.rows);
             Ring::stage(sm.kv, sm.ring, sm.next_rows, split + kSplit < num_blocks ? sm.next_rows + kTcaBlock : nullptr, any);
         }
 #pragma unroll
         for (int t = 0; t < kNt; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
-        const int nb = static_cast<int>(num_blocks), ncount = static_cast<int>(nc);
+        // Warp-uniform to the compiler (a lane-0 shuffle): the block loop holds the wgmmas.
+        const int nb = __shfl_sync(0xffffffffu, static_cast<int>(num_blocks), 0);
+        const int ncount = __shfl_sync(0xffffffffu, static_cast<int>(nc), 0);
         for (int b = split, parity = 0; b < nb; b += kSplit, parity ^= 1) {
             const int j0 = b * kTcaBlock, n = ncount - j0 < kTcaBlock ? ncount - j0 : kTcaBlock;
             // The rows of the block after next, loaded now, published after this block's MMAs into this
