@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The sparse sink attention's tensor-core kernels (kernels/attention_tc.cuh: wgmma, the cp.async ring,
-// the one-buffer kernel) timed side by side at the V4-Flash widths (64 heads x 512, window 128, CSA
+// The sparse sink attention's tensor-core kernels (kernels/attention_tc.cuh: wgmmaK = the wgmma kernel
+// with kWg = K, 3 being sparse_attention's pick; the cp.async ring; the one-buffer kernel) timed side by side at the V4-Flash widths (64 heads x 512, window 128, CSA
 // top-512 at ratio 4, HCA at ratio 128), with their outputs compared bit for bit (issue 9).
 //   prefill T: one sequence's chunk of T rows from position 0 (the chunk's rows are the window; T/4
 //              or T/128 compressed entries, CSA picks: min(visible, 512) distinct visible entries)
@@ -11,7 +11,7 @@
 // divide by comes from cuda_gemm_bench --only none in the same call.
 //
 //   cuda_attention_bench [--prefill 4096,16384] [--batches 32,512] [--context 4096] [--reps 10]
-//                        [--variants wgmma,ring,one] [--out results.jsonl]
+//                        [--variants wgmma3,wgmma4,wgmma2,wgmma1,ring,one] [--out results.jsonl]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -117,7 +117,7 @@ __global__ void count_diff_kernel(const uint32_t* a, const uint32_t* b, int64_t 
 int main(int argc, char** argv) {
     std::vector<int64_t> prefills{4096, 16384}, batches{32, 512};
     int64_t context = 4096, reps = 10;
-    std::string variants_arg = "wgmma,ring,one", out_path;
+    std::string variants_arg = "wgmma3,wgmma4,wgmma2,wgmma1,ring,one", out_path;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
         if (k == "--prefill") prefills = parse_list(v);
@@ -136,8 +136,9 @@ int main(int argc, char** argv) {
         cuda::TcaVariant v;
     };
     std::vector<Variant> variants;
-    for (const Variant v : {Variant{"wgmma", cuda::TcaVariant::kWgmma}, Variant{"ring", cuda::TcaVariant::kRing},
-                            Variant{"one", cuda::TcaVariant::kOneBuffer}})
+    for (const Variant v : {Variant{"wgmma3", cuda::TcaVariant::kWgmma}, Variant{"wgmma4", cuda::TcaVariant::kWgmmaScores1},
+                            Variant{"wgmma2", cuda::TcaVariant::kWgmmaScores4}, Variant{"wgmma1", cuda::TcaVariant::kWgmmaShared},
+                            Variant{"ring", cuda::TcaVariant::kRing}, Variant{"one", cuda::TcaVariant::kOneBuffer}})
         if (("," + variants_arg + ",").find("," + std::string(v.name) + ",") != std::string::npos) variants.push_back(v);
     FILE* jl = out_path.empty() ? nullptr : std::fopen(out_path.c_str(), "w");
 
@@ -152,7 +153,7 @@ int main(int argc, char** argv) {
     BENCH_CHECK(cudaEventCreate(&e1));
     std::mt19937 rng(1234);
 
-    std::printf("%-14s %-4s %-6s %10s %12s %12s %9s %s\n", "case", "kind", "kernel", "ms", "TFLOP/s", "TFLOP/s pad", "vs ring", "bits");
+    std::printf("%-14s %-4s %-7s %10s %12s %12s %9s %s\n", "case", "kind", "kernel", "ms", "TFLOP/s", "TFLOP/s pad", "vs ring", "bits");
     struct Case {
         bool prefill;
         int64_t n;
@@ -281,7 +282,7 @@ int main(int argc, char** argv) {
                 }
                 if (std::string(v.name) == "ring") ring_ms = med;
                 times.emplace_back(v.name, med);
-                std::printf("%-14s %-4s %-6s %10.3f %12.1f %12.1f %9s %s\n", name.c_str(), csa ? "CSA" : "HCA", v.name, med,
+                std::printf("%-14s %-4s %-7s %10.3f %12.1f %12.1f %9s %s\n", name.c_str(), csa ? "CSA" : "HCA", v.name, med,
                             useful / med * 1e-9, padded / med * 1e-9, "", bits.c_str());
                 if (jl)
                     std::fprintf(jl,

@@ -892,7 +892,7 @@ TEST_F(CudaOps, SparseSinkAttentionMatchesCpu) {
 }
 
 TEST_F(CudaOps, SparseSinkAttentionKernelsAgreeAtPrefillShapes) {
-    // The tensor-core kernels (wgmma on sm_90, the cp.async ring, the one-buffer kernel) give the same
+    // The tensor-core kernels (wgmma on sm_90 and its earlier forms; the cp.async ring; the one-buffer kernel) give the same
     // bits on a prefill batch at the model's widths (64 heads x 512, window 128 in a ring of 144, CSA
     // top-512 at ratio 4, HCA at ratio 128): two segments, one from position 0 (partial windows, fewer
     // than 512 visible entries, partial blocks) and one from position 5997 (windows partly in the
@@ -936,9 +936,11 @@ TEST_F(CudaOps, SparseSinkAttentionKernelsAgreeAtPrefillShapes) {
         std::copy_n(all.begin(), std::min<int64_t>(vis, topk), selected.begin() + t * topk);
     }
     Dev<int32_t> dsel(selected);
-    const cuda::TcaVariant variants[] = {cuda::TcaVariant::kAuto, cuda::TcaVariant::kWgmma, cuda::TcaVariant::kRing,
+    const cuda::TcaVariant variants[] = {cuda::TcaVariant::kAuto,          cuda::TcaVariant::kWgmma,       cuda::TcaVariant::kWgmmaScores1,
+                                         cuda::TcaVariant::kWgmmaScores4,  cuda::TcaVariant::kWgmmaShared, cuda::TcaVariant::kRing,
                                          cuda::TcaVariant::kOneBuffer};
-    const char* names[] = {"pick", "wgmma", "ring", "one buffer"};
+    const char* names[] = {"pick", "wgmma", "wgmma (scores on 1 warpgroup)", "wgmma (scores on 4 warpgroups)",
+                           "wgmma (shared-memory epilogue)", "ring", "one buffer"};
     for (const float q_scale : {0.05f, 1.0f}) {
         Dev<float> dq(bf16_values(randn(size_t(rows * H * Dh), 148, q_scale)));
         for (const cuda::AttentionKind kind : {cuda::AttentionKind::kCsa, cuda::AttentionKind::kHca}) {

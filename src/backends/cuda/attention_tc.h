@@ -10,8 +10,10 @@
 namespace deepinfer::cuda {
 
 // Which tensor-core kernel: sparse_attention's pick (kAuto), the one-buffer kernel, the pipelined
-// (ring) kernel, or the wgmma kernel (sm_90, head_dim 512).
-enum class TcaVariant { kAuto, kOneBuffer, kRing, kWgmma };
+// (ring) kernel, the wgmma kernel (sm_90, head_dim 512: kWg = 3), or for comparison its other forms:
+// scores on one warpgroup (kWg = 4), on all four (kWg = 2), and also the shared-memory epilogue without
+// the q prefetch (kWg = 1).
+enum class TcaVariant { kAuto, kOneBuffer, kRing, kWgmma, kWgmmaScores1, kWgmmaScores4, kWgmmaShared };
 
 // That kernel on p (official numerics; p.tensor_cores is not read), for tests and benchmarks that
 // compare the kernels bit for bit and time them. False (nothing launched) where it does not apply: no

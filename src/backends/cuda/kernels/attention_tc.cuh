@@ -127,13 +127,19 @@ static_assert(sizeof(TcaCandidates) <= 128, "tca_pipelined_smem_bytes holds 128 
 // are made during a block's MMAs. The arithmetic is the same with and without kPipe (the same values
 // staged, the same MMAs in the same order): both produce the same bits.
 //
-// kWg (sm_90a, kPipe, kD = 512, dynamic shared memory tcw_smem_bytes(kD)): the scores and P·V on
+// kWg >= 1 (sm_90a, kPipe, kD = 512, dynamic shared memory tcw_smem_bytes(kD)): the scores and P·V on
 // warpgroup MMAs (attention_tc_wgmma.cuh) instead of per-warp mma.sync, q, kv and P in their swizzled
-// layout: the same fragments, k-steps and order, a third of the shared-memory operand traffic (a
-// warpgroup reads each operand tile once, not once per warp that shares it).
-template <int kD, int kSplit, bool kPipe, bool kWg = false>
+// layout: the same fragments, k-steps and order, about half the shared-memory operand traffic (a
+// warpgroup reads each operand tile once, not once per warp that shares it). kWg = 2 also shortens
+// what a row costs besides its blocks (at prefill a row's q in and output out cost about three blocks):
+// the output goes from the accumulators straight to global memory (tca_merge_store's arithmetic with
+// one part, without its two passes through shared memory and their barriers), and the CTA asks L2 for
+// the q of the row one wave ahead (r + the SM count: the row that starts when a CTA of this wave ends).
+// kWg = 3 also computes the scores on warpgroups 0 and 1 only (m64n32: each reads the q tile once per
+// k-step for 32 candidates, not 16), the same k-steps per output.
+template <int kD, int kSplit, bool kPipe, int kWg = 0>
 static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(const __grid_constant__ SparseAttentionParams p) {
-    static_assert(!kWg || (kPipe && kD == 512 && kSplit == 1), "the wgmma kernel: pipelined, kD = 512, one CTA per row");
+    static_assert(!kWg || (kPipe && kD == 512 && kSplit == 1 && kWg <= 4), "the wgmma kernel: pipelined, kD = 512, one CTA per row");
     extern __shared__ __align__(16) unsigned char tca_sm[];
     const TcaShared<kD> sm = kWg ? TcaShared<kD>(tca_sm, TcwLayout{}) : TcaShared<kD>(tca_sm);
     constexpr int kPP = TcaShared<kD>::kPP;
@@ -149,7 +155,8 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
     auto row_of = [&](int64_t j) -> const float* { return j < nc ? cand(j) : nullptr; };
 
     const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32, qd = lane % 4;
-    const int hg = warp % 4, quarter = warp / 4;
+    // The warpgroup index, warp-uniform to the compiler (a lane-0 shuffle) where it guards wgmmas.
+    const int hg = warp % 4, quarter = kWg ? __shfl_sync(0xffffffffu, warp / 4, 0) : warp / 4;
     const int row0 = hg * 16 + lane / 4, row1 = row0 + 8;  // this thread's two heads (block-local)
     constexpr float kLog2e = 1.4426950408889634f;
     const float scale2 = p.softmax_scale * kLog2e;  // scores in base-2 units
@@ -163,11 +170,49 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
     // One block of n candidates in kv: the online softmax's step. hook(0) runs after the first half of
     // the scores, hook(1) after the barrier that publishes the row maxima, hook(2) after the first half
     // of P·V, hook(3) after the second.
+    // Quarters of the block's candidates whose scores this thread holds: its own (kWg < 3), or with
+    // kWg = 3 two for warpgroups 0 and 1 (quarters 2·wg and 2·wg + 1: m64n32 wgmmas, the q tile read by
+    // two warpgroups instead of four) and none for warpgroups 2 and 3. Each quarter's maxima, sums and
+    // P entries are the same expressions whichever thread computes them.
+    // kWg = 4: all four quarters on warpgroup 0 (m64n64: the q tile read once per k-step).
+    constexpr int kQ = kWg >= 4 ? 4 : kWg >= 3 ? 2 : 1;
+    const int nq = kWg >= 4 ? (quarter == 0 ? 4 : 0) : kWg >= 3 ? (quarter < 2 ? 2 : 0) : 1;
+    auto quarter_of = [&](int qq) { return kWg >= 4 ? qq : kWg >= 3 ? 2 * quarter + qq : quarter; };
     auto attend = [&](const __nv_bfloat16* kv, int n, auto&& hook) {
-        float sc[2][4];
+        float sc[kQ][2][4];
 #pragma unroll
-        for (int t = 0; t < 2; ++t) sc[t][0] = sc[t][1] = sc[t][2] = sc[t][3] = 0.f;
-        if constexpr (kWg) {
+        for (int qq = 0; qq < kQ; ++qq)
+#pragma unroll
+            for (int t = 0; t < 2; ++t) sc[qq][t][0] = sc[qq][t][1] = sc[qq][t][2] = sc[qq][t][3] = 0.f;
+        if constexpr (kWg >= 4) {
+            // Warpgroup 0: the 64 heads x the block's 64 candidates, k-steps 0..kKs-1 in order.
+            if (nq > 0) {
+                const uint64_t da = tcw::desc_k(sm.q), db = tcw::desc_k(kv);
+                tcw::fence();
+#pragma unroll 1
+                for (int kb = 0; kb < kKs / 4; ++kb) {
+#pragma unroll
+                    for (int k4 = 0; k4 < 4; ++k4)
+                        tcw::mma_n64(sc, da + (kb * tcw::kSubRows * 128 + k4 * 32) / 16, db + (kb * tcw::kSubRows * 128 + k4 * 32) / 16);
+                }
+                tcw::commit_wait();
+            }
+            hook(0);
+        } else if constexpr (kWg >= 3) {
+            // Warpgroups 0 and 1: the 64 heads x candidates 32·wg.. +31, k-steps 0..kKs-1 in order.
+            if (nq > 0) {
+                const uint64_t da = tcw::desc_k(sm.q), db = tcw::desc_k(kv + quarter * 32 * 64);
+                tcw::fence();
+#pragma unroll 1
+                for (int kb = 0; kb < kKs / 4; ++kb) {
+#pragma unroll
+                    for (int k4 = 0; k4 < 4; ++k4)
+                        tcw::mma_n32(sc, da + (kb * tcw::kSubRows * 128 + k4 * 32) / 16, db + (kb * tcw::kSubRows * 128 + k4 * 32) / 16);
+                }
+                tcw::commit_wait();
+            }
+            hook(0);
+        } else if constexpr (kWg) {
             // Warpgroup `quarter`: the 64 heads x candidates 16·quarter.. +15, k-steps 0..kKs-1 in order.
             // Descriptors advance by 16 bytes a unit: 32 bytes a k-step, a sub-tile (8 KiB) every 4.
             const uint64_t da = tcw::desc_k(sm.q), db = tcw::desc_k(kv + quarter * 16 * 64);
@@ -176,33 +221,38 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
             for (int kb = 0; kb < kKs / 4; ++kb) {
 #pragma unroll
                 for (int k4 = 0; k4 < 4; ++k4)
-                    tcw::mma_n16(sc, da + (kb * tcw::kSubRows * 128 + k4 * 32) / 16, db + (kb * tcw::kSubRows * 128 + k4 * 32) / 16);
+                    tcw::mma_n16(sc[0], da + (kb * tcw::kSubRows * 128 + k4 * 32) / 16, db + (kb * tcw::kSubRows * 128 + k4 * 32) / 16);
             }
             tcw::commit_wait();
             hook(0);
         } else {
-            tca_scores_part<kD, 0, kKs / 2>(sc, sm, kv, hg, quarter, lane);
+            tca_scores_part<kD, 0, kKs / 2>(sc[0], sm, kv, hg, quarter, lane);
             hook(0);
-            tca_scores_part<kD, kKs / 2, kKs>(sc, sm, kv, hg, quarter, lane);
+            tca_scores_part<kD, kKs / 2, kKs>(sc[0], sm, kv, hg, quarter, lane);
         }
-        // Mask, row maxima of this quarter (quad shuffle), exchanged through shared memory.
-        float mx[2] = {neg_inf, neg_inf};
+        // Mask, row maxima of each quarter (quad shuffle), exchanged through shared memory.
 #pragma unroll
-        for (int t = 0; t < 2; ++t)
+        for (int qq = 0; qq < kQ; ++qq) {
+            if (qq >= nq) continue;
+            const int qr = quarter_of(qq);
+            float mx[2] = {neg_inf, neg_inf};
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int j = quarter * 16 + t * 8 + qd * 2 + (e % 2);
-                sc[t][e] = j < n ? sc[t][e] * scale2 : neg_inf;
-                mx[e / 2] = fmaxf(mx[e / 2], sc[t][e]);
+            for (int t = 0; t < 2; ++t)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int j = qr * 16 + t * 8 + qd * 2 + (e % 2);
+                    sc[qq][t][e] = j < n ? sc[qq][t][e] * scale2 : neg_inf;
+                    mx[e / 2] = fmaxf(mx[e / 2], sc[qq][t][e]);
+                }
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
             }
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-        }
-        if (qd == 0) {
-            sm.red_max[quarter * kTcaHeads + row0] = mx[0];
-            sm.red_max[quarter * kTcaHeads + row1] = mx[1];
+            if (qd == 0) {
+                sm.red_max[qr * kTcaHeads + row0] = mx[0];
+                sm.red_max[qr * kTcaHeads + row1] = mx[1];
+            }
         }
         __syncthreads();
         hook(1);
@@ -215,35 +265,40 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
             m_new[i] = fmaxf(m_run[i], bm);  // finite: every block holds at least one candidate
             alpha[i] = exp2f(m_run[i] - m_new[i]);
         }
-        // Probabilities: f32 into the row sums, bf16 into P.
-        float sum[2] = {0.f, 0.f};
+        // Probabilities: f32 into each quarter's row sums, bf16 into P.
 #pragma unroll
-        for (int t = 0; t < 2; ++t) {
-            float e4[4];
+        for (int qq = 0; qq < kQ; ++qq) {
+            if (qq >= nq) continue;
+            const int qr = quarter_of(qq);
+            float sum[2] = {0.f, 0.f};
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                e4[e] = exp2f(sc[t][e] - m_new[e / 2]);
-                sum[e / 2] += e4[e];
+            for (int t = 0; t < 2; ++t) {
+                float e4[4];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    e4[e] = exp2f(sc[qq][t][e] - m_new[e / 2]);
+                    sum[e / 2] += e4[e];
+                }
+                const int col = qr * 16 + t * 8 + qd * 2;
+                if constexpr (kWg) {
+                    *reinterpret_cast<uint32_t*>(sm.p + tcw::index(row0, col)) = pack_bf16x2(e4[0], e4[1]);
+                    *reinterpret_cast<uint32_t*>(sm.p + tcw::index(row1, col)) = pack_bf16x2(e4[2], e4[3]);
+                } else {
+                    *reinterpret_cast<uint32_t*>(sm.p + row0 * kPP + col) = pack_bf16x2(e4[0], e4[1]);
+                    *reinterpret_cast<uint32_t*>(sm.p + row1 * kPP + col) = pack_bf16x2(e4[2], e4[3]);
+                }
             }
-            const int col = quarter * 16 + t * 8 + qd * 2;
-            if constexpr (kWg) {
-                *reinterpret_cast<uint32_t*>(sm.p + tcw::index(row0, col)) = pack_bf16x2(e4[0], e4[1]);
-                *reinterpret_cast<uint32_t*>(sm.p + tcw::index(row1, col)) = pack_bf16x2(e4[2], e4[3]);
-            } else {
-                *reinterpret_cast<uint32_t*>(sm.p + row0 * kPP + col) = pack_bf16x2(e4[0], e4[1]);
-                *reinterpret_cast<uint32_t*>(sm.p + row1 * kPP + col) = pack_bf16x2(e4[2], e4[3]);
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 1);
+                sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 2);
+            }
+            if (qd == 0) {
+                sm.red_sum[qr * kTcaHeads + row0] = sum[0];
+                sm.red_sum[qr * kTcaHeads + row1] = sum[1];
             }
         }
         if constexpr (kWg) tcw::fence_proxy_async();  // P's generic stores, before the barrier, for the wgmmas
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 1);
-            sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 2);
-        }
-        if (qd == 0) {
-            sm.red_sum[quarter * kTcaHeads + row0] = sum[0];
-            sm.red_sum[quarter * kTcaHeads + row1] = sum[1];
-        }
         __syncthreads();
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
@@ -297,7 +352,7 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
             attend(sm.kv, n, [](int) {});
         }
     } else {
-        using Ring = TcaRing<kD, kWg>;
+        using Ring = TcaRing<kD, (kWg > 0)>;
         TcaCandidates* const cands = reinterpret_cast<TcaCandidates*>(sm.next_rows + 2 * kTcaBlock);
         const float* const any = p.kv;  // a valid address for the zero-filling copies (never read)
         // next_rows[i % 2]: the rows of the CTA's i-th block. Prologue: block 0's first two batches in
@@ -310,7 +365,17 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
             __syncthreads();
             Ring::issue(sm.ring, sm.next_rows, 0, any);
             Ring::issue(sm.ring, sm.next_rows, 1, any);
-            tca_stage_rows<kD, 8, kWg>(sm.q, sm.rows);
+            if constexpr (kWg >= 2) {
+                // The q of the row one wave ahead into L2 (a hint: 8 bulk prefetches of 16 KiB).
+                const int64_t ahead_row = r + tcw::sm_count();
+                if (ahead_row < p.rows && warp == kTcaThreads / 32 - 1 && lane < kTcaHeads * kD * 4 / 16384 &&
+                    (lane + 1) * (16384 / (kD * 4)) <= p.heads - h0)
+                    tcw::prefetch_l2(p.q + (ahead_row * p.heads + h0) * kD + lane * (16384 / 4), 16384);
+                // ... and its CSA picks (its first blocks' window rows are this chunk's recent rows).
+                if (ahead_row < p.rows && p.selected && p.topk % 4 == 0 && tid == kTcaThreads - 32 + 31)
+                    tcw::prefetch_l2(p.selected + ahead_row * p.topk, static_cast<uint32_t>(p.topk * 4));
+            }
+            tca_stage_rows<kD, 8, (kWg > 0)>(sm.q, sm.rows);
             Ring::stage(sm.kv, sm.ring, sm.next_rows, split + kSplit < num_blocks ? sm.next_rows + kTcaBlock : nullptr, any);
         }
 #pragma unroll
@@ -335,9 +400,44 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
         }
         dev::cp_async_wait<0>();  // nothing is in flight (the last blocks committed empty groups)
     }
-    const int parts = static_cast<int>(num_blocks < kSplit ? num_blocks : kSplit);
-    tca_merge_store<kD, kSplit, true>(sm, acc, m_run, l_run, split, parts, nh, p.sink, h0, p.cos_sin + pos * p.rope_dim,
-                                      p.rope_dim, p.out + r * p.heads * kD);
+    if constexpr (kWg >= 2) {
+        // One CTA per row: tca_merge_store's arithmetic with one part (M = m, w = 2^(m - M) = 1, den = 0 +
+        // l·w + 2^(sink·log2e - M), o = bf16((0 + acc·w) / den), inverse RoPE of the rope dims -> bf16),
+        // from this thread's accumulators (heads row0, row1; columns quarter·kD/4 + 8t + 2·qd and + 1, a
+        // RoPE pair) straight to global memory.
+        const float* cs = p.cos_sin + pos * p.rope_dim;
+        const int64_t rope0 = kD - p.rope_dim;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int row = i ? row1 : row0;
+            if (row >= nh) continue;
+            const float mx = fmaxf(neg_inf, m_run[i]);
+            const float w = exp2f(m_run[i] - mx);
+            float den = 0.f;
+            den += l_run[i] * w;
+            den += exp2f(p.sink[h0 + row] * kLog2e - mx);
+            float* dst = p.out + (r * p.heads + h0 + row) * kD + quarter * (kD / 4) + qd * 2;
+#pragma unroll
+            for (int t = 0; t < kNt; ++t) {
+                float o2[2] = {0.f, 0.f};
+                o2[0] += acc[t][2 * i] * w;
+                o2[1] += acc[t][2 * i + 1] * w;
+                o2[0] = dev::round_bf16(o2[0] / den);
+                o2[1] = dev::round_bf16(o2[1] / den);
+                const int col = quarter * (kD / 4) + t * 8 + qd * 2;
+                if (col >= rope0) {
+                    dev::rope_pair(o2, 0, cs + (col - rope0), true);
+                    o2[0] = dev::round_bf16(o2[0]);
+                    o2[1] = dev::round_bf16(o2[1]);
+                }
+                *reinterpret_cast<float2*>(dst + t * 8) = make_float2(o2[0], o2[1]);
+            }
+        }
+    } else {
+        const int parts = static_cast<int>(num_blocks < kSplit ? num_blocks : kSplit);
+        tca_merge_store<kD, kSplit, true>(sm, acc, m_run, l_run, split, parts, nh, p.sink, h0, p.cos_sin + pos * p.rope_dim,
+                                          p.rope_dim, p.out + r * p.heads * kD);
+    }
 }
 
 }  // namespace deepinfer::cuda::kernels

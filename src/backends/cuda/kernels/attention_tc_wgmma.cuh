@@ -65,6 +65,21 @@ __device__ __forceinline__ void commit_wait() {
 #endif
 }
 
+// The number of SMs (%nsmid: an upper bound of the SM ids), for prefetch distances only.
+__device__ __forceinline__ int sm_count() {
+    int n;
+    asm("mov.u32 %0, %%nsmid;\n" : "=r"(n));
+    return n;
+}
+// A hint: bytes (a multiple of 16) at p (16-byte aligned) into L2.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+#ifdef DI_TCW_ENABLED
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+#else
+    (void)p; (void)bytes;
+#endif
+}
+
 // d += A · B over one k-step of 16: m64n16k16, A and B K-major.
 __device__ __forceinline__ void mma_n16(float (&d)[2][4], uint64_t da, uint64_t db) {
 #ifdef DI_TCW_ENABLED
@@ -81,6 +96,43 @@ __device__ __forceinline__ void mma_n16(float (&d)[2][4], uint64_t da, uint64_t 
     __trap();  // the launcher picks the wgmma kernel on sm_90 devices only (built for sm_90a)
 #endif
 }
+
+// d += A · B over one k-step of 16: m64n32k16, A and B K-major; d[h][t] = n-tile 2h + t.
+__device__ __forceinline__ void mma_n32(float (&d)[2][2][4], uint64_t da, uint64_t db) {
+#ifdef DI_TCW_ENABLED
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0][0][0]), "+f"(d[0][0][1]), "+f"(d[0][0][2]), "+f"(d[0][0][3]), "+f"(d[0][1][0]), "+f"(d[0][1][1]),
+          "+f"(d[0][1][2]), "+f"(d[0][1][3]), "+f"(d[1][0][0]), "+f"(d[1][0][1]), "+f"(d[1][0][2]), "+f"(d[1][0][3]),
+          "+f"(d[1][1][0]), "+f"(d[1][1][1]), "+f"(d[1][1][2]), "+f"(d[1][1][3])
+        : "l"(da), "l"(db), "r"(1)
+        : "memory");
+#else
+    (void)d; (void)da; (void)db;
+    __trap();
+#endif
+}
+
+#define DI_TCW_Q8(q) "+f"(d[q][0][0]), "+f"(d[q][0][1]), "+f"(d[q][0][2]), "+f"(d[q][0][3]), "+f"(d[q][1][0]), "+f"(d[q][1][1]), "+f"(d[q][1][2]), "+f"(d[q][1][3])
+// d += A · B over one k-step of 16: m64n64k16, A and B K-major; d[q][t] = n-tile 2q + t.
+__device__ __forceinline__ void mma_n64(float (&d)[4][2][4], uint64_t da, uint64_t db) {
+#ifdef DI_TCW_ENABLED
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"
+        "%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : DI_TCW_Q8(0), DI_TCW_Q8(1), DI_TCW_Q8(2), DI_TCW_Q8(3)
+        : "l"(da), "l"(db), "r"(1)
+        : "memory");
+#else
+    (void)d; (void)da; (void)db;
+    __trap();
+#endif
+}
+#undef DI_TCW_Q8
 
 #define DI_TCW_R4(t) "+f"(d[t][0]), "+f"(d[t][1]), "+f"(d[t][2]), "+f"(d[t][3])
 // d += A · B over one k-step of 16: m64n128k16, A K-major, B N-major (transposed).

@@ -134,18 +134,30 @@ bool wgmma_device() {
     return yes;
 }
 
-// The wgmma kernel (kWg) on sm_90 at kD = 512, else the pipelined kernel (kPipe) where the device's
+// The wgmma kernel (kWg = 3) on sm_90 at kD = 512, else the pipelined kernel (kPipe) where the device's
 // shared memory holds its ring of rows in flight (sm_90: 227 KB per block), else the one-buffer kernel
 // (sm_80 at kD = 512, and kD = 64); all give the same bits. The choice depends on the device only
 // (`variant` forces one, for tests and benchmarks).
 template <int kD>
 bool launch_tc(const SparseAttentionParams& p, Stream s, TcaVariant variant) {
     if constexpr (kD == 512)
-        if ((variant == TcaVariant::kAuto || variant == TcaVariant::kWgmma) && wgmma_device() &&
-            kernels::tcw_smem_bytes(kD) <= max_shared_memory_per_block())
-            return launch_tca<kD, kernels::tcw_smem_bytes(kD)>(kernels::tc_attention_kernel<kD, 1, true, true>,
-                                                               kernels::tc_attention_kernel<kD, 1, true, true>, p, p.rows, p.heads, raw(s));
-    if (variant == TcaVariant::kWgmma) return false;
+        if (wgmma_device() && kernels::tcw_smem_bytes(kD) <= max_shared_memory_per_block()) {
+            if (variant == TcaVariant::kAuto || variant == TcaVariant::kWgmma)
+                return launch_tca<kD, kernels::tcw_smem_bytes(kD)>(kernels::tc_attention_kernel<kD, 1, true, 3>,
+                                                                   kernels::tc_attention_kernel<kD, 1, true, 3>, p, p.rows, p.heads, raw(s));
+            if (variant == TcaVariant::kWgmmaScores1)
+                return launch_tca<kD, kernels::tcw_smem_bytes(kD)>(kernels::tc_attention_kernel<kD, 1, true, 4>,
+                                                                   kernels::tc_attention_kernel<kD, 1, true, 4>, p, p.rows, p.heads, raw(s));
+            if (variant == TcaVariant::kWgmmaScores4)
+                return launch_tca<kD, kernels::tcw_smem_bytes(kD)>(kernels::tc_attention_kernel<kD, 1, true, 2>,
+                                                                   kernels::tc_attention_kernel<kD, 1, true, 2>, p, p.rows, p.heads, raw(s));
+            if (variant == TcaVariant::kWgmmaShared)
+                return launch_tca<kD, kernels::tcw_smem_bytes(kD)>(kernels::tc_attention_kernel<kD, 1, true, 1>,
+                                                                   kernels::tc_attention_kernel<kD, 1, true, 1>, p, p.rows, p.heads, raw(s));
+        }
+    if (variant == TcaVariant::kWgmma || variant == TcaVariant::kWgmmaScores1 || variant == TcaVariant::kWgmmaScores4 ||
+        variant == TcaVariant::kWgmmaShared)
+        return false;
     if constexpr (kD >= 128)  // the ring's batches hold whole float4s per thread from kD = 128
         if (variant != TcaVariant::kOneBuffer && kernels::tca_pipelined_smem_bytes(kD) <= max_shared_memory_per_block())
             return launch_tca<kD, kernels::tca_pipelined_smem_bytes(kD)>(kernels::tc_attention_kernel<kD, kernels::kTcaSplit, true>,
