@@ -5,6 +5,7 @@
 // kernel's, element for element (warp i of a warpgroup holds rows 16i..16i+15; thread (g, t4) rows g and
 // g + 8, columns 8j + 2·t4 and + 1 as d[4j .. 4j + 3]):
 //   scores  m64n16k16 x kD/16 k-steps: the 64 heads x this quarter's 16 candidates, q and kv K-major
+//           (kWg = 3: m64n32 on warpgroups 0 and 1, two quarters each; kWg = 4: m64n64 on warpgroup 0)
 //   P·V     m64n(kD/4)k16 x 4 k-steps: the 64 heads x this quarter's kD/4 columns, P K-major, kv N-major
 // and every output's chain of k-steps is the mma.sync kernel's (the same k-steps of 16 in the same
 // order into the same f32 accumulator), so the two kernels give the same bits wherever one k-step of
