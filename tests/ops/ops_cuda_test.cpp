@@ -862,9 +862,10 @@ TEST_F(CudaOps, SparseSinkAttentionMatchesCpu) {
             else expect_bits_equal(std::vector<float>(first.begin(), first.begin() + n * H * Dh), got,
                                    "tensor-core attention: rows alone equal rows in a batch");
         }
-        // The pipelined kernel (rows in flight through a ring, where the device's shared memory holds it) and
-        // the one-buffer kernel give the same bits: CSA (10 full blocks of 64) and HCA (128 window + 46
-        // entries: 3 blocks, the last partial), batches of 12 rows and 1 row.
+        // sparse_attention's pick (the wgmma kernel on sm_90), the pipelined kernel (rows in flight through a
+        // ring, where the device's shared memory holds it) and the one-buffer kernel give the same bits:
+        // CSA (10 full blocks of 64) and HCA (128 window + 46 entries: 3 blocks, the last partial),
+        // batches of 12 rows and 1 row.
         for (const cuda::AttentionKind kind : {cuda::AttentionKind::kCsa, cuda::AttentionKind::kHca}) {
             for (const int64_t n : {rows, int64_t(1)}) {
                 std::vector<float> outs[2];
@@ -883,8 +884,106 @@ TEST_F(CudaOps, SparseSinkAttentionMatchesCpu) {
                 }
                 EXPECT_NE(outs[0], std::vector<float>(outs[0].size(), 0.0f));
                 expect_bits_equal(outs[1], outs[0],
-                                  std::string("tensor-core attention: pipelined = one buffer, ") + (kind == cuda::AttentionKind::kCsa ? "CSA" : "HCA") +
+                                  std::string("tensor-core attention: pick = one buffer, ") + (kind == cuda::AttentionKind::kCsa ? "CSA" : "HCA") +
                                       ", " + std::to_string(n) + " rows");
+            }
+        }
+    }
+}
+
+TEST_F(CudaOps, SparseSinkAttentionKernelsAgreeAtPrefillShapes) {
+    // The tensor-core kernels (wgmma on sm_90 and its earlier forms; the cp.async ring; the one-buffer kernel) give the same
+    // bits on a prefill batch at the model's widths (64 heads x 512, window 128 in a ring of 144, CSA
+    // top-512 at ratio 4, HCA at ratio 128): two segments, one from position 0 (partial windows, fewer
+    // than 512 visible entries, partial blocks) and one from position 5997 (windows partly in the
+    // ring, full picks); q at two scales (flat and peaked softmaxes). Each row's output is also the
+    // same computed alone (batch-invariant).
+    const int64_t H = 64, Dh = 512, R = 64, W = 128, WR = W + 16, topk = 512, n_entries = 1600;
+    const int64_t rows_a = 160, rows_b = 96, rows = rows_a + rows_b, P0b = 5997;
+    const cpu::RopeTable rope(flash_yarn(), R);
+    Dev<float> dcs(cos_sin(rope, 8192));
+    std::vector<float> sink = randn(size_t(H), 145);
+    Dev<float> dsink(sink);
+    std::vector<int32_t> positions(static_cast<size_t>(rows)), row_seg(static_cast<size_t>(rows));
+    for (int64_t t = 0; t < rows; ++t) {
+        positions[size_t(t)] = int32_t(t < rows_a ? t : P0b + (t - rows_a));
+        row_seg[size_t(t)] = t < rows_a ? 0 : 1;
+    }
+    Dev<int32_t> dpos(positions), drs(row_seg);
+    Dev<float> dring_a(bf16_values(randn(size_t(WR * Dh), 141))), dring_b(bf16_values(randn(size_t(WR * Dh), 142)));
+    Dev<float> dent_a(bf16_values(randn(size_t(n_entries * Dh), 143))), dent_b(bf16_values(randn(size_t(n_entries * Dh), 144)));
+    Dev<float> dkv(bf16_values(randn(size_t(rows * Dh), 146)));
+    std::vector<cuda::DeviceSegment> segs(2);
+    segs[0].row_begin = 0;
+    segs[0].num_rows = rows_a;
+    segs[0].first_position = 0;
+    segs[0].window = dring_a.ptr();
+    segs[0].comp_entries = dent_a.ptr();
+    segs[1].row_begin = rows_a;
+    segs[1].num_rows = rows_b;
+    segs[1].first_position = P0b;
+    segs[1].window = dring_b.ptr();
+    segs[1].comp_entries = dent_b.ptr();
+    Dev<cuda::DeviceSegment> dseg(segs);
+    // CSA picks: distinct visible entries ((pos + 1) / 4 of them) in random order, the first min(visible, 512) used.
+    std::vector<int32_t> selected(size_t(rows * topk), 0);
+    std::mt19937 rng(147);
+    for (int64_t t = 0; t < rows; ++t) {
+        const int64_t vis = std::min<int64_t>((positions[size_t(t)] + 1) / 4, n_entries);
+        std::vector<int32_t> all(static_cast<size_t>(vis));
+        std::iota(all.begin(), all.end(), 0);
+        std::shuffle(all.begin(), all.end(), rng);
+        std::copy_n(all.begin(), std::min<int64_t>(vis, topk), selected.begin() + t * topk);
+    }
+    Dev<int32_t> dsel(selected);
+    const cuda::TcaVariant variants[] = {cuda::TcaVariant::kAuto,          cuda::TcaVariant::kWgmma,       cuda::TcaVariant::kWgmmaScores1,
+                                         cuda::TcaVariant::kWgmmaScores4,  cuda::TcaVariant::kWgmmaShared, cuda::TcaVariant::kRing,
+                                         cuda::TcaVariant::kOneBuffer};
+    const char* names[] = {"pick", "wgmma", "wgmma (scores on 1 warpgroup)", "wgmma (scores on 4 warpgroups)",
+                           "wgmma (shared-memory epilogue)", "ring", "one buffer"};
+    for (const float q_scale : {0.05f, 1.0f}) {
+        Dev<float> dq(bf16_values(randn(size_t(rows * H * Dh), 148, q_scale)));
+        for (const cuda::AttentionKind kind : {cuda::AttentionKind::kCsa, cuda::AttentionKind::kHca}) {
+            const bool csa = kind == cuda::AttentionKind::kCsa;
+            cuda::SparseAttentionParams ap{.segments = dseg.ptr(), .row_segment = drs.ptr(), .positions = dpos.ptr(), .rows = rows,
+                                           .heads = H, .head_dim = Dh, .q = dq.ptr(), .kv = dkv.ptr(), .sink = dsink.ptr(),
+                                           .window = W, .window_rows = WR, .kind = kind, .ratio = csa ? 4 : 128,
+                                           .selected = csa ? dsel.ptr() : nullptr, .topk = csa ? topk : 0,
+                                           .max_candidates = W + (csa ? topk : n_entries), .scratch = nullptr,
+                                           .cos_sin = dcs.ptr(), .rope_dim = R, .softmax_scale = 1.0f / std::sqrt(float(Dh)),
+                                           .official = true, .tensor_cores = true, .out = nullptr};
+            const std::string what = std::string(csa ? "CSA" : "HCA") + ", q scale " + std::to_string(q_scale) + ": ";
+            std::vector<float> first;
+            for (size_t v = 0; v < std::size(variants); ++v) {
+                Dev<float> dout(std::vector<float>(size_t(rows * H * Dh), std::nanf("")));
+                ap.out = dout.ptr();
+                if (!cuda::sparse_attention_tc_variant(ap, Stream{}, variants[v])) {
+                    EXPECT_NE(variants[v], cuda::TcaVariant::kAuto);
+                    EXPECT_NE(variants[v], cuda::TcaVariant::kOneBuffer);
+                    continue;
+                }
+                const std::vector<float> got = dout.host(size_t(rows * H * Dh));
+                EXPECT_EQ(std::count_if(got.begin(), got.end(), [](float x) { return std::isnan(x); }), 0) << what << names[v];
+                if (first.empty()) {
+                    first = got;
+                    EXPECT_NE(first, std::vector<float>(first.size(), 0.0f));
+                } else {
+                    expect_bits_equal(first, got, what + names[v] + " = " + names[0]);
+                }
+            }
+            // Rows alone (the last row of each segment, through sparse_attention's pick) = rows in the batch.
+            for (const int64_t r : {rows_a - 1, rows - 1}) {
+                Dev<float> dout(size_t(H * Dh));
+                cuda::SparseAttentionParams one = ap;
+                one.rows = 1;
+                one.positions = dpos.ptr() + r;
+                one.row_segment = drs.ptr() + r;
+                one.q = dq.ptr() + r * H * Dh;
+                one.selected = csa ? dsel.ptr() + r * topk : nullptr;
+                one.out = dout.ptr();
+                cuda::sparse_attention(one, Stream{});
+                expect_bits_equal(std::vector<float>(first.begin() + r * H * Dh, first.begin() + (r + 1) * H * Dh),
+                                  dout.host(size_t(H * Dh)), what + "row " + std::to_string(r) + " alone");
             }
         }
     }

@@ -18,6 +18,7 @@
 
 #include "backends/cuda/common/device_math.cuh"
 #include "backends/cuda/common/mma_sync.cuh"
+#include "backends/cuda/kernels/attention_tc_wgmma.cuh"
 
 namespace deepinfer::cuda::kernels {
 
@@ -48,8 +49,18 @@ __host__ __device__ constexpr int64_t tca_pipelined_smem_bytes(int64_t kd) {
     return tca_smem_bytes(kd) + 4 * kTcaRingRows * kd + 2 * 8 * kTcaBlock + 128;
 }
 
+// The wgmma kernel (attention_tc.cuh, kWg; attention_tc_wgmma.cuh) lays the same parts out unpadded, q,
+// kv and P in the 128-byte swizzle from a 1024-aligned base: q, kv [64, kd] and P [64, 64] bf16, then
+// the pipelined kernel's reductions, row tables, ring, next rows and candidate source; + 1024 bytes to
+// align the base.
+__host__ __device__ constexpr int64_t tcw_smem_bytes(int64_t kd) {
+    return 2 * (2 * kTcaHeads * kd + kTcaHeads * kTcaBlock) + 4 * 2 * 4 * kTcaHeads + 4 * 2 * kTcaHeads + 8 * kTcaBlock +
+           4 * kTcaRingRows * kd + 2 * 8 * kTcaBlock + 128 + 1024;
+}
+struct TcwLayout {};  // tag: TcaShared over tcw_smem_bytes' layout
+
 // Pointers into one CTA's dynamic shared memory (layout of tca_smem_bytes; ring and next_rows only
-// within tca_pipelined_smem_bytes).
+// within tca_pipelined_smem_bytes; or tcw_smem_bytes' with TcwLayout).
 template <int kD>
 struct TcaShared {
     static constexpr int kP = static_cast<int>(tca_pitch(kD));
@@ -78,6 +89,20 @@ struct TcaShared {
         ring = reinterpret_cast<float*>(base + tca_smem_bytes(kD));
         next_rows = reinterpret_cast<const float**>(ring + kTcaRingRows * kD);
     }
+    __device__ TcaShared(unsigned char* base, TcwLayout) {
+        base = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(base) + 1023) & ~uintptr_t(1023));
+        q = reinterpret_cast<__nv_bfloat16*>(base);
+        kv = q + kTcaHeads * kD;
+        p = kv + kTcaHeads * kD;
+        red_max = reinterpret_cast<float*>(p + kTcaHeads * kTcaBlock);
+        red_sum = red_max + 4 * kTcaHeads;
+        part_m = red_sum + 4 * kTcaHeads;
+        part_l = part_m + kTcaHeads;
+        rows = reinterpret_cast<const float**>(part_l + kTcaHeads);
+        o = reinterpret_cast<float*>(base);
+        ring = reinterpret_cast<float*>(rows + kTcaBlock);
+        next_rows = reinterpret_cast<const float**>(ring + kTcaRingRows * kD);
+    }
 };
 
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
@@ -87,8 +112,9 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 
 // The 64 rows whose addresses are in rows[] (kD floats each; null: zeros) into dst as bf16. Each thread
 // issues 8 16-byte loads before it stores any (a block is bound by load latency, not bandwidth).
-// Call after a barrier that publishes rows[]; the caller syncs before reading dst.
-template <int kD, int kMaxBatch = 8>
+// Call after a barrier that publishes rows[]; the caller syncs before reading dst. kSwz: dst in the wgmma
+// kernel's layout (attention_tc_wgmma.cuh: tcw::index), else rows tca_pitch apart.
+template <int kD, int kMaxBatch = 8, bool kSwz = false>
 __device__ __forceinline__ void tca_stage_rows(__nv_bfloat16* dst, const float* const* rows) {
     constexpr int kQuads = kD / 4;
     constexpr int kPer = kTcaBlock * kQuads / kTcaThreads;  // float4 per thread: 2 .. 16
@@ -107,7 +133,8 @@ __device__ __forceinline__ void tca_stage_rows(__nv_bfloat16* dst, const float* 
         for (int k = 0; k < kBatch; ++k) {
             const int i = static_cast<int>(threadIdx.x) + (k0 + k) * kTcaThreads;
             const uint2 packed{pack_bf16x2(v[k].x, v[k].y), pack_bf16x2(v[k].z, v[k].w)};
-            *reinterpret_cast<uint2*>(dst + (i / kQuads) * tca_pitch(kD) + (i % kQuads) * 4) = packed;
+            if constexpr (kSwz) *reinterpret_cast<uint2*>(dst + tcw::index(i / kQuads, (i % kQuads) * 4)) = packed;
+            else *reinterpret_cast<uint2*>(dst + (i / kQuads) * tca_pitch(kD) + (i % kQuads) * 4) = packed;
         }
     }
 }

@@ -143,33 +143,68 @@ void launch_mqa(const SparseAttentionParams& p, Stream s) {
                                             static_cast<size_t>(kernels::mqa_smem_bytes(kHeads, p.head_dim)), raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
-// The pipelined kernel (kPipe) where the device's shared memory holds its ring of rows in flight (sm_90:
-// 227 KB per block), else the one-buffer kernel (sm_80 at kD = 512, and kD = 64); both give the same
-// bits. The choice depends on the device only.
+// Whether the device runs the wgmma kernel (sm_90: the binary's sm_90a code); once per process.
+bool wgmma_device() {
+    static const bool yes = [] {
+        int major = 0, minor = 0;
+        DI_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, current_device()));
+        DI_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, current_device()));
+        return major == 9 && minor == 0;
+    }();
+    return yes;
+}
+
+// The wgmma kernel (kWg = 3) on sm_90 at kD = 512, else the pipelined kernel (kPipe) where the device's
+// shared memory holds its ring of rows in flight (sm_90: 227 KB per block), else the one-buffer kernel
+// (sm_80 at kD = 512, and kD = 64); all give the same bits. The choice depends on the device only
+// (`variant` forces one, for tests and benchmarks).
 template <int kD>
-bool launch_tc(const SparseAttentionParams& p, Stream s, bool one_buffer) {
+bool launch_tc(const SparseAttentionParams& p, Stream s, TcaVariant variant) {
+    if constexpr (kD == 512)
+        if (wgmma_device() && kernels::tcw_smem_bytes(kD) <= max_shared_memory_per_block()) {
+            if (variant == TcaVariant::kAuto || variant == TcaVariant::kWgmma)
+                return launch_tca<kD, kernels::tcw_smem_bytes(kD)>(kernels::tc_attention_kernel<kD, 1, true, 3>,
+                                                                   kernels::tc_attention_kernel<kD, 1, true, 3>, p, p.rows, p.heads, raw(s));
+            if (variant == TcaVariant::kWgmmaScores1)
+                return launch_tca<kD, kernels::tcw_smem_bytes(kD)>(kernels::tc_attention_kernel<kD, 1, true, 4>,
+                                                                   kernels::tc_attention_kernel<kD, 1, true, 4>, p, p.rows, p.heads, raw(s));
+            if (variant == TcaVariant::kWgmmaScores4)
+                return launch_tca<kD, kernels::tcw_smem_bytes(kD)>(kernels::tc_attention_kernel<kD, 1, true, 2>,
+                                                                   kernels::tc_attention_kernel<kD, 1, true, 2>, p, p.rows, p.heads, raw(s));
+            if (variant == TcaVariant::kWgmmaShared)
+                return launch_tca<kD, kernels::tcw_smem_bytes(kD)>(kernels::tc_attention_kernel<kD, 1, true, 1>,
+                                                                   kernels::tc_attention_kernel<kD, 1, true, 1>, p, p.rows, p.heads, raw(s));
+        }
+    if (variant == TcaVariant::kWgmma || variant == TcaVariant::kWgmmaScores1 || variant == TcaVariant::kWgmmaScores4 ||
+        variant == TcaVariant::kWgmmaShared)
+        return false;
     if constexpr (kD >= 128)  // the ring's batches hold whole float4s per thread from kD = 128
-        if (!one_buffer && kernels::tca_pipelined_smem_bytes(kD) <= max_shared_memory_per_block())
+        if (variant != TcaVariant::kOneBuffer && kernels::tca_pipelined_smem_bytes(kD) <= max_shared_memory_per_block())
             return launch_tca<kD, kernels::tca_pipelined_smem_bytes(kD)>(kernels::tc_attention_kernel<kD, kernels::kTcaSplit, true>,
                                                                      kernels::tc_attention_kernel<kD, 1, true>, p, p.rows, p.heads, raw(s));
+    if (variant == TcaVariant::kRing) return false;
     return launch_tca<kD>(kernels::tc_attention_kernel<kD, kernels::kTcaSplit, false>, kernels::tc_attention_kernel<kD, 1, false>,
                           p, p.rows, p.heads, raw(s));
 }
 
-bool try_tensor_cores(const SparseAttentionParams& p, Stream s, bool one_buffer = false) {
+bool try_tensor_cores(const SparseAttentionParams& p, Stream s, TcaVariant variant = TcaVariant::kAuto) {
     switch (p.head_dim) {
-        case 64: return launch_tc<64>(p, s, one_buffer);
-        case 128: return launch_tc<128>(p, s, one_buffer);
-        case 256: return launch_tc<256>(p, s, one_buffer);
-        case 512: return launch_tc<512>(p, s, one_buffer);
+        case 64: return launch_tc<64>(p, s, variant);
+        case 128: return launch_tc<128>(p, s, variant);
+        case 256: return launch_tc<256>(p, s, variant);
+        case 512: return launch_tc<512>(p, s, variant);
         default: return false;
     }
 }
 }  // namespace
 
-bool sparse_attention_tc_one_buffer(const SparseAttentionParams& p, Stream s) {
+bool sparse_attention_tc_variant(const SparseAttentionParams& p, Stream s, TcaVariant variant) {
     const bool aligned16 = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.kv) % 16 == 0;
-    return p.rows > 0 && p.official && aligned16 && try_tensor_cores(p, s, true);
+    return p.rows > 0 && p.official && aligned16 && try_tensor_cores(p, s, variant);
+}
+
+bool sparse_attention_tc_one_buffer(const SparseAttentionParams& p, Stream s) {
+    return sparse_attention_tc_variant(p, s, TcaVariant::kOneBuffer);
 }
 
 void sparse_attention(const SparseAttentionParams& p, Stream s) {
