@@ -156,6 +156,12 @@ struct FastLinearParams {
     SplitK split = SplitK::kAuto;
     int k_chunks = 0;  // 0: fast_linear_k_chunks(weight); else that many (benchmarks: other chunkings' bits differ)
     DensePath dense_path = DensePath::kAuto;
+    // Grouped form: tile_scratch already holds the tile table of these expert_offsets for tiles of
+    // tile_rows_given rows (an earlier launch's *tile_rows_out), so it is not built again unless this
+    // launch's tiles differ; 0: build it. tile_rows_out (or null): set to the tile rows of the table
+    // this launch leaves in tile_scratch.
+    int tile_rows_given = 0;
+    int* tile_rows_out = nullptr;
 };
 void fast_linear(const FastLinearParams& p, Stream s);
 

@@ -22,6 +22,7 @@
 
 #include <type_traits>
 
+#include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/kernels/gemm_wgmma_fp4rs.cuh"
 
 namespace deepinfer::cuda::kernels::wgdec {
@@ -272,6 +273,7 @@ static __global__ void __launch_bounds__(128, kMinBlocks) fp4_dec_kernel(const _
     __shared__ int s_expert;
     const int tid = threadIdx.x;
     tc::build_fp4_table(table, tid);
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh): the tables below come from earlier kernels
 
     // This block's token rows (blockIdx.y: a tile of up to kMaxNT rows of one expert) and weight rows.
     DecTile t;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/ops.h"
 
 namespace deepinfer::cuda::kernels {
@@ -50,6 +51,7 @@ constexpr int kHcChunk = 512;
 constexpr int kHcSplitThreads = 256;
 template <int kRows>
 static __global__ void __launch_bounds__(kHcSplitThreads) hc_mix_partial_kernel(const __grid_constant__ HcMixSplitKParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     __shared__ __align__(16) float x_s[kRows * kHcChunk];
     const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRows, c0 = static_cast<int64_t>(blockIdx.y) * kHcChunk;
     const int len = static_cast<int>(p.flat - c0 < kHcChunk ? p.flat - c0 : kHcChunk);
@@ -104,6 +106,7 @@ static __global__ void __launch_bounds__(kHcSplitThreads) hc_mix_partial_kernel(
 
 // grid ceil(rows * (outputs + 1) / 256), block 256: the chunks' partial sums in chunk order.
 static __global__ void hc_mix_reduce_kernel(const __grid_constant__ HcMixSplitKParams p, int64_t splits) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t n = p.rows * (p.outputs + 1), e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (e >= n) return;
     float sum = 0.0f;
@@ -124,6 +127,7 @@ static __global__ void hc_mix_reduce_kernel(const __grid_constant__ HcMixSplitKP
 // for comb on warp 0 while its other warps collapse (the collapse needs only pre). Column blocks only
 // with staged mixing logits. No value depends on the grid or on which thread computes it.
 static __global__ void hc_pre_kernel(const __grid_constant__ HcPreParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     __shared__ float mix[kHcMaxOutputs], pre[kHcMax], xx;
     const int64_t hc = p.hc, D = p.hidden, flat = hc * D, outputs = (2 + hc) * hc, t = blockIdx.x;
     const float* x = p.x + t * flat;
@@ -229,6 +233,7 @@ static __global__ void hc_pre_kernel(const __grid_constant__ HcPreParams p) {
 // sub-block output are read once per element. grid (rows, ceil(hidden / (4 * blockDim))), block 256;
 // hidden % 4 == 0, 16-byte aligned rows.
 static __global__ void hc_post_vec4_kernel(const __grid_constant__ HcPostParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t t = blockIdx.x, hc = p.hc, D = p.hidden;
     const int64_t d0 = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * 4;
     if (d0 >= D) return;
@@ -267,6 +272,7 @@ static __global__ void hc_post_vec4_kernel(const __grid_constant__ HcPostParams 
 }
 
 static __global__ void hc_head_kernel(const __grid_constant__ HcHeadParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     __shared__ float mix[kHcMaxOutputs], xx;
     const int64_t hc = p.hc, D = p.hidden, flat = hc * D, t = blockIdx.x;
     const float* x = p.x + t * flat;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/kernels/linear.cuh"
 #include "backends/cuda/ops.h"
 
@@ -16,6 +17,7 @@ namespace deepinfer::cuda::kernels {
 // global loads one step at a time; the arithmetic is the same.
 template <bool kStaged>
 static __global__ void rms_norm_kernel(const __grid_constant__ RmsNormParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     extern __shared__ float row_sh[];
     __shared__ float r_sh;
     const float* x = p.x + static_cast<int64_t>(blockIdx.x) * p.n;
@@ -120,6 +122,7 @@ __device__ __forceinline__ void rope_warp(float* x, int64_t dim, int64_t rope_di
 // One warp per (row, head), kRopeWarps heads of a row per block; dynamic shared memory: dim floats per warp.
 constexpr int kRopeWarps = 4;
 static __global__ void rope_rows_kernel(const __grid_constant__ RopeRowsParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     extern __shared__ __align__(16) float rope_sh[];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int64_t row = blockIdx.x, head = static_cast<int64_t>(blockIdx.y) * kRopeWarps + warp;
@@ -185,6 +188,7 @@ static __global__ void rope_rows_kernel(const __grid_constant__ RopeRowsParams p
 
 // grid (rows), block 256: x[t, j, :] = embed[token[t]] for each stream.
 static __global__ void embed_kernel(const __grid_constant__ EmbedParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t t = blockIdx.x, D = p.table.in_features;
     const int64_t tok = p.tokens[t];
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/kernels/topk.cuh"
 #include "backends/cuda/ops.h"
 
@@ -72,6 +73,7 @@ __device__ inline BlockArgmax block_argmax(const float* l, int64_t V) {
 }
 
 static __global__ void __launch_bounds__(kTopkThreads) sample_kernel(const __grid_constant__ SampleParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t r = blockIdx.x, V = p.vocab;
     const SampleRow& row = p.row[r];
     const float* l = p.logits + (p.logit_row ? static_cast<int64_t>(p.logit_row[r]) : r) * V;

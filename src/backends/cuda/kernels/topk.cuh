@@ -6,6 +6,7 @@
 #pragma once
 
 #include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/ops.h"
 
 namespace deepinfer::cuda::kernels {
@@ -93,6 +94,7 @@ static __device__ void topk_row(const float* scores, int64_t len, int64_t k, int
 }
 
 static __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const __grid_constant__ TopkParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t r = blockIdx.x;
     const int64_t len = p.lengths ? p.lengths[r] : p.n;
     topk_row(p.scores + r * p.ld, len, p.k, p.out + r * p.k);
