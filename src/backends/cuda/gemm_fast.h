@@ -162,6 +162,12 @@ struct FastLinearParams {
     // this launch leaves in tile_scratch.
     int tile_rows_given = 0;
     int* tile_rows_out = nullptr;
+    // Grouped form: a second weight set over the same rows and tables (the same shape: [num_experts]
+    // like `experts`), its output into y2 (same y_row, y_ld). One launch where the FP4 decode kernel
+    // runs (its grid twice as wide: twice the blocks streaming weights at small batches), else two; the
+    // same bits either way (every output element's instruction sequence is that of its own launch).
+    const DeviceLinear* experts2 = nullptr;
+    float* y2 = nullptr;
 };
 void fast_linear(const FastLinearParams& p, Stream s);
 

@@ -44,6 +44,10 @@ struct TcArgs {
     // in chunk order; with `partial` ([k_chunks, rows, N] f32) block z computes chunk z into it.
     int k_chunks;
     float* partial;
+    // The FP4 decode kernel: a second weight set of the grouped form into y2 (FastLinearParams::experts2),
+    // on blocks blockIdx.x >= N / BN.
+    const DeviceLinear* experts2;
+    float* y2;
 };
 
 // ---- PTX wrappers ---------------------------------------------------------------------------------

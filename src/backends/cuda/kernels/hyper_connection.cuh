@@ -32,8 +32,31 @@ __device__ __forceinline__ void hc_mix_dots(const float* x, const float* fn, int
 
 // The mixing logits of token t: from `staged` ([rows, outputs + 1], the staged GEMM's, bit-identical)
 // when given, else computed by hc_mix_dots.
+// With `partial` (hc_mix_splitk's planes [splits, rows, outputs + 1]): their sums in plane order, the
+// additions of hc_mix_reduce_kernel.
 __device__ __forceinline__ void hc_mix(const float* x, const float* fn, const float* staged, int64_t t, int64_t outputs,
-                                       int64_t flat, float* mix, float* xx) {
+                                       int64_t flat, float* mix, float* xx, const float* partial = nullptr,
+                                       int64_t splits = 0, int64_t rows = 0) {
+    if (partial != nullptr) {
+        const int64_t n = rows * (outputs + 1);
+        for (int64_t j = threadIdx.x; j <= outputs; j += blockDim.x) {
+            const float* src = partial + t * (outputs + 1) + j;
+            float sum = 0.0f;
+            int64_t c = 0;
+            for (; c + 8 <= splits; c += 8) {  // 8 loads in flight, summed in plane order
+                float v[8];
+#pragma unroll
+                for (int u = 0; u < 8; ++u) v[u] = src[(c + u) * n];
+#pragma unroll
+                for (int u = 0; u < 8; ++u) sum += v[u];
+            }
+            for (; c < splits; ++c) sum += src[c * n];
+            if (j < outputs) mix[j] = sum;
+            else *xx = sum;
+        }
+        __syncthreads();
+        return;
+    }
     if (staged == nullptr) return hc_mix_dots(x, fn, outputs, flat, mix, xx);
     for (int64_t j = threadIdx.x; j <= outputs; j += blockDim.x) {
         const float v = staged[t * (outputs + 1) + j];
@@ -131,7 +154,7 @@ static __global__ void hc_pre_kernel(const __grid_constant__ HcPreParams p) {
     __shared__ float mix[kHcMaxOutputs], pre[kHcMax], xx;
     const int64_t hc = p.hc, D = p.hidden, flat = hc * D, outputs = (2 + hc) * hc, t = blockIdx.x;
     const float* x = p.x + t * flat;
-    hc_mix(x, p.fn, p.mix, t, outputs, flat, mix, &xx);
+    hc_mix(x, p.fn, p.mix, t, outputs, flat, mix, &xx, p.mix_partial, p.mix_splits, p.rows);
     const bool head_block = blockIdx.y == 0;
     // Warp 0: the same operations as the CPU's one loop, spread over lanes wherever the elements are
     // independent (every element sees the same sequence of operations): Sinkhorn's row sums on lane j
@@ -180,12 +203,36 @@ static __global__ void hc_pre_kernel(const __grid_constant__ HcPreParams p) {
             }
             __syncwarp();
         };
+        float* C = p.comb + t * hc * hc;
+        if (hc * hc <= 32) {
+            // Element (j, k) on lane j·hc + k, in a register: a column's (row's) sum gathered by shuffles in the
+            // order of col_norm's (row_norm's) loop, then every lane divides its own element. The same
+            // operations on the same values as the loops below, without their serial shared-memory chains.
+            const int n = static_cast<int>(hc), k = lane % n, j = lane / n < n ? lane / n : 0;
+            float v = lane < n * n ? c[lane] : 0.0f;
+            auto col_norm_lanes = [&] {
+                float sum = 0;
+                for (int jj = 0; jj < n; ++jj) sum = dev::add(sum, __shfl_sync(0xFFFFFFFFu, v, jj * n + k));
+                v = v / dev::add(sum, p.hc_eps);
+            };
+            auto row_norm_lanes = [&] {
+                float sum = 0;
+                for (int kk = 0; kk < n; ++kk) sum = dev::add(sum, __shfl_sync(0xFFFFFFFFu, v, j * n + kk));
+                v = v / dev::add(sum, p.hc_eps);
+            };
+            col_norm_lanes();
+            for (int64_t it = 1; it < p.sinkhorn_iters; ++it) {
+                row_norm_lanes();
+                col_norm_lanes();
+            }
+            if (lane < n * n) C[lane] = v;
+            return;
+        }
         col_norm();
         for (int64_t it = 1; it < p.sinkhorn_iters; ++it) {
             row_norm();
             col_norm();
         }
-        float* C = p.comb + t * hc * hc;
         for (int64_t i = lane; i < hc * hc; i += 32) C[i] = c[i];
         return;
     }
@@ -276,15 +323,17 @@ static __global__ void hc_head_kernel(const __grid_constant__ HcHeadParams p) {
     __shared__ float mix[kHcMaxOutputs], xx;
     const int64_t hc = p.hc, D = p.hidden, flat = hc * D, t = blockIdx.x;
     const float* x = p.x + t * flat;
-    hc_mix(x, p.fn, p.mix, t, hc, flat, mix, &xx);
+    hc_mix(x, p.fn, p.mix, t, hc, flat, mix, &xx, p.mix_partial, p.mix_splits, p.rows);
     if (threadIdx.x < hc) {
         const int64_t j = threadIdx.x;
         const float r = 1.0f / sqrtf(dev::add(xx / static_cast<float>(flat), p.norm_eps));
         mix[j] = dev::add(dev::sigmoid(dev::add(dev::mul(dev::mul(mix[j], r), p.scale[0]), p.base[j])), p.hc_eps);
     }
     __syncthreads();
+    // grid (rows, column blocks): block y the columns y·256 + i, in steps of gridDim.y·256 (column blocks only
+    // with staged or given mixing logits; each block derives the same mix).
     float* y = p.y + t * D;
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    for (int64_t d = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; d < D; d += static_cast<int64_t>(gridDim.y) * blockDim.x) {
         float s = 0;
         for (int64_t j = 0; j < hc; ++j) s = dev::add(s, dev::mul(mix[j], x[j * D + d]));
         y[d] = dev::maybe_bf16(s, p.round_bf16);

@@ -148,12 +148,29 @@ static __global__ void scatter_rows_kernel(const __grid_constant__ ScatterRowsPa
     for (int64_t c = threadIdx.x; c < p.width; c += blockDim.x) dst[c] = src[c];
 }
 
+// grid (n, column blocks), block 256: block y copies its span of the row (float4 where the rows are
+// 16-byte aligned, several loads in flight per thread).
 static __global__ void gather_rows_kernel(const __grid_constant__ ScatterRowsParams p) {
     pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t i = blockIdx.x;
     const float* src = p.src + static_cast<int64_t>(p.index[i]) * p.width;
     float* dst = p.dst + i * p.width;
-    for (int64_t c = threadIdx.x; c < p.width; c += blockDim.x) dst[c] = src[c];
+    const int64_t span = ((p.width + gridDim.y - 1) / gridDim.y + 3) / 4 * 4;
+    const int64_t c0 = static_cast<int64_t>(blockIdx.y) * span, c1 = c0 + span < p.width ? c0 + span : p.width;
+    if (p.width % 4 == 0 && reinterpret_cast<uintptr_t>(p.src) % 16 == 0 && reinterpret_cast<uintptr_t>(p.dst) % 16 == 0) {
+        const int64_t B = blockDim.x;
+        for (int64_t c = c0 / 4 + threadIdx.x; c < c1 / 4; c += 4 * B) {
+            float4 v[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+                if (c + u * B < c1 / 4) v[u] = reinterpret_cast<const float4*>(src)[c + u * B];
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+                if (c + u * B < c1 / 4) reinterpret_cast<float4*>(dst)[c + u * B] = v[u];
+        }
+        return;
+    }
+    for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) dst[c] = src[c];
 }
 
 constexpr int kMaxTopK = 32;

@@ -277,7 +277,8 @@ void launch_fp4_dec(const FastLinearParams& p, const TcArgs& a, cudaStream_t st)
         tiles = std::min<int64_t>(p.rows, tiles + std::min<int64_t>(p.num_experts, p.rows));
     }
     DI_CHECK(tiles < 65536, "fast linear: too many row tiles (", tiles, ")");
-    launch_pdl(kernel, dim3(static_cast<unsigned>(a.N / C::BN), static_cast<unsigned>(tiles)), C::kThreads, C::kSmemBytes, st, args);
+    const int64_t wblocks = a.N / C::BN * (a.experts2 ? 2 : 1);  // a second weight set: its blocks after the first's
+    launch_pdl(kernel, dim3(static_cast<unsigned>(wblocks), static_cast<unsigned>(tiles)), C::kThreads, C::kSmemBytes, st, args);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -328,9 +329,12 @@ void launch_fp4_rs_variant(const FastLinearParams& p, const TcArgs& a, cudaStrea
 // made the 2-layer proxy's decode slower at batch 256, bench/results/cuda-expert-gemm-h200-*.md). A row's
 // bits do not depend on the choice (the same MMA sequence per output element; every configuration is
 // tested against the shared-memory kernel bit for bit).
+int fp4_rs_variant_of(const FastLinearParams& p, int64_t rows_per_group) {
+    return p.fp4_rs_variant >= 0 ? p.fp4_rs_variant : rows_per_group <= 64 ? 15 : 20;
+}
+
 void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t rows_per_group, cudaStream_t st) {
-    int v = p.fp4_rs_variant;
-    if (v < 0) v = rows_per_group <= 64 ? 15 : 20;
+    const int v = fp4_rs_variant_of(p, rows_per_group);
     DI_CHECK(v < kFp4RsVariants, "fast linear: no FP4 kernel configuration ", v);
     switch (v) {
         case 0: launch_fp4_rs_variant<0>(p, a, st); break;
@@ -360,6 +364,16 @@ void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t r
         case 24: launch_fp4_rs_variant<24>(p, a, st); break;
         default: launch_fp4_rs_variant<25>(p, a, st); break;
     }
+}
+
+int compute_capability();
+
+// Packed FP4 on Hopper at the shapes of the register kernels (launch_fp4_rs_by_rows), from the device and
+// the weight's shape only.
+bool fp4_rs_path(const FastLinearParams& p) {
+    const DeviceLinear& w = p.weight;
+    return w.kind == WeightKind::kFp4 && p.fp4_path == Fp4Path::kAuto && w.out_features % 128 == 0 && w.in_features % 256 == 0 &&
+           compute_capability() == 90;
 }
 
 int compute_capability() {
@@ -516,6 +530,27 @@ void fast_linear(const FastLinearParams& p, Stream s) {
     }
     const int64_t per_group = p.experts ? (p.rows + p.num_experts - 1) / p.num_experts : p.rows;
     const auto st = static_cast<cudaStream_t>(s.handle);
+    if (p.experts2) {  // a second weight set: one launch of the FP4 decode kernel, else one launch per set
+        DI_CHECK(p.experts && p.y2, "fast linear: a second weight set needs the grouped form and y2");
+        const int v = fp4_rs_variant_of(p, per_group);
+        const bool one = fp4_rs_path(p) && v >= 0 && v < kFp4RsVariants && kRsVariants[v].kind == RsKind::kDec;
+        if (!one) {
+            FastLinearParams q = p;
+            q.experts2 = nullptr;
+            q.y2 = nullptr;
+            int tile_rows = p.tile_rows_given;
+            q.tile_rows_out = &tile_rows;
+            fast_linear(q, s);
+            q.experts = p.experts2;
+            q.y = p.y2;
+            q.tile_rows_given = tile_rows;
+            fast_linear(q, s);
+            if (p.tile_rows_out) *p.tile_rows_out = tile_rows;
+            return;
+        }
+        a.experts2 = p.experts2;
+        a.y2 = p.y2;
+    }
     const bool b32 = w.kind == WeightKind::kFp8Block && w.block_cols == 32;
     DI_CHECK(!b32 || !p.experts, "fast linear: FP8 32x32-block weights are not grouped");
     if (b32) {
@@ -526,8 +561,7 @@ void fast_linear(const FastLinearParams& p, Stream s) {
         case WeightKind::kFp8Block: launch_by_rows<BKind::kFp8>(p, a, per_group, st); break;
         case WeightKind::kFp4:
             // The choice depends on the device and the weight's shape only (never on the rows).
-            if (p.fp4_path == Fp4Path::kAuto && w.out_features % 128 == 0 && w.in_features % 256 == 0 &&
-                compute_capability() == 90)
+            if (fp4_rs_path(p))
                 launch_fp4_rs_by_rows(p, a, per_group, st);
             else
                 launch_by_rows<BKind::kFp4>(p, a, per_group, st);

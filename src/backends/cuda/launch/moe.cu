@@ -47,7 +47,8 @@ void scatter_rows(const ScatterRowsParams& p, Stream s) {
 
 void gather_rows(const ScatterRowsParams& p, Stream s) {
     if (p.n == 0) return;
-    launch_pdl(kernels::gather_rows_kernel, static_cast<unsigned>(p.n), 256, 0, raw(s), p);
+    const dim3 grid(static_cast<unsigned>(p.n), static_cast<unsigned>(column_blocks(p.n, p.width, 1024)));
+    launch_pdl(kernels::gather_rows_kernel, grid, 256, 0, raw(s), p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 

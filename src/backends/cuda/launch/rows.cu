@@ -36,7 +36,8 @@ void rope_rows(const RopeRowsParams& p, Stream s) {
 
 void embed(const EmbedParams& p, Stream s) {
     if (p.rows == 0) return;
-    launch_pdl(kernels::embed_kernel, static_cast<unsigned>(p.rows), 256, 0, raw(s), p);
+    const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(column_blocks(p.rows, p.table.in_features, 256)));
+    launch_pdl(kernels::embed_kernel, grid, 256, 0, raw(s), p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -83,6 +84,7 @@ void hc_mix_splitk(const HcMixSplitKParams& p, Stream s) {
     else
         launch_pdl(kernels::hc_mix_partial_kernel<1>, grid, kernels::kHcSplitThreads, 0, raw(s), p);
     DI_CUDA_CHECK(cudaGetLastError());
+    if (p.partials_only) return;
     const int64_t n = p.rows * (p.outputs + 1);
     launch_pdl(kernels::hc_mix_reduce_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, raw(s), p, splits);
     DI_CUDA_CHECK(cudaGetLastError());
@@ -103,7 +105,9 @@ void hc_head(const HcHeadParams& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.hc >= 1 && p.hc <= kernels::kHcMax, "hc_head: hc_mult ", p.hc);
     if (p.mix && !p.mix_given) hc_mix_logits(p.x, p.fn, p.rows, p.hc, p.hc * p.hidden, p.mix, s);
-    launch_pdl(kernels::hc_head_kernel, static_cast<unsigned>(p.rows), 256, 0, raw(s), p);
+    // Column blocks only with staged mixing logits (else each block would redo the token's dot products).
+    const int64_t blocks = p.mix ? column_blocks(p.rows, p.hidden, 256) : 1;
+    launch_pdl(kernels::hc_head_kernel, dim3(static_cast<unsigned>(p.rows), static_cast<unsigned>(blocks)), 256, 0, raw(s), p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -74,6 +74,17 @@ bool CudaModel::hc_mix_fast(const DeviceHc& w, const float* x, int64_t rows, int
     return true;
 }
 
+CudaModel::MixPartials CudaModel::hc_mix_partials(const DeviceHc& w, const float* x, int64_t rows, int64_t outputs) const {
+    if (!fast_) return {};
+    const size_t mark = workspace_->mark();
+    const int64_t flat = config_.hc_mult * config_.hidden_size, splits = hc_mix_splits(flat);
+    float* partial = workspace_->alloc_n<float>(splits * rows * (outputs + 1));
+    hc_mix_splitk({.x = x, .fn = w.fn, .rows = rows, .outputs = outputs, .flat = flat, .partial = partial, .partials_only = true},
+                  stream_.get());
+    workspace_->reset(mark);  // stream-ordered: read by the next launch
+    return {partial, splits};
+}
+
 void CudaModel::project(const DeviceLinear& w, const float* x, int64_t rows, float* y, ConvertedInput* in) const {
     const Stream s = stream_.get();
     if (project_fast(w, x, rows, y, official(), in)) return;
@@ -284,10 +295,11 @@ void CudaModel::run_layer(const DeviceLayer& lw, const Batch& b, float*& x, floa
     float* out = workspace_->alloc_n<float>(S * D);
     float* mix = workspace_->alloc_n<float>(S * ((2 + hc) * hc + 1));
     auto pre = [&](const DeviceHc& w, const float* norm) {
-        const bool given = hc_mix_fast(w, x, S, (2 + hc) * hc, mix);
+        const MixPartials mp = hc_mix_partials(w, x, S, (2 + hc) * hc);
         hc_pre({.x = x, .fn = w.fn, .base = w.base, .scale = w.scale, .rows = S, .hc = hc, .hidden = D,
                 .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps),
-                .post = post, .comb = comb, .collapsed = a, .round_bf16 = off, .mix = mix, .mix_given = given},
+                .post = post, .comb = comb, .collapsed = a, .round_bf16 = off, .mix = mix, .mix_given = mp.partial != nullptr,
+                .mix_partial = mp.partial, .mix_splits = mp.splits},
                s);
         rms_norm({.x = a, .weight = norm, .out = a, .rows = S, .n = D, .eps = eps, .round_bf16 = off}, s);
     };
@@ -430,10 +442,10 @@ float* CudaModel::head_logits(const float* xs, int64_t R, const DeviceHc& hcw, c
     float* hy = workspace_->alloc_n<float>(R * D);
     float* mix = workspace_->alloc_n<float>(R * (c.hc_mult + 1));
     const float eps = static_cast<float>(c.rms_norm_eps);
-    const bool given = hc_mix_fast(hcw, xs, R, c.hc_mult, mix);
+    const MixPartials mp = hc_mix_partials(hcw, xs, R, c.hc_mult);
     hc_head({.x = xs, .fn = hcw.fn, .base = hcw.base, .scale = hcw.scale, .rows = R, .hc = c.hc_mult, .hidden = D,
              .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps), .y = hy, .round_bf16 = official(), .mix = mix,
-             .mix_given = given},
+             .mix_given = mp.partial != nullptr, .mix_partial = mp.partial, .mix_splits = mp.splits},
             s);
     rms_norm({.x = hy, .weight = norm, .out = hy, .rows = R, .n = D, .eps = eps, .round_bf16 = official()}, s);
     float* logits = workspace_->alloc_n<float>(R * V);

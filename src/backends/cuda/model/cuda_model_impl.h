@@ -231,6 +231,14 @@ private:
     // The fast mode's mHC mixing logits (and dot(x, x)) into mix [rows, outputs + 1] by the split-K
     // kernel (hc_mix_splitk); false when the mode is off.
     bool hc_mix_fast(const DeviceHc& w, const float* x, int64_t rows, int64_t outputs, float* mix) const;
+    // The same kernel's partial planes only (no reduce launch), for hc_pre / hc_head to sum themselves
+    // (HcPreParams::mix_partial: the same additions); {null, 0} when the mode is off. The planes stay in
+    // the workspace past its mark: the consumer must be the next launch.
+    struct MixPartials {
+        const float* partial = nullptr;
+        int64_t splits = 0;
+    };
+    MixPartials hc_mix_partials(const DeviceHc& w, const float* x, int64_t rows, int64_t outputs) const;
     void run_layer(const DeviceLayer& lw, const Batch& b, float*& x, float*& y) const;
     void attention(const DeviceLayer& lw, const Batch& b, const float* a, float* out) const;
     void moe(const DeviceLayer& lw, const Batch& b, const float* a, float* out) const;

@@ -85,12 +85,10 @@ void run_experts(const RoutedExpertsParams& p, const Setup& u, const ExpertRows&
         FastLinearParams f{.a = in.xq, .a_scale = in.xs, .a_row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w1,
                            .expert_offsets = offsets, .num_experts = local, .tile_scratch = tiles, .y = g, .y_ld = I,
                            .rows = NP, .round_output_bf16 = off};
-        int tile_rows = 0;  // the tile table built by w1's launch, kept for w3 and w2 where their tiles match
+        int tile_rows = 0;  // the tile table built for w1 and w3, kept for w2 where its tiles match
         f.tile_rows_out = &tile_rows;
-        fast_linear(f, s);
-        f.experts = ex.w3;
-        f.y = up;
-        f.tile_rows_given = tile_rows;
+        f.experts2 = ex.w3;  // w1 and w3 in one launch where the kernel allows (FastLinearParams::experts2)
+        f.y2 = up;
         fast_linear(f, s);
         swiglu({.g = g, .u = up, .row_weight = row_weight, .row_weight_index = perm_slot, .rows = NP, .width = I,
                 .limit = L, .round_bf16 = off},
