@@ -203,36 +203,12 @@ static __global__ void hc_pre_kernel(const __grid_constant__ HcPreParams p) {
             }
             __syncwarp();
         };
-        float* C = p.comb + t * hc * hc;
-        if (hc * hc <= 32) {
-            // Element (j, k) on lane j·hc + k, in a register: a column's (row's) sum gathered by shuffles in the
-            // order of col_norm's (row_norm's) loop, then every lane divides its own element. The same
-            // operations on the same values as the loops below, without their serial shared-memory chains.
-            const int n = static_cast<int>(hc), k = lane % n, j = lane / n < n ? lane / n : 0;
-            float v = lane < n * n ? c[lane] : 0.0f;
-            auto col_norm_lanes = [&] {
-                float sum = 0;
-                for (int jj = 0; jj < n; ++jj) sum = dev::add(sum, __shfl_sync(0xFFFFFFFFu, v, jj * n + k));
-                v = v / dev::add(sum, p.hc_eps);
-            };
-            auto row_norm_lanes = [&] {
-                float sum = 0;
-                for (int kk = 0; kk < n; ++kk) sum = dev::add(sum, __shfl_sync(0xFFFFFFFFu, v, j * n + kk));
-                v = v / dev::add(sum, p.hc_eps);
-            };
-            col_norm_lanes();
-            for (int64_t it = 1; it < p.sinkhorn_iters; ++it) {
-                row_norm_lanes();
-                col_norm_lanes();
-            }
-            if (lane < n * n) C[lane] = v;
-            return;
-        }
         col_norm();
         for (int64_t it = 1; it < p.sinkhorn_iters; ++it) {
             row_norm();
             col_norm();
         }
+        float* C = p.comb + t * hc * hc;
         for (int64_t i = lane; i < hc * hc; i += 32) C[i] = c[i];
         return;
     }
