@@ -4,6 +4,7 @@
 // at several batch sizes, one JSON line each. A tokenizer-free binary, so it runs on the GPU machine
 // with only libfmt/libgomp/libcudart beside it.
 //   cuda_forward_bench [--experts 256] [--layers csa,hca] [--prefill 512] [--decode 16] [--batches 1,8,64] [--gemm fast]
+//                      [--decode-warmup 0] (untimed decode steps before the timed ones: the graph capture out of the times)
 //                      [--gpus 1,2] [--context 64] [--model DIR] [--max-len 8192] [--profile 1]
 //                      [--ep-dispatch auto,all_gather,routed] [--ep-routed-min-rows 64]
 // --profile 1: cudaProfilerStart/Stop around the timed prefill and decode loops only (ncu/nsys with
@@ -134,7 +135,7 @@ nlohmann::json engine_decode(const std::shared_ptr<const deepinfer::Model>& mode
 
 int main(int argc, char** argv) {
     using namespace deepinfer;
-    int64_t experts = 256, prefill = 512, decode = 16;
+    int64_t experts = 256, prefill = 512, decode = 16, decode_warmup = 0;
     std::string layers = "csa,hca", batches = "1,8,64", dir = "/tmp/deepinfer-cuda-bench", engine_batches, gemm = "reference";
     std::string gpus_list = "1", ep_dispatch_list = "auto";
     int64_t ep_routed_min_rows = cuda::CudaModelOptions{}.ep_routed_min_rows;
@@ -148,6 +149,7 @@ int main(int argc, char** argv) {
         else if (k == "--layers") layers = v;
         else if (k == "--prefill") prefill = std::stoll(v);
         else if (k == "--decode") decode = std::stoll(v);
+        else if (k == "--decode-warmup") decode_warmup = std::stoll(v);  // untimed decode steps first (graph capture)
         else if (k == "--batches") batches = v;
         else if (k == "--dir") dir = v;
         else if (k == "--gemm") gemm = v;  // reference | fast
@@ -332,16 +334,18 @@ int main(int argc, char** argv) {
                 const std::vector<uint8_t> no_logits(static_cast<size_t>(b), 0);
                 std::vector<DeviceDraw> draws(static_cast<size_t>(b));
                 for (int64_t i = 0; i < b; ++i) draws[size_t(i)] = {.chunk = int32_t(i), .temperature = 0.0};
-                if (G > 1) cuda::reset_cuda_ep_exchange_stats(*model);
-                for (const Model* m : stat_models(*model)) cuda::reset_cuda_model_stats(*m);
-                if (profile) cudaProfilerStart();
-                t = Clock::now();
-                for (int64_t step = 0; step < decode; ++step) {
+                auto decode_step = [&] {
                     for (int64_t i = 0; i < b; ++i) chunks[size_t(i)] = {&seqs[size_t(i)], std::span<const int32_t>(&next[size_t(i)], 1), false};
                     // Greedy tokens drawn on the GPU: no logits cross to the host (as in the engine).
                     const ForwardOutputs out = model->forward_sampled(chunks, no_logits, draws);
                     for (int64_t i = 0; i < b; ++i) next[size_t(i)] = out.tokens[size_t(i)];
-                }
+                };
+                for (int64_t step = 0; step < decode_warmup; ++step) decode_step();  // (captures the step's graph)
+                if (G > 1) cuda::reset_cuda_ep_exchange_stats(*model);
+                for (const Model* m : stat_models(*model)) cuda::reset_cuda_model_stats(*m);
+                if (profile) cudaProfilerStart();
+                t = Clock::now();
+                for (int64_t step = 0; step < decode; ++step) decode_step();
                 const double secs = since(t);
                 if (profile) cudaProfilerStop();
                 nlohmann::json r = base;
@@ -349,6 +353,7 @@ int main(int argc, char** argv) {
                 r["batch"] = b;
                 r["context"] = context;
                 r["steps"] = decode;
+                r["decode_warmup"] = decode_warmup;
                 r["seconds"] = secs;
                 r["ms_per_step"] = 1e3 * secs / double(decode);
                 r["tok_s"] = double(b * decode) / secs;

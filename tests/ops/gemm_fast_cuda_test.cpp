@@ -752,5 +752,77 @@ TEST_F(CudaGemmFast, Fp4DecodeKernelEveryWidth) {
     std::printf("decode FP4 kernel, experts of 0..130 rows: bit-identical to the shared-memory kernel; vs CPU rel err %.3g\n", err);
 }
 
+// FastLinearParams::experts2: two weight sets over the same grouped rows (w1 and w3 of the experts),
+// in one launch (the FP4 decode kernel: the second set's blocks after the first's) or two (every other
+// configuration), equal two separate launches bit for bit, scattered through y_row, and the tile table
+// the call leaves behind serves a later launch (tile_rows_out -> tile_rows_given).
+TEST_F(CudaGemmFast, Fp4TwoWeightSetsEqualTwoLaunches) {
+    const int64_t N = 256, K = 2048, T = 80;
+    const std::vector<int64_t> counts = {1, 0, 9, 33, 2, 64, 1, 70};
+    const int64_t E = int64_t(counts.size());
+    std::vector<std::unique_ptr<Weight>> w1, w3;
+    for (int64_t e = 0; e < E; ++e) {
+        w1.push_back(std::make_unique<Weight>(cpu::WeightFormat::kFp4, N, K, 900 + uint32_t(e), e % 2 ? 110 : 122, e % 2 ? 18 : 4));
+        w3.push_back(std::make_unique<Weight>(cpu::WeightFormat::kFp4, N, K, 950 + uint32_t(e), e % 2 ? 122 : 110, e % 2 ? 4 : 18));
+    }
+    const auto x = bf16_randn(size_t(T * K), 901);
+    Dev<float> dx(x);
+    FastInput in(dx, T, K, false);
+    std::mt19937 rng(17);
+    std::vector<std::vector<int32_t>> tok(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e)
+        for (int64_t i = 0; i < counts[size_t(e)]; ++i) tok[size_t(e)].push_back(int32_t(rng() % uint32_t(T)));
+    const Groups g = make_groups(tok);
+    const int64_t NP = int64_t(g.src.size());
+    std::vector<cuda::DeviceLinear> d1, d3;
+    for (int64_t e = 0; e < E; ++e) {
+        d1.push_back(w1[size_t(e)]->dev);
+        d3.push_back(w3[size_t(e)]->dev);
+    }
+    std::vector<int32_t> yrow(static_cast<size_t>(NP));
+    for (int64_t i = 0; i < NP; ++i) yrow[size_t(i)] = int32_t(NP - 1 - i);
+    Dev<cuda::DeviceLinear> dd1(d1), dd3(d3);
+    Dev<int32_t> dsrc(g.src), doff(g.offsets), tiles(size_t(E + 1)), dyrow(yrow);
+    auto unscatter = [&](const std::vector<float>& out) {
+        std::vector<float> ordered(out.size());
+        for (int64_t i = 0; i < NP; ++i) std::copy_n(out.begin() + (NP - 1 - i) * N, N, ordered.begin() + i * N);
+        return ordered;
+    };
+    std::vector<int> variants = {-1};
+    for (int v = 0; v < cuda::kFp4RsVariants; ++v)
+        if (std::string(cuda::fp4_rs_variant_name(v)).rfind("dec", 0) == 0 || v == 5) variants.push_back(v);
+    for (const cuda::Fp4Path path : {cuda::Fp4Path::kAuto, cuda::Fp4Path::kSharedConvert})
+        for (const int v : variants) {
+            if (path == cuda::Fp4Path::kSharedConvert && v != -1) continue;
+            Dev<float> y(size_t(NP * N)), y2(size_t(NP * N));
+            int tile_rows = 0;
+            cuda::FastLinearParams f{.a = in.q->ptr(), .a_scale = in.s->ptr(), .a_row_src = dsrc.ptr(), .weight = d1[0],
+                                     .experts = dd1.ptr(), .expert_offsets = doff.ptr(), .num_experts = E,
+                                     .tile_scratch = tiles.ptr(), .y_row = dyrow.ptr(), .y = y.ptr(), .y_ld = N, .rows = NP,
+                                     .fp4_path = path, .fp4_rs_variant = v};
+            f.tile_rows_out = &tile_rows;
+            f.experts2 = dd3.ptr();
+            f.y2 = y2.ptr();
+            cuda::fast_linear(f, Stream{});
+            const std::string what = std::string(path == cuda::Fp4Path::kAuto ? "" : "shared-convert ") + cuda::fp4_rs_variant_name(v);
+            EXPECT_EQ(differing_words(unscatter(y.host(size_t(NP * N))), run_groups(w1, *in.q, *in.s, g, path, false, v)), 0u)
+                << "first set, " << what;
+            const auto second = run_groups(w3, *in.q, *in.s, g, path, false, v);
+            EXPECT_EQ(differing_words(unscatter(y2.host(size_t(NP * N))), second), 0u) << "second set, " << what;
+            EXPECT_GT(tile_rows, 0) << what;
+            // The table left in `tiles` serves another launch of the same tiles without being rebuilt.
+            Dev<float> y3(size_t(NP * N));
+            cuda::FastLinearParams f3 = f;
+            f3.experts = dd3.ptr();
+            f3.experts2 = nullptr;
+            f3.y2 = nullptr;
+            f3.y = y3.ptr();
+            f3.tile_rows_out = nullptr;
+            f3.tile_rows_given = tile_rows;
+            cuda::fast_linear(f3, Stream{});
+            EXPECT_EQ(differing_words(unscatter(y3.host(size_t(NP * N))), second), 0u) << "kept tile table, " << what;
+        }
+}
+
 }  // namespace
 }  // namespace deepinfer

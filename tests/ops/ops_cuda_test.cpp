@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -536,6 +537,20 @@ TEST_F(CudaOps, HyperConnectionsMatchCpu) {
                           .mix_given = true},
                          Stream{});
             const auto fpost = dpost.host(post.size()), fcomb = dcomb.host(comb.size()), fa = da.host(a.size());
+            {  // The same logits summed inside hc_pre from the split-K partials (no reduce launch; `mix` unread).
+                Dev<float> poison(std::vector<float>(size_t(T * (outputs + 1)), std::numeric_limits<float>::quiet_NaN()));
+                cuda::hc_mix_splitk({.x = dx.ptr(), .fn = dfn.ptr(), .rows = T, .outputs = outputs, .flat = flat,
+                                     .partial = dpart.ptr(), .mix = poison.ptr(), .partials_only = true},
+                                    Stream{});
+                cuda::hc_pre({.x = dx.ptr(), .fn = dfn.ptr(), .base = db.ptr(), .scale = ds.ptr(), .rows = T, .hc = hc,
+                              .hidden = D, .sinkhorn_iters = 20, .norm_eps = 1e-6f, .hc_eps = 1e-6f, .post = dpost.ptr(),
+                              .comb = dcomb.ptr(), .collapsed = da.ptr(), .round_bf16 = true, .mix = poison.ptr(),
+                              .mix_given = true, .mix_partial = dpart.ptr(), .mix_splits = cuda::hc_mix_splits(flat)},
+                             Stream{});
+                expect_bits_equal(fpost, dpost.host(post.size()), "hc_pre post from partials");
+                expect_bits_equal(fcomb, dcomb.host(comb.size()), "hc_pre comb from partials");
+                expect_bits_equal(fa, da.host(a.size()), "hc_pre collapsed from partials");
+            }
             for (size_t i = 0; i < post.size(); ++i) EXPECT_NEAR(fpost[i], post[i], 1e-4f) << "fast post " << i;
             for (size_t i = 0; i < comb.size(); ++i) EXPECT_NEAR(fcomb[i], comb[i], 1e-4f) << "fast comb " << i;
             float amax = 0;
@@ -573,6 +588,25 @@ TEST_F(CudaOps, HyperConnectionsMatchCpu) {
                            .mix = staged ? dmix.ptr() : nullptr},
                           Stream{});
             expect_bits_equal(hy, dhy.host(hy.size()), staged ? "hc_head (staged mixing logits)" : "hc_head");
+        }
+        {  // Fast mode: hc_head from the split-K logits, and from their partials summed in the kernel: the same bits.
+            Dev<float> dhmix(size_t(T * (hc + 1))), dhpart(size_t(cuda::hc_mix_splits(flat) * T * (hc + 1))), dhy2(hy.size());
+            cuda::hc_mix_splitk({.x = dx.ptr(), .fn = dhfn.ptr(), .rows = T, .outputs = hc, .flat = flat, .partial = dhpart.ptr(),
+                                 .mix = dhmix.ptr()},
+                                Stream{});
+            cuda::hc_head({.x = dx.ptr(), .fn = dhfn.ptr(), .base = dhb.ptr(), .scale = dhs.ptr(), .rows = T, .hc = hc,
+                           .hidden = D, .norm_eps = 1e-6f, .hc_eps = 1e-6f, .y = dhy.ptr(), .mix = dhmix.ptr(), .mix_given = true},
+                          Stream{});
+            Dev<float> poison(std::vector<float>(size_t(T * (hc + 1)), std::numeric_limits<float>::quiet_NaN()));
+            cuda::hc_head({.x = dx.ptr(), .fn = dhfn.ptr(), .base = dhb.ptr(), .scale = dhs.ptr(), .rows = T, .hc = hc,
+                           .hidden = D, .norm_eps = 1e-6f, .hc_eps = 1e-6f, .y = dhy2.ptr(), .mix = poison.ptr(),
+                           .mix_given = true, .mix_partial = dhpart.ptr(), .mix_splits = cuda::hc_mix_splits(flat)},
+                          Stream{});
+            const auto from_mix = dhy.host(hy.size());
+            expect_bits_equal(from_mix, dhy2.host(hy.size()), "hc_head from partials");
+            float top = 0;
+            for (float v : hy) top = std::max(top, std::fabs(v));
+            for (size_t i = 0; i < hy.size(); ++i) ASSERT_LE(std::fabs(from_mix[i] - hy[i]), 1e-4f * top) << "fast hc_head " << i;
         }
     }
 }
@@ -1026,6 +1060,47 @@ TEST_F(CudaOps, SamplerPicksTheCpuSamplersTokens) {
                                  .generated = generated, .seed = sr.seed, .stream = sr.stream})
                              .token;
     }
+    Dev<float> dl(logits);
+    Dev<cuda::SampleRow> drow(host_rows);
+    Dev<double> dscratch(static_cast<size_t>(rows * V));
+    Dev<int32_t> didx(static_cast<size_t>(rows * cuda::kMaxSampleTopK)), dtok(static_cast<size_t>(rows));
+    cuda::sample({.logits = dl.ptr(), .rows = rows, .vocab = V, .row = drow.ptr(), .scratch = dscratch.ptr(),
+                  .index_scratch = didx.ptr(), .tokens = dtok.ptr()},
+                 Stream{});
+    EXPECT_EQ(dtok.host(ref.size()), ref);
+}
+
+// Greedy rows take their argmax over slices of the row on many blocks, then the first maximum of the
+// slices: the CPU's pick in every corner (ties across slices, NaN, all -inf, the last id, id 0).
+TEST_F(CudaOps, GreedySamplerFirstMaximumAcrossSlices) {
+    const int64_t V = 129280, rows = 9;
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    auto logits = randn(size_t(rows * V), 93, 3.0f);
+    auto at = [&](int64_t r, int64_t i) -> float& { return logits[size_t(r * V + i)]; };
+    at(1, 70001) = 30.0f;  // ties in different slices: the lower id wins
+    at(1, 5003) = 30.0f;
+    at(1, 129000) = 30.0f;
+    at(2, 0) = nan;  // NaN at id 0: never replaced
+    at(2, 777) = 50.0f;
+    for (int64_t i = 0; i < V; ++i) at(3, i) = -inf;  // all -inf: id 0
+    for (int64_t i = 1; i < V; i += 3) at(4, i) = nan;  // NaNs never win
+    at(4, 4000) = 40.0f;
+    at(5, V - 1) = 40.0f;  // the last id
+    for (int64_t i = 0; i < V; ++i) at(6, i) = -inf;  // one finite value at the end
+    at(6, V - 2) = -1e30f;
+    at(7, 0) = 40.0f;  // id 0 and an equal later id
+    at(7, 65000) = 40.0f;
+    for (int64_t i = 0; i < V; ++i) at(8, i) = 1.0f;  // all equal: id 0
+    std::vector<cuda::SampleRow> host_rows(static_cast<size_t>(rows));
+    std::vector<int32_t> ref(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+        host_rows[size_t(r)].temperature = 0.0;
+        SamplingParams sp;
+        sp.temperature = 0.0;
+        ref[size_t(r)] = sample({.logits = std::span<const float>(logits.data() + r * V, size_t(V)), .params = &sp}).token;
+    }
+    EXPECT_EQ(ref[1], 5003);
+    EXPECT_EQ(ref[4], 4000);
     Dev<float> dl(logits);
     Dev<cuda::SampleRow> drow(host_rows);
     Dev<double> dscratch(static_cast<size_t>(rows * V));

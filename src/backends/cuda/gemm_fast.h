@@ -158,6 +158,18 @@ struct FastLinearParams {
     SplitK split = SplitK::kAuto;
     int k_chunks = 0;  // 0: fast_linear_k_chunks(weight); else that many (benchmarks: other chunkings' bits differ)
     DensePath dense_path = DensePath::kAuto;
+    // Grouped form: tile_scratch already holds the tile table of these expert_offsets for tiles of
+    // tile_rows_given rows (an earlier launch's *tile_rows_out), so it is not built again unless this
+    // launch's tiles differ; 0: build it. tile_rows_out (or null): set to the tile rows of the table
+    // this launch leaves in tile_scratch.
+    int tile_rows_given = 0;
+    int* tile_rows_out = nullptr;
+    // Grouped form: a second weight set over the same rows and tables (the same shape: [num_experts]
+    // like `experts`), its output into y2 (same y_row, y_ld). One launch where the FP4 decode kernel
+    // runs (its grid twice as wide: twice the blocks streaming weights at small batches), else two; the
+    // same bits either way (every output element's instruction sequence is that of its own launch).
+    const DeviceLinear* experts2 = nullptr;
+    float* y2 = nullptr;
 };
 void fast_linear(const FastLinearParams& p, Stream s);
 

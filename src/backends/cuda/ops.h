@@ -148,6 +148,10 @@ struct HcPreParams {
     // across many blocks (null: inside the one block per row, slowly).
     float* mix = nullptr;
     bool mix_given = false;  // `mix` already holds them (the fast mode's hc_mix_splitk)
+    // Or (mix_given) hc_mix_splitk's partial planes [mix_splits, rows, (2+hc)*hc + 1], which the kernel sums
+    // in plane order itself (the same additions as hc_mix_splitk's reduce; one launch fewer).
+    const float* mix_partial = nullptr;
+    int64_t mix_splits = 0;
 };
 void hc_pre(const HcPreParams& p, Stream s);
 
@@ -162,6 +166,7 @@ struct HcMixSplitKParams {
     int64_t rows = 0, outputs = 0, flat = 0;  // outputs <= 63
     float* partial = nullptr;  // [hc_mix_splits(flat), rows, outputs + 1] scratch
     float* mix = nullptr;      // [rows, outputs + 1]
+    bool partials_only = false;  // no sums into mix: the consumer adds the partials (HcPreParams::mix_partial)
 };
 int64_t hc_mix_splits(int64_t flat);
 void hc_mix_splitk(const HcMixSplitKParams& p, Stream s);
@@ -190,6 +195,8 @@ struct HcHeadParams {
     bool round_bf16 = false;
     float* mix = nullptr;  // [rows, hc + 1] f32 scratch, as HcPreParams::mix
     bool mix_given = false;
+    const float* mix_partial = nullptr;  // as HcPreParams::mix_partial
+    int64_t mix_splits = 0;
 };
 void hc_head(const HcHeadParams& p, Stream s);
 

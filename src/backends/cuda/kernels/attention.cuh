@@ -6,6 +6,7 @@
 #pragma once
 
 #include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/kernels/rows.cuh"
 #include "backends/cuda/ops.h"
 
@@ -30,6 +31,7 @@ __device__ __forceinline__ float* entry_row(const DeviceSegment& s, bool indexer
 
 // grid (num_segments, max_rows), block 128.
 static __global__ void ring_write_kernel(const __grid_constant__ RingWriteParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const DeviceSegment& s = p.segments[blockIdx.x];
     const int64_t t = blockIdx.y;
     if (t >= s.num_rows || t < s.num_rows - p.ring_rows) return;
@@ -39,6 +41,7 @@ static __global__ void ring_write_kernel(const __grid_constant__ RingWriteParams
 }
 
 static __global__ void add_ape_kernel(const __grid_constant__ AddApeParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t r = blockIdx.x;
     const float* ape = p.ape + (p.positions[r] % p.ratio) * p.width;
     for (int64_t i = threadIdx.x; i < p.width; i += blockDim.x) p.gate[r * p.width + i] = dev::add(p.gate[r * p.width + i], ape[i]);
@@ -46,6 +49,7 @@ static __global__ void add_ape_kernel(const __grid_constant__ AddApeParams p) {
 
 // grid (num_segments, max_windows), block 256; dynamic shared memory: head_dim floats.
 static __global__ void compressor_kernel(const __grid_constant__ CompressorParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     extern __shared__ float entry[];
     const DeviceSegment& s = p.segments[blockIdx.x];
     const int64_t m = p.ratio, d = p.head_dim, P0 = s.first_position, n = s.num_rows;
@@ -151,6 +155,7 @@ static __global__ void indexer_scores_kernel(const __grid_constant__ IndexerPara
 }
 
 static __global__ void visible_counts_kernel(const int32_t* positions, int64_t rows, int64_t ratio, int32_t* out) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (r < rows) out[r] = static_cast<int32_t>((static_cast<int64_t>(positions[r]) + 1) / ratio);
 }

@@ -15,6 +15,7 @@
 
 #include "backends/cuda/common/cp_async.cuh"
 #include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/common/weight_scale.cuh"
 #include "backends/cuda/common/mma_sync.cuh"
 #include "backends/cuda/gemm_fast.h"
@@ -43,6 +44,10 @@ struct TcArgs {
     // in chunk order; with `partial` ([k_chunks, rows, N] f32) block z computes chunk z into it.
     int k_chunks;
     float* partial;
+    // The FP4 decode kernel: a second weight set of the grouped form into y2 (FastLinearParams::experts2),
+    // on blocks blockIdx.x >= N / BN.
+    const DeviceLinear* experts2;
+    float* y2;
 };
 
 // ---- PTX wrappers ---------------------------------------------------------------------------------
@@ -341,6 +346,7 @@ constexpr int kExpertTileThreads = 1024;
 static __global__ void __launch_bounds__(kExpertTileThreads) expert_tiles_kernel(const int32_t* expert_offsets,
                                                                                int64_t num_experts, int bm,
                                                                                int32_t* tile_offsets) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     __shared__ int32_t sh[kExpertTileThreads];
     const int i = threadIdx.x;
     int32_t carry = 0;
@@ -366,6 +372,7 @@ static __global__ void __launch_bounds__(kExpertTileThreads) expert_tiles_kernel
 
 // One warp per (row, 128-column block): lane l owns columns 4l..4l+3.
 static __global__ void act_quant_fp8_kernel(const __grid_constant__ ActQuantFp8Params p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     // One warp per 128 columns of a row; a scale per `block` (32 or 128) columns: groups of 8 or 32 lanes.
     const int64_t warps_per_row = p.cols / 128, per_warp = 128 / p.block;
     const int64_t gw = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -394,6 +401,7 @@ static __global__ void act_quant_fp8_kernel(const __grid_constant__ ActQuantFp8P
 
 // 8 columns per thread.
 static __global__ void to_bf16_kernel(const __grid_constant__ ToBf16Params p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     const int64_t per_row = p.cols / 8;
     if (i >= p.rows * per_row) return;

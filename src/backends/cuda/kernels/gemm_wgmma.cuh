@@ -20,6 +20,7 @@
 // one chunk, without the running sum's registers.
 #pragma once
 
+#include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/kernels/gemm_tc.cuh"
 
 namespace deepinfer::cuda::kernels::wg {
@@ -215,6 +216,11 @@ static __global__ void __launch_bounds__(128 * kWGs, ((kWGs == 1 || BN == 64) &&
     uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
     const int tid = threadIdx.x, wgi = tid / 128, wl = tid % 128, lane = tid % 32, wi = wl / 32;
 
+    // PDL (launch_pdl): a dense launch with no row table may copy its first stages' weight tiles (and the
+    // FP8 weight scales) while the previous kernel finishes; the grouped and row-table forms read tables
+    // an earlier kernel wrote, so they wait first.
+    const bool early = p.expert_offsets == nullptr && p.a_row_src == nullptr;
+    if (!early) pdl_wait();
     int64_t row_begin, row_end;
     const DeviceLinear* wp = &p.weight;
     if (p.expert_offsets) {
@@ -301,19 +307,27 @@ static __global__ void __launch_bounds__(128 * kWGs, ((kWGs == 1 || BN == 64) &&
             w_scale_len = 4;
         }
     }
-    auto load_stage = [&](int st, int64_t kt) {
+    // A stage: the activation tile and scales (load_a: an earlier kernel's output) and the weight tile
+    // (load_b: read-only).
+    auto load_a = [&](int st, int64_t kt) {
         uint8_t* sa = smem + st * C::kStageBytes;
-        uint8_t* sb = sa + C::kABytes;
-        float* sx = reinterpret_cast<float*>(sb + C::kBBytes);
+        float* sx = reinterpret_cast<float*>(sa + C::kABytes + C::kBBytes);
 #pragma unroll
         for (int q = 0; q < kAChunks; ++q) tc::cp_async16(sa + a_dst[q], a_src[q] + kt * 128, a_len[q]);
         if (kScaled && tid < BM) tc::cp_async4(sx + tid, x_scale_src + kt, x_scale_len);
+    };
+    auto load_b = [&](int st, int64_t kt) {
+        uint8_t* sb = smem + st * C::kStageBytes + C::kABytes;
         constexpr int kStep = kB == BKind::kFp4 ? 64 : 128;
 #pragma unroll
         for (int q = 0; q < kBChunks; ++q)
             if (b_len[q] >= 0) tc::cp_async16(sb + b_dst[q], b_src[q] + kt * kStep, b_len[q]);
         if constexpr (kB == BKind::kFp4)
             if (tid < BN) tc::cp_async4(sb + BN * 64 + tid * 4, w_scale_src + kt * 4, w_scale_len);
+    };
+    auto load_stage = [&](int st, int64_t kt) {
+        load_a(st, kt);
+        load_b(st, kt);
     };
 
     float acc[BN / 2];  // the current chunk's sum
@@ -326,9 +340,20 @@ static __global__ void __launch_bounds__(128 * kWGs, ((kWGs == 1 || BN == 64) &&
         for (int j = 0; j < BN / 2; ++j) part[j] = 0.0f;
     }
 
+    // The first stages: early weight copies (uncommitted: they join stage 0's group), then the wait for the
+    // previous kernel, then the activations.
+    if (early) {
+#pragma unroll
+        for (int st = 0; st < kStages - 1; ++st)
+            if (kt0 + st < kt1) load_b(st, kt0 + st);
+    }
+    pdl_enter();
 #pragma unroll
     for (int st = 0; st < kStages - 1; ++st) {
-        if (kt0 + st < kt1) load_stage(st, kt0 + st);
+        if (kt0 + st < kt1) {
+            load_a(st, kt0 + st);
+            if (!early) load_b(st, kt0 + st);
+        }
         tc::cp_async_commit();
     }
 
@@ -468,6 +493,7 @@ static __global__ void __launch_bounds__(128 * kWGs, ((kWGs == 1 || BN == 64) &&
 // y[y_row(r), n] = ((partial[0][r][n] + partial[1][r][n]) + ...) + partial[S-1][r][n], the chunk order
 // of the unsplit kernel's running sum; four consecutive n per thread.
 static __global__ void split_reduce_kernel(const __grid_constant__ TcArgs p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t N = p.N, quads = (N + 3) / 4;
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= p.rows * quads) return;

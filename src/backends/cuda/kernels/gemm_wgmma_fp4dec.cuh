@@ -22,6 +22,7 @@
 
 #include <type_traits>
 
+#include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/kernels/gemm_wgmma_fp4rs.cuh"
 
 namespace deepinfer::cuda::kernels::wgdec {
@@ -96,6 +97,7 @@ struct DecTile {
     int count;
     int64_t n0;
     const DeviceLinear* wp;
+    float* y;  // p.y, or p.y2 for the second weight set
 };
 
 template <class C, int NT>
@@ -257,7 +259,7 @@ __device__ __forceinline__ void dec_tile(const TcArgs& p, const DecTile& t, uint
             const int r = j * 8 + t4 * 2 + e;
             if (r >= t.count) continue;
             const int64_t gr = t.row_begin + r;
-            float* yrow = p.y + (p.y_row ? int64_t(p.y_row[gr]) : gr) * p.y_ld;
+            float* yrow = t.y + (p.y_row ? int64_t(p.y_row[gr]) : gr) * p.y_ld;
             yrow[n] = dev::maybe_bf16(acc[4 * j + e], p.round_bf16);
             yrow[n + 8] = dev::maybe_bf16(acc[4 * j + 2 + e], p.round_bf16);
         }
@@ -272,11 +274,16 @@ static __global__ void __launch_bounds__(128, kMinBlocks) fp4_dec_kernel(const _
     __shared__ int s_expert;
     const int tid = threadIdx.x;
     tc::build_fp4_table(table, tid);
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh): the tables below come from earlier kernels
 
     // This block's token rows (blockIdx.y: a tile of up to kMaxNT rows of one expert) and weight rows.
     DecTile t;
-    t.n0 = int64_t(blockIdx.x) * C::BN;
+    // Blocks x >= N / BN: the second weight set (p.experts2 into p.y2), same tiles.
+    const int64_t wblocks = p.N / C::BN;
+    const bool second = p.experts2 != nullptr && int64_t(blockIdx.x) >= wblocks;
+    t.n0 = (int64_t(blockIdx.x) - (second ? wblocks : 0)) * C::BN;
     t.wp = &p.weight;
+    t.y = second ? p.y2 : p.y;
     int64_t row_end;
     if (p.expert_offsets) {
         const int tile = static_cast<int>(blockIdx.y);
@@ -292,7 +299,7 @@ static __global__ void __launch_bounds__(128, kMinBlocks) fp4_dec_kernel(const _
         const int e = s_expert;
         t.row_begin = p.expert_offsets[e] + int64_t(tile - p.tile_offsets[e]) * kMaxNT;
         row_end = p.expert_offsets[e + 1];
-        t.wp = p.experts + e;
+        t.wp = (second ? p.experts2 : p.experts) + e;
     } else {
         t.row_begin = int64_t(blockIdx.y) * kMaxNT;
         row_end = p.rows;

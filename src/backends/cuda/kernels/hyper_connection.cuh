@@ -6,6 +6,7 @@
 #pragma once
 
 #include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/ops.h"
 
 namespace deepinfer::cuda::kernels {
@@ -31,8 +32,31 @@ __device__ __forceinline__ void hc_mix_dots(const float* x, const float* fn, int
 
 // The mixing logits of token t: from `staged` ([rows, outputs + 1], the staged GEMM's, bit-identical)
 // when given, else computed by hc_mix_dots.
+// With `partial` (hc_mix_splitk's planes [splits, rows, outputs + 1]): their sums in plane order, the
+// additions of hc_mix_reduce_kernel.
 __device__ __forceinline__ void hc_mix(const float* x, const float* fn, const float* staged, int64_t t, int64_t outputs,
-                                       int64_t flat, float* mix, float* xx) {
+                                       int64_t flat, float* mix, float* xx, const float* partial = nullptr,
+                                       int64_t splits = 0, int64_t rows = 0) {
+    if (partial != nullptr) {
+        const int64_t n = rows * (outputs + 1);
+        for (int64_t j = threadIdx.x; j <= outputs; j += blockDim.x) {
+            const float* src = partial + t * (outputs + 1) + j;
+            float sum = 0.0f;
+            int64_t c = 0;
+            for (; c + 8 <= splits; c += 8) {  // 8 loads in flight, summed in plane order
+                float v[8];
+#pragma unroll
+                for (int u = 0; u < 8; ++u) v[u] = src[(c + u) * n];
+#pragma unroll
+                for (int u = 0; u < 8; ++u) sum += v[u];
+            }
+            for (; c < splits; ++c) sum += src[c * n];
+            if (j < outputs) mix[j] = sum;
+            else *xx = sum;
+        }
+        __syncthreads();
+        return;
+    }
     if (staged == nullptr) return hc_mix_dots(x, fn, outputs, flat, mix, xx);
     for (int64_t j = threadIdx.x; j <= outputs; j += blockDim.x) {
         const float v = staged[t * (outputs + 1) + j];
@@ -50,6 +74,7 @@ constexpr int kHcChunk = 512;
 constexpr int kHcSplitThreads = 256;
 template <int kRows>
 static __global__ void __launch_bounds__(kHcSplitThreads) hc_mix_partial_kernel(const __grid_constant__ HcMixSplitKParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     __shared__ __align__(16) float x_s[kRows * kHcChunk];
     const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRows, c0 = static_cast<int64_t>(blockIdx.y) * kHcChunk;
     const int len = static_cast<int>(p.flat - c0 < kHcChunk ? p.flat - c0 : kHcChunk);
@@ -104,6 +129,7 @@ static __global__ void __launch_bounds__(kHcSplitThreads) hc_mix_partial_kernel(
 
 // grid ceil(rows * (outputs + 1) / 256), block 256: the chunks' partial sums in chunk order.
 static __global__ void hc_mix_reduce_kernel(const __grid_constant__ HcMixSplitKParams p, int64_t splits) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t n = p.rows * (p.outputs + 1), e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (e >= n) return;
     float sum = 0.0f;
@@ -124,10 +150,11 @@ static __global__ void hc_mix_reduce_kernel(const __grid_constant__ HcMixSplitKP
 // for comb on warp 0 while its other warps collapse (the collapse needs only pre). Column blocks only
 // with staged mixing logits. No value depends on the grid or on which thread computes it.
 static __global__ void hc_pre_kernel(const __grid_constant__ HcPreParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     __shared__ float mix[kHcMaxOutputs], pre[kHcMax], xx;
     const int64_t hc = p.hc, D = p.hidden, flat = hc * D, outputs = (2 + hc) * hc, t = blockIdx.x;
     const float* x = p.x + t * flat;
-    hc_mix(x, p.fn, p.mix, t, outputs, flat, mix, &xx);
+    hc_mix(x, p.fn, p.mix, t, outputs, flat, mix, &xx, p.mix_partial, p.mix_splits, p.rows);
     const bool head_block = blockIdx.y == 0;
     // Warp 0: the same operations as the CPU's one loop, spread over lanes wherever the elements are
     // independent (every element sees the same sequence of operations): Sinkhorn's row sums on lane j
@@ -229,6 +256,7 @@ static __global__ void hc_pre_kernel(const __grid_constant__ HcPreParams p) {
 // sub-block output are read once per element. grid (rows, ceil(hidden / (4 * blockDim))), block 256;
 // hidden % 4 == 0, 16-byte aligned rows.
 static __global__ void hc_post_vec4_kernel(const __grid_constant__ HcPostParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t t = blockIdx.x, hc = p.hc, D = p.hidden;
     const int64_t d0 = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * 4;
     if (d0 >= D) return;
@@ -267,18 +295,21 @@ static __global__ void hc_post_vec4_kernel(const __grid_constant__ HcPostParams 
 }
 
 static __global__ void hc_head_kernel(const __grid_constant__ HcHeadParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     __shared__ float mix[kHcMaxOutputs], xx;
     const int64_t hc = p.hc, D = p.hidden, flat = hc * D, t = blockIdx.x;
     const float* x = p.x + t * flat;
-    hc_mix(x, p.fn, p.mix, t, hc, flat, mix, &xx);
+    hc_mix(x, p.fn, p.mix, t, hc, flat, mix, &xx, p.mix_partial, p.mix_splits, p.rows);
     if (threadIdx.x < hc) {
         const int64_t j = threadIdx.x;
         const float r = 1.0f / sqrtf(dev::add(xx / static_cast<float>(flat), p.norm_eps));
         mix[j] = dev::add(dev::sigmoid(dev::add(dev::mul(dev::mul(mix[j], r), p.scale[0]), p.base[j])), p.hc_eps);
     }
     __syncthreads();
+    // grid (rows, column blocks): block y the columns y·256 + i, in steps of gridDim.y·256 (column blocks only
+    // with staged or given mixing logits; each block derives the same mix).
     float* y = p.y + t * D;
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    for (int64_t d = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; d < D; d += static_cast<int64_t>(gridDim.y) * blockDim.x) {
         float s = 0;
         for (int64_t j = 0; j < hc; ++j) s = dev::add(s, dev::mul(mix[j], x[j * D + d]));
         y[d] = dev::maybe_bf16(s, p.round_bf16);

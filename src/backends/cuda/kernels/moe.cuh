@@ -5,6 +5,7 @@
 #pragma once
 
 #include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/kernels/topk.cuh"
 #include "backends/cuda/ops.h"
 
@@ -14,6 +15,7 @@ constexpr int kRouteMaxTopK = 32;
 
 // One block (kTopkThreads) per token.
 static __global__ void __launch_bounds__(kTopkThreads) route_kernel(const __grid_constant__ RouterParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t t = blockIdx.x, E = p.experts, K = p.top_k;
     float* s = p.logits + t * E;
     if (p.scoring == ScoringFunc::kSqrtSoftplus) {
@@ -75,6 +77,7 @@ __host__ __device__ constexpr size_t permute_smem_bytes(int64_t experts) {
     return static_cast<size_t>(experts + 1 + kPermuteWarps * experts) * sizeof(int32_t);
 }
 static __global__ void __launch_bounds__(kPermuteThreads) permute_kernel(const __grid_constant__ PermuteParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     extern __shared__ int32_t counts[];     // [experts + 1]: counts, then each expert's running start
     int32_t* in_warp = counts + p.experts + 1;  // [warps, experts]: pairs of each expert per warp of a tile
     const int64_t pairs = p.rows * p.top_k, E = p.experts;
@@ -122,6 +125,7 @@ static __global__ void __launch_bounds__(kPermuteThreads) permute_kernel(const _
 }
 
 static __global__ void swiglu_kernel(const __grid_constant__ SwigluParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t r = blockIdx.x;
     const float w = p.row_weight ? p.row_weight[p.row_weight_index ? p.row_weight_index[r] : r] : 1.0f;
     for (int64_t i = threadIdx.x; i < p.width; i += blockDim.x) {
@@ -137,17 +141,36 @@ static __global__ void swiglu_kernel(const __grid_constant__ SwigluParams p) {
 }
 
 static __global__ void scatter_rows_kernel(const __grid_constant__ ScatterRowsParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t i = blockIdx.x;
     const float* src = p.src + i * p.width;
     float* dst = p.dst + static_cast<int64_t>(p.index[i]) * p.width;
     for (int64_t c = threadIdx.x; c < p.width; c += blockDim.x) dst[c] = src[c];
 }
 
+// grid (n, column blocks), block 256: block y copies its span of the row (float4 where the rows are
+// 16-byte aligned, several loads in flight per thread).
 static __global__ void gather_rows_kernel(const __grid_constant__ ScatterRowsParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t i = blockIdx.x;
     const float* src = p.src + static_cast<int64_t>(p.index[i]) * p.width;
     float* dst = p.dst + i * p.width;
-    for (int64_t c = threadIdx.x; c < p.width; c += blockDim.x) dst[c] = src[c];
+    const int64_t span = ((p.width + gridDim.y - 1) / gridDim.y + 3) / 4 * 4;
+    const int64_t c0 = static_cast<int64_t>(blockIdx.y) * span, c1 = c0 + span < p.width ? c0 + span : p.width;
+    if (p.width % 4 == 0 && reinterpret_cast<uintptr_t>(p.src) % 16 == 0 && reinterpret_cast<uintptr_t>(p.dst) % 16 == 0) {
+        const int64_t B = blockDim.x;
+        for (int64_t c = c0 / 4 + threadIdx.x; c < c1 / 4; c += 4 * B) {
+            float4 v[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+                if (c + u * B < c1 / 4) v[u] = reinterpret_cast<const float4*>(src)[c + u * B];
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+                if (c + u * B < c1 / 4) reinterpret_cast<float4*>(dst)[c + u * B] = v[u];
+        }
+        return;
+    }
+    for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) dst[c] = src[c];
 }
 
 constexpr int kMaxTopK = 32;
@@ -155,6 +178,7 @@ constexpr int kMaxTopK = 32;
 // grid (rows, column blocks), block 256: each block sorts the token's slots and sums its share of
 // the hidden columns (every element's sum in ascending expert order, whatever the grid).
 static __global__ void moe_combine_kernel(const __grid_constant__ CombineParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t t = blockIdx.x, K = p.top_k, D = p.hidden;
     int order[kMaxTopK];
     for (int64_t k = 0; k < K; ++k) order[k] = static_cast<int>(k);
@@ -178,6 +202,7 @@ static __global__ void moe_combine_kernel(const __grid_constant__ CombineParams 
 
 // One block: the layer's expert load from permute's offsets (integer atomics: order-independent).
 static __global__ void expert_load_kernel(const __grid_constant__ ExpertLoadParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     __shared__ unsigned long long touched, most;
     if (threadIdx.x == 0) touched = most = 0;
     __syncthreads();
@@ -198,6 +223,7 @@ static __global__ void expert_load_kernel(const __grid_constant__ ExpertLoadPara
 }
 
 static __global__ void even_routing_kernel(const __grid_constant__ EvenRoutingParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= p.rows * p.top_k) return;
     const int64_t pair = p.first_row * p.top_k + i;  // (r·top_k + k) of the global row r
@@ -205,6 +231,7 @@ static __global__ void even_routing_kernel(const __grid_constant__ EvenRoutingPa
 }
 
 static __global__ void expert_local_ids_kernel(const __grid_constant__ ExpertLocalIdsParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= p.n) return;
     const int32_t local = p.ids[i] - p.first_expert;
@@ -212,12 +239,14 @@ static __global__ void expert_local_ids_kernel(const __grid_constant__ ExpertLoc
 }
 
 static __global__ void expert_source_rows_kernel(const __grid_constant__ ExpertSourceRowsParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= p.n) return;
     p.index[i] = static_cast<int32_t>(static_cast<int64_t>(p.ids[i] / p.experts_per_rank) * p.n + i);
 }
 
 static __global__ void group_row_tables_kernel(const __grid_constant__ GroupRowTablesParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i <= p.groups) p.offsets[i] = static_cast<int32_t>(i * p.rows);
     if (i >= p.groups * p.rows) return;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/kernels/linear.cuh"
 #include "backends/cuda/ops.h"
 
@@ -16,6 +17,7 @@ namespace deepinfer::cuda::kernels {
 // global loads one step at a time; the arithmetic is the same.
 template <bool kStaged>
 static __global__ void rms_norm_kernel(const __grid_constant__ RmsNormParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     extern __shared__ float row_sh[];
     __shared__ float r_sh;
     const float* x = p.x + static_cast<int64_t>(blockIdx.x) * p.n;
@@ -72,16 +74,30 @@ static __global__ void rms_norm_kernel(const __grid_constant__ RmsNormParams p) 
     for (int64_t i = threadIdx.x; i < p.n; i += B) out[i] = one(x[i], p.weight ? p.weight[i] : 0.0f);
 }
 
-// FP8 simulation of x[0, nope) in blocks of 64 (one lane per block), on shared memory.
+// The largest |x| (or 0) of element i = b + lane and b + 32 + lane (when below e) over the warp: fmaxf from 0
+// is order-free (NaN never wins, -0 counts as 0), so the butterfly equals a sequential scan from 0.
+__device__ __forceinline__ float warp_abs_max(const float* x, int64_t b, int64_t e, int per_lane) {
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    float m = 0;
+    for (int u = 0; u < per_lane; ++u)
+        if (b + u * 32 + lane < e) m = fmaxf(m, fabsf(x[b + u * 32 + lane]));
+    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+    return m;
+}
+
+// FP8 simulation of x[0, nope) in blocks of 64, on shared memory, by a whole warp: per block the amax over
+// the warp (two elements per lane), then every element by its lane: each element's operations are those of
+// a sequential scan.
 __device__ __forceinline__ void fp8_simulate_nope_warp(float* x, int64_t nope) {
-    for (int64_t b = static_cast<int64_t>(threadIdx.x % 32) * 64; b < nope; b += 64 * 32) {
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    for (int64_t b = 0; b < nope; b += 64) {
         const int64_t e = b + 64 < nope ? b + 64 : nope;
-        float amax = 0;
-        for (int64_t i = b; i < e; ++i) amax = fmaxf(amax, fabsf(x[i]));
+        const float amax = warp_abs_max(x, b, e, 2);
         const float s = ldexpf(1.0f, dev::ceil_log2_bits(dev::mul(fmaxf(amax, 1e-4f), 1.0f / 448.0f)));
-        for (int64_t i = b; i < e; ++i)
+        for (int64_t i = b + lane; i < e; i += 32)
             x[i] = dev::round_bf16(dev::mul(dev::round_e4m3(fminf(fmaxf(x[i] / s, -448.0f), 448.0f)), s));
     }
+    __syncwarp();
 }
 
 // Walsh-Hadamard (natural order, / sqrt(dim)), bf16, then FP4 per 32: compressor.cpp's hadamard_fp4_simulate.
@@ -99,13 +115,13 @@ __device__ __forceinline__ void hadamard_fp4_warp(float* x, int64_t dim) {
     const float scale = 1.0f / sqrtf(static_cast<float>(dim));
     for (int64_t i = threadIdx.x % 32; i < dim; i += 32) x[i] = dev::round_bf16(dev::mul(x[i], scale));
     __syncwarp();
-    for (int64_t b = static_cast<int64_t>(threadIdx.x % 32) * 32; b < dim; b += 32 * 32) {
+    // FP4 per block of 32: the block's amax over the warp (one element per lane), then each lane its element.
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    for (int64_t b = 0; b < dim; b += 32) {
         const int64_t e = b + 32 < dim ? b + 32 : dim;
-        float amax = 0;
-        for (int64_t i = b; i < e; ++i) amax = fmaxf(amax, fabsf(x[i]));
+        const float amax = warp_abs_max(x, b, e, 1);
         const float s = ldexpf(1.0f, dev::ceil_log2_bits(dev::mul(fmaxf(amax, 6.0f * ldexpf(1.0f, -126)), 1.0f / 6.0f)));
-        for (int64_t i = b; i < e; ++i)
-            x[i] = dev::round_bf16(dev::mul(dev::round_e2m1(fminf(fmaxf(x[i] / s, -6.0f), 6.0f)), s));
+        if (b + lane < e) x[b + lane] = dev::round_bf16(dev::mul(dev::round_e2m1(fminf(fmaxf(x[b + lane] / s, -6.0f), 6.0f)), s));
     }
     __syncwarp();
 }
@@ -120,6 +136,7 @@ __device__ __forceinline__ void rope_warp(float* x, int64_t dim, int64_t rope_di
 // One warp per (row, head), kRopeWarps heads of a row per block; dynamic shared memory: dim floats per warp.
 constexpr int kRopeWarps = 4;
 static __global__ void rope_rows_kernel(const __grid_constant__ RopeRowsParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     extern __shared__ __align__(16) float rope_sh[];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int64_t row = blockIdx.x, head = static_cast<int64_t>(blockIdx.y) * kRopeWarps + warp;
@@ -183,11 +200,13 @@ static __global__ void rope_rows_kernel(const __grid_constant__ RopeRowsParams p
         for (int64_t i = lane; i < p.dim; i += 32) g[i] = sh[i];
 }
 
-// grid (rows), block 256: x[t, j, :] = embed[token[t]] for each stream.
+// grid (rows, column blocks), block 256: x[t, j, :] = embed[token[t]] for each stream; block y the
+// columns y, y + gridDim.y·256, ... in steps of 256.
 static __global__ void embed_kernel(const __grid_constant__ EmbedParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t t = blockIdx.x, D = p.table.in_features;
     const int64_t tok = p.tokens[t];
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    for (int64_t d = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; d < D; d += static_cast<int64_t>(gridDim.y) * blockDim.x) {
         const float v = dev::maybe_bf16(weight_at(p.table, tok, d), p.round_bf16);
         for (int64_t j = 0; j < p.hc; ++j) p.x[(t * p.hc + j) * D + d] = v;
     }

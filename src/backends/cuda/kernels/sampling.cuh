@@ -9,6 +9,7 @@
 #pragma once
 
 #include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/kernels/topk.cuh"
 #include "backends/cuda/ops.h"
 #include "model/draft_sampling.h"
@@ -214,7 +215,33 @@ static __global__ void __launch_bounds__(32) sample_pick_kernel(const __grid_con
             draft_cdf_in_block([&](int64_t v) { return v >= v0 && v < end ? block_sh[v - v0] : w[v]; }, V, b, u));
 }
 
-static __global__ void __launch_bounds__(kTopkThreads) sample_kernel(const __grid_constant__ SampleParams p) {
+// Greedy rows over several blocks: block (r, y) of grid (rows, slices) writes the first maximum of its
+// slice of ids [y·span, (y+1)·span) (block_argmax: NaN never wins; none: index V) into slot y of the row's
+// scratch, which a greedy row does not otherwise use; sample_kernel takes the first maximum of the
+// slices in slice order: the lowest id among the largest values, as block_argmax over the whole row.
+struct ArgmaxPart {
+    float value;
+    int32_t index;
+};
+static_assert(sizeof(ArgmaxPart) <= sizeof(double), "an argmax part fits a scratch slot");
+__host__ __device__ constexpr int64_t argmax_span(int64_t V, int64_t slices) { return (V + slices - 1) / slices; }
+
+static __global__ void __launch_bounds__(kTopkThreads) argmax_slices_kernel(const __grid_constant__ SampleParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
+    const int64_t r = blockIdx.x, V = p.vocab;
+    if (p.row[r].temperature > 0) return;
+    const int64_t span = argmax_span(V, gridDim.y), lo = static_cast<int64_t>(blockIdx.y) * span;
+    const int64_t n = lo < V ? (V - lo < span ? V - lo : span) : 0;
+    const float* l = p.logits + (p.logit_row ? static_cast<int64_t>(p.logit_row[r]) : r) * V;
+    const BlockArgmax a = block_argmax(l + lo, n);
+    if (threadIdx.x == 0)
+        reinterpret_cast<ArgmaxPart*>(p.scratch + r * V)[blockIdx.y] = {a.value, a.index >= n ? static_cast<int32_t>(V)
+                                                                                                : static_cast<int32_t>(lo + a.index)};
+}
+
+// slices > 1: greedy rows take argmax_slices_kernel's parts (launched just before, same grid rows).
+static __global__ void __launch_bounds__(kTopkThreads) sample_kernel(const __grid_constant__ SampleParams p, int slices) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t r = blockIdx.x, V = p.vocab;
     const SampleRow& row = p.row[r];
     const float* l = p.logits + (p.logit_row ? static_cast<int64_t>(p.logit_row[r]) : r) * V;
@@ -222,6 +249,20 @@ static __global__ void __launch_bounds__(kTopkThreads) sample_kernel(const __gri
     if (row.temperature <= 0) {
         // The CPU keeps id 0 unless a later logit is strictly greater: a NaN at 0 is never replaced;
         // otherwise the first of the largest (an all -inf or NaN row: id 0 too).
+        if (slices > 1) {
+            if (threadIdx.x == 0) {
+                const ArgmaxPart* part = reinterpret_cast<const ArgmaxPart*>(prob);
+                float best = -INFINITY;
+                int32_t at = static_cast<int32_t>(V);
+                for (int y = 0; y < slices; ++y)
+                    if (part[y].value > best || (part[y].value == best && part[y].index < at)) {
+                        best = part[y].value;
+                        at = part[y].index;
+                    }
+                p.tokens[r] = isnan(l[0]) || at >= V ? 0 : at;
+            }
+            return;
+        }
         const BlockArgmax a = block_argmax(l, V);
         if (threadIdx.x == 0) p.tokens[r] = isnan(l[0]) || a.index >= V ? 0 : a.index;
         return;

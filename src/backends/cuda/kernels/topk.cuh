@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// Device top-k (lightning indexer, router): one block per row; radix select of the k-th largest
+// Device top-k (lightning indexer, router): one block of kTopkThreads (= 256, one per histogram bin)
+// per row; radix select of the k-th largest
 // score on order-preserving 32-bit keys (4 passes of 8-bit histograms), then a stable compaction in
 // index order: every score above the threshold, and the lowest-index ties at the threshold. The
 // result is the CPU's topk_lowest_index (ascending indices), independent of the thread count.
 #pragma once
 
 #include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/ops.h"
 
 namespace deepinfer::cuda::kernels {
@@ -48,6 +50,7 @@ static __device__ void topk_row(const float* scores, int64_t len, int64_t k, int
         for (int64_t j = threadIdx.x; j < k; j += blockDim.x) out[j] = j < len ? static_cast<int32_t>(j) : -1;
         return;
     }
+    if (take <= 0) return;  // nothing to select (the passes below need need >= 1)
     uint32_t prefix = 0, mask = 0;
     int need = static_cast<int>(take);  // how many still to select at or below the current prefix
     for (int shift = 24; shift >= 0; shift -= 8) {
@@ -58,14 +61,19 @@ static __device__ void topk_row(const float* scores, int64_t len, int64_t k, int
             if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xFF], 1);
         }
         __syncthreads();
-        if (threadIdx.x == 0) {
-            int cum = 0, b = 255;
-            for (; b > 0; --b) {
-                if (cum + hist[b] >= need) break;
-                cum += hist[b];
+        {
+            // The bin of the need-th largest key, as a scan from bin 255 down would find it: the largest
+            // b >= 1 whose count of keys in bins b..255 reaches `need`, else 0; `cum` = the keys in the bins
+            // above it. Thread i holds bin 255 - i: its exclusive prefix sum is that bin's `cum` (integers:
+            // the same values as the scan); exactly one thread matches.
+            const int b = kTopkThreads - 1 - static_cast<int>(threadIdx.x);
+            const int h = hist[b];
+            int total = 0;
+            const int cum = block_exclusive_scan(h, &total);
+            if (cum < need && (b == 0 || cum + h >= need)) {
+                prefix_sh = prefix | (static_cast<uint32_t>(b) << shift);
+                need_sh = need - cum;
             }
-            prefix_sh = prefix | (static_cast<uint32_t>(b) << shift);
-            need_sh = need - cum;
         }
         __syncthreads();
         prefix = prefix_sh;
@@ -93,6 +101,7 @@ static __device__ void topk_row(const float* scores, int64_t len, int64_t k, int
 }
 
 static __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const __grid_constant__ TopkParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t r = blockIdx.x;
     const int64_t len = p.lengths ? p.lengths[r] : p.n;
     topk_row(p.scores + r * p.ld, len, p.k, p.out + r * p.k);

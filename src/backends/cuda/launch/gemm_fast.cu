@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "backends/cuda/common/cuda_check.h"
+#include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/kernels/gemm_tc.cuh"
 #include "backends/cuda/kernels/gemm_wgmma.cuh"
 #include "backends/cuda/kernels/gemm_wgmma_dense_ws.cuh"
@@ -22,6 +23,15 @@ using kernels::tc::BKind;
 using kernels::tc::TcArgs;
 using kernels::tc::TcConfig;
 
+// The grouped form's tile table for tiles of bm rows in p.tile_scratch (kept when an earlier launch
+// built it for the same tiles: FastLinearParams::tile_rows_given).
+void expert_tiles(const FastLinearParams& p, int bm, cudaStream_t st) {
+    if (p.tile_rows_given != bm)
+        launch_pdl(kernels::tc::expert_tiles_kernel, 1, kernels::tc::kExpertTileThreads, 0, st, p.expert_offsets, p.num_experts, bm,
+                   p.tile_scratch);
+    if (p.tile_rows_out) *p.tile_rows_out = bm;
+}
+
 template <int WM, int WN, int MT, int NT, int kStages, BKind kB>
 void launch(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     using C = TcConfig<WM, WN, MT, NT, kStages, kB>;
@@ -30,8 +40,7 @@ void launch(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     int64_t grid_x = (p.rows + C::BM - 1) / C::BM;
     TcArgs args = a;
     if (p.experts) {
-        kernels::tc::expert_tiles_kernel<<<1, kernels::tc::kExpertTileThreads, 0, st>>>(p.expert_offsets, p.num_experts, C::BM, p.tile_scratch);
-        DI_CUDA_CHECK(cudaGetLastError());
+        expert_tiles(p, C::BM, st);
         args.tile_offsets = p.tile_scratch;
         // Every tile holds at least one row, and at most one partial tile per non-empty expert.
         grid_x = std::min<int64_t>(p.rows, grid_x + std::min<int64_t>(p.num_experts, p.rows));
@@ -56,19 +65,17 @@ void launch_wgmma(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     int64_t grid_x = (p.rows + C::BM - 1) / C::BM;
     TcArgs args = a;
     if (p.experts) {
-        kernels::tc::expert_tiles_kernel<<<1, kernels::tc::kExpertTileThreads, 0, st>>>(p.expert_offsets, p.num_experts, C::BM, p.tile_scratch);
-        DI_CUDA_CHECK(cudaGetLastError());
+        expert_tiles(p, C::BM, st);
         args.tile_offsets = p.tile_scratch;
         grid_x = std::min<int64_t>(p.rows, grid_x + std::min<int64_t>(p.num_experts, p.rows));
     }
     const int64_t grid_y = (a.N + BN - 1) / BN, grid_z = a.partial ? a.k_chunks : 1;
     DI_CHECK(grid_x < (int64_t(1) << 31) && grid_y < 65536 && grid_z < 65536, "fast linear: grid too large");
-    kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z)), C::kThreads,
-             C::kSmemBytes, st>>>(args);
+    launch_pdl(kernel, dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y), static_cast<unsigned>(grid_z)), C::kThreads, C::kSmemBytes, st, args);
     DI_CUDA_CHECK(cudaGetLastError());
     if (a.partial) {
         const int64_t threads = a.rows * ((a.N + 3) / 4);
-        kernels::wg::split_reduce_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, st>>>(args);
+        launch_pdl(kernels::wg::split_reduce_kernel, static_cast<unsigned>((threads + 255) / 256), 256, 0, st, args);
         DI_CUDA_CHECK(cudaGetLastError());
     }
 }
@@ -215,8 +222,7 @@ void launch_fp4_rs(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) 
     int64_t tiles = (p.rows + TN - 1) / TN;
     TcArgs args = a;
     if (p.experts) {
-        kernels::tc::expert_tiles_kernel<<<1, kernels::tc::kExpertTileThreads, 0, st>>>(p.expert_offsets, p.num_experts, TN, p.tile_scratch);
-        DI_CUDA_CHECK(cudaGetLastError());
+        expert_tiles(p, TN, st);
         args.tile_offsets = p.tile_scratch;
         tiles = std::min<int64_t>(p.rows, tiles + std::min<int64_t>(p.num_experts, p.rows));
     }
@@ -266,14 +272,13 @@ void launch_fp4_dec(const FastLinearParams& p, const TcArgs& a, cudaStream_t st)
     int64_t tiles = (p.rows + kMaxNT - 1) / kMaxNT;
     TcArgs args = a;
     if (p.experts) {
-        kernels::tc::expert_tiles_kernel<<<1, kernels::tc::kExpertTileThreads, 0, st>>>(p.expert_offsets, p.num_experts, kMaxNT,
-                                                                                       p.tile_scratch);
-        DI_CUDA_CHECK(cudaGetLastError());
+        expert_tiles(p, kMaxNT, st);
         args.tile_offsets = p.tile_scratch;
         tiles = std::min<int64_t>(p.rows, tiles + std::min<int64_t>(p.num_experts, p.rows));
     }
     DI_CHECK(tiles < 65536, "fast linear: too many row tiles (", tiles, ")");
-    kernel<<<dim3(static_cast<unsigned>(a.N / C::BN), static_cast<unsigned>(tiles)), C::kThreads, C::kSmemBytes, st>>>(args);
+    const int64_t wblocks = a.N / C::BN * (a.experts2 ? 2 : 1);  // a second weight set: its blocks after the first's
+    launch_pdl(kernel, dim3(static_cast<unsigned>(wblocks), static_cast<unsigned>(tiles)), C::kThreads, C::kSmemBytes, st, args);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -331,9 +336,12 @@ void launch_fp4_rs_variant(const FastLinearParams& p, const TcArgs& a, cudaStrea
 // made the 2-layer proxy's decode slower at batch 256, bench/results/cuda-expert-gemm-h200-*.md). A row's
 // bits do not depend on the choice (the same MMA sequence per output element; every configuration is
 // tested against the shared-memory kernel bit for bit).
+int fp4_rs_variant_of(const FastLinearParams& p, int64_t rows_per_group) {
+    return p.fp4_rs_variant >= 0 ? p.fp4_rs_variant : rows_per_group <= 64 ? 15 : 20;
+}
+
 void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t rows_per_group, cudaStream_t st) {
-    int v = p.fp4_rs_variant;
-    if (v < 0) v = rows_per_group <= 64 ? 15 : 20;
+    const int v = fp4_rs_variant_of(p, rows_per_group);
     DI_CHECK(v < kFp4RsVariants, "fast linear: no FP4 kernel configuration ", v);
     switch (v) {
         case 0: launch_fp4_rs_variant<0>(p, a, st); break;
@@ -368,6 +376,16 @@ void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t r
         case 29: launch_fp4_rs_variant<29>(p, a, st); break;
         default: launch_fp4_rs_variant<30>(p, a, st); break;
     }
+}
+
+int compute_capability();
+
+// Packed FP4 on Hopper at the shapes of the register kernels (launch_fp4_rs_by_rows), from the device and
+// the weight's shape only.
+bool fp4_rs_path(const FastLinearParams& p) {
+    const DeviceLinear& w = p.weight;
+    return w.kind == WeightKind::kFp4 && p.fp4_path == Fp4Path::kAuto && w.out_features % 128 == 0 && w.in_features % 256 == 0 &&
+           compute_capability() == 90;
 }
 
 int compute_capability() {
@@ -525,6 +543,27 @@ void fast_linear(const FastLinearParams& p, Stream s) {
     }
     const int64_t per_group = p.experts ? (p.rows + p.num_experts - 1) / p.num_experts : p.rows;
     const auto st = static_cast<cudaStream_t>(s.handle);
+    if (p.experts2) {  // a second weight set: one launch of the FP4 decode kernel, else one launch per set
+        DI_CHECK(p.experts && p.y2, "fast linear: a second weight set needs the grouped form and y2");
+        const int v = fp4_rs_variant_of(p, per_group);
+        const bool one = fp4_rs_path(p) && v >= 0 && v < kFp4RsVariants && kRsVariants[v].kind == RsKind::kDec;
+        if (!one) {
+            FastLinearParams q = p;
+            q.experts2 = nullptr;
+            q.y2 = nullptr;
+            int tile_rows = p.tile_rows_given;
+            q.tile_rows_out = &tile_rows;
+            fast_linear(q, s);
+            q.experts = p.experts2;
+            q.y = p.y2;
+            q.tile_rows_given = tile_rows;
+            fast_linear(q, s);
+            if (p.tile_rows_out) *p.tile_rows_out = tile_rows;
+            return;
+        }
+        a.experts2 = p.experts2;
+        a.y2 = p.y2;
+    }
     const bool b32 = w.kind == WeightKind::kFp8Block && w.block_cols == 32;
     DI_CHECK(!b32 || !p.experts, "fast linear: FP8 32x32-block weights are not grouped");
     if (b32) {
@@ -535,8 +574,7 @@ void fast_linear(const FastLinearParams& p, Stream s) {
         case WeightKind::kFp8Block: launch_by_rows<BKind::kFp8>(p, a, per_group, st); break;
         case WeightKind::kFp4:
             // The choice depends on the device and the weight's shape only (never on the rows).
-            if (p.fp4_path == Fp4Path::kAuto && w.out_features % 128 == 0 && w.in_features % 256 == 0 &&
-                compute_capability() == 90)
+            if (fp4_rs_path(p))
                 launch_fp4_rs_by_rows(p, a, per_group, st);
             else
                 launch_by_rows<BKind::kFp4>(p, a, per_group, st);
@@ -550,8 +588,7 @@ void act_quant_fp8(const ActQuantFp8Params& p, Stream s) {
     DI_CHECK(p.cols % 128 == 0 && p.x_ld % 4 == 0 && (p.block == 128 || p.block == 32), "act_quant_fp8: cols = ", p.cols,
              ", x_ld = ", p.x_ld, ", block = ", p.block);
     const int64_t threads = p.rows * (p.cols / 128) * 32;
-    kernels::tc::act_quant_fp8_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0,
-                                        static_cast<cudaStream_t>(s.handle)>>>(p);
+    launch_pdl(kernels::tc::act_quant_fp8_kernel, static_cast<unsigned>((threads + 255) / 256), 256, 0, static_cast<cudaStream_t>(s.handle), p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -559,8 +596,7 @@ void to_bf16(const ToBf16Params& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.cols % 8 == 0 && p.x_ld % 4 == 0, "to_bf16: cols = ", p.cols, ", x_ld = ", p.x_ld);
     const int64_t threads = p.rows * (p.cols / 8);
-    kernels::tc::to_bf16_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0,
-                                  static_cast<cudaStream_t>(s.handle)>>>(p);
+    launch_pdl(kernels::tc::to_bf16_kernel, static_cast<unsigned>((threads + 255) / 256), 256, 0, static_cast<cudaStream_t>(s.handle), p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 

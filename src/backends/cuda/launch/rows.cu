@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Launchers of the per-row ops (RMS norm, per-head RoPE/QAT, embedding) and of mHC.
 #include "backends/cuda/common/cuda_check.h"
+#include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/launch/column_blocks.h"
 #include "backends/cuda/kernels/hyper_connection.cuh"
@@ -14,9 +15,9 @@ cudaStream_t raw(Stream s) { return static_cast<cudaStream_t>(s.handle); }
 void rms_norm(const RmsNormParams& p, Stream s) {
     if (p.rows == 0) return;
     if (p.n <= 8192)  // the row staged in shared memory (out may alias x: each block reads its row first)
-        kernels::rms_norm_kernel<true><<<static_cast<unsigned>(p.rows), 256, static_cast<size_t>(p.n) * 4, raw(s)>>>(p);
+        launch_pdl(kernels::rms_norm_kernel<true>, static_cast<unsigned>(p.rows), 256, static_cast<size_t>(p.n) * 4, raw(s), p);
     else
-        kernels::rms_norm_kernel<false><<<static_cast<unsigned>(p.rows), 256, 0, raw(s)>>>(p);
+        launch_pdl(kernels::rms_norm_kernel<false>, static_cast<unsigned>(p.rows), 256, 0, raw(s), p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -29,13 +30,14 @@ void rope_rows(const RopeRowsParams& p, Stream s) {
     const size_t smem = static_cast<size_t>(kernels::kRopeWarps * p.dim) * sizeof(float);
     if (smem > 48 * 1024)
         DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::rope_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    kernels::rope_rows_kernel<<<grid, 32 * kernels::kRopeWarps, smem, raw(s)>>>(p);
+    launch_pdl(kernels::rope_rows_kernel, grid, 32 * kernels::kRopeWarps, smem, raw(s), p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
 void embed(const EmbedParams& p, Stream s) {
     if (p.rows == 0) return;
-    kernels::embed_kernel<<<static_cast<unsigned>(p.rows), 256, 0, raw(s)>>>(p);
+    const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(column_blocks(p.rows, p.table.in_features, 256)));
+    launch_pdl(kernels::embed_kernel, grid, 256, 0, raw(s), p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -58,7 +60,7 @@ void hc_pre(const HcPreParams& p, Stream s) {
     if (p.mix && !p.mix_given) hc_mix_logits(p.x, p.fn, p.rows, (2 + p.hc) * p.hc, p.hc * p.hidden, p.mix, s);
     // Column blocks only with staged mixing logits (else each block would redo the token's dot products).
     const int64_t blocks = p.mix ? column_blocks(p.rows, p.hidden, 256) : 1;
-    kernels::hc_pre_kernel<<<dim3(static_cast<unsigned>(p.rows), static_cast<unsigned>(blocks)), 256, 0, raw(s)>>>(p);
+    launch_pdl(kernels::hc_pre_kernel, dim3(static_cast<unsigned>(p.rows), static_cast<unsigned>(blocks)), 256, 0, raw(s), p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -76,14 +78,15 @@ void hc_mix_splitk(const HcMixSplitKParams& p, Stream s) {
     const int64_t groups = row_blocks * splits >= 2 * multiprocessor_count() ? 1 : (p.outputs + 1 + 7) / 8;
     const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(splits), static_cast<unsigned>(groups));
     if (per_block == 16)
-        kernels::hc_mix_partial_kernel<16><<<grid, kernels::kHcSplitThreads, 0, raw(s)>>>(p);
+        launch_pdl(kernels::hc_mix_partial_kernel<16>, grid, kernels::kHcSplitThreads, 0, raw(s), p);
     else if (per_block == 8)
-        kernels::hc_mix_partial_kernel<8><<<grid, kernels::kHcSplitThreads, 0, raw(s)>>>(p);
+        launch_pdl(kernels::hc_mix_partial_kernel<8>, grid, kernels::kHcSplitThreads, 0, raw(s), p);
     else
-        kernels::hc_mix_partial_kernel<1><<<grid, kernels::kHcSplitThreads, 0, raw(s)>>>(p);
+        launch_pdl(kernels::hc_mix_partial_kernel<1>, grid, kernels::kHcSplitThreads, 0, raw(s), p);
     DI_CUDA_CHECK(cudaGetLastError());
+    if (p.partials_only) return;
     const int64_t n = p.rows * (p.outputs + 1);
-    kernels::hc_mix_reduce_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, raw(s)>>>(p, splits);
+    launch_pdl(kernels::hc_mix_reduce_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, raw(s), p, splits);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -94,7 +97,7 @@ void hc_post(const HcPostParams& p, Stream s) {
     DI_CHECK(p.hidden % 4 == 0 && a16(p.out) && a16(p.x) && a16(p.y), "hc_post: hidden ", p.hidden,
              " not a multiple of 4 or rows not 16-byte aligned");
     const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>((p.hidden / 4 + 255) / 256));
-    kernels::hc_post_vec4_kernel<<<grid, 256, 0, raw(s)>>>(p);
+    launch_pdl(kernels::hc_post_vec4_kernel, grid, 256, 0, raw(s), p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -102,7 +105,9 @@ void hc_head(const HcHeadParams& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.hc >= 1 && p.hc <= kernels::kHcMax, "hc_head: hc_mult ", p.hc);
     if (p.mix && !p.mix_given) hc_mix_logits(p.x, p.fn, p.rows, p.hc, p.hc * p.hidden, p.mix, s);
-    kernels::hc_head_kernel<<<static_cast<unsigned>(p.rows), 256, 0, raw(s)>>>(p);
+    // Column blocks only with staged mixing logits (else each block would redo the token's dot products).
+    const int64_t blocks = p.mix ? column_blocks(p.rows, p.hidden, 256) : 1;
+    launch_pdl(kernels::hc_head_kernel, dim3(static_cast<unsigned>(p.rows), static_cast<unsigned>(blocks)), 256, 0, raw(s), p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 

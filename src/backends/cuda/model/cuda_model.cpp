@@ -11,17 +11,40 @@
 
 namespace deepinfer::cuda::v4 {
 
-bool CudaModel::project_fast(const DeviceLinear& w, const float* x, int64_t rows, float* y, bool round_bf16) const {
+void CudaModel::fp8_input(ConvertedInput& in, int64_t block) const {
+    if (in.q && in.block == block) return;
+    in.q = workspace_->alloc_n<uint8_t>(in.rows * in.cols);
+    in.qs = workspace_->alloc_n<float>(in.rows * (in.cols / block));
+    in.block = block;
+    act_quant_fp8({.x = in.x, .x_ld = in.cols, .rows = in.rows, .cols = in.cols, .q = in.q, .scale = in.qs, .block = block},
+                  stream_.get());
+}
+
+bool CudaModel::project_fast(const DeviceLinear& w, const float* x, int64_t rows, float* y, bool round_bf16,
+                             ConvertedInput* in) const {
     if (!fast_ || !fast_linear_supported(w)) return false;
     const Stream s = stream_.get();
-    const size_t mark = workspace_->mark();
     const int64_t K = w.in_features;
+    if (in && (in->x != x || in->rows != rows || in->cols != K)) in = nullptr;
     FastLinearParams f{.weight = w, .y = y, .y_ld = w.out_features, .rows = rows, .round_output_bf16 = round_bf16};
-    if (w.kind == WeightKind::kBF16) {
+    // The input's converted form: kept in `in` (before this call's scratch mark), else scratch.
+    if (in && w.kind == WeightKind::kBF16) {
+        if (!in->bf16) {
+            in->bf16 = workspace_->alloc_n<uint16_t>(rows * K);
+            to_bf16({.x = x, .x_ld = K, .rows = rows, .cols = K, .out = in->bf16}, s);
+        }
+        f.a = in->bf16;
+    } else if (in) {
+        fp8_input(*in, fast_activation_block(w));
+        f.a = in->q;
+        f.a_scale = in->qs;
+    }
+    const size_t mark = workspace_->mark();
+    if (!in && w.kind == WeightKind::kBF16) {
         uint16_t* xb = workspace_->alloc_n<uint16_t>(rows * K);
         to_bf16({.x = x, .x_ld = K, .rows = rows, .cols = K, .out = xb}, s);
         f.a = xb;
-    } else {
+    } else if (!in) {
         const int64_t block = fast_activation_block(w);
         uint8_t* q = workspace_->alloc_n<uint8_t>(rows * K);
         float* qs = workspace_->alloc_n<float>(rows * (K / block));
@@ -35,8 +58,8 @@ bool CudaModel::project_fast(const DeviceLinear& w, const float* x, int64_t rows
     return true;
 }
 
-void CudaModel::project_f32(const DeviceLinear& w, const float* x, int64_t rows, float* y) const {
-    if (official() && w.kind == WeightKind::kBF16 && project_fast(w, x, rows, y, false)) return;
+void CudaModel::project_f32(const DeviceLinear& w, const float* x, int64_t rows, float* y, ConvertedInput* in) const {
+    if (official() && w.kind == WeightKind::kBF16 && project_fast(w, x, rows, y, false, in)) return;
     linear({.x = x, .x_ld = w.in_features, .weight = w, .y = y, .y_ld = w.out_features, .rows = rows}, stream_.get());
 }
 
@@ -51,9 +74,20 @@ bool CudaModel::hc_mix_fast(const DeviceHc& w, const float* x, int64_t rows, int
     return true;
 }
 
-void CudaModel::project(const DeviceLinear& w, const float* x, int64_t rows, float* y) const {
+CudaModel::MixPartials CudaModel::hc_mix_partials(const DeviceHc& w, const float* x, int64_t rows, int64_t outputs) const {
+    if (!fast_) return {};
+    const size_t mark = workspace_->mark();
+    const int64_t flat = config_.hc_mult * config_.hidden_size, splits = hc_mix_splits(flat);
+    float* partial = workspace_->alloc_n<float>(splits * rows * (outputs + 1));
+    hc_mix_splitk({.x = x, .fn = w.fn, .rows = rows, .outputs = outputs, .flat = flat, .partial = partial, .partials_only = true},
+                  stream_.get());
+    workspace_->reset(mark);  // stream-ordered: read by the next launch
+    return {partial, splits};
+}
+
+void CudaModel::project(const DeviceLinear& w, const float* x, int64_t rows, float* y, ConvertedInput* in) const {
     const Stream s = stream_.get();
-    if (project_fast(w, x, rows, y, official())) return;
+    if (project_fast(w, x, rows, y, official(), in)) return;
     if (official() && quantized(w)) {
         const size_t mark = workspace_->mark();
         float* xq = workspace_->alloc_n<float>(rows * w.in_features);
@@ -79,19 +113,22 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
     const bool compressed = lw.attention_type != AttentionType::kSliding;
     const float* rope = compressed ? rope_comp_ : rope_main_;
 
+    // The fast GEMMs' forms of a and qr, each converted once for all the projections that read them.
+    ConvertedInput ca{.x = a, .rows = S, .cols = c.hidden_size};
     // Q path: qr = q_norm(wq_a a); q = head_norm(wq_b qr); RoPE.
     float* qr = workspace_->alloc_n<float>(S * QL);
     float* q = workspace_->alloc_n<float>(S * H * Dh);
-    project(lw.wq_a, a, S, qr);
+    ConvertedInput cqr{.x = qr, .rows = S, .cols = QL};
+    project(lw.wq_a, a, S, qr, &ca);
     rms_norm({.x = qr, .weight = lw.q_norm, .out = qr, .rows = S, .n = QL, .eps = eps, .round_bf16 = off}, s);
-    project(lw.wq_b, qr, S, q);
+    project(lw.wq_b, qr, S, q, &cqr);
     rope_rows({.x = q, .rows = S, .heads = H, .dim = Dh, .positions = b.positions, .cos_sin = rope, .rope_dim = R,
                .head_norm = off ? HeadNorm::kBf16Arith : HeadNorm::kF32, .eps = eps, .round_rope_dims = off,
                .tree_sum = fast_},
               s);
     // KV path: kv = kv_norm(wkv a); RoPE; FP8 simulation of the nope dims.
     float* kv = workspace_->alloc_n<float>(S * Dh);
-    project(lw.wkv, a, S, kv);
+    project(lw.wkv, a, S, kv, &ca);
     rms_norm({.x = kv, .weight = lw.kv_norm, .out = kv, .rows = S, .n = Dh, .eps = eps, .round_bf16 = off}, s);
     rope_rows({.x = kv, .rows = S, .heads = 1, .dim = Dh, .positions = b.positions, .cos_sin = rope, .rope_dim = R,
                .round_rope_dims = off, .qat = off ? Qat::kFp8Nope : Qat::kNone},
@@ -103,8 +140,8 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
         const int64_t ring = (cw.overlap ? 2 : 1) * cw.ratio + kRingHeadroom;
         float* ckv = workspace_->alloc_n<float>(S * width);
         float* cg = workspace_->alloc_n<float>(S * width);
-        project_f32(cw.wkv, a, S, ckv);
-        project_f32(cw.wgate, a, S, cg);
+        project_f32(cw.wkv, a, S, ckv, &ca);
+        project_f32(cw.wgate, a, S, cg, &ca);
         add_ape({.gate = cg, .ape = cw.ape, .positions = b.positions, .rows = S, .width = width, .ratio = cw.ratio}, s);
         // Graphs: a decode row completes at most one window, a short chunk ceil(kGraphChunkRows / ratio).
         int64_t max_windows = !b.graph ? 0 : b.short_chunks ? (kGraphChunkRows + cw.ratio - 1) / cw.ratio : 1;
@@ -135,8 +172,8 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
         const int64_t IH = c.index_n_heads, ID = c.index_head_dim;
         float* qi = workspace_->alloc_n<float>(S * IH * ID);
         float* hw = workspace_->alloc_n<float>(S * IH);
-        project(lw.indexer_wq_b, qr, S, qi);
-        project(lw.indexer_weights_proj, a, S, hw);
+        project(lw.indexer_wq_b, qr, S, qi, &cqr);
+        project(lw.indexer_weights_proj, a, S, hw, &ca);
         rope_rows({.x = qi, .rows = S, .heads = IH, .dim = ID, .positions = b.positions, .cos_sin = rope_comp_,
                    .rope_dim = R, .qat = off ? Qat::kHadamardFp4 : Qat::kNone},
                   s);
@@ -222,15 +259,19 @@ void CudaModel::moe_rows(const DeviceLayer& lw, int64_t S, const int32_t* tokens
     // Shared expert (no routing weight): on the stream while the routed experts' rows travel.
     const int64_t SI = lw.shared_w1.out_features;
     float* ys = workspace_->alloc_n<float>(S * D);
+    // The routed experts' FP8 form of a (per 128 columns), made once and shared with the shared expert's
+    // w1 and w3 where their weights take the same form.
+    ConvertedInput ca{.x = a, .rows = S, .cols = D};
+    if (fast_) fp8_input(ca, 128);
     auto shared_expert = [&] {
         float* sg = workspace_->alloc_n<float>(S * SI);
         float* su = workspace_->alloc_n<float>(S * SI);
-        project(lw.shared_w1, a, S, sg);
-        project(lw.shared_w3, a, S, su);
+        project(lw.shared_w1, a, S, sg, &ca);
+        project(lw.shared_w3, a, S, su, &ca);
         swiglu({.g = sg, .u = su, .rows = S, .width = SI, .limit = L, .round_bf16 = off}, s);
         project(lw.shared_w2, sg, S, ys);
     };
-    const float* y_slot = routed_experts({.experts = &lw.experts, .x = a, .ids = ids, .weights = wts, .rows = S,
+    const float* y_slot = routed_experts({.experts = &lw.experts, .x = a, .xq = ca.q, .xs = ca.qs, .ids = ids, .weights = wts, .rows = S,
                                           .hidden = D, .top_k = K, .experts_total = E, .swiglu_limit = L,
                                           .official = off, .weight_before_w2 = off, .fast = fast_,
                                           .expert_load = bench_routing_.counters(),
@@ -254,10 +295,11 @@ void CudaModel::run_layer(const DeviceLayer& lw, const Batch& b, float*& x, floa
     float* out = workspace_->alloc_n<float>(S * D);
     float* mix = workspace_->alloc_n<float>(S * ((2 + hc) * hc + 1));
     auto pre = [&](const DeviceHc& w, const float* norm) {
-        const bool given = hc_mix_fast(w, x, S, (2 + hc) * hc, mix);
+        const MixPartials mp = hc_mix_partials(w, x, S, (2 + hc) * hc);
         hc_pre({.x = x, .fn = w.fn, .base = w.base, .scale = w.scale, .rows = S, .hc = hc, .hidden = D,
                 .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps),
-                .post = post, .comb = comb, .collapsed = a, .round_bf16 = off, .mix = mix, .mix_given = given},
+                .post = post, .comb = comb, .collapsed = a, .round_bf16 = off, .mix = mix, .mix_given = mp.partial != nullptr,
+                .mix_partial = mp.partial, .mix_splits = mp.splits},
                s);
         rms_norm({.x = a, .weight = norm, .out = a, .rows = S, .n = D, .eps = eps, .round_bf16 = off}, s);
     };
@@ -316,6 +358,8 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
         at += bytes(n * std::max({Dm, QL, G * OL}) * 4);
         if (fast_)  // wo_a on tensor cores: o in bf16, the group tables, the tile table
             at += bytes(n * H * Dh * 2) + 2 * bytes((G + 1) * 4) + bytes(G * n * 4);
+        if (fast_)  // the converted inputs kept for the whole sub-block: a in bf16 and FP8 + scales, qr in FP8 + scales
+            at += bytes(n * Dm * 2) + bytes(n * Dm) + bytes(n * (Dm / 32) * 4) + bytes(n * QL) + bytes(n * (QL / 32) * 4);
         // MoE.
         const int64_t I = lw.experts.shape_w1.out_features, SI = lw.shared_w1.out_features;
         // Expert parallelism: the experts here run the pairs of every rank's rows (T: each rank's
@@ -399,10 +443,10 @@ float* CudaModel::head_logits(const float* xs, int64_t R, const DeviceHc& hcw, c
     float* hy = workspace_->alloc_n<float>(R * D);
     float* mix = workspace_->alloc_n<float>(R * (c.hc_mult + 1));
     const float eps = static_cast<float>(c.rms_norm_eps);
-    const bool given = hc_mix_fast(hcw, xs, R, c.hc_mult, mix);
+    const MixPartials mp = hc_mix_partials(hcw, xs, R, c.hc_mult);
     hc_head({.x = xs, .fn = hcw.fn, .base = hcw.base, .scale = hcw.scale, .rows = R, .hc = c.hc_mult, .hidden = D,
              .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps), .y = hy, .round_bf16 = official(), .mix = mix,
-             .mix_given = given},
+             .mix_given = mp.partial != nullptr, .mix_partial = mp.partial, .mix_splits = mp.splits},
             s);
     rms_norm({.x = hy, .weight = norm, .out = hy, .rows = R, .n = D, .eps = eps, .round_bf16 = official()}, s);
     float* logits = workspace_->alloc_n<float>(R * V);

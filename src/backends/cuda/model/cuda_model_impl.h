@@ -203,18 +203,43 @@ private:
     // Upper bound of the workspace one forward takes: S rows in N sequences, R rows of logits,
     // positions below P, D device draws per sampling launch.
     size_t workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int64_t D) const;
-    // y[rows, out] = x · Wᵀ with the numerics' rounding points (official: act_quant before FP8/FP4).
-    void project(const DeviceLinear& w, const float* x, int64_t rows, float* y) const;
+    // An activation [rows, cols] f32 and the fast GEMMs' forms of it (bf16; FP8 + scales per `block`
+    // columns), each made by its conversion kernel at the first projection that needs it and reused by
+    // the later projections of the same rows: the same kernel on the same input, so the same bits, and
+    // one launch instead of one per projection. The copies live in the workspace of the scope that
+    // declared the struct (allocated before the projection's own scratch mark).
+    struct ConvertedInput {
+        const float* x = nullptr;
+        int64_t rows = 0, cols = 0;
+        uint16_t* bf16 = nullptr;
+        uint8_t* q = nullptr;
+        float* qs = nullptr;
+        int64_t block = 0;
+    };
+    // `in`'s FP8 form per `block` columns (made now if missing).
+    void fp8_input(ConvertedInput& in, int64_t block) const;
+    // y[rows, out] = x · Wᵀ with the numerics' rounding points (official: act_quant before FP8/FP4);
+    // `in` (optional, when it describes x): its converted forms are taken or kept there.
+    void project(const DeviceLinear& w, const float* x, int64_t rows, float* y, ConvertedInput* in = nullptr) const;
     // The fast (tensor-core) form of project() for a supported weight; returns false otherwise.
-    bool project_fast(const DeviceLinear& w, const float* x, int64_t rows, float* y, bool round_bf16) const;
+    bool project_fast(const DeviceLinear& w, const float* x, int64_t rows, float* y, bool round_bf16,
+                      ConvertedInput* in = nullptr) const;
     // The reference's FP32 linear of a bf16 weight (compressor wkv/wgate, router gate): f32 output, no
     // act_quant. In the fast GEMM mode with official numerics the activations hold bf16 values, so the
     // bf16 tensor-core GEMM computes the same products exactly (bf16 x bf16 fits f32) and differs only
     // in the order of the f32 sums; otherwise the reference kernel.
-    void project_f32(const DeviceLinear& w, const float* x, int64_t rows, float* y) const;
+    void project_f32(const DeviceLinear& w, const float* x, int64_t rows, float* y, ConvertedInput* in = nullptr) const;
     // The fast mode's mHC mixing logits (and dot(x, x)) into mix [rows, outputs + 1] by the split-K
     // kernel (hc_mix_splitk); false when the mode is off.
     bool hc_mix_fast(const DeviceHc& w, const float* x, int64_t rows, int64_t outputs, float* mix) const;
+    // The same kernel's partial planes only (no reduce launch), for hc_pre / hc_head to sum themselves
+    // (HcPreParams::mix_partial: the same additions); {null, 0} when the mode is off. The planes stay in
+    // the workspace past its mark: the consumer must be the next launch.
+    struct MixPartials {
+        const float* partial = nullptr;
+        int64_t splits = 0;
+    };
+    MixPartials hc_mix_partials(const DeviceHc& w, const float* x, int64_t rows, int64_t outputs) const;
     void run_layer(const DeviceLayer& lw, const Batch& b, float*& x, float*& y) const;
     void attention(const DeviceLayer& lw, const Batch& b, const float* a, float* out) const;
     void moe(const DeviceLayer& lw, const Batch& b, const float* a, float* out) const;

@@ -85,9 +85,10 @@ void run_experts(const RoutedExpertsParams& p, const Setup& u, const ExpertRows&
         FastLinearParams f{.a = in.xq, .a_scale = in.xs, .a_row_src = perm_src, .weight = ex.shape_w1, .experts = ex.w1,
                            .expert_offsets = offsets, .num_experts = local, .tile_scratch = tiles, .y = g, .y_ld = I,
                            .rows = NP, .round_output_bf16 = off};
-        fast_linear(f, s);
-        f.experts = ex.w3;
-        f.y = up;
+        int tile_rows = 0;  // the tile table built for w1 and w3, kept for w2 where its tiles match
+        f.tile_rows_out = &tile_rows;
+        f.experts2 = ex.w3;  // w1 and w3 in one launch where the kernel allows (FastLinearParams::experts2)
+        f.y2 = up;
         fast_linear(f, s);
         swiglu({.g = g, .u = up, .row_weight = row_weight, .row_weight_index = perm_slot, .rows = NP, .width = I,
                 .limit = L, .round_bf16 = off},
@@ -96,10 +97,11 @@ void run_experts(const RoutedExpertsParams& p, const Setup& u, const ExpertRows&
         uint8_t* gq = ws.alloc_n<uint8_t>(NP * I);
         float* gs = ws.alloc_n<float>(NP * (I / 128));
         act_quant_fp8({.x = g, .x_ld = I, .rows = NP, .cols = I, .q = gq, .scale = gs}, s);
-        fast_linear({.a = gq, .a_scale = gs, .weight = ex.shape_w2, .experts = ex.w2, .expert_offsets = offsets,
-                     .num_experts = local, .tile_scratch = tiles, .y_row = out_row, .y = y, .y_ld = D, .rows = NP,
-                     .round_output_bf16 = off},
-                    s);
+        FastLinearParams f2{.a = gq, .a_scale = gs, .weight = ex.shape_w2, .experts = ex.w2, .expert_offsets = offsets,
+                            .num_experts = local, .tile_scratch = tiles, .y_row = out_row, .y = y, .y_ld = D, .rows = NP,
+                            .round_output_bf16 = off};
+        f2.tile_rows_given = tile_rows;
+        fast_linear(f2, s);
     } else {
         const int64_t skip = ep ? local : 0;  // another rank's pairs: left out of every grouped GEMM
         float* g = ws.alloc_n<float>(NP * I);
@@ -337,7 +339,10 @@ float* routed_experts(const RoutedExpertsParams& p, DeviceArena& ws, Stream s) {
     // The experts' inputs, quantized once per row (before any transfer): FP8 + scales (fast GEMMs,
     // which gather the rows) or act_quant'ed f32 (official numerics on the reference kernels).
     ExpertRows own{.rows = S, .x = p.x, .ids = p.ids, .weights = p.weights};
-    if (u.fast) {
+    if (u.fast && p.xq && p.xs && !u.fine) {
+        own.xq = p.xq;
+        own.xs = p.xs;
+    } else if (u.fast) {
         const float* xf = p.x;
         if (u.fine) {
             float* aq = ws.alloc_n<float>(S * D);

@@ -22,6 +22,10 @@ class ExpertExchange;
 struct RoutedExpertsParams {
     const DeviceExperts* experts = nullptr;  // this GPU's experts (under expert parallelism: its slice)
     const float* x = nullptr;                // [rows, hidden] f32 MoE input of this GPU's rows
+    // x already in the fast GEMMs' form (act_quant_fp8 per 128 columns: [rows, hidden] e4m3 and
+    // [rows, hidden / 128] scales), or null: the fast path then quantizes x itself (the same bits).
+    const uint8_t* xq = nullptr;
+    const float* xs = nullptr;
     const int32_t* ids = nullptr;            // [rows, top_k] each pair's expert (global ids)
     const float* weights = nullptr;          // [rows, top_k] each pair's routing weight
     int64_t rows = 0, hidden = 0, top_k = 0;
