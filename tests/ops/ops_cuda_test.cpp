@@ -1062,9 +1062,9 @@ TEST_F(CudaOps, SamplerPicksTheCpuSamplersTokens) {
     }
     Dev<float> dl(logits);
     Dev<cuda::SampleRow> drow(host_rows);
-    Dev<double> dscratch(static_cast<size_t>(rows * V));
+    Dev<double> dscratch(static_cast<size_t>(rows * V)), dparts(static_cast<size_t>(cuda::sample_parts(rows, V)));
     Dev<int32_t> didx(static_cast<size_t>(rows * cuda::kMaxSampleTopK)), dtok(static_cast<size_t>(rows));
-    cuda::sample({.logits = dl.ptr(), .rows = rows, .vocab = V, .row = drow.ptr(), .scratch = dscratch.ptr(),
+    cuda::sample({.logits = dl.ptr(), .rows = rows, .vocab = V, .row = drow.ptr(), .scratch = dscratch.ptr(), .parts = dparts.ptr(),
                   .index_scratch = didx.ptr(), .tokens = dtok.ptr()},
                  Stream{});
     EXPECT_EQ(dtok.host(ref.size()), ref);
@@ -1103,9 +1103,9 @@ TEST_F(CudaOps, GreedySamplerFirstMaximumAcrossSlices) {
     EXPECT_EQ(ref[4], 4000);
     Dev<float> dl(logits);
     Dev<cuda::SampleRow> drow(host_rows);
-    Dev<double> dscratch(static_cast<size_t>(rows * V));
+    Dev<double> dscratch(static_cast<size_t>(rows * V)), dparts(static_cast<size_t>(cuda::sample_parts(rows, V)));
     Dev<int32_t> didx(static_cast<size_t>(rows * cuda::kMaxSampleTopK)), dtok(static_cast<size_t>(rows));
-    cuda::sample({.logits = dl.ptr(), .rows = rows, .vocab = V, .row = drow.ptr(), .scratch = dscratch.ptr(),
+    cuda::sample({.logits = dl.ptr(), .rows = rows, .vocab = V, .row = drow.ptr(), .scratch = dscratch.ptr(), .parts = dparts.ptr(),
                   .index_scratch = didx.ptr(), .tokens = dtok.ptr()},
                  Stream{});
     EXPECT_EQ(dtok.host(ref.size()), ref);
@@ -1142,10 +1142,10 @@ TEST_F(CudaOps, SamplerDrawsFromSharedRowsAndUnderflowedTails) {
     Dev<float> dl(logits);
     Dev<cuda::SampleRow> drow(host_rows);
     Dev<int32_t> drow_of(row_of);
-    Dev<double> dscratch(static_cast<size_t>(draws * V));
+    Dev<double> dscratch(static_cast<size_t>(draws * V)), dparts(static_cast<size_t>(cuda::sample_parts(draws, V)));
     Dev<int32_t> didx(static_cast<size_t>(draws * cuda::kMaxSampleTopK)), dtok(static_cast<size_t>(draws));
     cuda::sample({.logits = dl.ptr(), .rows = draws, .vocab = V, .logit_row = drow_of.ptr(), .row = drow.ptr(),
-                  .scratch = dscratch.ptr(), .index_scratch = didx.ptr(), .tokens = dtok.ptr()},
+                  .scratch = dscratch.ptr(), .parts = dparts.ptr(), .index_scratch = didx.ptr(), .tokens = dtok.ptr()},
                  Stream{});
     EXPECT_EQ(dtok.host(ref.size()), ref);
 }
