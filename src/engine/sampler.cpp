@@ -90,6 +90,9 @@ double Distribution::prob(int32_t token) const {
     return 0.0;
 }
 
+// Vocabularies from this size sample their untruncated distributions on the CPU's threads.
+constexpr int64_t kParallelSampleVocab = 16384;
+
 Distribution sampling_distribution(std::span<const float> l, const SamplingParams& p) {
     const int64_t V = static_cast<int64_t>(l.size());
     Distribution d;
@@ -103,10 +106,20 @@ Distribution sampling_distribution(std::span<const float> l, const SamplingParam
     if (p.top_k == 0 && p.top_p >= 1.0 && p.min_p <= 0.0) {
         // Untruncated: no sort; the total in blocks of ids (model/draft_sampling.h's order, which the
         // device sampler sums across the GPU), the draw by the blocked inverse CDF (draw()).
+        // The blocks are independent: at a real vocabulary (V4: 253 blocks) they run on the CPU's threads,
+        // each in id order, and the total adds their sums in block order: draft_blocked_sum's bits.
         const double mx = *std::max_element(l.begin(), l.end());
+        const int64_t nb = draft_sum_blocks(V);
         d.weight.resize(l.size());
-        for (size_t v = 0; v < l.size(); ++v) d.weight[v] = std::exp((double(l[v]) - mx) * inv_t);
-        d.total = draft_blocked_sum(V, [&](int64_t v) { return d.weight[size_t(v)]; }, &d.parts);
+        d.parts.assign(size_t(nb), 0.0);
+#pragma omp parallel for schedule(static) if (V >= kParallelSampleVocab)
+        for (int64_t b = 0; b < nb; ++b) {
+            double s = 0;
+            for (int64_t v = b * kDraftSumBlock; v < std::min(V, (b + 1) * kDraftSumBlock); ++v)
+                s += (d.weight[size_t(v)] = std::exp((double(l[size_t(v)]) - mx) * inv_t));
+            d.parts[size_t(b)] = s;
+        }
+        for (double s : d.parts) d.total += s;
         return d;
     }
     std::vector<int32_t> cand(static_cast<size_t>(V));

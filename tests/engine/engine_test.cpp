@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <random>
 
@@ -15,6 +17,7 @@
 #include "engine/engine_run.h"
 #include "engine/sampler.h"
 #include "engine/tiny_engine_model.h"
+#include "model/draft_sampling.h"
 #include "unit/fixtures.h"
 
 namespace deepinfer {
@@ -217,6 +220,46 @@ TEST(Engine, RejectsBadRequests) {
     sp = {};
     sp.stop = {"x"};
     EXPECT_THROW(engine.add_request("d", {1, 2}, sp), Error);  // stop strings need a tokenizer
+}
+
+// Untruncated sampling sums its weights in blocks of kDraftSumBlock ids (model/draft_sampling.h's order,
+// the device sampler's): on the CPU's threads at V4's vocabulary, serially at a small one; the weights are
+// the temperature's exp, the total is the blocks' sums in order (bit for bit the serial blocked sum), and
+// the draw is the long-double inverse CDF in id order (away from a cumulative boundary), never a zero weight.
+TEST(Sampler, UntruncatedDrawSumsInBlocksOfIds) {
+    std::mt19937 rng(5);
+    std::normal_distribution<float> n(0.0f, 4.0f);
+    for (const int64_t V : {int64_t{1000}, int64_t{129280}}) {
+        std::vector<float> l(static_cast<size_t>(V));
+        for (float& x : l) x = n(rng);
+        for (int64_t v = V - 700; v < V; ++v) l[size_t(v)] = -std::numeric_limits<float>::infinity();  // masked tail
+        SamplingParams p;
+        p.temperature = 0.8;
+        const Distribution d = sampling_distribution(l, p);
+        ASSERT_EQ(int64_t(d.weight.size()), V);
+        ASSERT_EQ(int64_t(d.parts.size()), draft_sum_blocks(V));
+        const double mx = *std::max_element(l.begin(), l.end());
+        for (int64_t v = 0; v < V; ++v)
+            ASSERT_EQ(d.weight[size_t(v)], std::exp((double(l[size_t(v)]) - mx) * (1.0 / 0.8))) << "id " << v;
+        const double serial = draft_blocked_sum(V, [&](int64_t v) { return d.weight[size_t(v)]; });
+        EXPECT_EQ(d.total, serial) << V;
+        long double total = 0;
+        for (double w : d.weight) total += w;
+        for (double u : {0.0, 0.13, 0.5, 0.77, 0.999, 0.9999999999}) {
+            const int32_t got = draw(d, u);
+            ASSERT_GE(got, 0);
+            ASSERT_LT(got, V - 700) << "a masked id drawn at u " << u;
+            EXPECT_GT(d.weight[size_t(got)], 0.0);
+            const long double target = static_cast<long double>(u) * total;
+            long double before = 0;
+            for (int32_t v = 0; v < got; ++v) before += d.weight[size_t(v)];
+            const long double through = before + d.weight[size_t(got)], margin = 1e-9L * total;
+            if (u < 0.9999) {  // (near u = 1 the last nonzero id, whatever the rounding)
+                EXPECT_LE(before, target + margin) << V << " u " << u;
+                EXPECT_GE(through, target - margin) << V << " u " << u;
+            }
+        }
+    }
 }
 
 TEST(Sampler, Rules) {
