@@ -85,6 +85,34 @@ private:
     Stream stream_;
 };
 
+// The scratch one call takes from an arena from `mark` on: if the call throws (this is destroyed armed),
+// drains the streams, so no enqueued work still uses the scratch, and returns the arena to `mark`. The
+// normal path disarms it and resets the arena itself.
+class ArenaRollback {
+public:
+    ArenaRollback(DeviceArena& arena, size_t mark, const OwnedStream& stream, const OwnedStream* side = nullptr)
+        : arena_(arena), mark_(mark), stream_(stream), side_(side) {}
+    ~ArenaRollback() {
+        if (!armed_) return;
+        try {
+            stream_.synchronize();
+            if (side_) side_->synchronize();
+        } catch (...) {
+        }
+        arena_.reset(mark_);
+    }
+    ArenaRollback(const ArenaRollback&) = delete;
+    ArenaRollback& operator=(const ArenaRollback&) = delete;
+    void disarm() { armed_ = false; }
+
+private:
+    DeviceArena& arena_;
+    size_t mark_;
+    const OwnedStream& stream_;
+    const OwnedStream* side_;
+    bool armed_ = true;
+};
+
 // Page-locked host memory mapped into the device's address space (zero-copy): kernels read it over
 // the bus through device_pointer(). For large read-mostly tables kept off the GPU (V4.1's Engram).
 class PinnedBuffer {

@@ -103,19 +103,7 @@ std::vector<Draft> CudaModel::dspark_draft(std::span<const DraftRequest> request
     float* const host_probs = hb.probs;
 
     const size_t mark = workspace_->mark();
-    struct Release {  // on an exception: drain the stream, return the scratch
-        const CudaModel& m;
-        size_t mark;
-        bool armed = true;
-        ~Release() {
-            if (!armed) return;
-            try {
-                m.stream_.synchronize();
-            } catch (...) {
-            }
-            m.workspace_->reset(mark);
-        }
-    } release{*this, mark};
+    ArenaRollback release(*workspace_, mark, stream_);  // (on an exception)
     auto* d_in = static_cast<uint8_t*>(workspace_->alloc(bytes));
     copy_to_device(d_in, pin, bytes, s);
     const auto* d_tok = reinterpret_cast<const int32_t*>(d_in + o_tok);
@@ -240,7 +228,7 @@ std::vector<Draft> CudaModel::dspark_draft(std::span<const DraftRequest> request
     else
         compute();
     stream_.synchronize();
-    release.armed = false;
+    release.disarm();
     workspace_->reset(mark);
     unpack_device_drafts(host_out, host_probs, G, V, Rs,
                          order, requests, sampled, out);

@@ -123,19 +123,7 @@ std::vector<Draft> CudaModel::mtp_draft(std::span<const DraftRequest> requests) 
     const DraftHostBuffers hb = draft_graphs_.host_buffers(shape, any_sampled, K, V, Rs, pinned_out_, pinned_probs_);
 
     const size_t mark = workspace_->mark();
-    struct Release {  // on an exception: drain the stream, return the scratch
-        const CudaModel& m;
-        size_t mark;
-        bool armed = true;
-        ~Release() {
-            if (!armed) return;
-            try {
-                m.stream_.synchronize();
-            } catch (...) {
-            }
-            m.workspace_->reset(mark);
-        }
-    } release{*this, mark};
+    ArenaRollback release(*workspace_, mark, stream_);  // (on an exception)
     auto* d_in = static_cast<uint8_t*>(workspace_->alloc(bytes));
     copy_to_device(d_in, pin, bytes, s);
     const auto* d_anchor = reinterpret_cast<const int32_t*>(d_in + o_anchor);
@@ -198,7 +186,7 @@ std::vector<Draft> CudaModel::mtp_draft(std::span<const DraftRequest> requests) 
     else
         compute();
     stream_.synchronize();
-    release.armed = false;
+    release.disarm();
     workspace_->reset(mark);
     unpack_device_drafts(hb.out, hb.probs, K, V, Rs, order, requests, sampled, out);
     return out;

@@ -144,19 +144,7 @@ std::vector<Draft> CudaV41Model::dspark_draft(std::span<const DraftRequest> requ
     float* const host_probs = hb.probs;
 
     const size_t mark = workspace_.mark();
-    struct Release {  // on an exception: drain the stream, return the scratch
-        const CudaV41Model& m;
-        size_t mark;
-        bool armed = true;
-        ~Release() {
-            if (!armed) return;
-            try {
-                m.stream_.synchronize();
-            } catch (...) {
-            }
-            m.workspace_.reset(mark);
-        }
-    } release{*this, mark};
+    ArenaRollback release(workspace_, mark, stream_);  // (on an exception)
     auto* d_in = static_cast<uint8_t*>(workspace_.alloc(in_bytes));
     copy_to_device(d_in, pinned_in_->host(), in_bytes, s);
     auto at = [&](size_t off_) { return d_in + off_; };
@@ -229,7 +217,7 @@ std::vector<Draft> CudaV41Model::dspark_draft(std::span<const DraftRequest> requ
     else
         compute();
     stream_.synchronize();
-    release.armed = false;
+    release.disarm();
     workspace_.reset(mark);
     unpack_device_drafts(host_out, host_probs, G, V, Rs,
                          order, requests, sampled, out);

@@ -229,20 +229,7 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
 
     const size_t mark = workspace_.mark();
     // On an exception the streams are drained and the scratch returned, so the next forward starts clean.
-    struct Release {
-        const CudaV41Model& m;
-        size_t mark;
-        bool armed = true;
-        ~Release() {
-            if (!armed) return;
-            try {
-                m.stream_.synchronize();
-                m.side_stream_.synchronize();
-            } catch (...) {
-            }
-            m.workspace_.reset(mark);
-        }
-    } release{*this, mark};
+    ArenaRollback release(workspace_, mark, stream_, &side_stream_);  // (on an exception)
 
     // The scratch every layer reuses, then the plan: its tables point into that scratch, the
     // sequences' state and the pending rings; one transfer puts them in the workspace.
@@ -282,7 +269,7 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
     stream_.synchronize();
     side_stream_.synchronize();
     timer_.account(stats_);
-    release.armed = false;
+    release.disarm();
     workspace_.reset(mark);
     for (size_t i = 0; i < chunks.size(); ++i) b.states[i]->length += b.num_rows[i];
     out.tokens = draws_.tokens(draws.size());
