@@ -6,6 +6,7 @@
 #include "engine/engine_impl.h"
 
 #include <algorithm>
+#include <exception>
 #include <chrono>
 #include <deque>
 #include <condition_variable>
@@ -156,6 +157,27 @@ std::vector<Completion*> Engine::Impl::sample_and_account(Plan& plan) {
     if (plan.masks.valid()) plan.masks.get();
     std::vector<Completion*> advanced;
     const ModelInfo& mc = model->info();
+    // The token-wise verdicts of every verify row, completions in parallel (at a real vocabulary each
+    // sampled row costs a pass over its whole distribution); emitted below in plan order.
+    std::vector<RowVerdicts> verdicts(plan.items.size());
+    std::vector<size_t> ahead;
+    for (size_t i = 0; i < plan.items.size(); ++i) {
+        const Completion& c = *plan.items[i].completion;
+        const bool block = cfg.speculative_block_verification && c.request->params.temperature > 0;
+        if (plan.items[i].drafts > 0 && c.status == Status::kRunning && !block) ahead.push_back(i);
+    }
+    std::vector<std::exception_ptr> failed(ahead.size());
+#pragma omp parallel for schedule(dynamic, 1) if (ahead.size() > 1)
+    for (size_t k = 0; k < ahead.size(); ++k) {
+        const size_t i = ahead[k];
+        try {
+            verdicts[i] = verify_rows_ahead(*plan.items[i].completion, logits[i], plan.items[i].drafts, mc);
+        } catch (...) {
+            failed[k] = std::current_exception();
+        }
+    }
+    for (const std::exception_ptr& e : failed)
+        if (e) std::rethrow_exception(e);
     for (size_t i = 0; i < plan.items.size(); ++i) {
         Completion* c = plan.items[i].completion;
         Request& r = *c->request;
@@ -163,7 +185,7 @@ std::vector<Completion*> Engine::Impl::sample_and_account(Plan& plan) {
         c->drafter_current = plan.items[i].drafter_taps;
         if (c->status != Status::kRunning) continue;  // ended by a stop string meanwhile: discard
         if (plan.items[i].drafts > 0) {
-            verify_into(*c, logits[i], plan.items[i].drafts, mc);
+            verify_into(*c, logits[i], plan.items[i].drafts, mc, verdicts[i].rows.empty() ? nullptr : &verdicts[i]);
             advanced.push_back(c);
             continue;
         }

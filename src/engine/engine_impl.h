@@ -71,6 +71,12 @@ struct Completion {
     bool drafter_current = true;
 };
 
+// Verdicts of a completion's verify rows computed ahead of their emission (Engine::Impl::verify_rows_ahead).
+struct RowVerdictList {
+    std::vector<VerifyRowResult> rows;  // rows 0 .. up to the first rejection
+    std::vector<uint8_t> dead_end;      // per row: the grammar had no continuation (its mask was EOS only)
+};
+
 struct Request {
     std::string id;
     std::vector<int32_t> prompt;
@@ -126,6 +132,7 @@ inline int32_t token_at(const Completion& c, int64_t i) {
 using engine_internal::Clock;
 using engine_internal::Completion;
 using engine_internal::Plan;
+using engine_internal::RowVerdictList;
 using engine_internal::Request;
 using engine_internal::Scheduled;
 using engine_internal::Status;
@@ -260,7 +267,16 @@ struct Engine::Impl {
     // under the rules of ordinary sampling (penalties counting the tokens accepted before it, the
     // grammar mask after them), stop at the first rejection, EOS/stop id or length; then roll back
     // the rejected rows of the target state (truncate, no undo).
-    void verify_into(Completion& c, const std::vector<float>& logits, int64_t num_drafts, const ModelInfo& mc);
+    // `verdicts`: the rows' verdicts computed ahead (verify_rows_ahead), or null: computed here.
+    using RowVerdicts = RowVerdictList;
+    void verify_into(Completion& c, const std::vector<float>& logits, int64_t num_drafts, const ModelInfo& mc,
+                     const RowVerdicts* verdicts = nullptr);
+    // The token-wise rule's verdicts of c's rows [anchor, drafts...] up to the first rejection (or the row
+    // after a draft the grammar refuses), each row's input as verify_into builds it once the drafts before
+    // it are accepted: reads c only (the grammar through a copy), so completions run it in parallel.
+    // Block verification computes its own (verify_into).
+    RowVerdicts verify_rows_ahead(const Completion& c, const std::vector<float>& logits, int64_t num_drafts,
+                                  const ModelInfo& mc) const;
 
     // New drafts for every completion that goes on decoding (one batched drafter call).
     // `drafting`: the step speculated (a plain step drafts nothing; its rows did not tap).

@@ -126,7 +126,43 @@ void Engine::Impl::draft_in_worker(const std::vector<Scheduled*>& items, int64_t
     last_draft_seconds = dt;
 }
 
-void Engine::Impl::verify_into(Completion& c, const std::vector<float>& logits, int64_t num_drafts, const ModelInfo& mc) {
+Engine::Impl::RowVerdicts Engine::Impl::verify_rows_ahead(const Completion& c, const std::vector<float>& logits,
+                                                         int64_t num_drafts, const ModelInfo& mc) const {
+    const Request& r = *c.request;
+    const int64_t V = mc.vocab_size;
+    const bool sampled = !c.draft_probs.empty();
+    RowVerdicts out;
+    // Row j sees the tokens and grammar state after drafts 1..j (it runs only once they are accepted).
+    std::vector<int32_t> generated = c.generated;
+    std::optional<ConstrainedDecoder> g;
+    if (c.grammar) g.emplace(*c.grammar);
+    std::vector<uint64_t> mask = c.mask;
+    int64_t count = c.mask_count;
+    for (int64_t j = 0; j <= num_drafts; ++j) {
+        if (g && (j > 0 || !c.mask_ready)) count = g->fill_next_token_bitmask(mask);
+        const bool dead_end = g && count == 0;  // as in sample_into
+        if (dead_end)
+            for (int64_t e : mc.eos_token_ids) mask[size_t(e >> 6)] |= uint64_t{1} << (e & 63);
+        VerifyRowInput in{
+            .sample = {.logits = std::span<const float>(logits).subspan(size_t(j * V), size_t(V)), .params = &r.params,
+                       .prompt = r.prompt, .generated = generated, .seed = r.seed,
+                       .stream = static_cast<uint64_t>(c.index),
+                       .allowed = g ? std::span<const uint64_t>(mask) : std::span<const uint64_t>()},
+            .draft = j < num_drafts ? std::optional<int32_t>(c.drafts[size_t(j)]) : std::nullopt,
+            .draft_probs = sampled && j < num_drafts
+                               ? std::span<const float>(c.draft_probs).subspan(size_t(j * V), size_t(V))
+                               : std::span<const float>()};
+        out.rows.push_back(verify_row(in));
+        out.dead_end.push_back(dead_end ? 1 : 0);
+        if (!out.rows.back().accepted || j == num_drafts) break;
+        generated.push_back(c.drafts[size_t(j)]);
+        if (g && (dead_end || !g->accept_token(c.drafts[size_t(j)]))) break;  // the completion ends at row j
+    }
+    return out;
+}
+
+void Engine::Impl::verify_into(Completion& c, const std::vector<float>& logits, int64_t num_drafts, const ModelInfo& mc,
+                               const RowVerdicts* verdicts) {
     const Request& r = *c.request;
     const int64_t V = mc.vocab_size, P = c.num_computed - 1 - num_drafts;  // the anchor's position
     const bool sampled = !c.draft_probs.empty();
@@ -188,39 +224,30 @@ void Engine::Impl::verify_into(Completion& c, const std::vector<float>& logits, 
             ++accepted;
         }
     }
-    for (int64_t j = 0; !block && j <= num_drafts; ++j) {
-        if (c.grammar && (j > 0 || !c.mask_ready)) c.mask_count = c.grammar->fill_next_token_bitmask(c.mask);
-        c.mask_ready = false;
-        const bool dead_end = c.grammar && c.mask_count == 0;  // as in sample_into
-        if (dead_end)
-            for (int64_t e : mc.eos_token_ids) c.mask[size_t(e >> 6)] |= uint64_t{1} << (e & 63);
-        VerifyRowInput in{
-            .sample = {.logits = std::span<const float>(logits).subspan(size_t(j * V), size_t(V)), .params = &r.params,
-                       .prompt = r.prompt, .generated = c.generated, .seed = r.seed,
-                       .stream = static_cast<uint64_t>(c.index),
-                       .allowed = c.grammar ? std::span<const uint64_t>(c.mask) : std::span<const uint64_t>()},
-            .draft = j < num_drafts ? std::optional<int32_t>(c.drafts[size_t(j)]) : std::nullopt,
-            .draft_probs = sampled && j < num_drafts
-                               ? std::span<const float>(c.draft_probs).subspan(size_t(j * V), size_t(V))
-                               : std::span<const float>()};
-        VerifyRowResult v = verify_row(in);
-        if (j < num_drafts) {
-            ++metrics.spec_position_verified[size_t(j)];
-            metrics.spec_position_accepted[size_t(j)] += v.accepted;
-        }
-        bool grammar_done = false, grammar_dead = false;
-        if (c.grammar) {
-            if (dead_end || !c.grammar->accept_token(v.token)) {
-                DI_LOG_WARN("request '{}': the structured-output grammar has no continuation in this vocabulary; "
-                            "ending the completion", r.id);
-                grammar_done = grammar_dead = true;
-            } else {
-                grammar_done = c.grammar->is_terminated();
+    if (!block) {
+        const RowVerdicts computed = verdicts ? RowVerdicts{} : verify_rows_ahead(c, logits, num_drafts, mc);
+        const RowVerdicts& vd = verdicts ? *verdicts : computed;
+        for (size_t j = 0; j < vd.rows.size(); ++j) {
+            const VerifyRowResult& v = vd.rows[j];
+            c.mask_ready = false;  // (the mask of the next sample is computed again)
+            if (int64_t(j) < num_drafts) {
+                ++metrics.spec_position_verified[j];
+                metrics.spec_position_accepted[j] += v.accepted;
             }
+            bool grammar_done = false, grammar_dead = false;
+            if (c.grammar) {
+                if (vd.dead_end[j] || !c.grammar->accept_token(v.token)) {
+                    DI_LOG_WARN("request '{}': the structured-output grammar has no continuation in this vocabulary; "
+                                "ending the completion", r.id);
+                    grammar_done = grammar_dead = true;
+                } else {
+                    grammar_done = c.grammar->is_terminated();
+                }
+            }
+            emit(c, v.token, v.logprob, grammar_done, mc, grammar_dead);
+            if (!v.accepted || c.token_finished) break;
+            ++accepted;
         }
-        emit(c, v.token, std::move(v.logprob), grammar_done, mc, grammar_dead);
-        if (!v.accepted || c.token_finished) break;
-        ++accepted;
     }
     ++metrics.spec_verify_steps;
     metrics.spec_draft_tokens += num_drafts;
