@@ -188,7 +188,7 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
             // Warpgroup 0: the 64 heads x the block's 64 candidates, k-steps 0..kKs-1 in order.
             if (nq > 0) {
                 const uint64_t da = tcw::desc_k(sm.q), db = tcw::desc_k(kv);
-                tcw::fence();
+                dev::wgmma_fence();
 #pragma unroll 1
                 for (int kb = 0; kb < kKs / 4; ++kb) {
 #pragma unroll
@@ -202,7 +202,7 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
             // Warpgroups 0 and 1: the 64 heads x candidates 32·wg.. +31, k-steps 0..kKs-1 in order.
             if (nq > 0) {
                 const uint64_t da = tcw::desc_k(sm.q), db = tcw::desc_k(kv + quarter * 32 * 64);
-                tcw::fence();
+                dev::wgmma_fence();
 #pragma unroll 1
                 for (int kb = 0; kb < kKs / 4; ++kb) {
 #pragma unroll
@@ -216,7 +216,7 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
             // Warpgroup `quarter`: the 64 heads x candidates 16·quarter.. +15, k-steps 0..kKs-1 in order.
             // Descriptors advance by 16 bytes a unit: 32 bytes a k-step, a sub-tile (8 KiB) every 4.
             const uint64_t da = tcw::desc_k(sm.q), db = tcw::desc_k(kv + quarter * 16 * 64);
-            tcw::fence();
+            dev::wgmma_fence();
 #pragma unroll 1
             for (int kb = 0; kb < kKs / 4; ++kb) {
 #pragma unroll
@@ -320,7 +320,7 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
             // Warpgroup `quarter`: the 64 heads x columns quarter·kD/4.. (two sub-tiles), candidates in
             // k-steps of 16 in order.
             const uint64_t da = tcw::desc_k(sm.p), db = tcw::desc_n(kv + quarter * 2 * (tcw::kSubRows * 64));
-            tcw::fence();
+            dev::wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < kTcaBlock / 16; ++ks) tcw::mma_n128_bt(acc, da + ks * 32 / 16, db + ks * 16 * 128 / 16);
             tcw::commit_wait();

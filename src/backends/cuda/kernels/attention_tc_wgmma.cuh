@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "backends/cuda/common/cp_async.cuh"
+#include "backends/cuda/common/wgmma_sync.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define DI_TCW_ENABLED 1
@@ -49,21 +50,11 @@ __device__ __forceinline__ uint64_t desc_n(const void* p) {
     return ((a & 0x3FFFFu) >> 4) | ((kLbo >> 4) << 16) | ((kSbo >> 4) << 32) | (uint64_t(1) << 62);
 }
 
-__device__ __forceinline__ void fence_proxy_async() {
-#ifdef DI_TCW_ENABLED
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void fence() {
-#ifdef DI_TCW_ENABLED
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#endif
-}
+using dev::fence_proxy_async;  // (common/wgmma_sync.cuh)
+// Commits the wgmmas issued since the last commit and waits for every group.
 __device__ __forceinline__ void commit_wait() {
-#ifdef DI_TCW_ENABLED
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#endif
+    dev::wgmma_commit();
+    dev::wgmma_wait();
 }
 
 // The number of SMs (%nsmid: an upper bound of the SM ids), for prefetch distances only.

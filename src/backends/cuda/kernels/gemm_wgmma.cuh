@@ -21,6 +21,7 @@
 #pragma once
 
 #include "backends/cuda/common/launch.cuh"
+#include "backends/cuda/common/wgmma_sync.cuh"
 #include "backends/cuda/kernels/gemm_tc.cuh"
 
 namespace deepinfer::cuda::kernels::wg {
@@ -72,26 +73,10 @@ __device__ __forceinline__ void promote_tile(float (&acc)[N / 2], const float (&
     }
 }
 
-__device__ __forceinline__ void fence_proxy_async() {
-#ifdef DI_WGMMA_ENABLED
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wgmma_fence() {
-#ifdef DI_WGMMA_ENABLED
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wgmma_commit() {
-#ifdef DI_WGMMA_ENABLED
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wgmma_wait() {
-#ifdef DI_WGMMA_ENABLED
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#endif
-}
+using dev::fence_proxy_async;  // (common/wgmma_sync.cuh)
+using dev::wgmma_commit;
+using dev::wgmma_fence;
+using dev::wgmma_wait;
 
 #define DI_R8(i) "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 
