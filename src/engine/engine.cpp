@@ -13,6 +13,7 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <set>
 
@@ -157,21 +158,31 @@ std::vector<Completion*> Engine::Impl::sample_and_account(Plan& plan) {
     if (plan.masks.valid()) plan.masks.get();
     std::vector<Completion*> advanced;
     const ModelInfo& mc = model->info();
-    // The token-wise verdicts of every verify row, completions in parallel (at a real vocabulary each
-    // sampled row costs a pass over its whole distribution); emitted below in plan order.
+    // The host's draws and the token-wise verdicts of every verify row, completions in parallel (at a real
+    // vocabulary each costs a pass over the row's whole distribution, a top-logprobs sort more); emitted
+    // below in plan order.
     std::vector<RowVerdicts> verdicts(plan.items.size());
+    std::vector<std::optional<HostDraw>> draws(plan.items.size());
     std::vector<size_t> ahead;
     for (size_t i = 0; i < plan.items.size(); ++i) {
-        const Completion& c = *plan.items[i].completion;
+        const Scheduled& s = plan.items[i];
+        const Completion& c = *s.completion;
+        if (c.status != Status::kRunning) continue;
         const bool block = cfg.speculative_block_verification && c.request->params.temperature > 0;
-        if (plan.items[i].drafts > 0 && c.status == Status::kRunning && !block) ahead.push_back(i);
+        const bool sampled = s.drafts == 0 && s.draw < 0 &&
+                             c.num_computed + static_cast<int64_t>(s.tokens.size()) >= total_tokens(c);
+        if ((s.drafts > 0 && !block) || sampled) ahead.push_back(i);
     }
     std::vector<std::exception_ptr> failed(ahead.size());
 #pragma omp parallel for schedule(dynamic, 1) if (ahead.size() > 1)
     for (size_t k = 0; k < ahead.size(); ++k) {
         const size_t i = ahead[k];
+        Completion& c = *plan.items[i].completion;
         try {
-            verdicts[i] = verify_rows_ahead(*plan.items[i].completion, logits[i], plan.items[i].drafts, mc);
+            if (plan.items[i].drafts > 0)
+                verdicts[i] = verify_rows_ahead(c, logits[i], plan.items[i].drafts, mc);
+            else
+                draws[i] = draw_on_host(c, logits[i], mc);
         } catch (...) {
             failed[k] = std::current_exception();
         }
@@ -198,6 +209,8 @@ std::vector<Completion*> Engine::Impl::sample_and_account(Plan& plan) {
         if (draw >= 0) {
             emit(*c, outputs.tokens[size_t(draw++)], {}, false, mc);
             ++metrics.device_sampled_tokens;
+        } else if (draws[i]) {
+            emit_draw(*c, std::move(*draws[i]), mc);
         } else {
             sample_into(*c, logits[i], mc);
         }
@@ -232,27 +245,38 @@ std::vector<Completion*> Engine::Impl::sample_and_account(Plan& plan) {
 }
 
 void Engine::Impl::sample_into(Completion& c, const std::vector<float>& logits, const ModelInfo& mc) {
+    emit_draw(c, draw_on_host(c, logits, mc), mc);
+}
+
+Engine::Impl::HostDraw Engine::Impl::draw_on_host(Completion& c, const std::vector<float>& logits,
+                                                   const ModelInfo& mc) const {
     const Request& r = *c.request;
     if (c.grammar && !c.mask_ready) c.mask_count = c.grammar->fill_next_token_bitmask(c.mask);  // forked siblings
     c.mask_ready = false;
     // No token can continue (a vocabulary without the bytes the grammar needs): end the completion
     // at EOS rather than sample outside the constraint.
-    const bool dead_end = c.grammar && c.mask_count == 0;
-    if (dead_end)
+    HostDraw d;
+    d.dead_end = c.grammar && c.mask_count == 0;
+    if (d.dead_end)
         for (int64_t e : mc.eos_token_ids) c.mask[size_t(e >> 6)] |= uint64_t{1} << (e & 63);
-    SampleResult s = sample({.logits = logits, .params = &r.params, .prompt = r.prompt, .generated = c.generated,
-                             .seed = r.seed, .stream = static_cast<uint64_t>(c.index),
-                             .allowed = c.grammar ? std::span<const uint64_t>(c.mask) : std::span<const uint64_t>()});
+    d.result = sample({.logits = logits, .params = &r.params, .prompt = r.prompt, .generated = c.generated,
+                       .seed = r.seed, .stream = static_cast<uint64_t>(c.index),
+                       .allowed = c.grammar ? std::span<const uint64_t>(c.mask) : std::span<const uint64_t>()});
+    return d;
+}
+
+void Engine::Impl::emit_draw(Completion& c, HostDraw d, const ModelInfo& mc) {
     bool grammar_done = false, grammar_dead = false;
     if (c.grammar) {
-        if (dead_end || !c.grammar->accept_token(s.token)) {
-            DI_LOG_WARN("request '{}': the structured-output grammar has no continuation in this vocabulary; ending the completion", r.id);
+        if (d.dead_end || !c.grammar->accept_token(d.result.token)) {
+            DI_LOG_WARN("request '{}': the structured-output grammar has no continuation in this vocabulary; ending the completion",
+                        c.request->id);
             grammar_done = grammar_dead = true;
         } else {
             grammar_done = c.grammar->is_terminated();
         }
     }
-    emit(c, s.token, std::move(s.logprob), grammar_done, mc, grammar_dead);
+    emit(c, d.result.token, std::move(d.result.logprob), grammar_done, mc, grammar_dead);
 }
 
 void Engine::Impl::postprocess(const std::vector<Completion*>& advanced) {

@@ -243,6 +243,14 @@ struct Engine::Impl {
     std::vector<Completion*> sample_and_account(Plan& plan);
 
     void sample_into(Completion& c, const std::vector<float>& logits, const ModelInfo& mc);
+    // sample_into in two halves: the draw (the step's grammar mask, EOS only at a dead end; touches c
+    // only, so completions draw in parallel), then its emission in plan order.
+    struct HostDraw {
+        SampleResult result;
+        bool dead_end = false;
+    };
+    HostDraw draw_on_host(Completion& c, const std::vector<float>& logits, const ModelInfo& mc) const;
+    void emit_draw(Completion& c, HostDraw d, const ModelInfo& mc);
 
     // ---- speculative decoding ----
     // Drafts each scheduled decode row verifies (index-aligned with `order`); 0 without a drafter.
