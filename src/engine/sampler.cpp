@@ -70,11 +70,24 @@ TokenLogprob token_logprob(std::span<const float> l, int64_t top, int32_t token)
     for (float v : l) den += std::exp(double(v) - mx);
     const double lse = mx + std::log(den);
     const int64_t k = std::min<int64_t>(top, V);
-    std::vector<int32_t> idx(static_cast<size_t>(V));
-    std::iota(idx.begin(), idx.end(), 0);
-    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+    const auto before = [&](int32_t a, int32_t b) {
         return l[size_t(a)] != l[size_t(b)] ? l[size_t(a)] > l[size_t(b)] : a < b;
-    });
+    };
+    std::vector<int32_t> idx;
+    if (k <= 64) {
+        // The k first ids by (logit desc, id asc) in one pass: a sorted list of at most k ids (the same
+        // ids in the same order as a partial sort: the order is total).
+        idx.reserve(size_t(k) + 1);
+        for (int32_t v = 0; v < static_cast<int32_t>(V) && k > 0; ++v) {
+            if (int64_t(idx.size()) == k && !before(v, idx.back())) continue;
+            idx.insert(std::upper_bound(idx.begin(), idx.end(), v, before), v);
+            if (int64_t(idx.size()) > k) idx.pop_back();
+        }
+    } else {
+        idx.resize(static_cast<size_t>(V));
+        std::iota(idx.begin(), idx.end(), 0);
+        std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), before);
+    }
     for (int64_t i = 0; i < k; ++i)
         out.top.emplace_back(idx[size_t(i)], static_cast<float>(l[size_t(idx[size_t(i)])] - lse));
     out.token = token;

@@ -262,6 +262,33 @@ TEST(Sampler, UntruncatedDrawSumsInBlocksOfIds) {
     }
 }
 
+// The top logprobs: the k largest processed logits by (logit desc, id asc), minus the log-sum-exp, as a
+// full sort picks them (ties across the cut, k at and past the one-pass selection's limit, k = 0).
+TEST(Sampler, TopLogprobsAreTheLargestLogitsInOrder) {
+    std::mt19937 rng(9);
+    for (const int64_t V : {int64_t{1000}, int64_t{129280}}) {
+        std::vector<float> l(static_cast<size_t>(V));
+        for (float& x : l) x = static_cast<float>(int(rng() % 200)) * 0.05f;  // many ties
+        std::vector<int32_t> order(static_cast<size_t>(V));
+        for (int32_t v = 0; v < int32_t(V); ++v) order[size_t(v)] = v;
+        std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+            return l[size_t(a)] != l[size_t(b)] ? l[size_t(a)] > l[size_t(b)] : a < b;
+        });
+        const float mx = l[size_t(order[0])];
+        double den = 0;
+        for (float x : l) den += std::exp(double(x) - mx);
+        const double lse = mx + std::log(den);
+        for (const int64_t k : {0, 1, 5, 20, 64, 65, 100}) {
+            const TokenLogprob t = token_logprob(l, k, 3);
+            ASSERT_EQ(int64_t(t.top.size()), k) << V << " k " << k;
+            for (int64_t i = 0; i < k; ++i) {
+                EXPECT_EQ(t.top[size_t(i)].first, order[size_t(i)]) << V << " k " << k << " rank " << i;
+                EXPECT_NEAR(t.top[size_t(i)].second, double(l[size_t(order[size_t(i)])]) - lse, 1e-5) << V << " k " << k;
+            }
+        }
+    }
+}
+
 TEST(Sampler, Rules) {
     std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f};
     SamplingParams p;
