@@ -5,6 +5,7 @@
 // with only libfmt/libgomp/libcudart beside it.
 //   cuda_forward_bench [--experts 256] [--layers csa,hca] [--prefill 512] [--decode 16] [--batches 1,8,64] [--gemm fast]
 //                      [--decode-warmup 0] (untimed decode steps before the timed ones: the graph capture out of the times)
+//                      [--pdl 1] (0: no programmatic dependent launch, ModelOptions::cuda_pdl)
 //                      [--gpus 1,2] [--context 64] [--model DIR] [--max-len 8192] [--profile 1]
 //                      [--ep-dispatch auto,all_gather,routed] [--ep-routed-min-rows 64]
 // --profile 1: cudaProfilerStart/Stop around the timed prefill and decode loops only (ncu/nsys with
@@ -139,7 +140,7 @@ int main(int argc, char** argv) {
     std::string layers = "csa,hca", batches = "1,8,64", dir = "/tmp/deepinfer-cuda-bench", engine_batches, gemm = "reference";
     std::string gpus_list = "1", ep_dispatch_list = "auto";
     int64_t ep_routed_min_rows = cuda::CudaModelOptions{}.ep_routed_min_rows;
-    bool keep = false, max_len_given = false, profile = false, expert_stats = false;
+    bool keep = false, max_len_given = false, profile = false, expert_stats = false, pdl = true;
     std::string routing_list = "model";
     int64_t engine_prompt = 32, engine_tokens = 9, context = 64, max_len = 8192;
     std::string model_dir;
@@ -150,6 +151,7 @@ int main(int argc, char** argv) {
         else if (k == "--prefill") prefill = std::stoll(v);
         else if (k == "--decode") decode = std::stoll(v);
         else if (k == "--decode-warmup") decode_warmup = std::stoll(v);  // untimed decode steps first (graph capture)
+        else if (k == "--pdl") pdl = v != "0";  // programmatic dependent launch (ModelOptions::cuda_pdl)
         else if (k == "--batches") batches = v;
         else if (k == "--dir") dir = v;
         else if (k == "--gemm") gemm = v;  // reference | fast
@@ -198,6 +200,7 @@ int main(int argc, char** argv) {
         double load_s = 0;
         for (int g = 0; g < 2; ++g) {
             ModelOptions mo;
+            mo.cuda_pdl = pdl;
             mo.cuda_graphs = g == 1;
             mo.max_batch_tokens = 2048;
             mo.max_num_seqs = 256;
@@ -261,6 +264,7 @@ int main(int argc, char** argv) {
             co.ep_routed_min_rows = ep_routed_min_rows;
             // The workspace: from the limits (every row of the largest batch or prefill, max_model_len).
             ModelOptions mo;
+            mo.cuda_pdl = pdl;
             mo.max_batch_tokens = std::max<int64_t>({prefill, context, 512}) * G;  // one prefill sequence per GPU at a time
             mo.max_num_seqs = 512;
             t = Clock::now();
@@ -286,7 +290,7 @@ int main(int argc, char** argv) {
                 model->forward_batch(chunks);
             }
             nlohmann::json base = {{"layers", layers}, {"experts", experts}, {"numerics", numerics_name(model->numerics())},
-                                   {"write_s", write_s}, {"load_s", load_s}, {"gemm", gemm}, {"gpus", G},
+                                   {"write_s", write_s}, {"load_s", load_s}, {"gemm", gemm}, {"pdl", pdl}, {"gpus", G},
                                    {"routing", routings[ri]}};
             if (G > 1) base["ep_dispatch"] = cuda::ep_dispatch_name(co.ep_dispatch);
             if (prefill > 0) {

@@ -62,6 +62,9 @@ struct ModelOptions {
     // CUDA (V4 and V4.1), with cuda_graphs: steps of short chunks (at most kGraphChunkRows rows each:
     // speculative verify rows, decode rows, prompt tails) replay the graph of their rows' bucket too.
     bool cuda_verify_graphs = true;
+    // CUDA, Hopper and newer: kernels start while the kernel before them finishes (programmatic
+    // dependent launch; each waits for its inputs inside). Off: plain stream order. Same results.
+    bool cuda_pdl = true;
     // CUDA: tensor-core GEMMs (--gemm fast; equal to the CPU within tolerances, batch-invariant) instead
     // of the bit-exact reference kernels (--gemm reference).
     bool device_fast_gemm = false;

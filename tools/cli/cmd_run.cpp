@@ -48,7 +48,7 @@ namespace {
 struct RunOptions {
     std::string model, revision, tokenizer, input, output, family = "auto", numerics, progress = "auto", cache_dir,
         device = "cpu";
-    bool resume = false, async = false, no_async = false, no_prefix_cache = false, no_cuda_graphs = false,
+    bool resume = false, async = false, no_async = false, no_prefix_cache = false, no_cuda_graphs = false, no_pdl = false,
          host_sampling = false;
     int64_t max_num_seqs = 64, max_batched_tokens = 2048, max_prefill_chunk = 512, default_max_tokens = 256;
     double state_memory_gib = 4.0, device_workspace_gib = 0.0, device_state_gib = 0.0;
@@ -133,6 +133,7 @@ int run_job(const RunOptions& o, Communicator* comm) {
     mo.max_batch_tokens = o.max_batched_tokens;
     mo.max_num_seqs = o.max_num_seqs;
     mo.cuda_graphs = !o.no_cuda_graphs;
+    mo.cuda_pdl = !o.no_pdl;
     if (mo.device == Device::kCuda) mo.gpus = o.gpus_per_replica;  // > 1: expert parallelism across them
     // The engine gives each GPU of an expert-parallel replica an equal share of a step's tokens
     // (Model::placement_groups): one GPU's forward holds at most that share.
@@ -218,6 +219,8 @@ Command register_run(CLI::App& app) {
                     "start-up (0: --max-num-seqs sequences of --max-model-len tokens, within 90% of the free memory)")
         ->capture_default_str();
     sub->add_flag("--no-cuda-graphs", o->no_cuda_graphs, "cuda: launch decode steps kernel by kernel (same results)");
+    sub->add_flag("--no-pdl", o->no_pdl,
+                  "cuda: no programmatic dependent launch (each kernel starts after the previous one ends; same results)");
     sub->add_flag("--host-sampling", o->host_sampling, "cuda: sample on the CPU from copied logits (same results)");
     sub->add_option("--gemm", o->gemm,
                     "cuda: reference (bit-identical to the CPU) | fast (tensor cores, within tolerance) | fast-fp8 "

@@ -79,6 +79,7 @@ public:
     OwnedStream(const OwnedStream&) = delete;
     OwnedStream& operator=(const OwnedStream&) = delete;
     Stream get() const { return stream_; }
+    void set_pdl(bool on) { stream_.pdl = on; }  // Stream::pdl of every get()
     void synchronize() const;
 
 private:

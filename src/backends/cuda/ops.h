@@ -13,6 +13,9 @@ namespace deepinfer::cuda {
 // A CUDA stream (cudaStream_t) as an opaque handle; null = the legacy default stream.
 struct Stream {
     void* handle = nullptr;
+    // Launches through launch_pdl (common/launch.cuh) may carry programmatic dependent launch (Hopper and
+    // newer; ModelOptions::cuda_pdl). Off: plain stream order (a diagnostic for timing; same results).
+    bool pdl = true;
 };
 
 enum class WeightKind : uint8_t { kF32, kBF16, kF16, kFp8Block, kFp4 };

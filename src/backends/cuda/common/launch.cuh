@@ -12,17 +12,16 @@
 // before it. pdl_wait() returns once every prerequisite grid has completed and its writes are visible.
 // pdl_launch_dependents() (called right after the wait by pdl_enter()) lets the next kernel's blocks be
 // scheduled; they then sit in their own pdl_wait(). Without it a kernel triggers when its blocks exit.
-// On devices before sm_90 both are no-ops and the attribute is not set (plain stream order).
-// DI_CUDA_PDL=0 in the environment turns the attribute off (plain launches; a diagnostic for timing).
+// On devices before sm_90 both are no-ops and the attribute is not set (plain stream order); a Stream with
+// pdl = false (ModelOptions::cuda_pdl off) launches plainly too (a diagnostic for timing).
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <utility>
 
 #include "backends/cuda/common/cuda_check.h"
+#include "backends/cuda/ops.h"
 
 namespace deepinfer::cuda {
 
@@ -48,14 +47,8 @@ __device__ __forceinline__ void pdl_enter() {
     pdl_launch_dependents();
 }
 
-// Whether launches on the current device carry the PDL attribute: compute capability 9.0 or newer, and
-// DI_CUDA_PDL not "0".
-inline bool pdl_launch_enabled() {
-    static const bool env_on = [] {
-        const char* v = std::getenv("DI_CUDA_PDL");
-        return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
-    if (!env_on) return false;
+// Whether the current device supports programmatic dependent launch: compute capability 9.0 or newer.
+inline bool pdl_supported() {
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -64,9 +57,10 @@ inline bool pdl_launch_enabled() {
     return major >= 9;
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...) with the PDL attribute where enabled; throws on a launch error.
+// kernel<<<grid, block, smem, stream>>>(args...) with the PDL attribute where the stream asks for it and the
+// device supports it; throws on a launch error.
 template <typename... Params, typename... Args>
-void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Stream stream, Args&&... args) {
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -74,9 +68,9 @@ void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, c
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
+    cfg.stream = static_cast<cudaStream_t>(stream.handle);
     cfg.attrs = attr;
-    cfg.numAttrs = pdl_launch_enabled() ? 1 : 0;
+    cfg.numAttrs = stream.pdl && pdl_supported() ? 1 : 0;
     DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 

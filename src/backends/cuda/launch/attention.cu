@@ -21,13 +21,13 @@ cudaStream_t raw(Stream s) { return static_cast<cudaStream_t>(s.handle); }
 void ring_write(const RingWriteParams& p, Stream s) {
     if (p.num_segments == 0 || p.max_rows == 0) return;
     const dim3 grid(static_cast<unsigned>(p.num_segments), static_cast<unsigned>(p.max_rows));
-    launch_pdl(kernels::ring_write_kernel, grid, 128, 0, raw(s), p);
+    launch_pdl(kernels::ring_write_kernel, grid, 128, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
 void add_ape(const AddApeParams& p, Stream s) {
     if (p.rows == 0) return;
-    launch_pdl(kernels::add_ape_kernel, static_cast<unsigned>(p.rows), 128, 0, raw(s), p);
+    launch_pdl(kernels::add_ape_kernel, static_cast<unsigned>(p.rows), 128, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -35,13 +35,13 @@ void compressor(const CompressorParams& p, Stream s) {
     if (p.num_segments == 0 || p.max_windows == 0) return;
     DI_CHECK(p.ring_rows >= (p.overlap ? 2 : 1) * p.ratio, "compressor: ring of ", p.ring_rows, " rows");
     const dim3 grid(static_cast<unsigned>(p.num_segments), static_cast<unsigned>(p.max_windows));
-    launch_pdl(kernels::compressor_kernel, grid, 256, static_cast<size_t>(p.head_dim) * sizeof(float), raw(s), p);
+    launch_pdl(kernels::compressor_kernel, grid, 256, static_cast<size_t>(p.head_dim) * sizeof(float), s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
 void topk(const TopkParams& p, Stream s) {
     if (p.rows == 0) return;
-    launch_pdl(kernels::topk_kernel, static_cast<unsigned>(p.rows), kernels::kTopkThreads, 0, raw(s), p);
+    launch_pdl(kernels::topk_kernel, static_cast<unsigned>(p.rows), kernels::kTopkThreads, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -126,7 +126,7 @@ void indexer_topk(const IndexerParams& p, Stream s) {
         DI_CUDA_CHECK(cudaGetLastError());
     }
     if (p.scores_only) return;
-    launch_pdl(kernels::visible_counts_kernel, static_cast<unsigned>((p.rows + 127) / 128), 128, 0, raw(s), p.positions, p.rows, p.ratio, p.num_selected);
+    launch_pdl(kernels::visible_counts_kernel, static_cast<unsigned>((p.rows + 127) / 128), 128, 0, s, p.positions, p.rows, p.ratio, p.num_selected);
     DI_CUDA_CHECK(cudaGetLastError());
     topk({.scores = p.scores, .ld = p.max_visible, .lengths = p.num_selected, .n = p.max_visible, .rows = p.rows,
           .k = p.topk, .out = p.selected},

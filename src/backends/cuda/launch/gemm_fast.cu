@@ -18,6 +18,7 @@
 
 namespace deepinfer::cuda {
 namespace {
+cudaStream_t raw(Stream s) { return static_cast<cudaStream_t>(s.handle); }
 
 using kernels::tc::BKind;
 using kernels::tc::TcArgs;
@@ -25,7 +26,7 @@ using kernels::tc::TcConfig;
 
 // The grouped form's tile table for tiles of bm rows in p.tile_scratch (kept when an earlier launch
 // built it for the same tiles: FastLinearParams::tile_rows_given).
-void expert_tiles(const FastLinearParams& p, int bm, cudaStream_t st) {
+void expert_tiles(const FastLinearParams& p, int bm, Stream st) {
     if (p.tile_rows_given != bm)
         launch_pdl(kernels::tc::expert_tiles_kernel, 1, kernels::tc::kExpertTileThreads, 0, st, p.expert_offsets, p.num_experts, bm,
                    p.tile_scratch);
@@ -33,7 +34,7 @@ void expert_tiles(const FastLinearParams& p, int bm, cudaStream_t st) {
 }
 
 template <int WM, int WN, int MT, int NT, int kStages, BKind kB>
-void launch(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
+void launch(const FastLinearParams& p, const TcArgs& a, Stream st) {
     using C = TcConfig<WM, WN, MT, NT, kStages, kB>;
     auto* kernel = kernels::tc::tc_gemm_kernel<WM, WN, MT, NT, kStages, kB>;
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
@@ -47,14 +48,14 @@ void launch(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
     }
     const int64_t grid_y = (a.N + C::BN - 1) / C::BN;
     DI_CHECK(grid_x < (int64_t(1) << 31) && grid_y < 65536, "fast linear: grid too large");
-    kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), C::kThreads, C::kSmemBytes, st>>>(args);
+    kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), C::kThreads, C::kSmemBytes, raw(st)>>>(args);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
 // Hopper: 128 rows x BN weight rows per block, BN from the weight's shape only (never from M). With
 // a.partial, K chunk z on blocks (x, y, z), then their ordered sum.
 template <int kWGs, int BN, BKind kB>
-void launch_wgmma(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
+void launch_wgmma(const FastLinearParams& p, const TcArgs& a, Stream st) {
     constexpr int kStages = 4;
     using C = kernels::wg::WgConfig<kWGs, BN, kStages, kB>;
     auto* kernel = kernels::wg::wgmma_gemm_kernel<kWGs, BN, kStages, kB, false>;
@@ -117,7 +118,7 @@ constexpr int kDenseGroupM = 16;
 // Hopper, dense FP8 / BF16 at prefill sizes: the warp-specialized persistent kernel, IW = wgmma_bn(N) (the
 // classic kernel's instruction width, so the same bits). False (nothing launched) where it does not apply.
 template <int IW, BKind kB, int kCluster>
-bool launch_dense_ws(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
+bool launch_dense_ws(const FastLinearParams& p, const TcArgs& a, Stream st) {
     constexpr int kStages = 5;
     using C = kernels::wgd::DenseWsConfig<kStages>;
     if (p.experts || a.a_row_src || a.partial || a.k_tiles > C::kMaxKTiles) return false;
@@ -152,7 +153,7 @@ bool launch_dense_ws(const FastLinearParams& p, const TcArgs& a, cudaStream_t st
     attr[0].val.clusterDim.z = 1;
     cfg.blockDim = dim3(C::kThreads);
     cfg.dynamicSmemBytes = C::kSmemBytes;
-    cfg.stream = st;
+    cfg.stream = raw(st);
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     // Persistent: as many units at once as fit (clusters of two need two SMs of one GPC).
@@ -175,7 +176,7 @@ bool launch_dense_ws(const FastLinearParams& p, const TcArgs& a, cudaStream_t st
 // The dense kernel's form from DensePath (kAuto: kWsWide, the fastest form measured, bench/results/
 // cuda-dense-prefill-h200-*.md); false when the launch takes the classic kernel.
 template <BKind kB>
-bool launch_dense_ws_by_path(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
+bool launch_dense_ws_by_path(const FastLinearParams& p, const TcArgs& a, Stream st) {
     const bool narrow = a.N <= 2048;  // wgmma_bn(N) == 64
     switch (p.dense_path) {
         case DensePath::kClassic: return false;
@@ -188,7 +189,7 @@ bool launch_dense_ws_by_path(const FastLinearParams& p, const TcArgs& a, cudaStr
 
 // Hopper, FP8 with 32x32 blocks (kernels/gemm_wgmma_fp8b32.cuh): BM = 64 x kWGs rows, BN weight rows.
 template <int kWGs, int BN>
-void launch_fp8b32(const TcArgs& a, cudaStream_t st) {
+void launch_fp8b32(const TcArgs& a, Stream st) {
     constexpr int kStages = 4;
     using C = kernels::wg::B32Config<kWGs, BN, kStages>;
     auto* kernel = kernels::wg::wgmma_fp8b32_kernel<kWGs, BN, kStages>;
@@ -197,12 +198,12 @@ void launch_fp8b32(const TcArgs& a, cudaStream_t st) {
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     const int64_t grid_x = (a.rows + C::BM - 1) / C::BM, grid_y = (a.N + BN - 1) / BN;
     DI_CHECK(grid_x < (int64_t(1) << 31) && grid_y < 65536, "fast linear: grid too large");
-    kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), C::kThreads, static_cast<size_t>(smem), st>>>(a);
+    kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), C::kThreads, static_cast<size_t>(smem), raw(st)>>>(a);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
 // BN from the weight's shape only, warpgroups from the row count (a row's bits are the same either way).
-void launch_fp8b32_by_rows(const TcArgs& a, cudaStream_t st) {
+void launch_fp8b32_by_rows(const TcArgs& a, Stream st) {
     const bool small = a.rows <= 64;
     if (a.N <= 2048) {
         if (small) launch_fp8b32<1, 64>(a, st); else launch_fp8b32<2, 64>(a, st);
@@ -214,7 +215,7 @@ void launch_fp8b32_by_rows(const TcArgs& a, cudaStream_t st) {
 // Hopper, packed FP4: the register-converting kernel, TN token rows per tile (grid: weight-row blocks
 // fastest, so the blocks sharing a token tile run together), kWGs x 64 weight rows per block.
 template <int kWGs, int TN, int kStages, int kMinBlocks>
-void launch_fp4_rs(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
+void launch_fp4_rs(const FastLinearParams& p, const TcArgs& a, Stream st) {
     using C = kernels::wgrs::RsConfig<kWGs, TN, kStages>;
     auto* kernel = kernels::wgrs::fp4_rs_kernel<kWGs, TN, kStages, kMinBlocks>;
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
@@ -227,7 +228,7 @@ void launch_fp4_rs(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) 
         tiles = std::min<int64_t>(p.rows, tiles + std::min<int64_t>(p.num_experts, p.rows));
     }
     DI_CHECK(tiles < 65536, "fast linear: too many row tiles (", tiles, ")");
-    kernel<<<dim3(static_cast<unsigned>(a.N / C::BN), static_cast<unsigned>(tiles)), C::kThreads, C::kSmemBytes, st>>>(args);
+    kernel<<<dim3(static_cast<unsigned>(a.N / C::BN), static_cast<unsigned>(tiles)), C::kThreads, C::kSmemBytes, raw(st)>>>(args);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -237,7 +238,7 @@ void launch_fp4_rs(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) 
 int sm_count();
 
 template <int kStages, int kProducers, bool kPersistent, int kPf, int kLate, bool kSelf, int kOpt>
-void launch_fp4_ws(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
+void launch_fp4_ws(const FastLinearParams& p, const TcArgs& a, Stream st) {
     using C = kernels::wgws::WsConfig<kStages, kProducers>;
     auto* kernel = kernels::wgws::fp4_ws_kernel<kStages, kProducers, kPersistent, kPf, kLate, kSelf, kOpt>;
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
@@ -245,7 +246,7 @@ void launch_fp4_ws(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) 
     int64_t tiles = (p.rows + C::kMaxTokens - 1) / C::kMaxTokens;
     TcArgs args = a;
     if (p.experts) {
-        kernels::tc::expert_tiles_kernel<<<1, kernels::tc::kExpertTileThreads, 0, st>>>(p.expert_offsets, p.num_experts, C::kMaxTokens,
+        kernels::tc::expert_tiles_kernel<<<1, kernels::tc::kExpertTileThreads, 0, raw(st)>>>(p.expert_offsets, p.num_experts, C::kMaxTokens,
                                                                                        p.tile_scratch);
         DI_CUDA_CHECK(cudaGetLastError());
         args.tile_offsets = p.tile_scratch;
@@ -254,9 +255,9 @@ void launch_fp4_ws(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) 
     DI_CHECK(tiles < 65536, "fast linear: too many row tiles (", tiles, ")");
     const int64_t blocks = tiles * (a.N / C::BN);  // an upper bound: the grouped form's count is on the device
     if constexpr (kPersistent) {
-        kernel<<<static_cast<unsigned>(std::min<int64_t>(blocks, sm_count())), C::kThreads, C::kSmemBytes, st>>>(args);
+        kernel<<<static_cast<unsigned>(std::min<int64_t>(blocks, sm_count())), C::kThreads, C::kSmemBytes, raw(st)>>>(args);
     } else {
-        kernel<<<dim3(static_cast<unsigned>(a.N / C::BN), static_cast<unsigned>(tiles)), C::kThreads, C::kSmemBytes, st>>>(args);
+        kernel<<<dim3(static_cast<unsigned>(a.N / C::BN), static_cast<unsigned>(tiles)), C::kThreads, C::kSmemBytes, raw(st)>>>(args);
     }
     DI_CUDA_CHECK(cudaGetLastError());
 }
@@ -264,7 +265,7 @@ void launch_fp4_ws(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) 
 // Hopper, packed FP4, the decode kernel (kernels/gemm_wgmma_fp4dec.cuh): tiles of up to kMaxNT token
 // rows of one expert (wgmma width from each tile's rows) x 64 weight rows (grid: weight-row blocks fastest).
 template <int kMaxNT, int kKTSmall, int kBudget, int kMinBlocks, int kPf>
-void launch_fp4_dec(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
+void launch_fp4_dec(const FastLinearParams& p, const TcArgs& a, Stream st) {
     using C = kernels::wgdec::DecConfig<kMaxNT, kKTSmall, kBudget, kMinBlocks, kPf>;
     auto* kernel = kernels::wgdec::fp4_dec_kernel<kMaxNT, kKTSmall, kBudget, kMinBlocks, kPf>;
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
@@ -313,7 +314,7 @@ constexpr RsVariant kRsVariants[kFp4RsVariants] = {
 };
 
 template <int V>
-void launch_fp4_rs_variant(const FastLinearParams& p, const TcArgs& a, cudaStream_t st) {
+void launch_fp4_rs_variant(const FastLinearParams& p, const TcArgs& a, Stream st) {
     constexpr RsVariant v = kRsVariants[V];
     if constexpr (v.kind == RsKind::kWs)
         launch_fp4_ws<v.stages, v.wgs - 2, v.persistent, v.pf, v.late, v.self, v.opt>(p, a, st);
@@ -340,7 +341,7 @@ int fp4_rs_variant_of(const FastLinearParams& p, int64_t rows_per_group) {
     return p.fp4_rs_variant >= 0 ? p.fp4_rs_variant : rows_per_group <= 64 ? 15 : 20;
 }
 
-void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t rows_per_group, cudaStream_t st) {
+void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t rows_per_group, Stream st) {
     const int v = fp4_rs_variant_of(p, rows_per_group);
     DI_CHECK(v < kFp4RsVariants, "fast linear: no FP4 kernel configuration ", v);
     switch (v) {
@@ -431,7 +432,7 @@ int64_t split_floats(int64_t N, int64_t rows, int64_t S, SplitK mode) {
 
 // Tile shapes by rows per tile: 16x32 (decode), 64x64, 128x128 (prefill); on Hopper the wgmma kernel.
 template <BKind kB>
-void launch_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t rows_per_group, cudaStream_t st) {
+void launch_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t rows_per_group, Stream st) {
     if (compute_capability() == 90) {
         // BN from the weight's shape; one warpgroup per block for decode-sized row counts (more
         // blocks per SM to stream weights), two for prefill (the B tile shared by 128 rows).
@@ -542,7 +543,7 @@ void fast_linear(const FastLinearParams& p, Stream s) {
         if (need > 0 && p.split_scratch && compute_capability() == 90) a.partial = p.split_scratch;
     }
     const int64_t per_group = p.experts ? (p.rows + p.num_experts - 1) / p.num_experts : p.rows;
-    const auto st = static_cast<cudaStream_t>(s.handle);
+    const Stream st = s;
     if (p.experts2) {  // a second weight set: one launch of the FP4 decode kernel, else one launch per set
         DI_CHECK(p.experts && p.y2, "fast linear: a second weight set needs the grouped form and y2");
         const int v = fp4_rs_variant_of(p, per_group);
@@ -588,7 +589,7 @@ void act_quant_fp8(const ActQuantFp8Params& p, Stream s) {
     DI_CHECK(p.cols % 128 == 0 && p.x_ld % 4 == 0 && (p.block == 128 || p.block == 32), "act_quant_fp8: cols = ", p.cols,
              ", x_ld = ", p.x_ld, ", block = ", p.block);
     const int64_t threads = p.rows * (p.cols / 128) * 32;
-    launch_pdl(kernels::tc::act_quant_fp8_kernel, static_cast<unsigned>((threads + 255) / 256), 256, 0, static_cast<cudaStream_t>(s.handle), p);
+    launch_pdl(kernels::tc::act_quant_fp8_kernel, static_cast<unsigned>((threads + 255) / 256), 256, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -596,7 +597,7 @@ void to_bf16(const ToBf16Params& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.cols % 8 == 0 && p.x_ld % 4 == 0, "to_bf16: cols = ", p.cols, ", x_ld = ", p.x_ld);
     const int64_t threads = p.rows * (p.cols / 8);
-    launch_pdl(kernels::tc::to_bf16_kernel, static_cast<unsigned>((threads + 255) / 256), 256, 0, static_cast<cudaStream_t>(s.handle), p);
+    launch_pdl(kernels::tc::to_bf16_kernel, static_cast<unsigned>((threads + 255) / 256), 256, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 

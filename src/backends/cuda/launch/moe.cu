@@ -19,7 +19,7 @@ void route(const RouterParams& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.top_k <= p.experts && p.top_k <= kernels::kMaxTopK, "route: top_k ", p.top_k, " of ", p.experts);
     DI_CHECK(p.tid2eid || p.biased, "route: score routing needs the biased scratch");
-    launch_pdl(kernels::route_kernel, static_cast<unsigned>(p.rows), kernels::kTopkThreads, 0, raw(s), p);
+    launch_pdl(kernels::route_kernel, static_cast<unsigned>(p.rows), kernels::kTopkThreads, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -29,26 +29,26 @@ void permute(const PermuteParams& p, Stream s) {
     DI_CHECK(static_cast<int64_t>(smem) <= max_shared_memory_per_block(), "permute: ", p.experts, " experts");
     if (smem > 48 * 1024)
         DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::permute_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    launch_pdl(kernels::permute_kernel, 1, kernels::kPermuteThreads, smem, raw(s), p);
+    launch_pdl(kernels::permute_kernel, 1, kernels::kPermuteThreads, smem, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
 void swiglu(const SwigluParams& p, Stream s) {
     if (p.rows == 0) return;
-    launch_pdl(kernels::swiglu_kernel, static_cast<unsigned>(p.rows), 256, 0, raw(s), p);
+    launch_pdl(kernels::swiglu_kernel, static_cast<unsigned>(p.rows), 256, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
 void scatter_rows(const ScatterRowsParams& p, Stream s) {
     if (p.n == 0) return;
-    launch_pdl(kernels::scatter_rows_kernel, static_cast<unsigned>(p.n), 256, 0, raw(s), p);
+    launch_pdl(kernels::scatter_rows_kernel, static_cast<unsigned>(p.n), 256, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
 void gather_rows(const ScatterRowsParams& p, Stream s) {
     if (p.n == 0) return;
     const dim3 grid(static_cast<unsigned>(p.n), static_cast<unsigned>(column_blocks(p.n, p.width, 1024)));
-    launch_pdl(kernels::gather_rows_kernel, grid, 256, 0, raw(s), p);
+    launch_pdl(kernels::gather_rows_kernel, grid, 256, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -56,13 +56,13 @@ void moe_combine(const CombineParams& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.top_k <= kernels::kMaxTopK, "moe_combine: top_k ", p.top_k);
     const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(column_blocks(p.rows, p.hidden, 256)));
-    launch_pdl(kernels::moe_combine_kernel, grid, 256, 0, raw(s), p);
+    launch_pdl(kernels::moe_combine_kernel, grid, 256, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
 void expert_load_accumulate(const ExpertLoadParams& p, Stream s) {
     DI_CHECK(p.experts > 0 && p.expert_offsets && p.acc, "expert_load_accumulate: ", p.experts, " experts");
-    launch_pdl(kernels::expert_load_kernel, 1, 256, 0, raw(s), p);
+    launch_pdl(kernels::expert_load_kernel, 1, 256, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -79,7 +79,7 @@ void even_routing(const EvenRoutingParams& p, Stream s) {
     DI_CHECK(p.stride >= 1 && std::gcd(p.stride, p.experts) == 1, "even_routing: stride ", p.stride,
              " must be coprime with ", p.experts, " experts");
     const int64_t n = p.rows * p.top_k;
-    launch_pdl(kernels::even_routing_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, raw(s), p);
+    launch_pdl(kernels::even_routing_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -87,7 +87,7 @@ void expert_local_ids(const ExpertLocalIdsParams& p, Stream s) {
     if (p.n == 0) return;
     DI_CHECK(p.experts_per_rank > 0 && p.first_expert >= 0, "expert_local_ids: ", p.experts_per_rank,
              " experts per rank from ", p.first_expert);
-    launch_pdl(kernels::expert_local_ids_kernel, static_cast<unsigned>((p.n + 255) / 256), 256, 0, raw(s), p);
+    launch_pdl(kernels::expert_local_ids_kernel, static_cast<unsigned>((p.n + 255) / 256), 256, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -95,14 +95,14 @@ void group_row_tables(const GroupRowTablesParams& p, Stream s) {
     DI_CHECK(p.groups > 0 && p.rows >= 0 && p.groups * p.rows < (int64_t(1) << 31), "group_row_tables: ", p.groups,
              " groups of ", p.rows, " rows");
     const int64_t n = std::max(p.groups * p.rows, p.groups + 1);
-    launch_pdl(kernels::group_row_tables_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, raw(s), p);
+    launch_pdl(kernels::group_row_tables_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
 void expert_source_rows(const ExpertSourceRowsParams& p, Stream s) {
     if (p.n == 0) return;
     DI_CHECK(p.experts_per_rank > 0, "expert_source_rows: ", p.experts_per_rank, " experts per rank");
-    launch_pdl(kernels::expert_source_rows_kernel, static_cast<unsigned>((p.n + 255) / 256), 256, 0, raw(s), p);
+    launch_pdl(kernels::expert_source_rows_kernel, static_cast<unsigned>((p.n + 255) / 256), 256, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 

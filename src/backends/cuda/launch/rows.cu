@@ -15,9 +15,9 @@ cudaStream_t raw(Stream s) { return static_cast<cudaStream_t>(s.handle); }
 void rms_norm(const RmsNormParams& p, Stream s) {
     if (p.rows == 0) return;
     if (p.n <= 8192)  // the row staged in shared memory (out may alias x: each block reads its row first)
-        launch_pdl(kernels::rms_norm_kernel<true>, static_cast<unsigned>(p.rows), 256, static_cast<size_t>(p.n) * 4, raw(s), p);
+        launch_pdl(kernels::rms_norm_kernel<true>, static_cast<unsigned>(p.rows), 256, static_cast<size_t>(p.n) * 4, s, p);
     else
-        launch_pdl(kernels::rms_norm_kernel<false>, static_cast<unsigned>(p.rows), 256, 0, raw(s), p);
+        launch_pdl(kernels::rms_norm_kernel<false>, static_cast<unsigned>(p.rows), 256, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -30,14 +30,14 @@ void rope_rows(const RopeRowsParams& p, Stream s) {
     const size_t smem = static_cast<size_t>(kernels::kRopeWarps * p.dim) * sizeof(float);
     if (smem > 48 * 1024)
         DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::rope_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    launch_pdl(kernels::rope_rows_kernel, grid, 32 * kernels::kRopeWarps, smem, raw(s), p);
+    launch_pdl(kernels::rope_rows_kernel, grid, 32 * kernels::kRopeWarps, smem, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
 void embed(const EmbedParams& p, Stream s) {
     if (p.rows == 0) return;
     const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(column_blocks(p.rows, p.table.in_features, 256)));
-    launch_pdl(kernels::embed_kernel, grid, 256, 0, raw(s), p);
+    launch_pdl(kernels::embed_kernel, grid, 256, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -60,7 +60,7 @@ void hc_pre(const HcPreParams& p, Stream s) {
     if (p.mix && !p.mix_given) hc_mix_logits(p.x, p.fn, p.rows, (2 + p.hc) * p.hc, p.hc * p.hidden, p.mix, s);
     // Column blocks only with staged mixing logits (else each block would redo the token's dot products).
     const int64_t blocks = p.mix ? column_blocks(p.rows, p.hidden, 256) : 1;
-    launch_pdl(kernels::hc_pre_kernel, dim3(static_cast<unsigned>(p.rows), static_cast<unsigned>(blocks)), 256, 0, raw(s), p);
+    launch_pdl(kernels::hc_pre_kernel, dim3(static_cast<unsigned>(p.rows), static_cast<unsigned>(blocks)), 256, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -78,15 +78,15 @@ void hc_mix_splitk(const HcMixSplitKParams& p, Stream s) {
     const int64_t groups = row_blocks * splits >= 2 * multiprocessor_count() ? 1 : (p.outputs + 1 + 7) / 8;
     const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(splits), static_cast<unsigned>(groups));
     if (per_block == 16)
-        launch_pdl(kernels::hc_mix_partial_kernel<16>, grid, kernels::kHcSplitThreads, 0, raw(s), p);
+        launch_pdl(kernels::hc_mix_partial_kernel<16>, grid, kernels::kHcSplitThreads, 0, s, p);
     else if (per_block == 8)
-        launch_pdl(kernels::hc_mix_partial_kernel<8>, grid, kernels::kHcSplitThreads, 0, raw(s), p);
+        launch_pdl(kernels::hc_mix_partial_kernel<8>, grid, kernels::kHcSplitThreads, 0, s, p);
     else
-        launch_pdl(kernels::hc_mix_partial_kernel<1>, grid, kernels::kHcSplitThreads, 0, raw(s), p);
+        launch_pdl(kernels::hc_mix_partial_kernel<1>, grid, kernels::kHcSplitThreads, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
     if (p.partials_only) return;
     const int64_t n = p.rows * (p.outputs + 1);
-    launch_pdl(kernels::hc_mix_reduce_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, raw(s), p, splits);
+    launch_pdl(kernels::hc_mix_reduce_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, s, p, splits);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -97,7 +97,7 @@ void hc_post(const HcPostParams& p, Stream s) {
     DI_CHECK(p.hidden % 4 == 0 && a16(p.out) && a16(p.x) && a16(p.y), "hc_post: hidden ", p.hidden,
              " not a multiple of 4 or rows not 16-byte aligned");
     const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>((p.hidden / 4 + 255) / 256));
-    launch_pdl(kernels::hc_post_vec4_kernel, grid, 256, 0, raw(s), p);
+    launch_pdl(kernels::hc_post_vec4_kernel, grid, 256, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -107,7 +107,7 @@ void hc_head(const HcHeadParams& p, Stream s) {
     if (p.mix && !p.mix_given) hc_mix_logits(p.x, p.fn, p.rows, p.hc, p.hc * p.hidden, p.mix, s);
     // Column blocks only with staged mixing logits (else each block would redo the token's dot products).
     const int64_t blocks = p.mix ? column_blocks(p.rows, p.hidden, 256) : 1;
-    launch_pdl(kernels::hc_head_kernel, dim3(static_cast<unsigned>(p.rows), static_cast<unsigned>(blocks)), 256, 0, raw(s), p);
+    launch_pdl(kernels::hc_head_kernel, dim3(static_cast<unsigned>(p.rows), static_cast<unsigned>(blocks)), 256, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 

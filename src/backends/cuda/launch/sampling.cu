@@ -23,9 +23,9 @@ void sample(const SampleParams& p, Stream s) {
     const int64_t slices = std::min<int64_t>(kSampleArgmaxSlices, std::max<int64_t>(p.vocab / 2048, 1));
     if (slices > 1)
         launch_pdl(kernels::argmax_slices_kernel, dim3(static_cast<unsigned>(p.rows), static_cast<unsigned>(slices)), kernels::kTopkThreads,
-                   0, st, p);
+                   0, s, p);
     // Greedy and top-k rows; then the untruncated rows in blocks of ids across the GPU.
-    launch_pdl(kernels::sample_kernel, static_cast<unsigned>(p.rows), kernels::kTopkThreads, 0, st, p, static_cast<int>(slices));
+    launch_pdl(kernels::sample_kernel, static_cast<unsigned>(p.rows), kernels::kTopkThreads, 0, s, p, static_cast<int>(slices));
     const dim3 grid(static_cast<unsigned>((draft_sum_blocks(p.vocab) + kernels::kDraftWarps - 1) / kernels::kDraftWarps),
                     static_cast<unsigned>(p.rows));
     kernels::sample_argmax_blocks_kernel<<<grid, 32 * kernels::kDraftWarps, 0, st>>>(p);

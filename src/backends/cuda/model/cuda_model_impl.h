@@ -82,6 +82,7 @@ public:
           verify_graphs_(mo.cuda_verify_graphs),
           draws_(max_seqs_) {
         DI_CHECK(!fast_ || fast_fp8_available(), "fast GEMM mode needs FP8 tensor cores (compute capability 8.9+)");
+        stream_.set_pdl(mo.cuda_pdl);
         UploadOptions upload;
         upload.wo_a_bf16 = fast_;  // the tensor-core wo_a takes bf16 weights
         upload.with_mtp = ep_ == nullptr;  // the MTP and DSpark drafters run on one GPU only

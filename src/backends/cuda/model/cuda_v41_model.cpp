@@ -66,6 +66,8 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
       verify_graphs_(options.cuda_verify_graphs),
       bench_routing_(o.expert_load_stats, o.even_routing) {
     DI_CHECK(!options.v41_bounded_replay, dir, ": bounded replay runs on the CPU only so far (--device cpu)");
+    stream_.set_pdl(options.cuda_pdl);
+    side_stream_.set_pdl(options.cuda_pdl);
     DI_CHECK(!fast_ || fast_fp8_available(), "fast GEMM mode needs FP8 tensor cores (compute capability 8.9+)");
     const V41TextConfig& c = config_.text;
     info_ = {"deepseek_v41", c.vocab_size, config_.eos_token_ids, c.max_position_embeddings};
