@@ -11,9 +11,6 @@
 #include "backends/cuda/kernels/moe.cuh"
 
 namespace deepinfer::cuda {
-namespace {
-cudaStream_t raw(Stream s) { return static_cast<cudaStream_t>(s.handle); }
-}  // namespace
 
 void route(const RouterParams& p, Stream s) {
     if (p.rows == 0) return;

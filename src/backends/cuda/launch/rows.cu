@@ -8,9 +8,6 @@
 #include "backends/cuda/kernels/rows.cuh"
 
 namespace deepinfer::cuda {
-namespace {
-cudaStream_t raw(Stream s) { return static_cast<cudaStream_t>(s.handle); }
-}  // namespace
 
 void rms_norm(const RmsNormParams& p, Stream s) {
     if (p.rows == 0) return;
