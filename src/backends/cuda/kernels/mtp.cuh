@@ -6,6 +6,7 @@
 #pragma once
 
 #include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/kernels/blocked_sums.cuh"
 #include "backends/cuda/kernels/sampling.cuh"
 #include "backends/cuda/ops.h"
 #include "model/draft_sampling.h"
