@@ -1025,6 +1025,22 @@ TEST_F(CudaOps, SparseSinkAttentionKernelsAgreeAtPrefillShapes) {
 
 // ---- Sampling -----------------------------------------------------------------------------------
 
+// cuda::sample over host rows of logits [*, V]: draw k reads logits row row_of[k] (null: row k).
+std::vector<int32_t> device_sample(const std::vector<float>& logits, int64_t V, const std::vector<cuda::SampleRow>& rows,
+                                   const std::vector<int32_t>* row_of = nullptr) {
+    const int64_t n = static_cast<int64_t>(rows.size());
+    Dev<float> dl(logits);
+    Dev<cuda::SampleRow> drow(rows);
+    Dev<int32_t> drow_of(row_of ? *row_of : std::vector<int32_t>(1, 0));
+    Dev<double> dscratch(static_cast<size_t>(n * V)), dparts(static_cast<size_t>(cuda::sample_parts(n, V)));
+    Dev<int32_t> didx(static_cast<size_t>(n * cuda::kMaxSampleTopK)), dtok(static_cast<size_t>(n));
+    cuda::sample({.logits = dl.ptr(), .rows = n, .vocab = V, .logit_row = row_of ? drow_of.ptr() : nullptr,
+                  .row = drow.ptr(), .scratch = dscratch.ptr(), .parts = dparts.ptr(), .index_scratch = didx.ptr(),
+                  .tokens = dtok.ptr()},
+                 Stream{});
+    return dtok.host(static_cast<size_t>(n));
+}
+
 TEST_F(CudaOps, SamplerPicksTheCpuSamplersTokens) {
     const int64_t V = 129280;
     struct Cfg {
@@ -1060,14 +1076,7 @@ TEST_F(CudaOps, SamplerPicksTheCpuSamplersTokens) {
                                  .generated = generated, .seed = sr.seed, .stream = sr.stream})
                              .token;
     }
-    Dev<float> dl(logits);
-    Dev<cuda::SampleRow> drow(host_rows);
-    Dev<double> dscratch(static_cast<size_t>(rows * V)), dparts(static_cast<size_t>(cuda::sample_parts(rows, V)));
-    Dev<int32_t> didx(static_cast<size_t>(rows * cuda::kMaxSampleTopK)), dtok(static_cast<size_t>(rows));
-    cuda::sample({.logits = dl.ptr(), .rows = rows, .vocab = V, .row = drow.ptr(), .scratch = dscratch.ptr(), .parts = dparts.ptr(),
-                  .index_scratch = didx.ptr(), .tokens = dtok.ptr()},
-                 Stream{});
-    EXPECT_EQ(dtok.host(ref.size()), ref);
+    EXPECT_EQ(device_sample(logits, V, host_rows), ref);
 }
 
 // Greedy rows take their argmax over slices of the row on many blocks, then the first maximum of the
@@ -1101,14 +1110,7 @@ TEST_F(CudaOps, GreedySamplerFirstMaximumAcrossSlices) {
     }
     EXPECT_EQ(ref[1], 5003);
     EXPECT_EQ(ref[4], 4000);
-    Dev<float> dl(logits);
-    Dev<cuda::SampleRow> drow(host_rows);
-    Dev<double> dscratch(static_cast<size_t>(rows * V)), dparts(static_cast<size_t>(cuda::sample_parts(rows, V)));
-    Dev<int32_t> didx(static_cast<size_t>(rows * cuda::kMaxSampleTopK)), dtok(static_cast<size_t>(rows));
-    cuda::sample({.logits = dl.ptr(), .rows = rows, .vocab = V, .row = drow.ptr(), .scratch = dscratch.ptr(), .parts = dparts.ptr(),
-                  .index_scratch = didx.ptr(), .tokens = dtok.ptr()},
-                 Stream{});
-    EXPECT_EQ(dtok.host(ref.size()), ref);
+    EXPECT_EQ(device_sample(logits, V, host_rows), ref);
 }
 
 // Draws that read shared logits rows through logit_row (n > 1 siblings: one row, several streams),
@@ -1139,15 +1141,7 @@ TEST_F(CudaOps, SamplerDrawsFromSharedRowsAndUnderflowedTails) {
                                  .params = &sp, .generated = generated, .seed = sr.seed, .stream = sr.stream})
                              .token;
     }
-    Dev<float> dl(logits);
-    Dev<cuda::SampleRow> drow(host_rows);
-    Dev<int32_t> drow_of(row_of);
-    Dev<double> dscratch(static_cast<size_t>(draws * V)), dparts(static_cast<size_t>(cuda::sample_parts(draws, V)));
-    Dev<int32_t> didx(static_cast<size_t>(draws * cuda::kMaxSampleTopK)), dtok(static_cast<size_t>(draws));
-    cuda::sample({.logits = dl.ptr(), .rows = draws, .vocab = V, .logit_row = drow_of.ptr(), .row = drow.ptr(),
-                  .scratch = dscratch.ptr(), .parts = dparts.ptr(), .index_scratch = didx.ptr(), .tokens = dtok.ptr()},
-                 Stream{});
-    EXPECT_EQ(dtok.host(ref.size()), ref);
+    EXPECT_EQ(device_sample(logits, V, host_rows, &row_of), ref);
 }
 
 }  // namespace
