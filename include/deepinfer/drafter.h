@@ -24,6 +24,10 @@ struct DraftRequest {
     // [num_drafts] uniforms in [0, 1): draft k is drawn from softmax(logits / temperature) by inverse
     // CDF in id order with uniforms[k]. Empty (or temperature <= 0): argmax drafts (one-hot).
     std::span<const double> uniforms = {};
+    // Sampled drafts: whether the caller reads Draft::probs on the host. false: a GPU drafter may keep
+    // the distributions on its device only (Draft::device_probs) and skip their copy to the host
+    // (verification on the device, Model::forward_sampled's DeviceDraw::draft_probs).
+    bool host_probs = true;
 };
 
 struct Draft {
@@ -31,6 +35,11 @@ struct Draft {
     std::vector<float> probs;        // [num_drafts, vocab]: the distribution each sampled draft came from
     std::vector<float> confidence;   // [num_drafts] estimated probability that draft k is accepted given
                                      // drafts < k were (empty: the drafter has no estimate)
+    // Sampled drafts of a GPU drafter: the same distributions on the drafter's device, draft k's [vocab]
+    // f32 at device_probs + k * device_probs_stride; valid until the drafter's next draft() call. null:
+    // none (argmax drafts, or a host drafter).
+    const float* device_probs = nullptr;
+    int64_t device_probs_stride = 0;
 };
 
 class Drafter {

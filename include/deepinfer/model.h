@@ -88,17 +88,26 @@ struct ModelInfo {
 class StatePool;
 class Drafter;
 
-// One token drawn on the model's device (GPU backends) from the last logits row of chunk `chunk`,
-// with the engine's sampling rules (src/engine/sampler.cpp) and its counter-based random stream
-// (seed, stream, counter): greedy, temperature, top-k/top-p/min-p. Several draws may read the same
-// row (n > 1 siblings). Requests with logit bias, penalties, logprobs or a grammar mask are sampled
-// by the engine from host logits instead.
+// One token drawn on the model's device (GPU backends) from a logits row of chunk `chunk`, with the
+// engine's sampling rules (src/engine/sampler.cpp) and its counter-based random stream (seed, stream,
+// counter): greedy, temperature, top-k/top-p/min-p. Several draws may read the same row (n > 1
+// siblings). Requests with logit bias, penalties, logprobs or a grammar mask are sampled by the engine
+// from host logits instead.
+// Speculative verification (engine/speculative/verify.h's verify_row) on the device: with `draft` >= 0
+// the draw is the token a verify row commits: greedy, the argmax (accepted when it is the draft); else
+// the draft when counter_uniform(seed, accept_stream, counter) * q(draft) < p(draft) (accepted), else a
+// draw from the residual max(p - q, 0). q: `draft_probs` (device memory of the model's device, [vocab]
+// f32: Draft::device_probs), or null: one-hot on the draft.
 struct DeviceDraw {
     int32_t chunk = 0;
+    int32_t row = -1;  // the chunk's row (index into its tokens) whose logits it reads; -1: the last
     uint64_t seed = 0, stream = 0, counter = 0;  // counter: tokens the completion has generated
     double temperature = 1.0;
     int64_t top_k = 0;
     double top_p = 1.0, min_p = 0.0;
+    int32_t draft = -1;               // the draft this row verifies; -1: an ordinary draw
+    uint64_t accept_stream = 0;       // stream of the acceptance uniform (same seed and counter)
+    const float* draft_probs = nullptr;
 };
 
 // What forward_sampled returns: logits of the chunks that asked for them (empty for the others) and
@@ -106,6 +115,7 @@ struct DeviceDraw {
 struct ForwardOutputs {
     std::vector<std::vector<float>> logits;
     std::vector<int32_t> tokens;
+    std::vector<uint8_t> accepted;  // per draw: 1 when it verified its draft and accepted it
 };
 
 // The decode state of one sequence; each family derives its own. Its growing parts live in pages of
