@@ -272,14 +272,18 @@ int main(int argc, char** argv) {
     mo.max_num_seqs = max_batch;
     std::shared_ptr<const di::Model> model(di::Model::load(a["--dir"], mo));
     const char* method = v41 || v4_dspark ? "dspark" : "mtp";
-    struct Arm { std::string name; std::string method; bool scheduler; };
+    // Arms: none | fixed | scheduler; "-host": verify rows on the host from their logits (the engine's
+    // speculative_device_verification off; same verdicts, the GPU backend's A/B).
+    struct Arm { std::string name; std::string method; bool scheduler; bool host_verify; };
     std::vector<Arm> arms;
     {
         std::stringstream names(a["--arms"]);
         for (std::string n; std::getline(names, n, ',');) {
-            if (n == "none") arms.push_back({n, "none", false});
-            else if (n == "fixed") arms.push_back({n, method, false});
-            else if (n == "scheduler") arms.push_back({n, method, true});
+            const bool host = n.size() > 5 && n.substr(n.size() - 5) == "-host";
+            const std::string base = host ? n.substr(0, n.size() - 5) : n;
+            if (base == "none" && !host) arms.push_back({n, "none", false, false});
+            else if (base == "fixed") arms.push_back({n, method, false, host});
+            else if (base == "scheduler") arms.push_back({n, method, true, host});
             else throw std::runtime_error("unknown arm " + n);
         }
     }
@@ -302,6 +306,7 @@ int main(int argc, char** argv) {
                 ec.speculative_method = arm.method;
                 ec.num_speculative_tokens = std::stoll(a["--k"]);
                 ec.speculative_scheduler = arm.scheduler;
+                ec.speculative_device_verification = !arm.host_verify;
                 di::Engine engine(model, nullptr, ec);
                 std::mt19937 rng(static_cast<uint32_t>(batch));
                 di::SamplingParams sp;
@@ -328,6 +333,7 @@ int main(int argc, char** argv) {
                                     {"vocab", vocab}, {"generated_tokens", m.generated_tokens}, {"seconds", secs},
                                     {"generated_tok_s", double(m.generated_tokens) / secs}, {"cpu_s", cpu},
                                     {"generated_tok_per_cpu_s", double(m.generated_tokens) / cpu}, {"steps", m.steps},
+                                    {"device_verified_rows", m.device_verified_rows},
                                     {"forward_s", m.forward_seconds}, {"draft_s", m.draft_seconds},
                                     {"threads", di::cpu_num_threads()}, {"device", a["--device"]}, {"gemm", a["--gemm"]},
                                     {"verify_graphs", mo.cuda_verify_graphs},

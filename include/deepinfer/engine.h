@@ -72,6 +72,11 @@ struct EngineConfig {
     // output, speculative verification, modes the device sampler lacks) are sampled on the host from
     // logits. The tokens are the same either way.
     bool device_sampling = true;
+    // With device_sampling: speculative verify rows that the device sampler serves (greedy, or sampled
+    // without top-k/top-p/min-p, token-wise verification) are verified on the device, reading sampled
+    // drafts' distributions where the GPU drafter left them: neither the rows' logits nor the drafts'
+    // distributions cross to the host. The verdicts are the host verifier's either way.
+    bool speculative_device_verification = true;
     uint64_t job_seed = 0;
     int64_t max_model_len = 0;  // prompt + max_tokens limit per request (0: the model's max_position_embeddings)
     // Speculative decoding (docs: speculative-decoding.md): "none" | "mtp" | "dspark" (the checkpoint
@@ -133,6 +138,7 @@ struct EngineMetrics {
     int64_t prefix_cache_entries = 0;
     double forward_seconds = 0;  // time inside the model forward
     int64_t device_sampled_tokens = 0;  // tokens drawn on the model's device (the rest: host sampler)
+    int64_t device_verified_rows = 0;   // speculative verify rows decided on the model's device
     // Speculative decoding.
     int64_t spec_steps = 0;            // engine steps with a drafter
     int64_t spec_verify_steps = 0;     // request-steps that verified drafts

@@ -73,6 +73,7 @@ void register_engine(nb::module_& m) {
         .def_rw("prefix_cache_fraction", &EngineConfig::prefix_cache_fraction)
         .def_rw("async_scheduling", &EngineConfig::async_scheduling)
         .def_rw("device_sampling", &EngineConfig::device_sampling)
+        .def_rw("speculative_device_verification", &EngineConfig::speculative_device_verification)
         .def_rw("job_seed", &EngineConfig::job_seed)
         .def_rw("max_model_len", &EngineConfig::max_model_len);
 
@@ -103,6 +104,7 @@ void register_engine(nb::module_& m) {
         .def_ro("state_bytes_peak", &EngineMetrics::state_bytes_peak)
         .def_ro("forward_seconds", &EngineMetrics::forward_seconds)
         .def_ro("device_sampled_tokens", &EngineMetrics::device_sampled_tokens)
+        .def_ro("device_verified_rows", &EngineMetrics::device_verified_rows)
         .def_ro("step_seconds", &EngineMetrics::step_seconds)
         .def_prop_ro("prefix_hit_rate", &EngineMetrics::prefix_hit_rate);
 

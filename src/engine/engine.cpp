@@ -46,7 +46,14 @@ void Engine::Impl::launch(Plan& plan) {
     for (size_t i = 0; i < plan.items.size(); ++i) {
         Scheduled& s = plan.items[i];
         Completion* c = s.completion;
-        if (s.drafts > 0 || s.draft_slots > 0) continue;  // verify rows: the host verifies from logits
+        s.counter = c->generated.size();
+        // Verify rows: decided on the device when it can (asynchronous drafting: in the worker, once the
+        // drafts exist), else verified on the host from their logits.
+        if (s.draft_slots > 0) continue;
+        if (s.drafts > 0) {
+            if (add_verify_draws(s, static_cast<int32_t>(i), draws)) want[i] = 0;
+            continue;
+        }
         if (c->num_computed + static_cast<int64_t>(s.tokens.size()) < total_tokens(*c)) {
             want[i] = 0;  // mid-prefill: no sample
             continue;
@@ -99,7 +106,8 @@ void Engine::Impl::launch(Plan& plan) {
                 s.draft_uniforms.push_back(draft_uniform(c->request->seed, static_cast<uint64_t>(c->index),
                                                          static_cast<int64_t>(c->generated.size()) - 1, j));
         s.draft_request = {.sequence = c->seq.get(), .anchor = c->generated.back(), .num_drafts = s.draft_slots,
-                           .temperature = p.temperature, .uniforms = s.draft_uniforms};
+                           .temperature = p.temperature, .uniforms = s.draft_uniforms,
+                           .host_probs = !device_verifiable(*c)};
         drafting.push_back(&s);
     }
     std::function<ForwardOutputs()> run;
@@ -109,8 +117,12 @@ void Engine::Impl::launch(Plan& plan) {
         };
     } else {
         run = [this, m = model, items = plan.items.data(), n = plan.items.size(), drafting = std::move(drafting),
-               budget = plan.draft_budget, want = std::move(want), draws = std::move(draws)]() {
+               budget = plan.draft_budget, want = std::move(want), draws = std::move(draws)]() mutable {
             draft_in_worker(drafting, budget);
+            for (Scheduled* s : drafting) {
+                const auto i = static_cast<size_t>(s - items);
+                if (add_verify_draws(*s, static_cast<int32_t>(i), draws)) want[i] = 0;
+            }
             std::vector<SequenceChunk> all;
             for (size_t i = 0; i < n; ++i) {
                 all.push_back({items[i].completion->seq.get(), items[i].tokens, items[i].drafts > 0});
@@ -171,7 +183,7 @@ std::vector<Completion*> Engine::Impl::sample_and_account(Plan& plan) {
         const bool block = cfg.speculative_block_verification && c.request->params.temperature > 0;
         const bool sampled = s.drafts == 0 && s.draw < 0 &&
                              c.num_computed + static_cast<int64_t>(s.tokens.size()) >= total_tokens(c);
-        if ((s.drafts > 0 && !block) || sampled) ahead.push_back(i);
+        if ((s.drafts > 0 && !block && s.draw < 0) || sampled) ahead.push_back(i);
     }
     std::vector<std::exception_ptr> failed(ahead.size());
 #pragma omp parallel for schedule(dynamic, 1) if (ahead.size() > 1)
@@ -196,6 +208,16 @@ std::vector<Completion*> Engine::Impl::sample_and_account(Plan& plan) {
         c->drafter_current = plan.items[i].drafter_taps;
         if (c->status != Status::kRunning) continue;  // ended by a stop string meanwhile: discard
         if (plan.items[i].drafts > 0) {
+            if (plan.items[i].draw >= 0) {  // decided on the device: row j's token and its test's outcome
+                const size_t at = static_cast<size_t>(plan.items[i].draw);
+                for (int64_t j = 0; j <= plan.items[i].drafts; ++j) {
+                    const bool accepted = j < plan.items[i].drafts && outputs.accepted[at + size_t(j)] != 0;
+                    verdicts[i].rows.push_back({.accepted = accepted, .token = outputs.tokens[at + size_t(j)], .logprob = {}});
+                    verdicts[i].dead_end.push_back(0);
+                    if (!accepted) break;
+                }
+                metrics.device_verified_rows += static_cast<int64_t>(verdicts[i].rows.size());
+            }
             verify_into(*c, logits[i], plan.items[i].drafts, mc, verdicts[i].rows.empty() ? nullptr : &verdicts[i]);
             advanced.push_back(c);
             continue;

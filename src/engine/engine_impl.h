@@ -65,6 +65,10 @@ struct Completion {
     // confidences (the scheduler's stale scores); tokens already post-processed.
     std::vector<int32_t> drafts;
     std::vector<float> draft_probs, confidence, stale_confidence;
+    // Sampled drafts of a GPU drafter: their distributions on its device (Draft::device_probs), valid
+    // until its next call; the rows are verified there (Impl::device_verifiable).
+    const float* draft_device_probs = nullptr;
+    int64_t draft_device_stride = 0;
     size_t posted = 0;
     // Its last forward pass updated the drafter's state (speculation paused: a pass without taps); the
     // engine drafts only for completions whose drafter state is current.
@@ -98,7 +102,9 @@ struct Scheduled {
     DraftRequest draft_request = {};
     std::vector<double> draft_uniforms = {};
     int32_t draw = -1;            // its token is drawn on the device: index of the first DeviceDraw
-                                  // (n > 1: the pending siblings' draws follow it)
+                                  // (n > 1: the pending siblings' draws follow it; verify rows: one
+                                  // draw per row, drafts + 1)
+    uint64_t counter = 0;         // tokens generated when it was launched (the verify draws' counters)
     bool drafter_taps = true;     // the pass updates the drafter's state (SequenceChunk::drafter_taps)
 };
 
@@ -236,6 +242,13 @@ struct Engine::Impl {
         return cfg.device_sampling && !c.grammar && p.logprobs < 0 && p.logit_bias.empty() &&
                p.repetition_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0;
     }
+
+    // Whether a completion's speculative verify rows are decided on the model's device: device
+    // sampling, token-wise verification, and rows the device sampler serves (greedy or untruncated).
+    bool device_verifiable(const Completion& c) const;
+    // Appends the device draws of verify item `s` (chunk `chunk`): the test of each draft, then the row
+    // after them; false (nothing appended) when its rows are verified on the host.
+    bool add_verify_draws(Scheduled& s, int32_t chunk, std::vector<DeviceDraw>& draws) const;
 
     void launch(Plan& plan);
 

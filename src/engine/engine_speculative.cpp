@@ -105,6 +105,8 @@ void Engine::Impl::draft_in_worker(const std::vector<Scheduled*>& items, int64_t
         c->stale_confidence = std::move(c->confidence);
         c->drafts = std::move(out[i].tokens);
         c->draft_probs = std::move(out[i].probs);
+        c->draft_device_probs = out[i].device_probs;
+        c->draft_device_stride = out[i].device_probs_stride;
         c->confidence = std::move(out[i].confidence);
         cands.push_back({items[i]->draft_slots, c->confidence, c->stale_confidence});
     }
@@ -124,6 +126,42 @@ void Engine::Impl::draft_in_worker(const std::vector<Scheduled*>& items, int64_t
     metrics.draft_seconds += dt;
     last_drafted = static_cast<int64_t>(reqs.size());
     last_draft_seconds = dt;
+}
+
+bool Engine::Impl::device_verifiable(const Completion& c) const {
+    const SamplingParams& p = c.request->params;
+    if (!cfg.speculative_device_verification || !device_samplable(c)) return false;
+    if (p.temperature > 0 && cfg.speculative_block_verification) return false;
+    return model->can_sample_on_device({.temperature = p.temperature, .top_k = p.top_k, .top_p = p.top_p,
+                                        .min_p = p.min_p, .draft = 0});
+}
+
+bool Engine::Impl::add_verify_draws(Scheduled& s, int32_t chunk, std::vector<DeviceDraw>& draws) const {
+    const Completion& c = *s.completion;
+    if (s.drafts <= 0 || !device_verifiable(c)) return false;
+    const Request& r = *c.request;
+    const SamplingParams& p = r.params;
+    // Sampled drafts are tested against their distributions, which must be on the device.
+    const bool sampled = p.temperature > 0 && cfg.speculative_sample_drafts;
+    if (sampled && !c.draft_device_probs) {  // (a drafter without device copies gave host ones)
+        DI_CHECK(!c.draft_probs.empty(), "speculative decoding: sampled drafts without their distributions");
+        return false;
+    }
+    s.draw = static_cast<int32_t>(draws.size());
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    for (int64_t j = 0; j <= s.drafts; ++j) {
+        // Row j of the verify block (its anchor is row n - 1 - drafts) decides generated token counter + j.
+        DeviceDraw d{.chunk = chunk, .row = static_cast<int32_t>(n - 1 - s.drafts + j), .seed = r.seed,
+                     .stream = static_cast<uint64_t>(c.index), .counter = s.counter + static_cast<uint64_t>(j),
+                     .temperature = p.temperature, .top_k = p.top_k, .top_p = p.top_p, .min_p = p.min_p};
+        if (j < s.drafts) {
+            d.draft = c.drafts[size_t(j)];
+            d.accept_stream = static_cast<uint64_t>(c.index) + kAcceptStream;
+            if (sampled) d.draft_probs = c.draft_device_probs + j * c.draft_device_stride;
+        }
+        draws.push_back(d);
+    }
+    return true;
 }
 
 Engine::Impl::RowVerdicts Engine::Impl::verify_rows_ahead(const Completion& c, const std::vector<float>& logits,
@@ -274,6 +312,7 @@ void Engine::Impl::draft_for(const std::vector<Completion*>& advanced, bool draf
         c->confidence.clear();
         c->drafts.clear();
         c->draft_probs.clear();
+        c->draft_device_probs = nullptr;
         if (!drafting || !c->drafter_current || c->status != Status::kRunning || c->token_finished || !c->seq)
             continue;
         if (total_tokens(*c) - c->num_computed != 1) continue;
@@ -289,7 +328,7 @@ void Engine::Impl::draft_for(const std::vector<Completion*>& advanced, bool draf
         uniforms.push_back(std::move(u));
         todo.push_back(c);
         reqs.push_back({.sequence = c->seq.get(), .anchor = c->generated.back(), .num_drafts = k,
-                        .temperature = p.temperature});
+                        .temperature = p.temperature, .host_probs = !device_verifiable(*c)});
     }
     for (size_t i = 0; i < reqs.size(); ++i) reqs[i].uniforms = uniforms[i];
     if (reqs.empty()) return;
@@ -297,6 +336,8 @@ void Engine::Impl::draft_for(const std::vector<Completion*>& advanced, bool draf
     for (size_t i = 0; i < todo.size(); ++i) {
         todo[i]->drafts = std::move(out[i].tokens);
         todo[i]->draft_probs = std::move(out[i].probs);
+        todo[i]->draft_device_probs = out[i].device_probs;
+        todo[i]->draft_device_stride = out[i].device_probs_stride;
         todo[i]->confidence = std::move(out[i].confidence);
     }
     const double dt = since(t0);

@@ -744,16 +744,25 @@ TEST_P(CudaDSparkEngine, SampledOutputEqualsTheCpuEnginesSpeculativeRun) {
             sp.seed = uint64_t(100 + i);
             reqs.emplace_back("s" + std::to_string(i), random_tokens(rng, 4 + int64_t(rng() % 30), V), sp);
         }
+        // The GPU engine verifies the untruncated requests' rows on the device (their drafts' distributions
+        // read where the drafter left them), the top-k / top-p ones on the host, in the same steps.
         for (bool sample_drafts : {true, false}) {
             for (int64_t k : {2, 5}) {
-                EngineConfig c = spec(k, false, false);
-                c.speculative_sample_drafts = sample_drafts;
-                const test::RunResult a = test::run(cpu, c, reqs), b = test::run(gpu, c, reqs);
-                for (const auto& [id, prompt, sp] : reqs)
-                    EXPECT_EQ(a.outputs.at(id).completions.at(0).token_ids, b.outputs.at(id).completions.at(0).token_ids)
-                        << "official " << official << " sampled drafts " << sample_drafts << " k=" << k << " " << id;
-                EXPECT_EQ(a.metrics.spec_accepted_tokens, b.metrics.spec_accepted_tokens);
-                EXPECT_GT(b.metrics.spec_draft_tokens, 0);
+                for (bool async : {false, true}) {
+                    EngineConfig c = spec(k, false, async);
+                    c.speculative_sample_drafts = sample_drafts;
+                    const std::string what = "official " + std::to_string(official) + " sampled drafts " +
+                                             std::to_string(sample_drafts) + " k=" + std::to_string(k) +
+                                             " async=" + std::to_string(async);
+                    const test::RunResult a = test::run(cpu, c, reqs), b = test::run(gpu, c, reqs);
+                    for (const auto& [id, prompt, sp] : reqs)
+                        EXPECT_EQ(a.outputs.at(id).completions.at(0).token_ids, b.outputs.at(id).completions.at(0).token_ids)
+                            << what << " " << id;
+                    EXPECT_EQ(a.metrics.spec_accepted_tokens, b.metrics.spec_accepted_tokens) << what;
+                    EXPECT_GT(b.metrics.spec_draft_tokens, 0) << what;
+                    EXPECT_EQ(a.metrics.device_verified_rows, 0) << what;
+                    EXPECT_GT(b.metrics.device_verified_rows, 0) << what;
+                }
             }
         }
     }

@@ -28,6 +28,7 @@
 #include "deepinfer/dequant.h"
 #include "deepinfer/float_formats.h"
 #include "engine/sampler.h"
+#include "engine/speculative/verify.h"
 #include "model/attention_block.h"
 #include "model/compressor.h"
 
@@ -1025,20 +1026,95 @@ TEST_F(CudaOps, SparseSinkAttentionKernelsAgreeAtPrefillShapes) {
 
 // ---- Sampling -----------------------------------------------------------------------------------
 
-// cuda::sample over host rows of logits [*, V]: draw k reads logits row row_of[k] (null: row k).
+// cuda::sample over host rows of logits [*, V]: draw k reads logits row row_of[k] (null: row k); verify
+// rows' outcomes into `accepted` when given.
 std::vector<int32_t> device_sample(const std::vector<float>& logits, int64_t V, const std::vector<cuda::SampleRow>& rows,
-                                   const std::vector<int32_t>* row_of = nullptr) {
+                                   const std::vector<int32_t>* row_of = nullptr, std::vector<uint8_t>* accepted = nullptr) {
     const int64_t n = static_cast<int64_t>(rows.size());
     Dev<float> dl(logits);
     Dev<cuda::SampleRow> drow(rows);
     Dev<int32_t> drow_of(row_of ? *row_of : std::vector<int32_t>(1, 0));
     Dev<double> dscratch(static_cast<size_t>(n * V)), dparts(static_cast<size_t>(cuda::sample_parts(n, V)));
     Dev<int32_t> didx(static_cast<size_t>(n * cuda::kMaxSampleTopK)), dtok(static_cast<size_t>(n));
+    Dev<uint8_t> dacc(static_cast<size_t>(n));
+    bool verify = false;
+    for (const cuda::SampleRow& r : rows) verify = verify || r.draft >= 0;
     cuda::sample({.logits = dl.ptr(), .rows = n, .vocab = V, .logit_row = row_of ? drow_of.ptr() : nullptr,
                   .row = drow.ptr(), .scratch = dscratch.ptr(), .parts = dparts.ptr(), .index_scratch = didx.ptr(),
-                  .tokens = dtok.ptr()},
+                  .tokens = dtok.ptr(), .accepted = accepted ? dacc.ptr() : nullptr, .verify_rows = verify},
                  Stream{});
+    if (accepted) *accepted = dacc.host(static_cast<size_t>(n));
     return dtok.host(static_cast<size_t>(n));
+}
+
+// Verify rows (a draft to test; engine/speculative/verify.cpp's verify_row): greedy, and sampled with
+// one-hot drafts or drafts from a distribution q on the device (close to p: mostly accepted; unrelated:
+// mostly rejected, the residual max(p - q, 0) drawn by the blocked walk), at V4's vocabulary and a small
+// one; bonus rows (no draft) in the same launch. Tokens and outcomes are the CPU verifier's.
+TEST_F(CudaOps, SamplerVerifyRowsEqualTheCpuVerifier) {
+    for (const int64_t V : {int64_t{129280}, int64_t{1000}}) {
+        const int64_t rows = 48;
+        auto logits = randn(size_t(rows * V), 31, 3.0f);
+        const auto noise = randn(size_t(rows * V), 32, 1.0f);
+        std::vector<float> q(size_t(rows * V), 0.0f);
+        std::vector<cuda::SampleRow> host_rows(static_cast<size_t>(rows));
+        std::vector<int32_t> ref(static_cast<size_t>(rows));
+        std::vector<uint8_t> ref_acc(static_cast<size_t>(rows));
+        std::mt19937 rng(7);
+        Dev<float> dq(static_cast<size_t>(rows * V));  // (filled below, before the launch)
+        const double temps[] = {0.0, 0.7, 1.0, 1.3};
+        for (int64_t r = 0; r < rows; ++r) {
+            const float* l = logits.data() + r * V;
+            cuda::SampleRow& sr = host_rows[size_t(r)];
+            sr.seed = 500 + uint64_t(r);
+            sr.stream = uint64_t(r % 3);
+            sr.counter = uint64_t(r % 5);
+            sr.accept_stream = sr.stream + kAcceptStream;
+            sr.temperature = temps[r % 4];
+            const int kind = int(r / 4) % 4;  // 0 one-hot at the argmax, 1 one-hot anywhere, 2 q near p, 3 q unrelated
+            const int64_t argmax = std::max_element(l, l + V) - l;
+            int32_t draft = static_cast<int32_t>(kind == 0 ? argmax : int64_t(rng() % uint32_t(V)));
+            float* qr = q.data() + r * V;
+            if (sr.temperature > 0 && kind >= 2) {
+                const double scale = kind == 3 ? 4.0 : 0.2;  // q's logits: p's plus noise
+                std::vector<double> z(static_cast<size_t>(V));
+                for (int64_t v = 0; v < V; ++v) z[size_t(v)] = double(l[v]) + scale * noise[size_t(r * V + v)];
+                const double mx = *std::max_element(z.begin(), z.end());
+                double den = 0;
+                for (double& x : z) den += (x = std::exp((x - mx) / sr.temperature));
+                for (int64_t v = 0; v < V; ++v) qr[v] = static_cast<float>(z[size_t(v)] / den);
+                double u = std::uniform_real_distribution<double>(0, 1)(rng), acc = 0;  // the draft drawn from q
+                for (draft = 0; draft + 1 < V; ++draft) {
+                    acc += qr[draft];
+                    if (u < acc) break;
+                }
+                sr.q = dq.ptr() + r * V;
+            }
+            if (r % 8 == 7) draft = -1;  // a bonus row: an ordinary draw
+            sr.draft = draft;
+            ASSERT_TRUE(cuda::sample_supported(sr));
+            SamplingParams sp;
+            sp.temperature = sr.temperature;
+            const std::vector<int32_t> generated(sr.counter, 3);
+            const VerifyRowResult v = verify_row(
+                {.sample = {.logits = std::span<const float>(l, size_t(V)), .params = &sp, .generated = generated,
+                            .seed = sr.seed, .stream = sr.stream},
+                 .draft = draft >= 0 ? std::optional<int32_t>(draft) : std::nullopt,
+                 .draft_probs = sr.q ? std::span<const float>(qr, size_t(V)) : std::span<const float>()});
+            ref[size_t(r)] = v.token;
+            ref_acc[size_t(r)] = v.accepted ? 1 : 0;
+        }
+        dq.buf->copy_from_host(q.data(), q.size() * sizeof(float));
+        std::vector<uint8_t> acc;
+        EXPECT_EQ(device_sample(logits, V, host_rows, nullptr, &acc), ref) << "V=" << V;
+        EXPECT_EQ(acc, ref_acc) << "V=" << V;
+        // Both outcomes of the test, in greedy and sampled rows alike.
+        int64_t accepted = 0, rejected = 0;
+        for (int64_t r = 0; r < rows; ++r)
+            if (host_rows[size_t(r)].draft >= 0 && host_rows[size_t(r)].temperature > 0) (ref_acc[size_t(r)] ? accepted : rejected) += 1;
+        EXPECT_GE(accepted, 4) << "V=" << V;
+        EXPECT_GE(rejected, 4) << "V=" << V;
+    }
 }
 
 TEST_F(CudaOps, SamplerPicksTheCpuSamplersTokens) {

@@ -491,14 +491,22 @@ void group_row_tables(const GroupRowTablesParams& p, Stream s);
 // (temperature 0; ties to the lowest id), untruncated temperature sampling, and top-k (k <= 1024) with
 // top-p / min-p inside the top-k. Logit bias, penalties, logprobs and top-p/min-p without top-k stay
 // on the CPU sampler (sample_supported() says which).
+// A row with a draft (>= 0) is a speculative verify row (engine/speculative/verify.cpp's verify_row),
+// greedy or untruncated: greedy, the argmax, accepted when it is the draft; sampled, the draft when
+// counter_uniform(seed, accept_stream, counter) · q(draft) < p(draft), else the blocked inverse CDF of
+// the residual max(p - q, 0) (p itself when the residual has no mass) at the row's draw uniform.
 struct SampleRow {
     uint64_t seed = 0, stream = 0, counter = 0;  // counter = tokens generated so far
     double temperature = 0;
     int32_t top_k = 0;
     double top_p = 1, min_p = 0;
+    int32_t draft = -1;          // the draft this row verifies; -1: an ordinary draw
+    uint64_t accept_stream = 0;  // stream of the acceptance uniform
+    const float* q = nullptr;    // [vocab] f32 (device): the draft's distribution; null: one-hot on the draft
 };
 constexpr int32_t kMaxSampleTopK = 1024;
 inline bool sample_supported(const SampleRow& r) {
+    if (r.draft >= 0) return r.temperature <= 0 || (r.top_k == 0 && r.top_p >= 1 && r.min_p <= 0);
     return r.temperature <= 0 || (r.top_k == 0 && r.top_p >= 1 && r.min_p <= 0) ||
            (r.top_k > 0 && r.top_k <= kMaxSampleTopK);
 }
@@ -511,6 +519,8 @@ struct SampleParams {
     double* parts = nullptr;         // [sample_parts(rows, vocab)] f64: per block maxima and sums
     int32_t* index_scratch = nullptr;  // [rows, kMaxSampleTopK]
     int32_t* tokens = nullptr;       // [rows]
+    uint8_t* accepted = nullptr;     // [rows] (null: not written): 1 when the row accepted its draft
+    bool verify_rows = false;        // some row has a draft (runs the residual pass)
 };
 void sample(const SampleParams& p, Stream s);
 // Doubles of SampleParams::parts for `rows` rows of `vocab` ids.

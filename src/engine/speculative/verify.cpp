@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "deepinfer/check.h"
+#include "model/draft_sampling.h"
 
 namespace deepinfer {
 
@@ -37,19 +38,29 @@ VerifyRowResult verify_row(const VerifyRowInput& in) {
         } else {
             // Residual max(p - q, 0) over p's candidates (tokens outside them have p = 0), drawn in
             // p's candidate order with the row's draw uniform; all mass gone (numerically): p itself.
+            // Untruncated: in p's blocks of ids (their sums, then inside one: the device sampler's order).
             Distribution r = d;
             r.total = 0;
-            r.parts.clear();  // (drawn in candidate order, one sum)
-            for (size_t i = 0; i < r.weight.size(); ++i) {
+            auto residual = [&](size_t i) {
                 const int32_t id = r.id(i);
                 const double q = in.draft_probs.empty() ? (id == x ? 1.0 : 0.0) : double(in.draft_probs[size_t(id)]);
-                r.weight[i] = std::max(d.weight[i] / d.total - q, 0.0);
-                r.total += r.weight[i];
+                return std::max(d.weight[i] / d.total - q, 0.0);
+            };
+            if (!r.parts.empty()) {
+                for (size_t b = 0; b < r.parts.size(); ++b) {
+                    double s = 0;
+                    for (size_t i = b * size_t(kDraftSumBlock); i < std::min(r.weight.size(), (b + 1) * size_t(kDraftSumBlock)); ++i)
+                        s += (r.weight[i] = residual(i));
+                    r.parts[b] = s;
+                }
+                for (double s : r.parts) r.total += s;
+            } else {
+                for (size_t i = 0; i < r.weight.size(); ++i) r.total += (r.weight[i] = residual(i));
+                size_t n = r.weight.size();
+                while (n > 1 && r.weight[n - 1] == 0) --n;  // never land on a zero-mass tail by rounding
+                r.weight.resize(n);
+                if (!r.ids.empty()) r.ids.resize(n);
             }
-            size_t n = r.weight.size();
-            while (n > 1 && r.weight[n - 1] == 0) --n;  // never land on a zero-mass tail by rounding
-            r.weight.resize(n);
-            if (!r.ids.empty()) r.ids.resize(n);
             out.token = r.total > 0 ? draw(r, u_draw) : draw(d, u_draw);
         }
     }

@@ -5,7 +5,9 @@
 // and the final walk on one thread). Untruncated rows: in blocks of kDraftSumBlock ids as the CPU
 // (model/draft_sampling.h's order), one warp per block across the GPU, then the blocked inverse CDF
 // (sample_argmax_blocks_kernel, sample_block_sums_kernel, sample_pick_kernel). The uniform is the CPU's
-// counter-based splitmix64 stream.
+// counter-based splitmix64 stream. Verify rows (a draft to test, engine/speculative/verify.cpp): greedy
+// in sample_kernel; untruncated ones add the residual's block sums (sample_residual_sums_kernel) and the
+// acceptance test in sample_pick_kernel.
 #pragma once
 
 #include "backends/cuda/common/device_math.cuh"
@@ -76,8 +78,9 @@ __device__ inline BlockArgmax block_argmax(const float* l, int64_t V) {
     return out;
 }
 
-// Parts per row of the sampler's untruncated draws, each [blocks] f64: argmax value, argmax id, sum.
-constexpr int64_t kSampleParts = 3;
+// Parts per row of the sampler's untruncated draws, each [blocks] f64: argmax value, argmax id, sum of
+// the weights, sum of the residual (verify rows).
+constexpr int64_t kSampleParts = 4;
 __device__ inline bool sample_blocked(const SampleRow& row) { return row.temperature > 0 && row.top_k == 0; }
 __device__ inline const float* sample_logits(const SampleParams& p, int64_t r) {
     return p.logits + (p.logit_row ? static_cast<int64_t>(p.logit_row[r]) : r) * p.vocab;
@@ -127,30 +130,86 @@ static __global__ void __launch_bounds__(32 * kDraftWarps) sample_block_sums_ker
     if (threadIdx.x % 32 == 0) p.parts[r * kSampleParts * nb + 2 * nb + b] = s;
 }
 
-// grid (rows), block 32: the draw by the blocked inverse CDF at the row's uniform times the total.
+// The residual weight of id v of a verify row: max(w_v / total - q(v), 0) (verify_row's arithmetic).
+__device__ inline double verify_residual(const double* w, double total, const SampleRow& row, int64_t v) {
+    const double q = row.q ? static_cast<double>(row.q[v]) : (v == row.draft ? 1.0 : 0.0);
+    const double x = w[v] / total - q;
+    return x < 0.0 ? 0.0 : x;
+}
+
+// grid (ceil(blocks / kDraftWarps), rows), block 32 * kDraftWarps: untruncated verify rows, each block of
+// ids' residual sum (after sample_block_sums_kernel; the total is the blocks' sums added in block order).
+static __global__ void __launch_bounds__(32 * kDraftWarps) sample_residual_sums_kernel(const __grid_constant__ SampleParams p) {
+    __shared__ double sums_sh[kDraftMaxBlocks];
+    __shared__ double buf_sh[kDraftWarps][kDraftSumBlock];
+    const int64_t r = blockIdx.y, nb = draft_sum_blocks(p.vocab), V = p.vocab;
+    const SampleRow& row = p.row[r];
+    if (!sample_blocked(row) || row.draft < 0) return;  // (the whole thread block)
+    const double* part = p.parts + r * kSampleParts * nb;
+    for (int64_t b = threadIdx.x; b < nb; b += blockDim.x) sums_sh[b] = part[2 * nb + b];
+    __syncthreads();
+    const int64_t b = static_cast<int64_t>(blockIdx.x) * kDraftWarps + threadIdx.x / 32;
+    if (b >= nb) return;
+    const double total = __shfl_sync(0xffffffffu, lane0_sum(sums_sh, nb), 0);
+    const double* w = p.scratch + r * V;
+    const double s = warp_block_sum(V, b, buf_sh[threadIdx.x / 32], [&](int64_t v) { return verify_residual(w, total, row, v); });
+    if (threadIdx.x % 32 == 0) p.parts[r * kSampleParts * nb + 3 * nb + b] = s;
+}
+
+// grid (rows), block 32: the draw by the blocked inverse CDF at the row's uniform times the total. A verify
+// row first tests its draft (accepted: the draft), then draws from the residual (none left: from p).
 static __global__ void __launch_bounds__(32) sample_pick_kernel(const __grid_constant__ SampleParams p) {
     __shared__ double parts_sh[kDraftMaxBlocks];
     __shared__ double block_sh[kDraftSumBlock];
     const int64_t r = blockIdx.x, lane = threadIdx.x, V = p.vocab, nb = draft_sum_blocks(V);
     const SampleRow& row = p.row[r];
     if (!sample_blocked(row)) return;
-    const double* sums = p.parts + r * kSampleParts * nb + 2 * nb;
-    for (int64_t b = lane; b < nb; b += 32) parts_sh[b] = sums[b];
+    const double* part = p.parts + r * kSampleParts * nb;
+    const double* w = p.scratch + r * V;
+    for (int64_t b = lane; b < nb; b += 32) parts_sh[b] = part[2 * nb + b];
     __syncwarp();
+    const double total = __shfl_sync(0xffffffffu, lane0_sum(parts_sh, nb), 0);
+    double mass = total;  // of the distribution drawn from
+    bool residual = false;
+    if (row.draft >= 0) {
+        const int64_t x = row.draft;
+        const double px = w[x] / total, qx = row.q ? static_cast<double>(row.q[x]) : 1.0;
+        if (counter_uniform(row.seed, row.accept_stream, row.counter) * qx < px) {
+            if (lane == 0) {
+                p.tokens[r] = static_cast<int32_t>(x);
+                if (p.accepted) p.accepted[r] = 1;
+            }
+            return;
+        }
+        __syncwarp();
+        for (int64_t b = lane; b < nb; b += 32) parts_sh[b] = part[3 * nb + b];
+        __syncwarp();
+        const double rt = __shfl_sync(0xffffffffu, lane0_sum(parts_sh, nb), 0);
+        residual = rt > 0;
+        if (residual) {
+            mass = rt;
+        } else {  // (no residual mass, numerically: p itself)
+            __syncwarp();
+            for (int64_t b = lane; b < nb; b += 32) parts_sh[b] = part[2 * nb + b];
+            __syncwarp();
+        }
+    }
+    auto prob = [&](int64_t v) { return residual ? verify_residual(w, total, row, v) : w[v]; };
     double u = 0;
     int64_t b = 0;
     if (lane == 0) {
-        u = counter_uniform(row.seed, row.stream, row.counter) * lane0_sum(parts_sh, nb);
+        u = counter_uniform(row.seed, row.stream, row.counter) * mass;
         b = draft_cdf_block(parts_sh, nb, u);
     }
     b = __shfl_sync(0xffffffffu, b, 0);
-    const double* w = p.scratch + r * V;
     const int64_t v0 = b * kDraftSumBlock, end = V < v0 + kDraftSumBlock ? V : v0 + kDraftSumBlock;
-    for (int64_t v = v0 + lane; v < end; v += 32) block_sh[v - v0] = w[v];
+    for (int64_t v = v0 + lane; v < end; v += 32) block_sh[v - v0] = prob(v);
     __syncwarp();
-    if (lane == 0)
+    if (lane == 0) {
         p.tokens[r] = static_cast<int32_t>(
-            draft_cdf_in_block([&](int64_t v) { return v >= v0 && v < end ? block_sh[v - v0] : w[v]; }, V, b, u));
+            draft_cdf_in_block([&](int64_t v) { return v >= v0 && v < end ? block_sh[v - v0] : prob(v); }, V, b, u));
+        if (p.accepted) p.accepted[r] = 0;
+    }
 }
 
 // Greedy rows over several blocks: block (r, y) of grid (rows, slices) writes the first maximum of its
@@ -197,12 +256,18 @@ static __global__ void __launch_bounds__(kTopkThreads) sample_kernel(const __gri
                         best = part[y].value;
                         at = part[y].index;
                     }
-                p.tokens[r] = isnan(l[0]) || at >= V ? 0 : at;
+                const int32_t t = isnan(l[0]) || at >= V ? 0 : at;
+                p.tokens[r] = t;
+                if (p.accepted) p.accepted[r] = row.draft >= 0 && t == row.draft;
             }
             return;
         }
         const BlockArgmax a = block_argmax(l, V);
-        if (threadIdx.x == 0) p.tokens[r] = isnan(l[0]) || a.index >= V ? 0 : a.index;
+        if (threadIdx.x == 0) {
+            const int32_t t = isnan(l[0]) || a.index >= V ? 0 : a.index;
+            p.tokens[r] = t;
+            if (p.accepted) p.accepted[r] = row.draft >= 0 && t == row.draft;
+        }
         return;
     }
     const double inv_t = 1.0 / row.temperature;
@@ -251,6 +316,7 @@ static __global__ void __launch_bounds__(kTopkThreads) sample_kernel(const __gri
         u -= prob[pick];
     }
     p.tokens[r] = cand[pick];
+    if (p.accepted) p.accepted[r] = 0;
 }
 
 }  // namespace deepinfer::cuda::kernels

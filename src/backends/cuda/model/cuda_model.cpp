@@ -389,7 +389,7 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
                         bytes(R * Dm * 4) + 256 +  // (+ fast GEMM scratch)
                         (fast_ ? bytes(hc_mix_splits(hc * Dm) * R * (hc + 1) * 4) : 0);  // fast mixing
     total += head;
-    total += draws_.workspace_need(D, V);  // sampling
+    total += draws_.workspace_need(S + D, V);  // sampling: a draw per row at most (verify rows), n > 1 siblings
     if (weights_.dspark) {  // DSpark taps and context rows (cuda_dspark_v4.cpp): at most every row
         const int64_t T = static_cast<int64_t>(c.dspark_target_layer_ids.size());
         total += 2 * bytes(S * 4) + weights_.dspark->stages.size() * bytes(S * 8);  // inputs
@@ -498,7 +498,7 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     DI_CHECK(want_logits.empty() || want_logits.size() == chunks.size(), "forward_sampled: ", want_logits.size(),
              " logits flags for ", chunks.size(), " chunks");
     auto wants = [&](size_t i) { return want_logits.empty() || want_logits[i] != 0; };
-    const std::vector<uint8_t> drawn = check_device_draws(draws, chunks.size());
+    const std::vector<uint8_t> drawn = check_device_draws(draws, chunks);
     Batch b;
     std::vector<int32_t> tokens, positions, row_segment;
     std::vector<DeviceSequenceState*> states;
@@ -571,7 +571,8 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     b.num_segments = static_cast<int64_t>(states.size());
     if (b.graph && mtp_plan.any) mtp_plan = pad_mtp_pass_plan(std::move(mtp_plan), b, static_cast<int64_t>(chunks.size()));
     // Rows of logits: every row of a graph step; else the rows a chunk wants (all or its last) and the
-    // last row of a chunk with draws. Chunks that want neither (mid-prefill) skip the head.
+    // last row of a chunk with draws (every row with verify draws). Chunks that want neither (mid-prefill)
+    // skip the head.
     std::vector<int32_t> picked;
     std::vector<int64_t> first_pick(chunks.size(), -1), num_pick(chunks.size(), 0);
     {
@@ -624,10 +625,11 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
         std::memcpy(pin + o_tpos, tap_plan.pos.data(), tap_plan.pos.size() * 4);
         std::memcpy(pin + o_tdst, tap_plan.dst.data(), tap_plan.dst.size() * sizeof(float*));
     }
-    std::vector<int32_t> draw_rows(static_cast<size_t>(D));  // each draw samples its chunk's last logits row
+    std::vector<int32_t> draw_rows(static_cast<size_t>(D));  // each draw samples its row's logits (by default its chunk's last)
     for (int64_t k = 0; k < D; ++k) {
         const DeviceDraw& d = draws[size_t(k)];
-        draw_rows[size_t(k)] = static_cast<int32_t>(first_pick[size_t(d.chunk)] + num_pick[size_t(d.chunk)] - 1);
+        draw_rows[size_t(k)] = device_draw_logit_row(d, static_cast<int64_t>(chunks[size_t(d.chunk)].tokens.size()),
+                                                     first_pick[size_t(d.chunk)], num_pick[size_t(d.chunk)]);
     }
 
     timer_.start(s);
@@ -668,6 +670,7 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     if (mtp_plan.any) mtp_pass_done(std::span<DeviceSequenceState* const>(states.data(), chunks.size()), chunks);
     for (size_t i = 0; i < chunks.size(); ++i) states[i]->length += static_cast<int64_t>(chunks[i].tokens.size());
     out.tokens = draws_.tokens(draws.size());
+    out.accepted = draws_.accepted(draws.size());
     return out;
 }
 

@@ -152,7 +152,7 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
     DI_CHECK(want_logits.empty() || want_logits.size() == chunks.size(), "forward_sampled: ", want_logits.size(),
              " logits flags for ", chunks.size(), " chunks");
     auto wants = [&](size_t i) { return want_logits.empty() || want_logits[i] != 0; };
-    const std::vector<uint8_t> drawn = check_device_draws(draws, chunks.size());
+    const std::vector<uint8_t> drawn = check_device_draws(draws, chunks);
     Batch b;
     bool decode = !chunks.empty(), short_chunks = !chunks.empty();
     for (size_t i = 0; i < chunks.size(); ++i) {
@@ -208,13 +208,14 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
     b.rows = S;
     b.mask_ld = b.max_position + 1;
     // Rows of logits: every row of a graph step (in order); else the rows a chunk wants (all or its last)
-    // and the last row of a chunk with draws. Chunks that want neither (mid-prefill) skip the head.
+    // and the last row of a chunk with draws (every row with verify draws). Chunks that want neither
+    // (mid-prefill) skip the head.
     std::vector<int32_t> picked;
     std::vector<int64_t> first_pick(chunks.size(), -1), num_pick(chunks.size(), 0);
     for (size_t i = 0; i < chunks.size(); ++i) {
         const int64_t n = b.num_rows[i];
         if (b.graph || wants(i) || drawn[i]) {
-            const int64_t from = wants(i) && chunks[i].all_logits ? 0 : n - 1;
+            const int64_t from = (wants(i) && chunks[i].all_logits) || drawn[i] == 2 ? 0 : n - 1;
             first_pick[i] = static_cast<int64_t>(picked.size()) + (b.graph ? from : 0);
             num_pick[i] = n - from;
             for (int64_t r = b.graph ? 0 : from; r < n; ++r) picked.push_back(static_cast<int32_t>(b.row_begin[i] + r));
@@ -223,9 +224,10 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
     if (b.graph)
         for (int64_t r = real_rows; r < S; ++r) picked.push_back(static_cast<int32_t>(r));
     b.num_picked = static_cast<int64_t>(picked.size());
-    std::vector<int32_t> draw_rows;  // each draw samples its chunk's last logits row
+    std::vector<int32_t> draw_rows;  // each draw samples its row's logits (by default its chunk's last)
     for (const DeviceDraw& d : draws)
-        draw_rows.push_back(static_cast<int32_t>(first_pick[size_t(d.chunk)] + num_pick[size_t(d.chunk)] - 1));
+        draw_rows.push_back(device_draw_logit_row(d, b.num_rows[size_t(d.chunk)], first_pick[size_t(d.chunk)],
+                                                  num_pick[size_t(d.chunk)]));
 
     const size_t mark = workspace_.mark();
     // On an exception the streams are drained and the scratch returned, so the next forward starts clean.
@@ -273,6 +275,7 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
     workspace_.reset(mark);
     for (size_t i = 0; i < chunks.size(); ++i) b.states[i]->length += b.num_rows[i];
     out.tokens = draws_.tokens(draws.size());
+    out.accepted = draws_.accepted(draws.size());
     return out;
 }
 

@@ -77,7 +77,7 @@ size_t CudaV41Model::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, 
     total += site;
     if (fast_) total += bytes(fast_linear_split_floats_bound(S) * 4);  // split-K partials (one GEMM's at a time)
     total += bytes(R * hc * Dm * 4) + bytes(R * hc * 4) + bytes(R * Dm * 4) + bytes(R * V * 4) + bytes(R * Dm * 2);  // head
-    total += draws_.workspace_need(D, V);                                                       // sampling
+    total += draws_.workspace_need(S + D, V);  // sampling: a draw per row at most (verify rows), n > 1 siblings
     if (dspark_stages_ > 0) {  // DSpark taps and context rows (cuda_v41_dspark.cpp): at most every row
         const int64_t T = static_cast<int64_t>(c.dspark_target_layer_ids.size());
         total += 2 * bytes(S * 4) + static_cast<size_t>(dspark_stages_) * bytes(S * 8);  // input block

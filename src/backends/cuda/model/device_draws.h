@@ -2,7 +2,7 @@
 // Sampling on the device for the CUDA models (Model::forward_sampled's DeviceDraws), shared by the
 // V4 and V4.1 models: the check of a step's draws, and the enqueued work that samples them from the
 // step's logits rows with the `sample` kernel (the engine's counter-based random streams, so tokens
-// equal the host sampler's) and copies only the token ids back.
+// equal the host sampler's) and copies only the token ids back (verify rows: and whether each accepted its draft).
 #pragma once
 
 #include <cstdint>
@@ -19,9 +19,12 @@ namespace deepinfer::cuda {
 SampleRow sample_row(const DeviceDraw& d);
 // Whether the device sampler serves the draw (Model::can_sample_on_device).
 inline bool device_draw_supported(const DeviceDraw& d) { return sample_supported(sample_row(d)); }
-// Checks a step's draws against its `chunks` chunks (index in range, supported); per chunk, whether
-// it has a draw.
-std::vector<uint8_t> check_device_draws(std::span<const DeviceDraw> draws, size_t chunks);
+// Checks a step's draws against its chunks (chunk and row in range, supported); per chunk: 0 no draw,
+// 1 draws from its last row only, 2 draws from earlier rows too (verify rows: every row's logits).
+std::vector<uint8_t> check_device_draws(std::span<const DeviceDraw> draws, std::span<const SequenceChunk> chunks);
+// The logits row of draw `d` among the step's picked rows: its chunk's picked rows are
+// [first_pick, first_pick + num_pick) and end with the chunk's last row (`rows` in the chunk).
+int32_t device_draw_logit_row(const DeviceDraw& d, int64_t rows, int64_t first_pick, int64_t num_pick);
 
 class DeviceDraws {
 public:
@@ -33,6 +36,7 @@ public:
     void enqueue(const float* logits, int64_t vocab, std::span<const DeviceDraw> draws,
                  std::span<const int32_t> logit_rows, DeviceArena& arena, Stream s);
     std::vector<int32_t> tokens(size_t n) const;
+    std::vector<uint8_t> accepted(size_t n) const;  // per draw: it verified its draft and accepted it
     // Arena bytes enqueue() takes for `draws` draws (an upper bound, alignment included).
     size_t workspace_need(int64_t draws, int64_t vocab) const;
 
