@@ -49,6 +49,7 @@
 #include "deepinfer/synthetic.h"
 #include "deepinfer/synthetic_v41.h"
 #include "engine/spec_test_util.h"
+#include "model/draft_device_probs.h"
 #include "model/dspark_common.h"
 #include "model/paged_rows.h"
 #include "model/state.h"
@@ -649,6 +650,32 @@ TEST_P(CudaDSpark, VerifyStepGraphsEqualEagerSteps) {
         EXPECT_EQ(d[1][size_t(i)].tokens, d[2][size_t(i)].tokens) << "request " << i;
         EXPECT_TRUE(same_bits(d[1][size_t(i)].confidence, d[2][size_t(i)].confidence)) << "request " << i;
     }
+}
+
+// The sampled drafts' distributions the drafter keeps on the device (Draft::device_probs, draft_device_probs.h):
+// in graph calls (buckets 1, 2, 4, 8: padding slots) and eager calls, with host_probs on, off and mixed,
+// the device rows equal the host probs bit for bit and the drafts do not change; the buffer was reserved
+// at load (no device allocation while drafting).
+TEST_P(CudaDSpark, DeviceProbsEqualTheHostProbs) {
+    const std::unique_ptr<Model> eager = eager_model();
+    const Model* models[2] = {gpu_.get(), eager.get()};
+    const int64_t V = cpu_->info().vocab_size, N = 6;
+    std::mt19937 rng(31);
+    std::vector<Sequence> seqs[2];
+    for (int64_t i = 0; i < N; ++i) {
+        const std::vector<int32_t> prompt = random_tokens(rng, 3 + 9 * i, V);
+        for (int m = 0; m < 2; ++m) {
+            seqs[m].push_back(models[m]->new_sequence());
+            models[m]->drafter()->attach(seqs[m].back());
+            models[m]->forward(seqs[m].back(), prompt, false);
+        }
+    }
+    const uint64_t allocations = cuda::device_allocation_count();
+    test::check_device_probs(*gpu_, seqs[0], true, 5, "graphs");
+    test::check_device_probs(*eager, seqs[1], false, 5, "eager");
+    EXPECT_EQ(cuda::device_allocation_count(), allocations) << "drafting allocated device memory";
+    const auto st = cuda::cuda_model_stats(*gpu_);
+    EXPECT_LE(st.workspace_high_water, st.workspace_bytes);
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {

@@ -25,6 +25,7 @@
 #include "deepinfer/drafter.h"
 #include "deepinfer/engine.h"
 #include "engine/spec_test_util.h"
+#include "model/draft_device_probs.h"
 #include "model/draft_sampling.h"
 #include "model/forward.h"
 #include "unit/fixtures.h"
@@ -326,6 +327,31 @@ TEST_P(CudaMtp, GraphsEqualEagerDraftsAndSteps) {
     const auto e = cuda::cuda_model_stats(*eager);
     EXPECT_EQ(e.graph_replays + e.graph_captures + e.draft_graph_replays + e.draft_graph_captures, 0);
     EXPECT_LE(after.workspace_high_water, after.workspace_bytes);
+}
+
+// The sampled drafts' distributions the drafter keeps on the device (Draft::device_probs, draft_device_probs.h):
+// in graph calls (buckets 1, 2, 4, 8: padding slots) and eager calls, with host_probs on, off and mixed,
+// the device rows equal the host probs bit for bit and the drafts do not change.
+TEST_P(CudaMtp, DeviceProbsEqualTheHostProbs) {
+    ModelOptions no_graphs = numerics(GetParam());
+    no_graphs.cuda_graphs = false;
+    const std::unique_ptr<Model> eager = cuda::load_cuda_model(test::data_path("models/v4_tiny_a_mtp"), no_graphs);
+    const Model* models[2] = {gpu_.get(), eager.get()};
+    const int64_t V = cpu_->info().vocab_size, N = 6;
+    std::mt19937 rng(31);
+    std::vector<Sequence> seqs[2];
+    for (int64_t i = 0; i < N; ++i) {
+        const std::vector<int32_t> prompt = random_tokens(rng, 4 + 7 * i, V);
+        for (int m = 0; m < 2; ++m) {
+            seqs[m].push_back(models[m]->new_sequence());
+            models[m]->drafter()->attach(seqs[m].back());
+            models[m]->forward(seqs[m].back(), prompt, false);
+        }
+    }
+    test::check_device_probs(*gpu_, seqs[0], true, 5, "graphs");
+    test::check_device_probs(*eager, seqs[1], false, 5, "eager");
+    const auto st = cuda::cuda_model_stats(*gpu_);
+    EXPECT_LE(st.workspace_high_water, st.workspace_bytes);
 }
 
 INSTANTIATE_TEST_SUITE_P(CudaMtp, CudaMtp, ::testing::Values(Numerics::kExact, Numerics::kOfficial),

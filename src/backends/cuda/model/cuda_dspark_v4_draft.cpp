@@ -41,8 +41,7 @@ std::vector<Draft> CudaModel::dspark_draft(std::span<const DraftRequest> request
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(),
                      [&](int64_t x, int64_t y) { return requests[size_t(x)].num_drafts > requests[size_t(y)].num_drafts; });
-    bool any_sampled = false;
-    for (const DraftRequest& r : requests) any_sampled = any_sampled || (!r.uniforms.empty() && r.temperature > 0);
+    const DraftProbs probs_mode = draft_probs_mode(requests);
     // A call replays the CUDA graph of its request bucket and sampling (draft_graphs.h): the slots past
     // the requests draft token 0 at position 0 from the first request's rings, and every Markov step
     // runs every slot (rows compute alone: the requests' drafts are the eager ones).
@@ -73,7 +72,6 @@ std::vector<Draft> CudaModel::dspark_draft(std::span<const DraftRequest> request
         temps.push_back(pad ? 0.0 : r.temperature);
         if (!pad)
             for (size_t k = 0; k < r.uniforms.size(); ++k) uniforms[size_t(a * G) + k] = r.uniforms[k];
-        if (smp) out[size_t(order[size_t(a)])].probs.resize(size_t(r.num_drafts * V));
     }
     const std::vector<int64_t> active = shape.active(requests, order, G);
     // Inputs: one pinned block, one copy.
@@ -98,9 +96,9 @@ std::vector<Draft> CudaModel::dspark_draft(std::span<const DraftRequest> request
     std::memcpy(pin + o_unif, uniforms.data(), size_t(S) * 8);
     // A graph copies its results to pinned memory that never moves (draft_graphs.h), eager calls to the
     // staging buffers.
-    const DraftHostBuffers hb = draft_graphs_.host_buffers(shape, any_sampled, G, V, max_seqs_, pinned_out_, pinned_probs_);
-    uint8_t* const host_out = hb.out;
-    float* const host_probs = hb.probs;
+    // Sampled drafts' distributions: the persistent device buffer (Draft::device_probs), copied to the host
+    // only when some sampled request reads them there (DraftRequest::host_probs).
+    const DraftBuffers hb = draft_graphs_.buffers(shape, probs_mode, G, V, max_seqs_, pinned_out_, pinned_probs_);
 
     const size_t mark = workspace_->mark();
     ArenaRollback release(*workspace_, mark, stream_);  // (on an exception)
@@ -219,19 +217,18 @@ std::vector<Draft> CudaModel::dspark_draft(std::span<const DraftRequest> request
     const DSparkMarkovParams mp{.embed = &ds.markov_w1, .head = &ds.markov_w2, .confidence = ds.confidence, .U = U, .y = y,
                                 .anchors = d_anchor, .temperature = d_temp, .sampled = d_sampled, .uniforms = d_unif,
                                 .active = active, .requests = Rs, .block = G, .vocab = V, .hidden = D, .rank = rank,
-                                .host_out = host_out,
-                                .host_probs = host_probs};
+                                .host_out = hb.out, .device_probs = hb.device_probs,
+                                .host_probs = hb.host_probs};
     dspark_markov_draft(mp, *workspace_, s);
     };
     if (shape.graph)
-        draft_graphs_.run(Rs, G, any_sampled, *workspace_, s, compute, stats_.draft_graph_captures, stats_.draft_graph_replays);
+        draft_graphs_.run(Rs, G, probs_mode, *workspace_, s, compute, stats_.draft_graph_captures, stats_.draft_graph_replays);
     else
         compute();
     stream_.synchronize();
     release.disarm();
     workspace_->reset(mark);
-    unpack_device_drafts(host_out, host_probs, G, V, Rs,
-                         order, requests, sampled, out);
+    unpack_device_drafts(hb.out, hb.host_probs, hb.device_probs, G, V, Rs, order, requests, sampled, out);
     return out;
 }
 

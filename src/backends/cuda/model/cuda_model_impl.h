@@ -109,6 +109,10 @@ public:
                                     weights_.dspark ? int64_t(weights_.dspark->stages.size()) : 0, dspark_ring_rows()));
         workspace_ = std::make_unique<DeviceArena>(
             o.workspace_bytes ? o.workspace_bytes : workspace_need(max_rows_, max_rows_, max_rows_, max_len_, max_seqs_));
+        // The sampled drafts' distributions of the largest DSpark call (DraftGraphs::device_probs), before the
+        // state pool takes what is free: drafting allocates nothing.
+        if (weights_.dspark)
+            draft_graphs_.device_probs(size_t(config_.dspark_block_size * max_seqs_ * config_.vocab_size) * sizeof(float));
         make_state_pool(mo.device_state_bytes);
         pad_ = new_sequence();  // the padding rows of graph steps write here (pages outside the capacity)
         if (weights_.mtp) mtp_attach(pad_);  // and their MTP rows (graph steps and draft calls, cuda_mtp*.cpp)
@@ -326,7 +330,7 @@ private:
     mutable std::mutex mutex_;  // one forward at a time (the workspace and stream are shared)
     // Guarded by mutex_:
     mutable DecodeGraphs graphs_;  // by (rows, context) bucket; turned off for good if a capture fails
-    mutable DraftGraphs draft_graphs_;  // DSpark draft calls, by request bucket and sampling
+    mutable DraftGraphs draft_graphs_;  // draft calls, by request bucket and sampling; the drafts' device buffers
     bool verify_graphs_;                // ModelOptions::cuda_verify_graphs: steps of short chunks replay graphs too
     mutable DeviceDraws draws_;
     mutable Sequence pad_{nullptr};  // the scratch sequence of padding rows

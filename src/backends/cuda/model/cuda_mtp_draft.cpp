@@ -33,7 +33,6 @@ std::vector<Draft> CudaModel::mtp_draft(std::span<const DraftRequest> requests) 
                      [&](int64_t a, int64_t b) { return requests[size_t(a)].num_drafts > requests[size_t(b)].num_drafts; });
     std::vector<DeviceSequenceState*> states;
     int64_t K = 0;
-    bool any_sampled = false;
     for (int64_t a = 0; a < R; ++a) {
         const DraftRequest& r = requests[size_t(order[size_t(a)])];
         DI_CHECK(r.sequence != nullptr && r.num_drafts >= 1 && r.num_drafts <= kMtpMaxDrafts,
@@ -50,7 +49,6 @@ std::vector<Draft> CudaModel::mtp_draft(std::span<const DraftRequest> requests) 
                  " is not available (the tap ring holds ", m.taps_first, "..", m.taps_end - 1, ")");
         DI_CHECK(dev->length - 1 + r.num_drafts <= max_len_, "MTP drafting: positions past max_model_len ", max_len_);
         states.push_back(dev);
-        any_sampled = any_sampled || (!r.uniforms.empty() && r.temperature > 0);
         K = std::max(K, r.num_drafts);
     }
     // A call replays the CUDA graph of its request bucket, draft count K and sampling (draft_graphs.h):
@@ -80,7 +78,6 @@ std::vector<Draft> CudaModel::mtp_draft(std::span<const DraftRequest> requests) 
         src_ptr.push_back(st->mtp_tap_row(is_pad ? 0 : (st->length - 1) % kMtpTapRows, W));
         if (is_pad) continue;
         for (size_t k = 0; k < r.uniforms.size(); ++k) uniforms[size_t(a * K) + k] = r.uniforms[k];
-        if (smp) out[size_t(order[size_t(a)])].probs.resize(size_t(r.num_drafts * V));
     }
     // Per step k: the active rows, their positions and one segment each (MTP ring of that sequence).
     const std::vector<int64_t> active = shape.active(requests, order, K);
@@ -120,7 +117,10 @@ std::vector<Draft> CudaModel::mtp_draft(std::span<const DraftRequest> requests) 
     std::memcpy(pin + o_segs, segs.data(), segs.size() * sizeof(DeviceSegment));
     // A graph copies its results to pinned memory that never moves while it lives (draft_graphs.h), eager
     // calls to the staging buffers.
-    const DraftHostBuffers hb = draft_graphs_.host_buffers(shape, any_sampled, K, V, Rs, pinned_out_, pinned_probs_);
+    // Sampled drafts' distributions: the persistent device buffer (Draft::device_probs), copied to the host
+    // only when some sampled request reads them there (DraftRequest::host_probs).
+    const DraftProbs probs_mode = draft_probs_mode(requests);
+    const DraftBuffers hb = draft_graphs_.buffers(shape, probs_mode, K, V, Rs, pinned_out_, pinned_probs_);
 
     const size_t mark = workspace_->mark();
     ArenaRollback release(*workspace_, mark, stream_);  // (on an exception)
@@ -167,13 +167,14 @@ std::vector<Draft> CudaModel::mtp_draft(std::span<const DraftRequest> requests) 
             const float* logits = head_logits(xo, n, weights_.mtp->hc_head, weights_.mtp->norm);
             double* scratch = workspace_->alloc_n<double>(n * V);
             double* parts = workspace_->alloc_n<double>(draft_sample_parts(n, V));
-            float* probs = workspace_->alloc_n<float>(n * V);
+            // (argmax drafts only: scratch, not read)
+            float* probs = hb.device_probs ? hb.device_probs + k * Rs * V : workspace_->alloc_n<float>(n * V);
             draft_sample({.logits = logits, .rows = n, .vocab = V, .temperature = d_temp, .sampled = d_sampled,
                           .uniform = d_unif + k, .uniform_stride = K, .scratch = scratch, .parts = parts, .probs = probs,
                           .tokens = d_tokens + k * Rs, .confidence = d_conf + k * Rs},
                          s);
-            // The step's distributions in one copy (rows of greedy drafts are copied but not read).
-            if (any_sampled) copy_to_host(hb.probs + k * Rs * V, probs, size_t(n * V) * 4, s);
+            // The step's distributions in one copy when asked (rows of greedy drafts are copied but not read).
+            if (hb.host_probs) copy_to_host(hb.host_probs + k * Rs * V, probs, size_t(n * V) * 4, s);
             if (k + 1 < K) copy_on_device(h[(k + 1) % 2], xo, size_t(active[size_t(k + 1)] * W) * 4, s);
             workspace_->reset(step);  // stream-ordered: the next step's scratch follows on the stream
         }
@@ -181,14 +182,14 @@ std::vector<Draft> CudaModel::mtp_draft(std::span<const DraftRequest> requests) 
         copy_to_host(hb.out + size_t(K * Rs) * 4, d_conf, size_t(K * Rs) * 4, s);
     };
     if (shape.graph)
-        draft_graphs_.run(Rs, K, any_sampled, *workspace_, s, compute, stats_.draft_graph_captures,
+        draft_graphs_.run(Rs, K, probs_mode, *workspace_, s, compute, stats_.draft_graph_captures,
                           stats_.draft_graph_replays);
     else
         compute();
     stream_.synchronize();
     release.disarm();
     workspace_->reset(mark);
-    unpack_device_drafts(hb.out, hb.probs, K, V, Rs, order, requests, sampled, out);
+    unpack_device_drafts(hb.out, hb.host_probs, hb.device_probs, K, V, Rs, order, requests, sampled, out);
     return out;
 }
 

@@ -7,9 +7,10 @@
 // the last FFN pre-mix, norm and the target's head (U); then the Markov head drafts left to right on
 // the device (rows sorted by draft count so the requests still drafting are a prefix): bias =
 // W1[x_{k-1}]·W2ᵀ, logits = U_{k-1} + bias and the confidence head (dspark_markov_step), the draft by
-// draft_sample (argmax, or inverse CDF of softmax(l / T) with the request's uniform). Tokens,
-// confidences and the distributions of sampled drafts come back in pinned copies; nothing is written
-// to the sequences' state.
+// draft_sample (argmax, or inverse CDF of softmax(l / T) with the request's uniform). Tokens and
+// confidences come back in pinned copies, the distributions of sampled drafts stay in a device buffer
+// (copied to the host only when asked, DraftRequest::host_probs); nothing is written to the sequences'
+// state.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -92,8 +93,7 @@ std::vector<Draft> CudaV41Model::dspark_draft(std::span<const DraftRequest> requ
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(),
                      [&](int64_t x, int64_t y) { return requests[size_t(x)].num_drafts > requests[size_t(y)].num_drafts; });
-    bool any_sampled = false;
-    for (const DraftRequest& r : requests) any_sampled = any_sampled || (!r.uniforms.empty() && r.temperature > 0);
+    const DraftProbs probs_mode = draft_probs_mode(requests);
     // A call replays the CUDA graph of its request bucket and sampling (draft_graphs.h): the slots past
     // the requests draft token 0 at position 0 from the first request's rings, and every Markov step
     // runs every slot (rows compute alone: the requests' drafts are the eager ones).
@@ -126,7 +126,6 @@ std::vector<Draft> CudaV41Model::dspark_draft(std::span<const DraftRequest> requ
         temps.push_back(pad ? 0.0 : r.temperature);
         if (!pad)
             for (size_t k = 0; k < r.uniforms.size(); ++k) uniforms[size_t(a * G) + k] = r.uniforms[k];
-        if (smp) out[size_t(order[size_t(a)])].probs.resize(size_t(r.num_drafts * V));
     }
     const std::vector<int64_t> active = shape.active(requests, order, G);
     // Inputs: one block, one copy (the forward's staging buffers: drafting holds the model's lock).
@@ -139,9 +138,9 @@ std::vector<Draft> CudaV41Model::dspark_draft(std::span<const DraftRequest> requ
     std::memcpy(pinned_in_->host(), input_.data(), in_bytes);
     // A graph copies its results to pinned memory that never moves (draft_graphs.h), eager calls to the
     // staging buffers.
-    const DraftHostBuffers hb = draft_graphs_.host_buffers(shape, any_sampled, G, V, limits_.max_seqs, pinned_out_, pinned_probs_);
-    uint8_t* const host_out = hb.out;
-    float* const host_probs = hb.probs;
+    // Sampled drafts' distributions: the persistent device buffer (Draft::device_probs), copied to the host
+    // only when some sampled request reads them there (DraftRequest::host_probs).
+    const DraftBuffers hb = draft_graphs_.buffers(shape, probs_mode, G, V, limits_.max_seqs, pinned_out_, pinned_probs_);
 
     const size_t mark = workspace_.mark();
     ArenaRollback release(workspace_, mark, stream_);  // (on an exception)
@@ -208,19 +207,18 @@ std::vector<Draft> CudaV41Model::dspark_draft(std::span<const DraftRequest> requ
         const DSparkMarkovParams mp{.embed = &ds.markov_embed, .head = &ds.markov_head, .confidence = ds.confidence, .U = U, .y = y,
                                     .anchors = d_anchor, .temperature = d_temp, .sampled = d_sampled, .uniforms = d_unif,
                                     .active = active, .requests = Rs, .block = G, .vocab = V, .hidden = D, .rank = rank,
-                                    .host_out = host_out,
-                                    .host_probs = host_probs};
+                                    .host_out = hb.out, .device_probs = hb.device_probs,
+                                    .host_probs = hb.host_probs};
         dspark_markov_draft(mp, workspace_, s);
     };
     if (shape.graph)
-        draft_graphs_.run(Rs, G, any_sampled, workspace_, s, compute, stats_.draft_graph_captures, stats_.draft_graph_replays);
+        draft_graphs_.run(Rs, G, probs_mode, workspace_, s, compute, stats_.draft_graph_captures, stats_.draft_graph_replays);
     else
         compute();
     stream_.synchronize();
     release.disarm();
     workspace_.reset(mark);
-    unpack_device_drafts(host_out, host_probs, G, V, Rs,
-                         order, requests, sampled, out);
+    unpack_device_drafts(hb.out, hb.host_probs, hb.device_probs, G, V, Rs, order, requests, sampled, out);
     return out;
 }
 

@@ -256,7 +256,7 @@ private:
     // largest forward the limits allow; initialized after the members that bound uses).
     mutable DeviceArena workspace_;
     mutable DecodeGraphs graphs_;  // by (rows, context) bucket
-    mutable DraftGraphs draft_graphs_;  // DSpark draft calls of argmax drafts, by request bucket
+    mutable DraftGraphs draft_graphs_;  // DSpark draft calls, by request bucket and sampling; the drafts' device buffers
     bool verify_graphs_;  // ModelOptions::cuda_verify_graphs
     mutable BenchRouting bench_routing_;  // CudaModelOptions::expert_load_stats, even_routing
     mutable Sequence pad_{nullptr};  // the scratch sequence of graph steps' padding rows

@@ -110,7 +110,12 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
     rope_main_ = table(rope_cos_sin(cpu::RopeTable(c.rope_main, c.qk_rope_head_dim),
                                     max_len_ + std::max<int64_t>(c.dspark_block_size, 0)));
     rope_comp_ = table(rope_cos_sin(cpu::RopeTable(c.rope_compress, c.qk_rope_head_dim), max_len_));
-    if (dspark_stages_ > 0) dspark_drafter_ = make_cuda_v41_dspark_drafter(*this);
+    if (dspark_stages_ > 0) {
+        dspark_drafter_ = make_cuda_v41_dspark_drafter(*this);
+        // The sampled drafts' distributions of the largest call (DraftGraphs::device_probs), before the state
+        // pool takes what is free: drafting allocates nothing.
+        draft_graphs_.device_probs(size_t(c.dspark_block_size * limits_.max_seqs * c.vocab_size) * sizeof(float));
+    }
     make_state_pool(options.device_state_bytes);
     // The padding rows of graph steps write here (position 0: its rings and, at ratio 1, entry 0).
     pad_ = new_sequence();

@@ -12,7 +12,7 @@ void dspark_markov_draft(const DSparkMarkovParams& p, DeviceArena& arena, Stream
     float* logits = arena.alloc_n<float>(R * V);
     double* dscratch = arena.alloc_n<double>(R * V);
     double* parts = arena.alloc_n<double>(draft_sample_parts(R, V));
-    float* probs = arena.alloc_n<float>(R * V);
+    float* scratch_probs = p.device_probs ? nullptr : arena.alloc_n<float>(R * V);  // (argmax only: not read)
     for (int64_t k = 0; k < G; ++k) {
         const int64_t n = p.active[size_t(k)];
         if (n == 0) break;
@@ -23,6 +23,7 @@ void dspark_markov_draft(const DSparkMarkovParams& p, DeviceArena& arena, Stream
                             .step = k, .vocab = V, .hidden = p.hidden, .rank = rank, .logits = logits,
                             .confidence = d_conf + k * R},
                            s);
+        float* probs = p.device_probs ? p.device_probs + k * R * V : scratch_probs;
         draft_sample({.logits = logits, .rows = n, .vocab = V, .temperature = p.temperature, .sampled = p.sampled,
                       .uniform = p.uniforms + k, .uniform_stride = G, .scratch = dscratch, .parts = parts, .probs = probs,
                       .tokens = d_drafts + k * R, .confidence = nullptr},  // (no MTP proxy)

@@ -4,7 +4,7 @@
 // src/model/dspark_common.cpp (dspark_markov_draft): left to right, bias = W1[x_{k-1}]·W2ᵀ, logits =
 // U_{k-1} + bias and the confidence head (dspark_markov_step), the draft by draft_sample (argmax, or the
 // inverse CDF of softmax(l / T) at the request's uniform); then each request's drafts from the pinned
-// copies.
+// copies (and the sampled drafts' distributions, in the device buffer).
 #pragma once
 
 #include <cstdint>
@@ -32,7 +32,10 @@ struct DSparkMarkovParams {
     std::span<const int64_t> active;      // [block] (host)
     int64_t requests = 0, block = 0, vocab = 0, hidden = 0, rank = 0;
     uint8_t* host_out = nullptr;  // pinned [block, R] int32 drafts, then [block, R] f32 confidences
-    float* host_probs = nullptr;  // pinned [block, R, vocab]: the sampled steps' distributions; null if none samples
+    // [block, R, vocab] f32 (device, persistent: DraftGraphs::device_probs): the sampled rows' distributions;
+    // null if none samples (the arena's scratch then).
+    float* device_probs = nullptr;
+    float* host_probs = nullptr;  // pinned [block, R, vocab]: their copy; null: none (DraftProbs::kHost only)
 };
 
 // Enqueues the loop on `s`, its scratch from `arena` (the caller resets it after synchronizing), and the
