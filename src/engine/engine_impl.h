@@ -69,6 +69,7 @@ struct Completion {
     // until its next call; the rows are verified there (Impl::device_verifiable).
     const float* draft_device_probs = nullptr;
     int64_t draft_device_stride = 0;
+    int64_t draft_call = -1;  // the drafter call that made `drafts` (Impl::draft_calls)
     size_t posted = 0;
     // Its last forward pass updated the drafter's state (speculation paused: a pass without taps); the
     // engine drafts only for completions whose drafter state is current.
@@ -303,6 +304,8 @@ struct Engine::Impl {
     // `drafting`: the step speculated (a plain step drafts nothing; its rows did not tap).
     void draft_for(const std::vector<Completion*>& advanced, bool drafting);
     int64_t last_drafted = 0;
+    // Drafter calls so far: a completion's device-only draft distributions are valid until the next one.
+    int64_t draft_calls = 0;
     double last_draft_seconds = 0;
     // The step cost-model sample of the plan consumed in this step() (taken at its end).
     struct Observation {

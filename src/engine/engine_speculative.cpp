@@ -39,7 +39,10 @@ std::vector<int64_t> Engine::Impl::plan_verify_lengths(const std::vector<Complet
     for (size_t i = 0; i < order.size(); ++i) {
         const Completion* c = order[i];
         const int64_t rem = total_tokens(*c) - c->num_computed;
-        if (rem != 1 || c->drafts.empty() || !speculating[i]) {
+        // Drafts whose distributions live only on the device are verifiable until the drafter's next call
+        // (a completion left out of a step keeps drafts a later call overwrote: it runs a plain row).
+        const bool stale = c->draft_device_probs && c->draft_call != draft_calls;
+        if (rem != 1 || c->drafts.empty() || !speculating[i] || stale) {
             other += plain_rows(*c, cfg.max_prefill_chunk);
             continue;
         }
@@ -99,9 +102,11 @@ void Engine::Impl::draft_in_worker(const std::vector<Scheduled*>& items, int64_t
     std::vector<DraftRequest> reqs;
     for (const Scheduled* s : items) reqs.push_back(s->draft_request);
     std::vector<Draft> out = drafter->draft(reqs);
+    ++draft_calls;
     std::vector<VerifyCandidate> cands;
     for (size_t i = 0; i < items.size(); ++i) {
         Completion* c = items[i]->completion;
+        c->draft_call = draft_calls;
         c->stale_confidence = std::move(c->confidence);
         c->drafts = std::move(out[i].tokens);
         c->draft_probs = std::move(out[i].probs);
@@ -147,6 +152,7 @@ bool Engine::Impl::add_verify_draws(Scheduled& s, int32_t chunk, std::vector<Dev
         DI_CHECK(!c.draft_probs.empty(), "speculative decoding: sampled drafts without their distributions");
         return false;
     }
+    DI_ICHECK(!sampled || c.draft_call == draft_calls);  // (the device copies of an earlier call are gone)
     s.draw = static_cast<int32_t>(draws.size());
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     for (int64_t j = 0; j <= s.drafts; ++j) {
@@ -333,7 +339,9 @@ void Engine::Impl::draft_for(const std::vector<Completion*>& advanced, bool draf
     for (size_t i = 0; i < reqs.size(); ++i) reqs[i].uniforms = uniforms[i];
     if (reqs.empty()) return;
     std::vector<Draft> out = drafter->draft(reqs);
+    ++draft_calls;
     for (size_t i = 0; i < todo.size(); ++i) {
+        todo[i]->draft_call = draft_calls;
         todo[i]->drafts = std::move(out[i].tokens);
         todo[i]->draft_probs = std::move(out[i].probs);
         todo[i]->draft_device_probs = out[i].device_probs;
