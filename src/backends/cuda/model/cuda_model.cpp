@@ -580,7 +580,7 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
         for (size_t i = 0; i < chunks.size(); ++i) {
             const int64_t n = static_cast<int64_t>(chunks[i].tokens.size());
             if (b.graph || wants(i) || drawn[i]) {  // (a graph step's head runs over every row, in order)
-                const int64_t from = wants(i) && chunks[i].all_logits ? 0 : n - 1, lo = b.graph ? 0 : from;
+                const int64_t from = (wants(i) && chunks[i].all_logits) || drawn[i] == 2 ? 0 : n - 1, lo = b.graph ? 0 : from;
                 first_pick[i] = static_cast<int64_t>(picked.size()) + from - lo;
                 num_pick[i] = n - from;
                 for (int64_t r = lo; r < n; ++r) picked.push_back(static_cast<int32_t>(offset + r));
