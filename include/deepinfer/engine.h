@@ -72,8 +72,8 @@ struct EngineConfig {
     // output, speculative verification, modes the device sampler lacks) are sampled on the host from
     // logits. The tokens are the same either way.
     bool device_sampling = true;
-    // With device_sampling: speculative verify rows that the device sampler serves (greedy, or sampled
-    // without top-k/top-p/min-p, token-wise verification) are verified on the device, reading sampled
+    // With device_sampling: speculative verify rows that the device sampler serves (greedy, temperature
+    // alone, or top-k <= 1024 with top-p/min-p inside; token-wise verification) are verified on the device, reading sampled
     // drafts' distributions where the GPU drafter left them: neither the rows' logits nor the drafts'
     // distributions cross to the host. The verdicts are the host verifier's either way.
     bool speculative_device_verification = true;

@@ -1049,8 +1049,9 @@ std::vector<int32_t> device_sample(const std::vector<float>& logits, int64_t V, 
 
 // Verify rows (a draft to test; engine/speculative/verify.cpp's verify_row): greedy, and sampled with
 // one-hot drafts or drafts from a distribution q on the device (close to p: mostly accepted; unrelated:
-// mostly rejected, the residual max(p - q, 0) drawn by the blocked walk), at V4's vocabulary and a small
-// one; bonus rows (no draft) in the same launch. Tokens and outcomes are the CPU verifier's.
+// mostly rejected, the residual max(p - q, 0) drawn by the blocked walk; top-k rows over their candidates),
+// at V4's vocabulary and a small one; bonus rows (no draft) in the same launch. Tokens and outcomes are the
+// CPU verifier's.
 TEST_F(CudaOps, SamplerVerifyRowsEqualTheCpuVerifier) {
     for (const int64_t V : {int64_t{129280}, int64_t{1000}}) {
         const int64_t rows = 48;
@@ -1092,9 +1093,18 @@ TEST_F(CudaOps, SamplerVerifyRowsEqualTheCpuVerifier) {
             }
             if (r % 8 == 7) draft = -1;  // a bonus row: an ordinary draw
             sr.draft = draft;
+            if (r % 6 == 5) sr.top_k = 50;  // top-k rows (one sum over the candidates, in their order)
+            if (r % 12 == 11) {
+                sr.top_k = 300;
+                sr.top_p = 0.9;
+                sr.min_p = 0.01;
+            }
             ASSERT_TRUE(cuda::sample_supported(sr));
             SamplingParams sp;
             sp.temperature = sr.temperature;
+            sp.top_k = sr.top_k;
+            sp.top_p = sr.top_p;
+            sp.min_p = sr.min_p;
             const std::vector<int32_t> generated(sr.counter, 3);
             const VerifyRowResult v = verify_row(
                 {.sample = {.logits = std::span<const float>(l, size_t(V)), .params = &sp, .generated = generated,

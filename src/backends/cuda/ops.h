@@ -491,10 +491,11 @@ void group_row_tables(const GroupRowTablesParams& p, Stream s);
 // (temperature 0; ties to the lowest id), untruncated temperature sampling, and top-k (k <= 1024) with
 // top-p / min-p inside the top-k. Logit bias, penalties, logprobs and top-p/min-p without top-k stay
 // on the CPU sampler (sample_supported() says which).
-// A row with a draft (>= 0) is a speculative verify row (engine/speculative/verify.cpp's verify_row),
-// greedy or untruncated: greedy, the argmax, accepted when it is the draft; sampled, the draft when
-// counter_uniform(seed, accept_stream, counter) · q(draft) < p(draft), else the blocked inverse CDF of
-// the residual max(p - q, 0) (p itself when the residual has no mass) at the row's draw uniform.
+// A row with a draft (>= 0) is a speculative verify row (engine/speculative/verify.cpp's verify_row): greedy,
+// the argmax, accepted when it is the draft; sampled, the draft when counter_uniform(seed, accept_stream,
+// counter) · q(draft) < p(draft), else a draw from the residual max(p - q, 0) at the row's draw uniform (p
+// itself when the residual has no mass): untruncated rows by the blocked inverse CDF, top-k rows over their
+// candidates in order.
 struct SampleRow {
     uint64_t seed = 0, stream = 0, counter = 0;  // counter = tokens generated so far
     double temperature = 0;
@@ -506,7 +507,6 @@ struct SampleRow {
 };
 constexpr int32_t kMaxSampleTopK = 1024;
 inline bool sample_supported(const SampleRow& r) {
-    if (r.draft >= 0) return r.temperature <= 0 || (r.top_k == 0 && r.top_p >= 1 && r.min_p <= 0);
     return r.temperature <= 0 || (r.top_k == 0 && r.top_p >= 1 && r.min_p <= 0) ||
            (r.top_k > 0 && r.top_k <= kMaxSampleTopK);
 }

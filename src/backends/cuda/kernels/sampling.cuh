@@ -6,8 +6,9 @@
 // (model/draft_sampling.h's order), one warp per block across the GPU, then the blocked inverse CDF
 // (sample_argmax_blocks_kernel, sample_block_sums_kernel, sample_pick_kernel). The uniform is the CPU's
 // counter-based splitmix64 stream. Verify rows (a draft to test, engine/speculative/verify.cpp): greedy
-// in sample_kernel; untruncated ones add the residual's block sums (sample_residual_sums_kernel) and the
-// acceptance test in sample_pick_kernel.
+// and top-k ones in sample_kernel (the residual over the candidates on one thread, as the CPU); untruncated
+// ones add the residual's block sums (sample_residual_sums_kernel) and the acceptance test in
+// sample_pick_kernel.
 #pragma once
 
 #include "backends/cuda/common/device_math.cuh"
@@ -309,7 +310,46 @@ static __global__ void __launch_bounds__(kTopkThreads) sample_kernel(const __gri
     while (n > 1 && prob[n - 1] == 0) --n;  // underflowed tail: never drawn (as on the CPU)
     double total = 0;
     for (int64_t i = 0; i < n; ++i) total += prob[i];
-    double u = counter_uniform(row.seed, row.stream, row.counter) * total;
+    const double u_draw = counter_uniform(row.seed, row.stream, row.counter);
+    if (row.draft >= 0) {
+        // A verify row over the candidates (verify_row): accept with probability min(1, p/q) ...
+        double px = 0;
+        for (int64_t i = 0; i < n; ++i)
+            if (cand[i] == row.draft) {
+                px = prob[i] / total;
+                break;
+            }
+        const double qx = row.q ? static_cast<double>(row.q[row.draft]) : 1.0;
+        if (counter_uniform(row.seed, row.accept_stream, row.counter) * qx < px) {
+            p.tokens[r] = row.draft;
+            if (p.accepted) p.accepted[r] = 1;
+            return;
+        }
+        // ... else the residual max(p - q, 0) over the candidates in their order, one sum, its zero tail
+        // trimmed (recomputed for the walk: the same values); no mass left: p itself.
+        auto residual = [&](int64_t i) {
+            const double q = row.q ? static_cast<double>(row.q[cand[i]]) : (cand[i] == row.draft ? 1.0 : 0.0);
+            const double x = prob[i] / total - q;
+            return x < 0.0 ? 0.0 : x;
+        };
+        double rt = 0;
+        for (int64_t i = 0; i < n; ++i) rt += residual(i);
+        if (rt > 0) {
+            int64_t m = n;
+            while (m > 1 && residual(m - 1) == 0) --m;
+            double u = u_draw * rt;
+            int64_t pick = 0;
+            for (; pick + 1 < m; ++pick) {
+                const double w = residual(pick);
+                if (u < w) break;
+                u -= w;
+            }
+            p.tokens[r] = cand[pick];
+            if (p.accepted) p.accepted[r] = 0;
+            return;
+        }
+    }
+    double u = u_draw * total;
     int64_t pick = 0;
     for (; pick + 1 < n; ++pick) {
         if (u < prob[pick]) break;
