@@ -140,19 +140,62 @@ Distribution sampling_distribution(std::span<const float> l, const SamplingParam
     const auto by_logit = [&](int32_t a, int32_t b) {
         return l[size_t(a)] != l[size_t(b)] ? l[size_t(a)] > l[size_t(b)] : a < b;
     };
-    if (p.top_k > 0 && p.top_k < V) {
-        std::partial_sort(cand.begin(), cand.begin() + p.top_k, cand.end(), by_logit);
-        cand.resize(size_t(p.top_k));
+    std::vector<double> prob;
+    size_t n = 0;
+    if (p.top_k > 0) {  // (k >= V: every id, sorted; the normalizer in that order, as the device sampler)
+        const int64_t k = std::min<int64_t>(p.top_k, V);
+        std::partial_sort(cand.begin(), cand.begin() + k, cand.end(), by_logit);
+        cand.resize(size_t(k));
+        const double mx = l[size_t(cand[0])];
+        prob.resize(cand.size());
+        double den = 0;
+        for (size_t i = 0; i < cand.size(); ++i) den += (prob[i] = std::exp((double(l[size_t(cand[i])]) - mx) * inv_t));
+        for (double& q : prob) q /= den;
+        n = cand.size();
     } else {
-        std::sort(cand.begin(), cand.end(), by_logit);
+        // Every id a candidate: the normalizer over all of them in the blocked id order (model/draft_sampling.h,
+        // on the CPU's threads from 16K ids), then only as long a prefix of the (logit desc, id asc) order as
+        // top-p and min-p keep: sorted by partial sorts of growing length instead of sorting every id.
+        const double mx = *std::max_element(l.begin(), l.end());
+        const int64_t nb = draft_sum_blocks(V);
+        std::vector<double> parts(size_t(nb), 0.0);
+#pragma omp parallel for schedule(static) if (V >= kParallelSampleVocab)
+        for (int64_t b = 0; b < nb; ++b) {
+            double sum = 0;
+            for (int64_t v = b * kDraftSumBlock; v < std::min(V, (b + 1) * kDraftSumBlock); ++v)
+                sum += std::exp((double(l[size_t(v)]) - mx) * inv_t);
+            parts[size_t(b)] = sum;
+        }
+        double den = 0;
+        for (double x : parts) den += x;
+        auto prob_of = [&](int32_t id) { return std::exp((double(l[size_t(id)]) - mx) * inv_t) / den; };
+        size_t sorted = 0;
+        double cum = 0;
+        bool done = false;
+        n = size_t(V);
+        for (size_t m = std::min<size_t>(256, size_t(V)); !done; m = std::min(size_t(V), m * 4)) {
+            std::partial_sort(cand.begin() + std::ptrdiff_t(sorted), cand.begin() + std::ptrdiff_t(m), cand.end(), by_logit);
+            for (; sorted < m && !done; ++sorted) {
+                prob.push_back(prob_of(cand[sorted]));
+                if (p.top_p < 1.0) {
+                    cum += prob.back();
+                    if (cum >= p.top_p) {
+                        n = sorted + 1;
+                        done = true;
+                    }
+                }
+                // min-p: the first id under the floor ends the candidates (it and every later one are out).
+                if (!done && p.min_p > 0.0 && sorted > 0 && prob.back() < p.min_p * prob[0]) {
+                    n = sorted + 1;  // (cut below by the min-p rule, as for the other paths)
+                    done = true;
+                }
+            }
+            if (m == size_t(V)) done = true;
+        }
+        cand.resize(prob.size());
+        n = std::min(n, prob.size());
     }
-    const double mx = l[size_t(cand[0])];
-    std::vector<double> prob(cand.size());
-    double den = 0;
-    for (size_t i = 0; i < cand.size(); ++i) den += (prob[i] = std::exp((double(l[size_t(cand[i])]) - mx) * inv_t));
-    for (double& q : prob) q /= den;
-    size_t n = cand.size();
-    if (p.top_p < 1.0) {
+    if (p.top_p < 1.0 && p.top_k > 0) {  // (top_k == 0: applied while sorting, above)
         double cum = 0;
         size_t i = 0;
         for (; i < n; ++i) {

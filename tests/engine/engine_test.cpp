@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <random>
 
 #include "deepinfer/check.h"
@@ -331,6 +332,54 @@ TEST(Sampler, Rules) {
     EXPECT_EQ(counter_uniform(5, 1, 9), counter_uniform(5, 1, 9));
     EXPECT_NE(counter_uniform(5, 1, 9), counter_uniform(5, 2, 9));
     EXPECT_NE(derive_seed(0, "a"), derive_seed(0, "b"));
+}
+
+// Top-p and min-p without top-k: the candidates are the prefix of the (logit desc, id asc) order that the
+// rules keep, found by partial sorts of growing length; checked against a full sort of every id, with the
+// normalizer over all ids in the blocked id order. Nuclei of a few ids to most of the vocabulary (past the
+// first partial sorts of 256 and 1,024), ties broken by the lower id.
+TEST(Sampler, TopPAndMinPKeepTheSortedPrefix) {
+    const int64_t V = 5000;
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd(0.0f, 2.0f);
+    std::vector<float> logits(static_cast<size_t>(V));
+    for (float& x : logits) x = std::round(nd(rng) * 4.0f) / 4.0f;  // (many equal logits)
+    struct Case { double t, top_p, min_p; };
+    for (const Case c : {Case{0.7, 0.5, 0}, Case{1.3, 0.9, 0}, Case{1.0, 0.99, 0}, Case{8.0, 0.99, 0},
+                         Case{8.0, 1.0, 0.5}, Case{1.0, 1.0, 0.05}, Case{2.0, 0.95, 0.02}}) {
+        SamplingParams p;
+        p.temperature = c.t;
+        p.top_p = c.top_p;
+        p.min_p = c.min_p;
+        const Distribution d = sampling_distribution(logits, p);
+        std::vector<int32_t> order(static_cast<size_t>(V));
+        std::iota(order.begin(), order.end(), 0);
+        std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+            return logits[size_t(a)] != logits[size_t(b)] ? logits[size_t(a)] > logits[size_t(b)] : a < b;
+        });
+        const double mx = logits[size_t(order[0])];
+        const double inv_t = 1.0 / c.t;  // (the sampler's arithmetic: times 1 / T)
+        const double den = draft_blocked_sum(V, [&](int64_t v) { return std::exp((double(logits[size_t(v)]) - mx) * inv_t); });
+        std::vector<double> prob;
+        for (int32_t id : order) prob.push_back(std::exp((double(logits[size_t(id)]) - mx) * inv_t) / den);
+        size_t n = prob.size();
+        double cum = 0;
+        for (size_t i = 0; i < n && c.top_p < 1.0; ++i)
+            if ((cum += prob[i]) >= c.top_p) n = i + 1;
+        size_t m = 1;
+        while (c.min_p > 0 && m < n && prob[m] >= c.min_p * prob[0]) ++m;
+        if (c.min_p > 0) n = m;
+        const std::string what = "T=" + std::to_string(c.t) + " top_p=" + std::to_string(c.top_p) + " min_p=" + std::to_string(c.min_p);
+        ASSERT_EQ(d.ids.size(), n) << what;
+        EXPECT_TRUE(std::equal(d.ids.begin(), d.ids.end(), order.begin())) << what;
+        for (size_t i = 0; i < n; ++i) ASSERT_DOUBLE_EQ(d.weight[i], prob[i]) << what << " candidate " << i;
+        if (c.t == 8.0 && c.top_p < 1.0) {
+            EXPECT_GT(n, size_t{1024}) << what;  // past the first partial sorts
+        }
+        if (c.t == 0.7) {
+            EXPECT_LT(n, size_t{256}) << what;
+        }
+    }
 }
 
 TEST(Engine, StopStringsAcrossTokenBoundaries) {
