@@ -10,8 +10,8 @@
 //           the GEMM kernel (the launch default now), decode's form
 // and a check that every variant gives the same scores and picks bit for bit (exit code 1 if not).
 // Then the top-k alone (cuda::topk on the scores just computed, lengths = the visible keys) in its
-// variants (TopkParams::variant: the 4-pass 8-bit radix select before, adaptive 8/12-bit digits, the
-// default), with the same bit-for-bit check, and on synthetic rows: long rows (bf16-valued normal scores,
+// variants (TopkParams::variant: the 4-pass 8-bit radix select before, adaptive 11/12-bit digits, the
+// default adaptive 8-bit), with the same bit-for-bit check, and on synthetic rows: long rows (bf16-valued normal scores,
 // --long rows x keys) and the sampler's shape (f32 normal logits over the V4 vocabulary, top-50, --vocab
 // batches).
 // Inputs: FP4-like values (e2m1 magnitudes times a power of two per 32, bf16-exact, as after the
@@ -214,8 +214,8 @@ void run_topk(const std::string& form, const float* scores, int64_t ld, const st
         const char* name;
         int variant;
     };
-    const V vs[] = {{"topk: 4-pass radix8 (before)", 1}, {"topk: adaptive 8-bit", 2}, {"topk: adaptive 12-bit", 3},
-                    {"topk: default (after)", 0}};
+    const V vs[] = {{"topk: 4-pass radix8 (before)", 1}, {"topk: adaptive 11-bit (sampler)", 2}, {"topk: adaptive 12-bit", 3},
+                    {"topk: default 8-bit (after)", 0}};
     std::vector<int32_t> ref;
     double before_ms = 0;
     for (const V& v : vs) {

@@ -638,11 +638,12 @@ TEST_F(CudaOps, TopkEqualsCpuWithTies) {
     }
 }
 
-// Every top-k variant (the default topk_row, the 4-pass radix select it replaced, adaptive 8- and 12-bit
-// digits) vs the CPU's topk_lowest_index on the cases that steer the adaptive passes and the warp-range
-// compaction: bf16-valued scores of both signs (the passes end after 2 digits), f32 logits, keys that
-// differ only in their low bits, all-equal rows, ties across warp ranges, +-0, +-inf, denormals, k >= len,
-// rows shorter than k, empty and one-entry rows, lengths not a multiple of 32.
+// Every top-k variant (the default topk_row with adaptive 8-bit digits, the 4-pass radix select it
+// replaced, adaptive 11-bit digits as the sampler runs them, 12-bit) vs the CPU's topk_lowest_index on
+// the cases that steer the adaptive passes and the warp-range compaction: bf16-valued scores of both
+// signs (the passes end after 2 digits), f32 logits, keys that differ only in their low bits, all-equal
+// rows, ties across warp ranges, +-0, +-inf, denormals, k >= len, rows shorter than k, empty and
+// one-entry rows, lengths not a multiple of 32.
 TEST_F(CudaOps, TopkVariantsEqualCpuOnEdgeCases) {
     std::mt19937 rng(77);
     std::normal_distribution<float> normal(0.0f, 3.0f);

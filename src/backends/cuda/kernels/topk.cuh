@@ -5,15 +5,19 @@
 // ties at it. The result is the CPU's topk_lowest_index (ascending indices), independent of the thread
 // count, whatever the digit layout: the threshold key and the count of ties taken are exact integers.
 //
-// topk_row (the default, topk_row_adaptive<kTopkBits>): kTopkBits-wide digits from the top bit down, each
-// pass a shared-memory histogram of the candidates (keys whose bits above the digit equal the prefix so
-// far) and their AND and OR. Bits below the digit that no candidate varies in belong to the threshold as
-// they are (the next candidates are a subset), so the next digit starts at the highest bit that still
-// varies, and the passes end when none does: bf16-valued scores (indexer) leave bits 0-15 of every key of
-// one sign equal, so they take 2 passes, f32 logits (sampler) 3. The bin search is a block-wide scan
-// over the histogram (kTopkBits / 256 bins per thread). The compaction gives each warp a contiguous
-// range of the row (a count pass, one block-wide exchange of the 8 warps' counts, then ballots: no block
-// barrier per 256 entries).
+// topk_row_adaptive<kBits>: kBits-wide digits from the top bit down, each pass a shared-memory histogram
+// of the candidates (keys whose bits above the digit equal the prefix so far) and their AND and OR. Bits
+// below the digit that no candidate varies in belong to the threshold as they are (the next candidates
+// are a subset), so the next digit starts at the highest bit that still varies, and the passes end when
+// none does: bf16-valued scores (indexer) leave bits 0-15 of every key of one sign equal, so they take 2
+// passes; f32 logits (sampler) take 4 with 8-bit digits, 3 with 11-bit ones. The bin search is a
+// block-wide scan over the histogram (2^kBits / 256 bins per thread). The compaction gives each warp a
+// contiguous range of the row (a count pass, one block-wide exchange of the 8 warps' counts, then
+// ballots: no block barrier per 256 entries).
+// topk_row (indexer, router, V4.1 candidate blocks) = topk_row_adaptive<kTopkBits = 8>; the sampler's
+// top-k over the vocabulary = topk_row_adaptive<kTopkVocabBits = 11>: measured on one H200 (bench/results/
+// cuda-topk-h200-*.md), 8-bit digits were fastest on the indexer's rows (11-bit: 1.1x slower), 11-bit on
+// f32 logits over 129K entries (8-bit: 1.35x slower: one pass more).
 // topk_row_radix8: the previous form (4 passes of 8-bit digits, two block scans per 256 entries in the
 // compaction), kept for the benchmark (TopkParams::variant = 1).
 #pragma once
@@ -26,7 +30,8 @@ namespace deepinfer::cuda::kernels {
 
 constexpr int kTopkThreads = 256;
 constexpr int kTopkWarps = kTopkThreads / 32;
-constexpr int kTopkBits = 11;   // topk_row's digit width: 2048 bins (8 KiB of shared memory)
+constexpr int kTopkBits = 8;        // topk_row's digit width: 256 bins
+constexpr int kTopkVocabBits = 11;  // the sampler's: 2048 bins (8 KiB of shared memory)
 constexpr int kTopkUnroll = 4;  // loads in flight per thread in the row passes
 
 __device__ __forceinline__ uint32_t order_key(float f) {
@@ -276,7 +281,7 @@ static __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const __grid_
     const float* row = p.scores + r * p.ld;
     int32_t* out = p.out + r * p.k;
     if constexpr (kVariant == 1) topk_row_radix8(row, len, p.k, out);
-    else if constexpr (kVariant == 2) topk_row_adaptive<8>(row, len, p.k, out);
+    else if constexpr (kVariant == 2) topk_row_adaptive<kTopkVocabBits>(row, len, p.k, out);
     else if constexpr (kVariant == 3) topk_row_adaptive<12>(row, len, p.k, out);
     else topk_row(row, len, p.k, out);
 }
