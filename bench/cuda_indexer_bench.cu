@@ -9,9 +9,15 @@
 //   full:   scores + top-k (topk.cuh): 4 rows per block (the launch default before the GEMM kernel),
 //           the GEMM kernel (the launch default now), decode's form
 // and a check that every variant gives the same scores and picks bit for bit (exit code 1 if not).
+// Then the top-k alone (cuda::topk on the scores just computed, lengths = the visible keys) in its
+// variants (TopkParams::variant: the 4-pass 8-bit radix select before, adaptive 11/12-bit digits, the
+// default adaptive 8-bit), with the same bit-for-bit check, and on synthetic rows: long rows (bf16-valued normal scores,
+// --long rows x keys) and the sampler's shape (f32 normal logits over the V4 vocabulary, top-50, --vocab
+// batches).
 // Inputs: FP4-like values (e2m1 magnitudes times a power of two per 32, bf16-exact, as after the
 // Hadamard+FP4 step), bf16 head weights; never zeros.
 //   cuda_indexer_bench [--prefill 4096,8192,16384] [--decode 32,128] [--context 4096] [--reps 10] [--out FILE.jsonl]
+//                      [--long 256x16384] [--vocab 32,128] [--topk-only]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -173,12 +179,81 @@ void run_problem(const Problem& pr, const std::vector<Variant>& variants, const 
     }
 }
 
+double time_topk_ms(const cuda::TopkParams& p) {
+    for (int i = 0; i < 2; ++i) cuda::topk(p, cuda::Stream{});
+    CK(cudaDeviceSynchronize());
+    std::vector<float> t;
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int i = 0; i < g_reps; ++i) {
+        CK(cudaEventRecord(a));
+        cuda::topk(p, cuda::Stream{});
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms);
+    }
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+// The top-k alone over rows of `scores` (ld floats apart, lengths[r] long) in every variant; picks compared
+// with the first variant's (the kernel before).
+void run_topk(const std::string& form, const float* scores, int64_t ld, const std::vector<int64_t>& lengths, int64_t k,
+              int32_t* d_out) {
+    const int64_t rows = int64_t(lengths.size());
+    std::vector<int32_t> len32(lengths.begin(), lengths.end());
+    int32_t* d_len = upload(len32);
+    double bytes = 0;
+    for (int64_t l : lengths) bytes += 4.0 * double(l);
+    struct V {
+        const char* name;
+        int variant;
+    };
+    const V vs[] = {{"topk: 4-pass radix8 (before)", 1}, {"topk: adaptive 11-bit (sampler)", 2}, {"topk: adaptive 12-bit", 3},
+                    {"topk: default 8-bit (after)", 0}};
+    std::vector<int32_t> ref;
+    double before_ms = 0;
+    for (const V& v : vs) {
+        const size_t nk = size_t(rows * k);
+        CK(cudaMemset(d_out, 0x7F, nk * 4));
+        const cuda::TopkParams p{.scores = scores, .ld = ld, .lengths = d_len, .n = ld, .rows = rows, .k = k, .out = d_out,
+                                 .variant = v.variant};
+        const double ms = time_topk_ms(p);
+        if (v.variant == 1) before_ms = ms;
+        std::vector<int32_t> sel(nk);
+        CK(cudaMemcpy(sel.data(), d_out, nk * 4, cudaMemcpyDeviceToHost));
+        int64_t bad = 0;
+        if (ref.empty()) ref = sel;
+        else
+            for (int64_t r = 0; r < rows; ++r) bad += std::memcmp(&sel[size_t(r * k)], &ref[size_t(r * k)], size_t(k) * 4) != 0;
+        if (bad != 0) g_ok = false;
+        std::printf("%-8s rows %6lld keys<=%6lld k %4lld %-30s %9.4f ms  %7.1f GB/s  x%.2f of before  rows differing: %lld\n",
+                    form.c_str(), static_cast<long long>(rows), static_cast<long long>(ld), static_cast<long long>(k), v.name, ms,
+                    bytes / ms * 1e-6, ms / before_ms, static_cast<long long>(bad));
+        if (g_out)
+            std::fprintf(g_out,
+                         "{\"form\":\"%s\",\"rows\":%lld,\"max_visible\":%lld,\"k\":%lld,\"variant\":\"%s\",\"ms\":%.5f,"
+                         "\"score_bytes\":%.6g,\"gbps\":%.1f,\"vs_before\":%.4f,\"rows_differing_picks\":%lld}\n",
+                         form.c_str(), static_cast<long long>(rows), static_cast<long long>(ld), static_cast<long long>(k), v.name, ms,
+                         bytes, bytes / ms * 1e-6, ms / before_ms, static_cast<long long>(bad));
+    }
+    CK(cudaFree(d_len));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     std::vector<int64_t> prefills = {4096, 8192, 16384}, decodes = {32, 128};
     int64_t context = 4096;
     std::string out;
+    int64_t long_rows = 256, long_keys = 16384;
+    std::vector<int64_t> vocabs = {32, 128};
+    bool topk_only = false;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto next = [&]() { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -187,9 +262,16 @@ int main(int argc, char** argv) {
         else if (a == "--context") context = std::stoll(next());
         else if (a == "--reps") g_reps = std::stoi(next());
         else if (a == "--out") out = next();
+        else if (a == "--long") {
+            const std::string v = next();
+            const size_t x = v.find('x');
+            long_rows = std::stoll(v.substr(0, x));
+            long_keys = x == std::string::npos ? 0 : std::stoll(v.substr(x + 1));
+        } else if (a == "--vocab") vocabs = parse_list(next());
+        else if (a == "--topk-only") topk_only = true;
         else {
             std::fprintf(stderr, "usage: cuda_indexer_bench [--prefill 4096,8192,16384] [--decode 32,128] [--context 4096] "
-                                 "[--reps 10] [--out FILE.jsonl]\n");
+                                 "[--reps 10] [--out FILE.jsonl] [--long 256x16384] [--vocab 32,128] [--topk-only]\n");
             return 2;
         }
     }
@@ -274,7 +356,9 @@ int main(int argc, char** argv) {
         const Problem pr = problem("prefill", pos, rs, 1, T, &dp, &dr, &ds, &vis);
         std::vector<Variant> vs = prefill_variants;
         if (T <= 4096) vs.insert(vs.begin() + 1, Variant{"scores: per-row reference kernel", -1, true});
+        if (topk_only) vs = {Variant{"scores: GEMM 8 rows/block (after)", 8, true}};
         run_problem(pr, vs, vis);
+        run_topk("prefill", d_scores, pr.max_visible, vis, kTopk, d_sel);
         CK(cudaFree(dp));
         CK(cudaFree(dr));
         CK(cudaFree(ds));
@@ -291,10 +375,30 @@ int main(int argc, char** argv) {
         std::vector<int64_t> vis;
         const Problem pr = problem("decode", pos, rs, B, 1, &dp, &dr, &ds, &vis);
         run_problem(pr, decode_variants, vis);
+        run_topk("decode", d_scores, pr.max_visible, vis, kTopk, d_sel);
         CK(cudaFree(dp));
         CK(cudaFree(dr));
         CK(cudaFree(ds));
     }
+    // Synthetic rows: long rows of bf16-valued scores, and the sampler's top-50 over f32 logits.
+    auto synthetic = [&](const std::string& form, int64_t rows, int64_t n, int64_t k, bool bf16_valued) {
+        if (rows <= 0 || n <= 0) return;
+        Rng g{uint64_t(n) * 7 + uint64_t(rows)};
+        std::vector<float> v(size_t(rows * n));
+        for (float& x : v) {  // sum of 4 uniforms: roughly normal, both signs
+            float u = 0;
+            for (int j = 0; j < 4; ++j) u += float(g.next() % 65536) / 65536.0f - 0.5f;
+            x = bf16_valued ? bf16_round(u * 8.0f) : u * 8.0f;
+        }
+        float* d = upload(v);
+        int32_t* o = nullptr;
+        CK(cudaMalloc(&o, size_t(rows * k) * 4));
+        run_topk(form, d, n, std::vector<int64_t>(size_t(rows), n), k, o);
+        CK(cudaFree(d));
+        CK(cudaFree(o));
+    };
+    synthetic("long", long_rows, long_keys, kTopk, true);
+    for (int64_t b : vocabs) synthetic("vocab", b, 129280, 50, false);
     if (g_out) std::fclose(g_out);
     std::printf("%s\n", g_ok ? "all variants bit-identical" : "VARIANTS DIFFER");
     return g_ok ? 0 : 1;

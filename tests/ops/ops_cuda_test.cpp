@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <numeric>
@@ -633,6 +634,88 @@ TEST_F(CudaOps, TopkEqualsCpuWithTies) {
             std::vector<int32_t> ref = topk_lowest_index(s.data() + r * c.n, lengths[size_t(r)], c.k);
             ref.resize(size_t(c.k), -1);
             EXPECT_TRUE(std::equal(ref.begin(), ref.end(), got.begin() + r * c.k)) << "n " << c.n << " k " << c.k << " row " << r;
+        }
+    }
+}
+
+// Every top-k variant (the default topk_row with adaptive 8-bit digits, the 4-pass radix select it
+// replaced, adaptive 11-bit digits as the sampler runs them, 12-bit) vs the CPU's topk_lowest_index on
+// the cases that steer the adaptive passes and the warp-range compaction: bf16-valued scores of both
+// signs (the passes end after 2 digits), f32 logits, keys that differ only in their low bits, all-equal
+// rows, ties across warp ranges, +-0, +-inf, denormals, k >= len, rows shorter than k, empty and
+// one-entry rows, lengths not a multiple of 32.
+TEST_F(CudaOps, TopkVariantsEqualCpuOnEdgeCases) {
+    std::mt19937 rng(77);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    auto bf16 = [](float x) {
+        uint32_t u;
+        std::memcpy(&u, &x, 4);
+        u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+        std::memcpy(&x, &u, 4);
+        return x;
+    };
+    const float inf = std::numeric_limits<float>::infinity();
+    struct Case {
+        const char* name;
+        int64_t n, k;
+        std::vector<int32_t> lengths;  // one row each
+        std::function<float(int64_t row, int64_t j)> value;
+    };
+    const std::vector<Case> cases = {
+        {"bf16 both signs", 4099, 512, {4099, 4096, 1000, 513, 512, 511, 37, 1, 0},
+         [&](int64_t, int64_t) { return bf16(normal(rng)); }},
+        {"bf16 positive", 4096, 512, {4096, 2049, 700}, [&](int64_t, int64_t) { return bf16(std::fabs(normal(rng)) + 0.01f); }},
+        {"f32 logits", 129280, 50, {129280, 129280 - 7, 50, 49}, [&](int64_t, int64_t) { return normal(rng); }},
+        {"f32 logits k=1", 5000, 1, {5000, 33}, [&](int64_t, int64_t) { return normal(rng); }},
+        {"low bits only", 3000, 512, {3000, 2048, 600},
+         [&](int64_t r, int64_t) {
+             const uint32_t u = 0x3F800000u | (r == 0 ? uint32_t(rng() % 16) : r == 1 ? uint32_t(rng() % 4096) << 4 : uint32_t(rng() % 3) << 9);
+             float x;
+             std::memcpy(&x, &u, 4);
+             return x;
+         }},
+        {"all equal", 3000, 512, {3000, 1024, 513}, [&](int64_t, int64_t) { return 1.5f; }},
+        {"few values", 10000, 512, {10000, 5000, 777}, [&](int64_t, int64_t) { return float(int(rng() % 3)); }},
+        {"signed zeros", 2000, 512, {2000, 900},
+         [&](int64_t, int64_t j) { return j % 97 == 5 ? 1.0f : (rng() % 2 ? -0.0f : 0.0f); }},
+        {"infinities", 2500, 512, {2500, 1300, 520},
+         [&](int64_t r, int64_t j) {
+             if (r == 0) return j % 25 == 3 ? normal(rng) : -inf;  // 100 finite: the rest of the 512 are -inf ties
+             if (r == 1) return j % 7 == 0 ? inf : normal(rng);
+             return rng() % 2 ? -inf : inf;
+         }},
+        {"denormals", 3000, 512, {3000, 1500},
+         [&](int64_t, int64_t) {
+             const uint32_t u = (uint32_t(rng() % 2) << 31) | uint32_t(rng() % 0x800000u);
+             float x;
+             std::memcpy(&x, &u, 4);
+             return x;
+         }},
+        {"k >= len", 300, 512, {300, 299, 64, 31, 0}, [&](int64_t, int64_t) { return bf16(normal(rng)); }},
+        {"k == len", 512, 512, {512, 511}, [&](int64_t, int64_t) { return normal(rng); }},
+        {"short rows", 300, 40, {300, 257, 41, 40, 39, 2}, [&](int64_t, int64_t) { return float(int(rng() % 8) - 4); }},
+    };
+    for (const Case& c : cases) {
+        const int64_t rows = int64_t(c.lengths.size());
+        std::vector<float> s(size_t(rows * c.n));
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t j = 0; j < c.n; ++j) s[size_t(r * c.n + j)] = c.value(r, j);
+        std::vector<int32_t> ref(size_t(rows * c.k), -1);
+        for (int64_t r = 0; r < rows; ++r) {
+            const std::vector<int32_t> sel = topk_lowest_index(s.data() + r * c.n, c.lengths[size_t(r)], c.k);
+            std::copy(sel.begin(), sel.end(), ref.begin() + r * c.k);
+        }
+        Dev<float> ds(s);
+        Dev<int32_t> dl(c.lengths);
+        for (int variant = 0; variant <= 3; ++variant) {
+            Dev<int32_t> dout(std::vector<int32_t>(size_t(rows * c.k), 0x7F7F7F7F));
+            cuda::topk({.scores = ds.ptr(), .ld = c.n, .lengths = dl.ptr(), .n = c.n, .rows = rows, .k = c.k, .out = dout.ptr(),
+                        .variant = variant},
+                       Stream{});
+            const auto got = dout.host(size_t(rows * c.k));
+            for (int64_t r = 0; r < rows; ++r)
+                EXPECT_TRUE(std::equal(ref.begin() + r * c.k, ref.begin() + (r + 1) * c.k, got.begin() + r * c.k))
+                    << c.name << ": variant " << variant << " row " << r << " length " << c.lengths[size_t(r)] << " k " << c.k;
         }
     }
 }

@@ -310,6 +310,9 @@ struct TopkParams {
     int64_t n = 0;
     int64_t rows = 0, k = 0;
     int32_t* out = nullptr;  // [rows, k]
+    // Benchmark only (same picks): 0 = the default (kernels/topk.cuh's topk_row: adaptive 8-bit digits), 1 = the
+    // 4-pass 8-bit radix select it replaced, 2 = adaptive 11-bit digits (the sampler's), 3 = adaptive 12-bit.
+    int variant = 0;
 };
 void topk(const TopkParams& p, Stream s);
 

@@ -276,7 +276,7 @@ static __global__ void __launch_bounds__(kTopkThreads) sample_kernel(const __gri
     // Top-k candidates (ascending ids), then sorted by (logit desc, id asc) on one thread.
     const int64_t k = row.top_k < V ? row.top_k : V;
     int32_t* cand = p.index_scratch + r * kMaxSampleTopK;
-    topk_row(l, V, k, cand);
+    topk_row_adaptive<kTopkVocabBits>(l, V, k, cand);
     __syncthreads();
     if (threadIdx.x != 0) return;
     for (int64_t a = 1; a < k; ++a)

@@ -41,7 +41,13 @@ void compressor(const CompressorParams& p, Stream s) {
 
 void topk(const TopkParams& p, Stream s) {
     if (p.rows == 0) return;
-    launch_pdl(kernels::topk_kernel, static_cast<unsigned>(p.rows), kernels::kTopkThreads, 0, s, p);
+    const unsigned grid = static_cast<unsigned>(p.rows);
+    switch (p.variant) {
+        case 1: launch_pdl(kernels::topk_kernel<1>, grid, kernels::kTopkThreads, 0, s, p); break;
+        case 2: launch_pdl(kernels::topk_kernel<2>, grid, kernels::kTopkThreads, 0, s, p); break;
+        case 3: launch_pdl(kernels::topk_kernel<3>, grid, kernels::kTopkThreads, 0, s, p); break;
+        default: launch_pdl(kernels::topk_kernel<0>, grid, kernels::kTopkThreads, 0, s, p); break;
+    }
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
