@@ -239,7 +239,7 @@ int main(int argc, char** argv) {
                                             {"--temperature", "0"}, {"--repeat", "1"}, {"--arms", "none,fixed,scheduler"},
                                             {"--tokenizer", "assets/tokenizer/deepseek-v4/tokenizer.json"}, {"--threads", "0"},
                                             {"--device", "cpu"}, {"--async", "0"}, {"--warmup", "0"}, {"--gemm", "reference"}, {"--max-batch-tokens", "4096"},
-                                            {"--verify-graphs", "1"},
+                                            {"--verify-graphs", "1"}, {"--top-p", "1"}, {"--host-sampling", "0"},
                                             {"--dir", (std::filesystem::temp_directory_path() / "deepinfer-spec-bench").string()}};
     for (int i = 1; i + 1 < argc; i += 2) a[argv[i]] = argv[i + 1];
     const int64_t hidden = std::stoll(a["--hidden"]), layers = std::stoll(a["--layers"]), vocab = std::stoll(a["--vocab"]);
@@ -307,10 +307,12 @@ int main(int argc, char** argv) {
                 ec.num_speculative_tokens = std::stoll(a["--k"]);
                 ec.speculative_scheduler = arm.scheduler;
                 ec.speculative_device_verification = !arm.host_verify;
+                ec.device_sampling = a["--host-sampling"] == "0";
                 di::Engine engine(model, nullptr, ec);
                 std::mt19937 rng(static_cast<uint32_t>(batch));
                 di::SamplingParams sp;
                 sp.temperature = std::stod(a["--temperature"]);
+                sp.top_p = std::stod(a["--top-p"]);
                 sp.max_tokens = std::stoll(a["--decode"]);
                 sp.ignore_eos = true;
                 for (int64_t r = 0; r < batch; ++r) {
@@ -333,7 +335,8 @@ int main(int argc, char** argv) {
                                     {"vocab", vocab}, {"generated_tokens", m.generated_tokens}, {"seconds", secs},
                                     {"generated_tok_s", double(m.generated_tokens) / secs}, {"cpu_s", cpu},
                                     {"generated_tok_per_cpu_s", double(m.generated_tokens) / cpu}, {"steps", m.steps},
-                                    {"device_verified_rows", m.device_verified_rows},
+                                    {"device_verified_rows", m.device_verified_rows}, {"device_sampled_tokens", m.device_sampled_tokens},
+                                    {"top_p", sp.top_p}, {"host_sampling", !ec.device_sampling},
                                     {"forward_s", m.forward_seconds}, {"draft_s", m.draft_seconds},
                                     {"threads", di::cpu_num_threads()}, {"device", a["--device"]}, {"gemm", a["--gemm"]},
                                     {"verify_graphs", mo.cuda_verify_graphs},

@@ -90,7 +90,8 @@ class Drafter;
 
 // One token drawn on the model's device (GPU backends) from a logits row of chunk `chunk`, with the
 // engine's sampling rules (src/engine/sampler.cpp) and its counter-based random stream (seed, stream,
-// counter): greedy, temperature, top-k/top-p/min-p. Several draws may read the same row (n > 1
+// counter): greedy, temperature, top-k/top-p/min-p (a draw the device cannot finish comes back as token
+// -1 with its logits row: ForwardOutputs::draw_logits). Several draws may read the same row (n > 1
 // siblings). Requests with logit bias, penalties, logprobs or a grammar mask are sampled by the engine
 // from host logits instead.
 // Speculative verification (engine/speculative/verify.h's verify_row) on the device: with `draft` >= 0
@@ -114,8 +115,11 @@ struct DeviceDraw {
 // one token per draw.
 struct ForwardOutputs {
     std::vector<std::vector<float>> logits;
-    std::vector<int32_t> tokens;
+    std::vector<int32_t> tokens;    // per draw; -1: the device could not draw it (see draw_logits)
     std::vector<uint8_t> accepted;  // per draw: 1 when it verified its draft and accepted it
+    // Per draw: empty, or for a draw the device could not make (top-p / min-p keeping more ids than the
+    // device sampler sorts) its logits row [vocab], for the host sampler.
+    std::vector<std::vector<float>> draw_logits;
 };
 
 // The decode state of one sequence; each family derives its own. Its growing parts live in pages of

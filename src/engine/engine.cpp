@@ -227,10 +227,19 @@ std::vector<Completion*> Engine::Impl::sample_and_account(Plan& plan) {
             prefix.insert(std::span<const int32_t>(r.prompt).first(size_t(c->num_computed)), c->seq->state());
         if (c->num_computed < total_tokens(*c)) continue;  // mid-prefill
         if (c->index == 0 && c->generated.empty()) metrics.prompt_tokens += prompt_len;
+        // A device draw, or (token -1: top-p/min-p keeping more ids than the device sorts) the host's draw
+        // from the row's logits that came back with it.
+        auto emit_device = [&](Completion& x, size_t k) {
+            if (outputs.tokens[k] >= 0) {
+                emit(x, outputs.tokens[k], {}, false, mc);
+                ++metrics.device_sampled_tokens;
+            } else {
+                emit_draw(x, draw_on_host(x, outputs.draw_logits.at(k), mc), mc);
+            }
+        };
         int32_t draw = plan.items[i].draw;
         if (draw >= 0) {
-            emit(*c, outputs.tokens[size_t(draw++)], {}, false, mc);
-            ++metrics.device_sampled_tokens;
+            emit_device(*c, size_t(draw++));
         } else if (draws[i]) {
             emit_draw(*c, std::move(*draws[i]), mc);
         } else {
@@ -249,8 +258,7 @@ std::vector<Completion*> Engine::Impl::sample_and_account(Plan& plan) {
                 sib.admitted = admissions++;
                 running.push_back(&sib);
                 if (draw >= 0) {
-                    emit(sib, outputs.tokens[size_t(draw++)], {}, false, mc);
-                    ++metrics.device_sampled_tokens;
+                    emit_device(sib, size_t(draw++));
                 } else {
                     sample_into(sib, logits[i], mc);
                 }

@@ -382,6 +382,80 @@ TEST(Sampler, TopPAndMinPKeepTheSortedPrefix) {
     }
 }
 
+// A model whose "device" takes every plain draw and gives every one up (token -1 with the row's logits,
+// as a GPU sampler does for top-p rows keeping more ids than it sorts): the engine samples those rows on
+// the host and the output is the host sampler's, n > 1 siblings included.
+class GivingUpDevice : public Model {
+public:
+    explicit GivingUpDevice(std::shared_ptr<const Model> m) : m_(std::move(m)) {}
+    const ModelInfo& info() const override { return m_->info(); }
+    Numerics numerics() const override { return m_->numerics(); }
+    uint64_t estimate_state_bytes(int64_t t, uint64_t page) const override { return m_->estimate_state_bytes(t, page); }
+    Sequence new_sequence() const override { return m_->new_sequence(); }
+    Sequence new_sequence(std::shared_ptr<StatePool> pool) const override { return m_->new_sequence(std::move(pool)); }
+    std::vector<float> forward(Sequence& seq, std::span<const int32_t> tokens, bool all) const override {
+        return m_->forward(seq, tokens, all);
+    }
+    std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const override {
+        return m_->forward_batch(chunks);
+    }
+    bool can_sample_on_device(const DeviceDraw& d) const override { return d.draft < 0; }
+    ForwardOutputs forward_sampled(std::span<const SequenceChunk> chunks, std::span<const uint8_t> want,
+                                   std::span<const DeviceDraw> draws) const override {
+        ForwardOutputs out;
+        out.logits = m_->forward_batch(chunks);
+        for (const DeviceDraw& d : draws) {
+            EXPECT_EQ(d.row, -1);
+            const std::vector<float>& l = out.logits.at(size_t(d.chunk));
+            const size_t V = size_t(info().vocab_size);
+            out.draw_logits.emplace_back(l.end() - std::ptrdiff_t(V), l.end());  // the chunk's last row
+            out.tokens.push_back(-1);
+            out.accepted.push_back(0);
+            ++given_up;
+        }
+        for (size_t i = 0; i < chunks.size(); ++i)
+            if (!want.empty() && !want[i]) out.logits[i].clear();
+        return out;
+    }
+    mutable int64_t given_up = 0;  // draws handed back
+
+private:
+    std::shared_ptr<const Model> m_;
+};
+
+TEST(Engine, DrawsTheDeviceGivesUpAreSampledOnTheHost) {
+    auto device = std::make_shared<GivingUpDevice>(test::tiny_engine_model());
+    std::mt19937 rng(8);
+    const int64_t V = device->info().vocab_size;
+    for (bool async : {false, true}) {
+        EngineConfig on, off;
+        on.async_scheduling = off.async_scheduling = async;
+        off.device_sampling = false;
+        Engine a(device, nullptr, on), b(device, nullptr, off);
+        for (int i = 0; i < 4; ++i) {
+            std::vector<int32_t> prompt(size_t(5 + 7 * i));
+            for (int32_t& t : prompt) t = int32_t(rng() % uint32_t(V));
+            SamplingParams sp;
+            sp.temperature = i % 2 ? 0.9 : 0.0;
+            sp.top_p = i == 1 ? 0.8 : 1.0;
+            sp.n = i == 3 ? 3 : 1;
+            sp.max_tokens = 9;
+            sp.ignore_eos = true;
+            sp.seed = uint64_t(i);
+            a.add_request("r" + std::to_string(i), prompt, sp);
+            b.add_request("r" + std::to_string(i), prompt, sp);
+        }
+        std::map<std::string, RequestOutput> ra, rb;
+        a.run_until_done([&](RequestOutput&& o) { ra.emplace(o.request_id, std::move(o)); });
+        b.run_until_done([&](RequestOutput&& o) { rb.emplace(o.request_id, std::move(o)); });
+        ASSERT_EQ(ra.size(), 4u);
+        for (const auto& [id, o] : rb) test::expect_same_outputs(ra.at(id), o, id + " async " + std::to_string(async));
+        EXPECT_EQ(a.metrics().device_sampled_tokens, 0);  // every draw given up
+        EXPECT_EQ(a.metrics().generated_tokens, b.metrics().generated_tokens);
+    }
+    EXPECT_GT(device->given_up, 2 * 9);  // (every plain draw of the device-sampling engine, both runs)
+}
+
 TEST(Engine, StopStringsAcrossTokenBoundaries) {
     const std::string cache = (std::filesystem::temp_directory_path() / "deepinfer_test_embedded").string();
     auto model = std::shared_ptr<const Model>(Model::load(ensure_embedded_model(cache), exact()));

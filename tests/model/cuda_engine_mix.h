@@ -41,7 +41,8 @@ inline EngineRun run_engine(std::shared_ptr<const Model> model, bool async, bool
     cfg.device_sampling = device_sampling;
     Engine engine(std::move(model), nullptr, cfg);
     // Device-drawable requests (greedy, temperature, top-k with top-p/min-p inside, low temperatures,
-    // n > 1) and host-fallback ones (top-p without top-k, logprobs, penalties, logit bias).
+    // n > 1, top-p / min-p without top-k: the fixtures' 512 ids fit the device's sort) and host-fallback
+    // ones (logprobs, penalties, logit bias).
     std::vector<SamplingParams> params;
     auto add = [&](auto&& set) {
         SamplingParams p;
@@ -58,7 +59,8 @@ inline EngineRun run_engine(std::shared_ptr<const Model> model, bool async, bool
     add([](SamplingParams& p) { p.temperature = 0.7, p.top_k = 1000, p.min_p = 0.05; });
     add([](SamplingParams& p) { p.temperature = 1.0, p.n = 3; });
     add([](SamplingParams& p) { p.temperature = 0.6, p.top_k = 5, p.n = 2; });
-    add([](SamplingParams& p) { p.temperature = 0.9, p.top_p = 0.9; });              // host: top-p alone
+    add([](SamplingParams& p) { p.temperature = 0.9, p.top_p = 0.9; });              // device: top-p alone
+    add([](SamplingParams& p) { p.temperature = 1.2, p.top_p = 0.95, p.min_p = 0.02; });  // device: top-p, min-p
     add([](SamplingParams& p) { p.temperature = 0.9, p.logprobs = 3; });             // host: logprobs
     add([](SamplingParams& p) { p.temperature = 0.9, p.repetition_penalty = 1.3; });  // host: penalty
     add([](SamplingParams& p) { p.temperature = 0, p.logit_bias = {{3, 5.0f}}; });  // host: bias
@@ -88,7 +90,7 @@ inline EngineRun run_engine(std::shared_ptr<const Model> model, bool async, bool
     return out;
 }
 
-// Completions of run_engine's mix the device sampler draws (8 requests, 11 completions) per token.
-inline constexpr int64_t kDeviceDrawnCompletions = 11;
+// Completions of run_engine's mix the device sampler draws (10 requests, 13 completions) per token.
+inline constexpr int64_t kDeviceDrawnCompletions = 13;
 
 }  // namespace deepinfer::test

@@ -59,8 +59,8 @@ TEST_P(CudaRuntime, DeviceSamplingEqualsHostSampling) {
         EXPECT_EQ(got.tokens, ref.tokens) << "async " << async;
         EXPECT_EQ(got.logprobs, ref.logprobs) << "async " << async;
         EXPECT_EQ(got.metrics.generated_tokens, ref.metrics.generated_tokens);
-        // 8 plain requests (11 completions) x 14 tokens drawn on the device; the rest on the host.
-        EXPECT_EQ(got.metrics.device_sampled_tokens, 11 * 14) << "async " << async;
+        // 10 plain requests (13 completions) x 14 tokens drawn on the device; the rest on the host.
+        EXPECT_EQ(got.metrics.device_sampled_tokens, test::kDeviceDrawnCompletions * 14) << "async " << async;
     }
     const EngineRun host = run_engine(gpu, true, false);
     EXPECT_EQ(host.tokens, ref.tokens);

@@ -1210,6 +1210,55 @@ TEST_F(CudaOps, SamplerVerifyRowsEqualTheCpuVerifier) {
     }
 }
 
+// Top-p / min-p without top-k: drawn on the device when the rules keep at most 1,024 ids (the CPU's token),
+// handed back (-1) when they keep more; at V4's vocabulary with sharp rows (small nuclei) and flat ones,
+// and at a vocabulary the device sorts whole (every row drawn). Ties in the logits test the id order.
+TEST_F(CudaOps, SamplerNucleusRowsEqualTheCpuSampler) {
+    for (const int64_t V : {int64_t{129280}, int64_t{1000}}) {
+        const int64_t rows = 24;
+        auto logits = randn(size_t(rows * V), 55, 3.0f);
+        for (float& x : logits) x = std::round(x * 8.0f) / 8.0f;  // (equal logits)
+        struct Cfg { double t, top_p, min_p; bool flat; };
+        const Cfg cfgs[] = {{0.3, 0.9, 0.0, false}, {0.5, 0.95, 0.0, false}, {0.25, 1.0, 0.05, false},
+                            {0.4, 0.8, 0.01, false}, {3.0, 0.99, 0.0, true}, {5.0, 1.0, 0.05, true}};
+        std::vector<cuda::SampleRow> host_rows(static_cast<size_t>(rows));
+        std::vector<int32_t> ref(static_cast<size_t>(rows));
+        std::vector<uint8_t> flat(static_cast<size_t>(rows));
+        for (int64_t r = 0; r < rows; ++r) {
+            const Cfg& c = cfgs[r % 6];
+            cuda::SampleRow& sr = host_rows[size_t(r)];
+            sr.seed = 900 + uint64_t(r);
+            sr.stream = uint64_t(r % 2);
+            sr.counter = uint64_t(r % 7);
+            sr.temperature = c.t;
+            sr.top_p = c.top_p;
+            sr.min_p = c.min_p;
+            ASSERT_TRUE(cuda::sample_supported(sr));
+            ASSERT_TRUE(cuda::sample_nucleus_row(sr));
+            SamplingParams sp;
+            sp.temperature = c.t;
+            sp.top_p = c.top_p;
+            sp.min_p = c.min_p;
+            const std::vector<int32_t> generated(sr.counter, 3);
+            const SampleInput in{.logits = std::span<const float>(logits.data() + r * V, size_t(V)), .params = &sp,
+                                 .generated = generated, .seed = sr.seed, .stream = sr.stream};
+            ref[size_t(r)] = sample(in).token;
+            const size_t kept = sampling_distribution(processed_logits(in), sp).ids.size();
+            flat[size_t(r)] = V > cuda::kMaxSampleTopK && c.flat;
+            if (V > cuda::kMaxSampleTopK) {  // (the cases are far from the device's 1,024 ids either way)
+                if (c.flat) {
+                    EXPECT_GT(kept, size_t{2048}) << "row " << r;
+                } else {
+                    EXPECT_LT(kept, size_t{512}) << "row " << r;
+                }
+            }
+        }
+        const std::vector<int32_t> got = device_sample(logits, V, host_rows);
+        for (int64_t r = 0; r < rows; ++r)
+            EXPECT_EQ(got[size_t(r)], flat[size_t(r)] ? -1 : ref[size_t(r)]) << "V=" << V << " row " << r;
+    }
+}
+
 TEST_F(CudaOps, SamplerPicksTheCpuSamplersTokens) {
     const int64_t V = 129280;
     struct Cfg {

@@ -491,9 +491,9 @@ void group_row_tables(const GroupRowTablesParams& p, Stream s);
 
 // One token per row from logits [rows, vocab], with src/engine/sampler.cpp's rules and its
 // counter-based uniform (seed, stream, counter) for the subset the GPU implements: greedy
-// (temperature 0; ties to the lowest id), untruncated temperature sampling, and top-k (k <= 1024) with
-// top-p / min-p inside the top-k. Logit bias, penalties, logprobs and top-p/min-p without top-k stay
-// on the CPU sampler (sample_supported() says which).
+// (temperature 0; ties to the lowest id), untruncated temperature sampling, top-k (k <= 1024) with top-p /
+// min-p inside the top-k, and top-p / min-p without top-k when they keep at most 1024 ids (else token -1).
+// Logit bias, penalties and logprobs stay on the CPU sampler (sample_supported() says which).
 // A row with a draft (>= 0) is a speculative verify row (engine/speculative/verify.cpp's verify_row): greedy,
 // the argmax, accepted when it is the draft; sampled, the draft when counter_uniform(seed, accept_stream,
 // counter) · q(draft) < p(draft), else a draw from the residual max(p - q, 0) at the row's draw uniform (p
@@ -509,9 +509,14 @@ struct SampleRow {
     const float* q = nullptr;    // [vocab] f32 (device): the draft's distribution; null: one-hot on the draft
 };
 constexpr int32_t kMaxSampleTopK = 1024;
+// Top-p / min-p without top-k: drawn when the rules keep at most kMaxSampleTopK ids (else token -1: the
+// caller samples the row on the host); not for verify rows.
+inline bool sample_nucleus_row(const SampleRow& r) {
+    return r.temperature > 0 && r.top_k == 0 && (r.top_p < 1 || r.min_p > 0);
+}
 inline bool sample_supported(const SampleRow& r) {
-    return r.temperature <= 0 || (r.top_k == 0 && r.top_p >= 1 && r.min_p <= 0) ||
-           (r.top_k > 0 && r.top_k <= kMaxSampleTopK);
+    if (sample_nucleus_row(r)) return r.draft < 0;
+    return r.temperature <= 0 || r.top_k == 0 || (r.top_k > 0 && r.top_k <= kMaxSampleTopK);
 }
 struct SampleParams {
     const float* logits = nullptr;   // [*, vocab]
@@ -524,6 +529,7 @@ struct SampleParams {
     int32_t* tokens = nullptr;       // [rows]
     uint8_t* accepted = nullptr;     // [rows] (null: not written): 1 when the row accepted its draft
     bool verify_rows = false;        // some row has a draft (runs the residual pass)
+    bool nucleus_rows = false;       // some row has top-p / min-p without top-k (sample_nucleus_row)
 };
 void sample(const SampleParams& p, Stream s);
 // Doubles of SampleParams::parts for `rows` rows of `vocab` ids.

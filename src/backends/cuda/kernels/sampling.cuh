@@ -83,6 +83,10 @@ __device__ inline BlockArgmax block_argmax(const float* l, int64_t V) {
 // the weights, sum of the residual (verify rows).
 constexpr int64_t kSampleParts = 4;
 __device__ inline bool sample_blocked(const SampleRow& row) { return row.temperature > 0 && row.top_k == 0; }
+// Top-p / min-p without top-k: the blocked sums give the normalizer, sample_nucleus_kernel the draw.
+__device__ inline bool sample_nucleus(const SampleRow& row) {
+    return sample_blocked(row) && (row.top_p < 1.0 || row.min_p > 0.0);
+}
 __device__ inline const float* sample_logits(const SampleParams& p, int64_t r) {
     return p.logits + (p.logit_row ? static_cast<int64_t>(p.logit_row[r]) : r) * p.vocab;
 }
@@ -164,7 +168,7 @@ static __global__ void __launch_bounds__(32) sample_pick_kernel(const __grid_con
     __shared__ double block_sh[kDraftSumBlock];
     const int64_t r = blockIdx.x, lane = threadIdx.x, V = p.vocab, nb = draft_sum_blocks(V);
     const SampleRow& row = p.row[r];
-    if (!sample_blocked(row)) return;
+    if (!sample_blocked(row) || sample_nucleus(row)) return;
     const double* part = p.parts + r * kSampleParts * nb;
     const double* w = p.scratch + r * V;
     for (int64_t b = lane; b < nb; b += 32) parts_sh[b] = part[2 * nb + b];
@@ -354,6 +358,92 @@ static __global__ void __launch_bounds__(kTopkThreads) sample_kernel(const __gri
     for (; pick + 1 < n; ++pick) {
         if (u < prob[pick]) break;
         u -= prob[pick];
+    }
+    p.tokens[r] = cand[pick];
+    if (p.accepted) p.accepted[r] = 0;
+}
+
+// grid (rows), block kTopkThreads: top-p / min-p rows without top-k (sampler.cpp's sampling_distribution):
+// the normalizer is the blocked sum of the weights (sample_block_sums_kernel), the candidates the prefix of
+// the (logit desc, id asc) order that the rules keep. Here the first kMaxSampleTopK ids of that order
+// (topk_row_adaptive, then a bitonic sort in shared memory), then on one thread the cumulative sum in that
+// order until top-p's mass or min-p's floor ends the prefix, the draw as the CPU's. A prefix the rules do not
+// end within those ids (a flat distribution) is not drawn here: token -1, the caller samples the row on
+// the host.
+static __global__ void __launch_bounds__(kTopkThreads) sample_nucleus_kernel(const __grid_constant__ SampleParams p) {
+    __shared__ uint64_t key_sh[kMaxSampleTopK];
+    __shared__ double prob_sh[kMaxSampleTopK];
+    const int64_t r = blockIdx.x, V = p.vocab, nb = draft_sum_blocks(V);
+    const SampleRow& row = p.row[r];
+    if (!sample_nucleus(row) || row.draft >= 0) return;  // (the whole thread block)
+    const float* l = sample_logits(p, r);
+    const double* w = p.scratch + r * V;
+    int32_t* cand = p.index_scratch + r * kMaxSampleTopK;
+    const int64_t M = V < kMaxSampleTopK ? V : kMaxSampleTopK;
+    topk_row_adaptive<kTopkVocabBits>(l, V, M, cand);
+    __syncthreads();
+    // Sort keys: larger logit first, then lower id (a total order without NaN); padding sorts last.
+    for (int64_t i = threadIdx.x; i < kMaxSampleTopK; i += blockDim.x) {
+        uint64_t key = ~uint64_t{0};
+        if (i < M) {
+            const uint32_t bits = __float_as_uint(l[cand[i]]);
+            const uint32_t asc = bits & 0x80000000u ? ~bits : bits | 0x80000000u;  // ascending in the float
+            key = (static_cast<uint64_t>(~asc) << 32) | static_cast<uint32_t>(cand[i]);
+        }
+        key_sh[i] = key;
+    }
+    __syncthreads();
+    for (int size = 2; size <= kMaxSampleTopK; size *= 2)
+        for (int stride = size / 2; stride > 0; stride /= 2) {
+            for (int i = threadIdx.x; i < kMaxSampleTopK; i += blockDim.x) {
+                const int j = i ^ stride;
+                if (j > i) {
+                    const bool up = (i & size) == 0;
+                    const uint64_t a = key_sh[i], b = key_sh[j];
+                    if ((a > b) == up) {
+                        key_sh[i] = b;
+                        key_sh[j] = a;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    if (threadIdx.x != 0) return;
+    const double* sums = p.parts + r * kSampleParts * nb + 2 * nb;
+    double den = 0;
+    for (int64_t b = 0; b < nb; ++b) den += sums[b];
+    int64_t n = -1;
+    double cum = 0;
+    for (int64_t i = 0; i < M && n < 0; ++i) {
+        const int32_t id = static_cast<int32_t>(key_sh[i] & 0xffffffffu);
+        cand[i] = id;
+        const double q = w[id] / den;
+        prob_sh[i] = q;
+        if (row.top_p < 1.0 && (cum += q) >= row.top_p) n = i + 1;
+        if (n < 0 && row.min_p > 0.0 && i > 0 && q < row.min_p * prob_sh[0]) n = i + 1;
+    }
+    if (n < 0) {
+        if (M < V) {  // the rules keep more than these ids: the host samples the row
+            p.tokens[r] = -1;
+            if (p.accepted) p.accepted[r] = 0;
+            return;
+        }
+        n = M;
+    }
+    if (row.min_p > 0.0) {
+        const double floor_p = row.min_p * prob_sh[0];
+        int64_t i = 1;
+        while (i < n && prob_sh[i] >= floor_p) ++i;
+        n = i;
+    }
+    while (n > 1 && prob_sh[n - 1] == 0) --n;
+    double total = 0;
+    for (int64_t i = 0; i < n; ++i) total += prob_sh[i];
+    double u = counter_uniform(row.seed, row.stream, row.counter) * total;
+    int64_t pick = 0;
+    for (; pick + 1 < n; ++pick) {
+        if (u < prob_sh[pick]) break;
+        u -= prob_sh[pick];
     }
     p.tokens[r] = cand[pick];
     if (p.accepted) p.accepted[r] = 0;

@@ -31,6 +31,7 @@ void sample(const SampleParams& p, Stream s) {
     kernels::sample_argmax_blocks_kernel<<<grid, 32 * kernels::kDraftWarps, 0, st>>>(p);
     kernels::sample_block_sums_kernel<<<grid, 32 * kernels::kDraftWarps, 0, st>>>(p);
     if (p.verify_rows) kernels::sample_residual_sums_kernel<<<grid, 32 * kernels::kDraftWarps, 0, st>>>(p);
+    if (p.nucleus_rows) kernels::sample_nucleus_kernel<<<static_cast<unsigned>(p.rows), kernels::kTopkThreads, 0, st>>>(p);
     kernels::sample_pick_kernel<<<static_cast<unsigned>(p.rows), 32, 0, st>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }

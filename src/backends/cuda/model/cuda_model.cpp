@@ -666,11 +666,12 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     timer_.end(s);
     stream_.synchronize();
     timer_.account(stats_);  // this forward's span, and the idle gap since the previous forward ended
+    out.tokens = draws_.tokens(draws.size());
+    out.accepted = draws_.accepted(draws.size());
+    out.draw_logits = draws_.fallback_logits(logits, V, out.tokens, draw_rows, s);  // (before the arena is reused)
     workspace_->reset(mark);
     if (mtp_plan.any) mtp_pass_done(std::span<DeviceSequenceState* const>(states.data(), chunks.size()), chunks);
     for (size_t i = 0; i < chunks.size(); ++i) states[i]->length += static_cast<int64_t>(chunks[i].tokens.size());
-    out.tokens = draws_.tokens(draws.size());
-    out.accepted = draws_.accepted(draws.size());
     return out;
 }
 

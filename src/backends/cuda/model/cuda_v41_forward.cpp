@@ -271,11 +271,12 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
     stream_.synchronize();
     side_stream_.synchronize();
     timer_.account(stats_);
+    out.tokens = draws_.tokens(draws.size());
+    out.accepted = draws_.accepted(draws.size());
+    out.draw_logits = draws_.fallback_logits(logits, V, out.tokens, draw_rows, s);  // (before the arena is reused)
     release.disarm();
     workspace_.reset(mark);
     for (size_t i = 0; i < chunks.size(); ++i) b.states[i]->length += b.num_rows[i];
-    out.tokens = draws_.tokens(draws.size());
-    out.accepted = draws_.accepted(draws.size());
     return out;
 }
 

@@ -51,10 +51,11 @@ void DeviceDraws::enqueue(const float* logits, int64_t vocab, std::span<const De
     if (!out_ || out_->nbytes() < size_t(D) * 8) out_ = std::make_unique<PinnedBuffer>(size_t(std::max(D, group_)) * 16 + 64);
     auto* pin = static_cast<uint8_t*>(in_->host());
     auto* rows_h = reinterpret_cast<SampleRow*>(pin + o_rows);
-    bool verify = false;
+    bool verify = false, nucleus = false;
     for (int64_t k = 0; k < D; ++k) {
         rows_h[k] = sample_row(draws[size_t(k)]);
         verify = verify || draws[size_t(k)].draft >= 0;
+        nucleus = nucleus || sample_nucleus_row(rows_h[k]);
     }
     std::memcpy(pin + o_lrow, logit_rows.data(), size_t(D) * 4);
     auto* d_tab = static_cast<uint8_t*>(arena.alloc(bytes));
@@ -72,7 +73,7 @@ void DeviceDraws::enqueue(const float* logits, int64_t vocab, std::span<const De
     for (int64_t g0 = 0; g0 < D; g0 += group)
         sample({.logits = logits, .rows = std::min(group, D - g0), .vocab = vocab, .logit_row = d_lrow + g0,
                 .row = d_rows + g0, .scratch = scratch, .parts = parts, .index_scratch = index_scratch, .tokens = d_tokens + g0,
-                .accepted = d_accepted + g0, .verify_rows = verify},
+                .accepted = d_accepted + g0, .verify_rows = verify, .nucleus_rows = nucleus},
                s);
     copy_to_host(out_->host(), d_out, size_t(D) * 5, s);
 }
@@ -87,6 +88,21 @@ std::vector<uint8_t> DeviceDraws::accepted(size_t n) const {
     std::vector<uint8_t> a(n);
     if (n > 0) std::memcpy(a.data(), static_cast<const uint8_t*>(out_->host()) + n * 4, n);
     return a;
+}
+
+std::vector<std::vector<float>> DeviceDraws::fallback_logits(const float* logits, int64_t vocab,
+                                                             std::span<const int32_t> tokens,
+                                                             std::span<const int32_t> logit_rows, Stream s) const {
+    std::vector<std::vector<float>> rows(tokens.size());
+    bool any = false;
+    for (size_t k = 0; k < tokens.size(); ++k) {
+        if (tokens[k] >= 0) continue;
+        rows[k].resize(static_cast<size_t>(vocab));
+        copy_to_host(rows[k].data(), logits + static_cast<int64_t>(logit_rows[k]) * vocab, rows[k].size() * sizeof(float), s);
+        any = true;
+    }
+    if (any) synchronize_stream(s);
+    return rows;
 }
 
 size_t DeviceDraws::workspace_need(int64_t draws, int64_t vocab) const {
