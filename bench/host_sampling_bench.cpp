@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
-    std::vector<Workload> loads(6);
+    std::vector<Workload> loads(7);
     loads[0].name = "temperature 0.8";
     loads[0].params.temperature = 0.8;
     loads[1].name = "temperature 0.8, logprobs 5";
@@ -73,6 +73,9 @@ int main(int argc, char** argv) {
     loads[5].name = "temperature 0.8, top_k 50";
     loads[5].params.temperature = 0.8;
     loads[5].params.top_k = 50;
+    loads[6].name = "temperature 3.0, top_p 0.95 (flat: most ids kept)";
+    loads[6].params.temperature = 3.0;
+    loads[6].params.top_p = 0.95;
     const int64_t max_rows = *std::max_element(row_counts.begin(), row_counts.end());
     std::mt19937 rng(1);
     std::normal_distribution<float> n(0.0f, 3.0f);

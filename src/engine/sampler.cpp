@@ -155,7 +155,7 @@ Distribution sampling_distribution(std::span<const float> l, const SamplingParam
     } else {
         // Every id a candidate: the normalizer over all of them in the blocked id order (model/draft_sampling.h,
         // on the CPU's threads from 16K ids), then only as long a prefix of the (logit desc, id asc) order as
-        // top-p and min-p keep: sorted by partial sorts of growing length instead of sorting every id.
+        // top-p and min-p keep: sorted by partial sorts of growing length instead of sorting every id first.
         const double mx = *std::max_element(l.begin(), l.end());
         const int64_t nb = draft_sum_blocks(V);
         std::vector<double> parts(size_t(nb), 0.0);
@@ -173,8 +173,17 @@ Distribution sampling_distribution(std::span<const float> l, const SamplingParam
         double cum = 0;
         bool done = false;
         n = size_t(V);
-        for (size_t m = std::min<size_t>(256, size_t(V)); !done; m = std::min(size_t(V), m * 4)) {
-            std::partial_sort(cand.begin() + std::ptrdiff_t(sorted), cand.begin() + std::ptrdiff_t(m), cand.end(), by_logit);
+        // 256 ids, then 4,096, then the rest in one sort; straight to the rest when the first 256 ids hold
+        // under a sixteenth of top-p's mass (a flat distribution keeps most of the vocabulary: one sort then).
+        auto next = [&](size_t m) {
+            const bool flat = p.top_p < 1.0 && cum * 16 < p.top_p;
+            return m >= 4096 || flat ? size_t(V) : std::min(size_t(V), m * 16);
+        };
+        for (size_t m = std::min<size_t>(256, size_t(V)); !done; m = next(m)) {
+            if (m == size_t(V))
+                std::sort(cand.begin() + std::ptrdiff_t(sorted), cand.end(), by_logit);
+            else
+                std::partial_sort(cand.begin() + std::ptrdiff_t(sorted), cand.begin() + std::ptrdiff_t(m), cand.end(), by_logit);
             for (; sorted < m && !done; ++sorted) {
                 prob.push_back(prob_of(cand[sorted]));
                 if (p.top_p < 1.0) {

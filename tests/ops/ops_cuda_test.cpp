@@ -1120,11 +1120,15 @@ std::vector<int32_t> device_sample(const std::vector<float>& logits, int64_t V, 
     Dev<double> dscratch(static_cast<size_t>(n * V)), dparts(static_cast<size_t>(cuda::sample_parts(n, V)));
     Dev<int32_t> didx(static_cast<size_t>(n * cuda::kMaxSampleTopK)), dtok(static_cast<size_t>(n));
     Dev<uint8_t> dacc(static_cast<size_t>(n));
-    bool verify = false;
-    for (const cuda::SampleRow& r : rows) verify = verify || r.draft >= 0;
+    bool verify = false, nucleus = false;
+    for (const cuda::SampleRow& r : rows) {
+        verify = verify || r.draft >= 0;
+        nucleus = nucleus || cuda::sample_nucleus_row(r);
+    }
     cuda::sample({.logits = dl.ptr(), .rows = n, .vocab = V, .logit_row = row_of ? drow_of.ptr() : nullptr,
                   .row = drow.ptr(), .scratch = dscratch.ptr(), .parts = dparts.ptr(), .index_scratch = didx.ptr(),
-                  .tokens = dtok.ptr(), .accepted = accepted ? dacc.ptr() : nullptr, .verify_rows = verify},
+                  .tokens = dtok.ptr(), .accepted = accepted ? dacc.ptr() : nullptr, .verify_rows = verify,
+                  .nucleus_rows = nucleus},
                  Stream{});
     if (accepted) *accepted = dacc.host(static_cast<size_t>(n));
     return dtok.host(static_cast<size_t>(n));
