@@ -235,7 +235,8 @@ void aggregate(BatchRunSummary& s, Communicator& comm, int64_t num_speculative_t
     std::vector<int64_t> sums = {s.completed, s.errors, s.prompt_tokens, s.completion_tokens, m.steps, m.prompt_tokens,
                                  m.prefix_cache_hit_tokens, m.generated_tokens, m.preemptions, m.spec_steps,
                                  m.spec_verify_steps, m.spec_draft_tokens, m.spec_accepted_tokens, m.spec_verify_tokens,
-                                 m.spec_budget_sum, m.spec_plain_steps, m.prefix_cache_entries};
+                                 m.spec_budget_sum, m.spec_plain_steps, m.prefix_cache_entries, m.device_sampled_tokens,
+                                 m.device_verified_rows};
     const size_t k = size_t(std::max<int64_t>(0, num_speculative_tokens));
     m.spec_position_verified.resize(k, 0);
     m.spec_position_accepted.resize(k, 0);
@@ -246,7 +247,8 @@ void aggregate(BatchRunSummary& s, Communicator& comm, int64_t num_speculative_t
     for (int64_t* f : {&s.completed, &s.errors, &s.prompt_tokens, &s.completion_tokens, &m.steps, &m.prompt_tokens,
                        &m.prefix_cache_hit_tokens, &m.generated_tokens, &m.preemptions, &m.spec_steps,
                        &m.spec_verify_steps, &m.spec_draft_tokens, &m.spec_accepted_tokens, &m.spec_verify_tokens,
-                       &m.spec_budget_sum, &m.spec_plain_steps, &m.prefix_cache_entries})
+                       &m.spec_budget_sum, &m.spec_plain_steps, &m.prefix_cache_entries, &m.device_sampled_tokens,
+                       &m.device_verified_rows})
         *f = sums[i++];
     for (size_t p = 0; p < k; ++p) m.spec_position_verified[p] = sums[i++];
     for (size_t p = 0; p < k; ++p) m.spec_position_accepted[p] = sums[i++];

@@ -20,6 +20,7 @@
 #include <random>
 
 #include "deepinfer/drafter.h"
+#include "engine/speculative/report.h"
 #include "deepinfer/embedded.h"
 #include "deepinfer/grammar.h"
 #include "deepinfer/parallel.h"
@@ -86,6 +87,27 @@ using test::run;
 using test::RunResult;
 
 EngineConfig spec_config(int64_t k, bool scheduler) { return test::spec_config(k, scheduler, "mtp", 32); }
+
+// The run summary's speculative line: the acceptance figures, and the rows decided on the device only when
+// there were some.
+TEST(SpeculativeEngine, SummaryNamesTheRowsVerifiedOnTheDevice) {
+    EngineMetrics m;
+    EXPECT_EQ(speculative_summary(m), "");  // no speculative step
+    m.spec_steps = 4;
+    m.spec_verify_steps = 4;
+    m.spec_draft_tokens = 12;
+    m.spec_accepted_tokens = 9;
+    m.spec_verify_tokens = 16;
+    m.spec_position_verified = {4, 4, 4};
+    m.spec_position_accepted = {4, 3, 2};
+    const std::string host = speculative_summary(m);
+    EXPECT_NE(host.find("9 of 12 drafts accepted"), std::string::npos) << host;
+    EXPECT_NE(host.find("acceptance by position 1.00/0.75/0.50"), std::string::npos) << host;
+    EXPECT_EQ(host.find("on the device"), std::string::npos) << host;
+    m.device_verified_rows = 13;
+    const std::string dev = speculative_summary(m);
+    EXPECT_NE(dev.find("13 verify rows decided on the device"), std::string::npos) << dev;
+}
 
 TEST(SpeculativeEngine, ModelHasTheMtpDrafter) {
     ASSERT_NE(mtp_model()->drafter(), nullptr);

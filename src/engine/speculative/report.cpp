@@ -27,7 +27,12 @@ std::string speculative_summary(const EngineMetrics& m) {
                   m.mean_accepted_length(), (long long)m.spec_accepted_tokens, (long long)m.spec_draft_tokens,
                   acc.c_str(), double(m.spec_verify_tokens) / double(m.spec_steps),
                   double(m.spec_budget_sum) / double(m.spec_steps), (long long)m.spec_plain_steps, cal.c_str(), m.draft_seconds, m.forward_seconds);
-    return buf;
+    std::string out = buf;
+    if (m.device_verified_rows > 0) {
+        std::snprintf(buf, sizeof buf, ", %lld verify rows decided on the device", (long long)m.device_verified_rows);
+        out += buf;
+    }
+    return out;
 }
 
 }  // namespace deepinfer
