@@ -211,8 +211,8 @@ std::vector<Completion*> Engine::Impl::sample_and_account(Plan& plan) {
             if (plan.items[i].draw >= 0) {  // decided on the device: row j's token and its test's outcome
                 const size_t at = static_cast<size_t>(plan.items[i].draw);
                 for (int64_t j = 0; j <= plan.items[i].drafts; ++j) {
-                    const bool accepted = j < plan.items[i].drafts && outputs.accepted[at + size_t(j)] != 0;
-                    verdicts[i].rows.push_back({.accepted = accepted, .token = outputs.tokens[at + size_t(j)], .logprob = {}});
+                    const bool accepted = j < plan.items[i].drafts && outputs.accepted.at(at + size_t(j)) != 0;
+                    verdicts[i].rows.push_back({.accepted = accepted, .token = outputs.tokens.at(at + size_t(j)), .logprob = {}});
                     verdicts[i].dead_end.push_back(0);
                     if (!accepted) break;
                 }
