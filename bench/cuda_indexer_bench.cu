@@ -111,8 +111,10 @@ FILE* g_out = nullptr;
 int g_reps = 10;
 bool g_ok = true;
 
-double time_ms(const cuda::IndexerParams& p) {
-    for (int i = 0; i < 2; ++i) cuda::indexer_topk(p, cuda::Stream{});
+// Median milliseconds of g_reps timed launches of `launch` (after two warm-up launches), CUDA events around each.
+template <class Launch>
+double median_ms(const Launch& launch) {
+    for (int i = 0; i < 2; ++i) launch();
     CK(cudaDeviceSynchronize());
     std::vector<float> t;
     cudaEvent_t a, b;
@@ -120,7 +122,7 @@ double time_ms(const cuda::IndexerParams& p) {
     CK(cudaEventCreate(&b));
     for (int i = 0; i < g_reps; ++i) {
         CK(cudaEventRecord(a));
-        cuda::indexer_topk(p, cuda::Stream{});
+        launch();
         CK(cudaEventRecord(b));
         CK(cudaEventSynchronize(b));
         float ms = 0;
@@ -131,6 +133,10 @@ double time_ms(const cuda::IndexerParams& p) {
     CK(cudaEventDestroy(b));
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
+}
+
+double time_ms(const cuda::IndexerParams& p) {
+    return median_ms([&] { cuda::indexer_topk(p, cuda::Stream{}); });
 }
 
 void run_problem(const Problem& pr, const std::vector<Variant>& variants, const std::vector<int64_t>& visible) {
@@ -180,25 +186,7 @@ void run_problem(const Problem& pr, const std::vector<Variant>& variants, const 
 }
 
 double time_topk_ms(const cuda::TopkParams& p) {
-    for (int i = 0; i < 2; ++i) cuda::topk(p, cuda::Stream{});
-    CK(cudaDeviceSynchronize());
-    std::vector<float> t;
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    for (int i = 0; i < g_reps; ++i) {
-        CK(cudaEventRecord(a));
-        cuda::topk(p, cuda::Stream{});
-        CK(cudaEventRecord(b));
-        CK(cudaEventSynchronize(b));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms);
-    }
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return median_ms([&] { cuda::topk(p, cuda::Stream{}); });
 }
 
 // The top-k alone over rows of `scores` (ld floats apart, lengths[r] long) in every variant; picks compared
