@@ -87,6 +87,26 @@ __device__ inline bool sample_blocked(const SampleRow& row) { return row.tempera
 __device__ inline bool sample_nucleus(const SampleRow& row) {
     return sample_blocked(row) && (row.top_p < 1.0 || row.min_p > 0.0);
 }
+// A verify row's residual weight of id `id` whose weight in p is `*weight` of `total`: max(*weight / total -
+// q(id), 0) (verify_row's arithmetic; q one-hot on the draft without a distribution; the weight is read
+// after q, as the kernels did before they shared this).
+__device__ inline double residual_weight(const double* weight, double total, const SampleRow& row, int64_t id) {
+    const double q = row.q ? static_cast<double>(row.q[id]) : (id == row.draft ? 1.0 : 0.0);
+    const double x = *weight / total - q;
+    return x < 0.0 ? 0.0 : x;
+}
+// The inverse CDF over n candidates in their order (sampler.cpp's draw of a truncated distribution): the
+// first whose weight exceeds what is left of u, else the last.
+template <class Weight>
+__device__ inline int64_t candidate_walk(const Weight& weight, int64_t n, double u) {
+    int64_t pick = 0;
+    for (; pick + 1 < n; ++pick) {
+        const double w = weight(pick);
+        if (u < w) break;
+        u -= w;
+    }
+    return pick;
+}
 __device__ inline const float* sample_logits(const SampleParams& p, int64_t r) {
     return p.logits + (p.logit_row ? static_cast<int64_t>(p.logit_row[r]) : r) * p.vocab;
 }
@@ -135,11 +155,9 @@ static __global__ void __launch_bounds__(32 * kDraftWarps) sample_block_sums_ker
     if (threadIdx.x % 32 == 0) p.parts[r * kSampleParts * nb + 2 * nb + b] = s;
 }
 
-// The residual weight of id v of a verify row: max(w_v / total - q(v), 0) (verify_row's arithmetic).
+// The residual weight of id v of an untruncated verify row (weights w in id order).
 __device__ inline double verify_residual(const double* w, double total, const SampleRow& row, int64_t v) {
-    const double q = row.q ? static_cast<double>(row.q[v]) : (v == row.draft ? 1.0 : 0.0);
-    const double x = w[v] / total - q;
-    return x < 0.0 ? 0.0 : x;
+    return residual_weight(w + v, total, row, v);
 }
 
 // grid (ceil(blocks / kDraftWarps), rows), block 32 * kDraftWarps: untruncated verify rows, each block of
@@ -331,35 +349,18 @@ static __global__ void __launch_bounds__(kTopkThreads) sample_kernel(const __gri
         }
         // ... else the residual max(p - q, 0) over the candidates in their order, one sum, its zero tail
         // trimmed (recomputed for the walk: the same values); no mass left: p itself.
-        auto residual = [&](int64_t i) {
-            const double q = row.q ? static_cast<double>(row.q[cand[i]]) : (cand[i] == row.draft ? 1.0 : 0.0);
-            const double x = prob[i] / total - q;
-            return x < 0.0 ? 0.0 : x;
-        };
+        auto residual = [&](int64_t i) { return residual_weight(prob + i, total, row, cand[i]); };
         double rt = 0;
         for (int64_t i = 0; i < n; ++i) rt += residual(i);
         if (rt > 0) {
             int64_t m = n;
             while (m > 1 && residual(m - 1) == 0) --m;
-            double u = u_draw * rt;
-            int64_t pick = 0;
-            for (; pick + 1 < m; ++pick) {
-                const double w = residual(pick);
-                if (u < w) break;
-                u -= w;
-            }
-            p.tokens[r] = cand[pick];
+            p.tokens[r] = cand[candidate_walk(residual, m, u_draw * rt)];
             if (p.accepted) p.accepted[r] = 0;
             return;
         }
     }
-    double u = u_draw * total;
-    int64_t pick = 0;
-    for (; pick + 1 < n; ++pick) {
-        if (u < prob[pick]) break;
-        u -= prob[pick];
-    }
-    p.tokens[r] = cand[pick];
+    p.tokens[r] = cand[candidate_walk([&](int64_t i) { return prob[i]; }, n, u_draw * total)];
     if (p.accepted) p.accepted[r] = 0;
 }
 
@@ -439,12 +440,8 @@ static __global__ void __launch_bounds__(kTopkThreads) sample_nucleus_kernel(con
     while (n > 1 && prob_sh[n - 1] == 0) --n;
     double total = 0;
     for (int64_t i = 0; i < n; ++i) total += prob_sh[i];
-    double u = counter_uniform(row.seed, row.stream, row.counter) * total;
-    int64_t pick = 0;
-    for (; pick + 1 < n; ++pick) {
-        if (u < prob_sh[pick]) break;
-        u -= prob_sh[pick];
-    }
+    const int64_t pick = candidate_walk([&](int64_t i) { return prob_sh[i]; }, n,
+                                        counter_uniform(row.seed, row.stream, row.counter) * total);
     p.tokens[r] = cand[pick];
     if (p.accepted) p.accepted[r] = 0;
 }
