@@ -106,6 +106,30 @@ double Distribution::prob(int32_t token) const {
 // Vocabularies from this size sample their untruncated distributions on the CPU's threads.
 constexpr int64_t kParallelSampleVocab = 16384;
 
+namespace {
+// The weights exp((l - mx) / T) (times 1 / T: the device's arithmetic) summed in blocks of kDraftSumBlock
+// ids (model/draft_sampling.h's order, which the device sampler sums across the GPU): each block in id order
+// into parts[b], on the CPU's threads at a real vocabulary (V4: 253 blocks); `weight` (null: not kept)
+// receives every weight. Returns the blocks' sums added in block order: draft_blocked_sum's bits.
+double blocked_weight_sum(std::span<const float> l, double mx, double inv_t, double* weight, std::vector<double>& parts) {
+    const int64_t V = static_cast<int64_t>(l.size()), nb = draft_sum_blocks(V);
+    parts.assign(size_t(nb), 0.0);
+#pragma omp parallel for schedule(static) if (V >= kParallelSampleVocab)
+    for (int64_t b = 0; b < nb; ++b) {
+        double s = 0;
+        for (int64_t v = b * kDraftSumBlock; v < std::min(V, (b + 1) * kDraftSumBlock); ++v) {
+            const double w = std::exp((double(l[size_t(v)]) - mx) * inv_t);
+            if (weight) weight[v] = w;
+            s += w;
+        }
+        parts[size_t(b)] = s;
+    }
+    double total = 0;
+    for (double x : parts) total += x;
+    return total;
+}
+}  // namespace
+
 Distribution sampling_distribution(std::span<const float> l, const SamplingParams& p) {
     const int64_t V = static_cast<int64_t>(l.size());
     Distribution d;
@@ -117,22 +141,9 @@ Distribution sampling_distribution(std::span<const float> l, const SamplingParam
     }
     const double inv_t = 1.0 / p.temperature;
     if (p.top_k == 0 && p.top_p >= 1.0 && p.min_p <= 0.0) {
-        // Untruncated: no sort; the total in blocks of ids (model/draft_sampling.h's order, which the
-        // device sampler sums across the GPU), the draw by the blocked inverse CDF (draw()).
-        // The blocks are independent: at a real vocabulary (V4: 253 blocks) they run on the CPU's threads,
-        // each in id order, and the total adds their sums in block order: draft_blocked_sum's bits.
-        const double mx = *std::max_element(l.begin(), l.end());
-        const int64_t nb = draft_sum_blocks(V);
+        // Untruncated: no sort; the total in blocks of ids, the draw by the blocked inverse CDF (draw()).
         d.weight.resize(l.size());
-        d.parts.assign(size_t(nb), 0.0);
-#pragma omp parallel for schedule(static) if (V >= kParallelSampleVocab)
-        for (int64_t b = 0; b < nb; ++b) {
-            double s = 0;
-            for (int64_t v = b * kDraftSumBlock; v < std::min(V, (b + 1) * kDraftSumBlock); ++v)
-                s += (d.weight[size_t(v)] = std::exp((double(l[size_t(v)]) - mx) * inv_t));
-            d.parts[size_t(b)] = s;
-        }
-        for (double s : d.parts) d.total += s;
+        d.total = blocked_weight_sum(l, *std::max_element(l.begin(), l.end()), inv_t, d.weight.data(), d.parts);
         return d;
     }
     std::vector<int32_t> cand(static_cast<size_t>(V));
@@ -157,17 +168,8 @@ Distribution sampling_distribution(std::span<const float> l, const SamplingParam
         // on the CPU's threads from 16K ids), then only as long a prefix of the (logit desc, id asc) order as
         // top-p and min-p keep: sorted by partial sorts of growing length instead of sorting every id first.
         const double mx = *std::max_element(l.begin(), l.end());
-        const int64_t nb = draft_sum_blocks(V);
-        std::vector<double> parts(size_t(nb), 0.0);
-#pragma omp parallel for schedule(static) if (V >= kParallelSampleVocab)
-        for (int64_t b = 0; b < nb; ++b) {
-            double sum = 0;
-            for (int64_t v = b * kDraftSumBlock; v < std::min(V, (b + 1) * kDraftSumBlock); ++v)
-                sum += std::exp((double(l[size_t(v)]) - mx) * inv_t);
-            parts[size_t(b)] = sum;
-        }
-        double den = 0;
-        for (double x : parts) den += x;
+        std::vector<double> parts;
+        const double den = blocked_weight_sum(l, mx, inv_t, nullptr, parts);
         auto prob_of = [&](int32_t id) { return std::exp((double(l[size_t(id)]) - mx) * inv_t) / den; };
         size_t sorted = 0;
         double cum = 0;
