@@ -69,8 +69,8 @@ struct EngineConfig {
     bool async_scheduling = false;
     // Sample on the model's device when it can (GPU backends, Model::can_sample_on_device): only token
     // ids cross to the host. Requests it cannot serve (logit bias, penalties, logprobs, structured
-    // output, speculative verification, modes the device sampler lacks) are sampled on the host from
-    // logits. The tokens are the same either way.
+    // output) are sampled on the host from logits, and so are draws it hands back (top-p / min-p keeping
+    // more ids than it sorts). The tokens are the same either way.
     bool device_sampling = true;
     // With device_sampling: speculative verify rows that the device sampler serves (greedy, temperature
     // alone, or top-k <= 1024 with top-p/min-p inside; token-wise verification) are verified on the device, reading sampled
