@@ -16,6 +16,9 @@
 // branches are zeroed the same way, h_proj = 0, e_proj = identity (+ `--noise` x a random matrix),
 // and it shares the target's hc_head and final norm, so its prediction for token i+2 from token i+1
 // is (nearly) the target's. All layers still run at full cost: only the weights' values are special.
+// --formats bf16 (default): bf16 linears and experts; published: FP8 linears (128 x 128 ue8m0 blocks) and FP4
+// experts as in the real checkpoints (the fast GEMMs' formats on a GPU): zeroed tensors stay zero and e_proj's
+// identity is written as FP8 (exact at --noise 0), so the drafters agree as with bf16.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -62,7 +65,8 @@ std::string config_json(int64_t hidden, int64_t layers, int64_t vocab) {
     return c.dump(2);
 }
 
-// Overwrites tensors of a safetensors file in place (bf16 tensors only).
+// Overwrites tensors of a safetensors file in place: bf16 tensors, and FP8 block-scaled linears (the published
+// format: e4m3 codes and a ue8m0 scale per 128 x 128 block in `<name>.scale`); zeroes a tensor of any format.
 class Patcher {
 public:
     explicit Patcher(const std::string& path) : file_(path), out_(path, std::ios::in | std::ios::out | std::ios::binary) {
@@ -75,17 +79,19 @@ public:
     di::Shape shape(const std::string& name) const { return file_.find(name)->shape; }
     void write(const std::string& name, const std::vector<float>& values) {
         const di::SafetensorsTensorInfo* t = file_.find(name);
+        if (t && t->dtype == di::DType::kF8E4M3 && name.ends_with(".weight")) return write_fp8(*t, name, values);
         if (!t || t->dtype != di::DType::kBF16 || int64_t(values.size()) * 2 != int64_t(t->end - t->begin))
             throw std::runtime_error("cannot patch " + name);
         std::vector<uint16_t> bits(values.size());
         for (size_t i = 0; i < values.size(); ++i) bits[i] = di::f32_to_bf16(values[i]);
-        out_.seekp(static_cast<std::streamoff>(data_ + t->begin));
-        out_.write(reinterpret_cast<const char*>(bits.data()), static_cast<std::streamsize>(bits.size() * 2));
+        put(*t, bits.data(), bits.size() * 2);
     }
+    // Zero bytes are +0 in bf16, e4m3 and packed e2m1 alike (whatever the scales).
     void zero(const std::string& name) {
         const di::SafetensorsTensorInfo* t = file_.find(name);
         if (!t) throw std::runtime_error("no tensor " + name);
-        write(name, std::vector<float>((t->end - t->begin) / 2, 0.0f));
+        const std::vector<char> zeros(t->end - t->begin, 0);
+        put(*t, zeros.data(), zeros.size());
     }
     void copy(const std::string& from, const std::string& to) {
         const di::SafetensorsTensorInfo* a = file_.find(from);
@@ -98,17 +104,48 @@ public:
     }
 
 private:
+    void put(const di::SafetensorsTensorInfo& t, const void* bytes, size_t n) {
+        if (n != size_t(t.end - t.begin)) throw std::runtime_error("patch size mismatch");
+        out_.seekp(static_cast<std::streamoff>(data_ + t.begin));
+        out_.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(n));
+    }
+    // Per 128 x 128 block: the ue8m0 scale 2^k with k = ceil(log2(amax / 448)), the codes e4m3(v / 2^k).
+    void write_fp8(const di::SafetensorsTensorInfo& t, const std::string& name, const std::vector<float>& v) {
+        const std::string scale_name = name.substr(0, name.size() - 7) + ".scale";
+        const di::SafetensorsTensorInfo* st = file_.find(scale_name);
+        const int64_t rows = t.shape[0], cols = t.shape[1], br = (rows + 127) / 128, bc = (cols + 127) / 128;
+        if (!st || int64_t(st->end - st->begin) != br * bc || int64_t(v.size()) != rows * cols)
+            throw std::runtime_error("cannot patch " + name + " as FP8 with 128 x 128 scales");
+        std::vector<uint8_t> codes(v.size()), scales(size_t(br * bc));
+        for (int64_t bi = 0; bi < br; ++bi)
+            for (int64_t bj = 0; bj < bc; ++bj) {
+                float amax = 0;
+                for (int64_t r = bi * 128; r < std::min(rows, bi * 128 + 128); ++r)
+                    for (int64_t c = bj * 128; c < std::min(cols, bj * 128 + 128); ++c) amax = std::max(amax, std::fabs(v[size_t(r * cols + c)]));
+                const int k = amax > 0 ? di::ceil_log2_bits(amax / 448.0f) : 0;
+                scales[size_t(bi * bc + bj)] = di::e8m0_from_exponent(k);
+                for (int64_t r = bi * 128; r < std::min(rows, bi * 128 + 128); ++r)
+                    for (int64_t c = bj * 128; c < std::min(cols, bj * 128 + 128); ++c)
+                        codes[size_t(r * cols + c)] = di::f32_to_e4m3_satfinite(std::ldexp(v[size_t(r * cols + c)], -k));
+            }
+        put(t, codes.data(), codes.size());
+        put(*st, scales.data(), scales.size());
+    }
+
     di::SafetensorsFile file_;
     std::fstream out_;
     uint64_t data_ = 0;
 };
 
-void write_agreeing_model(const std::string& dir, int64_t hidden, int64_t layers, int64_t vocab, double noise) {
+// The checkpoint formats (--formats): bf16 linears and experts, or the published FP8 linears (128 x 128
+// blocks) and FP4 experts (the fast GEMMs' formats: the experts' cost at verify rows as in the real model).
+void set_formats(di::SyntheticCheckpointOptions& o, bool published) { o.fp8_linears = o.fp4_experts = published; }
+
+void write_agreeing_model(const std::string& dir, int64_t hidden, int64_t layers, int64_t vocab, double noise, bool published) {
     std::filesystem::create_directories(dir);
     di::SyntheticCheckpointOptions o;
     o.seed = 3;
-    o.fp8_linears = false;
-    o.fp4_experts = false;
+    set_formats(o, published);
     di::write_synthetic_checkpoint(dir, config_json(hidden, layers, vocab), o);
     Patcher p(dir + "/model.safetensors");
     auto zero_branches = [&](const std::string& prefix) {
@@ -132,7 +169,7 @@ void write_agreeing_model(const std::string& dir, int64_t hidden, int64_t layers
     for (const char* t : {"hc_head_fn", "hc_head_base", "hc_head_scale"}) p.copy(t, std::string("mtp.0.") + t);
 }
 
-void write_agreeing_v4_dspark_model(const std::string& dir, int64_t hidden, int64_t layers, int64_t vocab, double noise) {
+void write_agreeing_v4_dspark_model(const std::string& dir, int64_t hidden, int64_t layers, int64_t vocab, double noise, bool published) {
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     nlohmann::json c = nlohmann::json::parse(config_json(hidden, layers, vocab));
@@ -141,8 +178,7 @@ void write_agreeing_v4_dspark_model(const std::string& dir, int64_t hidden, int6
     c["dspark_markov_rank"] = hidden;
     di::SyntheticCheckpointOptions o;
     o.seed = 3;
-    o.fp8_linears = false;
-    o.fp4_experts = false;
+    set_formats(o, published);
     o.dspark_stages = 3;
     di::write_synthetic_checkpoint(dir, c.dump(2), o);
     di::make_v4_dspark_agree_with_target(dir, noise);
@@ -198,13 +234,12 @@ std::string v41_config_json(int64_t hidden, int64_t layers, int64_t vocab) {
     return j.dump(2);
 }
 
-void write_agreeing_v41_model(const std::string& dir, int64_t hidden, int64_t layers, int64_t vocab, double noise) {
+void write_agreeing_v41_model(const std::string& dir, int64_t hidden, int64_t layers, int64_t vocab, double noise, bool published) {
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     di::SyntheticCheckpointOptions o;
     o.seed = 3;
-    o.fp8_linears = false;
-    o.fp4_experts = false;
+    set_formats(o, published);
     di::write_synthetic_v41_checkpoint(dir, v41_config_json(hidden, layers, vocab), o);
     di::make_dspark_agree_with_target(dir, noise);
 }
@@ -239,21 +274,23 @@ int main(int argc, char** argv) {
                                             {"--temperature", "0"}, {"--repeat", "1"}, {"--arms", "none,fixed,scheduler"},
                                             {"--tokenizer", "assets/tokenizer/deepseek-v4/tokenizer.json"}, {"--threads", "0"},
                                             {"--device", "cpu"}, {"--async", "0"}, {"--warmup", "0"}, {"--gemm", "reference"}, {"--max-batch-tokens", "4096"},
-                                            {"--verify-graphs", "1"}, {"--top-p", "1"}, {"--host-sampling", "0"},
+                                            {"--verify-graphs", "1"}, {"--top-p", "1"}, {"--host-sampling", "0"}, {"--formats", "bf16"},
                                             {"--dir", (std::filesystem::temp_directory_path() / "deepinfer-spec-bench").string()}};
     for (int i = 1; i + 1 < argc; i += 2) a[argv[i]] = argv[i + 1];
     const int64_t hidden = std::stoll(a["--hidden"]), layers = std::stoll(a["--layers"]), vocab = std::stoll(a["--vocab"]);
     const bool v41 = a["--family"] == "v41", v4_dspark = a["--family"] == "v4-dspark";
+    if (a["--formats"] != "bf16" && a["--formats"] != "published") throw std::runtime_error("--formats must be bf16 or published");
+    const bool published = a["--formats"] == "published";
     if (std::stoi(a["--threads"]) > 0) di::set_cpu_num_threads(std::stoi(a["--threads"]));
     if (!v41 && !v4_dspark && a["--family"] != "v4") throw std::runtime_error("--family must be v4, v4-dspark or v41");
     di::ModelOptions mo;
     if (v41) {
-        write_agreeing_v41_model(a["--dir"], hidden, layers, vocab, std::stod(a["--noise"]));
+        write_agreeing_v41_model(a["--dir"], hidden, layers, vocab, std::stod(a["--noise"]), published);
         mo.tokenizer_json = a["--tokenizer"];  // the Engram token map (bf16 weights: exact numerics)
     } else if (v4_dspark) {
-        write_agreeing_v4_dspark_model(a["--dir"], hidden, layers, vocab, std::stod(a["--noise"]));
+        write_agreeing_v4_dspark_model(a["--dir"], hidden, layers, vocab, std::stod(a["--noise"]), published);
     } else {
-        write_agreeing_model(a["--dir"], hidden, layers, vocab, std::stod(a["--noise"]));
+        write_agreeing_model(a["--dir"], hidden, layers, vocab, std::stod(a["--noise"]), published);
         mo.numerics_from_checkpoint = false;
         mo.numerics = di::Numerics::kExact;
     }
@@ -338,7 +375,7 @@ int main(int argc, char** argv) {
                                     {"device_verified_rows", m.device_verified_rows}, {"device_sampled_tokens", m.device_sampled_tokens},
                                     {"top_p", sp.top_p}, {"host_sampling", !ec.device_sampling},
                                     {"forward_s", m.forward_seconds}, {"draft_s", m.draft_seconds},
-                                    {"threads", di::cpu_num_threads()}, {"device", a["--device"]}, {"gemm", a["--gemm"]},
+                                    {"threads", di::cpu_num_threads()}, {"device", a["--device"]}, {"gemm", a["--gemm"]}, {"formats", a["--formats"]},
                                     {"verify_graphs", mo.cuda_verify_graphs},
                                     {"async", ec.async_scheduling}};
                 if (round < 0) {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The agreeing-drafter rewrite (model/dspark_agree.h), in place on a bf16 safetensors file.
+// The agreeing-drafter rewrite (model/dspark_agree.h), in place on a safetensors file: bf16 or the published
+// formats (FP8 linears, FP4 experts: only zeroed; the tensors rewritten with values are bf16 in both).
 #include "model/dspark_agree.h"
 
 #include <cmath>
@@ -28,7 +29,7 @@ public:
     const SafetensorsTensorInfo& info(const std::string& name) const {
         const SafetensorsTensorInfo* t = file_.find(name);
         DI_CHECK(t != nullptr && t->dtype == DType::kBF16, "make_dspark_agree: tensor ", name,
-                 " is missing or not bf16 (write the checkpoint with bf16 linears and experts)");
+                 " is missing or not bf16");
         return *t;
     }
     std::vector<float> read(const std::string& name) const {
@@ -46,7 +47,17 @@ public:
         out_.seekp(static_cast<std::streamoff>(data_ + t.begin));
         out_.write(reinterpret_cast<const char*>(bits.data()), static_cast<std::streamsize>(bits.size() * 2));
     }
-    void zero(const std::string& name) { write(name, std::vector<float>((info(name).end - info(name).begin) / 2, 0.0f)); }
+    // Zero bytes are +0 in every format of these checkpoints (bf16, FP8 e4m3 codes, packed FP4 e2m1 codes):
+    // a zeroed FP8/FP4 tensor is zero whatever its scales.
+    void zero(const std::string& name) {
+        const SafetensorsTensorInfo* t = file_.find(name);
+        DI_CHECK(t != nullptr, "make_dspark_agree: tensor ", name, " is missing");
+        DI_CHECK(t->dtype == DType::kBF16 || t->dtype == DType::kF8E4M3 || t->dtype == DType::kI8, "make_dspark_agree: ",
+                 name, " is neither bf16, FP8 nor packed FP4");
+        const std::vector<char> zeros(t->end - t->begin, 0);
+        out_.seekp(static_cast<std::streamoff>(data_ + t->begin));
+        out_.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
+    }
 
 private:
     SafetensorsFile file_;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Rewrites a random bf16 checkpoint with a DSpark drafter so that the drafter agrees with the target
+// Rewrites a random checkpoint (bf16, or the published FP8 linears and FP4 experts) with a DSpark drafter so that the drafter agrees with the target
 // (benchmarks and tests of speculative decoding; every layer still runs at full cost). Shared by the
 // V4.1 (include/deepinfer/synthetic_v41.h) and V4-Flash-0731 (include/deepinfer/synthetic.h) builders,
 // which name the tensors:

@@ -493,6 +493,32 @@ TEST(DSparkReplay, BoundedReplayPrefillFeedsTheDrafter) {
 INSTANTIATE_TEST_SUITE_P(SpeculativeEngine, DSpark, ::testing::Values(true, false),
                          [](const auto& p) { return p.param ? "official" : "exact"; });
 
+// The agreeing rewrite of a checkpoint in the published formats (FP8 linears, FP4 experts: zeroed branches
+// stay exactly zero), as spec_bench --formats published writes it: the drafter agrees as with bf16.
+TEST(DSparkAgreeing, PublishedFormatsAgreeToo) {
+    const OneThread one_thread;
+    const std::string dir = temp_dir("agree_published");
+    nlohmann::ordered_json j = tiny_published_config();
+    j.erase("vision_config");
+    j["text_config"]["dspark_markov_rank"] = j["text_config"]["hidden_size"];
+    SyntheticCheckpointOptions o;
+    o.seed = 23;
+    o.fp8_linears = o.fp4_experts = true;
+    write_synthetic_v41_checkpoint(dir, j.dump(2), o);
+    make_dspark_agree_with_target(dir);
+    const std::shared_ptr<const Model> model(Model::load(dir, options()));
+    std::filesystem::remove_all(dir);
+    EXPECT_EQ(model->numerics(), Numerics::kOfficial);
+    const int64_t V = model->info().vocab_size;
+    std::mt19937 rng(41);
+    Requests reqs;
+    for (int i = 0; i < 3; ++i) reqs.emplace_back("r" + std::to_string(i), random_prompt(rng, 6 + 5 * i, V), greedy(16));
+    const RunResult plain = run(model, {}, reqs), spec = run(model, spec_config(5, false), reqs);
+    expect_same_outputs(plain, spec, reqs, "published agreeing");
+    EXPECT_GT(spec.metrics.spec_draft_tokens, 0);
+    EXPECT_GT(spec.metrics.spec_accepted_tokens, 0.9 * double(spec.metrics.spec_draft_tokens));
+}
+
 TEST(DSparkAgreeing, NearlyEveryDraftIsAccepted) {
     const OneThread one_thread;
     const auto model = agreeing_model();

@@ -218,7 +218,7 @@ std::vector<Draft> CudaModel::dspark_draft(std::span<const DraftRequest> request
                                 .anchors = d_anchor, .temperature = d_temp, .sampled = d_sampled, .uniforms = d_unif,
                                 .active = active, .requests = Rs, .block = G, .vocab = V, .hidden = D, .rank = rank,
                                 .host_out = hb.out, .device_probs = hb.device_probs,
-                                .host_probs = hb.host_probs};
+                                .host_probs = hb.host_probs, .fast = fast_};
     dspark_markov_draft(mp, *workspace_, s);
     };
     if (shape.graph)
@@ -257,8 +257,7 @@ size_t CudaModel::dspark_workspace_need(int64_t Rq) const {
     total += std::max({at, mo, mixing}) + 1024;
     if (fast_) total += bytes(fast_linear_split_floats_bound(S) * 4);  // split-K partials
     total += 2 * bytes(S * Dm * 4) + bytes(S * (hc + 1) * 4) + bytes(S * V * 4) + bytes(S * Dm * 4);  // collapse, head
-    total += 2 * bytes(G * R * 4) + bytes(R * rank * 4) + 3 * bytes(R * V * 4) + bytes(R * V * 8) +
-             bytes(draft_sample_parts(R, V) * 8);  // Markov steps
+    total += dspark_markov_workspace(R, G, V, rank, dspark_markov_fast_bias(weights_.dspark->markov_w2, fast_));  // Markov steps
     return total;
 }
 

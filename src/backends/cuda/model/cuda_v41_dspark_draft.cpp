@@ -208,7 +208,7 @@ std::vector<Draft> CudaV41Model::dspark_draft(std::span<const DraftRequest> requ
                                     .anchors = d_anchor, .temperature = d_temp, .sampled = d_sampled, .uniforms = d_unif,
                                     .active = active, .requests = Rs, .block = G, .vocab = V, .hidden = D, .rank = rank,
                                     .host_out = hb.out, .device_probs = hb.device_probs,
-                                    .host_probs = hb.host_probs};
+                                    .host_probs = hb.host_probs, .fast = fast_};
         dspark_markov_draft(mp, workspace_, s);
     };
     if (shape.graph)

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "backends/cuda/model/cuda_v41_impl.h"
+#include "backends/cuda/model/dspark_markov.h"
 #include "backends/cuda/model/expert_exchange.h"
 #include "backends/cuda/model/routed_experts.h"
 
@@ -114,8 +115,7 @@ size_t CudaV41Model::dspark_workspace_need(int64_t R) const {
     if (fast_) total += bytes(fast_linear_split_floats_bound(S) * 4);  // split-K partials
     // Collapse, norm, head; the Markov loop.
     total += 2 * bytes(S * Dm * 4) + bytes(S * V * 4) + (fast_ ? bytes(S * Dm * 2) : 0);
-    total += 2 * bytes(G * Rq * 4) + bytes(Rq * rank * 4) + 3 * bytes(Rq * V * 4) + bytes(Rq * V * 8) +
-             bytes(draft_sample_parts(Rq, V) * 8);  // Markov steps
+    total += dspark_markov_workspace(Rq, G, V, rank, dspark_markov_fast_bias(weights_.dspark->markov_head, fast_));  // Markov steps
     return total;
 }
 

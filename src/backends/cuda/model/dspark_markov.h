@@ -5,6 +5,11 @@
 // U_{k-1} + bias and the confidence head (dspark_markov_step), the draft by draft_sample (argmax, or the
 // inverse CDF of softmax(l / T) at the request's uniform); then each request's drafts from the pinned
 // copies (and the sampled drafts' distributions, in the device buffer).
+// With fast GEMMs and a BF16 W2 (the published format) the bias GEMM runs on tensor cores (fast_linear:
+// bf16 operands, f32 accumulation; W1's rows are bf16, so e converts exactly and only the order of the
+// sum differs from the CPU's); otherwise the exact f32 reference kernel (linear). Of a draft call at
+// V = 129,280 and 64 requests the reference kernel was 44% of the GPU time (5 launches, ~2 ms each:
+// bench/results/cuda-markov-bias-h200-*.md).
 #pragma once
 
 #include <cstdint>
@@ -36,7 +41,13 @@ struct DSparkMarkovParams {
     // null if none samples (the arena's scratch then).
     float* device_probs = nullptr;
     float* host_probs = nullptr;  // pinned [block, R, vocab]: their copy; null: none (DraftProbs::kHost only)
+    bool fast = false;            // fast GEMMs (CudaModelOptions::gemm == kFast): the bias GEMM on tensor cores
 };
+
+// Whether the bias GEMM of `head` runs on tensor cores (fast GEMMs, a BF16 W2 the fast kernels take).
+bool dspark_markov_fast_bias(const DeviceLinear& head, bool fast);
+// Arena bytes dspark_markov_draft takes for `requests` requests (an upper bound, alignment included).
+size_t dspark_markov_workspace(int64_t requests, int64_t block, int64_t vocab, int64_t rank, bool fast_bias);
 
 // Enqueues the loop on `s`, its scratch from `arena` (the caller resets it after synchronizing), and the
 // copies into the pinned host buffers. The caller synchronizes `s` before unpack_dspark_drafts.
