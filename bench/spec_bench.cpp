@@ -274,7 +274,7 @@ int main(int argc, char** argv) {
                                             {"--temperature", "0"}, {"--repeat", "1"}, {"--arms", "none,fixed,scheduler"},
                                             {"--tokenizer", "assets/tokenizer/deepseek-v4/tokenizer.json"}, {"--threads", "0"},
                                             {"--device", "cpu"}, {"--async", "0"}, {"--warmup", "0"}, {"--gemm", "reference"}, {"--max-batch-tokens", "4096"},
-                                            {"--verify-graphs", "1"}, {"--top-p", "1"}, {"--host-sampling", "0"}, {"--formats", "bf16"},
+                                            {"--verify-graphs", "1"}, {"--top-p", "1"}, {"--host-sampling", "0"}, {"--formats", "bf16"}, {"--trace", ""},
                                             {"--dir", (std::filesystem::temp_directory_path() / "deepinfer-spec-bench").string()}};
     for (int i = 1; i + 1 < argc; i += 2) a[argv[i]] = argv[i + 1];
     const int64_t hidden = std::stoll(a["--hidden"]), layers = std::stoll(a["--layers"]), vocab = std::stoll(a["--vocab"]);
@@ -325,6 +325,12 @@ int main(int argc, char** argv) {
         }
     }
     const int64_t repeat = std::stoll(a["--repeat"]);
+    // --trace PATH: the scheduler's view of every decode-only step of the timed speculative runs (JSON lines).
+    std::ofstream trace;
+    if (!a["--trace"].empty()) {
+        trace.open(a["--trace"]);
+        if (!trace) throw std::runtime_error("cannot write " + a["--trace"]);
+    }
     std::stringstream list(a["--batches"]);
     for (std::string item; std::getline(list, item, ',');) {
         const int64_t batch = std::stoll(item);
@@ -345,6 +351,19 @@ int main(int argc, char** argv) {
                 ec.speculative_scheduler = arm.scheduler;
                 ec.speculative_device_verification = !arm.host_verify;
                 ec.device_sampling = a["--host-sampling"] == "0";
+                if (trace && round >= 0 && arm.method != "none")
+                    ec.speculative_trace = [&trace, &arm, batch, round](const di::SpeculativeTraceStep& t) {
+                        trace << nlohmann::json{{"arm", arm.name}, {"batch", batch}, {"round", round}, {"step", t.step},
+                                                {"rows", t.shape.tokens}, {"tapped", t.shape.drafter_taps},
+                                                {"drafted", t.shape.drafted_requests}, {"verifying", t.verifying},
+                                                {"drafts", t.drafts}, {"accepted", t.accepted},
+                                                {"step_s", t.step_seconds}, {"draft_s", t.draft_seconds},
+                                                {"predicted_step_s", t.predicted_step_seconds},
+                                                {"predicted_draft_s", t.predicted_draft_seconds},
+                                                {"expected_gain", t.expected_gain}}
+                                     .dump()
+                              << "\n";
+                    };
                 di::Engine engine(model, nullptr, ec);
                 std::mt19937 rng(static_cast<uint32_t>(batch));
                 di::SamplingParams sp;

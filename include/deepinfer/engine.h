@@ -52,6 +52,20 @@ struct SpeculativeStepCost {
     double step_seconds = 0;   // the step's wall time without the drafting
     double draft_seconds = 0;  // the drafting's
 };
+// One decode-only step as the confidence scheduler learned from it (EngineConfig::speculative_trace): what
+// was run, what it cost, and what the scheduler's cost lines predicted for it before learning from it.
+struct SpeculativeTraceStep {
+    int64_t step = 0;                 // the engine's step count when it ended
+    SpeculativeStepShape shape;       // rows (drafts included), taps, requests drafted during it
+    int64_t verifying = 0;            // requests that verified drafts in it
+    int64_t drafts = 0;               // drafts verified in it
+    int64_t accepted = 0;             // drafts accepted in it
+    double step_seconds = 0;          // as learned (measured wall time without the drafting, or the test's)
+    double draft_seconds = 0;
+    double predicted_step_seconds = 0;   // the cost line of its kind at its rows before it (0: unknown)
+    double predicted_draft_seconds = 0;  // the drafter's line at its requests (0: unknown or none drafted)
+    double expected_gain = -1;        // the gain the scheduler last estimated when it decided (-1: none)
+};
 
 // Every switch of the engine (style.md §7).
 struct EngineConfig {
@@ -98,6 +112,9 @@ struct EngineConfig {
     // Tests: the cost the confidence scheduler learns for each decode-only step, instead of the step's
     // measured wall time (deterministic decisions). Empty: measured.
     std::function<SpeculativeStepCost(const SpeculativeStepShape&)> speculative_step_cost;
+    // Called once per decode-only step the confidence scheduler learns from (on the engine's thread):
+    // the decisions and costs behind its choices, for tuning and benchmarks (spec_bench --trace). Empty: none.
+    std::function<void(const SpeculativeTraceStep&)> speculative_trace;
 };
 
 struct TokenLogprob {

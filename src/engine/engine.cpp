@@ -150,16 +150,19 @@ std::vector<Completion*> Engine::Impl::sample_and_account(Plan& plan) {
     // the drafting, observed at the end of step(): with a GPU forward the host's part can be what
     // makes speculation not pay.
     if (verify_scheduler) {
-        int64_t rows = 0, decode_rows = 0;
+        int64_t rows = 0, decode_rows = 0, verifying = 0, drafts = 0;
         for (const Scheduled& s : plan.items) {
             rows += static_cast<int64_t>(s.tokens.size());
+            verifying += s.drafts > 0;
+            drafts += s.drafts;
             if (s.drafts > 0 || total_tokens(*s.completion) - s.completion->num_computed == 1)
                 decode_rows += static_cast<int64_t>(s.tokens.size());
         }
         // Asynchronous: the worker drafted this plan's blocks before its forward, inside this interval.
         observation = {.valid = plan.decode_only, .tokens = rows, .tapped = plan.speculate,
                        .drafted = cfg.async_scheduling ? last_drafted : 0,
-                       .draft_seconds = cfg.async_scheduling ? last_draft_seconds : 0.0};
+                       .draft_seconds = cfg.async_scheduling ? last_draft_seconds : 0.0,
+                       .verifying = verifying, .drafts = drafts};
         last_drafted = 0;
         if (cfg.async_scheduling) last_draft_seconds = 0;  // set again by the next step's worker
         if (!plan.speculate && decode_rows > 0) ++metrics.spec_plain_steps;

@@ -314,6 +314,7 @@ struct Engine::Impl {
         bool tapped = false;
         int64_t drafted = 0;
         double draft_seconds = 0;
+        int64_t verifying = 0, drafts = 0, accepted = 0;  // (speculative_trace)
     } observation;
     std::optional<Clock::time_point> last_step_end;
 

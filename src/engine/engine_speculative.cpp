@@ -296,6 +296,7 @@ void Engine::Impl::verify_into(Completion& c, const std::vector<float>& logits, 
     ++metrics.spec_verify_steps;
     metrics.spec_draft_tokens += num_drafts;
     metrics.spec_accepted_tokens += accepted;
+    observation.accepted += accepted;
     verify_scheduler->observe_acceptance(c.confidence, num_drafts, accepted);
     metrics.spec_calibration_error.resize(metrics.spec_position_verified.size());
     for (size_t j = 0; j < metrics.spec_calibration_error.size(); ++j)
@@ -365,6 +366,18 @@ void Engine::Impl::observe_step_cost() {
                 {.tokens = observation.tokens, .drafter_taps = observation.tapped, .drafted_requests = observation.drafted});
             seconds = c.step_seconds;
             draft_seconds = c.draft_seconds;
+        }
+        if (cfg.speculative_trace) {
+            const StepCostModel& m = verify_scheduler->costs();
+            const StepKind kind = observation.tapped ? StepKind::kTapped : StepKind::kPlain;
+            cfg.speculative_trace({.step = metrics.steps,
+                                   .shape = {.tokens = observation.tokens, .drafter_taps = observation.tapped,
+                                             .drafted_requests = observation.drafted},
+                                   .verifying = observation.verifying, .drafts = observation.drafts,
+                                   .accepted = observation.accepted, .step_seconds = seconds, .draft_seconds = draft_seconds,
+                                   .predicted_step_seconds = m.predict(kind, observation.tokens),
+                                   .predicted_draft_seconds = observation.drafted > 0 ? m.predict(StepKind::kDraft, observation.drafted) : 0.0,
+                                   .expected_gain = verify_scheduler->last_gain()});
         }
         verify_scheduler->observe_step(observation.tokens, observation.tapped, seconds, observation.drafted,
                                        draft_seconds);

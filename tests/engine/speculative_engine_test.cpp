@@ -383,7 +383,8 @@ TEST(SpeculativeEngine, SampledOutputWithFixedDraftLengthIsBatchInvariant) {
 // The confidence scheduler against injected step costs (EngineConfig::speculative_step_cost): plain
 // steps cheap per row and verify rows expensive (a GPU at large batch) -> it falls back to plain decode
 // steps after learning; every step about as cheap as any other (a GPU at small batch) -> it speculates
-// on every decode step. Greedy output is the plain engine's either way (synchronous and asynchronous).
+// on every decode step. Greedy output is the plain engine's either way (synchronous and asynchronous). The
+// scheduler's trace (EngineConfig::speculative_trace) reports every decode step with the injected cost.
 TEST(SpeculativeEngine, SchedulerFallsBackToPlainStepsWhereSpeculationLoses) {
     const int64_t V = vocab_of(*mtp_model());
     std::mt19937 rng(33);
@@ -407,12 +408,42 @@ TEST(SpeculativeEngine, SchedulerFallsBackToPlainStepsWhereSpeculationLoses) {
                     return SpeculativeStepCost{.step_seconds = 1e-3 + per_row * double(s.tokens),
                                                .draft_seconds = loses ? 1e-3 : 1e-5};
                 };
+                std::vector<SpeculativeTraceStep> trace;
+                cfg.speculative_trace = [&trace](const SpeculativeTraceStep& t) { trace.push_back(t); };
                 auto drafter = std::make_shared<TableDrafter>(tables.at(id), V, false);
                 const RunResult spec = run(mtp_model(), cfg, one, drafter);
                 const std::string what = id + " async=" + std::to_string(async) + " loses=" + std::to_string(loses);
                 EXPECT_EQ(plain.outputs.at(id).completions.at(0).token_ids, spec.outputs.at(id).completions.at(0).token_ids)
                     << what;
                 const EngineMetrics& m = spec.metrics;
+                // The trace: every decode step of the run, with the injected costs; the verify steps' accepted
+                // drafts add up to the run's; the tapped line, once learned, predicts the (linear) cost.
+                ASSERT_FALSE(trace.empty()) << what;
+                int64_t accepted = 0;
+                for (const SpeculativeTraceStep& t : trace) {
+                    const double per_row = t.shape.drafter_taps && loses ? 1e-3 : 1e-5;
+                    EXPECT_EQ(t.step_seconds, 1e-3 + per_row * double(t.shape.tokens)) << what << " step " << t.step;
+                    EXPECT_LE(t.verifying, 1) << what;
+                    EXPECT_LE(t.accepted, t.drafts) << what;
+                    EXPECT_EQ(t.shape.tokens, 1 + t.drafts) << what << " step " << t.step;
+                    accepted += t.accepted;
+                }
+                EXPECT_EQ(accepted, m.spec_accepted_tokens) << what;
+                const auto last_tapped = std::find_if(trace.rbegin(), trace.rend(), [](const SpeculativeTraceStep& t) {
+                    return t.shape.drafter_taps && t.drafts > 0;
+                });
+                ASSERT_NE(last_tapped, trace.rend()) << what;
+                EXPECT_GT(last_tapped->predicted_step_seconds, 0.0) << what;
+                if (!loses) {  // (where it loses, the last tapped step may precede the line's slope)
+                    EXPECT_NEAR(last_tapped->predicted_step_seconds, last_tapped->step_seconds, 0.02 * last_tapped->step_seconds)
+                        << what;
+                }
+                if (loses) {
+                    EXPECT_GE(trace.back().expected_gain, 0.0) << what;
+                    EXPECT_LT(trace.back().expected_gain, 1.0) << what;
+                } else {
+                    EXPECT_GE(trace.back().expected_gain, 1.0) << what;
+                }
                 if (loses) {
                     // A few steps to learn the costs, then plain steps (and short probes).
                     EXPECT_GT(m.spec_plain_steps, m.steps / 2) << what;

@@ -112,6 +112,7 @@ int64_t VerifyScheduler::speculate(int64_t n, int64_t tokens) {
         m = subset(n, learn_steps_++ % 2 == 1);
     } else {
         const double gain = expected_gain(n, tokens);
+        last_gain_ = gain;
         bool want;
         if (!costs_.known(StepKind::kPlain)) {
             // Measure plain steps unless speculation beats even a tapped step without drafts by far.

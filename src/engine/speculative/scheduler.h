@@ -106,6 +106,8 @@ public:
         calibrator_.observe(raw, verified, accepted);
     }
     int64_t last_budget() const { return last_budget_; }
+    // The expected gain speculate() last computed (-1 before any: learning, or fixed mode).
+    double last_gain() const { return last_gain_; }
     const ConfidenceCalibrator& calibrator() const { return calibrator_; }
     const StepCostModel& costs() const { return costs_; }
 
@@ -139,6 +141,7 @@ private:
     bool probed_ = false;          // a probe ran since the last decision by the expected gain
     int64_t spec_steps_ = 0;       // speculating steps since plain steps were last measured
     int64_t last_budget_ = 0;
+    double last_gain_ = -1;
     int64_t plans_ = 0;
 };
 
