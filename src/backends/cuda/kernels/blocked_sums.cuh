@@ -58,6 +58,20 @@ __device__ inline void warp_block_argmax(const float* l, int64_t V, int64_t b, f
         if (v0 + i * 32 + lane < end) argmax_visit(best, at, x[i], v0 + i * 32 + lane);
     argmax_warp(best, at);
 }
+// Warp (every lane calls it, every lane gets it): the sum of buf[0, n) in order, as lane0_sum, from global
+// memory: the lanes load 32 terms at once and every lane adds them in order from shuffles (one lane's
+// dependent loads of each term took ~40 us over 253 blocks of V4's vocabulary).
+__device__ inline double warp_ordered_sum(const double* buf, int64_t n) {
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    double s = 0;
+    for (int64_t i0 = 0; i0 < n; i0 += 32) {
+        const double x = i0 + lane < n ? buf[i0 + lane] : 0.0;
+        const int m = n - i0 < 32 ? static_cast<int>(n - i0) : 32;
+        for (int l = 0; l < m; ++l) s += __shfl_sync(0xffffffffu, x, l);
+    }
+    return s;
+}
+
 // Warp: the sum of term(v) over block b of [0, V) in id order (lane 0 gets it, the others 0). `buf`:
 // kDraftSumBlock doubles of the warp's shared memory; every term is computed once, by some lane.
 template <class Term>

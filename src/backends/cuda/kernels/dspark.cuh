@@ -75,8 +75,8 @@ static __global__ void dspark_attention_kernel(const __grid_constant__ DSparkAtt
 constexpr int64_t kMarkovIdsPerBlock = 2048;
 
 // grid (ceil(vocab / kMarkovIdsPerBlock), rows), block 256: the logits l = U + bias by every block; the
-// confidence by thread 0 of block 0 (cpu::dot's eight accumulators over [y; e], then their fixed
-// combination and the tail).
+// confidence by warp 0 of block 0 (cpu::dot's eight accumulators over [y; e], one per lane, then their
+// fixed combination and the tail).
 static __global__ void __launch_bounds__(256) dspark_markov_step_kernel(const __grid_constant__ DSparkMarkovStepParams p) {
     const int64_t a = blockIdx.y, V = p.vocab, D = p.hidden, row = a * p.block + p.step;
     const float* __restrict__ U = p.U + row * V;
@@ -93,19 +93,24 @@ static __global__ void __launch_bounds__(256) dspark_markov_step_kernel(const __
 #pragma unroll
     for (int u = 0; u < kPer; ++u)
         if (v0 + u * 256 < V) l[v0 + u * 256] = x[u];
-    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    if (blockIdx.x != 0 || threadIdx.x >= 32) return;
+    // cpu::dot's accumulator j (k = j, j + 8, ... below n rounded down to 8) on lane j of warp 0, its
+    // loads independent of its adds (lane 0 alone took ~45 us at hidden 512 + rank 512); then the fixed
+    // combination on every lane, and the tail on lane 0.
     const float* y = p.y + row * D;
     const float* e = p.e + a * p.rank;
     auto cat = [&](int64_t i) { return i < D ? y[i] : e[i - D]; };
-    const int64_t n = D + p.rank;
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[j] = dev::add(acc[j], dev::mul(p.weight[k + j], cat(k + j)));
-    float t = dev::add(dev::add(dev::add(acc[0], acc[4]), dev::add(acc[2], acc[6])),
-                       dev::add(dev::add(acc[1], acc[5]), dev::add(acc[3], acc[7])));
-    for (; k < n; ++k) t = dev::add(t, dev::mul(p.weight[k], cat(k)));
+    const int64_t n = D + p.rank, n8 = n / 8 * 8, j = threadIdx.x;
+    float acc = 0;
+    if (j < 8) {
+#pragma unroll 4
+        for (int64_t k = j; k < n8; k += 8) acc = dev::add(acc, dev::mul(p.weight[k], cat(k)));
+    }
+    auto lane = [&](int l) { return __shfl_sync(0xffffffffu, acc, l); };
+    const float a0 = lane(0), a1 = lane(1), a2 = lane(2), a3 = lane(3), a4 = lane(4), a5 = lane(5), a6 = lane(6), a7 = lane(7);
+    if (j != 0) return;
+    float t = dev::add(dev::add(dev::add(a0, a4), dev::add(a2, a6)), dev::add(dev::add(a1, a5), dev::add(a3, a7)));
+    for (int64_t k = n8; k < n; ++k) t = dev::add(t, dev::mul(p.weight[k], cat(k)));
     p.confidence[a] = dev::sigmoid(t);
 }
 

@@ -120,7 +120,7 @@ static __global__ void __launch_bounds__(32 * kDraftWarps) draft_probs_kernel(co
     const int64_t b = static_cast<int64_t>(blockIdx.x) * kDraftWarps + threadIdx.x / 32;
     if (b >= nb || !(p.sampled[r] != 0 && p.temperature[r] > 0)) return;
     const DraftRowParts rp = draft_row_parts(p, r);
-    const double den = __shfl_sync(0xffffffffu, lane0_sum(rp.q, nb), 0);
+    const double den = warp_ordered_sum(rp.q, nb);
     const double* q = p.scratch + r * V;
     float* probs = p.probs + r * V;
     const double s = warp_block_sum(V, b, buf_sh[threadIdx.x / 32], [&](int64_t v) {
@@ -158,10 +158,10 @@ static __global__ void __launch_bounds__(32) draft_pick_kernel(const __grid_cons
         if (lane == 0)
             pick = draft_cdf_in_block([&](int64_t v) { return v >= v0 && v < end ? block_sh[v - v0] : probs[v]; }, V, b, u);
     }
+    const double den1 = p.confidence != nullptr ? warp_ordered_sum(rp.conf, nb) : 0.0;
     if (lane != 0) return;
     p.tokens[r] = static_cast<int32_t>(pick);
     if (p.confidence != nullptr) {
-        const double den1 = lane0_sum(rp.conf, nb);
         p.confidence[r] = static_cast<float>(exp(static_cast<double>(p.logits[r * V + pick]) - mx) / den1);
     }
 }
