@@ -16,6 +16,8 @@
 // branches are zeroed the same way, h_proj = 0, e_proj = identity (+ `--noise` x a random matrix),
 // and it shares the target's hc_head and final norm, so its prediction for token i+2 from token i+1
 // is (nearly) the target's. All layers still run at full cost: only the weights' values are special.
+// --requests-per-slot R: R x batch requests through the batch's slots (continuous batching, as an offline job).
+// --trace PATH: the confidence scheduler's view of every decode step (EngineConfig::speculative_trace).
 // --formats bf16 (default): bf16 linears and experts; published: FP8 linears (128 x 128 ue8m0 blocks) and FP4
 // experts as in the real checkpoints (the fast GEMMs' formats on a GPU): zeroed tensors stay zero and e_proj's
 // identity is written as FP8 (exact at --noise 0), so the drafters agree as with bf16.
@@ -274,7 +276,7 @@ int main(int argc, char** argv) {
                                             {"--temperature", "0"}, {"--repeat", "1"}, {"--arms", "none,fixed,scheduler"},
                                             {"--tokenizer", "assets/tokenizer/deepseek-v4/tokenizer.json"}, {"--threads", "0"},
                                             {"--device", "cpu"}, {"--async", "0"}, {"--warmup", "0"}, {"--gemm", "reference"}, {"--max-batch-tokens", "4096"},
-                                            {"--verify-graphs", "1"}, {"--top-p", "1"}, {"--host-sampling", "0"}, {"--formats", "bf16"}, {"--trace", ""},
+                                            {"--verify-graphs", "1"}, {"--top-p", "1"}, {"--host-sampling", "0"}, {"--formats", "bf16"}, {"--trace", ""}, {"--requests-per-slot", "1"},
                                             {"--dir", (std::filesystem::temp_directory_path() / "deepinfer-spec-bench").string()}};
     for (int i = 1; i + 1 < argc; i += 2) a[argv[i]] = argv[i + 1];
     const int64_t hidden = std::stoll(a["--hidden"]), layers = std::stoll(a["--layers"]), vocab = std::stoll(a["--vocab"]);
@@ -325,6 +327,12 @@ int main(int argc, char** argv) {
         }
     }
     const int64_t repeat = std::stoll(a["--repeat"]);
+    // --requests-per-slot R: R x batch requests through batch sequence slots (continuous batching refills a
+    // slot as soon as its request ends, as in an offline job); 1: one closed batch, whose last steps run
+    // while the batch drains (requests end at different steps with speculation), a cost an offline job
+    // with more requests than slots pays once at its very end.
+    const int64_t per_slot = std::stoll(a["--requests-per-slot"]);
+    if (per_slot < 1) throw std::runtime_error("--requests-per-slot must be >= 1");
     // --trace PATH: the scheduler's view of every decode-only step of the timed speculative runs (JSON lines).
     std::ofstream trace;
     if (!a["--trace"].empty()) {
@@ -371,7 +379,7 @@ int main(int argc, char** argv) {
                 sp.top_p = std::stod(a["--top-p"]);
                 sp.max_tokens = std::stoll(a["--decode"]);
                 sp.ignore_eos = true;
-                for (int64_t r = 0; r < batch; ++r) {
+                for (int64_t r = 0; r < batch * per_slot; ++r) {
                     std::vector<int32_t> prompt(static_cast<size_t>(std::stoll(a["--prompt"])));
                     for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % uint32_t(vocab - 1));
                     std::string id = std::to_string(r);
@@ -386,6 +394,7 @@ int main(int argc, char** argv) {
                 const double cpu = process_cpu_seconds() - c0;
                 const di::EngineMetrics& m = engine.metrics();
                 nlohmann::json r = {{"family", a["--family"]}, {"arm", arm.name}, {"batch", batch}, {"round", round},
+                                    {"requests", batch * per_slot},
                                     {"k", ec.num_speculative_tokens}, {"temperature", sp.temperature},
                                     {"noise", std::stod(a["--noise"])}, {"hidden", hidden}, {"layers", layers},
                                     {"vocab", vocab}, {"generated_tokens", m.generated_tokens}, {"seconds", secs},
