@@ -91,9 +91,10 @@ class Drafter;
 // One token drawn on the model's device (GPU backends) from a logits row of chunk `chunk`, with the
 // engine's sampling rules (src/engine/sampler.cpp) and its counter-based random stream (seed, stream,
 // counter): greedy, temperature, top-k/top-p/min-p (a draw the device cannot finish comes back as token
-// -1 with its logits row: ForwardOutputs::draw_logits). Several draws may read the same row (n > 1
-// siblings). Requests with logit bias, penalties, logprobs or a grammar mask are sampled by the engine
-// from host logits instead.
+// -1 with its logits row: ForwardOutputs::draw_logits; a verify row also with its draft's distribution,
+// ForwardOutputs::draw_probs, and the engine decides it with verify_row). Several draws may read the same
+// row (n > 1 siblings). Requests with logit bias, penalties, logprobs or a grammar mask are sampled by the
+// engine from host logits instead.
 // Speculative verification (engine/speculative/verify.h's verify_row) on the device: with `draft` >= 0
 // the draw is the token a verify row commits: greedy, the argmax (accepted when it is the draft); else
 // the draft when counter_uniform(seed, accept_stream, counter) * q(draft) < p(draft) (accepted), else a
@@ -118,8 +119,11 @@ struct ForwardOutputs {
     std::vector<int32_t> tokens;    // per draw; -1: the device could not draw it (see draw_logits)
     std::vector<uint8_t> accepted;  // per draw: 1 when it verified its draft and accepted it
     // Per draw: empty, or for a draw the device could not make (top-p / min-p keeping more ids than the
-    // device sampler sorts) its logits row [vocab], for the host sampler.
+    // device sampler sorts) its logits row [vocab], for the host sampler (verify rows: verify_row).
     std::vector<std::vector<float>> draw_logits;
+    // Per draw: empty, or for a verify draw the device could not make whose draft has a distribution
+    // (DeviceDraw::draft_probs) that distribution [vocab], for verify_row on the host.
+    std::vector<std::vector<float>> draw_probs;
 };
 
 // The decode state of one sequence; each family derives its own. Its growing parts live in pages of

@@ -186,7 +186,11 @@ std::vector<Completion*> Engine::Impl::sample_and_account(Plan& plan) {
         const bool block = cfg.speculative_block_verification && c.request->params.temperature > 0;
         const bool sampled = s.drafts == 0 && s.draw < 0 &&
                              c.num_computed + static_cast<int64_t>(s.tokens.size()) >= total_tokens(c);
-        if ((s.drafts > 0 && !block && s.draw < 0) || sampled) ahead.push_back(i);
+        // Verify rows the device gave up (token -1: top-p / min-p keeping more ids than it sorts): on the host.
+        bool given_up = false;
+        if (s.drafts > 0 && s.draw >= 0)
+            for (int64_t j = 0; j <= s.drafts; ++j) given_up = given_up || outputs.tokens.at(size_t(s.draw + j)) < 0;
+        if ((s.drafts > 0 && !block && s.draw < 0) || sampled || given_up) ahead.push_back(i);
     }
     std::vector<std::exception_ptr> failed(ahead.size());
 #pragma omp parallel for schedule(dynamic, 1) if (ahead.size() > 1)
@@ -194,8 +198,11 @@ std::vector<Completion*> Engine::Impl::sample_and_account(Plan& plan) {
         const size_t i = ahead[k];
         Completion& c = *plan.items[i].completion;
         try {
-            if (plan.items[i].drafts > 0)
-                verdicts[i] = verify_rows_ahead(c, logits[i], plan.items[i].drafts, mc);
+            const Scheduled& s = plan.items[i];
+            if (s.drafts > 0 && s.draw >= 0)
+                verdicts[i] = device_row_verdicts(c, s, outputs);
+            else if (s.drafts > 0)
+                verdicts[i] = verify_rows_ahead(c, logits[i], s.drafts, mc);
             else
                 draws[i] = draw_on_host(c, logits[i], mc);
         } catch (...) {
@@ -212,14 +219,9 @@ std::vector<Completion*> Engine::Impl::sample_and_account(Plan& plan) {
         if (c->status != Status::kRunning) continue;  // ended by a stop string meanwhile: discard
         if (plan.items[i].drafts > 0) {
             if (plan.items[i].draw >= 0) {  // decided on the device: row j's token and its test's outcome
+                if (verdicts[i].rows.empty()) verdicts[i] = device_row_verdicts(*c, plan.items[i], outputs);
                 const size_t at = static_cast<size_t>(plan.items[i].draw);
-                for (int64_t j = 0; j <= plan.items[i].drafts; ++j) {
-                    const bool accepted = j < plan.items[i].drafts && outputs.accepted.at(at + size_t(j)) != 0;
-                    verdicts[i].rows.push_back({.accepted = accepted, .token = outputs.tokens.at(at + size_t(j)), .logprob = {}});
-                    verdicts[i].dead_end.push_back(0);
-                    if (!accepted) break;
-                }
-                metrics.device_verified_rows += static_cast<int64_t>(verdicts[i].rows.size());
+                for (size_t j = 0; j < verdicts[i].rows.size(); ++j) metrics.device_verified_rows += outputs.tokens[at + j] >= 0;
             }
             verify_into(*c, logits[i], plan.items[i].drafts, mc, verdicts[i].rows.empty() ? nullptr : &verdicts[i]);
             advanced.push_back(c);

@@ -299,6 +299,10 @@ struct Engine::Impl {
     // Block verification computes its own (verify_into).
     RowVerdicts verify_rows_ahead(const Completion& c, const std::vector<float>& logits, int64_t num_drafts,
                                   const ModelInfo& mc) const;
+    // The verdicts of s's verify rows decided on the device (add_verify_draws) up to the first rejection: each
+    // row's token and test outcome from `o`, or for a row the device gave up (token -1) verify_row on the
+    // host from the logits and draft distribution that came back with it. Reads c only (parallel).
+    RowVerdicts device_row_verdicts(const Completion& c, const Scheduled& s, const ForwardOutputs& o) const;
 
     // New drafts for every completion that goes on decoding (one batched drafter call).
     // `drafting`: the step speculated (a plain step drafts nothing; its rows did not tap).

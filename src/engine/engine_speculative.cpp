@@ -205,6 +205,39 @@ Engine::Impl::RowVerdicts Engine::Impl::verify_rows_ahead(const Completion& c, c
     return out;
 }
 
+Engine::Impl::RowVerdicts Engine::Impl::device_row_verdicts(const Completion& c, const Scheduled& s,
+                                                           const ForwardOutputs& o) const {
+    const Request& r = *c.request;
+    const size_t at = static_cast<size_t>(s.draw);
+    const size_t V = static_cast<size_t>(model->info().vocab_size);
+    // (add_verify_draws gave each sampled draft its distribution; the device verifies no grammar rows)
+    const bool sampled = r.params.temperature > 0 && cfg.speculative_sample_drafts;
+    RowVerdicts out;
+    for (int64_t j = 0; j <= s.drafts; ++j) {
+        const size_t k = at + size_t(j);
+        const bool draft = j < s.drafts;
+        if (o.tokens.at(k) >= 0) {
+            out.rows.push_back({.accepted = draft && o.accepted.at(k) != 0, .token = o.tokens[k], .logprob = {}});
+        } else {
+            const std::vector<float>& l = o.draw_logits.at(k);
+            const std::span<const float> q = draft && sampled ? std::span<const float>(o.draw_probs.at(k)) : std::span<const float>();
+            DI_CHECK(l.size() == V && (!draft || !sampled || q.size() == V), "forward_sampled: verify row ", j,
+                     " given up without its logits", draft && sampled ? " and draft distribution" : "");
+            DI_ICHECK(s.counter == c.generated.size());  // (the device's counter: row j decides token counter + j)
+            std::vector<int32_t> generated = c.generated;
+            generated.insert(generated.end(), c.drafts.begin(), c.drafts.begin() + j);
+            out.rows.push_back(verify_row({.sample = {.logits = l, .params = &r.params, .prompt = r.prompt,
+                                                      .generated = generated, .seed = r.seed,
+                                                      .stream = static_cast<uint64_t>(c.index), .allowed = {}},
+                                           .draft = draft ? std::optional<int32_t>(c.drafts[size_t(j)]) : std::nullopt,
+                                           .draft_probs = q}));
+        }
+        out.dead_end.push_back(0);
+        if (!out.rows.back().accepted) break;
+    }
+    return out;
+}
+
 void Engine::Impl::verify_into(Completion& c, const std::vector<float>& logits, int64_t num_drafts, const ModelInfo& mc,
                                const RowVerdicts* verdicts) {
     const Request& r = *c.request;

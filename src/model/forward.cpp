@@ -31,7 +31,7 @@ void Sequence::truncate(int64_t n) { state_->truncate(n); }
 ForwardOutputs Model::forward_sampled(std::span<const SequenceChunk> chunks, std::span<const uint8_t>,
                                       std::span<const DeviceDraw> draws) const {
     DI_CHECK(draws.empty(), "this model cannot sample on a device");
-    return {.logits = forward_batch(chunks), .tokens = {}, .accepted = {}, .draw_logits = {}};
+    return {.logits = forward_batch(chunks), .tokens = {}, .accepted = {}, .draw_logits = {}, .draw_probs = {}};
 }
 
 std::unique_ptr<Model> load_v4_model(const std::string& dir, const ModelOptions& options) {

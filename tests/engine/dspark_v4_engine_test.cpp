@@ -174,6 +174,120 @@ TEST(DSparkV4Agreeing, EveryDraftAcceptedOrEveryDraftRejected) {
     }
 }
 
+// A model whose "device" takes every draw, verify rows included, and gives every one up (token -1 with the
+// row's logits and, for a sampled draft, the draft's distribution: what the GPU sampler does for top-p /
+// min-p rows keeping more ids than it sorts); its drafter is the checkpoint's, with the host distributions
+// standing in for device copies (Draft::device_probs).
+class GivingUpVerifier final : public Model {
+    class Drafts final : public Drafter {
+    public:
+        Drafts(const Drafter& inner, int64_t vocab) : inner_(inner), vocab_(vocab) {}
+        std::string_view method() const override { return inner_.method(); }
+        int64_t max_drafts() const override { return inner_.max_drafts(); }
+        void attach(Sequence& s) const override { inner_.attach(s); }
+        uint64_t state_bytes(uint64_t page) const override { return inner_.state_bytes(page); }
+        std::vector<Draft> draft(std::span<const DraftRequest> requests) const override {
+            std::vector<Draft> out = inner_.draft(requests);
+            for (Draft& d : out)
+                if (!d.probs.empty()) {  // (the engine moves the vector: the pointer stays valid)
+                    d.device_probs = d.probs.data();
+                    d.device_probs_stride = vocab_;
+                }
+            return out;
+        }
+
+    private:
+        const Drafter& inner_;
+        int64_t vocab_;
+    };
+
+public:
+    explicit GivingUpVerifier(std::shared_ptr<const Model> m)
+        : m_(std::move(m)), drafts_(*m_->drafter(), m_->info().vocab_size) {}
+    const ModelInfo& info() const override { return m_->info(); }
+    Numerics numerics() const override { return m_->numerics(); }
+    uint64_t estimate_state_bytes(int64_t t, uint64_t page) const override { return m_->estimate_state_bytes(t, page); }
+    Sequence new_sequence() const override { return m_->new_sequence(); }
+    Sequence new_sequence(std::shared_ptr<StatePool> pool) const override { return m_->new_sequence(std::move(pool)); }
+    std::vector<float> forward(Sequence& seq, std::span<const int32_t> tokens, bool all) const override {
+        return m_->forward(seq, tokens, all);
+    }
+    std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const override {
+        return m_->forward_batch(chunks);
+    }
+    const Drafter* drafter() const override { return &drafts_; }
+    bool can_sample_on_device(const DeviceDraw&) const override { return true; }
+    ForwardOutputs forward_sampled(std::span<const SequenceChunk> chunks, std::span<const uint8_t> want,
+                                   std::span<const DeviceDraw> draws) const override {
+        ForwardOutputs out;
+        out.logits = m_->forward_batch(chunks);
+        const int64_t V = info().vocab_size;
+        for (const DeviceDraw& d : draws) {
+            const std::vector<float>& l = out.logits.at(size_t(d.chunk));
+            const int64_t n = static_cast<int64_t>(chunks[size_t(d.chunk)].tokens.size());
+            const int64_t at = static_cast<int64_t>(l.size()) / V - (n - (d.row < 0 ? n - 1 : d.row));  // (rows end with the last)
+            EXPECT_GE(at, 0);
+            out.draw_logits.emplace_back(l.begin() + at * V, l.begin() + (at + 1) * V);
+            out.draw_probs.emplace_back(d.draft >= 0 && d.draft_probs ? std::vector<float>(d.draft_probs, d.draft_probs + V)
+                                                                      : std::vector<float>());
+            out.tokens.push_back(-1);
+            out.accepted.push_back(0);
+            verify_rows += d.draft >= 0;
+            sampled_drafts += d.draft >= 0 && d.draft_probs;
+        }
+        for (size_t i = 0; i < chunks.size(); ++i)
+            if (!want.empty() && !want[i]) out.logits[i].clear();
+        return out;
+    }
+    mutable int64_t verify_rows = 0, sampled_drafts = 0;  // verify draws handed back (with a distribution)
+
+private:
+    std::shared_ptr<const Model> m_;
+    Drafts drafts_;
+};
+
+// Verify rows the device gives up are decided on the host from the logits and draft distributions that come
+// back with them: the output equals the host verifier's (sampled and one-hot drafts, top-p, min-p, greedy).
+TEST(DSparkV4DeviceVerify, RowsTheDeviceGivesUpAreVerifiedOnTheHost) {
+    const OneThread one_thread;
+    const auto model = agreeing_model();  // (drafts accepted and rejected)
+    const auto device = std::make_shared<GivingUpVerifier>(model);
+    const int64_t V = model->info().vocab_size;
+    std::mt19937 rng(41);
+    Requests reqs;
+    for (int i = 0; i < 4; ++i) {
+        SamplingParams sp;
+        sp.temperature = i == 3 ? 0.0 : 0.8;
+        sp.top_p = i == 0 || i == 2 ? 0.9 : 1.0;
+        sp.min_p = i == 1 || i == 2 ? 0.05 : 0.0;
+        sp.max_tokens = 14;
+        sp.ignore_eos = true;
+        sp.seed = uint64_t(70 + i);
+        reqs.emplace_back("r" + std::to_string(i), random_prompt(rng, 5 + 6 * i, V), sp);
+    }
+    for (bool sample_drafts : {true, false}) {
+        for (bool async : {false, true}) {
+            EngineConfig c = spec_config(3, false);
+            c.speculative_sample_drafts = sample_drafts;
+            c.async_scheduling = async;
+            const std::string what = "sampled drafts " + std::to_string(sample_drafts) + " async " + std::to_string(async);
+            const int64_t before = device->verify_rows, before_sampled = device->sampled_drafts;
+            const RunResult host = run(model, c, reqs), given_up = run(device, c, reqs);
+            for (const auto& [id, prompt, sp] : reqs)
+                EXPECT_EQ(host.outputs.at(id).completions.at(0).token_ids, given_up.outputs.at(id).completions.at(0).token_ids)
+                    << what << " " << id;
+            EXPECT_EQ(host.metrics.spec_accepted_tokens, given_up.metrics.spec_accepted_tokens) << what;
+            EXPECT_GT(given_up.metrics.spec_accepted_tokens, 0) << what;
+            EXPECT_LT(given_up.metrics.spec_accepted_tokens, given_up.metrics.spec_draft_tokens) << what;
+            EXPECT_EQ(given_up.metrics.device_verified_rows, 0) << what;  // every row decided on the host
+            EXPECT_GT(device->verify_rows, before) << what;
+            if (sample_drafts) {
+                EXPECT_GT(device->sampled_drafts, before_sampled) << what;
+            }
+        }
+    }
+}
+
 TEST(DSparkV4Sampled, OutputKeepsTheTargetDistribution) {
     const OneThread one_thread;
     const auto model = small_vocab_model();

@@ -854,13 +854,19 @@ TEST_P(CudaDSparkEngine, SampledOutputEqualsTheCpuEnginesSpeculativeRun) {
             sp.temperature = i % 2 ? 0.7 : 1.2;
             if (i == 3) sp.top_k = 20;
             if (i == 5) sp.top_p = 0.9;
+            if (i == 1) sp.min_p = 0.05;  // (min-p alone, and with top-p below: verified on the device too)
+            if (i == 4) {
+                sp.top_p = 0.8;
+                sp.min_p = 0.02;
+            }
             sp.max_tokens = 10 + i;
             sp.ignore_eos = true;
             sp.seed = uint64_t(100 + i);
             reqs.emplace_back("s" + std::to_string(i), random_tokens(rng, 4 + int64_t(rng() % 30), V), sp);
         }
-        // The GPU engine verifies the untruncated requests' rows on the device (their drafts' distributions
-        // read where the drafter left them), the top-k / top-p ones on the host, in the same steps.
+        // The GPU engine verifies every request's rows on the device (the drafts' distributions read where the
+        // drafter left them): untruncated, top-k, and top-p / min-p ones (the nucleus kernel; the fixture's
+        // vocabulary is sorted whole, so no row is given up to the host).
         for (bool sample_drafts : {true, false}) {
             for (int64_t k : {2, 5}) {
                 for (bool async : {false, true}) {
@@ -877,6 +883,8 @@ TEST_P(CudaDSparkEngine, SampledOutputEqualsTheCpuEnginesSpeculativeRun) {
                     EXPECT_GT(b.metrics.spec_draft_tokens, 0) << what;
                     EXPECT_EQ(a.metrics.device_verified_rows, 0) << what;
                     EXPECT_GT(b.metrics.device_verified_rows, 0) << what;
+                    // Every verify step's rows on the device (each decides its accepted drafts and one more row).
+                    EXPECT_GE(b.metrics.device_verified_rows, b.metrics.spec_accepted_tokens + b.metrics.spec_verify_steps) << what;
                 }
             }
         }

@@ -1263,6 +1263,113 @@ TEST_F(CudaOps, SamplerNucleusRowsEqualTheCpuSampler) {
     }
 }
 
+// Verify rows of top-p / min-p requests without top-k (the nucleus kernel): top-p alone, min-p alone, both;
+// drafts one-hot at the argmax, at the second id of the order (inside the nucleus: either outcome), anywhere
+// (nearly always outside it: p = 0, rejected, the residual is p), drawn from q near p or from an unrelated q
+// (rejection-heavy, the residual over the nucleus); bonus rows. Sharp rows keep a nucleus the device
+// decides: tokens and outcomes equal the CPU verifier's. Flat rows keep more than 1,024 ids at V4's
+// vocabulary: token -1 and accepted 0 (the engine decides them on the host); at V = 1,000 the device
+// sorts every id and decides them too. Ties in the logits test the id order.
+TEST_F(CudaOps, SamplerNucleusVerifyRowsEqualTheCpuVerifier) {
+    for (const int64_t V : {int64_t{129280}, int64_t{1000}}) {
+        const int64_t rows = 60;
+        auto logits = randn(size_t(rows * V), 61, 3.0f);
+        for (float& x : logits) x = std::round(x * 8.0f) / 8.0f;  // (equal logits)
+        const auto noise = randn(size_t(rows * V), 62, 1.0f);
+        struct Cfg { double t, top_p, min_p; bool flat; };
+        const Cfg cfgs[] = {{0.3, 0.9, 0.0, false}, {0.5, 0.95, 0.0, false}, {0.25, 1.0, 0.05, false},
+                            {0.4, 0.8, 0.01, false}, {3.0, 0.99, 0.0, true}, {5.0, 1.0, 0.05, true}};
+        std::vector<float> q(size_t(rows * V), 0.0f);
+        std::vector<cuda::SampleRow> host_rows(static_cast<size_t>(rows));
+        std::vector<int32_t> ref(static_cast<size_t>(rows));
+        std::vector<uint8_t> ref_acc(static_cast<size_t>(rows)), flat(static_cast<size_t>(rows));
+        std::mt19937 rng(17);
+        Dev<float> dq(static_cast<size_t>(rows * V));  // (filled below, before the launch)
+        int64_t flat_verify = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+            const Cfg& c = cfgs[r % 6];
+            const int kind = int(r / 6) % 5;  // 0 one-hot argmax, 1 one-hot second, 2 one-hot anywhere, 3 q near p, 4 q unrelated
+            const float* l = logits.data() + r * V;
+            cuda::SampleRow& sr = host_rows[size_t(r)];
+            sr.seed = 700 + uint64_t(r);
+            sr.stream = uint64_t(r % 3);
+            sr.counter = uint64_t(r % 5);
+            sr.accept_stream = sr.stream + kAcceptStream;
+            sr.temperature = c.t;
+            sr.top_p = c.top_p;
+            sr.min_p = c.min_p;
+            std::vector<int32_t> order(static_cast<size_t>(V));
+            std::iota(order.begin(), order.end(), 0);
+            std::partial_sort(order.begin(), order.begin() + 2, order.end(),
+                              [&](int32_t a, int32_t b) { return l[a] != l[b] ? l[a] > l[b] : a < b; });
+            int32_t draft = kind == 0 ? order[0] : kind == 1 ? order[1] : static_cast<int32_t>(rng() % uint32_t(V));
+            float* qr = q.data() + r * V;
+            if (kind >= 3) {
+                const double scale = kind == 4 ? 4.0 : 0.2;  // q's logits: p's plus noise, untruncated
+                std::vector<double> z(static_cast<size_t>(V));
+                for (int64_t v = 0; v < V; ++v) z[size_t(v)] = double(l[v]) + scale * noise[size_t(r * V + v)];
+                const double mx = *std::max_element(z.begin(), z.end());
+                double den = 0;
+                for (double& x : z) den += (x = std::exp((x - mx) / c.t));
+                for (int64_t v = 0; v < V; ++v) qr[v] = static_cast<float>(z[size_t(v)] / den);
+                double u = std::uniform_real_distribution<double>(0, 1)(rng), acc = 0;  // the draft drawn from q
+                for (draft = 0; draft + 1 < V; ++draft) {
+                    acc += qr[draft];
+                    if (u < acc) break;
+                }
+                sr.q = dq.ptr() + r * V;
+            }
+            if (r % 10 == 9) draft = -1;  // a bonus row: an ordinary nucleus draw
+            sr.draft = draft;
+            ASSERT_TRUE(cuda::sample_supported(sr));
+            ASSERT_TRUE(cuda::sample_nucleus_row(sr));
+            SamplingParams sp;
+            sp.temperature = c.t;
+            sp.top_p = c.top_p;
+            sp.min_p = c.min_p;
+            const std::vector<int32_t> generated(sr.counter, 3);
+            const SampleInput in{.logits = std::span<const float>(l, size_t(V)), .params = &sp, .generated = generated,
+                                 .seed = sr.seed, .stream = sr.stream};
+            const VerifyRowResult v = verify_row({.sample = in,
+                                                  .draft = draft >= 0 ? std::optional<int32_t>(draft) : std::nullopt,
+                                                  .draft_probs = sr.q ? std::span<const float>(qr, size_t(V)) : std::span<const float>()});
+            ref[size_t(r)] = v.token;
+            ref_acc[size_t(r)] = v.accepted ? 1 : 0;
+            flat[size_t(r)] = V > cuda::kMaxSampleTopK && c.flat;
+            flat_verify += flat[size_t(r)] && draft >= 0;
+            const size_t kept = sampling_distribution(processed_logits(in), sp).ids.size();
+            if (V > cuda::kMaxSampleTopK) {  // (the cases are far from the device's 1,024 ids either way)
+                if (c.flat) {
+                    EXPECT_GT(kept, size_t{2048}) << "row " << r;
+                } else {
+                    EXPECT_LT(kept, size_t{512}) << "row " << r;
+                }
+            }
+        }
+        dq.buf->copy_from_host(q.data(), q.size() * sizeof(float));
+        std::vector<uint8_t> acc;
+        const std::vector<int32_t> got = device_sample(logits, V, host_rows, nullptr, &acc);
+        int64_t accepted = 0, rejected = 0, rejected_in_nucleus = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+            const bool f = flat[size_t(r)];
+            EXPECT_EQ(got[size_t(r)], f ? -1 : ref[size_t(r)]) << "V=" << V << " row " << r;
+            EXPECT_EQ(acc[size_t(r)], f ? 0 : ref_acc[size_t(r)]) << "V=" << V << " row " << r;
+            const int32_t d = host_rows[size_t(r)].draft;
+            if (f || d < 0) continue;
+            (ref_acc[size_t(r)] ? accepted : rejected) += 1;
+            // (a rejection whose residual draw differs from the draft's own row: the residual over the nucleus)
+            rejected_in_nucleus += !ref_acc[size_t(r)] && ref[size_t(r)] != d;
+        }
+        // Both outcomes among the rows the device decides, and flat verify rows given up at V4's vocabulary.
+        EXPECT_GE(accepted, 6) << "V=" << V;
+        EXPECT_GE(rejected, 6) << "V=" << V;
+        EXPECT_GE(rejected_in_nucleus, 6) << "V=" << V;
+        if (V > cuda::kMaxSampleTopK) {
+            EXPECT_GE(flat_verify, 10) << "V=" << V;
+        }
+    }
+}
+
 TEST_F(CudaOps, SamplerPicksTheCpuSamplersTokens) {
     const int64_t V = 129280;
     struct Cfg {

@@ -509,13 +509,13 @@ struct SampleRow {
     const float* q = nullptr;    // [vocab] f32 (device): the draft's distribution; null: one-hot on the draft
 };
 constexpr int32_t kMaxSampleTopK = 1024;
-// Top-p / min-p without top-k: drawn when the rules keep at most kMaxSampleTopK ids (else token -1: the
-// caller samples the row on the host); not for verify rows.
+// Top-p / min-p without top-k: drawn (verify rows: decided) when the rules keep at most kMaxSampleTopK
+// ids, else token -1 (accepted 0): the caller decides the row on the host from its logits (and a verify
+// row's draft distribution).
 inline bool sample_nucleus_row(const SampleRow& r) {
     return r.temperature > 0 && r.top_k == 0 && (r.top_p < 1 || r.min_p > 0);
 }
 inline bool sample_supported(const SampleRow& r) {
-    if (sample_nucleus_row(r)) return r.draft < 0;
     return r.temperature <= 0 || r.top_k == 0 || (r.top_k > 0 && r.top_k <= kMaxSampleTopK);
 }
 struct SampleParams {

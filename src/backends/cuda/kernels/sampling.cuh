@@ -6,9 +6,9 @@
 // (model/draft_sampling.h's order), one warp per block across the GPU, then the blocked inverse CDF
 // (sample_argmax_blocks_kernel, sample_block_sums_kernel, sample_pick_kernel). The uniform is the CPU's
 // counter-based splitmix64 stream. Verify rows (a draft to test, engine/speculative/verify.cpp): greedy
-// and top-k ones in sample_kernel (the residual over the candidates on one thread, as the CPU); untruncated
-// ones add the residual's block sums (sample_residual_sums_kernel) and the acceptance test in
-// sample_pick_kernel.
+// and top-k ones in sample_kernel, top-p / min-p ones without top-k in sample_nucleus_kernel (both: the
+// residual over the candidates on one thread, as the CPU: candidate_draw); untruncated ones add the
+// residual's block sums (sample_residual_sums_kernel) and the acceptance test in sample_pick_kernel.
 #pragma once
 
 #include "backends/cuda/common/device_math.cuh"
@@ -107,6 +107,44 @@ __device__ inline int64_t candidate_walk(const Weight& weight, int64_t n, double
     }
     return pick;
 }
+// One thread: the token of row r drawn from a truncated distribution, its candidates cand[0, n) in
+// (logit desc, id asc) order with weights prob[0, n) (the CPU's Distribution of ids and weights; the
+// total is their sum in that order). An ordinary row: the inverse CDF at the row's uniform. A verify row
+// (verify_row): accept its draft with probability min(1, p/q) (p = 0 outside the candidates), else draw
+// from the residual max(p - q, 0) over the candidates in their order, one sum, its zero tail trimmed
+// (recomputed for the walk: the same values); no residual mass left: from p itself.
+__device__ inline void candidate_draw(const SampleParams& p, int64_t r, const double* prob, const int32_t* cand, int64_t n) {
+    const SampleRow& row = p.row[r];
+    double total = 0;
+    for (int64_t i = 0; i < n; ++i) total += prob[i];
+    const double u_draw = counter_uniform(row.seed, row.stream, row.counter);
+    if (row.draft >= 0) {
+        double px = 0;
+        for (int64_t i = 0; i < n; ++i)
+            if (cand[i] == row.draft) {
+                px = prob[i] / total;
+                break;
+            }
+        const double qx = row.q ? static_cast<double>(row.q[row.draft]) : 1.0;
+        if (counter_uniform(row.seed, row.accept_stream, row.counter) * qx < px) {
+            p.tokens[r] = row.draft;
+            if (p.accepted) p.accepted[r] = 1;
+            return;
+        }
+        auto residual = [&](int64_t i) { return residual_weight(prob + i, total, row, cand[i]); };
+        double rt = 0;
+        for (int64_t i = 0; i < n; ++i) rt += residual(i);
+        if (rt > 0) {
+            int64_t m = n;
+            while (m > 1 && residual(m - 1) == 0) --m;
+            p.tokens[r] = cand[candidate_walk(residual, m, u_draw * rt)];
+            if (p.accepted) p.accepted[r] = 0;
+            return;
+        }
+    }
+    p.tokens[r] = cand[candidate_walk([&](int64_t i) { return prob[i]; }, n, u_draw * total)];
+    if (p.accepted) p.accepted[r] = 0;
+}
 __device__ inline const float* sample_logits(const SampleParams& p, int64_t r) {
     return p.logits + (p.logit_row ? static_cast<int64_t>(p.logit_row[r]) : r) * p.vocab;
 }
@@ -167,7 +205,7 @@ static __global__ void __launch_bounds__(32 * kDraftWarps) sample_residual_sums_
     __shared__ double buf_sh[kDraftWarps][kDraftSumBlock];
     const int64_t r = blockIdx.y, nb = draft_sum_blocks(p.vocab), V = p.vocab;
     const SampleRow& row = p.row[r];
-    if (!sample_blocked(row) || row.draft < 0) return;  // (the whole thread block)
+    if (!sample_blocked(row) || sample_nucleus(row) || row.draft < 0) return;  // (the whole thread block)
     const double* part = p.parts + r * kSampleParts * nb;
     for (int64_t b = threadIdx.x; b < nb; b += blockDim.x) sums_sh[b] = part[2 * nb + b];
     __syncthreads();
@@ -330,53 +368,23 @@ static __global__ void __launch_bounds__(kTopkThreads) sample_kernel(const __gri
         n = i;
     }
     while (n > 1 && prob[n - 1] == 0) --n;  // underflowed tail: never drawn (as on the CPU)
-    double total = 0;
-    for (int64_t i = 0; i < n; ++i) total += prob[i];
-    const double u_draw = counter_uniform(row.seed, row.stream, row.counter);
-    if (row.draft >= 0) {
-        // A verify row over the candidates (verify_row): accept with probability min(1, p/q) ...
-        double px = 0;
-        for (int64_t i = 0; i < n; ++i)
-            if (cand[i] == row.draft) {
-                px = prob[i] / total;
-                break;
-            }
-        const double qx = row.q ? static_cast<double>(row.q[row.draft]) : 1.0;
-        if (counter_uniform(row.seed, row.accept_stream, row.counter) * qx < px) {
-            p.tokens[r] = row.draft;
-            if (p.accepted) p.accepted[r] = 1;
-            return;
-        }
-        // ... else the residual max(p - q, 0) over the candidates in their order, one sum, its zero tail
-        // trimmed (recomputed for the walk: the same values); no mass left: p itself.
-        auto residual = [&](int64_t i) { return residual_weight(prob + i, total, row, cand[i]); };
-        double rt = 0;
-        for (int64_t i = 0; i < n; ++i) rt += residual(i);
-        if (rt > 0) {
-            int64_t m = n;
-            while (m > 1 && residual(m - 1) == 0) --m;
-            p.tokens[r] = cand[candidate_walk(residual, m, u_draw * rt)];
-            if (p.accepted) p.accepted[r] = 0;
-            return;
-        }
-    }
-    p.tokens[r] = cand[candidate_walk([&](int64_t i) { return prob[i]; }, n, u_draw * total)];
-    if (p.accepted) p.accepted[r] = 0;
+    candidate_draw(p, r, prob, cand, n);
 }
 
 // grid (rows), block kTopkThreads: top-p / min-p rows without top-k (sampler.cpp's sampling_distribution):
 // the normalizer is the blocked sum of the weights (sample_block_sums_kernel), the candidates the prefix of
 // the (logit desc, id asc) order that the rules keep. Here the first kMaxSampleTopK ids of that order
 // (topk_row_adaptive, then a bitonic sort in shared memory), then on one thread the cumulative sum in that
-// order until top-p's mass or min-p's floor ends the prefix, the draw as the CPU's. A prefix the rules do not
-// end within those ids (a flat distribution) is not drawn here: token -1, the caller samples the row on
-// the host.
+// order until top-p's mass or min-p's floor ends the prefix, the draw (verify rows: the acceptance test and
+// the residual draw) as the CPU's. A prefix the rules do not end within those ids (a flat distribution) is
+// not drawn here: token -1 (verify rows too, accepted 0), the caller decides the row on the host (the
+// row's logits and, for a verify row, its draft's distribution come back: DeviceDraws::fallback).
 static __global__ void __launch_bounds__(kTopkThreads) sample_nucleus_kernel(const __grid_constant__ SampleParams p) {
     __shared__ uint64_t key_sh[kMaxSampleTopK];
     __shared__ double prob_sh[kMaxSampleTopK];
     const int64_t r = blockIdx.x, V = p.vocab, nb = draft_sum_blocks(V);
     const SampleRow& row = p.row[r];
-    if (!sample_nucleus(row) || row.draft >= 0) return;  // (the whole thread block)
+    if (!sample_nucleus(row)) return;  // (the whole thread block)
     const float* l = sample_logits(p, r);
     const double* w = p.scratch + r * V;
     int32_t* cand = p.index_scratch + r * kMaxSampleTopK;
@@ -438,12 +446,7 @@ static __global__ void __launch_bounds__(kTopkThreads) sample_nucleus_kernel(con
         n = i;
     }
     while (n > 1 && prob_sh[n - 1] == 0) --n;
-    double total = 0;
-    for (int64_t i = 0; i < n; ++i) total += prob_sh[i];
-    const int64_t pick = candidate_walk([&](int64_t i) { return prob_sh[i]; }, n,
-                                        counter_uniform(row.seed, row.stream, row.counter) * total);
-    p.tokens[r] = cand[pick];
-    if (p.accepted) p.accepted[r] = 0;
+    candidate_draw(p, r, prob_sh, cand, n);
 }
 
 }  // namespace deepinfer::cuda::kernels

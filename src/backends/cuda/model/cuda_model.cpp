@@ -668,7 +668,11 @@ ForwardOutputs CudaModel::forward_sampled(std::span<const SequenceChunk> chunks,
     timer_.account(stats_);  // this forward's span, and the idle gap since the previous forward ended
     out.tokens = draws_.tokens(draws.size());
     out.accepted = draws_.accepted(draws.size());
-    out.draw_logits = draws_.fallback_logits(logits, V, out.tokens, draw_rows, s);  // (before the arena is reused)
+    {  // (before the arena is reused)
+        DeviceDraws::Fallback fb = draws_.fallback(logits, V, draws, out.tokens, draw_rows, s);
+        out.draw_logits = std::move(fb.logits);
+        out.draw_probs = std::move(fb.probs);
+    }
     workspace_->reset(mark);
     if (mtp_plan.any) mtp_pass_done(std::span<DeviceSequenceState* const>(states.data(), chunks.size()), chunks);
     for (size_t i = 0; i < chunks.size(); ++i) states[i]->length += static_cast<int64_t>(chunks[i].tokens.size());

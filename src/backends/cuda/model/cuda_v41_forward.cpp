@@ -273,7 +273,11 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
     timer_.account(stats_);
     out.tokens = draws_.tokens(draws.size());
     out.accepted = draws_.accepted(draws.size());
-    out.draw_logits = draws_.fallback_logits(logits, V, out.tokens, draw_rows, s);  // (before the arena is reused)
+    {  // (before the arena is reused)
+        DeviceDraws::Fallback fb = draws_.fallback(logits, V, draws, out.tokens, draw_rows, s);
+        out.draw_logits = std::move(fb.logits);
+        out.draw_probs = std::move(fb.probs);
+    }
     release.disarm();
     workspace_.reset(mark);
     for (size_t i = 0; i < chunks.size(); ++i) b.states[i]->length += b.num_rows[i];

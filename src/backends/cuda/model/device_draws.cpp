@@ -90,19 +90,27 @@ std::vector<uint8_t> DeviceDraws::accepted(size_t n) const {
     return a;
 }
 
-std::vector<std::vector<float>> DeviceDraws::fallback_logits(const float* logits, int64_t vocab,
-                                                             std::span<const int32_t> tokens,
-                                                             std::span<const int32_t> logit_rows, Stream s) const {
-    std::vector<std::vector<float>> rows(tokens.size());
+DeviceDraws::Fallback DeviceDraws::fallback(const float* logits, int64_t vocab, std::span<const DeviceDraw> draws,
+                                            std::span<const int32_t> tokens, std::span<const int32_t> logit_rows,
+                                            Stream s) const {
+    DI_CHECK(draws.size() == tokens.size() && logit_rows.size() == tokens.size(), "device draws: ", tokens.size(),
+             " tokens for ", draws.size(), " draws");
+    Fallback out;
+    out.logits.resize(tokens.size());
+    out.probs.resize(tokens.size());
     bool any = false;
     for (size_t k = 0; k < tokens.size(); ++k) {
         if (tokens[k] >= 0) continue;
-        rows[k].resize(static_cast<size_t>(vocab));
-        copy_to_host(rows[k].data(), logits + static_cast<int64_t>(logit_rows[k]) * vocab, rows[k].size() * sizeof(float), s);
+        out.logits[k].resize(static_cast<size_t>(vocab));
+        copy_to_host(out.logits[k].data(), logits + static_cast<int64_t>(logit_rows[k]) * vocab, out.logits[k].size() * sizeof(float), s);
+        if (draws[k].draft >= 0 && draws[k].draft_probs) {  // (a one-hot draft needs none)
+            out.probs[k].resize(static_cast<size_t>(vocab));
+            copy_to_host(out.probs[k].data(), draws[k].draft_probs, out.probs[k].size() * sizeof(float), s);
+        }
         any = true;
     }
     if (any) synchronize_stream(s);
-    return rows;
+    return out;
 }
 
 size_t DeviceDraws::workspace_need(int64_t draws, int64_t vocab) const {

@@ -37,10 +37,14 @@ public:
                  std::span<const int32_t> logit_rows, DeviceArena& arena, Stream s);
     std::vector<int32_t> tokens(size_t n) const;
     std::vector<uint8_t> accepted(size_t n) const;  // per draw: it verified its draft and accepted it
-    // After `s` synchronized, while `logits` is still valid: per draw, the logits row of a draw the device
-    // could not make (token -1: ForwardOutputs::draw_logits), else empty. Copies and waits on `s`.
-    std::vector<std::vector<float>> fallback_logits(const float* logits, int64_t vocab, std::span<const int32_t> tokens,
-                                                    std::span<const int32_t> logit_rows, Stream s) const;
+    // After `s` synchronized, while `logits` (and the drafts' distributions) are still valid: per draw the
+    // device could not make (token -1), its logits row (ForwardOutputs::draw_logits) and, for a verify row
+    // with a draft distribution, that row (ForwardOutputs::draw_probs); else empty. Copies and waits on `s`.
+    struct Fallback {
+        std::vector<std::vector<float>> logits, probs;  // per draw: [vocab] or empty
+    };
+    Fallback fallback(const float* logits, int64_t vocab, std::span<const DeviceDraw> draws, std::span<const int32_t> tokens,
+                      std::span<const int32_t> logit_rows, Stream s) const;
     // Arena bytes enqueue() takes for `draws` draws (an upper bound, alignment included).
     size_t workspace_need(int64_t draws, int64_t vocab) const;
 
