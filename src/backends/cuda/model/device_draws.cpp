@@ -3,7 +3,9 @@
 #include "backends/cuda/model/device_draws.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "deepinfer/check.h"
 
@@ -98,18 +100,31 @@ DeviceDraws::Fallback DeviceDraws::fallback(const float* logits, int64_t vocab, 
     Fallback out;
     out.logits.resize(tokens.size());
     out.probs.resize(tokens.size());
-    bool any = false;
+    // Rows to copy: each given-up draw's logits, and a verify row's draft distribution (a one-hot draft needs none).
+    auto wants_probs = [&](size_t k) { return draws[k].draft >= 0 && draws[k].draft_probs != nullptr; };
+    size_t rows = 0;
+    for (size_t k = 0; k < tokens.size(); ++k)
+        if (tokens[k] < 0) rows += 1 + (wants_probs(k) ? 1 : 0);
+    if (rows == 0) return out;
+    const size_t row_bytes = static_cast<size_t>(vocab) * sizeof(float);
+    if (!staging_ || staging_->nbytes() < rows * row_bytes) staging_ = std::make_unique<PinnedBuffer>(rows * row_bytes);
+    float* h = static_cast<float*>(staging_->host());
+    size_t at = 0;
+    std::vector<std::pair<size_t, size_t>> slots(tokens.size(), {SIZE_MAX, SIZE_MAX});  // (logits, probs) rows
     for (size_t k = 0; k < tokens.size(); ++k) {
         if (tokens[k] >= 0) continue;
-        out.logits[k].resize(static_cast<size_t>(vocab));
-        copy_to_host(out.logits[k].data(), logits + static_cast<int64_t>(logit_rows[k]) * vocab, out.logits[k].size() * sizeof(float), s);
-        if (draws[k].draft >= 0 && draws[k].draft_probs) {  // (a one-hot draft needs none)
-            out.probs[k].resize(static_cast<size_t>(vocab));
-            copy_to_host(out.probs[k].data(), draws[k].draft_probs, out.probs[k].size() * sizeof(float), s);
+        slots[k].first = at;
+        copy_to_host(h + at++ * size_t(vocab), logits + static_cast<int64_t>(logit_rows[k]) * vocab, row_bytes, s);
+        if (wants_probs(k)) {
+            slots[k].second = at;
+            copy_to_host(h + at++ * size_t(vocab), draws[k].draft_probs, row_bytes, s);
         }
-        any = true;
     }
-    if (any) synchronize_stream(s);
+    synchronize_stream(s);
+    for (size_t k = 0; k < tokens.size(); ++k) {
+        if (slots[k].first != SIZE_MAX) out.logits[k].assign(h + slots[k].first * size_t(vocab), h + (slots[k].first + 1) * size_t(vocab));
+        if (slots[k].second != SIZE_MAX) out.probs[k].assign(h + slots[k].second * size_t(vocab), h + (slots[k].second + 1) * size_t(vocab));
+    }
     return out;
 }
 

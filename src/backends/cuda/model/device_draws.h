@@ -39,7 +39,8 @@ public:
     std::vector<uint8_t> accepted(size_t n) const;  // per draw: it verified its draft and accepted it
     // After `s` synchronized, while `logits` (and the drafts' distributions) are still valid: per draw the
     // device could not make (token -1), its logits row (ForwardOutputs::draw_logits) and, for a verify row
-    // with a draft distribution, that row (ForwardOutputs::draw_probs); else empty. Copies and waits on `s`.
+    // with a draft distribution, that row (ForwardOutputs::draw_probs); else empty. Copies through a pinned
+    // staging buffer (kept, grown to the largest step's rows) and waits on `s` once.
     struct Fallback {
         std::vector<std::vector<float>> logits, probs;  // per draw: [vocab] or empty
     };
@@ -51,6 +52,7 @@ public:
 private:
     int64_t group_;
     std::unique_ptr<PinnedBuffer> in_, out_;
+    mutable std::unique_ptr<PinnedBuffer> staging_;  // fallback(): the given-up rows, [rows, vocab] f32
 };
 
 }  // namespace deepinfer::cuda
