@@ -73,13 +73,13 @@ TEST(CudaMtpOps, DraftSampleEqualsTheCpuDraftRule) {
             return b;
         };
         auto d_logits = upload(logits), d_temps = upload(temps), d_sampled = upload(sampled), d_unif = upload(uniforms);
-        cuda::DeviceBuffer scratch(size_t(R * V) * 8), probs(size_t(R * V) * 4), tokens(size_t(R) * 4), conf(size_t(R) * 4);
+        cuda::DeviceBuffer probs(size_t(R * V) * 4), tokens(size_t(R) * 4), conf(size_t(R) * 4);
         cuda::DeviceBuffer parts(size_t(cuda::draft_sample_parts(R, V)) * 8);
         cuda::draft_sample({.logits = static_cast<const float*>(d_logits->data()), .rows = R, .vocab = V,
                             .temperature = static_cast<const double*>(d_temps->data()),
                             .sampled = static_cast<const int32_t*>(d_sampled->data()),
                             .uniform = static_cast<const double*>(d_unif->data()), .uniform_stride = 1,
-                            .scratch = static_cast<double*>(scratch.data()), .parts = static_cast<double*>(parts.data()),
+                            .parts = static_cast<double*>(parts.data()),
                             .probs = static_cast<float*>(probs.data()),
                             .tokens = static_cast<int32_t*>(tokens.data()), .confidence = static_cast<float*>(conf.data())},
                            cuda::Stream{});

@@ -578,7 +578,6 @@ struct DraftSampleParams {
     const int32_t* sampled = nullptr;     // [rows] 0/1
     const double* uniform = nullptr;      // [rows * uniform_stride]
     int64_t uniform_stride = 1;
-    double* scratch = nullptr;   // [rows, vocab] f64
     double* parts = nullptr;     // [draft_sample_parts(rows, vocab)] f64: per block sums and maxima
     float* probs = nullptr;      // [rows, vocab]: written for sampled rows
     int32_t* tokens = nullptr;   // [rows]

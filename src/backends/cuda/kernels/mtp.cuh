@@ -40,8 +40,9 @@ static __global__ void add_streams_kernel(const __grid_constant__ AddStreamsPara
 // in id order on one lane, from shared memory; the blocks' sums in block order on one lane).
 //   1. each block's argmax (the first of the largest, block_argmax's rule);
 //   2. the row's argmax from the blocks'; per block the sums of exp(l - max) (the MTP confidence proxy)
-//      and, for sampled rows, of q = exp((l - max) / T), q kept in the scratch;
-//   3. sampled rows: probs = q / (sum of the blocks' sums), and per block the sum of the stored probs;
+//      and, for sampled rows, of q = exp((l - max) / T);
+//   3. sampled rows: probs = q / (sum of the blocks' sums), q recomputed (not stored: a [rows, V] f64
+//      round trip through memory cost more than the exps), and per block the sum of the stored probs;
 //   4. per row the draft: the argmax, or the inverse CDF (the block's probs staged in shared memory),
 //      and the confidence proxy.
 // (The sampler's untruncated draws run the same way: sampling.cuh.)
@@ -103,12 +104,7 @@ static __global__ void __launch_bounds__(32 * kDraftWarps) draft_block_sums_kern
         if (lane == 0) rp.conf[b] = s;
     }
     if (sampled) {
-        double* q = p.scratch + r * V;
-        const double s = warp_block_sum(V, b, buf, [&](int64_t v) {
-            const double e = exp((static_cast<double>(l[v]) - mx) / t);
-            q[v] = e;
-            return e;
-        });
+        const double s = warp_block_sum(V, b, buf, [&](int64_t v) { return exp((static_cast<double>(l[v]) - mx) / t); });
         if (lane == 0) rp.q[b] = s;
     }
 }
@@ -120,11 +116,14 @@ static __global__ void __launch_bounds__(32 * kDraftWarps) draft_probs_kernel(co
     const int64_t b = static_cast<int64_t>(blockIdx.x) * kDraftWarps + threadIdx.x / 32;
     if (b >= nb || !(p.sampled[r] != 0 && p.temperature[r] > 0)) return;
     const DraftRowParts rp = draft_row_parts(p, r);
-    const double den = warp_ordered_sum(rp.q, nb);
-    const double* q = p.scratch + r * V;
+    const double den = warp_ordered_sum(rp.q, nb), t = p.temperature[r];
+    double mx = 0;
+    draft_row_argmax(p, rp, r, mx);
+    const float* l = p.logits + r * V;
     float* probs = p.probs + r * V;
     const double s = warp_block_sum(V, b, buf_sh[threadIdx.x / 32], [&](int64_t v) {
-        const float pr = static_cast<float>(q[v] / den);
+        // q(v) recomputed as the block sums computed it (the same double operations: the same bits)
+        const float pr = static_cast<float>(exp((static_cast<double>(l[v]) - mx) / t) / den);
         probs[v] = pr;
         return static_cast<double>(pr);
     });

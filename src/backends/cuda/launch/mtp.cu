@@ -31,7 +31,7 @@ void add_streams(const AddStreamsParams& p, Stream s) {
 
 void draft_sample(const DraftSampleParams& p, Stream s) {
     if (p.rows == 0) return;
-    DI_CHECK(p.logits && p.temperature && p.sampled && p.uniform && p.scratch && p.parts && p.probs && p.tokens,
+    DI_CHECK(p.logits && p.temperature && p.sampled && p.uniform && p.parts && p.probs && p.tokens,
              "draft_sample: missing buffers");
     DI_CHECK(p.vocab > 0 && draft_sum_blocks(p.vocab) <= kernels::kDraftMaxBlocks, "draft_sample: a vocabulary of ",
              p.vocab, " ids (1 to ", kernels::kDraftMaxBlocks * kDraftSumBlock, ")");

@@ -401,7 +401,7 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
         const int64_t Rd = std::max<int64_t>(D, 1);
         const size_t draft = 16 * bytes(Rd * 64) + 2 * bytes(Rd * hc * Dm * 4) + bytes(Rd * 16 * 12) + mtp_rows(Rd) +
                              peak_of(weights_.mtp->block, Rd) + bytes(Rd * hc * Dm * 4) + bytes(Rd * Dm * 4) + bytes(Rd * (hc + 1) * 4) +
-                             bytes(Rd * V * 4) + bytes(Rd * Dm * 4) + 256 + bytes(Rd * V * 8) + bytes(Rd * V * 4) +
+                             bytes(Rd * V * 4) + bytes(Rd * Dm * 4) + 256 + bytes(Rd * V * 4) +
                              bytes(draft_sample_parts(Rd, V) * 8) +
                              2 * bytes(Rd * 4);
         total = std::max(total, draft);

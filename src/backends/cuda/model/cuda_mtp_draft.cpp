@@ -165,12 +165,11 @@ std::vector<Draft> CudaModel::mtp_draft(std::span<const DraftRequest> requests) 
             seg_at += size_t(n);
             float* xo = mtp_block(mb, h[k % 2]);
             const float* logits = head_logits(xo, n, weights_.mtp->hc_head, weights_.mtp->norm);
-            double* scratch = workspace_->alloc_n<double>(n * V);
             double* parts = workspace_->alloc_n<double>(draft_sample_parts(n, V));
             // (argmax drafts only: scratch, not read)
             float* probs = hb.device_probs ? hb.device_probs + k * Rs * V : workspace_->alloc_n<float>(n * V);
             draft_sample({.logits = logits, .rows = n, .vocab = V, .temperature = d_temp, .sampled = d_sampled,
-                          .uniform = d_unif + k, .uniform_stride = K, .scratch = scratch, .parts = parts, .probs = probs,
+                          .uniform = d_unif + k, .uniform_stride = K, .parts = parts, .probs = probs,
                           .tokens = d_tokens + k * Rs, .confidence = d_conf + k * Rs},
                          s);
             // The step's distributions in one copy when asked (rows of greedy drafts are copied but not read).

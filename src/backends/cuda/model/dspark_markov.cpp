@@ -14,7 +14,7 @@ bool dspark_markov_fast_bias(const DeviceLinear& head, bool fast) {
 size_t dspark_markov_workspace(int64_t requests, int64_t block, int64_t vocab, int64_t rank, bool fast_bias) {
     const int64_t R = std::max<int64_t>(requests, 1);
     auto bytes = [](int64_t n) { return ((static_cast<size_t>(std::max<int64_t>(n, 0)) + 255) / 256) * 256 + 256; };
-    size_t total = 2 * bytes(block * R * 4) + bytes(R * rank * 4) + 3 * bytes(R * vocab * 4) + bytes(R * vocab * 8) +
+    size_t total = 2 * bytes(block * R * 4) + bytes(R * rank * 4) + 3 * bytes(R * vocab * 4) +
                    bytes(draft_sample_parts(R, vocab) * 8);
     if (fast_bias) total += bytes(R * rank * 2) + bytes(fast_linear_split_floats_bound(R) * 4);
     return total;
@@ -27,7 +27,6 @@ void dspark_markov_draft(const DSparkMarkovParams& p, DeviceArena& arena, Stream
     float* e = arena.alloc_n<float>(R * rank);
     float* bias = arena.alloc_n<float>(R * V);
     float* logits = arena.alloc_n<float>(R * V);
-    double* dscratch = arena.alloc_n<double>(R * V);
     double* parts = arena.alloc_n<double>(draft_sample_parts(R, V));
     float* scratch_probs = p.device_probs ? nullptr : arena.alloc_n<float>(R * V);  // (argmax only: not read)
     const bool fast_bias = dspark_markov_fast_bias(*p.head, p.fast);
@@ -53,7 +52,7 @@ void dspark_markov_draft(const DSparkMarkovParams& p, DeviceArena& arena, Stream
                            s);
         float* probs = p.device_probs ? p.device_probs + k * R * V : scratch_probs;
         draft_sample({.logits = logits, .rows = n, .vocab = V, .temperature = p.temperature, .sampled = p.sampled,
-                      .uniform = p.uniforms + k, .uniform_stride = G, .scratch = dscratch, .parts = parts, .probs = probs,
+                      .uniform = p.uniforms + k, .uniform_stride = G, .parts = parts, .probs = probs,
                       .tokens = d_drafts + k * R, .confidence = nullptr},  // (no MTP proxy)
                      s);
         if (p.host_probs)  // the step's distributions in one copy (rows of argmax drafts are copied, not read)
