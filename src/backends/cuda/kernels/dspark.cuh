@@ -102,9 +102,13 @@ static __global__ void __launch_bounds__(256) dspark_markov_step_kernel(const __
     auto cat = [&](int64_t i) { return i < D ? y[i] : e[i - D]; };
     const int64_t n = D + p.rank, n8 = n / 8 * 8, j = threadIdx.x;
     float acc = 0;
-    if (j < 8) {
+    if (j < 8) {  // k over y, then over e (two loops of plain loads, the same k order)
+        int64_t k = j;
+        const int64_t y_end = D < n8 ? D : n8;
 #pragma unroll 4
-        for (int64_t k = j; k < n8; k += 8) acc = dev::add(acc, dev::mul(p.weight[k], cat(k)));
+        for (; k < y_end; k += 8) acc = dev::add(acc, dev::mul(p.weight[k], y[k]));
+#pragma unroll 4
+        for (; k < n8; k += 8) acc = dev::add(acc, dev::mul(p.weight[k], e[k - D]));
     }
     auto lane = [&](int l) { return __shfl_sync(0xffffffffu, acc, l); };
     const float a0 = lane(0), a1 = lane(1), a2 = lane(2), a3 = lane(3), a4 = lane(4), a5 = lane(5), a6 = lane(6), a7 = lane(7);
