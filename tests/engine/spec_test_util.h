@@ -63,6 +63,21 @@ inline void expect_same_greedy_outputs(const RunResult& plain, const RunResult& 
     }
 }
 
+// A GPU engine's speculative run against the CPU engine's with the same config: the same tokens and accepted
+// drafts, and every verify step decided on the device (each decides its accepted drafts and one more row),
+// none on the CPU.
+inline void expect_same_run_verified_on_device(const RunResult& cpu, const RunResult& gpu, const Requests& reqs,
+                                               const std::string& what) {
+    for (const auto& [id, prompt, sp] : reqs)
+        EXPECT_EQ(cpu.outputs.at(id).completions.at(0).token_ids, gpu.outputs.at(id).completions.at(0).token_ids)
+            << what << " " << id;
+    EXPECT_EQ(cpu.metrics.spec_accepted_tokens, gpu.metrics.spec_accepted_tokens) << what;
+    EXPECT_GT(gpu.metrics.spec_draft_tokens, 0) << what;
+    EXPECT_EQ(cpu.metrics.device_verified_rows, 0) << what;
+    EXPECT_GT(gpu.metrics.device_verified_rows, 0) << what;
+    EXPECT_GE(gpu.metrics.device_verified_rows, gpu.metrics.spec_accepted_tokens + gpu.metrics.spec_verify_steps) << what;
+}
+
 inline SamplingParams greedy(int64_t max_tokens) {
     SamplingParams sp;
     sp.temperature = 0;

@@ -1134,6 +1134,24 @@ std::vector<int32_t> device_sample(const std::vector<float>& logits, int64_t V, 
     return dtok.host(static_cast<size_t>(n));
 }
 
+// A draft distribution near p (scale 0.2) or unrelated to it (scale 4): q = softmax((l + scale * noise) / t)
+// into qr [V], and a draft drawn from q by the inverse CDF at a uniform of `rng`.
+int32_t noisy_draft(const float* l, const float* noise, int64_t V, double scale, double t, float* qr, std::mt19937& rng) {
+    std::vector<double> z(static_cast<size_t>(V));
+    for (int64_t v = 0; v < V; ++v) z[size_t(v)] = double(l[v]) + scale * noise[v];
+    const double mx = *std::max_element(z.begin(), z.end());
+    double den = 0;
+    for (double& x : z) den += (x = std::exp((x - mx) / t));
+    for (int64_t v = 0; v < V; ++v) qr[v] = static_cast<float>(z[size_t(v)] / den);
+    double u = std::uniform_real_distribution<double>(0, 1)(rng), acc = 0;
+    int32_t draft = 0;
+    for (; draft + 1 < V; ++draft) {
+        acc += qr[draft];
+        if (u < acc) break;
+    }
+    return draft;
+}
+
 // Verify rows (a draft to test; engine/speculative/verify.cpp's verify_row): greedy, and sampled with
 // one-hot drafts or drafts from a distribution q on the device (close to p: mostly accepted; unrelated:
 // mostly rejected, the residual max(p - q, 0) drawn by the blocked walk; top-k rows over their candidates),
@@ -1163,19 +1181,8 @@ TEST_F(CudaOps, SamplerVerifyRowsEqualTheCpuVerifier) {
             const int64_t argmax = std::max_element(l, l + V) - l;
             int32_t draft = static_cast<int32_t>(kind == 0 ? argmax : int64_t(rng() % uint32_t(V)));
             float* qr = q.data() + r * V;
-            if (sr.temperature > 0 && kind >= 2) {
-                const double scale = kind == 3 ? 4.0 : 0.2;  // q's logits: p's plus noise
-                std::vector<double> z(static_cast<size_t>(V));
-                for (int64_t v = 0; v < V; ++v) z[size_t(v)] = double(l[v]) + scale * noise[size_t(r * V + v)];
-                const double mx = *std::max_element(z.begin(), z.end());
-                double den = 0;
-                for (double& x : z) den += (x = std::exp((x - mx) / sr.temperature));
-                for (int64_t v = 0; v < V; ++v) qr[v] = static_cast<float>(z[size_t(v)] / den);
-                double u = std::uniform_real_distribution<double>(0, 1)(rng), acc = 0;  // the draft drawn from q
-                for (draft = 0; draft + 1 < V; ++draft) {
-                    acc += qr[draft];
-                    if (u < acc) break;
-                }
+            if (sr.temperature > 0 && kind >= 2) {  // q's logits: p's plus noise
+                draft = noisy_draft(l, noise.data() + r * V, V, kind == 3 ? 4.0 : 0.2, sr.temperature, qr, rng);
                 sr.q = dq.ptr() + r * V;
             }
             if (r % 8 == 7) draft = -1;  // a bonus row: an ordinary draw
@@ -1304,19 +1311,8 @@ TEST_F(CudaOps, SamplerNucleusVerifyRowsEqualTheCpuVerifier) {
                               [&](int32_t a, int32_t b) { return l[a] != l[b] ? l[a] > l[b] : a < b; });
             int32_t draft = kind == 0 ? order[0] : kind == 1 ? order[1] : static_cast<int32_t>(rng() % uint32_t(V));
             float* qr = q.data() + r * V;
-            if (kind >= 3) {
-                const double scale = kind == 4 ? 4.0 : 0.2;  // q's logits: p's plus noise, untruncated
-                std::vector<double> z(static_cast<size_t>(V));
-                for (int64_t v = 0; v < V; ++v) z[size_t(v)] = double(l[v]) + scale * noise[size_t(r * V + v)];
-                const double mx = *std::max_element(z.begin(), z.end());
-                double den = 0;
-                for (double& x : z) den += (x = std::exp((x - mx) / c.t));
-                for (int64_t v = 0; v < V; ++v) qr[v] = static_cast<float>(z[size_t(v)] / den);
-                double u = std::uniform_real_distribution<double>(0, 1)(rng), acc = 0;  // the draft drawn from q
-                for (draft = 0; draft + 1 < V; ++draft) {
-                    acc += qr[draft];
-                    if (u < acc) break;
-                }
+            if (kind >= 3) {  // q's logits: p's plus noise, untruncated
+                draft = noisy_draft(l, noise.data() + r * V, V, kind == 4 ? 4.0 : 0.2, c.t, qr, rng);
                 sr.q = dq.ptr() + r * V;
             }
             if (r % 10 == 9) draft = -1;  // a bonus row: an ordinary nucleus draw
