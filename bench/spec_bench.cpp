@@ -38,6 +38,7 @@
 #include <nlohmann/json.hpp>
 
 #include "deepinfer/engine.h"
+#include "engine/speculative/report.h"
 #include "deepinfer/float_formats.h"
 #include "deepinfer/parallel.h"
 #include "deepinfer/safetensors.h"
@@ -361,16 +362,11 @@ int main(int argc, char** argv) {
                 ec.device_sampling = a["--host-sampling"] == "0";
                 if (trace && round >= 0 && arm.method != "none")
                     ec.speculative_trace = [&trace, &arm, batch, round](const di::SpeculativeTraceStep& t) {
-                        trace << nlohmann::json{{"arm", arm.name}, {"batch", batch}, {"round", round}, {"step", t.step},
-                                                {"rows", t.shape.tokens}, {"tapped", t.shape.drafter_taps},
-                                                {"drafted", t.shape.drafted_requests}, {"verifying", t.verifying},
-                                                {"drafts", t.drafts}, {"accepted", t.accepted},
-                                                {"step_s", t.step_seconds}, {"draft_s", t.draft_seconds},
-                                                {"predicted_step_s", t.predicted_step_seconds},
-                                                {"predicted_draft_s", t.predicted_draft_seconds},
-                                                {"expected_gain", t.expected_gain}}
-                                     .dump()
-                              << "\n";
+                        nlohmann::json j = nlohmann::json::parse(di::speculative_trace_line(t));
+                        j["arm"] = arm.name;
+                        j["batch"] = batch;
+                        j["round"] = round;
+                        trace << j.dump() << "\n";
                     };
                 di::Engine engine(model, nullptr, ec);
                 std::mt19937 rng(static_cast<uint32_t>(batch));

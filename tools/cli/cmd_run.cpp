@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +59,7 @@ struct RunOptions {
     std::string speculative = "none";
     int64_t num_speculative_tokens = 3;
     bool spec_scheduler = false, spec_one_hot = false, spec_block = false;
+    std::string spec_trace;  // JSON lines of the confidence scheduler's decode steps ("": none)
 };
 
 // The host's ranks resolve the model one after another's first: local rank 0 generates the built-in
@@ -166,6 +168,14 @@ int run_job(const RunOptions& o, Communicator* comm) {
     ec.speculative_scheduler = o.spec_scheduler;
     ec.speculative_sample_drafts = !o.spec_one_hot;
     ec.speculative_block_verification = o.spec_block;
+    // --spec-trace FILE (under mpirun: FILE.<rank>): one JSON line per decode step the scheduler learns from.
+    std::ofstream trace;
+    if (!o.spec_trace.empty()) {
+        const std::string path = comm && comm->size() > 1 ? fmt::format("{}.{}", o.spec_trace, comm->rank()) : o.spec_trace;
+        trace.open(path);
+        if (!trace) DI_THROW("--spec-trace: cannot write ", path);
+        ec.speculative_trace = [&trace](const SpeculativeTraceStep& t) { trace << speculative_trace_line(t) << '\n'; };
+    }
     BatchRunOptions ro;
     ro.input_path = o.input;
     ro.output_path = o.output;
@@ -246,6 +256,9 @@ Command register_run(CLI::App& app) {
         ->capture_default_str();
     sub->add_flag("--spec-scheduler", o->spec_scheduler, "Confidence-scheduled verify lengths (else all drafts)");
     sub->add_flag("--spec-one-hot-drafts", o->spec_one_hot, "Sampling requests: argmax drafts instead of sampled ones");
+    sub->add_option("--spec-trace", o->spec_trace,
+                    "Write the confidence scheduler's view of every decode step (rows, drafts, accepted, measured and "
+                    "predicted costs, expected gain) as JSON lines to this file (under mpirun: FILE.<rank>)");
     sub->add_flag("--spec-block-verify", o->spec_block,
                   "Sampling requests: block verification (exact; accepts at least as many drafts)");
     sub->add_option("--progress", o->progress, "auto | always | never")->capture_default_str();

@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+#include <nlohmann/json.hpp>
+
 namespace deepinfer {
 
 std::string speculative_summary(const EngineMetrics& m) {
@@ -33,6 +35,22 @@ std::string speculative_summary(const EngineMetrics& m) {
         out += buf;
     }
     return out;
+}
+
+std::string speculative_trace_line(const SpeculativeTraceStep& t) {
+    return nlohmann::json{{"step", t.step},
+                          {"rows", t.shape.tokens},
+                          {"tapped", t.shape.drafter_taps},
+                          {"drafted", t.shape.drafted_requests},
+                          {"verifying", t.verifying},
+                          {"drafts", t.drafts},
+                          {"accepted", t.accepted},
+                          {"step_s", t.step_seconds},
+                          {"draft_s", t.draft_seconds},
+                          {"predicted_step_s", t.predicted_step_seconds},
+                          {"predicted_draft_s", t.predicted_draft_seconds},
+                          {"expected_gain", t.expected_gain}}
+        .dump();
 }
 
 }  // namespace deepinfer
