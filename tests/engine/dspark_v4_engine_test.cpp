@@ -15,6 +15,7 @@
 
 #include "engine/dspark_engine_checks.h"
 #include "engine/dspark_v4_fixtures.h"
+#include "engine/forwarding_model.h"
 
 namespace deepinfer {
 namespace {
@@ -120,22 +121,17 @@ INSTANTIATE_TEST_SUITE_P(SpeculativeEngine, DSparkV4, ::testing::Values(true, fa
 
 // The model's own drafter with every draft token shifted by one (argmax drafts only): with the agreeing
 // model every shifted draft is wrong, so each verify pass rejects all of its drafts.
-class ShiftedDrafter final : public Drafter {
+class ShiftedDrafter final : public test::ForwardingDrafter {
 public:
-    explicit ShiftedDrafter(const Drafter& inner, int64_t vocab) : inner_(inner), vocab_(vocab) {}
-    std::string_view method() const override { return inner_.method(); }
-    int64_t max_drafts() const override { return inner_.max_drafts(); }
-    void attach(Sequence& s) const override { inner_.attach(s); }
-    uint64_t state_bytes(uint64_t page) const override { return inner_.state_bytes(page); }
+    explicit ShiftedDrafter(const Drafter& inner, int64_t vocab) : ForwardingDrafter(inner), vocab_(vocab) {}
     std::vector<Draft> draft(std::span<const DraftRequest> requests) const override {
-        std::vector<Draft> out = inner_.draft(requests);
+        std::vector<Draft> out = ForwardingDrafter::draft(requests);
         for (Draft& d : out)
             for (int32_t& t : d.tokens) t = static_cast<int32_t>((t + 1) % vocab_);
         return out;
     }
 
 private:
-    const Drafter& inner_;
     int64_t vocab_;
 };
 
@@ -178,16 +174,12 @@ TEST(DSparkV4Agreeing, EveryDraftAcceptedOrEveryDraftRejected) {
 // row's logits and, for a sampled draft, the draft's distribution: what the GPU sampler does for top-p /
 // min-p rows keeping more ids than it sorts); its drafter is the checkpoint's, with the host distributions
 // standing in for device copies (Draft::device_probs).
-class GivingUpVerifier final : public Model {
-    class Drafts final : public Drafter {
+class GivingUpVerifier final : public test::ForwardingModel {
+    class Drafts final : public test::ForwardingDrafter {
     public:
-        Drafts(const Drafter& inner, int64_t vocab) : inner_(inner), vocab_(vocab) {}
-        std::string_view method() const override { return inner_.method(); }
-        int64_t max_drafts() const override { return inner_.max_drafts(); }
-        void attach(Sequence& s) const override { inner_.attach(s); }
-        uint64_t state_bytes(uint64_t page) const override { return inner_.state_bytes(page); }
+        Drafts(const Drafter& inner, int64_t vocab) : ForwardingDrafter(inner), vocab_(vocab) {}
         std::vector<Draft> draft(std::span<const DraftRequest> requests) const override {
-            std::vector<Draft> out = inner_.draft(requests);
+            std::vector<Draft> out = ForwardingDrafter::draft(requests);
             for (Draft& d : out)
                 if (!d.probs.empty()) {  // (the engine moves the vector: the pointer stays valid)
                     d.device_probs = d.probs.data();
@@ -197,30 +189,18 @@ class GivingUpVerifier final : public Model {
         }
 
     private:
-        const Drafter& inner_;
         int64_t vocab_;
     };
 
 public:
     explicit GivingUpVerifier(std::shared_ptr<const Model> m)
-        : m_(std::move(m)), drafts_(*m_->drafter(), m_->info().vocab_size) {}
-    const ModelInfo& info() const override { return m_->info(); }
-    Numerics numerics() const override { return m_->numerics(); }
-    uint64_t estimate_state_bytes(int64_t t, uint64_t page) const override { return m_->estimate_state_bytes(t, page); }
-    Sequence new_sequence() const override { return m_->new_sequence(); }
-    Sequence new_sequence(std::shared_ptr<StatePool> pool) const override { return m_->new_sequence(std::move(pool)); }
-    std::vector<float> forward(Sequence& seq, std::span<const int32_t> tokens, bool all) const override {
-        return m_->forward(seq, tokens, all);
-    }
-    std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const override {
-        return m_->forward_batch(chunks);
-    }
+        : ForwardingModel(m), drafts_(*m->drafter(), m->info().vocab_size) {}
     const Drafter* drafter() const override { return &drafts_; }
     bool can_sample_on_device(const DeviceDraw&) const override { return true; }
     ForwardOutputs forward_sampled(std::span<const SequenceChunk> chunks, std::span<const uint8_t> want,
                                    std::span<const DeviceDraw> draws) const override {
         ForwardOutputs out;
-        out.logits = m_->forward_batch(chunks);
+        out.logits = inner().forward_batch(chunks);
         const int64_t V = info().vocab_size;
         for (const DeviceDraw& d : draws) {
             const std::vector<float>& l = out.logits.at(size_t(d.chunk));
@@ -242,7 +222,6 @@ public:
     mutable int64_t verify_rows = 0, sampled_drafts = 0;  // verify draws handed back (with a distribution)
 
 private:
-    std::shared_ptr<const Model> m_;
     Drafts drafts_;
 };
 

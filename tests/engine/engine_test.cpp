@@ -16,6 +16,7 @@
 #include "deepinfer/engine.h"
 #include "deepinfer/tokenizer.h"
 #include "engine/engine_run.h"
+#include "engine/forwarding_model.h"
 #include "engine/sampler.h"
 #include "engine/tiny_engine_model.h"
 #include "model/draft_sampling.h"
@@ -385,25 +386,14 @@ TEST(Sampler, TopPAndMinPKeepTheSortedPrefix) {
 // A model whose "device" takes every plain draw and gives every one up (token -1 with the row's logits,
 // as a GPU sampler does for top-p rows keeping more ids than it sorts): the engine samples those rows on
 // the host and the output is the host sampler's, n > 1 siblings included.
-class GivingUpDevice : public Model {
+class GivingUpDevice : public test::ForwardingModel {
 public:
-    explicit GivingUpDevice(std::shared_ptr<const Model> m) : m_(std::move(m)) {}
-    const ModelInfo& info() const override { return m_->info(); }
-    Numerics numerics() const override { return m_->numerics(); }
-    uint64_t estimate_state_bytes(int64_t t, uint64_t page) const override { return m_->estimate_state_bytes(t, page); }
-    Sequence new_sequence() const override { return m_->new_sequence(); }
-    Sequence new_sequence(std::shared_ptr<StatePool> pool) const override { return m_->new_sequence(std::move(pool)); }
-    std::vector<float> forward(Sequence& seq, std::span<const int32_t> tokens, bool all) const override {
-        return m_->forward(seq, tokens, all);
-    }
-    std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> chunks) const override {
-        return m_->forward_batch(chunks);
-    }
+    using ForwardingModel::ForwardingModel;
     bool can_sample_on_device(const DeviceDraw& d) const override { return d.draft < 0; }
     ForwardOutputs forward_sampled(std::span<const SequenceChunk> chunks, std::span<const uint8_t> want,
                                    std::span<const DeviceDraw> draws) const override {
         ForwardOutputs out;
-        out.logits = m_->forward_batch(chunks);
+        out.logits = inner().forward_batch(chunks);
         for (const DeviceDraw& d : draws) {
             EXPECT_EQ(d.row, -1);
             const std::vector<float>& l = out.logits.at(size_t(d.chunk));
@@ -418,9 +408,6 @@ public:
         return out;
     }
     mutable int64_t given_up = 0;  // draws handed back
-
-private:
-    std::shared_ptr<const Model> m_;
 };
 
 TEST(Engine, DrawsTheDeviceGivesUpAreSampledOnTheHost) {

@@ -8,6 +8,7 @@
 
 #include "deepinfer/engine.h"
 #include "engine/engine_run.h"
+#include "engine/forwarding_model.h"
 #include "engine/tiny_engine_model.h"
 #include "model/paged_rows.h"
 
@@ -15,21 +16,16 @@ namespace deepinfer {
 namespace {
 
 // The tiny CPU model, its sequences paged in a pool the wrapper owns (the engine's pool is ignored).
-class OwnPoolModel : public Model {
+class OwnPoolModel : public test::ForwardingModel {
 public:
     OwnPoolModel(std::shared_ptr<const Model> inner, uint64_t capacity)
-        : inner_(std::move(inner)), pool_(std::make_shared<StatePool>(capacity)), capacity_(capacity) {}
-    const ModelInfo& info() const override { return inner_->info(); }
-    Numerics numerics() const override { return inner_->numerics(); }
-    uint64_t estimate_state_bytes(int64_t n, uint64_t) const override { return inner_->estimate_state_bytes(n, pool_->page_bytes()); }
+        : ForwardingModel(std::move(inner)), pool_(std::make_shared<StatePool>(capacity)), capacity_(capacity) {}
+    uint64_t estimate_state_bytes(int64_t n, uint64_t) const override { return inner().estimate_state_bytes(n, pool_->page_bytes()); }
     uint64_t state_capacity_bytes() const override { return capacity_; }
-    Sequence new_sequence() const override { return inner_->new_sequence(pool_); }
-    Sequence new_sequence(std::shared_ptr<StatePool>) const override { return inner_->new_sequence(pool_); }
-    std::vector<float> forward(Sequence& s, std::span<const int32_t> t, bool all) const override { return inner_->forward(s, t, all); }
-    std::vector<std::vector<float>> forward_batch(std::span<const SequenceChunk> c) const override { return inner_->forward_batch(c); }
+    Sequence new_sequence() const override { return inner().new_sequence(pool_); }
+    Sequence new_sequence(std::shared_ptr<StatePool>) const override { return inner().new_sequence(pool_); }
 
 private:
-    std::shared_ptr<const Model> inner_;
     std::shared_ptr<StatePool> pool_;
     uint64_t capacity_;
 };
