@@ -17,7 +17,7 @@
 // and it shares the target's hc_head and final norm, so its prediction for token i+2 from token i+1
 // is (nearly) the target's. All layers still run at full cost: only the weights' values are special.
 // --requests-per-slot R: R x batch requests through the batch's slots (continuous batching, as an offline job).
-// --trace PATH: the confidence scheduler's view of every decode step (EngineConfig::speculative_trace).
+// --trace PATH: the confidence scheduler's view of every step (EngineConfig::speculative_trace).
 // --formats bf16 (default): bf16 linears and experts; published: FP8 linears (128 x 128 ue8m0 blocks) and FP4
 // experts as in the real checkpoints (the fast GEMMs' formats on a GPU): zeroed tensors stay zero and e_proj's
 // identity is written as FP8 (exact at --noise 0), so the drafters agree as with bf16.
@@ -334,7 +334,7 @@ int main(int argc, char** argv) {
     // with more requests than slots pays once at its very end.
     const int64_t per_slot = std::stoll(a["--requests-per-slot"]);
     if (per_slot < 1) throw std::runtime_error("--requests-per-slot must be >= 1");
-    // --trace PATH: the scheduler's view of every decode-only step of the timed speculative runs (JSON lines).
+    // --trace PATH: the scheduler's view of every step of the timed speculative runs (JSON lines).
     std::ofstream trace;
     if (!a["--trace"].empty()) {
         trace.open(a["--trace"]);

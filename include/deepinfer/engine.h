@@ -52,10 +52,13 @@ struct SpeculativeStepCost {
     double step_seconds = 0;   // the step's wall time without the drafting
     double draft_seconds = 0;  // the drafting's
 };
-// One decode-only step as the confidence scheduler learned from it (EngineConfig::speculative_trace): what
-// was run, what it cost, and what the scheduler's cost lines predicted for it before learning from it.
+// One engine step as the confidence scheduler saw it (EngineConfig::speculative_trace): what was run, what
+// it cost, and what the scheduler's cost lines predicted for it before it learned from it (decode-only
+// steps teach the cost model; steps with prefill chunks are reported too, marked).
 struct SpeculativeTraceStep {
     int64_t step = 0;                 // the engine's step count when it ended
+    bool decode_only = true;          // every row decodes (the steps the cost model learns from)
+    int64_t decode_rows = 0;          // rows of completions at decode, drafts included (the rest: prefill)
     SpeculativeStepShape shape;       // rows (drafts included), taps, requests drafted during it
     int64_t verifying = 0;            // requests that verified drafts in it
     int64_t drafts = 0;               // drafts verified in it
@@ -112,8 +115,9 @@ struct EngineConfig {
     // Tests: the cost the confidence scheduler learns for each decode-only step, instead of the step's
     // measured wall time (deterministic decisions). Empty: measured.
     std::function<SpeculativeStepCost(const SpeculativeStepShape&)> speculative_step_cost;
-    // Called once per decode-only step the confidence scheduler learns from (on the engine's thread):
-    // the decisions and costs behind its choices, for tuning and benchmarks (spec_bench --trace). Empty: none.
+    // Called once per engine step with a confidence scheduler (on the engine's thread): the decisions and
+    // costs behind its choices, for tuning and benchmarks (deepinfer run --spec-trace, spec_bench --trace).
+    // Empty: none.
     std::function<void(const SpeculativeTraceStep&)> speculative_trace;
 };
 

@@ -162,7 +162,7 @@ std::vector<Completion*> Engine::Impl::sample_and_account(Plan& plan) {
         observation = {.valid = plan.decode_only, .tokens = rows, .tapped = plan.speculate,
                        .drafted = cfg.async_scheduling ? last_drafted : 0,
                        .draft_seconds = cfg.async_scheduling ? last_draft_seconds : 0.0,
-                       .verifying = verifying, .drafts = drafts};
+                       .verifying = verifying, .drafts = drafts, .decode_rows = decode_rows, .taken = true};
         last_drafted = 0;
         if (cfg.async_scheduling) last_draft_seconds = 0;  // set again by the next step's worker
         if (!plan.speculate && decode_rows > 0) ++metrics.spec_plain_steps;

@@ -318,7 +318,8 @@ struct Engine::Impl {
         bool tapped = false;
         int64_t drafted = 0;
         double draft_seconds = 0;
-        int64_t verifying = 0, drafts = 0, accepted = 0;  // (speculative_trace)
+        int64_t verifying = 0, drafts = 0, accepted = 0, decode_rows = 0;  // (speculative_trace)
+        bool taken = false;  // sample_and_account recorded this step (any step with a confidence scheduler)
     } observation;
     std::optional<Clock::time_point> last_step_end;
 

@@ -390,20 +390,23 @@ void Engine::Impl::draft_for(const std::vector<Completion*>& advanced, bool draf
 
 void Engine::Impl::observe_step_cost() {
     const auto now = Clock::now();
-    if (verify_scheduler && observation.valid && (last_step_end || cfg.speculative_step_cost)) {
+    const bool traced = verify_scheduler && observation.taken && cfg.speculative_trace;
+    if (verify_scheduler && (observation.valid || traced) && (last_step_end || cfg.speculative_step_cost)) {
         double seconds = last_step_end ? std::chrono::duration<double>(now - *last_step_end).count() : 0.0;
         double draft_seconds = observation.draft_seconds;
         seconds -= draft_seconds;
-        if (cfg.speculative_step_cost) {
+        if (cfg.speculative_step_cost && observation.valid) {
             const SpeculativeStepCost c = cfg.speculative_step_cost(
                 {.tokens = observation.tokens, .drafter_taps = observation.tapped, .drafted_requests = observation.drafted});
             seconds = c.step_seconds;
             draft_seconds = c.draft_seconds;
         }
-        if (cfg.speculative_trace) {
+        if (traced) {
             const StepCostModel& m = verify_scheduler->costs();
             const StepKind kind = observation.tapped ? StepKind::kTapped : StepKind::kPlain;
             cfg.speculative_trace({.step = metrics.steps,
+                                   .decode_only = observation.valid,
+                                   .decode_rows = observation.decode_rows,
                                    .shape = {.tokens = observation.tokens, .drafter_taps = observation.tapped,
                                              .drafted_requests = observation.drafted},
                                    .verifying = observation.verifying, .drafts = observation.drafts,
@@ -412,9 +415,11 @@ void Engine::Impl::observe_step_cost() {
                                    .predicted_draft_seconds = observation.drafted > 0 ? m.predict(StepKind::kDraft, observation.drafted) : 0.0,
                                    .expected_gain = verify_scheduler->last_gain()});
         }
-        verify_scheduler->observe_step(observation.tokens, observation.tapped, seconds, observation.drafted,
-                                       draft_seconds);
+        if (observation.valid)
+            verify_scheduler->observe_step(observation.tokens, observation.tapped, seconds, observation.drafted,
+                                           draft_seconds);
     }
+    observation.taken = false;
     observation.valid = false;
     last_step_end = now;
     // Idle engine (every request done): the next step's interval would include the caller's pause.

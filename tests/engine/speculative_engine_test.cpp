@@ -384,7 +384,8 @@ TEST(SpeculativeEngine, SampledOutputWithFixedDraftLengthIsBatchInvariant) {
 // steps cheap per row and verify rows expensive (a GPU at large batch) -> it falls back to plain decode
 // steps after learning; every step about as cheap as any other (a GPU at small batch) -> it speculates
 // on every decode step. Greedy output is the plain engine's either way (synchronous and asynchronous). The
-// scheduler's trace (EngineConfig::speculative_trace) reports every decode step with the injected cost.
+// scheduler's trace (EngineConfig::speculative_trace) reports every decode step with the injected cost, and the
+// prompt's steps marked as not decode-only.
 TEST(SpeculativeEngine, SchedulerFallsBackToPlainStepsWhereSpeculationLoses) {
     const int64_t V = vocab_of(*mtp_model());
     std::mt19937 rng(33);
@@ -420,17 +421,25 @@ TEST(SpeculativeEngine, SchedulerFallsBackToPlainStepsWhereSpeculationLoses) {
                 // drafts add up to the run's; the tapped line, once learned, predicts the (linear) cost.
                 ASSERT_FALSE(trace.empty()) << what;
                 int64_t accepted = 0;
+                int64_t mixed = 0;
                 for (const SpeculativeTraceStep& t : trace) {
+                    accepted += t.accepted;
+                    if (!t.decode_only) {  // a step with prefill rows (the prompt): reported, not learned from
+                        EXPECT_LT(t.decode_rows, t.shape.tokens) << what << " step " << t.step;
+                        ++mixed;
+                        continue;
+                    }
+                    EXPECT_EQ(t.decode_rows, t.shape.tokens) << what << " step " << t.step;
                     const double per_row = t.shape.drafter_taps && loses ? 1e-3 : 1e-5;
                     EXPECT_EQ(t.step_seconds, 1e-3 + per_row * double(t.shape.tokens)) << what << " step " << t.step;
                     EXPECT_LE(t.verifying, 1) << what;
                     EXPECT_LE(t.accepted, t.drafts) << what;
                     EXPECT_EQ(t.shape.tokens, 1 + t.drafts) << what << " step " << t.step;
-                    accepted += t.accepted;
                 }
+                EXPECT_GE(mixed, 1) << what;  // the prompt's step
                 EXPECT_EQ(accepted, m.spec_accepted_tokens) << what;
                 const auto last_tapped = std::find_if(trace.rbegin(), trace.rend(), [](const SpeculativeTraceStep& t) {
-                    return t.shape.drafter_taps && t.drafts > 0;
+                    return t.decode_only && t.shape.drafter_taps && t.drafts > 0;
                 });
                 ASSERT_NE(last_tapped, trace.rend()) << what;
                 EXPECT_GT(last_tapped->predicted_step_seconds, 0.0) << what;

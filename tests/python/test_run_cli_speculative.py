@@ -74,7 +74,8 @@ def test_speculative_auto_uses_the_checkpoints_drafter(deepinfer_bin, data_dir, 
 
 
 def test_spec_trace_reports_every_decode_step(deepinfer_bin, data_dir, tmp_path):
-    # --spec-trace: one JSON line per decode step the scheduler learned from, in step order, each with every field;
+    # --spec-trace: one JSON line per step (decode-only ones marked: the ones the scheduler learns from), in step
+    # order, each with every field;
     # a step's accepted drafts never exceed its drafts, which are fewer than its rows (one anchor per request).
     # A path that cannot be written is a clear error.
     model = data_dir / "models" / "v4_tiny_a_mtp"
@@ -83,19 +84,22 @@ def test_spec_trace_reports_every_decode_step(deepinfer_bin, data_dir, tmp_path)
     inp.write_text("".join(json.dumps(completion_line(f"r{i}", [rng.randrange(512) for _ in range(4 + 3 * i)]))
                            + "\n" for i in range(3)))
     trace = tmp_path / "trace.jsonl"
+    # (one sequence at a time: the later requests' prompts run in steps after decode steps, which the trace marks)
     p = run(deepinfer_bin, model, inp, tmp_path / "spec.jsonl", "--speculative", "mtp", "--num-speculative-tokens", "3",
-            "--spec-scheduler", "--spec-trace", str(trace))
+            "--spec-scheduler", "--max-num-seqs", "1", "--spec-trace", str(trace))
     assert p.returncode == 0, p.stderr
     steps = [json.loads(line) for line in trace.read_text().splitlines()]
     assert steps, "no trace lines"
-    keys = {"step", "rows", "tapped", "drafted", "verifying", "drafts", "accepted", "step_s", "draft_s",
-            "predicted_step_s", "predicted_draft_s", "expected_gain"}
+    keys = {"step", "decode_only", "decode_rows", "rows", "tapped", "drafted", "verifying", "drafts", "accepted",
+            "step_s", "draft_s", "predicted_step_s", "predicted_draft_s", "expected_gain"}
     for s in steps:
         assert set(s) == keys, s
         assert 0 <= s["accepted"] <= s["drafts"] < s["rows"], s
-        assert s["verifying"] <= 3 and s["step_s"] >= 0, s
+        assert (s["decode_rows"] == s["rows"]) == s["decode_only"], s
+        assert s["verifying"] <= 1 and s["step_s"] >= 0, s
     assert [s["step"] for s in steps] == sorted(s["step"] for s in steps)
     assert sum(s["drafts"] for s in steps) > 0
+    assert any(s["decode_only"] for s in steps) and not all(s["decode_only"] for s in steps)
     bad = run(deepinfer_bin, model, inp, tmp_path / "o.jsonl", "--speculative", "mtp", "--spec-trace",
               str(tmp_path / "no" / "such" / "dir" / "t.jsonl"))
     assert bad.returncode != 0

@@ -257,8 +257,9 @@ Command register_run(CLI::App& app) {
     sub->add_flag("--spec-scheduler", o->spec_scheduler, "Confidence-scheduled verify lengths (else all drafts)");
     sub->add_flag("--spec-one-hot-drafts", o->spec_one_hot, "Sampling requests: argmax drafts instead of sampled ones");
     sub->add_option("--spec-trace", o->spec_trace,
-                    "Write the confidence scheduler's view of every decode step (rows, drafts, accepted, measured and "
-                    "predicted costs, expected gain) as JSON lines to this file (under mpirun: FILE.<rank>)");
+                    "Write the confidence scheduler's view of every step (rows, decode rows, drafts, accepted, measured "
+                    "and predicted costs, expected gain; decode-only steps marked) as JSON lines to this file (under "
+                    "mpirun: FILE.<rank>)");
     sub->add_flag("--spec-block-verify", o->spec_block,
                   "Sampling requests: block verification (exact; accepts at least as many drafts)");
     sub->add_option("--progress", o->progress, "auto | always | never")->capture_default_str();

@@ -39,6 +39,8 @@ std::string speculative_summary(const EngineMetrics& m) {
 
 std::string speculative_trace_line(const SpeculativeTraceStep& t) {
     return nlohmann::json{{"step", t.step},
+                          {"decode_only", t.decode_only},
+                          {"decode_rows", t.decode_rows},
                           {"rows", t.shape.tokens},
                           {"tapped", t.shape.drafter_taps},
                           {"drafted", t.shape.drafted_requests},

@@ -13,7 +13,8 @@ namespace deepinfer {
 // scheduler's mean draft budget, draft vs target-forward time. Empty when speculation was off.
 std::string speculative_summary(const EngineMetrics& metrics);
 
-// One decode step of EngineConfig::speculative_trace as a JSON object on one line (no newline): step, rows,
+// One step of EngineConfig::speculative_trace as a JSON object on one line (no newline): step, decode_only,
+// decode_rows, rows,
 // tapped, drafted, verifying, drafts, accepted, step_s, draft_s, predicted_step_s, predicted_draft_s,
 // expected_gain.
 std::string speculative_trace_line(const SpeculativeTraceStep& step);
