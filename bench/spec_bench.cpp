@@ -39,7 +39,7 @@
 
 #include "deepinfer/engine.h"
 #include "engine/speculative/report.h"
-#include "deepinfer/float_formats.h"
+#include "model/safetensors_patcher.h"
 #include "deepinfer/parallel.h"
 #include "deepinfer/safetensors.h"
 #include "deepinfer/synthetic.h"
@@ -68,77 +68,6 @@ std::string config_json(int64_t hidden, int64_t layers, int64_t vocab) {
     return c.dump(2);
 }
 
-// Overwrites tensors of a safetensors file in place: bf16 tensors, and FP8 block-scaled linears (the published
-// format: e4m3 codes and a ue8m0 scale per 128 x 128 block in `<name>.scale`); zeroes a tensor of any format.
-class Patcher {
-public:
-    explicit Patcher(const std::string& path) : file_(path), out_(path, std::ios::in | std::ios::out | std::ios::binary) {
-        uint64_t hlen = 0;
-        std::ifstream in(path, std::ios::binary);
-        in.read(reinterpret_cast<char*>(&hlen), 8);
-        data_ = 8 + hlen;
-    }
-    bool has(const std::string& name) const { return file_.find(name) != nullptr; }
-    di::Shape shape(const std::string& name) const { return file_.find(name)->shape; }
-    void write(const std::string& name, const std::vector<float>& values) {
-        const di::SafetensorsTensorInfo* t = file_.find(name);
-        if (t && t->dtype == di::DType::kF8E4M3 && name.ends_with(".weight")) return write_fp8(*t, name, values);
-        if (!t || t->dtype != di::DType::kBF16 || int64_t(values.size()) * 2 != int64_t(t->end - t->begin))
-            throw std::runtime_error("cannot patch " + name);
-        std::vector<uint16_t> bits(values.size());
-        for (size_t i = 0; i < values.size(); ++i) bits[i] = di::f32_to_bf16(values[i]);
-        put(*t, bits.data(), bits.size() * 2);
-    }
-    // Zero bytes are +0 in bf16, e4m3 and packed e2m1 alike (whatever the scales).
-    void zero(const std::string& name) {
-        const di::SafetensorsTensorInfo* t = file_.find(name);
-        if (!t) throw std::runtime_error("no tensor " + name);
-        const std::vector<char> zeros(t->end - t->begin, 0);
-        put(*t, zeros.data(), zeros.size());
-    }
-    void copy(const std::string& from, const std::string& to) {
-        const di::SafetensorsTensorInfo* a = file_.find(from);
-        const di::SafetensorsTensorInfo* b = file_.find(to);
-        if (!a || !b || a->end - a->begin != b->end - b->begin || a->dtype != b->dtype)
-            throw std::runtime_error("cannot copy " + from + " to " + to);
-        const di::TensorView v = file_.view(*a);
-        out_.seekp(static_cast<std::streamoff>(data_ + b->begin));
-        out_.write(static_cast<const char*>(v.data()), static_cast<std::streamsize>(a->end - a->begin));
-    }
-
-private:
-    void put(const di::SafetensorsTensorInfo& t, const void* bytes, size_t n) {
-        if (n != size_t(t.end - t.begin)) throw std::runtime_error("patch size mismatch");
-        out_.seekp(static_cast<std::streamoff>(data_ + t.begin));
-        out_.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(n));
-    }
-    // Per 128 x 128 block: the ue8m0 scale 2^k with k = ceil(log2(amax / 448)), the codes e4m3(v / 2^k).
-    void write_fp8(const di::SafetensorsTensorInfo& t, const std::string& name, const std::vector<float>& v) {
-        const std::string scale_name = name.substr(0, name.size() - 7) + ".scale";
-        const di::SafetensorsTensorInfo* st = file_.find(scale_name);
-        const int64_t rows = t.shape[0], cols = t.shape[1], br = (rows + 127) / 128, bc = (cols + 127) / 128;
-        if (!st || int64_t(st->end - st->begin) != br * bc || int64_t(v.size()) != rows * cols)
-            throw std::runtime_error("cannot patch " + name + " as FP8 with 128 x 128 scales");
-        std::vector<uint8_t> codes(v.size()), scales(size_t(br * bc));
-        for (int64_t bi = 0; bi < br; ++bi)
-            for (int64_t bj = 0; bj < bc; ++bj) {
-                float amax = 0;
-                for (int64_t r = bi * 128; r < std::min(rows, bi * 128 + 128); ++r)
-                    for (int64_t c = bj * 128; c < std::min(cols, bj * 128 + 128); ++c) amax = std::max(amax, std::fabs(v[size_t(r * cols + c)]));
-                const int k = amax > 0 ? di::ceil_log2_bits(amax / 448.0f) : 0;
-                scales[size_t(bi * bc + bj)] = di::e8m0_from_exponent(k);
-                for (int64_t r = bi * 128; r < std::min(rows, bi * 128 + 128); ++r)
-                    for (int64_t c = bj * 128; c < std::min(cols, bj * 128 + 128); ++c)
-                        codes[size_t(r * cols + c)] = di::f32_to_e4m3_satfinite(std::ldexp(v[size_t(r * cols + c)], -k));
-            }
-        put(t, codes.data(), codes.size());
-        put(*st, scales.data(), scales.size());
-    }
-
-    di::SafetensorsFile file_;
-    std::fstream out_;
-    uint64_t data_ = 0;
-};
 
 // The checkpoint formats (--formats): bf16 linears and experts, or the published FP8 linears (128 x 128
 // blocks) and FP4 experts (the fast GEMMs' formats: the experts' cost at verify rows as in the real model).
@@ -150,7 +79,7 @@ void write_agreeing_model(const std::string& dir, int64_t hidden, int64_t layers
     o.seed = 3;
     set_formats(o, published);
     di::write_synthetic_checkpoint(dir, config_json(hidden, layers, vocab), o);
-    Patcher p(dir + "/model.safetensors");
+    di::SafetensorsPatcher p(dir + "/model.safetensors");
     auto zero_branches = [&](const std::string& prefix) {
         p.zero(prefix + "attn.wo_b.weight");
         p.zero(prefix + "ffn.shared_experts.w2.weight");

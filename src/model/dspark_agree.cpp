@@ -1,86 +1,32 @@
 // SPDX-License-Identifier: Apache-2.0
-// The agreeing-drafter rewrite (model/dspark_agree.h), in place on a safetensors file: bf16 or the published
-// formats (FP8 linears, FP4 experts: only zeroed; the tensors rewritten with values are bf16 in both).
+// The agreeing-drafter rewrite (model/dspark_agree.h), in place on a safetensors file (SafetensorsPatcher):
+// bf16 or the published formats (FP8 linears, FP4 experts: only zeroed; the tensors rewritten with values
+// are bf16 in both).
 #include "model/dspark_agree.h"
 
 #include <cmath>
-#include <fstream>
 #include <random>
 
 #include "deepinfer/check.h"
-#include "deepinfer/float_formats.h"
 #include "deepinfer/safetensors.h"
+#include "model/safetensors_patcher.h"
 
 namespace deepinfer {
-namespace {
-
-// Overwrites bf16 tensors of a safetensors file in place.
-class Bf16Patcher {
-public:
-    explicit Bf16Patcher(const std::string& path)
-        : file_(path), out_(path, std::ios::in | std::ios::out | std::ios::binary) {
-        uint64_t header = 0;
-        std::ifstream in(path, std::ios::binary);
-        in.read(reinterpret_cast<char*>(&header), 8);
-        data_ = 8 + header;
-        DI_CHECK(out_.good(), path, ": cannot open for writing");
-    }
-    bool has(const std::string& name) const { return file_.find(name) != nullptr; }
-    const SafetensorsTensorInfo& info(const std::string& name) const {
-        const SafetensorsTensorInfo* t = file_.find(name);
-        DI_CHECK(t != nullptr && t->dtype == DType::kBF16, "make_dspark_agree: tensor ", name,
-                 " is missing or not bf16");
-        return *t;
-    }
-    std::vector<float> read(const std::string& name) const {
-        const SafetensorsTensorInfo& t = info(name);
-        const TensorView v = file_.view(t);
-        std::vector<float> out(static_cast<size_t>(v.numel()));
-        for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_f32(v.data_as<const uint16_t>()[i]);
-        return out;
-    }
-    void write(const std::string& name, const std::vector<float>& values) {
-        const SafetensorsTensorInfo& t = info(name);
-        DI_CHECK(values.size() * 2 == t.end - t.begin, "make_dspark_agree: size of ", name);
-        std::vector<uint16_t> bits(values.size());
-        for (size_t i = 0; i < values.size(); ++i) bits[i] = f32_to_bf16(values[i]);
-        out_.seekp(static_cast<std::streamoff>(data_ + t.begin));
-        out_.write(reinterpret_cast<const char*>(bits.data()), static_cast<std::streamsize>(bits.size() * 2));
-    }
-    // Zero bytes are +0 in every format of these checkpoints (bf16, FP8 e4m3 codes, packed FP4 e2m1 codes):
-    // a zeroed FP8/FP4 tensor is zero whatever its scales.
-    void zero(const std::string& name) {
-        const SafetensorsTensorInfo* t = file_.find(name);
-        DI_CHECK(t != nullptr, "make_dspark_agree: tensor ", name, " is missing");
-        DI_CHECK(t->dtype == DType::kBF16 || t->dtype == DType::kF8E4M3 || t->dtype == DType::kI8, "make_dspark_agree: ",
-                 name, " is neither bf16, FP8 nor packed FP4");
-        const std::vector<char> zeros(t->end - t->begin, 0);
-        out_.seekp(static_cast<std::streamoff>(data_ + t->begin));
-        out_.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
-    }
-
-private:
-    SafetensorsFile file_;
-    std::fstream out_;
-    uint64_t data_ = 0;
-};
-
-}  // namespace
 
 void make_dspark_agree(const std::string& path, const DSparkAgreeLayout& l, double noise, uint64_t seed) {
     const int64_t D = l.hidden, V = l.vocab;
     DI_CHECK(l.rank == D, path, ": an agreeing DSpark drafter needs dspark_markov_rank == hidden_size (", l.rank,
              " vs ", D, ")");
     DI_CHECK(l.noise_token >= 0 && l.noise_token < V, path, ": noise token ", l.noise_token, " outside the vocabulary");
-    Bf16Patcher p(path);
+    SafetensorsPatcher p(path);
     for (const auto& [prefix, experts] : l.blocks) {
         p.zero(prefix + "attn.wo_b.weight");
         p.zero(prefix + "ffn.shared_experts.w2.weight");
         for (int64_t e = 0; e < experts; ++e) p.zero(prefix + "ffn.experts." + std::to_string(e) + ".w2.weight");
         if (p.has(prefix + "engram.wkv.weight")) p.zero(prefix + "engram.wkv.weight");
     }
-    std::vector<float> embed = p.read("embed.weight");
-    const std::vector<float> norm = p.read("norm.weight");
+    std::vector<float> embed = p.read_bf16("embed.weight");
+    const std::vector<float> norm = p.read_bf16("norm.weight");
     // n(x) = norm ⊙ rmsnorm(embed[x]), from the embedding before the noise row is cleared.
     std::vector<float> W1(static_cast<size_t>(V * D));
     std::mt19937_64 rng(seed);
@@ -100,7 +46,7 @@ void make_dspark_agree(const std::string& path, const DSparkAgreeLayout& l, doub
     p.write("embed.weight", embed);
     p.write(l.last_norm, norm);
     p.write(l.markov_embed, W1);
-    p.write(l.markov_head, p.read("head.weight"));
+    p.write(l.markov_head, p.read_bf16("head.weight"));
     p.zero(l.confidence);
 }
 
