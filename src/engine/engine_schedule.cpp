@@ -69,12 +69,12 @@ Plan Engine::Impl::schedule() {
     if (verify_scheduler) {
         // Whether this step speculates at all (the scheduler's expected gain, probes), and for how many
         // requests: a subset is the first decode rows in admission order (the same ones step after step).
-        int64_t decode_rows = 0, tokens = 0;
-        for (const Completion* c : order) {
-            decode_rows += total_tokens(*c) - c->num_computed == 1;
-            tokens += plain_rows(*c, cfg.max_prefill_chunk);
-        }
-        const int64_t m = verify_scheduler->speculate(decode_rows, tokens);
+        // Decided on the decode rows alone: prefill chunks are the same work with or without drafts, so
+        // speculation pays in this step exactly when its extra tokens per extra second beat plain decoding
+        // (weighed with the prefill rows, a step's fixed draft cost would look small beside them).
+        int64_t decode_rows = 0;
+        for (const Completion* c : order) decode_rows += total_tokens(*c) - c->num_computed == 1;
+        const int64_t m = verify_scheduler->speculate(decode_rows, decode_rows);
         plan.speculate = m > 0;
         int64_t k = 0;
         for (size_t i = 0; i < order.size(); ++i)

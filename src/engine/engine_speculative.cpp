@@ -35,7 +35,7 @@ std::vector<int64_t> Engine::Impl::plan_verify_lengths(const std::vector<Complet
     if (!drafter) return len;
     std::vector<VerifyCandidate> cands;
     std::vector<size_t> at;
-    int64_t other = 0;
+    int64_t decode = 0, prefill = 0;  // the step's decode rows but drafts; its prefill chunks' rows
     for (size_t i = 0; i < order.size(); ++i) {
         const Completion* c = order[i];
         const int64_t rem = total_tokens(*c) - c->num_computed;
@@ -43,7 +43,7 @@ std::vector<int64_t> Engine::Impl::plan_verify_lengths(const std::vector<Complet
         // (a completion left out of a step keeps drafts a later call overwrote: it runs a plain row).
         const bool stale = c->draft_device_probs && c->draft_call != draft_calls;
         if (rem != 1 || c->drafts.empty() || !speculating[i] || stale) {
-            other += plain_rows(*c, cfg.max_prefill_chunk);
+            (rem == 1 ? decode : prefill) += plain_rows(*c, cfg.max_prefill_chunk);
             continue;
         }
         // Every emitted token must fit max_tokens: the step emits at most drafts + 1.
@@ -51,10 +51,12 @@ std::vector<int64_t> Engine::Impl::plan_verify_lengths(const std::vector<Complet
         cands.push_back({std::clamp<int64_t>(room, 0, static_cast<int64_t>(c->drafts.size())), c->confidence,
                          c->stale_confidence});
         at.push_back(i);
-        ++other;
+        ++decode;
     }
     if (cands.empty()) return len;
-    const std::vector<int64_t> l = verify_scheduler->plan(cands, other, budget - other);
+    // The draft budget weighs the decode rows only (see speculate() in engine_schedule.cpp); the prefill
+    // chunks only take their share of the step's token budget.
+    const std::vector<int64_t> l = verify_scheduler->plan(cands, decode, budget - decode - prefill);
     for (size_t k = 0; k < at.size(); ++k) len[at[k]] = l[k];
     return len;
 }
@@ -66,15 +68,15 @@ std::vector<int64_t> Engine::Impl::plan_async_drafts(const std::vector<Completio
     draft_budget = -1;
     std::vector<VerifyCandidate> cands;
     std::vector<size_t> at;
-    int64_t other = 0;
+    int64_t decode = 0, prefill = 0;  // the step's decode rows but drafts; its prefill chunks' rows
     for (size_t i = 0; i < order.size(); ++i) {
         const Completion* c = order[i];
         const int64_t rem = total_tokens(*c) - c->num_computed;
         if (rem != 1) {
-            other += plain_rows(*c, cfg.max_prefill_chunk);
+            prefill += plain_rows(*c, cfg.max_prefill_chunk);
             continue;
         }
-        ++other;
+        ++decode;
         if (!speculating[i]) continue;  // outside the step's speculating subset
         // The row must be a generated token's (a prompt's last chunk of one token drafts nothing).
         if (c->status != Status::kRunning || c->token_finished || !c->seq || c->generated.empty()) continue;
@@ -86,7 +88,7 @@ std::vector<int64_t> Engine::Impl::plan_async_drafts(const std::vector<Completio
         at.push_back(i);
     }
     if (cands.empty()) return len;
-    const int64_t B = verify_scheduler->budget(cands, other, budget - other);
+    const int64_t B = verify_scheduler->budget(cands, decode, budget - decode - prefill);  // (as above)
     if (verify_scheduler->adaptive()) {
         draft_budget = B;
         for (size_t k = 0; k < at.size(); ++k) len[at[k]] = cands[k].available;

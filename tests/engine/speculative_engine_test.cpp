@@ -467,5 +467,72 @@ TEST(SpeculativeEngine, SchedulerFallsBackToPlainStepsWhereSpeculationLoses) {
     }
 }
 
+// Steps that carry new requests' prefill chunks next to decode rows (a wave of requests ends, new ones are
+// admitted): the prefill is the same work with or without drafts, so whether to speculate is decided on the
+// decode rows alone (extra tokens per extra second against plain decoding). Here speculation loses on every
+// decode shape, and it must lose in the mixed steps too: weighed with their prefill rows (the plain line
+// extrapolated to them), the draft call's fixed cost would look small and the gain above 1.
+TEST(SpeculativeEngine, SchedulerDecidesStepsWithPrefillOnTheirDecodeRows) {
+    const int64_t V = vocab_of(*mtp_model());
+    std::mt19937 rng(41);
+    const std::vector<int32_t> prompt = random_prompt(rng, 48, V);
+    // One prompt, greedy: every output is a prefix of the longest, so one table drafts all of them
+    // exactly. First 4 requests of different lengths alone (decode-only steps at 4, 3, 2 rows: both cost
+    // lines learn their slopes), then 16 more while the longest still decodes: their prompts prefill
+    // (3 chunks each) in steps with decode rows.
+    Requests first, second;
+    for (int i = 0; i < 4; ++i) first.emplace_back("a" + std::to_string(i), prompt, greedy(i < 3 ? 30 + 20 * i : 200));
+    for (int i = 0; i < 16; ++i) second.emplace_back("b" + std::to_string(i), prompt, greedy(10 + 6 * (i % 4)));
+    Requests all = first;
+    all.insert(all.end(), second.begin(), second.end());
+    const RunResult plain = run(mtp_model(), {}, all);
+    std::map<int64_t, int32_t> table;
+    const auto& longest = plain.outputs.at("a3").completions.at(0).token_ids;
+    for (size_t i = 0; i < longest.size(); ++i) table[static_cast<int64_t>(prompt.size() + i)] = longest[i];
+    for (bool async : {false, true}) {
+        EngineConfig cfg = spec_config(4, true);
+        cfg.async_scheduling = async;
+        cfg.max_num_seqs = 4;
+        cfg.max_prefill_chunk = 16;
+        cfg.prefix_caching = false;  // every admission prefills its whole prompt
+        // Every row costs 0.1 ms, a step 1 ms more, the draft call 6 ms: with every draft accepted, a
+        // decode-only step of n <= 4 requests emits 5n tokens in (8 + 0.5n) ms against n in (1 + 0.1n) ms.
+        cfg.speculative_step_cost = [](const SpeculativeStepShape& s) {
+            return SpeculativeStepCost{.step_seconds = 1e-3 + 1e-4 * double(s.tokens), .draft_seconds = 6e-3};
+        };
+        std::vector<SpeculativeTraceStep> trace;
+        cfg.speculative_trace = [&trace](const SpeculativeTraceStep& t) { trace.push_back(t); };
+        Engine engine(mtp_model(), nullptr, cfg, std::make_shared<TableDrafter>(table, V, false));
+        for (const auto& [id, p, sp] : first) engine.add_request(id, p, sp);
+        RunResult spec;
+        bool added = false;
+        while (engine.has_unfinished()) {
+            for (RequestOutput& o : engine.step()) spec.outputs.emplace(o.request_id, std::move(o));
+            if (!added && spec.outputs.size() == 3) {  // only the longest of the first requests is left
+                for (const auto& [id, p, sp] : second) engine.add_request(id, p, sp);
+                added = true;
+            }
+        }
+        const std::string what = std::string("async=") + (async ? "1" : "0");
+        ASSERT_TRUE(added) << what;
+        test::expect_same_greedy_outputs(plain, spec, all, what);
+        // Mixed steps with decode rows once the costs are learned (after the first plain step): none
+        // verifies drafts but a probe's, and every gain the scheduler estimated is below 1.
+        const auto first_plain = std::find_if(trace.begin(), trace.end(), [](const SpeculativeTraceStep& t) {
+            return t.decode_only && !t.shape.drafter_taps;
+        });
+        ASSERT_NE(first_plain, trace.end()) << what;
+        int64_t mixed = 0, mixed_verifying = 0;
+        for (auto t = first_plain; t != trace.end(); ++t) {
+            if (t->decode_only || t->decode_rows == 0) continue;
+            ++mixed;
+            mixed_verifying += t->verifying > 0;
+            EXPECT_LT(t->expected_gain, 1.0) << what << " step " << t->step;
+        }
+        EXPECT_GE(mixed, 16) << what;  // the run has such steps to decide
+        EXPECT_LE(mixed_verifying, 1) << what;
+    }
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -79,7 +79,8 @@ public:
     // Once per step, before its rows are laid out: how many of its decode rows speculate, i.e. update
     // the drafter's state, with drafting following (0: a plain step; kAll, or any count >= the decode
     // rows: every one; fixed mode: kAll). `decode_rows`: rows that emit a token (the requests that would
-    // draft); `tokens`: every row of the step but drafts. A subset (the first rows in a stable order)
+    // draft); `tokens`: the rows the costs are weighed at, drafts left out (an engine passes its decode
+    // rows: prefill chunks in the step cost the same either way, so they are left out too). A subset (the first rows in a stable order)
     // explores at large batches: learning the speculative costs and probing cost a fraction of a full
     // speculative step there, where speculation rarely pays; the cost lines extrapolate to the full
     // step, and an estimate near 1 is confirmed by full steps before falling back.
@@ -90,8 +91,10 @@ public:
     // 0 while the speculative costs are unknown.
     double expected_gain(int64_t decode_rows, int64_t tokens) const;
 
-    // Verify lengths, one per candidate. `non_draft_tokens`: every other row of this step (one anchor
-    // row per candidate included, prefill chunks). `budget`: tokens left for drafts this step.
+    // Verify lengths, one per candidate. `non_draft_tokens`: the step's decode rows but drafts (one anchor
+    // row per candidate included); an engine leaves its prefill chunks out (the same work with or without
+    // drafts: drafts must pay against plain decoding, not against the step's total). `budget`: tokens left
+    // for drafts this step.
     std::vector<int64_t> plan(std::span<const VerifyCandidate> candidates, int64_t non_draft_tokens, int64_t budget);
     // plan() in two halves, for an engine that fixes the step's size before the drafts exist
     // (asynchronous scheduling, spec §4.3): the draft-token budget B* from the candidates' stale
