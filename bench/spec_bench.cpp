@@ -17,6 +17,9 @@
 // and it shares the target's hc_head and final norm, so its prediction for token i+2 from token i+1
 // is (nearly) the target's. All layers still run at full cost: only the weights' values are special.
 // --requests-per-slot R: R x batch requests through the batch's slots (continuous batching, as an offline job).
+// --decode-spread S: each request's max_tokens drawn uniformly from [decode (1 - S), decode (1 + S)] (the same in every
+// arm). 0 (default): every request generates --decode tokens, so without speculation a batch runs in lockstep (every
+// wave of requests ends at one step and the next one prefills together), which no real job does.
 // --trace PATH: the confidence scheduler's view of every step (EngineConfig::speculative_trace).
 // --formats bf16 (default): bf16 linears and experts; published: FP8 linears (128 x 128 ue8m0 blocks) and FP4
 // experts as in the real checkpoints (the fast GEMMs' formats on a GPU): zeroed tensors stay zero and e_proj's
@@ -206,7 +209,7 @@ int main(int argc, char** argv) {
                                             {"--temperature", "0"}, {"--repeat", "1"}, {"--arms", "none,fixed,scheduler"},
                                             {"--tokenizer", "assets/tokenizer/deepseek-v4/tokenizer.json"}, {"--threads", "0"},
                                             {"--device", "cpu"}, {"--async", "0"}, {"--warmup", "0"}, {"--gemm", "reference"}, {"--max-batch-tokens", "4096"},
-                                            {"--verify-graphs", "1"}, {"--top-p", "1"}, {"--host-sampling", "0"}, {"--formats", "bf16"}, {"--trace", ""}, {"--requests-per-slot", "1"},
+                                            {"--verify-graphs", "1"}, {"--top-p", "1"}, {"--host-sampling", "0"}, {"--formats", "bf16"}, {"--trace", ""}, {"--requests-per-slot", "1"}, {"--decode-spread", "0"},
                                             {"--dir", (std::filesystem::temp_directory_path() / "deepinfer-spec-bench").string()}};
     for (int i = 1; i + 1 < argc; i += 2) a[argv[i]] = argv[i + 1];
     const int64_t hidden = std::stoll(a["--hidden"]), layers = std::stoll(a["--layers"]), vocab = std::stoll(a["--vocab"]);
@@ -263,6 +266,9 @@ int main(int argc, char** argv) {
     // with more requests than slots pays once at its very end.
     const int64_t per_slot = std::stoll(a["--requests-per-slot"]);
     if (per_slot < 1) throw std::runtime_error("--requests-per-slot must be >= 1");
+    const int64_t decode = std::stoll(a["--decode"]);
+    const double spread = std::stod(a["--decode-spread"]);
+    if (!(spread >= 0 && spread < 1)) throw std::runtime_error("--decode-spread must be in [0, 1)");
     // --trace PATH: the scheduler's view of every step of the timed speculative runs (JSON lines).
     std::ofstream trace;
     if (!a["--trace"].empty()) {
@@ -302,11 +308,16 @@ int main(int argc, char** argv) {
                 di::SamplingParams sp;
                 sp.temperature = std::stod(a["--temperature"]);
                 sp.top_p = std::stod(a["--top-p"]);
-                sp.max_tokens = std::stoll(a["--decode"]);
+                sp.max_tokens = decode;
                 sp.ignore_eos = true;
                 for (int64_t r = 0; r < batch * per_slot; ++r) {
                     std::vector<int32_t> prompt(static_cast<size_t>(std::stoll(a["--prompt"])));
                     for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % uint32_t(vocab - 1));
+                    if (spread > 0) {  // the same lengths in every arm (the stream is seeded by the batch)
+                        const int64_t lo = std::max<int64_t>(1, std::llround(double(decode) * (1 - spread)));
+                        const int64_t hi = std::max<int64_t>(lo, std::llround(double(decode) * (1 + spread)));
+                        sp.max_tokens = lo + int64_t(rng() % uint64_t(hi - lo + 1));
+                    }
                     std::string id = std::to_string(r);
                     id.insert(id.begin(), 'r');
                     sp.seed = uint64_t(r);
@@ -319,7 +330,7 @@ int main(int argc, char** argv) {
                 const double cpu = process_cpu_seconds() - c0;
                 const di::EngineMetrics& m = engine.metrics();
                 nlohmann::json r = {{"family", a["--family"]}, {"arm", arm.name}, {"batch", batch}, {"round", round},
-                                    {"requests", batch * per_slot},
+                                    {"requests", batch * per_slot}, {"decode_spread", spread},
                                     {"k", ec.num_speculative_tokens}, {"temperature", sp.temperature},
                                     {"noise", std::stod(a["--noise"])}, {"hidden", hidden}, {"layers", layers},
                                     {"vocab", vocab}, {"generated_tokens", m.generated_tokens}, {"seconds", secs},
