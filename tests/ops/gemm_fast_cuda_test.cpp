@@ -382,6 +382,59 @@ TEST_F(CudaGemmFast, DenseWsKernelEqualsClassicKernel) {
     }
 }
 
+// The attention's grouped output projection (V4's wo_a: G groups of [N, K] bf16 weights, row s of group g
+// is row s·G + g of the input and of the output) two ways, as CudaModel runs it: one grouped launch (decode
+// sizes), or each group's rows gathered in bf16 and one dense launch per group (prefill sizes; the
+// warp-specialized kernel or the classic one). Every form gives every element the same bits.
+TEST_F(CudaGemmFast, GroupedWoAEqualsDenseLaunchPerGroup) {
+    const int64_t G = 8, N = 1024, K = 4096;
+    Weight w(cpu::WeightFormat::kBF16, G * N, K, 2700);
+    std::vector<cuda::DeviceLinear> groups;
+    for (int64_t g = 0; g < G; ++g) groups.push_back(w.dev.rows(g * N, (g + 1) * N));
+    Dev<cuda::DeviceLinear> dgroups(groups);
+    for (int64_t S : {int64_t(130), int64_t(2048)}) {
+        const auto x = bf16_randn(size_t(S * G * K), uint32_t(2701 + S));  // [S, G·K] f32 (bf16 values)
+        Dev<float> dx(x);
+        // One grouped launch over the interleaved rows.
+        Dev<uint16_t> xb(size_t(S * G * K));
+        Dev<int32_t> offsets(size_t(G + 1)), rows_of(size_t(G * S)), tiles(size_t(G + 1));
+        Dev<float> grouped(size_t(S * G * N));
+        cuda::to_bf16({.x = dx.ptr(), .x_ld = K, .rows = S * G, .cols = K, .out = xb.ptr()}, Stream{});
+        cuda::group_row_tables({.groups = G, .rows = S, .offsets = offsets.ptr(), .rows_of = rows_of.ptr()}, Stream{});
+        cuda::fast_linear({.a = xb.ptr(), .a_row_src = rows_of.ptr(), .weight = groups[0], .experts = dgroups.ptr(),
+                           .expert_offsets = offsets.ptr(), .num_experts = G, .tile_scratch = tiles.ptr(), .y_row = rows_of.ptr(),
+                           .y = grouped.ptr(), .y_ld = N, .rows = G * S},
+                          Stream{});
+        const std::vector<float> want = grouped.host(size_t(S * G * N));
+        // One dense launch per group over its rows in bf16 (group after group).
+        for (cuda::DensePath path : {cuda::DensePath::kAuto, cuda::DensePath::kClassic}) {
+            Dev<uint16_t> gb(size_t(S * G * K));
+            Dev<float> dense(size_t(S * G * N));
+            for (int64_t g = 0; g < G; ++g) {
+                cuda::to_bf16({.x = dx.ptr() + g * K, .x_ld = G * K, .rows = S, .cols = K, .out = gb.ptr() + g * S * K}, Stream{});
+                cuda::fast_linear({.a = gb.ptr() + g * S * K, .weight = groups[size_t(g)], .y = dense.ptr() + g * N, .y_ld = G * N,
+                                   .rows = S, .dense_path = path},
+                                  Stream{});
+            }
+            const std::vector<float> got = dense.host(size_t(S * G * N));
+            EXPECT_EQ(differing_words(got, want), 0u) << S << " rows, dense path " << int(path);
+        }
+        // Against a double-precision reference: 8 rows of group 3 (bf16 products exact, f32 sums in another order).
+        const int64_t g = 3;
+        const uint16_t* wb = reinterpret_cast<const uint16_t*>(w.w.data());
+        std::vector<float> ref, gotg;
+        for (int64_t r : {int64_t(0), int64_t(1), int64_t(7), S / 3, S / 2, S - 9, S - 2, S - 1})
+            for (int64_t n = 0; n < N; ++n) {
+                double acc = 0;
+                for (int64_t k = 0; k < K; ++k)
+                    acc += double(x[size_t((r * G + g) * K + k)]) * double(bf16_to_f32(wb[size_t((g * N + n) * K + k)]));
+                ref.push_back(float(acc));
+                gotg.push_back(want[size_t((r * G + g) * N + n)]);
+            }
+        EXPECT_LT(rel_err(ref, gotg), 1e-5) << S << " rows";
+    }
+}
+
 // Routed experts: T tokens, top-k of E FP4 experts, grouped by expert like permute().
 struct Routing {
     std::vector<int32_t> src, slot, offsets;  // per pair (grouped order): token, slot t*k+j; expert offsets

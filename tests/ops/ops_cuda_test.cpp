@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -513,6 +514,33 @@ TEST_F(CudaOps, HyperConnectionsMatchCpu) {
                                  .partial = dpart.ptr(), .mix = dmixf.ptr()},
                                 Stream{});
             const std::vector<float> fast_mix = dmixf.host(exact_mix.size());
+            {  // Bit for bit the documented order: per 512-wide chunk, lane l FMAs k = l, l + 32, ... from 0,
+               // a butterfly over the 32 lanes (lane 0's sum), then the chunks' sums in order from 0.
+                const int64_t chunk = 512;
+                for (int64_t t = 0; t < T; ++t)
+                    for (int64_t j = 0; j <= outputs; ++j) {
+                        float total = 0.0f;
+                        for (int64_t c0 = 0; c0 < flat; c0 += chunk) {
+                            float lanes[32];
+                            for (int l = 0; l < 32; ++l) {
+                                float acc = 0.0f;
+                                for (int64_t k = c0 + l; k < std::min(flat, c0 + chunk); k += 32) {
+                                    const float xv = x[size_t(t * flat + k)];
+                                    acc = std::fma(xv, j < outputs ? fn[size_t(j * flat + k)] : xv, acc);
+                                }
+                                lanes[l] = acc;
+                            }
+                            for (int off = 16; off > 0; off /= 2) {
+                                float next[32];
+                                for (int l = 0; l < 32; ++l) next[l] = lanes[l] + lanes[l ^ off];
+                                std::copy(next, next + 32, lanes);
+                            }
+                            total += lanes[0];
+                        }
+                        ASSERT_EQ(std::bit_cast<uint32_t>(total), std::bit_cast<uint32_t>(fast_mix[size_t(t * (outputs + 1) + j)]))
+                            << "split-K mixing order: hc=" << hc << " row " << t << " output " << j;
+                    }
+            }
             for (int64_t copies : {int64_t(7), int64_t(100)}) {  // 21 rows (8-row blocks), 300 (16-row blocks)
                 const int64_t n = copies * T;  // whose first T are these: the same logits bit for bit
                 std::vector<float> many;

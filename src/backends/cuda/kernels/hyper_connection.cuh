@@ -68,10 +68,11 @@ __device__ __forceinline__ void hc_mix(const float* x, const float* fn, const fl
 
 // The fast mode's split-K mixing logits (HcMixSplitKParams). Block: 8 warps over kRows rows and one
 // chunk of K; warp w of output group z takes outputs 8z + w, 8z + w + 8·groups, ... (output `outputs`
-// is dot(x, x)). An element's partial sum is lane-strided FMAs then a butterfly: the same for any
-// kRows and grid (grid (ceil(rows / kRows), chunks, output groups)).
+// is dot(x, x)). An element's partial sum is lane-strided FMAs (lane l: k = l, l + 32, ... in order)
+// then a butterfly: the same for any kRows and grid (grid (ceil(rows / kRows), chunks, output groups)).
 constexpr int kHcChunk = 512;
 constexpr int kHcSplitThreads = 256;
+constexpr int kHcOutsPerPass = 3;  // outputs per warp and pass (hc = 4: 24 logits over 8 warps, 3 each)
 template <int kRows>
 static __global__ void __launch_bounds__(kHcSplitThreads) hc_mix_partial_kernel(const __grid_constant__ HcMixSplitKParams p) {
     pdl_enter();  // launched by launch_pdl (common/launch.cuh)
@@ -104,25 +105,53 @@ static __global__ void __launch_bounds__(kHcSplitThreads) hc_mix_partial_kernel(
     __syncthreads();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t O = p.outputs;
-    constexpr int kWarps = kHcSplitThreads / 32;
-    for (int64_t o = static_cast<int64_t>(blockIdx.z) * kWarps + warp; o <= O; o += static_cast<int64_t>(gridDim.z) * kWarps) {
-        float acc[kRows];
+    constexpr int kWarps = kHcSplitThreads / 32, kPer = kHcChunk / 32;
+    const int64_t first = static_cast<int64_t>(blockIdx.z) * kWarps + warp, stride = static_cast<int64_t>(gridDim.z) * kWarps;
+    float* out = p.partial + (static_cast<int64_t>(blockIdx.y) * p.rows + r0) * (O + 1);
+    // The warp's weighted outputs (o < O), kHcOutsPerPass at a time: their weights of this chunk in registers
+    // (lane l holds k = l + 32 i), so each x element read from shared memory feeds kHcOutsPerPass FMAs.
+    for (int64_t o0 = first; o0 < O; o0 += kHcOutsPerPass * stride) {
+        float w[kHcOutsPerPass][kPer];
 #pragma unroll
-        for (int row = 0; row < kRows; ++row) acc[row] = 0.0f;
-        const float* w = p.fn + o * p.flat + c0;
-#pragma unroll 4
-        for (int k = lane; k < len; k += 32) {
-            const float wk = o < O ? w[k] : 0.0f;
+        for (int j = 0; j < kHcOutsPerPass; ++j) {
+            const int64_t o = o0 + j * stride;
 #pragma unroll
-            for (int row = 0; row < kRows; ++row) {
-                const float xv = x_s[row * kHcChunk + k];
-                acc[row] = fmaf(xv, o < O ? wk : xv, acc[row]);
+            for (int i = 0; i < kPer; ++i) w[j][i] = o < O && lane + 32 * i < len ? p.fn[o * p.flat + c0 + lane + 32 * i] : 0.0f;
+        }
+        for (int row = 0; row < nr; ++row) {
+            const float* xr = x_s + row * kHcChunk;
+            float acc[kHcOutsPerPass];
+#pragma unroll
+            for (int j = 0; j < kHcOutsPerPass; ++j) acc[j] = 0.0f;
+#pragma unroll
+            for (int i = 0; i < kPer; ++i) {
+                if (lane + 32 * i < len) {
+                    const float xv = xr[lane + 32 * i];
+#pragma unroll
+                    for (int j = 0; j < kHcOutsPerPass; ++j) acc[j] = fmaf(xv, w[j][i], acc[j]);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < kHcOutsPerPass; ++j) {
+                for (int off = 16; off > 0; off /= 2) acc[j] += __shfl_xor_sync(0xFFFFFFFFu, acc[j], off);
+                const int64_t o = o0 + j * stride;
+                if (lane == 0 && o < O) out[row * (O + 1) + o] = acc[j];
             }
         }
+    }
+    // dot(x, x), output O: by the warp whose stride reaches it.
+    if (O >= first && (O - first) % stride == 0) {
+        for (int row = 0; row < nr; ++row) {
+            const float* xr = x_s + row * kHcChunk;
+            float acc = 0.0f;
 #pragma unroll
-        for (int row = 0; row < kRows; ++row) {
-            for (int off = 16; off > 0; off /= 2) acc[row] += __shfl_xor_sync(0xFFFFFFFFu, acc[row], off);
-            if (lane == 0 && row < nr) p.partial[(static_cast<int64_t>(blockIdx.y) * p.rows + r0 + row) * (O + 1) + o] = acc[row];
+            for (int i = 0; i < kPer; ++i)
+                if (lane + 32 * i < len) {
+                    const float xv = xr[lane + 32 * i];
+                    acc = fmaf(xv, xv, acc);
+                }
+            for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
+            if (lane == 0) out[row * (O + 1) + O] = acc;
         }
     }
 }

@@ -10,6 +10,12 @@
 #include "deepinfer/log.h"
 
 namespace deepinfer::cuda::v4 {
+namespace {
+// From this many rows the grouped output projection (wo_a) runs as one dense launch per group: each then has
+// >= 128 output tiles (16 row tiles x 8 weight-row tiles at V4-Flash's 1024 outputs), about one wave of the
+// warp-specialized kernel; below it, one grouped launch (the classic kernel) keeps the GPU busier.
+constexpr int64_t kWoADenseRows = 2048;
+}  // namespace
 
 void CudaModel::fp8_input(ConvertedInput& in, int64_t block) const {
     if (in.q && in.block == block) return;
@@ -211,7 +217,20 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
     // Grouped output projection: wo_a per group of the flattened heads (bf16 GEMM), then wo_b.
     const int64_t G = c.o_groups, OL = c.o_lora_rank, GW = H * Dh / G;
     float* u = workspace_->alloc_n<float>(S * G * OL);
-    if (fast_ && lw.wo_a_groups && fast_linear_supported(lw.wo_a.rows(0, OL))) {
+    if (fast_ && lw.wo_a_groups && fast_linear_supported(lw.wo_a.rows(0, OL)) && S >= kWoADenseRows &&
+        fast_dense_ws_available()) {
+        // Prefill sizes: each group's rows in bf16 together ([S, GW], group after group), then one dense
+        // launch per group (the warp-specialized kernel: 8 launches of >= 128 output tiles each). Every form
+        // of the fast GEMM computes an element with the same instructions and additions, so these bits are
+        // the grouped launch's below (tests/ops/gemm_fast_cuda_test.cpp, GroupedWoAEqualsDenseLaunchPerGroup).
+        uint16_t* ob = workspace_->alloc_n<uint16_t>(S * H * Dh);
+        for (int64_t g = 0; g < G; ++g) {
+            to_bf16({.x = o + g * GW, .x_ld = H * Dh, .rows = S, .cols = GW, .out = ob + g * S * GW}, s);
+            fast_linear({.a = ob + g * S * GW, .weight = lw.wo_a.rows(g * OL, (g + 1) * OL), .y = u + g * OL, .y_ld = G * OL,
+                         .rows = S, .round_output_bf16 = off},
+                        s);
+        }
+    } else if (fast_ && lw.wo_a_groups && fast_linear_supported(lw.wo_a.rows(0, OL))) {
         // Tensor cores, as the reference's bf16 einsum: o in bf16, viewed as [S·G, GW] rows; one grouped
         // launch over the G row slices of wo_a (row s of group g is view row s·G + g, in and out).
         uint16_t* ob = workspace_->alloc_n<uint16_t>(S * H * Dh);
