@@ -526,7 +526,7 @@ TEST_F(CudaV41Ops, SinkAttentionOverCompactCachesBitIdentical) {
             }
         }
         Dev<uint8_t> dw(wcodes), de(ecodes);
-        const std::vector<cuda::SinkSegment> segs = {{0, S, P0, dw.ptr(), de.ptr()}};
+        const std::vector<cuda::SinkSegment> segs = {{0, S, P0, dw.ptr(), de.ptr(), 0}};
         Dev<cuda::SinkSegment> dsegs(segs);
         Dev<int32_t> rowseg(std::vector<int32_t>(size_t(S), 0)), pos(std::vector<int32_t>{int32_t(P0), int32_t(P0 + 1), int32_t(P0 + 2)}),
             dsel(selected);
@@ -677,7 +677,7 @@ TEST_F(CudaV41Ops, PagedCachesEqualContiguous) {
         std::vector<float> got[2];
         for (int paged = 0; paged < 2; ++paged) {
             const uint8_t* entries = paged ? pe.memory.ptr() : de.ptr();
-            const std::vector<cuda::SinkSegment> segs = {{0, 2, P0, dw.ptr(), entries}, {2, 1, P0 + 2, dw.ptr(), entries}};
+            const std::vector<cuda::SinkSegment> segs = {{0, 2, P0, dw.ptr(), entries, 0}, {2, 1, P0 + 2, dw.ptr(), entries, 0}};
             Dev<cuda::SinkSegment> dsegs(segs);
             Dev<float> out(size_t(S * H * Dh));
             cuda::sink_attention({.segments = dsegs.ptr(), .row_segment = rowseg.ptr(), .positions = pos.ptr(), .rows = S,
