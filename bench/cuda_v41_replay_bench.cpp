@@ -7,7 +7,8 @@
 // logits only) on a fresh sequence, exact and replay alternating; the median of --reps runs each.
 // The ceiling of the speed-up is the share of layer-rows replay skips: L / (L_enc + L_dec * W / N)
 // (the decoder's first layer's compressor over the skipped rows and the head not counted).
-//   cuda_v41_replay_bench [--lengths 1024,4096,8192] [--reps 3] [--hidden 2048] [--dir /tmp/v41-replay-bench]
+//   cuda_v41_replay_bench [--lengths 1024,4096,8192] [--reps 3] [--hidden 2048] [--gemm reference|fast]
+//                         [--dir /tmp/v41-replay-bench] [--cpu-check 1] (the checkpoint on the CPU model: a config check)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -89,13 +90,14 @@ std::string config_json(int64_t hidden, int64_t vocab, int64_t max_len) {
 int main(int argc, char** argv) {
     std::string lengths = "1024,4096,8192", dir = "/tmp/v41-replay-bench";
     int64_t reps = 3, hidden = 2048;
-    bool cpu_check = false;
+    bool cpu_check = false, fast = false;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
         if (k == "--lengths") lengths = v;
         else if (k == "--reps") reps = std::stoll(v);
         else if (k == "--hidden") hidden = std::stoll(v);
         else if (k == "--dir") dir = v;
+        else if (k == "--gemm") fast = v == "fast";  // reference (default) | fast (tensor cores)
         else if (k == "--cpu-check") cpu_check = v == "1";  // the checkpoint on the CPU model instead (a config check)
         else {
             std::fprintf(stderr, "unknown option %s\n", k.c_str());
@@ -140,6 +142,7 @@ int main(int argc, char** argv) {
         mo.v41_bounded_replay = replay;
         cuda::CudaModelOptions co;
         co.max_model_len = max_len;
+        co.gemm = fast ? cuda::GemmMode::kFast : cuda::GemmMode::kReference;
         return cuda::load_cuda_v41_model(dir, mo, co);
     };
     const auto exact = load(false), replay = load(true);
@@ -175,7 +178,7 @@ int main(int argc, char** argv) {
         const double e = median(te) / 1e3, r = median(tr) / 1e3;
         const double dec = double(kLayers - kDecoderBegin), ceiling =
             double(kLayers) / (double(kDecoderBegin) + dec * double(std::min(n, kWindow)) / double(n));
-        nlohmann::json j{{"device", cuda::device_description(0)}, {"hidden", hidden}, {"layers", kLayers},
+        nlohmann::json j{{"device", cuda::device_description(0)}, {"gemm", fast ? "fast" : "reference"}, {"hidden", hidden}, {"layers", kLayers},
                          {"decoder_layers", kLayers - kDecoderBegin}, {"window", kWindow}, {"prompt_tokens", n},
                          {"reps", reps}, {"exact_ms", e * 1e3}, {"replay_ms", r * 1e3},
                          {"exact_tok_s", double(n) / e}, {"replay_tok_s", double(n) / r}, {"speedup", e / r},
