@@ -5,7 +5,8 @@
 // (a ratio-1 KV and index source) the rows before its last W run that layer's compressor and index keys
 // only (the `head`), so the decoder's compressed KV and index keys hold every entry as on the exact path;
 // the decoder's layers then run the `tail` batch: the last W rows of replayed segments, with their window
-// keys truncated to those rows (SinkSegment::window_begin), and every row of the other segments.
+// keys truncated to those rows (SinkSegment::window_begin), and every row of the other segments. DSpark
+// taps of a replayed segment keep its kept rows only (the decoder's target layers have no others).
 //
 // Every kernel computes its rows alone, so the other segments of a batch get the values they get
 // without a replayed neighbour: their rows are only moved (compacted) at the cut. The cut copies rows
@@ -124,21 +125,37 @@ void CudaV41Model::plan_replay(Batch& b, InputBlock& in) const {
             for (const Shared& sh : t.shared) DI_ICHECK(sh.has_topk);
         plan_attention(l, t, in);
     }
-    // DSpark taps (plan_taps, on the batch's rows): the decoder's target layers read the tail's rows.
+    // DSpark taps (plan_taps: an attached segment's last ring-many rows, W + headroom): rows the decoder
+    // drops have no taps of its target layers, so they write no context rows (as the CPU drops them);
+    // the kept ones tap the encoder's target layers on the batch's rows, the decoder's on the tail's.
+    if (b.num_taps > 0) {
+        const int64_t M = b.num_taps;
+        const auto* src = reinterpret_cast<const int32_t*>(in.data() + b.tap_src);
+        const auto* pos = reinterpret_cast<const int32_t*>(in.data() + b.tap_pos);
+        const auto* dst = reinterpret_cast<uint8_t* const*>(in.data() + b.tap_dst);
+        std::vector<int32_t> kept_src, kept_pos, tail_src;
+        std::vector<int64_t> kept;
+        for (int64_t k = 0; k < M; ++k) {
+            if (r.row_map[size_t(src[k])] < 0) continue;
+            kept.push_back(k);
+            kept_src.push_back(src[k]);
+            kept_pos.push_back(pos[k]);
+            tail_src.push_back(r.row_map[size_t(src[k])]);
+        }
+        std::vector<uint8_t*> kept_dst;  // [stages, kept]
+        for (int64_t st = 0; st < dspark_stages_; ++st)
+            for (int64_t k : kept) kept_dst.push_back(dst[st * M + k]);
+        b.num_taps = static_cast<int64_t>(kept.size());
+        if (b.num_taps > 0) {  // (the tables above are read before `in` grows)
+            b.tap_src = in.add(kept_src);
+            b.tap_pos = in.add(kept_pos);
+            b.tap_dst = in.add(kept_dst);
+            t.tap_src = in.add(tail_src);
+        }
+    }
     t.num_taps = b.num_taps;
     t.tap_pos = b.tap_pos;
     t.tap_dst = b.tap_dst;
-    if (b.num_taps > 0) {
-        const auto* src = reinterpret_cast<const int32_t*>(in.data() + b.tap_src);
-        std::vector<int32_t> mapped(static_cast<size_t>(b.num_taps));
-        for (int64_t k = 0; k < b.num_taps; ++k) {
-            mapped[size_t(k)] = r.row_map[size_t(src[k])];
-            DI_CHECK(mapped[size_t(k)] >= 0, "bounded replay: the DSpark drafter taps ", dspark_ring_rows(),
-                     " rows of a prompt, more than the sliding window ", c.sliding_window,
-                     " the decoder keeps (not supported on the CUDA backend yet; --device cpu)");
-        }
-        t.tap_src = in.add(mapped);
-    }
 }
 
 void CudaV41Model::bind_replay(Batch& b) const {
