@@ -771,6 +771,44 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
     return info.param.official ? "v41_official" : "v41_exact";
 }
 
+// V4.1's bounded replay (ModelOptions::v41_bounded_replay, docs/v41-bounded-replay.md) of an attached
+// sequence's prompt: the decoder keeps the prompt's last W rows, so the rows before them (the drafter taps
+// W + headroom rows) write no context rows, as on the CPU. The replayed prefill's logits (beside a short
+// prompt on the exact path in the same batch), the drafts after it and a verify pass equal the CPU's.
+TEST_P(CudaDSpark, BoundedReplayDraftsEqualTheCpuDrafter) {
+    if (GetParam().v4) GTEST_SKIP() << "bounded replay is DeepSeek-V4.1's";
+    ModelOptions o = options(8, 256);
+    o.v41_bounded_replay = true;
+    const std::string dir = fixture(GetParam().official, false);
+    cpu_ = Model::load(dir, o);
+    gpu_ = cuda::load_cuda_v41_model(dir, o, {});
+    const int64_t V = cpu_->info().vocab_size;
+    std::mt19937 rng(19);
+    std::uniform_real_distribution<double> u01(0.0, 1.0);
+    Pair p;
+    for (int i = 0; i < 2; ++i) {
+        p.cpu.push_back(cpu_->new_sequence());
+        p.gpu.push_back(gpu_->new_sequence());
+        cpu_->drafter()->attach(p.cpu.back());
+        gpu_->drafter()->attach(p.gpu.back());
+    }
+    forward(p, {random_tokens(rng, 70, V), random_tokens(rng, 5, V)}, false);  // 70 > W = 8: replayed
+    std::vector<int32_t> anchors = random_tokens(rng, 2, V);
+    for (int round = 0; round < 2; ++round) {
+        std::vector<double> u(3);
+        for (double& x : u) x = u01(rng);
+        const std::vector<Draft> d = draft(p, anchors, {5, 3}, {0.0, 0.9}, {{}, u}, "round " + std::to_string(round));
+        std::vector<std::vector<int32_t>> verify;
+        for (size_t i = 0; i < 2; ++i) {
+            std::vector<int32_t> rows = {anchors[i]};
+            rows.insert(rows.end(), d[i].tokens.begin(), d[i].tokens.end());
+            verify.push_back(rows);
+        }
+        forward(p, verify, true);
+        anchors = random_tokens(rng, 2, V);
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, CudaDSpark,
                          ::testing::Values(Case{false, false}, Case{false, true}, Case{true, false}, Case{true, true}),
                          case_name);

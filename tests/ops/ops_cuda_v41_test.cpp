@@ -497,14 +497,18 @@ TEST_F(CudaV41Ops, SinkAttentionOverCompactCachesBitIdentical) {
             cs[size_t(p * R + 2 * i)] = std::cos(angle);
             cs[size_t(p * R + 2 * i + 1)] = std::sin(angle);
         }
+    // floor: SinkSegment::window_begin (bounded replay's truncated window; 0: the full window), here
+    // inside the ring's rows so both sources of window keys are cut.
+    for (int64_t floor : {int64_t{0}, P0 - 5})
     for (bool official : {false, true}) {
+        SCOPED_TRACE("window_begin " + std::to_string(floor));
         // The reference: model/v41/attention.cpp's loop.
         std::vector<float> ref(size_t(S * H * Dh), 0.0f);
         const float scale = 1.0f / std::sqrt(float(Dh));
         for (int64_t t = 0; t < S; ++t) {
             const int64_t P = P0 + t;
             std::vector<const float*> keys;
-            for (int64_t s = std::max<int64_t>(0, P - W + 1); s <= P; ++s)
+            for (int64_t s = std::max<int64_t>({0, P - W + 1, floor}); s <= P; ++s)
                 keys.push_back(s >= P0 ? kv.data() + (s - P0) * Dh : window.data() + (s % ring) * Dh);
             for (int64_t k = 0; k < K; ++k)
                 if (selected[size_t(t * K + k)] >= 0) keys.push_back(entries.data() + selected[size_t(t * K + k)] * Dh);
@@ -526,7 +530,7 @@ TEST_F(CudaV41Ops, SinkAttentionOverCompactCachesBitIdentical) {
             }
         }
         Dev<uint8_t> dw(wcodes), de(ecodes);
-        const std::vector<cuda::SinkSegment> segs = {{0, S, P0, dw.ptr(), de.ptr()}};
+        const std::vector<cuda::SinkSegment> segs = {{0, S, P0, dw.ptr(), de.ptr(), floor}};
         Dev<cuda::SinkSegment> dsegs(segs);
         Dev<int32_t> rowseg(std::vector<int32_t>(size_t(S), 0)), pos(std::vector<int32_t>{int32_t(P0), int32_t(P0 + 1), int32_t(P0 + 2)}),
             dsel(selected);
@@ -677,7 +681,7 @@ TEST_F(CudaV41Ops, PagedCachesEqualContiguous) {
         std::vector<float> got[2];
         for (int paged = 0; paged < 2; ++paged) {
             const uint8_t* entries = paged ? pe.memory.ptr() : de.ptr();
-            const std::vector<cuda::SinkSegment> segs = {{0, 2, P0, dw.ptr(), entries}, {2, 1, P0 + 2, dw.ptr(), entries}};
+            const std::vector<cuda::SinkSegment> segs = {{0, 2, P0, dw.ptr(), entries, 0}, {2, 1, P0 + 2, dw.ptr(), entries, 0}};
             Dev<cuda::SinkSegment> dsegs(segs);
             Dev<float> out(size_t(S * H * Dh));
             cuda::sink_attention({.segments = dsegs.ptr(), .row_segment = rowseg.ptr(), .positions = pos.ptr(), .rows = S,

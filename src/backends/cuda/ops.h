@@ -738,9 +738,10 @@ struct SinkSegment {
     int64_t row_begin = 0, num_rows = 0, first_position = 0;
     const uint8_t* window = nullptr;   // [window_rows, window row bytes] ring, position p in slot p % window_rows
     const uint8_t* entries = nullptr;  // the KV source's compressed entries (paged: entry 0), or null: none
+    int64_t window_begin = 0;  // window keys start no earlier than this position (bounded replay; 0: the full window)
 };
 
-// V4.1 sink attention (model/v41/attention.cpp): keys = window positions max(0, P-W+1)..P (this
+// V4.1 sink attention (model/v41/attention.cpp): keys = window positions max(0, P-W+1, window_begin)..P (this
 // chunk's rows from kv, older ones decoded from the ring), then the published top-k entries (>= 0);
 // logits = dot·scale; max starts at the sink; p = exp(l - max) / den (bf16 in official numerics);
 // o = Σ p·key in key order [→ bf16], inverse RoPE, rope dims → bf16 (official).

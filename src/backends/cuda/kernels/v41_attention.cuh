@@ -130,7 +130,8 @@ static __global__ void sink_attention_kernel(const __grid_constant__ SinkAttenti
     const int64_t r = blockIdx.x, h = blockIdx.y, Dh = p.head_dim;
     const SinkSegment& seg = p.segments[p.row_segment[r]];
     const int64_t pos = p.positions[r];
-    const int64_t lo = pos - p.window + 1 > 0 ? pos - p.window + 1 : 0;
+    const int64_t lo0 = seg.window_begin > 0 ? seg.window_begin : 0;  // (bounded replay's floor)
+    const int64_t lo = pos - p.window + 1 > lo0 ? pos - p.window + 1 : lo0;
     const int32_t* sel = (seg.entries && p.selected) ? p.selected + r * p.topk : nullptr;
     if (threadIdx.x == 0) {
         int64_t n = 0;

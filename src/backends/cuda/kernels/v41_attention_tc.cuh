@@ -37,7 +37,8 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) v41_tc_attention_kernel
     const int hg = warp % 4, quarter = warp / 4;
     const SinkSegment& seg = p.segments[p.row_segment[r]];
     const int64_t pos = p.positions[r];
-    const int64_t lo = pos - p.window + 1 > 0 ? pos - p.window + 1 : 0;
+    const int64_t lo0 = seg.window_begin > 0 ? seg.window_begin : 0;  // (bounded replay's floor)
+    const int64_t lo = pos - p.window + 1 > lo0 ? pos - p.window + 1 : lo0;
     const int32_t* sel = (seg.entries && p.selected) ? p.selected + r * p.topk : nullptr;
     // The picks are ascending and -1 padded: count the valid ones (topk <= 512 = one per thread, or a loop).
     int64_t nsel = 0;

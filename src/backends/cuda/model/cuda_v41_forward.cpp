@@ -91,31 +91,34 @@ float* CudaV41Model::compute(const Batch& b) const {
     float* taps = b.num_taps > 0 ? workspace_.alloc_n<float>(b.num_taps * int64_t(c.dspark_target_layer_ids.size()) * D)
                                  : nullptr;
     bool waited = false;
+    const Batch* lb = &b;  // the batch the layer runs (bounded replay: the tail from the decoder on)
     for (int64_t l = 0; l < L; ++l) {
         const V41DeviceLayer& lw = weights_.layers[size_t(l)];
         if (lw.has_engram) {
             if (!waited) engram_ready_.wait(s);
             waited = true;
             engram_fuse({.kv = engram_kv[size_t(c.engram_index(l))], .gate_weight = lw.engram.gate_weight, .streams = x,
-                         .tokens = S, .hc = hc, .hidden = D, .eps = eps, .round_bf16 = off},
+                         .tokens = lb->rows, .hc = hc, .hidden = D, .eps = eps, .round_bf16 = off},
                         s);
         }
-        tap_layer(l, b, x, taps);  // the stream entering the layer (after its Engram)
+        if (b.replay && l == b.replay->layer) lb = &replay_cut(b, x, pre_mix, engram_kv, waited);
+        const int64_t SL = lb->rows;
+        tap_layer(l, *lb, x, taps);  // the stream entering the layer (after its Engram)
         for (int site = 0; site < 2; ++site) {
             const DeviceHc& hw = site == 0 ? lw.hc_attn : lw.hc_ffn;
-            hc_mixes({.x = x, .fn = hw.fn, .base = hw.base, .scale = hw.scale, .rows = S, .hc = hc, .hidden = D,
+            hc_mixes({.x = x, .fn = hw.fn, .base = hw.base, .scale = hw.scale, .rows = SL, .hc = hc, .hidden = D,
                       .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps),
                       .pre = site == 0 ? pre_a : pre_f, .post = post, .comb = comb,
                       .collapse_pre = site == 0 ? pre_mix : pre_a, .collapsed = a, .round_bf16 = off},
                      s);
-            rms_norm({.x = a, .weight = site == 0 ? lw.attn_norm : lw.ffn_norm, .out = a, .rows = S, .n = D, .eps = eps,
+            rms_norm({.x = a, .weight = site == 0 ? lw.attn_norm : lw.ffn_norm, .out = a, .rows = SL, .n = D, .eps = eps,
                       .round_bf16 = off},
                      s);
             const size_t inner = workspace_.mark();
-            if (site == 0) attention(l, b, a, o);
-            else moe(l, b, a, o);
+            if (site == 0) attention(l, *lb, a, o);
+            else moe(l, *lb, a, o);
             workspace_.reset(inner);
-            hc_post({.out = o, .x = x, .post = post, .comb = comb, .y = x2, .rows = S, .hc = hc, .hidden = D,
+            hc_post({.out = o, .x = x, .post = post, .comb = comb, .y = x2, .rows = SL, .hc = hc, .hidden = D,
                      .round_bf16 = off, .mix_first = true},
                     s);
             std::swap(x, x2);
@@ -187,10 +190,11 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
     const int64_t real_rows = static_cast<int64_t>(b.tokens.size());
     // The pages this forward writes: the sequences' own (copy-on-write), the entry pages of its positions.
     prepare_writes(b.states, b.num_rows);
+    mark_replay(b, chunks, drawn);  // bounded replay: the chunks whose decoder runs their last W rows only
     // A pure decode step replays the CUDA graph of its (rows, context) bucket; padding rows decode
     // token 0 at position 0 of the scratch sequence (batch invariance: they change no other row).
     // Steps of short chunks (verify rows) too: every table is sized per row of the bucket (plan()).
-    const bool graph_step = decode || (verify_graphs_ && short_chunks);
+    const bool graph_step = !b.replay && (decode || (verify_graphs_ && short_chunks));
     const int64_t bucket = graphs_.enabled() && graph_step ? graph_bucket(real_rows) : 0;
     b.graph = bucket > 0 && bucket <= limits_.max_rows;  // (with DSpark taps: every row taps, plan_taps)
     if (b.graph) {
@@ -223,6 +227,8 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
     }
     if (b.graph)
         for (int64_t r = real_rows; r < S; ++r) picked.push_back(static_cast<int32_t>(r));
+    if (b.replay)  // (the logits come from the tail's rows)
+        for (int32_t& r : picked) r = b.replay->row_map[size_t(r)];
     b.num_picked = static_cast<int64_t>(picked.size());
     std::vector<int32_t> draw_rows;  // each draw samples its row's logits (by default its chunk's last)
     for (const DeviceDraw& d : draws)
@@ -243,6 +249,7 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
     b.picked = input_.add(picked);
     plan(b, input_);
     plan_taps(b, input_);
+    if (b.replay) plan_replay(b, input_);
     const size_t in_bytes = input_.size();
     if (!pinned_in_ || pinned_in_->nbytes() < in_bytes) pinned_in_ = std::make_unique<PinnedBuffer>(in_bytes * 2);
     std::memcpy(pinned_in_->host(), input_.data(), in_bytes);
@@ -251,6 +258,7 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
     b.in = d_in;
     b.topk = workspace_.alloc_n<int32_t>((S + 1) * c.index_topk);
     b.mask = workspace_.alloc_n<uint8_t>((S + 1) * b.mask_ld);
+    if (b.replay) bind_replay(b);
 
     // A graph step: the captured work reads its inputs from the block above, at the same arena offset
     // in every step of the bucket, and allocates the same arena ranges: replaying it is the eager path.

@@ -125,6 +125,7 @@ public:
         size_t sink_segments = 0, ring_dst = 0;
         int64_t kv_source = -1;  // the layer whose entries the attention reads (the same for every segment)
     };
+    struct Replay;
     struct Batch {
         int64_t rows = 0, max_position = 0, max_rows = 0;
         bool graph = false;  // sizes from the buckets: one captured graph serves every step of its bucket
@@ -155,6 +156,21 @@ public:
         int32_t* topk = nullptr;  // [rows + 1, index_topk] published top-k (device; row `rows`: discarded)
         uint8_t* mask = nullptr;  // [rows + 1, mask_ld] candidate mask (device)
         int64_t mask_ld = 0;
+        // Bounded replay (cuda_v41_replay.cpp): per segment the first position its window keys may have
+        // (empty: 0, the full window), and the batch's cut at the decoder (null: none).
+        std::vector<int64_t> window_begin;
+        int64_t window_begin_of(size_t i) const { return i < window_begin.size() ? window_begin[i] : 0; }
+        std::shared_ptr<Replay> replay;
+    };
+    // Bounded replay's cut (docs/v41-bounded-replay.md): at `layer` (the decoder's first) the rows before
+    // each replayed segment's last W run that layer's compressor and index keys only (`head`: one segment
+    // per replayed one); the layers from there on run `tail` (the last W rows of replayed segments, every
+    // row of the others, window keys of replayed segments from their first kept position).
+    struct Replay {
+        int64_t layer = -1;
+        std::vector<uint8_t> replayed;  // per segment of the batch
+        std::vector<int32_t> row_map;   // batch row -> tail row (-1: dropped)
+        Batch head, tail;
     };
 
 private:
@@ -181,6 +197,16 @@ private:
     void plan_compress(int64_t layer, Batch& b, InputBlock& in) const;
     void plan_index(int64_t layer, Batch& b, InputBlock& in) const;
     void plan_attention(int64_t layer, Batch& b, InputBlock& in) const;
+    // Bounded replay (cuda_v41_replay.cpp): which chunks replay (their cut set in b.replay), the head's and
+    // tail's tables, their device pointers after the input copy, and at the cut the head's compressor and
+    // the kept rows compacted (returns the batch the decoder runs).
+    static int64_t replay_layer(const V41TextConfig& c, const ModelOptions& options, const CudaModelOptions& o,
+                                const std::string& dir);
+    void mark_replay(Batch& b, std::span<const SequenceChunk> chunks, std::span<const uint8_t> drawn) const;
+    void plan_replay(Batch& b, InputBlock& in) const;
+    void bind_replay(Batch& b) const;
+    const Batch& replay_cut(const Batch& b, float* x, float* pre_mix, std::span<float* const> engram_kv,
+                            bool& waited) const;
     // The paged rows of KV source `layer`'s entries or index keys in the batch's page tables.
     PagedCacheRows paged_rows(const Batch& b, int64_t layer, bool keys) const;
 
@@ -239,6 +265,7 @@ private:
     int64_t engram_pad_ = 0;
     std::unique_ptr<const v41::Weights> host_;  // the checkpoint mapping the shared Engram tables live in
     int64_t dspark_stages_ = 0;  // the DSpark drafter's stages on the device (0: no drafter)
+    int64_t replay_layer_ = -1;  // ModelOptions::v41_bounded_replay: the decoder's first layer, else -1
     // Where a sequence's state lies in the pool's pages (before the workspace: its bound counts the page tables).
     std::shared_ptr<const V41StateLayout> layout_;
     std::shared_ptr<DevicePagePool> pool_;  // every sequence's and snapshot's state (made at load)

@@ -65,7 +65,7 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
       draft_graphs_(options.cuda_graphs && o.expert_exchange == nullptr),
       verify_graphs_(options.cuda_verify_graphs),
       bench_routing_(o.expert_load_stats, o.even_routing) {
-    DI_CHECK(!options.v41_bounded_replay, dir, ": bounded replay runs on the CPU only so far (--device cpu)");
+    replay_layer_ = replay_layer(config_.text, options, o, dir);
     stream_.set_pdl(options.cuda_pdl);
     side_stream_.set_pdl(options.cuda_pdl);
     DI_CHECK(!fast_ || fast_fp8_available(), "fast GEMM mode needs FP8 tensor cores (compute capability 8.9+)");

@@ -101,6 +101,7 @@ void CudaV41Model::plan(Batch& b, InputBlock& in) const {
     b.shared.assign(b.states.size(), Shared{});
     b.layers.assign(size_t(c.num_hidden_layers), LayerPlan{});
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        if (b.replay && l == b.replay->layer) break;  // the decoder's layers: the tail's (plan_replay)
         const V41DeviceLayer& lw = weights_.layers[size_t(l)];
         if (c.compress_ratio(l) > 0) {
             if (lw.has_compressor) plan_compress(l, b, in);
@@ -238,7 +239,7 @@ void CudaV41Model::plan_attention(int64_t layer, Batch& b, InputBlock& in) const
         const bool use_compressed = ratio > 0 && sh.kv_source >= 0 && sh.has_topk &&
                                     (P0 + n) / c.compress_ratio(sh.kv_source) > 0;
         uint8_t* window = st.ring(layout_->layers[size_t(layer)].window);
-        segs.push_back({b.row_begin[i], n, P0, window, use_compressed ? st.entry(sh.kv_source, 0) : nullptr});
+        segs.push_back({b.row_begin[i], n, P0, window, use_compressed ? st.entry(sh.kv_source, 0) : nullptr, b.window_begin_of(i)});
         for (int64_t t = 0; t < n; ++t)
             ring_dst.push_back(t >= n - window_rows ? window + ((P0 + t) % window_rows) * formats_.window_bytes : nullptr);
     }
