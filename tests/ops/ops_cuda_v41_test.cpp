@@ -757,18 +757,23 @@ TEST_F(CudaV41Ops, EngramGatherAndFusionEqualCpu) {
 }
 
 TEST_F(CudaV41Ops, RouterGateTempAndSelectionOrderSumEqualCpu) {
-    // model/v41/ffn.cpp's routing: score(logit / gate_temp), bias-only selection, sum in selection order.
-    for (auto [E, K, temp] : {std::tuple<int64_t, int64_t, float>{384, 6, 1.0f}, {384, 6, 0.7f}, {8, 2, 1.3f}}) {
+    // model/v41/ffn.cpp's routing: score(logit / gate_temp), bias-only selection, sum in selection order;
+    // with image-span rows (vl): rows 2, 3 and 7 select with bias_vl.
+    for (auto [E, K, temp, vl] : {std::tuple<int64_t, int64_t, float, bool>{384, 6, 1.0f, false}, {384, 6, 0.7f, false},
+                                  {8, 2, 1.3f, false}, {384, 6, 1.0f, true}, {8, 2, 1.3f, true}}) {
         const int64_t T = 9;
         std::vector<float> logits = randn(size_t(T * E), 51, 2.0f), bias = randn(size_t(E), 52, 0.1f);
+        const std::vector<float> bias_vl = randn(size_t(E), 53, 0.5f);
+        const std::vector<uint8_t> vl_rows = {0, 0, 1, 1, 0, 0, 0, 1, 0};
         for (int64_t e = 0; e < 20; ++e) logits[size_t(e)] = 0.5f;  // ties
         std::vector<int32_t> ids_ref;
         std::vector<float> w_ref;
         for (int64_t t = 0; t < T; ++t) {
+            const std::vector<float>& sel = vl && vl_rows[size_t(t)] ? bias_vl : bias;
             std::vector<float> scores(static_cast<size_t>(E)), biased(static_cast<size_t>(E));
             for (int64_t e = 0; e < E; ++e) {
                 scores[size_t(e)] = std::sqrt(cpu::softplus(logits[size_t(t * E + e)] / temp));
-                biased[size_t(e)] = scores[size_t(e)] + bias[size_t(e)];
+                biased[size_t(e)] = scores[size_t(e)] + sel[size_t(e)];
             }
             std::vector<int64_t> order(static_cast<size_t>(E));
             std::iota(order.begin(), order.end(), 0);
@@ -783,15 +788,18 @@ TEST_F(CudaV41Ops, RouterGateTempAndSelectionOrderSumEqualCpu) {
             std::sort(picks.begin(), picks.end());  // the GPU returns ids ascending
             for (auto [id, wk] : picks) ids_ref.push_back(id), w_ref.push_back(wk);
         }
-        Dev<float> dl(logits), dbias(bias), dbiased(size_t(T * E)), dw(size_t(T * K));
+        Dev<float> dl(logits), dbias(bias), dbias_vl(bias_vl), dbiased(size_t(T * E)), dw(size_t(T * K));
         Dev<int32_t> dids(size_t(T * K));
-        cuda::route({.logits = dl.ptr(), .bias = dbias.ptr(), .rows = T, .experts = E, .top_k = K,
+        Dev<uint8_t> dvl(vl_rows);
+        cuda::route({.logits = dl.ptr(), .bias = dbias.ptr(), .bias_vl = vl ? dbias_vl.ptr() : nullptr,
+                     .vl_rows = vl ? dvl.ptr() : nullptr, .rows = T, .experts = E, .top_k = K,
                      .scoring = cuda::ScoringFunc::kSqrtSoftplus, .norm_topk_prob = true, .routed_scaling_factor = 1.5f,
                      .official = false, .temperature = temp, .sum_in_selection_order = true, .biased = dbiased.ptr(),
                      .ids = dids.ptr(), .weights = dw.ptr()},
                     Stream{});
-        expect_equal(ids_ref, dids.host(ids_ref.size()), "router ids E " + std::to_string(E));
-        expect_equal(w_ref, dw.host(w_ref.size()), "router weights E " + std::to_string(E));
+        const std::string what = "E " + std::to_string(E) + (vl ? " with bias_vl rows" : "");
+        expect_equal(ids_ref, dids.host(ids_ref.size()), "router ids " + what);
+        expect_equal(w_ref, dw.host(w_ref.size()), "router weights " + what);
     }
 }
 

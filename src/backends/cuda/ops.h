@@ -360,6 +360,9 @@ enum class ScoringFunc : uint8_t { kSqrtSoftplus, kSigmoid, kSoftmax };
 struct RouterParams {
     float* logits = nullptr;          // [rows, E] in: gate logits; out: scores
     const float* bias = nullptr;      // [E] or null
+    // V4.1 image spans: rows flagged in `vl_rows` select with `bias_vl` instead of `bias` (spec §6.2).
+    const float* bias_vl = nullptr;   // [E] (required with vl_rows)
+    const uint8_t* vl_rows = nullptr;  // [rows] or null: 1 selects with bias_vl
     const int32_t* tid2eid = nullptr;  // [vocab, K] (hash routing) or null
     const int32_t* tokens = nullptr;   // [rows]
     int64_t rows = 0, experts = 0, top_k = 0;

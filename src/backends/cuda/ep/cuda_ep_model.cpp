@@ -144,7 +144,11 @@ ForwardOutputs CudaEpModel::forward_sampled(std::span<const SequenceChunk> chunk
     for (size_t i = 0; i < chunks.size(); ++i) {
         const SequenceChunk& ch = chunks[i];
         DI_CHECK(ch.sequence != nullptr, "forward_batch: chunk without a sequence");
-        DI_CHECK(ch.image_span.empty(), "image spans are not supported on the CUDA backend yet (--device cpu)");
+        // Image spans pass to the rank (V4.1 applies them; a V4 rank would refuse them on its own).
+        DI_CHECK(ch.image_span.empty() || info().family == "deepseek_v41",
+                 "DeepSeek-V4 has no vision tower: image spans are not accepted");
+        DI_CHECK(ch.image_span.empty() || ch.image_span.size() == ch.tokens.size(), "image_span has ",
+                 ch.image_span.size(), " flags for ", ch.tokens.size(), " tokens");
         auto* st = dynamic_cast<EpSequenceState*>(&ch.sequence->state());
         DI_CHECK(st != nullptr, "forward: the sequence was not created by this expert-parallel model");
         DI_CHECK(std::find(states.begin(), states.begin() + std::ptrdiff_t(i), st) == states.begin() + std::ptrdiff_t(i),
@@ -177,7 +181,7 @@ ForwardOutputs CudaEpModel::forward_sampled(std::span<const SequenceChunk> chunk
     for (int r = 0; r < G; ++r) {
         const size_t R = size_t(r);
         for (size_t i : split.chunks[R]) {
-            sub[R].push_back({&states[i]->inner(), chunks[i].tokens, chunks[i].all_logits, {}});
+            sub[R].push_back({&states[i]->inner(), chunks[i].tokens, chunks[i].all_logits, chunks[i].image_span});
             sub_want[R].push_back(want_logits.empty() || want_logits[i] ? 1 : 0);
         }
         for (size_t k : split.draws[R]) {

@@ -38,7 +38,8 @@ static __global__ void __launch_bounds__(kTopkThreads) route_kernel(const __grid
         for (int64_t k = threadIdx.x; k < K; k += blockDim.x) id[k] = p.tid2eid[static_cast<int64_t>(p.tokens[t]) * K + k];
     } else {
         float* b = p.biased + t * E;
-        for (int64_t e = threadIdx.x; e < E; e += blockDim.x) b[e] = p.bias ? dev::add(s[e], p.bias[e]) : s[e];
+        const float* bias = p.vl_rows && p.vl_rows[t] ? p.bias_vl : p.bias;
+        for (int64_t e = threadIdx.x; e < E; e += blockDim.x) b[e] = bias ? dev::add(s[e], bias[e]) : s[e];
         __syncthreads();
         topk_row(b, E, K, id);
     }

@@ -16,6 +16,7 @@ void route(const RouterParams& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.top_k <= p.experts && p.top_k <= kernels::kMaxTopK, "route: top_k ", p.top_k, " of ", p.experts);
     DI_CHECK(p.tid2eid || p.biased, "route: score routing needs the biased scratch");
+    DI_CHECK(!p.vl_rows || (p.bias_vl && !p.tid2eid), "route: image-span rows need bias_vl (score routing)");
     launch_pdl(kernels::route_kernel, static_cast<unsigned>(p.rows), kernels::kTopkThreads, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }

@@ -97,7 +97,9 @@ float* CudaV41Model::compute(const Batch& b) const {
         if (lw.has_engram) {
             if (!waited) engram_ready_.wait(s);
             waited = true;
-            engram_fuse({.kv = engram_kv[size_t(c.engram_index(l))], .gate_weight = lw.engram.gate_weight, .streams = x,
+            // Image-span rows: gate 0 (spec §5.4).
+            engram_fuse({.kv = engram_kv[size_t(c.engram_index(l))], .gate_weight = lw.engram.gate_weight,
+                         .gate_off = lb->any_image ? lb->at<uint8_t>(lb->image_rows) : nullptr, .streams = x,
                          .tokens = lb->rows, .hc = hc, .hidden = D, .eps = eps, .round_bf16 = off},
                         s);
         }
@@ -161,9 +163,10 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
     for (size_t i = 0; i < chunks.size(); ++i) {
         const SequenceChunk& ch = chunks[i];
         DI_CHECK(ch.sequence != nullptr, "forward_batch: chunk without a sequence");
-        DI_CHECK(ch.image_span.empty(), "image spans are not supported on the CUDA backend yet (--device cpu)");
         const int64_t n = static_cast<int64_t>(ch.tokens.size());
         DI_CHECK(n > 0, "forward: chunk ", i, " has no tokens");
+        DI_CHECK(ch.image_span.empty() || ch.image_span.size() == ch.tokens.size(), "image_span has ",
+                 ch.image_span.size(), " flags for ", ch.tokens.size(), " tokens");
         auto* st = dynamic_cast<V41DeviceState*>(&ch.sequence->state());
         DI_CHECK(st != nullptr, "forward: the sequence was not created by this CUDA DeepSeek-V4.1 model");
         for (V41DeviceState* o : b.states) DI_CHECK(o != st, "forward: a sequence appears twice in a batch");
@@ -174,6 +177,9 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
             const int32_t tok = ch.tokens[size_t(t)];
             DI_CHECK(tok >= 0 && tok < V, "token id ", tok, " at index ", t, " is outside [0, ", V, ")");
             b.tokens.push_back(tok);
+            const uint8_t img = ch.image_span.empty() ? 0 : ch.image_span[size_t(t)];
+            b.image.push_back(img);
+            b.any_image = b.any_image || img != 0;
         }
         b.num_rows.push_back(n);
         b.first_position.push_back(P0);
@@ -194,7 +200,8 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
     // A pure decode step replays the CUDA graph of its (rows, context) bucket; padding rows decode
     // token 0 at position 0 of the scratch sequence (batch invariance: they change no other row).
     // Steps of short chunks (verify rows) too: every table is sized per row of the bucket (plan()).
-    const bool graph_step = !b.replay && (decode || (verify_graphs_ && short_chunks));
+    // Steps with image-span rows run eagerly (a graph's kernels read no image flags).
+    const bool graph_step = !b.replay && !b.any_image && (decode || (verify_graphs_ && short_chunks));
     const int64_t bucket = graphs_.enabled() && graph_step ? graph_bucket(real_rows) : 0;
     b.graph = bucket > 0 && bucket <= limits_.max_rows;  // (with DSpark taps: every row taps, plan_taps)
     if (b.graph) {
@@ -202,6 +209,7 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
         for (int64_t k = real_rows; k < bucket; ++k) {
             b.row_begin.push_back(k);
             b.tokens.push_back(0);
+            b.image.push_back(0);
             b.num_rows.push_back(1);
             b.first_position.push_back(0);
             b.states.push_back(pad);

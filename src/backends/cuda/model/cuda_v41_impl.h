@@ -133,6 +133,11 @@ public:
         std::vector<int64_t> row_begin, num_rows, first_position;  // per segment
         std::vector<uint8_t> drafter_taps;  // per real segment: its rows tap for the DSpark drafter
         std::vector<int32_t> tokens;                                // [rows] host
+        // Image spans (SequenceChunk::image_span): 1 for a row inside one, [rows] host. A step with
+        // any runs eagerly (graph steps never carry image rows: their kernels read no flags).
+        std::vector<uint8_t> image;
+        bool any_image = false;
+        size_t image_rows = 0;  // offset of `image` in the input block (when any_image)
         std::vector<Shared> shared;                                 // per segment, while planning
         std::vector<LayerPlan> layers;
         int64_t num_picked = 0;  // rows of logits
@@ -215,7 +220,8 @@ private:
     // the model stream). Throws when the pool is exhausted (states unchanged but their pages).
     void make_state_pool(uint64_t bytes);
     void prepare_writes(std::span<V41DeviceState* const> states, std::span<const int64_t> rows) const;
-    // Engram rows of every segment's tokens (host), history rings updated: [n_engram, rows, cols].
+    // Engram rows of every segment's tokens (host), history rings updated: [n_engram, rows, cols]
+    // (image-span rows enter the history as kEngramDead: no n-gram reaches across them).
     std::vector<int64_t> engram_rows(const Batch& b) const;
 
     // The device work of a planned batch (enqueue only): returns the logits [b.num_picked, vocab]
@@ -226,8 +232,9 @@ private:
     void index(int64_t layer, const Batch& b, const float* a, const float* qr) const;
     void moe(int64_t layer, const Batch& b, const float* a, float* out) const;
     // The MoE of one block over S rows with E routed experts, top K (a target layer or a drafter stage).
+    // `image_rows` ([S] device, or null): rows inside an image span select experts with bias_vl.
     void moe_rows(const V41DeviceLayer& lw, int64_t E, int64_t K, int64_t S, const float* a, float* out,
-                  ExpertExchange* exchange) const;
+                  ExpertExchange* exchange, const uint8_t* image_rows = nullptr) const;
 
     // DSpark (cuda_v41_dspark.cpp, cuda_v41_dspark_draft.cpp).
     friend class CudaV41DSparkDrafter;

@@ -270,11 +270,12 @@ void CudaV41Model::project_f32(const DeviceLinear& w, const float* x, int64_t ro
 
 void CudaV41Model::moe(int64_t layer, const Batch& b, const float* a, float* out) const {
     const V41TextConfig& c = config_.text;
-    moe_rows(weights_.layers[size_t(layer)], c.n_routed_experts, c.num_experts_per_tok, b.rows, a, out, ep_);
+    moe_rows(weights_.layers[size_t(layer)], c.n_routed_experts, c.num_experts_per_tok, b.rows, a, out, ep_,
+             b.any_image ? b.at<uint8_t>(b.image_rows) : nullptr);
 }
 
 void CudaV41Model::moe_rows(const V41DeviceLayer& lw, int64_t E, int64_t K, int64_t S, const float* a, float* out,
-                            ExpertExchange* exchange) const {
+                            ExpertExchange* exchange, const uint8_t* image_rows) const {
     const V41TextConfig& c = config_.text;
     const Stream s = stream_.get();
     const bool off = official();
@@ -285,7 +286,7 @@ void CudaV41Model::moe_rows(const V41DeviceLayer& lw, int64_t E, int64_t K, int6
     int32_t* ids = workspace_.alloc_n<int32_t>(S * K);
     float* wts = workspace_.alloc_n<float>(S * K);
     project_f32(lw.gate, a, S, logits);  // fp32 router
-    route({.logits = logits, .bias = lw.bias, .rows = S, .experts = E, .top_k = K, .scoring = scoring_of(c.scoring_func),
+    route({.logits = logits, .bias = lw.bias, .bias_vl = lw.bias_vl, .vl_rows = image_rows, .rows = S, .experts = E, .top_k = K, .scoring = scoring_of(c.scoring_func),
            .norm_topk_prob = c.norm_topk_prob && K > 1, .routed_scaling_factor = static_cast<float>(c.routed_scaling_factor),
            .official = false,  // V4.1 normalizes with + 1e-20 in both numerics
            .temperature = static_cast<float>(c.gate_temp), .sum_in_selection_order = true, .biased = biased, .ids = ids,

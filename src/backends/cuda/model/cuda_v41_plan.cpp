@@ -42,7 +42,10 @@ std::vector<int64_t> CudaV41Model::engram_rows(const Batch& b) const {
         const int64_t base = std::max<int64_t>(0, P0 - (N - 1));
         history.clear();
         for (int64_t q = base; q < P0; ++q) history.push_back(st.engram_history[size_t(q % ring)]);
-        for (int64_t t = 0; t < n; ++t) history.push_back(token_map_.compressed_ids[size_t(b.tokens[size_t(row0 + t)])]);
+        for (int64_t t = 0; t < n; ++t)
+            history.push_back(b.any_image && b.image[size_t(row0 + t)]
+                                  ? kEngramDead
+                                  : token_map_.compressed_ids[size_t(b.tokens[size_t(row0 + t)])]);
         for (int64_t t = 0; t < n; ++t) {
             engram_lookback(history, P0 + t - base, engram_pad_, tokens);
             for (int64_t l = 0; l < n_engram; ++l) {
@@ -72,6 +75,7 @@ void CudaV41Model::plan(Batch& b, InputBlock& in) const {
     b.positions = in.add(positions);
     b.row_segment = in.add(row_segment);
     b.token_ids = in.add(b.tokens);
+    if (b.any_image) b.image_rows = in.add(b.image);
     std::vector<float> one_hot(static_cast<size_t>(S * hc), 0.0f);
     for (int64_t t = 0; t < S; ++t) one_hot[size_t(t * hc)] = 1.0f;  // the first collapse reads stream 0
     b.pre_mix = in.add(one_hot);

@@ -107,6 +107,14 @@ void CudaV41Model::plan_replay(Batch& b, InputBlock& in) const {
     std::vector<uint8_t*> code_rows(static_cast<size_t>(t.rows));
     for (int64_t k = 0; k < t.rows; ++k) code_rows[size_t(k)] = t.codes + k * formats_.window_bytes;
     t.code_rows = in.add(code_rows);
+    if (b.any_image) {  // the kept rows' image-span flags (the decoder's routers and Engram read them)
+        for (size_t i = 0; i < t.states.size(); ++i) {
+            const int64_t end = b.row_begin[i] + b.num_rows[i];
+            t.image.insert(t.image.end(), b.image.begin() + (end - t.num_rows[i]), b.image.begin() + end);
+        }
+        t.any_image = true;
+        t.image_rows = in.add(t.image);
+    }
     t.entry_tables = b.entry_tables;  // (per segment: the same segments in the same order)
     t.shared = b.shared;
     for (size_t i = 0; i < t.states.size(); ++i)

@@ -158,6 +158,7 @@ V41DeviceLayer upload_layer(Uploader& up, const v41::LayerWeights& lw, int64_t n
              " experts, config says ", n_experts);
     l.gate = up.linear(m.gate);
     l.bias = up.vec(m.bias);
+    l.bias_vl = up.vec(m.bias_vl);
     const int64_t e1 = experts.end < 0 ? n_experts : experts.end;
     DI_CHECK(experts.begin >= 0 && experts.begin < e1 && e1 <= n_experts, "expert range [", experts.begin,
              ", ", e1, ") of ", n_experts, " experts");

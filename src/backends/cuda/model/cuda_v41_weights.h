@@ -42,6 +42,7 @@ struct V41DeviceLayer {
     // MoE.
     DeviceLinear gate;
     const float* bias = nullptr;
+    const float* bias_vl = nullptr;  // [E] image-span rows' selection bias (bias's values without ffn.gate.bias_vl)
     DeviceExperts experts;
     DeviceLinear shared_w1, shared_w3, shared_w2;
     // Engram (engram layers only).

@@ -29,6 +29,7 @@ size_t CudaV41Model::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, 
     // Scratch every layer reuses, and the input block (every table counted at its largest).
     size_t total = 2 * bytes(S * hd * 4) + bytes(S * formats_.window_bytes);
     size_t in = bytes(R * 4) + 3 * bytes(S * 4) + bytes(S * hc * 4) + bytes(S * 8) + bytes(n_engram * S * cols * 8);
+    in += 2 * bytes(S);  // image-span flags (and bounded replay's tail's)
     in += bytes(N * std::max<int64_t>(1, layout_->entry_pages(P)) * 8);  // the segments' page tables
     for (int64_t l = 0; l < L; ++l) {
         const int64_t r = c.compress_ratio(l);
