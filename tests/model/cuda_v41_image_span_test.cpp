@@ -204,7 +204,8 @@ TEST_P(CudaV41ImageSpan, BatchInvariantWithSpans) {
     std::vector<std::vector<int32_t>> tokens(4, std::vector<int32_t>(64));
     for (auto& tk : tokens)
         for (int32_t& x : tk) x = static_cast<int32_t>(rng() % uint32_t(V));
-    const std::vector<Part>& first = span_steps()[0];
+    const std::vector<std::vector<Part>> steps = span_steps();
+    const std::vector<Part>& first = steps[0];
     for (size_t k = 0; k < first.size(); ++k) {
         const Part& p = first[k];
         Sequence s = gpu_->new_sequence();
@@ -219,7 +220,8 @@ TEST_P(CudaV41ImageSpan, BatchInvariantWithSpans) {
 TEST_P(CudaV41ImageSpan, SpansChangeTheGpuLogits) {
     const ScriptRun with = run_script(*gpu_, true, true), without = run_script(*gpu_, false, true);
     const int64_t V = gpu_->info().vocab_size;
-    const std::vector<Part>& first = span_steps()[0];
+    const std::vector<std::vector<Part>> steps = span_steps();
+    const std::vector<Part>& first = steps[0];
     for (size_t k = 0; k < first.size(); ++k) {
         const auto it = std::find(first[k].flags.begin(), first[k].flags.end(), uint8_t(1));
         const int64_t at = it - first[k].flags.begin();
