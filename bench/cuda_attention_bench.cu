@@ -24,11 +24,14 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "backends/cuda/attention_tc.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/ops.h"
 
 namespace {
+
+using deepinfer::bench::parse_list;
 using namespace deepinfer;
 
 #define BENCH_CHECK(x)                                                                                       \
@@ -67,15 +70,6 @@ float* filled(Buf& b, int64_t n, uint32_t seed, float scale) {
     fill_bf16_kernel<<<1024, 256>>>(b.as<float>(), n, seed, scale);
     BENCH_CHECK(cudaGetLastError());
     return b.as<float>();
-}
-
-std::vector<int64_t> parse_list(const std::string& s) {
-    std::vector<int64_t> v;
-    std::stringstream ss(s);
-    std::string x;
-    while (std::getline(ss, x, ','))
-        if (!x.empty()) v.push_back(std::stoll(x));
-    return v;
 }
 
 constexpr int64_t kH = 64, kD = 512, kRope = 64, kWindow = 128, kTopk = 512;

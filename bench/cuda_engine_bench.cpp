@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "backends/cuda/ep/cuda_ep_model.h"
 #include "backends/cuda/model/cuda_model.h"
 #include "deepinfer/engine.h"
@@ -39,16 +40,11 @@
 
 namespace {
 
-using namespace deepinfer;
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+using deepinfer::bench::Clock;
+using deepinfer::bench::since;
+using deepinfer::bench::parse_list;
 
-std::vector<int64_t> parse_list(const std::string& s) {
-    std::vector<int64_t> v;
-    std::stringstream in(s);
-    for (std::string item; std::getline(in, item, ',');) v.push_back(std::stoll(item));
-    return v;
-}
+using namespace deepinfer;
 
 // Compression ratio per layer: "flash" (the published 43), "flash:N" (its first N), or a list of
 // csa|hca|swa. Sets the hash-routed layer count of the published schedule (its first 3).

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "backends/cuda/ep/cuda_ep_model.h"
 #include "backends/cuda/model/cuda_model.h"
 #include "deepinfer/engine.h"
@@ -46,18 +47,12 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+using deepinfer::bench::Clock;
+using deepinfer::bench::since;
+using deepinfer::bench::parse_list;
 
 std::string config(int64_t experts, const std::vector<int>& ratios, int hash_layers) {
     return deepinfer::v4_flash_config({.compress_ratios = ratios, .num_hash_layers = hash_layers, .n_routed_experts = experts});
-}
-
-std::vector<int64_t> parse_list(const std::string& s) {
-    std::vector<int64_t> v;
-    std::stringstream in(s);
-    for (std::string item; std::getline(in, item, ',');) v.push_back(std::stoll(item));
-    return v;
 }
 
 // The CUDA models whose stats describe `model`: itself, or the ranks of an expert-parallel model

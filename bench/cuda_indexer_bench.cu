@@ -29,9 +29,12 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "backends/cuda/cuda_backend.h"
 
 namespace {
+
+using deepinfer::bench::parse_list;
 
 using namespace deepinfer;
 
@@ -45,13 +48,6 @@ using namespace deepinfer;
     } while (0)
 
 constexpr int64_t kHeads = 64, kDim = 128, kRatio = 4, kTopk = 512, kPerPage = 64;
-
-std::vector<int64_t> parse_list(const std::string& s) {
-    std::vector<int64_t> v;
-    std::stringstream in(s);
-    for (std::string item; std::getline(in, item, ',');) v.push_back(std::stoll(item));
-    return v;
-}
 
 struct Rng {
     uint64_t s;

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/model/cuda_model.h"
 #include "backends/cuda/model/device_state_layout.h"
@@ -32,9 +33,10 @@
 
 namespace {
 
+using deepinfer::bench::Clock;
+using deepinfer::bench::since;
+
 using namespace deepinfer;
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 constexpr int64_t kHeadroom = 16;  // kRingHeadroom
 

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/model/cuda_model.h"
 #include "backends/cuda/model/cuda_v41_model.h"
@@ -27,16 +28,11 @@
 
 namespace {
 
-using namespace deepinfer;
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+using deepinfer::bench::Clock;
+using deepinfer::bench::since;
+using deepinfer::bench::parse_list;
 
-std::vector<int64_t> parse_list(const std::string& s) {
-    std::vector<int64_t> v;
-    std::stringstream in(s);
-    for (std::string item; std::getline(in, item, ',');) v.push_back(std::stoll(item));
-    return v;
-}
+using namespace deepinfer;
 
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/model/cuda_model.h"
 #include "backends/cuda/model/cuda_v41_model.h"
@@ -36,9 +37,10 @@
 
 namespace {
 
+using deepinfer::bench::Clock;
+using deepinfer::bench::since;
+
 using namespace deepinfer;
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 constexpr int64_t kHeadroom = 16;  // kRingHeadroom
 
