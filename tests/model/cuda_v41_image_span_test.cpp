@@ -31,6 +31,7 @@
 #include "deepinfer/model.h"
 #include "deepinfer/model_v41.h"
 #include "model/safetensors_patcher.h"
+#include "model/v41_test_options.h"
 #include "unit/fixtures.h"
 
 namespace deepinfer {
@@ -43,14 +44,6 @@ struct Case {
     Numerics numerics;
 };
 void PrintTo(const Case& c, std::ostream* os) { *os << c.model << "/" << numerics_name(c.numerics); }
-
-ModelOptions options_for(Numerics n) {
-    ModelOptions o;
-    o.numerics_from_checkpoint = false;
-    o.numerics = n;
-    o.tokenizer_json = DI_TOKENIZER_JSON;
-    return o;
-}
 
 // Flags of n rows, 1 in [begin, end).
 std::vector<uint8_t> span(int64_t n, int64_t begin, int64_t end) {
@@ -154,8 +147,8 @@ protected:
     void SetUp() override {
         if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
         dir_ = test::data_path(std::string("v41/") + GetParam().model);
-        cpu_ = V41Model::load(dir_, options_for(GetParam().numerics));
-        gpu_ = cuda::load_cuda_v41_model(dir_, options_for(GetParam().numerics));
+        cpu_ = V41Model::load(dir_, test::v41_options(GetParam().numerics));
+        gpu_ = cuda::load_cuda_v41_model(dir_, test::v41_options(GetParam().numerics));
         ASSERT_EQ(gpu_->numerics(), GetParam().numerics);
     }
     std::string name() const { return std::string(GetParam().model) + "/" + std::string(numerics_name(GetParam().numerics)); }
@@ -263,8 +256,8 @@ TEST_P(CudaV41ImageSpan, RouterSelectsWithBiasVl) {
         }
     }
     ASSERT_GT(layers, 0) << "the fixture has no ffn.gate.bias_vl";
-    const auto cpu_same = V41Model::load(dir, options_for(GetParam().numerics));
-    ModelOptions eager = options_for(GetParam().numerics);
+    const auto cpu_same = V41Model::load(dir, test::v41_options(GetParam().numerics));
+    ModelOptions eager = test::v41_options(GetParam().numerics);
     eager.cuda_graphs = false;  // (one graph-capturing model per process: gpu_; graphs give the same bits)
     const auto gpu_same = cuda::load_cuda_v41_model(dir, eager);
     const ScriptRun orig = run_script(*gpu_, true, true), same = run_script(*gpu_same, true, true);
@@ -285,7 +278,7 @@ TEST_P(CudaV41ImageSpan, RouterSelectsWithBiasVl) {
 // rows it keeps, a replayed text chunk and a short chunk with a span beside them, then greedy decode:
 // the CPU's replay bit for bit (the tail batch carries the kept rows' flags to the decoder's routers).
 TEST_P(CudaV41ImageSpan, BoundedReplayWithSpansEqualsCpuReplay) {
-    ModelOptions o = options_for(GetParam().numerics);
+    ModelOptions o = test::v41_options(GetParam().numerics);
     o.v41_bounded_replay = true;
     const auto cpu = V41Model::load(dir_, o);
     o.cuda_graphs = false;  // (one graph-capturing model per process: gpu_)
@@ -336,7 +329,7 @@ TEST_P(CudaV41ImageSpan, BoundedReplayWithSpansEqualsCpuReplay) {
 // The expert-parallel model (one rank) passes the spans to its rank: the plain model's logits.
 TEST_P(CudaV41ImageSpan, ExpertParallelOneRankEqualsPlainModel) {
     if (!cuda::nccl_available()) GTEST_SKIP() << "this build has no NCCL";
-    const ModelOptions o = options_for(GetParam().numerics);
+    const ModelOptions o = test::v41_options(GetParam().numerics);
     const std::string dir = dir_;
     const auto ep = cuda::load_cuda_ep_model(
         [&](const cuda::CudaModelOptions& co) {

@@ -33,6 +33,7 @@
 #include "deepinfer/model_v41.h"
 #include "deepinfer/synthetic_v41.h"
 #include "model/v41_flash_fixture.h"
+#include "model/v41_test_options.h"
 #include "unit/fixtures.h"
 
 namespace deepinfer {
@@ -48,14 +49,6 @@ std::vector<float> read_f32(const std::string& path) {
     in.seekg(0);
     in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
     return v;
-}
-
-ModelOptions options_for(Numerics n) {
-    ModelOptions o;
-    o.numerics_from_checkpoint = false;
-    o.numerics = n;
-    o.tokenizer_json = DI_TOKENIZER_JSON;
-    return o;
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -112,8 +105,8 @@ protected:
                 prompts_.push_back(p);
             }
         }
-        cpu_ = V41Model::load(dir_, options_for(GetParam().numerics));
-        gpu_ = cuda::load_cuda_v41_model(dir_, options_for(GetParam().numerics));
+        cpu_ = V41Model::load(dir_, test::v41_options(GetParam().numerics));
+        gpu_ = cuda::load_cuda_v41_model(dir_, test::v41_options(GetParam().numerics));
         ASSERT_EQ(gpu_->numerics(), GetParam().numerics);
         ASSERT_EQ(gpu_->info().vocab_size, cpu_->info().vocab_size);
     }
@@ -312,7 +305,7 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaV41Tiny,
 
 TEST(CudaV41Load, ModelLoadDispatchesV41ToCuda) {
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    ModelOptions o = options_for(Numerics::kExact);
+    ModelOptions o = test::v41_options(Numerics::kExact);
     o.device = Device::kCuda;
     const auto m = Model::load(test::data_path("v41/v41_tiny_a"), o);
     EXPECT_EQ(m->info().family, "deepseek_v41");
@@ -333,7 +326,7 @@ TEST(CudaV41Load, ModelLoadDispatchesV41ToCuda) {
 TEST(CudaV41Engram, TablesReadInPlaceFromTheCheckpointMapping) {
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
     if (!cuda::HostRegistration::read_only_supported()) GTEST_SKIP() << "device cannot map read-only host memory";
-    ModelOptions o = options_for(Numerics::kExact);
+    ModelOptions o = test::v41_options(Numerics::kExact);
     o.device = Device::kCuda;
     const auto a = Model::load(test::data_path("v41/v41_tiny_a"), o);
     const auto b = Model::load(test::data_path("v41/v41_tiny_a"), o);  // a second replica of the same file
@@ -344,7 +337,7 @@ TEST(CudaV41Engram, TablesReadInPlaceFromTheCheckpointMapping) {
         EXPECT_EQ(c->engram_copied_bytes(), 0u);
     }
     // Each load maps the file anew (distinct ranges, each registered once); both compute the CPU's logits.
-    ModelOptions cpu_o = options_for(Numerics::kExact);
+    ModelOptions cpu_o = test::v41_options(Numerics::kExact);
     const auto cpu = Model::load(test::data_path("v41/v41_tiny_a"), cpu_o);
     const std::vector<int32_t> prompt = {5, 17, 99, 123, 42, 7, 7, 7, 300, 12};  // the fixture's vocabulary is 512
     Sequence sc = cpu->new_sequence(), sa = a->new_sequence(), sb = b->new_sequence();

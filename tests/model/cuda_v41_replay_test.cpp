@@ -22,22 +22,13 @@
 #include "deepinfer/embedded.h"
 #include "deepinfer/model.h"
 #include "deepinfer/model_v41.h"
+#include "model/v41_test_options.h"
 #include "unit/fixtures.h"
 
 namespace deepinfer {
 namespace {
 
 namespace fs = std::filesystem;
-
-ModelOptions options_for(Numerics n, bool replay, bool graphs = true) {
-    ModelOptions o;
-    o.numerics_from_checkpoint = false;
-    o.numerics = n;
-    o.tokenizer_json = DI_TOKENIZER_JSON;
-    o.v41_bounded_replay = replay;
-    o.cuda_graphs = graphs;
-    return o;
-}
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
@@ -91,11 +82,11 @@ protected:
             }
         }
         const Numerics n = GetParam().numerics;
-        cpu_ = V41Model::load(dir, options_for(n, true));
-        gpu_ = cuda::load_cuda_v41_model(dir, options_for(n, true));
+        cpu_ = V41Model::load(dir, test::v41_options(n, /*graphs=*/true, /*replay=*/true));
+        gpu_ = cuda::load_cuda_v41_model(dir, test::v41_options(n, /*graphs=*/true, /*replay=*/true));
         // The exact path's reference launches its kernels directly (CUDA graphs give the same bits:
         // cuda_v41_runtime_test.cpp), so one model of the process captures graphs.
-        exact_ = cuda::load_cuda_v41_model(dir, options_for(n, false, /*graphs=*/false));
+        exact_ = cuda::load_cuda_v41_model(dir, test::v41_options(n, /*graphs=*/false, /*replay=*/false));
         W_ = dynamic_cast<const V41Model&>(*cpu_).config().text.sliding_window;
         for (const auto& p : prompts_) ASSERT_GT(int64_t(p.size()), W_);
     }

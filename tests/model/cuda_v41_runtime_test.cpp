@@ -25,6 +25,7 @@
 #include "deepinfer/model.h"
 #include "deepinfer/model_v41.h"
 #include "model/cuda_engine_mix.h"
+#include "model/v41_test_options.h"
 #include "unit/fixtures.h"
 
 namespace deepinfer {
@@ -38,15 +39,6 @@ struct Case {
 };
 void PrintTo(const Case& c, std::ostream* os) { *os << c.model << "/" << numerics_name(c.numerics); }
 
-ModelOptions options_for(Numerics n, bool graphs) {
-    ModelOptions o;
-    o.numerics_from_checkpoint = false;
-    o.numerics = n;
-    o.tokenizer_json = DI_TOKENIZER_JSON;
-    o.cuda_graphs = graphs;
-    return o;
-}
-
 class CudaV41Runtime : public ::testing::TestWithParam<Case> {
 protected:
     void SetUp() override {
@@ -54,7 +46,7 @@ protected:
         dir_ = test::data_path(std::string("v41/") + GetParam().model);
     }
     std::unique_ptr<Model> load(bool graphs, int64_t max_tokens = 2048, int64_t max_seqs = 256, int64_t max_len = 0) const {
-        ModelOptions o = options_for(GetParam().numerics, graphs);
+        ModelOptions o = test::v41_options(GetParam().numerics, graphs);
         o.max_batch_tokens = max_tokens;
         o.max_num_seqs = max_seqs;
         cuda::CudaModelOptions co;
@@ -69,7 +61,7 @@ protected:
 // asynchronous), the device really drew the plain requests' tokens, and host sampling on the GPU
 // model gives them too.
 TEST_P(CudaV41Runtime, DeviceSamplingEqualsHostSampling) {
-    std::shared_ptr<const Model> cpu = V41Model::load(dir_, options_for(GetParam().numerics, false));
+    std::shared_ptr<const Model> cpu = V41Model::load(dir_, test::v41_options(GetParam().numerics, false));
     std::shared_ptr<const Model> gpu = load(true);
     const test::EngineRun ref = test::run_engine(cpu, false, true);
     EXPECT_EQ(ref.metrics.device_sampled_tokens, 0);

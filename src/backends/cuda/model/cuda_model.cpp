@@ -217,8 +217,8 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
     // Grouped output projection: wo_a per group of the flattened heads (bf16 GEMM), then wo_b.
     const int64_t G = c.o_groups, OL = c.o_lora_rank, GW = H * Dh / G;
     float* u = workspace_->alloc_n<float>(S * G * OL);
-    if (fast_ && lw.wo_a_groups && fast_linear_supported(lw.wo_a.rows(0, OL)) && S >= kWoADenseRows &&
-        fast_dense_ws_available()) {
+    const bool tensor_cores = fast_ && lw.wo_a_groups && fast_linear_supported(lw.wo_a.rows(0, OL));
+    if (tensor_cores && S >= kWoADenseRows && fast_dense_ws_available()) {
         // Prefill sizes: each group's rows in bf16 together ([S, GW], group after group), then one dense
         // launch per group (the warp-specialized kernel: 8 launches of >= 128 output tiles each). Every form
         // of the fast GEMM computes an element with the same instructions and additions, so these bits are
@@ -230,7 +230,7 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
                          .rows = S, .round_output_bf16 = off},
                         s);
         }
-    } else if (fast_ && lw.wo_a_groups && fast_linear_supported(lw.wo_a.rows(0, OL))) {
+    } else if (tensor_cores) {
         // Tensor cores, as the reference's bf16 einsum: o in bf16, viewed as [S·G, GW] rows; one grouped
         // launch over the G row slices of wo_a (row s of group g is view row s·G + g, in and out).
         uint16_t* ob = workspace_->alloc_n<uint16_t>(S * H * Dh);
