@@ -485,7 +485,11 @@ TEST(DSparkReplay, BoundedReplayPrefillFeedsTheDrafter) {
         for (int64_t r = 0; r < st.dspark.rows; ++r) std::fill_n(ring.mutable_row(r), hd, NAN);
     model->forward(s, prompt, false);  // one chunk of 29 > W rows, last logits only: replayed
     const DraftRequest req{.sequence = &s, .anchor = 3, .num_drafts = 5};
-    for (float c : model->drafter()->draft({&req, 1})[0].confidence) EXPECT_TRUE(std::isfinite(c));
+    // (the drafts held in a named vector: a range-for over a member of a temporary would read freed memory)
+    const auto drafts = model->drafter()->draft({&req, 1});
+    ASSERT_EQ(drafts.size(), 1u);
+    ASSERT_FALSE(drafts[0].confidence.empty());
+    for (float c : drafts[0].confidence) EXPECT_TRUE(std::isfinite(c));
     std::fill_n(st.dspark.stages[0].mutable_row((int64_t(prompt.size()) - W) % st.dspark.rows), hd, NAN);
     EXPECT_FALSE(std::isfinite(model->drafter()->draft({&req, 1})[0].confidence[0]));
 }

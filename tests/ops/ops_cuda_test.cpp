@@ -483,7 +483,7 @@ TEST_F(CudaOps, HeadNormRopeAndQatBitIdentical) {
 // ---- mHC ----------------------------------------------------------------------------------------
 
 TEST_F(CudaOps, HyperConnectionsMatchCpu) {
-    for (int64_t hc : {int64_t(4), int64_t(2)}) {
+    for (int64_t hc : {int64_t(4), int64_t(2), int64_t(6)}) {  // 6: the comb spans two slots per lane
         const int64_t D = 4096, T = 3, outputs = (2 + hc) * hc, flat = hc * D;
         auto x = bf16_values(randn(size_t(T * flat), 1));
         auto fn = randn(size_t(outputs * flat), 2, 1.0f / std::sqrt(float(flat)));

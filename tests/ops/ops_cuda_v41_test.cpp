@@ -115,7 +115,7 @@ TEST_F(CudaV41Ops, ActQuantPer32ThroughTheFp8GemmBitIdentical) {
 }
 
 TEST_F(CudaV41Ops, SinglePassHcBitIdentical) {
-    for (auto [hc, D] : {std::pair<int64_t, int64_t>{4, 5120}, {2, 64}, {4, 64}}) {
+    for (auto [hc, D] : {std::pair<int64_t, int64_t>{4, 5120}, {2, 64}, {4, 64}, {6, 64}}) {  // 6: two comb slots per lane
         const int64_t rows = 5, n_mix = (2 + hc) * hc;
         for (bool round : {false, true}) {
             const std::vector<float> x = bf16_values(randn(size_t(rows * hc * D), 1, 1.5f));

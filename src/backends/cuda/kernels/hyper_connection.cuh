@@ -1,18 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 // Device code of mHC (spec §2.4): HC pre (mixing logits, sigmoid, Sinkhorn, collapse), HC post and the
 // HC head. One block per token; mixing logits are cpu::dot products by 8-thread groups (here, or
-// before by the staged GEMM across many blocks, which is much faster and bit-identical); Sinkhorn runs
-// on hc lanes of one warp, each element through the CPU's sequence of operations (hc x hc is tiny).
+// before by the staged GEMM across many blocks, which is much faster and bit-identical); the comb's
+// softmax and Sinkhorn on one warp, an element per lane, each through the CPU's sequence of operations.
 #pragma once
 
 #include "backends/cuda/common/device_math.cuh"
 #include "backends/cuda/common/launch.cuh"
+#include "backends/cuda/kernels/hc_comb_warp.cuh"
 #include "backends/cuda/ops.h"
 
 namespace deepinfer::cuda::kernels {
 
 constexpr int kHcMaxOutputs = 64;  // (2+hc)*hc <= 64: hc <= 6
 constexpr int kHcMax = 6;
+static_assert(kHcMax <= kHcCombMax, "the comb warp covers every hc");
 
 // mix[j] = dot(x, fn[j]) for j < outputs and xx = dot(x, x); written to shared memory.
 __device__ __forceinline__ void hc_mix_dots(const float* x, const float* fn, int64_t outputs, int64_t flat, float* mix,
@@ -176,7 +178,7 @@ static __global__ void hc_mix_reduce_kernel(const __grid_constant__ HcMixSplitKP
 
 // grid (rows, column blocks), block 256. Block y collapses columns [y·span, (y+1)·span) of the token
 // (span = ceil(D / column blocks), a multiple of 4); block 0 also writes post and runs the Sinkhorn
-// for comb on warp 0 while its other warps collapse (the collapse needs only pre). Column blocks only
+// for comb on warp 0 (hc_comb_warp) while its other warps collapse (the collapse needs only pre). Column blocks only
 // with staged mixing logits. No value depends on the grid or on which thread computes it.
 static __global__ void hc_pre_kernel(const __grid_constant__ HcPreParams p) {
     pdl_enter();  // launched by launch_pdl (common/launch.cuh)
@@ -186,9 +188,7 @@ static __global__ void hc_pre_kernel(const __grid_constant__ HcPreParams p) {
     hc_mix(x, p.fn, p.mix, t, outputs, flat, mix, &xx, p.mix_partial, p.mix_splits, p.rows);
     const bool head_block = blockIdx.y == 0;
     // Warp 0: the same operations as the CPU's one loop, spread over lanes wherever the elements are
-    // independent (every element sees the same sequence of operations): Sinkhorn's row sums on lane j
-    // for row j, column sums on lane k for column k.
-    __shared__ float c[kHcMax * kHcMax];
+    // independent (every element sees the same sequence of operations).
     if (threadIdx.x < 32) {
         const int lane = threadIdx.x;
         const float r = 1.0f / sqrtf(dev::add(xx / static_cast<float>(flat), p.norm_eps));
@@ -202,43 +202,9 @@ static __global__ void hc_pre_kernel(const __grid_constant__ HcPreParams p) {
     }
     __syncthreads();  // pre is ready
     if (head_block && threadIdx.x < 32) {
-        const int lane = threadIdx.x;
-        for (int64_t i = lane; i < hc * hc; i += 32) c[i] = dev::add(dev::mul(mix[2 * hc + i], p.scale[2]), p.base[2 * hc + i]);
-        __syncwarp();
-        if (lane < hc) {  // softmax of row j
-            float* row = c + lane * hc;
-            float m = row[0];
-            for (int64_t k = 1; k < hc; ++k) m = fmaxf(m, row[k]);
-            float sum = 0;
-            for (int64_t k = 0; k < hc; ++k) sum = dev::add(sum, row[k] = dev::exp_f32(dev::add(row[k], -m)));
-            for (int64_t k = 0; k < hc; ++k) row[k] = dev::add(row[k] / sum, p.hc_eps);
-        }
-        __syncwarp();
-        auto col_norm = [&] {
-            if (lane < hc) {
-                const int64_t k = lane;
-                float sum = 0;
-                for (int64_t j = 0; j < hc; ++j) sum = dev::add(sum, c[j * hc + k]);
-                for (int64_t j = 0; j < hc; ++j) c[j * hc + k] = c[j * hc + k] / dev::add(sum, p.hc_eps);
-            }
-            __syncwarp();
-        };
-        auto row_norm = [&] {
-            if (lane < hc) {
-                const int64_t j = lane;
-                float sum = 0;
-                for (int64_t k = 0; k < hc; ++k) sum = dev::add(sum, c[j * hc + k]);
-                for (int64_t k = 0; k < hc; ++k) c[j * hc + k] = c[j * hc + k] / dev::add(sum, p.hc_eps);
-            }
-            __syncwarp();
-        };
-        col_norm();
-        for (int64_t it = 1; it < p.sinkhorn_iters; ++it) {
-            row_norm();
-            col_norm();
-        }
-        float* C = p.comb + t * hc * hc;
-        for (int64_t i = lane; i < hc * hc; i += 32) C[i] = c[i];
+        // The comb on the warp's lanes (hc_comb_warp.cuh: the CPU's operations per element).
+        hc_comb_warp(mix + 2 * hc, p.scale[2], p.base + 2 * hc, static_cast<int>(hc), p.sinkhorn_iters, p.hc_eps,
+                     p.comb + t * hc * hc);
         return;
     }
     // Collapse: a = Σ_j pre_j · x_j in stream order, by the block's other threads (all of them in blocks

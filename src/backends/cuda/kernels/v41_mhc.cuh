@@ -1,16 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // Device code of V4.1's single-pass mHC (model/v41/mhc.cpp): the mixes of a site from the RMS-normalized
 // flattened streams (each normalized value x·r, then cpu::dot with the mixing rows), the Sinkhorn comb on
-// one thread in the CPU's order, and the collapse with a given pre. One block per token.
+// one warp in the CPU's order per element (hc_comb_warp.cuh), and the collapse with a given pre. One block per token.
 #pragma once
 
 #include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/kernels/hc_comb_warp.cuh"
 #include "backends/cuda/ops.h"
 
 namespace deepinfer::cuda::kernels {
 
 constexpr int kV41HcMaxOutputs = 64;  // (2+hc)*hc <= 64: hc <= 6
 constexpr int kV41HcMax = 6;
+static_assert(kV41HcMax <= kHcCombMax, "the comb warp covers every hc");
 
 // cpu::dot(x·r, w, n) by an 8-thread group (every lane of the group calls it).
 __device__ __forceinline__ float scaled_dot_group8(const float* x, float r, const float* w, int64_t n, int lane) {
@@ -41,42 +43,16 @@ static __global__ void hc_mixes_kernel(const __grid_constant__ HcMixesParams p) 
         if (lane == 0 && j < outputs) mix[j] = d;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        float* pre = p.pre + t * hc;
-        float* post = p.post + t * hc;
-        for (int64_t j = 0; j < hc; ++j) {
-            pre[j] = dev::add(dev::sigmoid(dev::add(dev::mul(mix[j], p.scale[0]), p.base[j])), p.hc_eps);
-            post[j] = 2.0f * dev::sigmoid(dev::add(dev::mul(mix[hc + j], p.scale[1]), p.base[hc + j]));
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        if (lane < hc) {
+            const int64_t j = lane;
+            p.pre[t * hc + j] = dev::add(dev::sigmoid(dev::add(dev::mul(mix[j], p.scale[0]), p.base[j])), p.hc_eps);
+            p.post[t * hc + j] = 2.0f * dev::sigmoid(dev::add(dev::mul(mix[hc + j], p.scale[1]), p.base[hc + j]));
         }
-        float c[kV41HcMax * kV41HcMax];
-        for (int64_t j = 0; j < hc; ++j) {
-            float* row = c + j * hc;
-            float mx = -__int_as_float(0x7F800000);
-            for (int64_t k = 0; k < hc; ++k) {
-                row[k] = dev::add(dev::mul(mix[2 * hc + j * hc + k], p.scale[2]), p.base[2 * hc + j * hc + k]);
-                mx = fmaxf(mx, row[k]);
-            }
-            float sum = 0.0f;
-            for (int64_t k = 0; k < hc; ++k) sum = dev::add(sum, row[k] = dev::exp_f32(dev::add(row[k], -mx)));
-            for (int64_t k = 0; k < hc; ++k) row[k] = dev::add(row[k] / sum, p.hc_eps);
-        }
-        auto col_norm = [&] {
-            for (int64_t k = 0; k < hc; ++k) {
-                float sum = 0.0f;
-                for (int64_t j = 0; j < hc; ++j) sum = dev::add(sum, c[j * hc + k]);
-                for (int64_t j = 0; j < hc; ++j) c[j * hc + k] = c[j * hc + k] / dev::add(sum, p.hc_eps);
-            }
-        };
-        col_norm();
-        for (int64_t it = 1; it < p.sinkhorn_iters; ++it) {
-            for (int64_t j = 0; j < hc; ++j) {
-                float sum = 0.0f;
-                for (int64_t k = 0; k < hc; ++k) sum = dev::add(sum, c[j * hc + k]);
-                for (int64_t k = 0; k < hc; ++k) c[j * hc + k] = c[j * hc + k] / dev::add(sum, p.hc_eps);
-            }
-            col_norm();
-        }
-        for (int64_t i = 0; i < hc * hc; ++i) p.comb[t * hc * hc + i] = c[i];
+        // The comb on the warp's lanes (hc_comb_warp.cuh: the CPU's operations per element).
+        hc_comb_warp(mix + 2 * hc, p.scale[2], p.base + 2 * hc, static_cast<int>(hc), p.sinkhorn_iters, p.hc_eps,
+                     p.comb + t * hc * hc);
     }
     if (!p.collapsed) return;
     const float* cp = p.collapse_pre + t * hc;
