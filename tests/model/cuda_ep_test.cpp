@@ -24,6 +24,7 @@
 #include "backends/cuda/ep/cuda_ep_model.h"
 #include "backends/cuda/ep/nccl_exchange.h"
 #include "backends/cuda/model/cuda_model.h"
+#include "backends/cuda/model/cuda_v41_model.h"
 #include "deepinfer/engine.h"
 #include "deepinfer/model.h"
 #include "deepinfer/synthetic.h"
@@ -222,6 +223,7 @@ TEST_P(CudaEpV41, TwoGpuLogitsEqualOneGpu) {
     const std::string dir = test::data_path(std::string("v41/") + GetParam().model);
     ModelOptions mo = with_numerics(GetParam().numerics);
     mo.device = Device::kCuda;
+    mo.tokenizer_json = DI_TOKENIZER_JSON;  // the Engram token map
     auto one = Model::load(dir, mo);
     mo.gpus = 2;
     auto ep = Model::load(dir, mo);
@@ -232,6 +234,29 @@ TEST_P(CudaEpV41, TwoGpuLogitsEqualOneGpu) {
     const cuda::EpExchangeStats st = cuda::cuda_ep_exchange_stats(*ep);
     EXPECT_GT(st.layers_routed, 0);
     EXPECT_GT(st.layers_all_gather, 0);
+}
+
+// V4.1's bounded replay (ModelOptions::v41_bounded_replay) is refused under expert parallelism with an
+// error that names it (the exchange's row counts are per step, a replayed chunk's decoder runs fewer rows).
+TEST_P(CudaEpV41, BoundedReplayIsRefusedClearly) {
+    if (auto why = skip_reason(1); !why.empty()) GTEST_SKIP() << why;
+    const std::string dir = test::data_path(std::string("v41/") + GetParam().model);
+    ModelOptions mo = with_numerics(GetParam().numerics);
+    mo.device = Device::kCuda;
+    mo.tokenizer_json = DI_TOKENIZER_JSON;  // the Engram token map
+    mo.v41_bounded_replay = true;
+    try {
+        cuda::load_cuda_ep_model(
+            [&](const cuda::CudaModelOptions& co) {
+                auto m = cuda::load_cuda_v41_model(dir, mo, co);
+                const int64_t len = cuda::cuda_v41_model_max_len(*m);
+                return cuda::CudaRank{std::move(m), len};
+            },
+            {}, {0});
+        ADD_FAILURE() << "an expert-parallel model loaded with bounded replay on";
+    } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("bounded replay with expert parallelism"), std::string::npos) << e.what();
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaEpV41,

@@ -376,7 +376,7 @@ static __global__ void __launch_bounds__(128 * kWGs, ((kWGs == 1 || BN == 64) &&
                 tc::fp4x8_to_e4m3(packed.w, lo, hi, o1.z, o1.w);
                 *reinterpret_cast<uint4*>(conv + tile_offset(r, 2 * j)) = o0;
                 *reinterpret_cast<uint4*>(conv + tile_offset(r, 2 * j + 1)) = o1;
-                if (j == 0) conv_sw[r] = emax == 0xFFu ? __int_as_float(0x7FC00000) : ldexpf(1.0f, int(emax) - 127);
+                if (j == 0) conv_sw[r] = dev::e8m0_pow2(emax);
             }
             fence_proxy_async();
             __syncthreads();

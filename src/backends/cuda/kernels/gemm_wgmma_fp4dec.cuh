@@ -15,9 +15,10 @@
 //    whole line; 1 for N = 64, whose activation tiles are large), the stage count per N fills a
 //    shared-memory budget (a narrow B tile leaves room for more stages, i.e. more weight bytes in flight
 //    per SM), and the weight copies may ask the L2 to prefetch 128 or 256 bytes (kPf).
-//  - The conversion builds the sign bits of both output words of a packed word at once (one mask,
-//    one shift, two byte_perms), the expert index of the block comes from one coalesced pass over
-//    the tile table instead of a binary search of dependent loads.
+//  - The conversion makes both output words of a packed word at once (tc::fp4x8_to_e4m3_fast: one
+//    mask, one shift, four byte_perms), the promotion scale is built from its bits (dev::e8m0_pow2),
+//    the expert index of the block comes from one coalesced pass over the tile table instead of a
+//    binary search of dependent loads.
 #pragma once
 
 #include <type_traits>
@@ -49,19 +50,6 @@ __device__ __forceinline__ void cp_async_w16(void* dst, const void* src) {
         asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(tc::smem_addr(dst)), "l"(src));
     else
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(tc::smem_addr(dst)), "l"(src));
-}
-
-// 8 packed e2m1 codes z (the A fragment's two 4-code groups: low 16 bits -> lo, high 16 bits -> hi)
-// -> 8 e4m3 bytes through the 8-byte magnitude table (tlo, thi) of one shift. The same bytes as
-// wgrs::fp4x4_to_e4m3 (magnitudes by byte_perm with each code's 3 low bits as the byte index);
-// signs: u = the codes' sign bits (bit 3 of each nibble), u << 4 moves each low nibble's sign to bit 7
-// of its byte; output byte 2i takes byte i of (u << 4), byte 2i + 1 byte i of u.
-__device__ __forceinline__ void fp4x8_to_e4m3(uint32_t z, uint32_t tlo, uint32_t thi, uint32_t& lo, uint32_t& hi) {
-    const uint32_t m = z & 0x77777777u;
-    const uint32_t mag_lo = __byte_perm(tlo, thi, m), mag_hi = __byte_perm(tlo, thi, m >> 16);
-    const uint32_t u = z & 0x88888888u, u4 = u << 4;
-    lo = mag_lo | (__byte_perm(u4, u, 0x5140u) & 0x80808080u);
-    hi = mag_hi | (__byte_perm(u4, u, 0x7362u) & 0x80808080u);
 }
 
 template <int kMaxNT_, int kKTSmall_, int kBudget, int kMinBlocks_, int kPf_>
@@ -177,7 +165,7 @@ __device__ __forceinline__ void dec_tile(const TcArgs& p, const DecTile& t, uint
             const uint8_t* row = s + kW + lr * kWPitch + ktl * 64 + cofs;
             const uint32_t sc = *reinterpret_cast<const uint32_t*>(s + kWs + lr * 4 * kKT + ktl * 4);
             const uint32_t emax = max(max(sc & 0xFFu, (sc >> 8) & 0xFFu), max((sc >> 16) & 0xFFu, sc >> 24));
-            sw[h] = emax == 0xFFu ? __int_as_float(0x7FC00000) : ldexpf(1.0f, int(emax) - 127);
+            sw[h] = dev::e8m0_pow2(emax);
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 const uint32_t lo32 = *reinterpret_cast<const uint32_t*>(row + j * 16);
@@ -185,7 +173,7 @@ __device__ __forceinline__ void dec_tile(const TcArgs& p, const DecTile& t, uint
                 const uint32_t z = __byte_perm(lo32, hi32, sel);  // K 4t..4t+3 | 16+4t..16+4t+3 of step j
                 const uint32_t d = min(emax - ((sc >> (8 * j)) & 0xFFu), 15u);
                 const uint2 tv = *reinterpret_cast<const uint2*>(table + d * 8);
-                fp4x8_to_e4m3(z, tv.x, tv.y, af[j][h], af[j][2 + h]);
+                tc::fp4x8_to_e4m3_fast(z, tv.x, tv.y, af[j][h], af[j][2 + h]);
             }
         }
     };

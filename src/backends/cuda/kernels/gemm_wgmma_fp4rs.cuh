@@ -88,18 +88,6 @@ __device__ __forceinline__ void wgmma_rs_step(float (&d)[TN / 2], const uint32_t
 #undef DI_R4
 #undef DI_R8
 
-// 4 packed e2m1 codes -> 4 e4m3 bytes through the 8-byte magnitude table (lo, hi) of one shift: the
-// same bytes as tc::fp4x8_to_e4m3 in fewer instructions. kHigh: the codes of w's upper 16 bits, else
-// its lower 16 (low nibble first). Magnitudes: one byte_perm with each code's 3 low bits as the byte
-// index. Signs: the two bytes holding the codes, each duplicated (t = [b, b, b', b']); output byte
-// 2i takes bit 3 of t's byte 2i (the low nibble's sign, shifted up 4), byte 2i + 1 bit 7 of its own.
-template <bool kHigh>
-__device__ __forceinline__ uint32_t fp4x4_to_e4m3(uint32_t w, uint32_t lo, uint32_t hi) {
-    const uint32_t mag = __byte_perm(lo, hi, (kHigh ? w >> 16 : w) & 0x7777u);
-    const uint32_t t = __byte_perm(w, 0u, kHigh ? 0x3322u : 0x1100u);
-    return mag | (t & 0x80008000u) | ((t << 4) & 0x00800080u);
-}
-
 // wgmma.fence with the A fragment as an operand: every instruction producing it stays before the
 // fence (else the compiler sinks conversion instructions between the MMAs and ptxas injects further
 // fences there, C7519).
@@ -232,7 +220,7 @@ static __global__ void __launch_bounds__(128 * kWGs, kMinBlocks) fp4_rs_kernel(c
             const uint8_t* row = s + C::kWOff + lr * C::kWPitch + cofs;
             const uint32_t sc = *reinterpret_cast<const uint32_t*>(s + C::kWsOff + lr * 4);
             const uint32_t emax = max(max(sc & 0xFFu, (sc >> 8) & 0xFFu), max((sc >> 16) & 0xFFu, sc >> 24));
-            sw[h] = emax == 0xFFu ? __int_as_float(0x7FC00000) : ldexpf(1.0f, int(emax) - 127);
+            sw[h] = dev::e8m0_pow2(emax);
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 const uint32_t lo32 = *reinterpret_cast<const uint32_t*>(row + j * 16);
@@ -240,8 +228,7 @@ static __global__ void __launch_bounds__(128 * kWGs, kMinBlocks) fp4_rs_kernel(c
                 const uint32_t z = __byte_perm(lo32, hi32, sel);  // K 4t..4t+3 | 16+4t..16+4t+3 of step j
                 const uint32_t d = min(emax - ((sc >> (8 * j)) & 0xFFu), 15u);
                 const uint2 tv = *reinterpret_cast<const uint2*>(table + d * 8);
-                af[j][h] = fp4x4_to_e4m3<false>(z, tv.x, tv.y);
-                af[j][2 + h] = fp4x4_to_e4m3<true>(z, tv.x, tv.y);
+                tc::fp4x8_to_e4m3_fast(z, tv.x, tv.y, af[j][h], af[j][2 + h]);
             }
         }
     };

@@ -145,24 +145,6 @@ __device__ __forceinline__ int expert_of_tile(const int32_t* tile_offsets, int64
     return __reduce_add_sync(0xFFFFFFFFu, n) - 1;
 }
 
-// 8 packed e2m1 codes (one word, low nibble first) -> 8 e4m3 bytes (two words) through the 8-byte
-// magnitude table (lo, hi) of one shift: the bytes of tc::fp4x8_to_e4m3 in fewer instructions.
-// Magnitudes: one byte_perm per output word with the codes' low 3 bits as byte indices. Signs: byte k
-// of w holds codes 2k (low nibble, sign at bit 3) and 2k + 1 (sign at bit 7), so output byte 2k takes
-// bit 7 of (w << 4)'s byte k and output byte 2k + 1 bit 7 of w's byte k: one byte_perm of (w << 4, w)
-// per output word.
-__device__ __forceinline__ void fp4x8_to_e4m3_fast(uint32_t w, uint32_t lo, uint32_t hi, uint32_t& out0, uint32_t& out1) {
-    // prmt reads the low 16 bits of its selector: one mask for both halves (the compiler's own
-    // __byte_perm masks each half separately, one instruction more).
-    const uint32_t m = w & 0x77777777u, mh = m >> 16;
-    uint32_t m0, m1;
-    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(m0) : "r"(lo), "r"(hi), "r"(m));
-    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(m1) : "r"(lo), "r"(hi), "r"(mh));
-    const uint32_t w4 = w << 4;
-    out0 = m0 | (__byte_perm(w4, w, 0x5140u) & 0x80808080u);
-    out1 = m1 | (__byte_perm(w4, w, 0x7362u) & 0x80808080u);
-}
-
 // The stage's token scales in the order the consumers read them: a consumer thread (t4 = lane % 4) needs
 // the scales of token columns 8j + 2·t4 and + 1 for every j; column c = 8j + 2·t4 + e sits at
 // 16·(j / 2) + 4·t4 + 2·(j % 2) + e, so one 16-byte read gives columns j and j + 1 (j even) and a warp's
@@ -438,17 +420,15 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
                 const int r = pt / 4 + 32 * q;
                 const uint32_t sc = reinterpret_cast<const uint32_t*>(slot + r * 16)[ki];
                 const uint32_t emax = max(max(sc & 0xFFu, (sc >> 8) & 0xFFu), max((sc >> 16) & 0xFFu, sc >> 24));
-                if (c == 0)
-                    small[C::kMaxTokens + r] =
-                        __int_as_float(emax == 0xFFu ? 0x7FC00000 : (emax == 0u ? 0x00400000 : static_cast<int>(emax << 23)));
+                if (c == 0) small[C::kMaxTokens + r] = dev::e8m0_pow2(emax);
                 const uint32_t d = min(emax - ((sc >> (8 * c)) & 0xFFu), 15u);
                 const uint2 tv = *reinterpret_cast<const uint2*>(table + d * 8);
                 const uint4 packed = *reinterpret_cast<const uint4*>(s + w_dst + q * 32 * C::kWPitch);
                 uint4 o0, o1;
-                fp4x8_to_e4m3_fast(packed.x, tv.x, tv.y, o0.x, o0.y);
-                fp4x8_to_e4m3_fast(packed.y, tv.x, tv.y, o0.z, o0.w);
-                fp4x8_to_e4m3_fast(packed.z, tv.x, tv.y, o1.x, o1.y);
-                fp4x8_to_e4m3_fast(packed.w, tv.x, tv.y, o1.z, o1.w);
+                tc::fp4x8_to_e4m3_fast(packed.x, tv.x, tv.y, o0.x, o0.y);
+                tc::fp4x8_to_e4m3_fast(packed.y, tv.x, tv.y, o0.z, o0.w);
+                tc::fp4x8_to_e4m3_fast(packed.z, tv.x, tv.y, o1.x, o1.y);
+                tc::fp4x8_to_e4m3_fast(packed.w, tv.x, tv.y, o1.z, o1.w);
                 *reinterpret_cast<uint4*>(s + C::kCOff + wg::tile_offset(r, 2 * c)) = o0;
                 *reinterpret_cast<uint4*>(s + C::kCOff + wg::tile_offset(r, 2 * c + 1)) = o1;
             }
@@ -463,19 +443,17 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
         // Weight row pt of the tile: 4 subblocks of 32 codes -> 128 e4m3 bytes, and its promotion scale.
         const uint32_t sc = reinterpret_cast<const uint32_t*>(slot + pt * 16)[ki];
         const uint32_t emax = max(max(sc & 0xFFu, (sc >> 8) & 0xFFu), max((sc >> 16) & 0xFFu, sc >> 24));
-        // 2^(emax - 127) by its bits (ldexpf's value: 2^-127 is the subnormal 0x00400000), NaN for 0xFF.
-        small[C::kMaxTokens + pt] =
-            __int_as_float(emax == 0xFFu ? 0x7FC00000 : (emax == 0u ? 0x00400000 : static_cast<int>(emax << 23)));
+        small[C::kMaxTokens + pt] = dev::e8m0_pow2(emax);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const uint32_t d = min(emax - ((sc >> (8 * j)) & 0xFFu), 15u);
             const uint2 tv = *reinterpret_cast<const uint2*>(table + d * 8);
             const uint4 packed = *reinterpret_cast<const uint4*>(s + C::kROff + pt * C::kWPitch + ((j ^ ((pt / 2) % 4)) << 4));
             uint4 o0, o1;
-            fp4x8_to_e4m3_fast(packed.x, tv.x, tv.y, o0.x, o0.y);
-            fp4x8_to_e4m3_fast(packed.y, tv.x, tv.y, o0.z, o0.w);
-            fp4x8_to_e4m3_fast(packed.z, tv.x, tv.y, o1.x, o1.y);
-            fp4x8_to_e4m3_fast(packed.w, tv.x, tv.y, o1.z, o1.w);
+            tc::fp4x8_to_e4m3_fast(packed.x, tv.x, tv.y, o0.x, o0.y);
+            tc::fp4x8_to_e4m3_fast(packed.y, tv.x, tv.y, o0.z, o0.w);
+            tc::fp4x8_to_e4m3_fast(packed.z, tv.x, tv.y, o1.x, o1.y);
+            tc::fp4x8_to_e4m3_fast(packed.w, tv.x, tv.y, o1.z, o1.w);
             *reinterpret_cast<uint4*>(s + C::kCOff + wg::tile_offset(pt, 2 * j)) = o0;
             *reinterpret_cast<uint4*>(s + C::kCOff + wg::tile_offset(pt, 2 * j + 1)) = o1;
         }

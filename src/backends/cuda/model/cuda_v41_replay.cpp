@@ -21,6 +21,8 @@ namespace deepinfer::cuda {
 int64_t CudaV41Model::replay_layer(const V41TextConfig& c, const ModelOptions& options, const CudaModelOptions& o,
                                    const std::string& dir) {
     if (!options.v41_bounded_replay) return -1;
+    // (The exchange's per-rank row counts are set once per step for every MoE layer, and a replayed chunk
+    // runs fewer rows from the decoder on: per-layer counts are not built yet.)
     DI_CHECK(o.expert_exchange == nullptr, dir,
              ": bounded replay with expert parallelism is not supported yet (one GPU, or --device cpu)");
     int64_t first = -1;  // the decoder's first layer, as the CPU model finds it
