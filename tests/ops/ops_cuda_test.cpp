@@ -541,16 +541,18 @@ TEST_F(CudaOps, HyperConnectionsMatchCpu) {
                             << "split-K mixing order: hc=" << hc << " row " << t << " output " << j;
                     }
             }
-            for (int64_t copies : {int64_t(7), int64_t(100)}) {  // 21 rows (8-row blocks), 300 (16-row blocks)
-                const int64_t n = copies * T;  // whose first T are these: the same logits bit for bit
+            // 21 rows (8-row blocks), 300 (16-row blocks), 1191 (hc <= 4: the tiled kernel, 64-row blocks, a partial last one)
+            for (int64_t copies : {int64_t(7), int64_t(100), int64_t(397)}) {
+                const int64_t n = copies * T;  // copies of these rows: every copy's logits the same bit for bit
                 std::vector<float> many;
                 for (int64_t i = 0; i < copies; ++i) many.insert(many.end(), x.begin(), x.end());
                 Dev<float> dmany(many), dmixm(size_t(n * (outputs + 1))), dpartm(size_t(cuda::hc_mix_splits(flat) * n * (outputs + 1)));
                 cuda::hc_mix_splitk({.x = dmany.ptr(), .fn = dfn.ptr(), .rows = n, .outputs = outputs, .flat = flat,
                                      .partial = dpartm.ptr(), .mix = dmixm.ptr()},
                                     Stream{});
-                expect_bits_equal(fast_mix, dmixm.host(fast_mix.size()),
-                                  "split-K mixing: 3 rows vs the same rows among " + std::to_string(n));
+                std::vector<float> want;
+                for (int64_t i = 0; i < copies; ++i) want.insert(want.end(), fast_mix.begin(), fast_mix.end());
+                expect_bits_equal(want, dmixm.host(want.size()), "split-K mixing: 3 rows vs their copies among " + std::to_string(n));
             }
             for (int64_t t = 0; t < T; ++t) {
                 float top = 0;

@@ -71,7 +71,7 @@ enum class DensePath : uint8_t { kAuto, kClassic, kWs, kWsCluster, kWsWide, kWsC
 // up to 64 rows, 2 K tiles per stage, 72 KB of stages, 3 blocks per SM, 256-byte L2 prefetch);
 // FastLinearParams::fp4_rs_variant pins one (tests and benchmarks: a row's bits are the same in every
 // one), else the launcher picks by rows per expert.
-constexpr int kFp4RsVariants = 31;
+constexpr int kFp4RsVariants = 32;
 const char* fp4_rs_variant_name(int variant);  // e.g. "tn128_wg2_s4_b1"
 
 // True when the fast path handles this weight: FP8 with 128x128 blocks (or 32x32 blocks where

@@ -311,6 +311,7 @@ constexpr RsVariant kRsVariants[kFp4RsVariants] = {
     {128, 4, 5, 1, RsKind::kWs, 1, 0, true, 0, false, kernels::wgws::kOptElect},
     {128, 4, 5, 1, RsKind::kWs, 1, 0, true, 0, false, kernels::wgws::kOptPingPong},
     {128, 4, 5, 1, RsKind::kWs, 1, 0, true, 0, false, kernels::wgws::kOptElect | kernels::wgws::kOptPingPong},
+    {64, 1, 54, 4, RsKind::kDec, 2, 256},
 };
 
 template <int V>
@@ -327,7 +328,10 @@ void launch_fp4_rs_variant(const FastLinearParams& p, const TcArgs& a, Stream st
 // By default, up to 64 rows per group on average, the decode kernel's 64-row tiles (wgmma width 8-64 from
 // each tile's rows, two K tiles per stage below 64, L2 prefetch of 256 bytes; 2.2-2.3 TB/s at 1-8 rows per
 // expert, 1.4-1.6x the register kernel's 64-token tiles, and no slower at 48-64 rows,
-// bench/results/cuda-expert-decode-h200-*.md); the warp-specialized kernel's 128-token tiles above, with
+// bench/results/cuda-expert-decode-h200-*.md; since the leaner conversion of a4cb664, 2.6-2.8 TB/s), at up
+// to 8 rows per group with 128 registers and four blocks per SM (dec64_kt2_54k_b4_pf256: 1.02-1.05x over
+// three blocks at 1-8 rows per expert despite ~250 bytes of spills, mixed at 16,
+// bench/results/cuda-session28-h200-*.md); the warp-specialized kernel's 128-token tiles above, with
 // two producer warpgroups and one block per SM looping over the tiles (ws128p2_s5_pers: 1.16-1.28x over
 // the one-producer ws128_s4 at 4K-16K tokens, and 1.09-1.22x more with the 16-byte scale ring, the
 // token scales in read order and the 32-bit stage count, bench/results/cuda-expert-prefill-h200-*.md).
@@ -338,7 +342,7 @@ void launch_fp4_rs_variant(const FastLinearParams& p, const TcArgs& a, Stream st
 // bits do not depend on the choice (the same MMA sequence per output element; every configuration is
 // tested against the shared-memory kernel bit for bit).
 int fp4_rs_variant_of(const FastLinearParams& p, int64_t rows_per_group) {
-    return p.fp4_rs_variant >= 0 ? p.fp4_rs_variant : rows_per_group <= 64 ? 15 : 20;
+    return p.fp4_rs_variant >= 0 ? p.fp4_rs_variant : rows_per_group <= 8 ? 31 : rows_per_group <= 64 ? 15 : 20;
 }
 
 void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t rows_per_group, Stream st) {
@@ -375,7 +379,8 @@ void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t r
         case 27: launch_fp4_rs_variant<27>(p, a, st); break;
         case 28: launch_fp4_rs_variant<28>(p, a, st); break;
         case 29: launch_fp4_rs_variant<29>(p, a, st); break;
-        default: launch_fp4_rs_variant<30>(p, a, st); break;
+        case 30: launch_fp4_rs_variant<30>(p, a, st); break;
+        default: launch_fp4_rs_variant<31>(p, a, st); break;
     }
 }
 
@@ -491,7 +496,8 @@ const char* fp4_rs_variant_name(int variant) {
         "tn64_wg1_s4_b3",  "tn128_wg1_s4_b2", "tn8_wg1_s6_b4",       "tn128_wg2_s6_b1",      "ws128_s4",
         "ws128_s5",        "dec64_kt2_72k_b3", "dec64_kt1_72k_b3", "dec32_kt2_72k_b3", "dec16_kt1_40k_b5",
         "dec64_kt2_72k_b3_pf256", "dec64_kt2_72k_b3_pf128", "ws128p2_s4", "ws128p2_s5", "ws128p2_s4_pers", "ws128p2_s5_pers", "ws128_s4_pers", "ws128p2_s4_pers_pf6", "ws128p2_s4_pers_pf12", "ws128p2_s4_pers_late1", "ws128p2_s5_pers_late2",
-        "ws128p2_s5_pers_self", "ws128p2_s4_pers_self", "ws128p2_s5_pers_ea", "ws128p2_s5_pers_pp", "ws128p2_s5_pers_ea_pp"};
+        "ws128p2_s5_pers_self", "ws128p2_s4_pers_self", "ws128p2_s5_pers_ea", "ws128p2_s5_pers_pp", "ws128p2_s5_pers_ea_pp",
+        "dec64_kt2_54k_b4_pf256"};
     return variant >= 0 && variant < kFp4RsVariants ? kNames[variant] : "by_rows";
 }
 

@@ -68,19 +68,34 @@ void hc_mix_splitk(const HcMixSplitKParams& p, Stream s) {
     DI_CHECK(p.outputs >= 1 && p.outputs < kernels::kHcMaxOutputs, "hc_mix_splitk: ", p.outputs, " outputs");
     const int64_t splits = hc_mix_splits(p.flat);
     // Rows per block only trade parallelism for reuse of each fn chunk; no result depends on them.
-    // Output groups of 8 (one per warp) over more blocks when the rows alone leave the GPU idle; one
-    // row per block below 8 rows (no FMAs on zero rows).
-    const int64_t per_block = p.rows >= 256 ? 16 : p.rows >= 8 ? 8 : 1;
-    const int64_t row_blocks = (p.rows + per_block - 1) / per_block;
-    const int64_t groups = row_blocks * splits >= 2 * multiprocessor_count() ? 1 : (p.outputs + 1 + 7) / 8;
-    const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(splits), static_cast<unsigned>(groups));
-    if (per_block == 16)
-        launch_pdl(kernels::hc_mix_partial_kernel<16>, grid, kernels::kHcSplitThreads, 0, s, p);
-    else if (per_block == 8)
-        launch_pdl(kernels::hc_mix_partial_kernel<8>, grid, kernels::kHcSplitThreads, 0, s, p);
-    else
-        launch_pdl(kernels::hc_mix_partial_kernel<1>, grid, kernels::kHcSplitThreads, 0, s, p);
-    DI_CUDA_CHECK(cudaGetLastError());
+    // Many rows, whole chunks, one pass of outputs per warp: the tiled kernel (64 rows per block, the weights
+    // loaded once, the next 16 rows copied while the current ones are summed).
+    constexpr int kSubs = 4;
+    const bool tiled = p.rows >= 1024 && p.flat % kernels::kHcChunk == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
+                       p.outputs <= kernels::kHcOutsPerPass * (kernels::kHcSplitThreads / 32);
+    if (tiled) {
+        auto* kernel = kernels::hc_mix_partial_tiled_kernel<kSubs>;
+        const auto smem = static_cast<int>(kernels::hc_tiled_smem_bytes());
+        DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        const int64_t tile = kernels::kHcTileRows * kSubs;
+        const dim3 grid(static_cast<unsigned>((p.rows + tile - 1) / tile), static_cast<unsigned>(splits), 1);
+        launch_pdl(kernel, grid, kernels::kHcSplitThreads, static_cast<size_t>(smem), s, p);
+        DI_CUDA_CHECK(cudaGetLastError());
+    } else {
+        // Output groups of 8 (one per warp) over more blocks when the rows alone leave the GPU idle; one
+        // row per block below 8 rows (no FMAs on zero rows).
+        const int64_t per_block = p.rows >= 256 ? 16 : p.rows >= 8 ? 8 : 1;
+        const int64_t row_blocks = (p.rows + per_block - 1) / per_block;
+        const int64_t groups = row_blocks * splits >= 2 * multiprocessor_count() ? 1 : (p.outputs + 1 + 7) / 8;
+        const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(splits), static_cast<unsigned>(groups));
+        if (per_block == 16)
+            launch_pdl(kernels::hc_mix_partial_kernel<16>, grid, kernels::kHcSplitThreads, 0, s, p);
+        else if (per_block == 8)
+            launch_pdl(kernels::hc_mix_partial_kernel<8>, grid, kernels::kHcSplitThreads, 0, s, p);
+        else
+            launch_pdl(kernels::hc_mix_partial_kernel<1>, grid, kernels::kHcSplitThreads, 0, s, p);
+        DI_CUDA_CHECK(cudaGetLastError());
+    }
     if (p.partials_only) return;
     const int64_t n = p.rows * (p.outputs + 1);
     launch_pdl(kernels::hc_mix_reduce_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, s, p, splits);
