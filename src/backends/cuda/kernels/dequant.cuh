@@ -5,7 +5,10 @@
 #pragma once
 
 #include <cuda_bf16.h>
+
 #include <cstdint>
+
+#include "backends/cuda/common/device_math.cuh"
 
 namespace deepinfer::cuda::kernels {
 
@@ -44,7 +47,7 @@ __device__ __forceinline__ float e2m1_to_float(uint8_t code) {
 
 __device__ __forceinline__ float e8m0_to_float(uint8_t b) {
     if (b == 0xFF) return __int_as_float(0x7FC00000);
-    return ldexpf(1.0f, static_cast<int>(b) - 127);
+    return dev::exp2i(static_cast<int>(b) - 127);
 }
 
 // NaN is stored as the canonical quiet NaN (f32 0x7FC00000, bf16 0x7FC0), as the CPU reference and

@@ -408,9 +408,10 @@ static __global__ void act_quant_fp8_kernel(const __grid_constant__ ActQuantFp8P
         if (o < lanes) amax = fmaxf(amax, other);
     }
     amax = fmaxf(amax, 1e-4f);
-    const float scale = ldexpf(1.0f, dev::ceil_log2_bits(dev::mul(amax, 1.0f / 448.0f)));
+    const int k = dev::ceil_log2_bits(dev::mul(amax, 1.0f / 448.0f));
+    const float scale = dev::exp2i(k), inverse = dev::exp2i_inv(k);  // x / scale == x · inverse
     auto q = [&](float x) -> uint32_t {
-        const float e = dev::round_e4m3(fminf(fmaxf(x / scale, -448.0f), 448.0f));  // exact e4m3 value
+        const float e = dev::round_e4m3(fminf(fmaxf(dev::mul(x, inverse), -448.0f), 448.0f));  // exact e4m3 value
         return static_cast<uint32_t>(__nv_cvt_float_to_fp8(e, __NV_SATFINITE, __NV_E4M3));
     };
     const uint32_t packed = q(v.x) | (q(v.y) << 8) | (q(v.z) << 16) | (q(v.w) << 24);

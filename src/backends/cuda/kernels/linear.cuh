@@ -111,8 +111,9 @@ static __global__ void act_quant_kernel(const __grid_constant__ ActQuantParams p
         __syncthreads();
     }
     const float amax = fmaxf(red[0], 1e-4f);
-    const float scale = ldexpf(1.0f, dev::ceil_log2_bits(dev::mul(amax, 1.0f / 448.0f)));
-    const float q = dev::round_e4m3(fminf(fmaxf(v / scale, -448.0f), 448.0f));
+    const int k = dev::ceil_log2_bits(dev::mul(amax, 1.0f / 448.0f));
+    const float scale = dev::exp2i(k);
+    const float q = dev::round_e4m3(fminf(fmaxf(dev::mul(v, dev::exp2i_inv(k)), -448.0f), 448.0f));  // (v / scale)
     p.out[idx] = dev::mul(q, scale);
 }
 

@@ -85,10 +85,10 @@ static __global__ void qat_rows_kernel(const __grid_constant__ QatRowsParams p) 
         for (int64_t i = b; i < b + B; ++i) amax = fmaxf(amax, fabsf(x[i]));
         if (p.format == CacheFormat::kFp8Ue8m0) {
             const int k = dev::ceil_log2_bits(dev::mul(fmaxf(amax, 1e-4f), 1.0f / 448.0f));
-            const float scale = ldexpf(1.0f, k);
+            const float scale = dev::exp2i(k), inverse = dev::exp2i_inv(k);  // x / scale == x · inverse
             if (dst) dst[p.n + b / B] = static_cast<uint8_t>(k + 127);
             for (int64_t i = b; i < b + B; ++i) {
-                const float q = dev::round_e4m3(clamp_keep_nan(x[i] / scale, -448.0f, 448.0f));
+                const float q = dev::round_e4m3(clamp_keep_nan(dev::mul(x[i], inverse), -448.0f, 448.0f));
                 if (dst) dst[i] = e4m3_code(q);
                 if (p.fake_quant) x[i] = isnan(q) ? quiet_nan() : dev::mul(q, scale);
             }
@@ -100,9 +100,9 @@ static __global__ void qat_rows_kernel(const __grid_constant__ QatRowsParams p) 
                 if (dst) dst[p.n / 2 + b / B] = e4m3_code(sv);
                 scale = sv;
             } else {
-                const int k = dev::ceil_log2_bits(dev::mul(fmaxf(amax, 6.0f * ldexpf(1.0f, -126)), 1.0f / 6.0f));
+                const int k = dev::ceil_log2_bits(dev::mul(fmaxf(amax, 6.0f * dev::exp2i(-126)), 1.0f / 6.0f));
                 if (dst) dst[p.n / 2 + b / B] = static_cast<uint8_t>(k + 127);
-                scale = ldexpf(1.0f, k);
+                scale = dev::exp2i(k);
             }
             for (int64_t i = b; i < b + B; i += 2) {
                 float q0 = dev::round_e2m1(clamp_keep_nan(x[i] / scale, -6.0f, 6.0f));
