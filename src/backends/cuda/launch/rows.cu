@@ -4,6 +4,7 @@
 #include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/launch/column_blocks.h"
+#include "backends/cuda/kernels/hc_mix_splitk.cuh"
 #include "backends/cuda/kernels/hyper_connection.cuh"
 #include "backends/cuda/kernels/rows.cuh"
 
