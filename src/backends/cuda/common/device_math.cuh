@@ -39,6 +39,16 @@ __device__ __forceinline__ float exp2i(int k) {
 // A multiplier m with x · m == x / exp2i(k) bit for bit for every x, -127 <= k <= 128 (ceil_log2_bits' range):
 // 2^-k (both are the correctly rounded x·2^-k), and 0 for the infinite divisor (x / inf: ±0, or NaN for inf/NaN).
 __device__ __forceinline__ float exp2i_inv(int k) { return k >= 128 ? 0.0f : exp2i(-k); }
+// The quantizers' power-of-two block scale: 2^k with k = ceil_log2_bits(t), and the multiplier that divides
+// by it exactly (x / scale == x · inverse).
+struct Pow2Scale {
+    int k;
+    float scale, inverse;
+};
+__device__ __forceinline__ Pow2Scale pow2_scale_ceil(float t) {
+    const int k = ceil_log2_bits(t);
+    return {k, exp2i(k), exp2i_inv(k)};
+}
 
 // Value of x rounded to nearest-even in a binary format with `man_bits` mantissa bits and smallest
 // normal exponent `emin` (x finite and within the format's range: callers clamp first). The quantum
@@ -73,7 +83,7 @@ __device__ __forceinline__ float e2m1_value(uint8_t code) {
 // 2^(e - 127) for a ue8m0 scale byte e, by its bits (e = 0: the subnormal 2^-127, 0x00400000), NaN for
 // 0xFF: ldexpf(1, e - 127)'s value without ldexpf's general sequence (~18 instructions and a branch).
 __device__ __forceinline__ float e8m0_pow2(uint32_t e) {
-    return __int_as_float(e == 0xFFu ? 0x7FC00000 : (e == 0u ? 0x00400000 : static_cast<int>(e << 23)));
+    return e == 0xFFu ? __int_as_float(0x7FC00000) : exp2i(static_cast<int>(e) - 127);
 }
 __device__ __forceinline__ float e8m0_value(uint8_t b) { return e8m0_pow2(b); }
 __device__ __forceinline__ float bf16_value(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }

@@ -45,10 +45,7 @@ __device__ __forceinline__ float e2m1_to_float(uint8_t code) {
     return sign ? -v : v;
 }
 
-__device__ __forceinline__ float e8m0_to_float(uint8_t b) {
-    if (b == 0xFF) return __int_as_float(0x7FC00000);
-    return dev::exp2i(static_cast<int>(b) - 127);
-}
+__device__ __forceinline__ float e8m0_to_float(uint8_t b) { return dev::e8m0_pow2(b); }
 
 // NaN is stored as the canonical quiet NaN (f32 0x7FC00000, bf16 0x7FC0), as the CPU reference and
 // PyTorch produce; GPU arithmetic would otherwise yield 0x7FFFFFFF.

@@ -408,15 +408,14 @@ static __global__ void act_quant_fp8_kernel(const __grid_constant__ ActQuantFp8P
         if (o < lanes) amax = fmaxf(amax, other);
     }
     amax = fmaxf(amax, 1e-4f);
-    const int k = dev::ceil_log2_bits(dev::mul(amax, 1.0f / 448.0f));
-    const float scale = dev::exp2i(k), inverse = dev::exp2i_inv(k);  // x / scale == x · inverse
+    const dev::Pow2Scale ps = dev::pow2_scale_ceil(dev::mul(amax, 1.0f / 448.0f));
     auto q = [&](float x) -> uint32_t {
-        const float e = dev::round_e4m3(fminf(fmaxf(dev::mul(x, inverse), -448.0f), 448.0f));  // exact e4m3 value
+        const float e = dev::round_e4m3(fminf(fmaxf(dev::mul(x, ps.inverse), -448.0f), 448.0f));  // x / scale, exact e4m3
         return static_cast<uint32_t>(__nv_cvt_float_to_fp8(e, __NV_SATFINITE, __NV_E4M3));
     };
     const uint32_t packed = q(v.x) | (q(v.y) << 8) | (q(v.z) << 16) | (q(v.w) << 24);
     *reinterpret_cast<uint32_t*>(p.q + r * p.cols + b * 128 + lane * 4) = packed;
-    if (lane % lanes == 0) p.scale[(r * warps_per_row + b) * per_warp + lane / lanes] = scale;
+    if (lane % lanes == 0) p.scale[(r * warps_per_row + b) * per_warp + lane / lanes] = ps.scale;
 }
 
 // 8 columns per thread.

@@ -111,10 +111,9 @@ static __global__ void act_quant_kernel(const __grid_constant__ ActQuantParams p
         __syncthreads();
     }
     const float amax = fmaxf(red[0], 1e-4f);
-    const int k = dev::ceil_log2_bits(dev::mul(amax, 1.0f / 448.0f));
-    const float scale = dev::exp2i(k);
-    const float q = dev::round_e4m3(fminf(fmaxf(dev::mul(v, dev::exp2i_inv(k)), -448.0f), 448.0f));  // (v / scale)
-    p.out[idx] = dev::mul(q, scale);
+    const dev::Pow2Scale ps = dev::pow2_scale_ceil(dev::mul(amax, 1.0f / 448.0f));
+    const float q = dev::round_e4m3(fminf(fmaxf(dev::mul(v, ps.inverse), -448.0f), 448.0f));  // (v / scale)
+    p.out[idx] = dev::mul(q, ps.scale);
 }
 
 }  // namespace deepinfer::cuda::kernels

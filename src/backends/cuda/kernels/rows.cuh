@@ -93,10 +93,9 @@ __device__ __forceinline__ void fp8_simulate_nope_warp(float* x, int64_t nope) {
     for (int64_t b = 0; b < nope; b += 64) {
         const int64_t e = b + 64 < nope ? b + 64 : nope;
         const float amax = warp_abs_max(x, b, e, 2);
-        const int k = dev::ceil_log2_bits(dev::mul(fmaxf(amax, 1e-4f), 1.0f / 448.0f));
-        const float s = dev::exp2i(k), inv = dev::exp2i_inv(k);  // x / s == x · inv
+        const dev::Pow2Scale s = dev::pow2_scale_ceil(dev::mul(fmaxf(amax, 1e-4f), 1.0f / 448.0f));
         for (int64_t i = b + lane; i < e; i += 32)
-            x[i] = dev::round_bf16(dev::mul(dev::round_e4m3(fminf(fmaxf(dev::mul(x[i], inv), -448.0f), 448.0f)), s));
+            x[i] = dev::round_bf16(dev::mul(dev::round_e4m3(fminf(fmaxf(dev::mul(x[i], s.inverse), -448.0f), 448.0f)), s.scale));
     }
     __syncwarp();
 }
@@ -121,9 +120,9 @@ __device__ __forceinline__ void hadamard_fp4_warp(float* x, int64_t dim) {
     for (int64_t b = 0; b < dim; b += 32) {
         const int64_t e = b + 32 < dim ? b + 32 : dim;
         const float amax = warp_abs_max(x, b, e, 1);
-        const int k = dev::ceil_log2_bits(dev::mul(fmaxf(amax, 6.0f * dev::exp2i(-126)), 1.0f / 6.0f));
-        const float s = dev::exp2i(k), inv = dev::exp2i_inv(k);  // x / s == x · inv
-        if (b + lane < e) x[b + lane] = dev::round_bf16(dev::mul(dev::round_e2m1(fminf(fmaxf(dev::mul(x[b + lane], inv), -6.0f), 6.0f)), s));
+        const dev::Pow2Scale s = dev::pow2_scale_ceil(dev::mul(fmaxf(amax, 6.0f * dev::exp2i(-126)), 1.0f / 6.0f));
+        if (b + lane < e)
+            x[b + lane] = dev::round_bf16(dev::mul(dev::round_e2m1(fminf(fmaxf(dev::mul(x[b + lane], s.inverse), -6.0f), 6.0f)), s.scale));
     }
     __syncwarp();
 }

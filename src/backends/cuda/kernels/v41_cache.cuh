@@ -84,13 +84,12 @@ static __global__ void qat_rows_kernel(const __grid_constant__ QatRowsParams p) 
         float amax = 0.0f;
         for (int64_t i = b; i < b + B; ++i) amax = fmaxf(amax, fabsf(x[i]));
         if (p.format == CacheFormat::kFp8Ue8m0) {
-            const int k = dev::ceil_log2_bits(dev::mul(fmaxf(amax, 1e-4f), 1.0f / 448.0f));
-            const float scale = dev::exp2i(k), inverse = dev::exp2i_inv(k);  // x / scale == x · inverse
-            if (dst) dst[p.n + b / B] = static_cast<uint8_t>(k + 127);
+            const dev::Pow2Scale s = dev::pow2_scale_ceil(dev::mul(fmaxf(amax, 1e-4f), 1.0f / 448.0f));
+            if (dst) dst[p.n + b / B] = static_cast<uint8_t>(s.k + 127);
             for (int64_t i = b; i < b + B; ++i) {
-                const float q = dev::round_e4m3(clamp_keep_nan(dev::mul(x[i], inverse), -448.0f, 448.0f));
+                const float q = dev::round_e4m3(clamp_keep_nan(dev::mul(x[i], s.inverse), -448.0f, 448.0f));  // x / scale
                 if (dst) dst[i] = e4m3_code(q);
-                if (p.fake_quant) x[i] = isnan(q) ? quiet_nan() : dev::mul(q, scale);
+                if (p.fake_quant) x[i] = isnan(q) ? quiet_nan() : dev::mul(q, s.scale);
             }
         } else {
             float scale;
