@@ -328,10 +328,10 @@ void launch_fp4_rs_variant(const FastLinearParams& p, const TcArgs& a, Stream st
 // By default, up to 64 rows per group on average, the decode kernel's 64-row tiles (wgmma width 8-64 from
 // each tile's rows, two K tiles per stage below 64, L2 prefetch of 256 bytes; 2.2-2.3 TB/s at 1-8 rows per
 // expert, 1.4-1.6x the register kernel's 64-token tiles, and no slower at 48-64 rows,
-// bench/results/cuda-expert-decode-h200-*.md; since the leaner conversion of a4cb664, 2.6-2.8 TB/s with three blocks per SM), at up
-// to 8 rows per group with 128 registers and four blocks per SM (dec64_kt2_54k_b4_pf256: 1.01-1.06x over
-// three blocks at 1-8 rows per expert despite ~250 bytes of spills, mixed at 16,
-// bench/results/cuda-session28-h200-*.md); the warp-specialized kernel's 128-token tiles above, with
+// bench/results/cuda-expert-decode-h200-*.md; since the leaner conversion of a4cb664, 2.6-2.8 TB/s with
+// three blocks per SM), at up to 8 rows per group with 128 registers and four blocks per SM
+// (dec64_kt2_54k_b4_pf256: 1.01-1.06x over three blocks at 1-8 rows per expert despite ~250 bytes of
+// spills, mixed at 16, bench/results/cuda-session28-h200-*.md); the warp-specialized kernel's 128-token tiles above, with
 // two producer warpgroups and one block per SM looping over the tiles (ws128p2_s5_pers: 1.16-1.28x over
 // the one-producer ws128_s4 at 4K-16K tokens, and 1.09-1.22x more with the 16-byte scale ring, the
 // token scales in read order and the 32-bit stage count, bench/results/cuda-expert-prefill-h200-*.md).
