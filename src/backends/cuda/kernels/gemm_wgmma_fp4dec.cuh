@@ -19,6 +19,12 @@
 //    mask, one shift, four byte_perms), the promotion scale is built from its bits (dev::e8m0_pow2),
 //    the expert index of the block comes from one coalesced pass over the tile table instead of a
 //    binary search of dependent loads.
+//  - Each (weight row, K tile) pair's scale word is prepared once per stage, by the thread that copied
+//    it, into the row's shared-memory padding: the promotion scale and the four subblocks' table offsets
+//    (scale_info). The four lanes that share a row used to derive them each (the largest of four bytes,
+//    four clamped differences, four table addresses per row and K tile): ~30% of the kernel's integer
+//    instructions, and the kernel is bound by the integer pipe (ncu: ALU pipe 74% busy, math-pipe
+//    throttle the second stall reason, bench/results/cuda-session29-*.md).
 #pragma once
 
 #include <type_traits>
@@ -59,13 +65,13 @@ struct DecConfig {
     static constexpr int BN = 64;  // weight rows per block
     // K tiles per stage: kKTSmall for wgmma widths up to 32, 1 for 64 (its activation tiles are large).
     __host__ __device__ static constexpr int kt(int nt) { return nt <= 32 ? kKTSmall : 1; }
-    // Bytes per raw FP4 weight row in a stage (16 bytes of padding: conflict-free fragment reads).
+    // Bytes per raw FP4 weight row in a stage: kt(nt) x 64 bytes of codes, then 16 bytes that keep the
+    // fragment reads conflict-free and hold the row's scale_info, 8 bytes per K tile of the stage.
     __host__ __device__ static constexpr int w_pitch(int nt) { return kt(nt) * 64 + 16; }
     // A stage for wgmma width nt: kt(nt) activation tiles (nt rows x 128 bytes, 128-byte swizzle), the raw
-    // weight rows, their ue8m0 scales (4 per row and K tile), the activation scales ([kt][nt] f32).
+    // weight rows with their scale_info, the activation scales ([kt][nt] f32).
     __host__ __device__ static constexpr int w_off(int nt) { return kt(nt) * nt * 128; }
-    __host__ __device__ static constexpr int ws_off(int nt) { return w_off(nt) + BN * w_pitch(nt); }
-    __host__ __device__ static constexpr int sx_off(int nt) { return ws_off(nt) + BN * 4 * kt(nt); }
+    __host__ __device__ static constexpr int sx_off(int nt) { return w_off(nt) + BN * w_pitch(nt); }
     __host__ __device__ static constexpr int stage_bytes(int nt) { return (sx_off(nt) + kt(nt) * nt * 4 + 1023) / 1024 * 1024; }
     __host__ __device__ static constexpr int stages(int nt) {
         const int s = kBudget / stage_bytes(nt);
@@ -80,6 +86,19 @@ struct DecConfig {
 };
 
 // The block's work: token rows [row_begin, row_begin + count) of one expert, weight rows n0..n0+63.
+// A (weight row, K tile) pair's scale_info in the row's padding: {promotion scale (f32 bits), byte j = 8·d_j}
+// with d_j = min(emax - scale_j, 15) the shift-table row of subblock j and emax the largest of the four
+// ue8m0 scales (the same values the other FP4 kernels derive per lane). The raw scale word is copied into
+// the second half and rewritten in place by the thread that copied it, once its copy landed.
+__device__ __forceinline__ void prepare_scale_info(uint8_t* info) {
+    const uint32_t sc = *reinterpret_cast<const uint32_t*>(info + 4);
+    const uint32_t b0 = sc & 0xFFu, b1 = (sc >> 8) & 0xFFu, b2 = (sc >> 16) & 0xFFu, b3 = sc >> 24;
+    const uint32_t emax = max(max(b0, b1), max(b2, b3));
+    const uint32_t offs = (min(emax - b0, 15u) << 3) | (min(emax - b1, 15u) << 11) | (min(emax - b2, 15u) << 19) |
+                          (min(emax - b3, 15u) << 27);
+    *reinterpret_cast<uint2*>(info) = make_uint2(__float_as_uint(dev::e8m0_pow2(emax)), offs);
+}
+
 struct DecTile {
     int64_t row_begin;
     int count;
@@ -92,7 +111,8 @@ template <class C, int NT>
 __device__ __forceinline__ void dec_tile(const TcArgs& p, const DecTile& t, uint8_t* smem, const uint8_t* table) {
     constexpr int kKT = C::kt(NT), kStages = C::stages(NT), kThreads = C::kThreads, BN = C::BN, kWPitch = C::w_pitch(NT);
     constexpr int kStageBytes = C::stage_bytes(NT);
-    constexpr int kW = C::w_off(NT), kWs = C::ws_off(NT), kSx = C::sx_off(NT);
+    constexpr int kW = C::w_off(NT), kSx = C::sx_off(NT);
+    constexpr int kInfo = kW + kKT * 64;  // a row's scale_info: kInfo + row · kWPitch + 8 · (K tile of the stage)
     const int tid = threadIdx.x, lane = tid % 32, wi = tid / 32;
     const int g = lane / 4, t4 = lane % 4;
     const int64_t K = p.K;
@@ -125,7 +145,12 @@ __device__ __forceinline__ void dec_tile(const TcArgs& p, const DecTile& t, uint
         w_src[q] = wbytes + (t.n0 + r) * (K / 2) + c * 16;
         w_dst[q] = kW + r * kWPitch + c * 16;
     }
-    const uint8_t* ws_src = wscales + (t.n0 + (tid % BN)) * (K / 32);  // tid < BN: this row's scales
+    // The (weight row, K tile) pair whose scale word this thread copies and prepares: tid < BN · kKT.
+    constexpr int kPairs = BN * kKT;
+    static_assert(kPairs <= kThreads, "one scale pair per thread");
+    const int pr = tid / kKT, pk = tid % kKT;
+    const uint8_t* ws_src = wscales + (t.n0 + pr) * (K / 32) + pk * 4;
+    const int info_dst = kInfo + pr * kWPitch + pk * 8;
     // tid < kKT * NT: the activation scale of token row tid % NT, K tile tid / NT of each stage.
     const int sx_tok = tid % NT, sx_kt = tid / NT;
     const float* x_scale_src = p.a_scale;
@@ -146,14 +171,20 @@ __device__ __forceinline__ void dec_tile(const TcArgs& p, const DecTile& t, uint
             cp_async_w16<C::kPf>(s + w_dst[q], w_src[q]);
             w_src[q] += 64 * kKT;
         }
-        if (tid < BN) cp_async_small<4 * kKT>(s + kWs + tid * 4 * kKT, ws_src, 4 * kKT);
+        if (tid < kPairs) cp_async_small<4>(s + info_dst + 4, ws_src, 4);
         if (tid < kKT * NT) tc::cp_async4(s + kSx + (sx_kt * NT + sx_tok) * 4, x_scale_src, x_scale_len);
         ws_src += 4 * kKT;
         x_scale_src += kKT;
     };
 
+    // The stage in `slot` landed (this thread's copies): its scale pair's scale_info, before the barrier
+    // that publishes the stage.
+    auto prepare = [&](int slot) {
+        if (tid < kPairs) prepare_scale_info(smem + slot * kStageBytes + info_dst);
+    };
+
     // This thread's A fragment of K tile kt: weight rows lr0 (h = 0) and lr0 + 8 (h = 1), and their
-    // promotion scales (the largest of the row's four scales in the block).
+    // promotion scales (from the rows' scale_info).
     const int lr0 = wi * 16 + g;
     const uint32_t sel = (t4 & 1) ? 0x7632u : 0x5410u;
     const int cofs = 4 * (t4 >> 1);
@@ -163,16 +194,15 @@ __device__ __forceinline__ void dec_tile(const TcArgs& p, const DecTile& t, uint
         for (int h = 0; h < 2; ++h) {
             const int lr = lr0 + 8 * h;
             const uint8_t* row = s + kW + lr * kWPitch + ktl * 64 + cofs;
-            const uint32_t sc = *reinterpret_cast<const uint32_t*>(s + kWs + lr * 4 * kKT + ktl * 4);
-            const uint32_t emax = max(max(sc & 0xFFu, (sc >> 8) & 0xFFu), max((sc >> 16) & 0xFFu, sc >> 24));
-            sw[h] = dev::e8m0_pow2(emax);
+            const uint2 info = *reinterpret_cast<const uint2*>(s + kInfo + lr * kWPitch + ktl * 8);
+            sw[h] = __uint_as_float(info.x);
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 const uint32_t lo32 = *reinterpret_cast<const uint32_t*>(row + j * 16);
                 const uint32_t hi32 = *reinterpret_cast<const uint32_t*>(row + j * 16 + 8);
                 const uint32_t z = __byte_perm(lo32, hi32, sel);  // K 4t..4t+3 | 16+4t..16+4t+3 of step j
-                const uint32_t d = min(emax - ((sc >> (8 * j)) & 0xFFu), 15u);
-                const uint2 tv = *reinterpret_cast<const uint2*>(table + d * 8);
+                const uint32_t off = __byte_perm(info.y, 0u, 0x4440u + j);  // 8 · d_j
+                const uint2 tv = *reinterpret_cast<const uint2*>(table + off);
                 tc::fp4x8_to_e4m3_fast(z, tv.x, tv.y, af[j][h], af[j][2 + h]);
             }
         }
@@ -197,6 +227,7 @@ __device__ __forceinline__ void dec_tile(const TcArgs& p, const DecTile& t, uint
         tc::cp_async_commit();
     }
     tc::cp_async_wait<kStages - 2>();
+    prepare(0);
     __syncthreads();
     convert(0, 0, a0, s0);
 
@@ -213,6 +244,7 @@ __device__ __forceinline__ void dec_tile(const TcArgs& p, const DecTile& t, uint
         const int next_slot = kNewStage ? (slot + 1 == kStages ? 0 : slot + 1) : slot;
         if constexpr (kNewStage) {
             tc::cp_async_wait<kStages - 3>();
+            prepare(next_slot);  // past the last K tile a stale stage's, never used
             wg::fence_proxy_async();
             __syncthreads();
             const int ahead = (kt + 1) / kKT + kStages - 2;
