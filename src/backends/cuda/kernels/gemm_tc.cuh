@@ -105,6 +105,17 @@ __device__ __forceinline__ void fp4x8_to_e4m3_fast(uint32_t w, uint32_t lo, uint
     out1 = m1 | (__byte_perm(w4, w, 0x7362u) & 0x80808080u);
 }
 
+// fp4x8_to_e4m3_fast of the word lo16 | hi16 << 16 with its halves given apart (each in the low 16 bits of a
+// register, the rest zero: two 16-bit shared-memory loads): the same bytes without the byte_perm that joins
+// the halves or the shift that splits them again; the shifts by 4 may issue on the FMA pipe (IMAD.SHL).
+__device__ __forceinline__ void fp4x4x2_to_e4m3(uint32_t lo16, uint32_t hi16, uint32_t lo, uint32_t hi, uint32_t& out0, uint32_t& out1) {
+    uint32_t m0, m1;
+    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(m0) : "r"(lo), "r"(hi), "r"(lo16 & 0x7777u));
+    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(m1) : "r"(lo), "r"(hi), "r"(hi16 & 0x7777u));
+    out0 = m0 | (__byte_perm(lo16 << 4, lo16, 0x5140u) & 0x80808080u);
+    out1 = m1 | (__byte_perm(hi16 << 4, hi16, 0x5140u) & 0x80808080u);
+}
+
 // 8 packed e2m1 codes (one 32-bit word, low nibble first) -> 8 e4m3 bytes (two words) through the
 // 8-byte table (lo, hi) of one shift.
 __device__ __forceinline__ void fp4x8_to_e4m3(uint32_t w, uint32_t lo, uint32_t hi, uint32_t& out0, uint32_t& out1) {

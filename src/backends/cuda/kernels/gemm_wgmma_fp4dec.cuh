@@ -15,8 +15,9 @@
 //    whole line; 1 for N = 64, whose activation tiles are large), the stage count per N fills a
 //    shared-memory budget (a narrow B tile leaves room for more stages, i.e. more weight bytes in flight
 //    per SM), and the weight copies may ask the L2 to prefetch 128 or 256 bytes (kPf).
-//  - The conversion makes both output words of a packed word at once (tc::fp4x8_to_e4m3_fast: one
-//    mask, one shift, four byte_perms), the promotion scale is built from its bits (dev::e8m0_pow2),
+//  - The conversion makes both output words of a thread's eight codes at once from their two 16-bit
+//    halves (tc::fp4x4x2_to_e4m3: two masks, four byte_perms; loading the halves apart saves the
+//    byte_perm that joined two 32-bit loads), the promotion scale is built from its bits (dev::e8m0_pow2),
 //    the expert index of the block comes from one coalesced pass over the tile table instead of a
 //    binary search of dependent loads.
 //  - Each (weight row, K tile) pair's scale word is prepared once per stage, by the thread that copied
@@ -186,24 +187,23 @@ __device__ __forceinline__ void dec_tile(const TcArgs& p, const DecTile& t, uint
     // This thread's A fragment of K tile kt: weight rows lr0 (h = 0) and lr0 + 8 (h = 1), and their
     // promotion scales (from the rows' scale_info).
     const int lr0 = wi * 16 + g;
-    const uint32_t sel = (t4 & 1) ? 0x7632u : 0x5410u;
-    const int cofs = 4 * (t4 >> 1);
     auto convert = [&](int slot, int ktl, uint32_t (&af)[4][4], float (&sw)[2]) {
         const uint8_t* s = smem + slot * kStageBytes;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int lr = lr0 + 8 * h;
-            const uint8_t* row = s + kW + lr * kWPitch + ktl * 64 + cofs;
+            const uint8_t* row = s + kW + lr * kWPitch + ktl * 64 + 2 * t4;
             const uint2 info = *reinterpret_cast<const uint2*>(s + kInfo + lr * kWPitch + ktl * 8);
             sw[h] = __uint_as_float(info.x);
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                const uint32_t lo32 = *reinterpret_cast<const uint32_t*>(row + j * 16);
-                const uint32_t hi32 = *reinterpret_cast<const uint32_t*>(row + j * 16 + 8);
-                const uint32_t z = __byte_perm(lo32, hi32, sel);  // K 4t..4t+3 | 16+4t..16+4t+3 of step j
-                const uint32_t off = __byte_perm(info.y, 0u, 0x4440u + j);  // 8 · d_j
+                // K 4t..4t+3 and 16+4t..16+4t+3 of step j: bytes 2t, 2t+1 and 8+2t, 9+2t of its 16 (two 16-bit
+                // loads, conflict-free: 8 rows x 2 banks per warp).
+                const uint32_t lo16 = *reinterpret_cast<const uint16_t*>(row + j * 16);
+                const uint32_t hi16 = *reinterpret_cast<const uint16_t*>(row + j * 16 + 8);
+                const uint32_t off = j == 0 ? info.y & 0xFFu : j == 3 ? info.y >> 24 : (info.y >> (8 * j)) & 0xFFu;  // 8 · d_j
                 const uint2 tv = *reinterpret_cast<const uint2*>(table + off);
-                tc::fp4x8_to_e4m3_fast(z, tv.x, tv.y, af[j][h], af[j][2 + h]);
+                tc::fp4x4x2_to_e4m3(lo16, hi16, tv.x, tv.y, af[j][h], af[j][2 + h]);
             }
         }
     };
