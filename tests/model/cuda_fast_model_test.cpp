@@ -124,6 +124,17 @@ TEST_F(CudaFastModel, BatchInvariantBitForBit) {
         EXPECT_EQ(0, std::memcmp(out[1].data(), alone.data(), alone.size() * 4)) << "prefill beside 307 other rows";
     }
     {
+        // Beside a 2100-token prompt (>= 2048 rows: the output projection's dense launch per group, whose bf16
+        // input the attention kernel writes group after group) the prompt's logits are those alone (< 2048
+        // rows: the grouped launch over [rows, heads x 512]).
+        Sequence sa2 = gpu->new_sequence(), sd = gpu->new_sequence();
+        const auto d = random_tokens(2100, 8);
+        const SequenceChunk chunks[] = {{&sd, d, false}, {&sa2, a, true}};
+        const auto out = gpu->forward_batch(chunks);
+        ASSERT_EQ(out[1].size(), alone.size());
+        EXPECT_EQ(0, std::memcmp(out[1].data(), alone.data(), alone.size() * 4)) << "prefill beside 2100 other rows";
+    }
+    {
         const int32_t tb = 5, tc = 6;
         const SequenceChunk chunks[] = {{&sa, std::span<const int32_t>(&t1, 1), false},
                                         {&sb, std::span<const int32_t>(&tb, 1), false},

@@ -1034,6 +1034,38 @@ TEST_F(CudaOps, SparseSinkAttentionMatchesCpu) {
                 expect_bits_equal(outs[1], outs[0],
                                   std::string("tensor-core attention: pick = one buffer, ") + (kind == cuda::AttentionKind::kCsa ? "CSA" : "HCA") +
                                       ", " + std::to_string(n) + " rows");
+                // The bf16 copy (out_bf16: one [rows, heads·Dh] group, or groups of 8 heads group-major as the
+                // dense wo_a launches read it), from the wgmma kernel with the f32 output skipped and from the
+                // reference kernel (tensor_cores off: f32, then converted): the high halves of the f32 outputs.
+                for (const bool tc : {true, false}) {
+                    for (const int64_t gh : {int64_t(0), int64_t(8)}) {
+                        Dev<float> df(size_t(n * H * Dh));
+                        Dev<uint16_t> d16(size_t(n * H * Dh));
+                        const bool csa = kind == cuda::AttentionKind::kCsa;
+                        Dev<float> dscr(size_t(n * H * (W + topk)));
+                        cuda::sparse_attention({.segments = dseg.ptr(), .row_segment = drs.ptr(), .positions = dpos.ptr(), .rows = n,
+                                                .heads = H, .head_dim = Dh, .q = dq.ptr(), .kv = dkv.ptr(), .sink = dsink.ptr(),
+                                                .window = W, .window_rows = WR, .kind = kind, .ratio = csa ? m : 128,
+                                                .selected = csa ? dsel.ptr() : nullptr, .topk = csa ? topk : 0,
+                                                .max_candidates = W + topk, .scratch = dscr.ptr(), .cos_sin = dcs.ptr(), .rope_dim = R,
+                                                .softmax_scale = scale, .official = true, .tensor_cores = tc, .out = df.ptr(),
+                                                .out_bf16 = d16.ptr(), .bf16_group_heads = gh, .bf16_group_stride = gh ? n * gh * Dh : 0,
+                                                .f32_unused = tc},
+                                               Stream{});
+                        const std::vector<float> f32 = tc ? outs[0] : df.host(size_t(n * H * Dh));
+                        const std::vector<uint16_t> got = d16.host(size_t(n * H * Dh));
+                        int64_t bad = 0;
+                        for (int64_t r = 0; r < n; ++r)
+                            for (int64_t h = 0; h < H; ++h)
+                                for (int64_t c = 0; c < Dh; ++c) {
+                                    uint32_t bits;
+                                    std::memcpy(&bits, &f32[size_t((r * H + h) * Dh + c)], 4);
+                                    const int64_t at = gh ? (h / gh) * n * gh * Dh + (r * gh + h % gh) * Dh + c : (r * H + h) * Dh + c;
+                                    bad += got[size_t(at)] != uint16_t(bits >> 16) || (bits & 0xFFFFu) != 0;
+                                }
+                        EXPECT_EQ(bad, 0) << "bf16 output, tensor cores " << tc << ", groups of " << gh << " heads, " << n << " rows";
+                    }
+                }
             }
         }
     }

@@ -348,6 +348,14 @@ struct SparseAttentionParams {
     // not used then.
     bool tensor_cores = false;
     float* out = nullptr;  // [rows, heads, head_dim]
+    // Optional: the output also in bf16 (exact: every output element is bf16-rounded), for a bf16 GEMM that
+    // reads it, in groups of bf16_group_heads heads (0: all): element (r, h, c) at
+    // out_bf16[(h / gh) · bf16_group_stride + r · gh · head_dim + (h % gh) · head_dim + c] (gh = 0: heads, one
+    // group: [rows, heads · head_dim]). With f32_unused the tensor-core kernel may leave `out` unwritten (the
+    // other kernels write it and convert it).
+    uint16_t* out_bf16 = nullptr;
+    int64_t bf16_group_heads = 0, bf16_group_stride = 0;
+    bool f32_unused = false;
 };
 void sparse_attention(const SparseAttentionParams& p, Stream s);
 

@@ -232,10 +232,20 @@ __device__ __forceinline__ T* tca_peer(T* local, int t) {
 //             o = bf16(Σ_t acc_t·w_t / den)   (one part: w = 1, the one-CTA kernel's arithmetic)
 //   else:     o = bf16(Σ_t acc_t)            (V4.1: P was normalized before P·V)
 // then the inverse RoPE of the last rope_dim columns -> bf16, into out + (head h0 + hh) * kD.
+// The optional bf16 copy of an attention output row (SparseAttentionParams::out_bf16's layout).
+struct TcaBf16Out {
+    uint16_t* base = nullptr;  // null: none
+    int64_t group_heads = 1, group_stride = 0, row = 0;
+    __device__ uint16_t* head(int64_t h, int kD) const {
+        return base + (h / group_heads) * group_stride + (row * group_heads + h % group_heads) * kD;
+    }
+};
+
 template <int kD, int kSplit, bool kSoftmax>
 __device__ __forceinline__ void tca_merge_store(const TcaShared<kD>& sm, const float (&acc)[kD / 32][4], const float (&m)[2],
                                                 const float (&l)[2], int split, int parts, int64_t nh, const float* sink,
-                                                int64_t h0, const float* cos_sin, int64_t rope_dim, float* out) {
+                                                int64_t h0, const float* cos_sin, int64_t rope_dim, float* out,
+                                                TcaBf16Out out16 = {}) {
     constexpr int kNt = kD / 32;
     constexpr float kLog2e = 1.4426950408889634f;
     const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, qd = lane % 4;
@@ -307,8 +317,13 @@ __device__ __forceinline__ void tca_merge_store(const TcaShared<kD>& sm, const f
         float* o = sm.o + hh * kD;
         for (int64_t i = lane; i < rope_dim / 2; i += 32) dev::rope_pair(o + (kD - rope_dim), static_cast<int>(i), cos_sin, true);
         __syncwarp();
-        float* dst = out + (h0 + hh) * kD;
-        for (int d = lane; d < kD; d += 32) dst[d] = d >= kD - rope_dim ? dev::round_bf16(o[d]) : o[d];
+        float* dst = out ? out + (h0 + hh) * kD : nullptr;
+        uint16_t* dst16 = out16.base ? out16.head(h0 + hh, kD) : nullptr;
+        for (int d = lane; d < kD; d += 32) {
+            const float v = d >= kD - rope_dim ? dev::round_bf16(o[d]) : o[d];
+            if (dst) dst[d] = v;
+            if (dst16) dst16[d] = static_cast<uint16_t>(__float_as_uint(v) >> 16);  // bf16-rounded: exact
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 #include "backends/cuda/common/cuda_check.h"
 #include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/gemm_fast.h"
 #include "backends/cuda/kernels/attention.cuh"
 #include "backends/cuda/kernels/attention_mqa.cuh"
 #include "backends/cuda/kernels/attention_tc.cuh"
@@ -213,11 +214,33 @@ bool sparse_attention_tc_one_buffer(const SparseAttentionParams& p, Stream s) {
     return sparse_attention_tc_variant(p, s, TcaVariant::kOneBuffer);
 }
 
+namespace {
+// The kernels without a bf16 store: their f32 output converted into out_bf16's groups.
+void output_to_bf16(const SparseAttentionParams& p, Stream s) {
+    const int64_t gh = p.bf16_group_heads > 0 ? p.bf16_group_heads : p.heads;
+    for (int64_t g = 0; g * gh < p.heads; ++g)
+        to_bf16({.x = p.out + g * gh * p.head_dim, .x_ld = p.heads * p.head_dim, .rows = p.rows, .cols = gh * p.head_dim,
+                 .out = p.out_bf16 + g * p.bf16_group_stride},
+                s);
+}
+void sparse_attention_f32(const SparseAttentionParams& p, Stream s);
+}  // namespace
+
 void sparse_attention(const SparseAttentionParams& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.kind != AttentionKind::kCsa || p.selected, "sparse_attention: CSA needs the indexer's picks");
+    DI_CHECK(p.out, "sparse_attention: no output");
+    const int64_t gh = p.bf16_group_heads > 0 ? p.bf16_group_heads : p.heads;
+    DI_CHECK(!p.out_bf16 || (p.heads % gh == 0 && (p.heads == gh || p.bf16_group_stride >= p.rows * gh * p.head_dim)),
+             "sparse_attention: bf16 output groups of ", gh, " heads, stride ", p.bf16_group_stride);
     const bool aligned16 = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.kv) % 16 == 0;
     if (p.tensor_cores && p.official && aligned16 && try_tensor_cores(p, s)) return;
+    sparse_attention_f32(p, s);
+    if (p.out_bf16) output_to_bf16(p, s);
+}
+
+namespace {
+void sparse_attention_f32(const SparseAttentionParams& p, Stream s) {
     // Heads sharing each staged candidate row (attention_mqa.cuh): 16 for batches of many rows, 4 for
     // a few rows (more blocks); the one-block-per-head kernel where the shapes do not fit.
     const bool aligned = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.kv) % 16 == 0;
@@ -229,5 +252,6 @@ void sparse_attention(const SparseAttentionParams& p, Stream s) {
     kernels::sparse_attention_kernel<<<grid, 256, static_cast<size_t>(p.head_dim) * sizeof(float), raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
+}  // namespace
 
 }  // namespace deepinfer::cuda

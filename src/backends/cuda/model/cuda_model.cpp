@@ -200,6 +200,14 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
     if (lw.attention_type == AttentionType::kCsa) max_cand += std::min<int64_t>(c.index_topk, (b.max_position + 1) / m);
     float* attn_scratch = workspace_->alloc_n<float>(S * H * max_cand);
     float* o = workspace_->alloc_n<float>(S * H * Dh);
+    // The grouped output projection's input: with tensor cores, o in bf16 straight from the attention kernel
+    // (its outputs are bf16-rounded: the same values as converting o), each group's rows together at
+    // prefill sizes ([G][S, GW]: one dense launch per group), else as [S, H·Dh] (one grouped launch); the
+    // f32 o is then not written.
+    const int64_t G = c.o_groups, OL = c.o_lora_rank, GW = H * Dh / G;
+    const bool tensor_cores = fast_ && lw.wo_a_groups && fast_linear_supported(lw.wo_a.rows(0, OL));
+    const bool dense_wo_a = tensor_cores && S >= kWoADenseRows && fast_dense_ws_available();
+    uint16_t* ob = tensor_cores ? workspace_->alloc_n<uint16_t>(S * H * Dh) : nullptr;
     const AttentionKind kind = lw.attention_type == AttentionType::kCsa   ? AttentionKind::kCsa
                                : lw.attention_type == AttentionType::kHca ? AttentionKind::kHca
                                                                            : AttentionKind::kSliding;
@@ -208,24 +216,21 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
                       .window_rows = c.sliding_window + kRingHeadroom, .kind = kind, .ratio = m, .selected = selected,
                       .topk = c.index_topk, .max_candidates = max_cand, .scratch = attn_scratch, .cos_sin = rope,
                       .rope_dim = R, .softmax_scale = 1.0f / std::sqrt(static_cast<float>(Dh)), .official = off,
-                      .tensor_cores = fast_, .out = o},
+                      .tensor_cores = fast_, .out = o, .out_bf16 = ob, .bf16_group_heads = dense_wo_a ? H / G : 0,
+                      .bf16_group_stride = dense_wo_a ? S * GW : 0, .f32_unused = tensor_cores},
                      s);
     ring_write({.segments = b.segments, .num_segments = b.num_segments, .max_rows = b.max_rows,
                 .ring = RingKind::kWindow, .src = kv, .width = Dh, .ring_rows = c.sliding_window + kRingHeadroom},
                s);
 
     // Grouped output projection: wo_a per group of the flattened heads (bf16 GEMM), then wo_b.
-    const int64_t G = c.o_groups, OL = c.o_lora_rank, GW = H * Dh / G;
     float* u = workspace_->alloc_n<float>(S * G * OL);
-    const bool tensor_cores = fast_ && lw.wo_a_groups && fast_linear_supported(lw.wo_a.rows(0, OL));
-    if (tensor_cores && S >= kWoADenseRows && fast_dense_ws_available()) {
+    if (dense_wo_a) {
         // Prefill sizes: each group's rows in bf16 together ([S, GW], group after group), then one dense
         // launch per group (the warp-specialized kernel: 8 launches of >= 128 output tiles each). Every form
         // of the fast GEMM computes an element with the same instructions and additions, so these bits are
         // the grouped launch's below (tests/ops/gemm_fast_cuda_test.cpp, GroupedWoAEqualsDenseLaunchPerGroup).
-        uint16_t* ob = workspace_->alloc_n<uint16_t>(S * H * Dh);
         for (int64_t g = 0; g < G; ++g) {
-            to_bf16({.x = o + g * GW, .x_ld = H * Dh, .rows = S, .cols = GW, .out = ob + g * S * GW}, s);
             fast_linear({.a = ob + g * S * GW, .weight = lw.wo_a.rows(g * OL, (g + 1) * OL), .y = u + g * OL, .y_ld = G * OL,
                          .rows = S, .round_output_bf16 = off},
                         s);
@@ -233,11 +238,9 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
     } else if (tensor_cores) {
         // Tensor cores, as the reference's bf16 einsum: o in bf16, viewed as [S·G, GW] rows; one grouped
         // launch over the G row slices of wo_a (row s of group g is view row s·G + g, in and out).
-        uint16_t* ob = workspace_->alloc_n<uint16_t>(S * H * Dh);
         int32_t* offsets = workspace_->alloc_n<int32_t>(G + 1);
         int32_t* rows_of = workspace_->alloc_n<int32_t>(G * S);
         int32_t* tiles = workspace_->alloc_n<int32_t>(G + 1);
-        to_bf16({.x = o, .x_ld = GW, .rows = S * G, .cols = GW, .out = ob}, s);
         group_row_tables({.groups = G, .rows = S, .offsets = offsets, .rows_of = rows_of}, s);
         fast_linear({.a = ob, .a_row_src = rows_of, .weight = lw.wo_a.rows(0, OL), .experts = lw.wo_a_groups,
                      .expert_offsets = offsets, .num_experts = G, .tile_scratch = tiles, .y_row = rows_of, .y = u,
