@@ -434,6 +434,10 @@ struct SwigluParams {
     int64_t rows = 0, width = 0;
     float limit = 0;
     bool round_bf16 = false;
+    // Optional: the results not stored in g but quantized for the fast GEMM as act_quant_fp8 does with
+    // 128-column blocks (the same codes and scales as swiglu then act_quant_fp8; width % 128 == 0).
+    uint8_t* q = nullptr;     // [rows, width] e4m3
+    float* q_scale = nullptr;  // [rows, width / 128]
 };
 void swiglu(const SwigluParams& p, Stream s);
 

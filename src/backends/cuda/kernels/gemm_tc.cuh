@@ -17,6 +17,7 @@
 #include "backends/cuda/common/device_math.cuh"
 #include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/common/weight_scale.cuh"
+#include "backends/cuda/kernels/act_quant_warp.cuh"
 #include "backends/cuda/common/mma_sync.cuh"
 #include "backends/cuda/gemm_fast.h"
 
@@ -411,22 +412,10 @@ static __global__ void act_quant_fp8_kernel(const __grid_constant__ ActQuantFp8P
     const int64_t r = gw / warps_per_row, b = gw % warps_per_row;
     const int64_t src = p.row_src ? p.row_src[r] : r;
     const float4 v = *reinterpret_cast<const float4*>(p.x + src * p.x_ld + b * 128 + lane * 4);
-    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
     const int lanes = static_cast<int>(p.block / 4);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float other = __shfl_xor_sync(0xFFFFFFFFu, amax, o);
-        if (o < lanes) amax = fmaxf(amax, other);
-    }
-    amax = fmaxf(amax, 1e-4f);
-    const dev::Pow2Scale ps = dev::pow2_scale_ceil(dev::mul(amax, 1.0f / 448.0f));
-    auto q = [&](float x) -> uint32_t {
-        const float e = dev::round_e4m3(fminf(fmaxf(dev::mul(x, ps.inverse), -448.0f), 448.0f));  // x / scale, exact e4m3
-        return static_cast<uint32_t>(__nv_cvt_float_to_fp8(e, __NV_SATFINITE, __NV_E4M3));
-    };
-    const uint32_t packed = q(v.x) | (q(v.y) << 8) | (q(v.z) << 16) | (q(v.w) << 24);
-    *reinterpret_cast<uint32_t*>(p.q + r * p.cols + b * 128 + lane * 4) = packed;
-    if (lane % lanes == 0) p.scale[(r * warps_per_row + b) * per_warp + lane / lanes] = ps.scale;
+    const dev::Fp8Quad o = dev::act_quant_quad(v, lanes);
+    *reinterpret_cast<uint32_t*>(p.q + r * p.cols + b * 128 + lane * 4) = o.packed;
+    if (lane % lanes == 0) p.scale[(r * warps_per_row + b) * per_warp + lane / lanes] = o.scale;
 }
 
 // 8 columns per thread.

@@ -6,6 +6,7 @@
 
 #include "backends/cuda/common/device_math.cuh"
 #include "backends/cuda/common/launch.cuh"
+#include "backends/cuda/kernels/act_quant_warp.cuh"
 #include "backends/cuda/kernels/topk.cuh"
 #include "backends/cuda/ops.h"
 
@@ -68,24 +69,33 @@ static __global__ void __launch_bounds__(kTopkThreads) route_kernel(const __grid
     }
 }
 
-// One block of kPermuteThreads: a stable counting sort of the (token, slot) pairs by expert.
-// Counts and their exclusive scan give each expert's first position; then the pairs are placed in
-// tiles of one per thread, in order: a pair's position is its expert's running start + the pairs of
-// that expert in earlier warps of the tile + those in earlier lanes of its warp (__match_any_sync).
+// A stable counting sort of the (token, slot) pairs by expert, one block of kPermuteThreads per tile of
+// kPermuteThreads pairs (one pair per thread). Every block counts all pairs per expert (the ids are read
+// from L2 by each block; no scratch, no second launch) and, apart, those before its tile; the counts'
+// exclusive scan gives each expert's first position. A pair's position: its expert's first position + the
+// expert's pairs in earlier tiles + those in earlier warps of its tile + those in earlier lanes of its warp
+// (__match_any_sync) — its rank among the pairs of its expert in pair order, whatever the grid.
 constexpr int kPermuteThreads = 1024;
 constexpr int kPermuteWarps = kPermuteThreads / 32;
 __host__ __device__ constexpr size_t permute_smem_bytes(int64_t experts) {
-    return static_cast<size_t>(experts + 1 + kPermuteWarps * experts) * sizeof(int32_t);
+    return static_cast<size_t>(experts + 1 + experts + kPermuteWarps * experts) * sizeof(int32_t);
 }
 static __global__ void __launch_bounds__(kPermuteThreads) permute_kernel(const __grid_constant__ PermuteParams p) {
     pdl_enter();  // launched by launch_pdl (common/launch.cuh)
-    extern __shared__ int32_t counts[];     // [experts + 1]: counts, then each expert's running start
-    int32_t* in_warp = counts + p.experts + 1;  // [warps, experts]: pairs of each expert per warp of a tile
-    const int64_t pairs = p.rows * p.top_k, E = p.experts;
+    extern __shared__ int32_t counts[];         // [experts + 1]: counts, then each expert's first position
+    int32_t* earlier = counts + p.experts + 1;  // [experts]: pairs of each expert in earlier tiles
+    int32_t* in_warp = earlier + p.experts;     // [warps, experts]: pairs of each expert per warp of this tile
+    const int64_t pairs = p.rows * p.top_k, E = p.experts, base = int64_t(blockIdx.x) * kPermuteThreads;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     for (int64_t e = tid; e <= E; e += blockDim.x) counts[e] = 0;
+    for (int64_t e = tid; e < E; e += blockDim.x) earlier[e] = 0;
+    for (int64_t k = tid; k < kPermuteWarps * E; k += kPermuteThreads) in_warp[k] = 0;
     __syncthreads();
-    for (int64_t i = tid; i < pairs; i += blockDim.x) atomicAdd(&counts[p.ids[i]], 1);
+    for (int64_t i = tid; i < pairs; i += blockDim.x) {
+        const int32_t e = p.ids[i];
+        atomicAdd(&counts[e], 1);
+        if (i < base) atomicAdd(&earlier[e], 1);
+    }
     __syncthreads();
     if (tid == 0) {
         int32_t run = 0;
@@ -97,31 +107,21 @@ static __global__ void __launch_bounds__(kPermuteThreads) permute_kernel(const _
         counts[E] = run;
     }
     __syncthreads();
-    for (int64_t e = tid; e <= E; e += blockDim.x) p.expert_offsets[e] = counts[e];
+    if (blockIdx.x == 0)
+        for (int64_t e = tid; e <= E; e += blockDim.x) p.expert_offsets[e] = counts[e];
     const unsigned lanes_below = (1u << lane) - 1u;
-    for (int64_t base = 0; base < pairs; base += kPermuteThreads) {
-        for (int64_t k = tid; k < kPermuteWarps * E; k += kPermuteThreads) in_warp[k] = 0;
-        __syncthreads();
-        const int64_t i = base + tid;
-        const int32_t e = i < pairs ? p.ids[i] : -1;
-        const unsigned same = __match_any_sync(0xffffffffu, e);
-        const int rank = __popc(same & lanes_below);
-        if (e >= 0 && rank == 0) in_warp[warp * E + e] = __popc(same);
-        __syncthreads();
-        if (e >= 0) {
-            int32_t at = counts[e] + rank;
-            for (int w = 0; w < warp; ++w) at += in_warp[w * E + e];
-            p.perm_src[at] = static_cast<int32_t>(i / p.top_k);
-            p.perm_slot[at] = static_cast<int32_t>(i);
-            p.perm_expert[at] = e;
-        }
-        __syncthreads();
-        for (int64_t x = tid; x < E; x += kPermuteThreads) {
-            int32_t n = 0;
-            for (int w = 0; w < kPermuteWarps; ++w) n += in_warp[w * E + x];
-            counts[x] += n;
-        }
-        __syncthreads();
+    const int64_t i = base + tid;
+    const int32_t e = i < pairs ? p.ids[i] : -1;
+    const unsigned same = __match_any_sync(0xffffffffu, e);
+    const int rank = __popc(same & lanes_below);
+    if (e >= 0 && rank == 0) in_warp[warp * E + e] = __popc(same);
+    __syncthreads();
+    if (e >= 0) {
+        int32_t at = counts[e] + earlier[e] + rank;
+        for (int w = 0; w < warp; ++w) at += in_warp[w * E + e];
+        p.perm_src[at] = static_cast<int32_t>(i / p.top_k);
+        p.perm_slot[at] = static_cast<int32_t>(i);
+        p.perm_expert[at] = e;
     }
 }
 
@@ -139,6 +139,31 @@ static __global__ void swiglu_kernel(const __grid_constant__ SwigluParams p) {
         if (p.row_weight) h = dev::mul(h, w);
         p.g[r * p.width + i] = dev::maybe_bf16(h, p.round_bf16);
     }
+}
+
+// swiglu_kernel's values of 128 columns of a row per warp (lane l: columns 4l..4l+3), quantized as
+// act_quant_fp8_kernel does (dev::act_quant_quad) instead of stored: one pass instead of a store and a reload.
+static __global__ void swiglu_quant_kernel(const __grid_constant__ SwigluParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
+    const int64_t blocks = p.width / 128;
+    const int64_t gw = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+    if (gw >= p.rows * blocks) return;  // whole warps
+    const int64_t r = gw / blocks, c = (gw % blocks) * 128 + (threadIdx.x % 32) * 4;
+    const float w = p.row_weight ? p.row_weight[p.row_weight_index ? p.row_weight_index[r] : r] : 1.0f;
+    const float4 g4 = *reinterpret_cast<const float4*>(p.g + r * p.width + c);
+    const float4 u4 = *reinterpret_cast<const float4*>(p.u + r * p.width + c);
+    auto h = [&](float g, float u) {
+        if (p.limit > 0) {
+            g = fminf(g, p.limit);
+            u = fminf(fmaxf(u, -p.limit), p.limit);
+        }
+        float v = dev::mul(dev::silu(g), u);
+        if (p.row_weight) v = dev::mul(v, w);
+        return dev::maybe_bf16(v, p.round_bf16);
+    };
+    const dev::Fp8Quad o = dev::act_quant_quad(make_float4(h(g4.x, u4.x), h(g4.y, u4.y), h(g4.z, u4.z), h(g4.w, u4.w)), 32);
+    *reinterpret_cast<uint32_t*>(p.q + r * p.width + c) = o.packed;
+    if (threadIdx.x % 32 == 0) p.q_scale[gw] = o.scale;
 }
 
 static __global__ void scatter_rows_kernel(const __grid_constant__ ScatterRowsParams p) {

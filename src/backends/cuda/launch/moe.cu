@@ -27,12 +27,23 @@ void permute(const PermuteParams& p, Stream s) {
     DI_CHECK(static_cast<int64_t>(smem) <= max_shared_memory_per_block(), "permute: ", p.experts, " experts");
     if (smem > 48 * 1024)
         DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::permute_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    launch_pdl(kernels::permute_kernel, 1, kernels::kPermuteThreads, smem, s, p);
+    const int64_t tiles = (p.rows * p.top_k + kernels::kPermuteThreads - 1) / kernels::kPermuteThreads;
+    DI_CHECK(tiles < (int64_t(1) << 31), "permute: ", p.rows * p.top_k, " pairs");
+    launch_pdl(kernels::permute_kernel, static_cast<unsigned>(tiles), kernels::kPermuteThreads, smem, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
 void swiglu(const SwigluParams& p, Stream s) {
     if (p.rows == 0) return;
+    if (p.q) {
+        DI_CHECK(p.q_scale && p.width % 128 == 0 && reinterpret_cast<uintptr_t>(p.g) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(p.u) % 16 == 0,
+                 "swiglu: quantized output needs width % 128 == 0 (", p.width, ") and 16-byte aligned rows");
+        const int64_t threads = p.rows * (p.width / 128) * 32;
+        launch_pdl(kernels::swiglu_quant_kernel, static_cast<unsigned>((threads + 255) / 256), 256, 0, s, p);
+        DI_CUDA_CHECK(cudaGetLastError());
+        return;
+    }
     launch_pdl(kernels::swiglu_kernel, static_cast<unsigned>(p.rows), 256, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }

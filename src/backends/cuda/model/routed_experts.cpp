@@ -90,13 +90,19 @@ void run_experts(const RoutedExpertsParams& p, const Setup& u, const ExpertRows&
         f.experts2 = ex.w3;  // w1 and w3 in one launch where the kernel allows (FastLinearParams::experts2)
         f.y2 = up;
         fast_linear(f, s);
-        swiglu({.g = g, .u = up, .row_weight = row_weight, .row_weight_index = perm_slot, .rows = NP, .width = I,
-                .limit = L, .round_bf16 = off},
-               s);
-        if (u.fine) act_quant_dequant({.x = g, .out = g, .rows = NP, .cols = I, .block = p.act_block}, s);
         uint8_t* gq = ws.alloc_n<uint8_t>(NP * I);
         float* gs = ws.alloc_n<float>(NP * (I / 128));
-        act_quant_fp8({.x = g, .x_ld = I, .rows = NP, .cols = I, .q = gq, .scale = gs}, s);
+        if (u.fine) {  // the fine-grained activation QAT between SwiGLU and the quantization
+            swiglu({.g = g, .u = up, .row_weight = row_weight, .row_weight_index = perm_slot, .rows = NP, .width = I,
+                    .limit = L, .round_bf16 = off},
+                   s);
+            act_quant_dequant({.x = g, .out = g, .rows = NP, .cols = I, .block = p.act_block}, s);
+            act_quant_fp8({.x = g, .x_ld = I, .rows = NP, .cols = I, .q = gq, .scale = gs}, s);
+        } else {  // SwiGLU quantized for w2 in one pass (the same codes and scales)
+            swiglu({.g = g, .u = up, .row_weight = row_weight, .row_weight_index = perm_slot, .rows = NP, .width = I,
+                    .limit = L, .round_bf16 = off, .q = gq, .q_scale = gs},
+                   s);
+        }
         FastLinearParams f2{.a = gq, .a_scale = gs, .weight = ex.shape_w2, .experts = ex.w2, .expert_offsets = offsets,
                             .num_experts = local, .tile_scratch = tiles, .y_row = out_row, .y = y, .y_ld = D, .rows = NP,
                             .round_output_bf16 = off};

@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: Apache-2.0
+// The fast GEMM's FP8 activation quantization of 128 columns of a row by one warp (lane l: columns
+// 4l..4l+3): a power-of-two scale per block of 32 or 128 columns from the block's largest |x| (at least
+// 1e-4), each value divided by it (an exact multiply by the scale's inverse), clamped to ±448 and rounded to
+// e4m3. Shared by act_quant_fp8_kernel and the fused SwiGLU + quantization kernel, so both give the same
+// codes and scales.
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "backends/cuda/common/device_math.cuh"
+
+namespace deepinfer::cuda::dev {
+
+struct Fp8Quad {
+    uint32_t packed;  // this lane's four e4m3 codes, column 4l in the low byte
+    float scale;      // the scale of this lane's block
+};
+
+// `lanes` = block / 4 lanes share a scale (8 or 32).
+__device__ __forceinline__ Fp8Quad act_quant_quad(float4 v, int lanes) {
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float other = __shfl_xor_sync(0xFFFFFFFFu, amax, o);
+        if (o < lanes) amax = fmaxf(amax, other);
+    }
+    amax = fmaxf(amax, 1e-4f);
+    const Pow2Scale ps = pow2_scale_ceil(mul(amax, 1.0f / 448.0f));
+    auto q = [&](float x) -> uint32_t {
+        const float e = round_e4m3(fminf(fmaxf(mul(x, ps.inverse), -448.0f), 448.0f));  // x / scale, exact e4m3
+        return static_cast<uint32_t>(__nv_cvt_float_to_fp8(e, __NV_SATFINITE, __NV_E4M3));
+    };
+    return {q(v.x) | (q(v.y) << 8) | (q(v.z) << 16) | (q(v.w) << 24), ps.scale};
+}
+
+}  // namespace deepinfer::cuda::dev
