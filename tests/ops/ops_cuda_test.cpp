@@ -261,7 +261,9 @@ TEST_F(CudaOps, MoeCombineInAscendingExpertOrder) {
     // then the shared expert, then bf16 in official numerics: moe_block.cpp's loop, element by element.
     // Hidden 4096 (the real width): 3 tokens spread each row over many blocks, 300 tokens give one
     // block a row; every row must be the same bits either way.
-    const int64_t D = 4096, K = 6, E = 256;
+    // K = 6: the float4 kernel (up to 8 slots); K = 10: the scalar one.
+    const int64_t D = 4096, E = 256;
+    for (const int64_t K : {int64_t(6), int64_t(10)})
     for (bool exact : {false, true}) {
         for (int64_t T : {int64_t(3), int64_t(300)}) {
             std::mt19937 rng(23);
@@ -295,7 +297,8 @@ TEST_F(CudaOps, MoeCombineInAscendingExpertOrder) {
                                .round_bf16 = !exact},
                               Stream{});
             expect_bits_equal(want, dout.host(want.size()),
-                              std::string("moe_combine, ") + std::to_string(T) + " tokens" + (exact ? ", exact" : ", official"));
+                              std::string("moe_combine, ") + std::to_string(T) + " tokens, top-" + std::to_string(K) +
+                                  (exact ? ", exact" : ", official"));
         }
     }
 }

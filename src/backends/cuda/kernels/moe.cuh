@@ -141,17 +141,26 @@ static __global__ void swiglu_kernel(const __grid_constant__ SwigluParams p) {
     }
 }
 
-// swiglu_kernel's values of 128 columns of a row per warp (lane l: columns 4l..4l+3), quantized as
-// act_quant_fp8_kernel does (dev::act_quant_quad) instead of stored: one pass instead of a store and a reload.
+// swiglu_kernel's values, quantized as act_quant_fp8_kernel does (dev::act_quant_quad) instead of stored:
+// one pass instead of a store and a reload. A warp takes kSwigluQuantBlocks 128-column blocks of a row
+// (lane l: columns 4l..4l+3 of each), their loads all issued before the arithmetic.
+constexpr int kSwigluQuantBlocks = 4;
 static __global__ void swiglu_quant_kernel(const __grid_constant__ SwigluParams p) {
     pdl_enter();  // launched by launch_pdl (common/launch.cuh)
-    const int64_t blocks = p.width / 128;
+    const int64_t blocks = p.width / 128, groups = (blocks + kSwigluQuantBlocks - 1) / kSwigluQuantBlocks;
     const int64_t gw = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-    if (gw >= p.rows * blocks) return;  // whole warps
-    const int64_t r = gw / blocks, c = (gw % blocks) * 128 + (threadIdx.x % 32) * 4;
+    if (gw >= p.rows * groups) return;  // whole warps
+    const int64_t r = gw / groups, b0 = (gw % groups) * kSwigluQuantBlocks;
+    const int lane = static_cast<int>(threadIdx.x % 32);
     const float w = p.row_weight ? p.row_weight[p.row_weight_index ? p.row_weight_index[r] : r] : 1.0f;
-    const float4 g4 = *reinterpret_cast<const float4*>(p.g + r * p.width + c);
-    const float4 u4 = *reinterpret_cast<const float4*>(p.u + r * p.width + c);
+    float4 g4[kSwigluQuantBlocks], u4[kSwigluQuantBlocks];
+#pragma unroll
+    for (int i = 0; i < kSwigluQuantBlocks; ++i)
+        if (b0 + i < blocks) {
+            const int64_t c = (b0 + i) * 128 + lane * 4;
+            g4[i] = *reinterpret_cast<const float4*>(p.g + r * p.width + c);
+            u4[i] = *reinterpret_cast<const float4*>(p.u + r * p.width + c);
+        }
     auto h = [&](float g, float u) {
         if (p.limit > 0) {
             g = fminf(g, p.limit);
@@ -161,9 +170,14 @@ static __global__ void swiglu_quant_kernel(const __grid_constant__ SwigluParams 
         if (p.row_weight) v = dev::mul(v, w);
         return dev::maybe_bf16(v, p.round_bf16);
     };
-    const dev::Fp8Quad o = dev::act_quant_quad(make_float4(h(g4.x, u4.x), h(g4.y, u4.y), h(g4.z, u4.z), h(g4.w, u4.w)), 32);
-    *reinterpret_cast<uint32_t*>(p.q + r * p.width + c) = o.packed;
-    if (threadIdx.x % 32 == 0) p.q_scale[gw] = o.scale;
+#pragma unroll
+    for (int i = 0; i < kSwigluQuantBlocks; ++i)
+        if (b0 + i < blocks) {  // warp-uniform
+            const float4 a = g4[i], b = u4[i];
+            const dev::Fp8Quad o = dev::act_quant_quad(make_float4(h(a.x, b.x), h(a.y, b.y), h(a.z, b.z), h(a.w, b.w)), 32);
+            *reinterpret_cast<uint32_t*>(p.q + r * p.width + (b0 + i) * 128 + lane * 4) = o.packed;
+            if (lane == 0) p.q_scale[r * blocks + b0 + i] = o.scale;
+        }
 }
 
 static __global__ void scatter_rows_kernel(const __grid_constant__ ScatterRowsParams p) {
@@ -223,6 +237,45 @@ static __global__ void moe_combine_kernel(const __grid_constant__ CombineParams 
             acc = dev::add(acc, y);
         }
         p.out[t * D + d] = dev::maybe_bf16(dev::add(acc, p.shared[t * D + d]), p.round_bf16);
+    }
+}
+
+// moe_combine_kernel's sums four columns at a time (float4 rows, K <= kK): every slot's loads in flight
+// before the adds, which keep each element's order (ascending expert id, then the shared expert).
+template <int kK>
+static __global__ void moe_combine_vec_kernel(const __grid_constant__ CombineParams p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
+    const int64_t t = blockIdx.x, K = p.top_k, D = p.hidden;
+    int order[kK];
+#pragma unroll
+    for (int k = 0; k < kK; ++k) order[k] = k;
+    for (int64_t a = 1; a < K; ++a)  // insertion sort of the slots by expert id
+        for (int64_t b = a; b > 0 && p.ids[t * K + order[b]] < p.ids[t * K + order[b - 1]]; --b) {
+            const int tmp = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = tmp;
+        }
+    for (int64_t d = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * 4; d < D;
+         d += static_cast<int64_t>(gridDim.y) * blockDim.x * 4) {
+        float4 y[kK];
+#pragma unroll
+        for (int k = 0; k < kK; ++k)
+            if (k < K) y[k] = *reinterpret_cast<const float4*>(p.expert_out + (t * K + order[k]) * D + d);
+        const float4 sh = *reinterpret_cast<const float4*>(p.shared + t * D + d);
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int k = 0; k < kK; ++k)
+            if (k < K) {
+                float4 v = y[k];
+                if (p.scale_outputs) {
+                    const float w = p.weights[t * K + order[k]];
+                    v = make_float4(dev::mul(v.x, w), dev::mul(v.y, w), dev::mul(v.z, w), dev::mul(v.w, w));
+                }
+                acc = make_float4(dev::add(acc.x, v.x), dev::add(acc.y, v.y), dev::add(acc.z, v.z), dev::add(acc.w, v.w));
+            }
+        *reinterpret_cast<float4*>(p.out + t * D + d) =
+            make_float4(dev::maybe_bf16(dev::add(acc.x, sh.x), p.round_bf16), dev::maybe_bf16(dev::add(acc.y, sh.y), p.round_bf16),
+                        dev::maybe_bf16(dev::add(acc.z, sh.z), p.round_bf16), dev::maybe_bf16(dev::add(acc.w, sh.w), p.round_bf16));
     }
 }
 

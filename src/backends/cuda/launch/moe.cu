@@ -39,7 +39,8 @@ void swiglu(const SwigluParams& p, Stream s) {
         DI_CHECK(p.q_scale && p.width % 128 == 0 && reinterpret_cast<uintptr_t>(p.g) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(p.u) % 16 == 0,
                  "swiglu: quantized output needs width % 128 == 0 (", p.width, ") and 16-byte aligned rows");
-        const int64_t threads = p.rows * (p.width / 128) * 32;
+        const int64_t groups = (p.width / 128 + kernels::kSwigluQuantBlocks - 1) / kernels::kSwigluQuantBlocks;
+        const int64_t threads = p.rows * groups * 32;
         launch_pdl(kernels::swiglu_quant_kernel, static_cast<unsigned>((threads + 255) / 256), 256, 0, s, p);
         DI_CUDA_CHECK(cudaGetLastError());
         return;
@@ -64,6 +65,13 @@ void gather_rows(const ScatterRowsParams& p, Stream s) {
 void moe_combine(const CombineParams& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.top_k <= kernels::kMaxTopK, "moe_combine: top_k ", p.top_k);
+    const auto a16 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+    if (p.top_k <= 8 && p.hidden % 4 == 0 && a16(p.expert_out) && a16(p.shared) && a16(p.out)) {
+        const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(column_blocks(p.rows, p.hidden / 4, 256)));
+        launch_pdl(kernels::moe_combine_vec_kernel<8>, grid, 256, 0, s, p);
+        DI_CUDA_CHECK(cudaGetLastError());
+        return;
+    }
     const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(column_blocks(p.rows, p.hidden, 256)));
     launch_pdl(kernels::moe_combine_kernel, grid, 256, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
