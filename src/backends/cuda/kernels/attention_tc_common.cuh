@@ -225,13 +225,6 @@ __device__ __forceinline__ T* tca_peer(T* local, int t) {
     }
 }
 
-// The end of both kernels. Every CTA of the row publishes its partial output acc (this thread's two
-// heads row0 = hg*16 + g, row1 = row0 + 8), and with `softmax` its running maxima m (base-2 units) and
-// sums l; then CTA `split` merges its heads over the `parts` CTAs that had blocks, in CTA order:
-//   softmax:  M = max_t m_t,  w_t = 2^(m_t - M),  den = Σ_t l_t·w_t + 2^(sink·log2e - M),
-//             o = bf16(Σ_t acc_t·w_t / den)   (one part: w = 1, the one-CTA kernel's arithmetic)
-//   else:     o = bf16(Σ_t acc_t)            (V4.1: P was normalized before P·V)
-// then the inverse RoPE of the last rope_dim columns -> bf16, into out + (head h0 + hh) * kD.
 // The optional bf16 copy of an attention output row (SparseAttentionParams::out_bf16's layout).
 struct TcaBf16Out {
     uint16_t* base = nullptr;  // null: none
@@ -241,6 +234,14 @@ struct TcaBf16Out {
     }
 };
 
+// The end of both kernels. Every CTA of the row publishes its partial output acc (this thread's two
+// heads row0 = hg*16 + g, row1 = row0 + 8), and with `softmax` its running maxima m (base-2 units) and
+// sums l; then CTA `split` merges its heads over the `parts` CTAs that had blocks, in CTA order:
+//   softmax:  M = max_t m_t,  w_t = 2^(m_t - M),  den = Σ_t l_t·w_t + 2^(sink·log2e - M),
+//             o = bf16(Σ_t acc_t·w_t / den)   (one part: w = 1, the one-CTA kernel's arithmetic)
+//   else:     o = bf16(Σ_t acc_t)            (V4.1: P was normalized before P·V)
+// then the inverse RoPE of the last rope_dim columns -> bf16, into out + (head h0 + hh) * kD (out null: not
+// stored) and into out16 when given.
 template <int kD, int kSplit, bool kSoftmax>
 __device__ __forceinline__ void tca_merge_store(const TcaShared<kD>& sm, const float (&acc)[kD / 32][4], const float (&m)[2],
                                                 const float (&l)[2], int split, int parts, int64_t nh, const float* sink,
