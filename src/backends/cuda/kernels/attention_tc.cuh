@@ -407,15 +407,12 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
         // RoPE pair) straight to global memory.
         const float* cs = p.cos_sin + pos * p.rope_dim;
         const int64_t rope0 = kD - p.rope_dim;
-        const int64_t gh = p.bf16_group_heads > 0 ? p.bf16_group_heads : p.heads;
+        const TcaBf16Out out16 = TcaBf16Out::of(p, r);
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
             const int row = i ? row1 : row0;
             if (row >= nh) continue;
-            const int64_t hh = h0 + row;
-            uint16_t* dst16 = p.out_bf16 ? p.out_bf16 + (hh / gh) * p.bf16_group_stride + (r * gh + hh % gh) * kD +
-                                               quarter * (kD / 4) + qd * 2
-                                         : nullptr;
+            uint16_t* dst16 = out16.base ? out16.head(h0 + row, kD) + quarter * (kD / 4) + qd * 2 : nullptr;
             const float mx = fmaxf(neg_inf, m_run[i]);
             const float w = exp2f(m_run[i] - mx);
             float den = 0.f;
@@ -442,10 +439,8 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
         }
     } else {
         const int parts = static_cast<int>(num_blocks < kSplit ? num_blocks : kSplit);
-        const int64_t gh = p.bf16_group_heads > 0 ? p.bf16_group_heads : p.heads;
         tca_merge_store<kD, kSplit, true>(sm, acc, m_run, l_run, split, parts, nh, p.sink, h0, p.cos_sin + pos * p.rope_dim,
-                                          p.rope_dim, p.f32_unused ? nullptr : p.out + r * p.heads * kD,
-                                          {p.out_bf16, gh, p.bf16_group_stride, r});
+                                          p.rope_dim, p.f32_unused ? nullptr : p.out + r * p.heads * kD, TcaBf16Out::of(p, r));
     }
 }
 

@@ -19,6 +19,7 @@
 #include "backends/cuda/common/device_math.cuh"
 #include "backends/cuda/common/mma_sync.cuh"
 #include "backends/cuda/kernels/attention_tc_wgmma.cuh"
+#include "backends/cuda/ops.h"
 
 namespace deepinfer::cuda::kernels {
 
@@ -225,10 +226,18 @@ __device__ __forceinline__ T* tca_peer(T* local, int t) {
     }
 }
 
+// SparseAttentionParams::out_bf16's heads per group (bf16_group_heads, 0: all).
+__host__ __device__ inline int64_t tca_bf16_group_heads(const SparseAttentionParams& p) {
+    return p.bf16_group_heads > 0 ? p.bf16_group_heads : p.heads;
+}
+
 // The optional bf16 copy of an attention output row (SparseAttentionParams::out_bf16's layout).
 struct TcaBf16Out {
     uint16_t* base = nullptr;  // null: none
     int64_t group_heads = 1, group_stride = 0, row = 0;
+    __device__ static TcaBf16Out of(const SparseAttentionParams& p, int64_t row) {
+        return {p.out_bf16, tca_bf16_group_heads(p), p.bf16_group_stride, row};
+    }
     __device__ uint16_t* head(int64_t h, int kD) const {
         return base + (h / group_heads) * group_stride + (row * group_heads + h % group_heads) * kD;
     }

@@ -87,6 +87,17 @@ __device__ __forceinline__ void build_fp4_table(uint8_t* table, int tid) {
     }
 }
 
+// A weight row's four ue8m0 subblock scales of a 128 block (sc, subblock j in byte j): the largest (the row's
+// promotion exponent in the block), and subblock j's row of the shift table: its distance to the largest,
+// at most 15 (build_fp4_table's 16 rows). The fast FP4 kernels' definitions; the shared-memory kernel
+// (gemm_wgmma.cuh), their test reference, spells them out itself.
+__device__ __forceinline__ uint32_t fp4_block_emax(uint32_t sc) {
+    return max(max(sc & 0xFFu, (sc >> 8) & 0xFFu), max((sc >> 16) & 0xFFu, sc >> 24));
+}
+__device__ __forceinline__ uint32_t fp4_subblock_shift(uint32_t emax, uint32_t sc, int j) {
+    return min(emax - ((sc >> (8 * j)) & 0xFFu), 15u);
+}
+
 // 8 packed e2m1 codes (one word, low nibble first) -> 8 e4m3 bytes (two words) through the 8-byte
 // magnitude table (lo, hi) of one shift: the bytes of fp4x8_to_e4m3 below in fewer instructions
 // (the Hopper FP4 kernels' conversion).

@@ -93,10 +93,9 @@ struct DecConfig {
 // the second half and rewritten in place by the thread that copied it, once its copy landed.
 __device__ __forceinline__ void prepare_scale_info(uint8_t* info) {
     const uint32_t sc = *reinterpret_cast<const uint32_t*>(info + 4);
-    const uint32_t b0 = sc & 0xFFu, b1 = (sc >> 8) & 0xFFu, b2 = (sc >> 16) & 0xFFu, b3 = sc >> 24;
-    const uint32_t emax = max(max(b0, b1), max(b2, b3));
-    const uint32_t offs = (min(emax - b0, 15u) << 3) | (min(emax - b1, 15u) << 11) | (min(emax - b2, 15u) << 19) |
-                          (min(emax - b3, 15u) << 27);
+    const uint32_t emax = tc::fp4_block_emax(sc);
+    const uint32_t offs = (tc::fp4_subblock_shift(emax, sc, 0) << 3) | (tc::fp4_subblock_shift(emax, sc, 1) << 11) |
+                          (tc::fp4_subblock_shift(emax, sc, 2) << 19) | (tc::fp4_subblock_shift(emax, sc, 3) << 27);
     *reinterpret_cast<uint2*>(info) = make_uint2(__float_as_uint(dev::e8m0_pow2(emax)), offs);
 }
 

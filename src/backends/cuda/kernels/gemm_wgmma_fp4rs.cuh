@@ -219,14 +219,14 @@ static __global__ void __launch_bounds__(128 * kWGs, kMinBlocks) fp4_rs_kernel(c
             const int lr = lr0 + 8 * h;
             const uint8_t* row = s + C::kWOff + lr * C::kWPitch + cofs;
             const uint32_t sc = *reinterpret_cast<const uint32_t*>(s + C::kWsOff + lr * 4);
-            const uint32_t emax = max(max(sc & 0xFFu, (sc >> 8) & 0xFFu), max((sc >> 16) & 0xFFu, sc >> 24));
+            const uint32_t emax = tc::fp4_block_emax(sc);
             sw[h] = dev::e8m0_pow2(emax);
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 const uint32_t lo32 = *reinterpret_cast<const uint32_t*>(row + j * 16);
                 const uint32_t hi32 = *reinterpret_cast<const uint32_t*>(row + j * 16 + 8);
                 const uint32_t z = __byte_perm(lo32, hi32, sel);  // K 4t..4t+3 | 16+4t..16+4t+3 of step j
-                const uint32_t d = min(emax - ((sc >> (8 * j)) & 0xFFu), 15u);
+                const uint32_t d = tc::fp4_subblock_shift(emax, sc, j);
                 const uint2 tv = *reinterpret_cast<const uint2*>(table + d * 8);
                 tc::fp4x8_to_e4m3_fast(z, tv.x, tv.y, af[j][h], af[j][2 + h]);
             }

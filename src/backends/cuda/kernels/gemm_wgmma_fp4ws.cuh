@@ -419,9 +419,9 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
             for (int q = 0; q < 4; ++q) {
                 const int r = pt / 4 + 32 * q;
                 const uint32_t sc = reinterpret_cast<const uint32_t*>(slot + r * 16)[ki];
-                const uint32_t emax = max(max(sc & 0xFFu, (sc >> 8) & 0xFFu), max((sc >> 16) & 0xFFu, sc >> 24));
+                const uint32_t emax = tc::fp4_block_emax(sc);
                 if (c == 0) small[C::kMaxTokens + r] = dev::e8m0_pow2(emax);
-                const uint32_t d = min(emax - ((sc >> (8 * c)) & 0xFFu), 15u);
+                const uint32_t d = tc::fp4_subblock_shift(emax, sc, c);
                 const uint2 tv = *reinterpret_cast<const uint2*>(table + d * 8);
                 const uint4 packed = *reinterpret_cast<const uint4*>(s + w_dst + q * 32 * C::kWPitch);
                 uint4 o0, o1;
@@ -442,11 +442,11 @@ __device__ __forceinline__ void produce(const TcArgs& p, uint8_t* smem, const De
         }
         // Weight row pt of the tile: 4 subblocks of 32 codes -> 128 e4m3 bytes, and its promotion scale.
         const uint32_t sc = reinterpret_cast<const uint32_t*>(slot + pt * 16)[ki];
-        const uint32_t emax = max(max(sc & 0xFFu, (sc >> 8) & 0xFFu), max((sc >> 16) & 0xFFu, sc >> 24));
+        const uint32_t emax = tc::fp4_block_emax(sc);
         small[C::kMaxTokens + pt] = dev::e8m0_pow2(emax);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const uint32_t d = min(emax - ((sc >> (8 * j)) & 0xFFu), 15u);
+            const uint32_t d = tc::fp4_subblock_shift(emax, sc, j);
             const uint2 tv = *reinterpret_cast<const uint2*>(table + d * 8);
             const uint4 packed = *reinterpret_cast<const uint4*>(s + C::kROff + pt * C::kWPitch + ((j ^ ((pt / 2) % 4)) << 4));
             uint4 o0, o1;

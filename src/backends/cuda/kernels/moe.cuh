@@ -125,20 +125,26 @@ static __global__ void __launch_bounds__(kPermuteThreads) permute_kernel(const _
     }
 }
 
+// Row r's routing weight (1 without row weights) and one SwiGLU value: clamp, silu(g)·u, · weight, [bf16].
+__device__ __forceinline__ float swiglu_row_weight(const SwigluParams& p, int64_t r) {
+    return p.row_weight ? p.row_weight[p.row_weight_index ? p.row_weight_index[r] : r] : 1.0f;
+}
+__device__ __forceinline__ float swiglu_value(const SwigluParams& p, float g, float u, float w) {
+    if (p.limit > 0) {
+        g = fminf(g, p.limit);
+        u = fminf(fmaxf(u, -p.limit), p.limit);
+    }
+    float h = dev::mul(dev::silu(g), u);
+    if (p.row_weight) h = dev::mul(h, w);
+    return dev::maybe_bf16(h, p.round_bf16);
+}
+
 static __global__ void swiglu_kernel(const __grid_constant__ SwigluParams p) {
     pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t r = blockIdx.x;
-    const float w = p.row_weight ? p.row_weight[p.row_weight_index ? p.row_weight_index[r] : r] : 1.0f;
-    for (int64_t i = threadIdx.x; i < p.width; i += blockDim.x) {
-        float g = p.g[r * p.width + i], u = p.u[r * p.width + i];
-        if (p.limit > 0) {
-            g = fminf(g, p.limit);
-            u = fminf(fmaxf(u, -p.limit), p.limit);
-        }
-        float h = dev::mul(dev::silu(g), u);
-        if (p.row_weight) h = dev::mul(h, w);
-        p.g[r * p.width + i] = dev::maybe_bf16(h, p.round_bf16);
-    }
+    const float w = swiglu_row_weight(p, r);
+    for (int64_t i = threadIdx.x; i < p.width; i += blockDim.x)
+        p.g[r * p.width + i] = swiglu_value(p, p.g[r * p.width + i], p.u[r * p.width + i], w);
 }
 
 // swiglu_kernel's values, quantized as act_quant_fp8_kernel does (dev::act_quant_quad) instead of stored:
@@ -152,7 +158,7 @@ static __global__ void swiglu_quant_kernel(const __grid_constant__ SwigluParams 
     if (gw >= p.rows * groups) return;  // whole warps
     const int64_t r = gw / groups, b0 = (gw % groups) * kSwigluQuantBlocks;
     const int lane = static_cast<int>(threadIdx.x % 32);
-    const float w = p.row_weight ? p.row_weight[p.row_weight_index ? p.row_weight_index[r] : r] : 1.0f;
+    const float w = swiglu_row_weight(p, r);
     float4 g4[kSwigluQuantBlocks], u4[kSwigluQuantBlocks];
 #pragma unroll
     for (int i = 0; i < kSwigluQuantBlocks; ++i)
@@ -161,15 +167,7 @@ static __global__ void swiglu_quant_kernel(const __grid_constant__ SwigluParams 
             g4[i] = *reinterpret_cast<const float4*>(p.g + r * p.width + c);
             u4[i] = *reinterpret_cast<const float4*>(p.u + r * p.width + c);
         }
-    auto h = [&](float g, float u) {
-        if (p.limit > 0) {
-            g = fminf(g, p.limit);
-            u = fminf(fmaxf(u, -p.limit), p.limit);
-        }
-        float v = dev::mul(dev::silu(g), u);
-        if (p.row_weight) v = dev::mul(v, w);
-        return dev::maybe_bf16(v, p.round_bf16);
-    };
+    auto h = [&](float g, float u) { return swiglu_value(p, g, u, w); };
 #pragma unroll
     for (int i = 0; i < kSwigluQuantBlocks; ++i)
         if (b0 + i < blocks) {  // warp-uniform
@@ -215,19 +213,31 @@ static __global__ void gather_rows_kernel(const __grid_constant__ ScatterRowsPar
 
 constexpr int kMaxTopK = 32;
 
+// Token t's K slots in ascending expert id (insertion sort; order has at least K entries).
+template <int kN>
+__device__ __forceinline__ void combine_order(const CombineParams& p, int64_t t, int (&order)[kN]) {
+    const int64_t K = p.top_k;
+    if constexpr (kN <= 8) {  // the float4 kernel's array, kept in registers: every entry set, at constant indices
+#pragma unroll
+        for (int k = 0; k < kN; ++k) order[k] = k;
+    } else {
+        for (int64_t k = 0; k < K; ++k) order[k] = static_cast<int>(k);
+    }
+    for (int64_t a = 1; a < K; ++a)
+        for (int64_t b = a; b > 0 && p.ids[t * K + order[b]] < p.ids[t * K + order[b - 1]]; --b) {
+            const int tmp = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = tmp;
+        }
+}
+
 // grid (rows, column blocks), block 256: each block sorts the token's slots and sums its share of
 // the hidden columns (every element's sum in ascending expert order, whatever the grid).
 static __global__ void moe_combine_kernel(const __grid_constant__ CombineParams p) {
     pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t t = blockIdx.x, K = p.top_k, D = p.hidden;
     int order[kMaxTopK];
-    for (int64_t k = 0; k < K; ++k) order[k] = static_cast<int>(k);
-    for (int64_t a = 1; a < K; ++a)  // insertion sort of the slots by expert id
-        for (int64_t b = a; b > 0 && p.ids[t * K + order[b]] < p.ids[t * K + order[b - 1]]; --b) {
-            const int tmp = order[b];
-            order[b] = order[b - 1];
-            order[b - 1] = tmp;
-        }
+    combine_order(p, t, order);
     for (int64_t d = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; d < D; d += static_cast<int64_t>(gridDim.y) * blockDim.x) {
         float acc = 0;
         for (int64_t k = 0; k < K; ++k) {
@@ -247,14 +257,7 @@ static __global__ void moe_combine_vec_kernel(const __grid_constant__ CombinePar
     pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t t = blockIdx.x, K = p.top_k, D = p.hidden;
     int order[kK];
-#pragma unroll
-    for (int k = 0; k < kK; ++k) order[k] = k;
-    for (int64_t a = 1; a < K; ++a)  // insertion sort of the slots by expert id
-        for (int64_t b = a; b > 0 && p.ids[t * K + order[b]] < p.ids[t * K + order[b - 1]]; --b) {
-            const int tmp = order[b];
-            order[b] = order[b - 1];
-            order[b - 1] = tmp;
-        }
+    combine_order(p, t, order);
     for (int64_t d = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * 4; d < D;
          d += static_cast<int64_t>(gridDim.y) * blockDim.x * 4) {
         float4 y[kK];

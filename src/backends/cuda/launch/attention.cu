@@ -217,7 +217,7 @@ bool sparse_attention_tc_one_buffer(const SparseAttentionParams& p, Stream s) {
 namespace {
 // The kernels without a bf16 store: their f32 output converted into out_bf16's groups.
 void output_to_bf16(const SparseAttentionParams& p, Stream s) {
-    const int64_t gh = p.bf16_group_heads > 0 ? p.bf16_group_heads : p.heads;
+    const int64_t gh = kernels::tca_bf16_group_heads(p);
     for (int64_t g = 0; g * gh < p.heads; ++g)
         to_bf16({.x = p.out + g * gh * p.head_dim, .x_ld = p.heads * p.head_dim, .rows = p.rows, .cols = gh * p.head_dim,
                  .out = p.out_bf16 + g * p.bf16_group_stride},
@@ -230,7 +230,7 @@ void sparse_attention(const SparseAttentionParams& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.kind != AttentionKind::kCsa || p.selected, "sparse_attention: CSA needs the indexer's picks");
     DI_CHECK(p.out, "sparse_attention: no output");
-    const int64_t gh = p.bf16_group_heads > 0 ? p.bf16_group_heads : p.heads;
+    const int64_t gh = kernels::tca_bf16_group_heads(p);
     DI_CHECK(!p.out_bf16 || (p.heads % gh == 0 && (p.heads == gh || p.bf16_group_stride >= p.rows * gh * p.head_dim)),
              "sparse_attention: bf16 output groups of ", gh, " heads, stride ", p.bf16_group_stride);
     const bool aligned16 = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.kv) % 16 == 0;
