@@ -508,17 +508,18 @@ TEST_F(CudaOps, HyperConnectionsMatchCpu) {
             expect_bits_equal(comb, dcomb.host(comb.size()), "hc_pre comb (Sinkhorn)" + how);
             expect_bits_equal(a, da.host(a.size()), "hc_pre collapsed (bf16)" + how);
         }
-        {  // Fast mode: the split-K logits (f32, chunk order), then hc_pre from them: f32-close to the
-           // CPU, not bit-identical; the same per row for any number of rows (1-, 8- and 16-row blocks,
-           // output groups over the grid or not).
+        {  // Fast mode: the split-K logits (f32-accurate, chunk order), then hc_pre from them: f32-close to
+           // the CPU, not bit-identical; the same per row for any number of rows. hc 2 and 4 (8 and 24
+           // logits) take the tensor-core kernel, hc 6 (48) the FMA kernel, whose order is checked bit for bit.
             const std::vector<float> exact_mix = dmix.host(size_t(T * (outputs + 1)));
             Dev<float> dmixf(size_t(T * (outputs + 1))), dpart(size_t(cuda::hc_mix_splits(flat) * T * (outputs + 1)));
             cuda::hc_mix_splitk({.x = dx.ptr(), .fn = dfn.ptr(), .rows = T, .outputs = outputs, .flat = flat,
                                  .partial = dpart.ptr(), .mix = dmixf.ptr()},
                                 Stream{});
             const std::vector<float> fast_mix = dmixf.host(exact_mix.size());
-            {  // Bit for bit the documented order: per 512-wide chunk, lane l FMAs k = l, l + 32, ... from 0,
-               // a butterfly over the 32 lanes (lane 0's sum), then the chunks' sums in order from 0.
+            if (!cuda::hc_mix_uses_tensor_cores(flat, outputs)) {
+                // The FMA kernel's documented order, bit for bit: per 512-wide chunk, lane l FMAs k = l,
+                // l + 32, ... from 0, a butterfly over the 32 lanes (lane 0's sum), then the chunks' sums in order.
                 const int64_t chunk = 512;
                 for (int64_t t = 0; t < T; ++t)
                     for (int64_t j = 0; j <= outputs; ++j) {
@@ -544,7 +545,7 @@ TEST_F(CudaOps, HyperConnectionsMatchCpu) {
                             << "split-K mixing order: hc=" << hc << " row " << t << " output " << j;
                     }
             }
-            // 21 rows (8-row blocks), 300 (16-row blocks), 1191 (hc <= 4: the tiled kernel, 64-row blocks, a partial last one)
+            // 21 rows (FMA: 8-row blocks; MMA: one partial warp), 300 (16-row blocks; 3 blocks), 1191 (a partial last block)
             for (int64_t copies : {int64_t(7), int64_t(100), int64_t(397)}) {
                 const int64_t n = copies * T;  // copies of these rows: every copy's logits the same bit for bit
                 std::vector<float> many;
@@ -644,6 +645,58 @@ TEST_F(CudaOps, HyperConnectionsMatchCpu) {
             for (size_t i = 0; i < hy.size(); ++i) ASSERT_LE(std::fabs(from_mix[i] - hy[i]), 1e-4f * top) << "fast hc_head " << i;
         }
     }
+}
+
+// The tensor-core mixing logits (3xTF32, hc_mix_mma.cuh) against f64 dot products, at V4's shapes and at
+// odd ones (a partial last chunk, 1 and 32 outputs, partial warps and blocks), and each row's logits equal
+// bit for bit whether it runs alone or among others.
+TEST_F(CudaOps, HcMixTensorCoresF32AccurateAndBatchInvariant) {
+    struct Shape {
+        int64_t flat, outputs;
+    };
+    for (Shape sh : {Shape{16384, 24}, Shape{16384, 4}, Shape{16400, 4}, Shape{1040, 32}, Shape{1040, 1}, Shape{48, 9}}) {
+        ASSERT_TRUE(cuda::hc_mix_uses_tensor_cores(sh.flat, sh.outputs));
+        const int64_t rows = 300, O = sh.outputs, F = sh.flat;
+        auto x = randn(size_t(rows * F), uint32_t(F + O), 1.0f);  // full f32 values: every lo part matters
+        for (int64_t k = 0; k < F; ++k) x[size_t(5 * F + k)] *= 1e-3f;  // a row of small values
+        auto fn = randn(size_t(O * F), uint32_t(F * 3 + O), 1.0f / std::sqrt(float(F)));
+        Dev<float> dx(x), dfn(fn), dmix(size_t(rows * (O + 1))), dpart(size_t(cuda::hc_mix_splits(F) * rows * (O + 1)));
+        cuda::hc_mix_splitk({.x = dx.ptr(), .fn = dfn.ptr(), .rows = rows, .outputs = O, .flat = F, .partial = dpart.ptr(),
+                             .mix = dmix.ptr()},
+                            Stream{});
+        const auto mix = dmix.host(size_t(rows * (O + 1)));
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t j = 0; j <= O; ++j) {
+                double exact = 0, bound = 0;
+                for (int64_t k = 0; k < F; ++k) {
+                    const double a = x[size_t(r * F + k)], b = j < O ? fn[size_t(j * F + k)] : a;
+                    exact += a * b;
+                    bound += std::fabs(a * b);
+                }
+                const double err = std::fabs(double(mix[size_t(r * (O + 1) + j)]) - exact);
+                ASSERT_LE(err, (j < O ? 1e-5 : 1e-6) * bound + 1e-30)
+                    << "flat " << F << " outputs " << O << " row " << r << (j < O ? " logit " : " dot(x, x) ") << j;
+            }
+        for (int64_t r : {int64_t(0), int64_t(5), int64_t(31), int64_t(32), int64_t(130), int64_t(299)}) {  // alone
+            Dev<float> dm1(size_t(O + 1)), dp1(size_t(cuda::hc_mix_splits(F) * (O + 1)));
+            cuda::hc_mix_splitk({.x = dx.ptr() + r * F, .fn = dfn.ptr(), .rows = 1, .outputs = O, .flat = F, .partial = dp1.ptr(),
+                                 .mix = dm1.ptr()},
+                                Stream{});
+            expect_bits_equal(std::vector<float>(mix.begin() + r * (O + 1), mix.begin() + (r + 1) * (O + 1)), dm1.host(size_t(O + 1)),
+                              "hc mix row " + std::to_string(r) + " alone vs among 300, flat " + std::to_string(F));
+        }
+        {  // 37 rows starting at row 7: the same bits as in the 300-row launch
+            const int64_t n = 37, r0 = 7;
+            Dev<float> dm(size_t(n * (O + 1))), dp(size_t(cuda::hc_mix_splits(F) * n * (O + 1)));
+            cuda::hc_mix_splitk({.x = dx.ptr() + r0 * F, .fn = dfn.ptr(), .rows = n, .outputs = O, .flat = F, .partial = dp.ptr(),
+                                 .mix = dm.ptr()},
+                                Stream{});
+            expect_bits_equal(std::vector<float>(mix.begin() + r0 * (O + 1), mix.begin() + (r0 + n) * (O + 1)), dm.host(size_t(n * (O + 1))),
+                              "hc mix rows 7..43 vs among 300");
+        }
+    }
+    EXPECT_FALSE(cuda::hc_mix_uses_tensor_cores(16384, 48));  // hc = 6: the FMA kernel
+    EXPECT_FALSE(cuda::hc_mix_uses_tensor_cores(16392, 24));  // K not in 16-wide blocks
 }
 
 // ---- Top-k, router ------------------------------------------------------------------------------

@@ -159,10 +159,12 @@ struct HcPreParams {
 void hc_pre(const HcPreParams& p, Stream s);
 
 // The fast mode's mixing logits, split over K: mix[r, j] = x_r · fn_j for j < outputs and
-// mix[r, outputs] = x_r · x_r, each as hc_mix_splits(flat) partial dot products over fixed chunks of
-// K (f32 FMA, lane-strided then a butterfly) summed in chunk order. The chunks and every order are
-// fixed by `flat` alone: deterministic and independent of the batch, f32-accurate (not the CPU's
-// order), and parallel enough for decode batches (the staged GEMM has few blocks there).
+// mix[r, outputs] = x_r · x_r, each as hc_mix_splits(flat) partial dot products over fixed 512-wide
+// chunks of K summed in chunk order. Up to 32 outputs with flat % 16 == 0 (V4's 24 mixing and 4 head
+// logits) the logits' partials are 3xTF32 tensor-core MMAs (hc_mix_mma.cuh; x and fn 16-byte aligned),
+// other shapes f32 FMAs lane-strided then a butterfly (hc_mix_splitk.cuh); dot(x, x) is f32 FMAs in both.
+// The kernel and every order are fixed by `flat` and `outputs` alone: deterministic and independent of
+// the batch, f32-accurate (not the CPU's order), and parallel enough for decode batches.
 struct HcMixSplitKParams {
     const float* x = nullptr;   // [rows, flat]
     const float* fn = nullptr;  // [outputs, flat]
@@ -172,6 +174,8 @@ struct HcMixSplitKParams {
     bool partials_only = false;  // no sums into mix: the consumer adds the partials (HcPreParams::mix_partial)
 };
 int64_t hc_mix_splits(int64_t flat);
+// Whether hc_mix_splitk takes the tensor-core kernel for this shape (tests: which order to expect).
+bool hc_mix_uses_tensor_cores(int64_t flat, int64_t outputs);
 void hc_mix_splitk(const HcMixSplitKParams& p, Stream s);
 
 struct HcPostParams {

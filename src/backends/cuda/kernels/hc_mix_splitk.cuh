@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // Device code of the fast mode's mHC mixing logits split over K (HcMixSplitKParams, launch/rows.cu's
-// hc_mix_splitk): per fixed 512-wide chunk of the flattened streams, each (row, output) a lane-strided f32
-// FMA sum and a butterfly, written as partial planes [chunks, rows, outputs + 1] that hc_mix_reduce_kernel
-// (or hc_pre / hc_head themselves) sum in chunk order: deterministic, independent of the batch.
+// hc_mix_splitk): per fixed 512-wide chunk of the flattened streams, each (row, output) a partial dot
+// product, written as partial planes [chunks, rows, outputs + 1] that hc_mix_reduce_kernel (or hc_pre /
+// hc_head themselves) sum in chunk order: deterministic, independent of the batch. Here the shapes the
+// tensor-core kernel (hc_mix_mma.cuh) does not take: a lane-strided f32 FMA sum and a butterfly.
 #pragma once
 
 #include <type_traits>
 
-#include "backends/cuda/common/cp_async.cuh"
 #include "backends/cuda/common/device_math.cuh"
 #include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/ops.h"
@@ -140,52 +140,6 @@ static __global__ void __launch_bounds__(kHcSplitThreads) hc_mix_partial_kernel(
         hc_mix_weights(p, O, stride, c0, 0, w);  // (all zero)
         pass(w, O, 0, true);
     }
-}
-
-// The same partial sums for many rows (the launcher's choice at >= 1024 rows, whole chunks, each warp
-// one pass of outputs): a block takes kSubs tiles of 16 rows of one chunk, the warp's weights loaded once, the
-// next tile's rows copied (cp.async, two buffers) while the warp computes the current one. The same sums.
-// grid (ceil(rows / (16 kSubs)), chunks, 1), block 256, dynamic shared memory hc_tiled_smem_bytes.
-constexpr int kHcTileRows = 16;
-constexpr int64_t hc_tiled_smem_bytes() { return 2 * kHcTileRows * kHcChunk * 4; }
-template <int kSubs>
-static __global__ void __launch_bounds__(kHcSplitThreads) hc_mix_partial_tiled_kernel(const __grid_constant__ HcMixSplitKParams p) {
-    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
-    extern __shared__ __align__(16) float hc_tiles[];  // [2][kHcTileRows * kHcChunk]
-    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * (kHcTileRows * kSubs), c0 = static_cast<int64_t>(blockIdx.y) * kHcChunk;
-    auto issue = [&](int sub) {  // tile `sub`'s rows (zeros past the last row) into buffer sub % 2, one commit group
-        float* dst = hc_tiles + (sub % 2) * (kHcTileRows * kHcChunk);
-        constexpr int kQ = kHcChunk / 4, kPer4 = kHcTileRows * kQ / kHcSplitThreads;
-        static_assert(kHcTileRows * kQ % kHcSplitThreads == 0, "whole float4s per thread");
-#pragma unroll
-        for (int u = 0; u < kPer4; ++u) {
-            const int i = static_cast<int>(threadIdx.x) + u * kHcSplitThreads, row = i / kQ, q = i % kQ;
-            const int64_t gr = r0 + int64_t(sub) * kHcTileRows + row;
-            const bool ok = gr < p.rows;
-            dev::cp_async16(dst + row * kHcChunk + q * 4, ok ? p.x + gr * p.flat + c0 + q * 4 : p.x, ok ? 16 : 0);
-        }
-        dev::cp_async_commit();
-    };
-    issue(0);
-    const int warp = threadIdx.x / 32;
-    const int64_t O = p.outputs, first = warp, stride = kHcSplitThreads / 32;
-    float w[kHcOutsPerPass][kHcPer];  // (the loads overlap the first tile's copies)
-    const int outs = hc_mix_weights(p, first, stride, c0, kHcChunk, w);
-    const bool xx = O >= first && (O - first) % stride == 0;
-    for (int sub = 0; sub < kSubs; ++sub) {
-        const int64_t rb = r0 + int64_t(sub) * kHcTileRows;
-        if (rb >= p.rows) break;  // (uniform over the block)
-        if (sub + 1 < kSubs && rb + kHcTileRows < p.rows) issue(sub + 1);
-        else dev::cp_async_commit();  // an empty group: the wait below counts the same groups
-        dev::cp_async_wait<1>();
-        __syncthreads();  // tile `sub` landed for every thread
-        const int nr = static_cast<int>(p.rows - rb < kHcTileRows ? p.rows - rb : kHcTileRows);
-        float* out = p.partial + (static_cast<int64_t>(blockIdx.y) * p.rows + rb) * (O + 1);
-        if (outs > 0 || xx)
-            hc_mix_rows<kHcTileRows, true>(hc_tiles + (sub % 2) * (kHcTileRows * kHcChunk), nr, kHcChunk, w, first, stride, outs, xx, O, out);
-        __syncthreads();  // every warp is done with buffer sub % 2 before tile sub + 2 refills it
-    }
-    dev::cp_async_wait<0>();
 }
 
 // grid ceil(rows * (outputs + 1) / 256), block 256: the chunks' partial sums in chunk order.

@@ -4,6 +4,7 @@
 #include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/launch/column_blocks.h"
+#include "backends/cuda/kernels/hc_mix_mma.cuh"
 #include "backends/cuda/kernels/hc_mix_splitk.cuh"
 #include "backends/cuda/kernels/hyper_connection.cuh"
 #include "backends/cuda/kernels/rows.cuh"
@@ -64,38 +65,48 @@ void hc_pre(const HcPreParams& p, Stream s) {
 
 int64_t hc_mix_splits(int64_t flat) { return (flat + kernels::kHcChunk - 1) / kernels::kHcChunk; }
 
+bool hc_mix_uses_tensor_cores(int64_t flat, int64_t outputs) { return kernels::hc_mix_mma_shape(flat, outputs); }
+
+namespace {
+// hc_mix_splitk's partial planes for the shapes the tensor-core kernel does not take (more than 32
+// outputs, or K not in 16-wide blocks): lane-strided f32 FMAs and a butterfly per chunk (hc_mix_splitk.cuh).
+void hc_mix_partials_fma(const HcMixSplitKParams& p, int64_t splits, Stream s) {
+    // Output groups of 8 (one per warp) over more blocks when the rows alone leave the GPU idle; one
+    // row per block below 8 rows (no FMAs on zero rows).
+    const int64_t per_block = p.rows >= 256 ? 16 : p.rows >= 8 ? 8 : 1;
+    const int64_t row_blocks = (p.rows + per_block - 1) / per_block;
+    const int64_t groups = row_blocks * splits >= 2 * multiprocessor_count() ? 1 : (p.outputs + 1 + 7) / 8;
+    const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(splits), static_cast<unsigned>(groups));
+    if (per_block == 16)
+        launch_pdl(kernels::hc_mix_partial_kernel<16>, grid, kernels::kHcSplitThreads, 0, s, p);
+    else if (per_block == 8)
+        launch_pdl(kernels::hc_mix_partial_kernel<8>, grid, kernels::kHcSplitThreads, 0, s, p);
+    else
+        launch_pdl(kernels::hc_mix_partial_kernel<1>, grid, kernels::kHcSplitThreads, 0, s, p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+}  // namespace
+
 void hc_mix_splitk(const HcMixSplitKParams& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.outputs >= 1 && p.outputs < kernels::kHcMaxOutputs, "hc_mix_splitk: ", p.outputs, " outputs");
     const int64_t splits = hc_mix_splits(p.flat);
-    // Rows per block only trade parallelism for reuse of each fn chunk; no result depends on them.
-    // Many rows, whole chunks, one pass of outputs per warp: the tiled kernel (64 rows per block, the weights
-    // loaded once, the next 16 rows copied while the current ones are summed).
-    constexpr int kSubs = 4;
-    const bool tiled = p.rows >= 1024 && p.flat % kernels::kHcChunk == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
-                       p.outputs <= kernels::kHcOutsPerPass * (kernels::kHcSplitThreads / 32);
-    if (tiled) {
-        auto* kernel = kernels::hc_mix_partial_tiled_kernel<kSubs>;
-        const auto smem = static_cast<int>(kernels::hc_tiled_smem_bytes());
-        DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        const int64_t tile = kernels::kHcTileRows * kSubs;
-        const dim3 grid(static_cast<unsigned>((p.rows + tile - 1) / tile), static_cast<unsigned>(splits), 1);
-        launch_pdl(kernel, grid, kernels::kHcSplitThreads, static_cast<size_t>(smem), s, p);
+    if (hc_mix_uses_tensor_cores(p.flat, p.outputs)) {
+        // Up to 32 outputs, K in whole 16-wide blocks (every fast-mode shape of V4: 24 mixing logits, 4 head
+        // logits): the tensor-core kernel (hc_mix_mma.cuh). The shape alone picks it, never the rows.
+        DI_CHECK(reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.fn) % 16 == 0,
+                 "hc_mix_splitk: x and fn must be 16-byte aligned");
+        constexpr int64_t per_block = kernels::kHcMmaRows;
+        const dim3 grid(static_cast<unsigned>((p.rows + per_block - 1) / per_block), static_cast<unsigned>(splits));
+        switch ((p.outputs + 7) / 8) {
+            case 1: launch_pdl(kernels::hc_mix_mma_kernel<1>, grid, kernels::kHcMmaThreads, 0, s, p); break;
+            case 2: launch_pdl(kernels::hc_mix_mma_kernel<2>, grid, kernels::kHcMmaThreads, 0, s, p); break;
+            case 3: launch_pdl(kernels::hc_mix_mma_kernel<3>, grid, kernels::kHcMmaThreads, 0, s, p); break;
+            default: launch_pdl(kernels::hc_mix_mma_kernel<4>, grid, kernels::kHcMmaThreads, 0, s, p); break;
+        }
         DI_CUDA_CHECK(cudaGetLastError());
     } else {
-        // Output groups of 8 (one per warp) over more blocks when the rows alone leave the GPU idle; one
-        // row per block below 8 rows (no FMAs on zero rows).
-        const int64_t per_block = p.rows >= 256 ? 16 : p.rows >= 8 ? 8 : 1;
-        const int64_t row_blocks = (p.rows + per_block - 1) / per_block;
-        const int64_t groups = row_blocks * splits >= 2 * multiprocessor_count() ? 1 : (p.outputs + 1 + 7) / 8;
-        const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(splits), static_cast<unsigned>(groups));
-        if (per_block == 16)
-            launch_pdl(kernels::hc_mix_partial_kernel<16>, grid, kernels::kHcSplitThreads, 0, s, p);
-        else if (per_block == 8)
-            launch_pdl(kernels::hc_mix_partial_kernel<8>, grid, kernels::kHcSplitThreads, 0, s, p);
-        else
-            launch_pdl(kernels::hc_mix_partial_kernel<1>, grid, kernels::kHcSplitThreads, 0, s, p);
-        DI_CUDA_CHECK(cudaGetLastError());
+        hc_mix_partials_fma(p, splits, s);
     }
     if (p.partials_only) return;
     const int64_t n = p.rows * (p.outputs + 1);
