@@ -628,6 +628,15 @@ struct Bench {
                     .round_bf16 = true},
                    Stream{});
         });
+        {  // SwiGLU with w2's FP8 quantization in the same pass (the routed experts' fast path): g, u read,
+           // codes and per-128 scales written.
+            Buf q(size_t(T) * K * I), qs(size_t(T) * K * (I / 128) * 4);
+            row("swiglu_quant", "6T x 2048", T * K, double(T) * K * I * (4 + 4 + 1) + double(T) * K * (I / 128) * 4, [&] {
+                swiglu({.g = g.p<float>(), .u = u.p<float>(), .row_weight = rw.p<float>(), .rows = T * K, .width = I, .limit = 10.0f,
+                        .round_bf16 = true, .q = q.p<uint8_t>(), .q_scale = qs.p<float>()},
+                       Stream{});
+            });
+        }
         row("moe_combine", "T x (6+1) x 4096", T, double(T) * D * 4 * (K + 2), [&] {
             moe_combine({.expert_out = e.p<float>(), .ids = ids.p<int32_t>(), .weights = rw.p<float>(), .shared = o.p<float>(),
                          .out = y.p<float>(), .rows = T, .top_k = K, .hidden = D, .round_bf16 = true},

@@ -192,6 +192,50 @@ TEST_F(CudaGemmFast, ActQuantFp8EqualsActQuantDequant) {
     }
 }
 
+// The quantizer's rounding, code by code: every finite e4m3 magnitude, each midpoint between neighbours (a
+// tie: to the even code), the floats just below and above it, and values under the smallest subnormal,
+// both signs, through act_quant_fp8 with each 128-block's scale pinned to 1 (its first value 448), at
+// blocks % 4 != 0 (a partial group of blocks per warp). Reference: a brute-force nearest-even search.
+TEST_F(CudaGemmFast, ActQuantFp8RoundsToNearestEven) {
+    std::vector<float> code_value(127);  // codes 0x00 .. 0x7E (0x7F is NaN)
+    for (int c = 0; c < 127; ++c) code_value[size_t(c)] = e4m3_to_f32(uint8_t(c));
+    std::vector<float> mags;
+    for (int c = 0; c < 127; ++c) {
+        mags.push_back(code_value[size_t(c)]);
+        if (c + 1 < 127) {
+            const float mid = 0.5f * (code_value[size_t(c)] + code_value[size_t(c + 1)]);  // exact in f32
+            mags.push_back(mid);
+            mags.push_back(std::nextafter(mid, 0.0f));
+            mags.push_back(std::nextafter(mid, 1e9f));
+        }
+    }
+    for (float v : {std::ldexp(1.0f, -10), std::ldexp(1.0f, -11), std::ldexp(1.5f, -10), 1e-30f, 0.0f}) mags.push_back(v);
+    std::vector<float> x;
+    size_t next = 0;
+    while (next < mags.size()) {  // blocks of 128: 448 first, then up to 127 test values (alternating signs)
+        x.push_back(448.0f);
+        for (int i = 1; i < 128; ++i, ++next) x.push_back(next < mags.size() ? (next % 2 ? -mags[next] : mags[next]) : 0.0f);
+    }
+    const int64_t cols = int64_t(x.size());
+    ASSERT_NE((cols / 128) % 4, 0);
+    Dev<float> dx(x);
+    Dev<uint8_t> q(static_cast<size_t>(cols));
+    Dev<float> sc(size_t(cols / 128));
+    cuda::act_quant_fp8({.x = dx.ptr(), .x_ld = cols, .rows = 1, .cols = cols, .q = q.ptr(), .scale = sc.ptr()}, Stream{});
+    const auto hq = q.host(size_t(cols));
+    for (float v : sc.host(size_t(cols / 128))) ASSERT_EQ(v, 1.0f);
+    for (int64_t i = 0; i < cols; ++i) {
+        const float a = std::fabs(x[size_t(i)]);
+        int best = 0;
+        for (int c = 1; c < 127; ++c) {
+            const float d = std::fabs(code_value[size_t(c)] - a), db = std::fabs(code_value[size_t(best)] - a);
+            if (d < db || (d == db && c % 2 == 0 && best % 2 == 1)) best = c;
+        }
+        const uint8_t want = uint8_t(best | (std::signbit(x[size_t(i)]) ? 0x80 : 0));
+        ASSERT_EQ(int(hq[size_t(i)]), int(want)) << "x = " << x[size_t(i)] << " (column " << i << ")";
+    }
+}
+
 TEST_F(CudaGemmFast, SwigluQuantizedEqualsSwigluThenActQuant) {
     // The routed experts' fused SwiGLU + FP8 quantization (SwigluParams::q) against swiglu then
     // act_quant_fp8, bit for bit: codes and scales, with and without the clamp, the row weights (by index)

@@ -412,21 +412,34 @@ static __global__ void __launch_bounds__(kExpertTileThreads) expert_tiles_kernel
 
 // ---- Activation conversion ---------------------------------------------------------------------------
 
-// One warp per (row, 128-column block): lane l owns columns 4l..4l+3.
+// A warp per kActQuantBlocks consecutive 128-column blocks of a row (lane l: columns 4l..4l+3 of each), their
+// loads all issued before the arithmetic (one block per warp left each thread a single 16-byte load per
+// block lifetime: ~40% of the copy bandwidth at prefill, bench/results/cuda-session30-h200-*). Each block's
+// codes and scale are act_quant_quad's, whatever the grouping.
+constexpr int kActQuantBlocks = 4;
 static __global__ void act_quant_fp8_kernel(const __grid_constant__ ActQuantFp8Params p) {
     pdl_enter();  // launched by launch_pdl (common/launch.cuh)
-    // One warp per 128 columns of a row; a scale per `block` (32 or 128) columns: groups of 8 or 32 lanes.
-    const int64_t warps_per_row = p.cols / 128, per_warp = 128 / p.block;
+    // A scale per `block` (32 or 128) columns: groups of 8 or 32 lanes.
+    const int64_t blocks = p.cols / 128, per_block = 128 / p.block, groups = (blocks + kActQuantBlocks - 1) / kActQuantBlocks;
     const int64_t gw = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
     const int lane = threadIdx.x % 32;
-    if (gw >= p.rows * warps_per_row) return;
-    const int64_t r = gw / warps_per_row, b = gw % warps_per_row;
+    if (gw >= p.rows * groups) return;  // whole warps
+    const int64_t r = gw / groups, b0 = (gw % groups) * kActQuantBlocks;
     const int64_t src = p.row_src ? p.row_src[r] : r;
-    const float4 v = *reinterpret_cast<const float4*>(p.x + src * p.x_ld + b * 128 + lane * 4);
+    const float* xr = p.x + src * p.x_ld + lane * 4;
+    float4 v[kActQuantBlocks];
+#pragma unroll
+    for (int i = 0; i < kActQuantBlocks; ++i)
+        if (b0 + i < blocks) v[i] = *reinterpret_cast<const float4*>(xr + (b0 + i) * 128);
     const int lanes = static_cast<int>(p.block / 4);
-    const dev::Fp8Quad o = dev::act_quant_quad(v, lanes);
-    *reinterpret_cast<uint32_t*>(p.q + r * p.cols + b * 128 + lane * 4) = o.packed;
-    if (lane % lanes == 0) p.scale[(r * warps_per_row + b) * per_warp + lane / lanes] = o.scale;
+#pragma unroll
+    for (int i = 0; i < kActQuantBlocks; ++i)
+        if (b0 + i < blocks) {  // warp-uniform
+            const int64_t b = b0 + i;
+            const dev::Fp8Quad o = dev::act_quant_quad(v[i], lanes);
+            *reinterpret_cast<uint32_t*>(p.q + r * p.cols + b * 128 + lane * 4) = o.packed;
+            if (lane % lanes == 0) p.scale[(r * blocks + b) * per_block + lane / lanes] = o.scale;
+        }
 }
 
 // 8 columns per thread.

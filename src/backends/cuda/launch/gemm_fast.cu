@@ -594,7 +594,8 @@ void act_quant_fp8(const ActQuantFp8Params& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.cols % 128 == 0 && p.x_ld % 4 == 0 && (p.block == 128 || p.block == 32), "act_quant_fp8: cols = ", p.cols,
              ", x_ld = ", p.x_ld, ", block = ", p.block);
-    const int64_t threads = p.rows * (p.cols / 128) * 32;
+    const int64_t groups = (p.cols / 128 + kernels::tc::kActQuantBlocks - 1) / kernels::tc::kActQuantBlocks;
+    const int64_t threads = p.rows * groups * 32;
     launch_pdl(kernels::tc::act_quant_fp8_kernel, static_cast<unsigned>((threads + 255) / 256), 256, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
