@@ -47,8 +47,20 @@ static __global__ void add_ape_kernel(const __grid_constant__ AddApeParams p) {
     for (int64_t i = threadIdx.x; i < p.width; i += blockDim.x) p.gate[r * p.width + i] = dev::add(p.gate[r * p.width + i], ape[i]);
 }
 
-// grid (num_segments, max_windows), block 256; dynamic shared memory: head_dim floats.
-static __global__ void compressor_kernel(const __grid_constant__ CompressorParams p) {
+// grid (num_segments, max_windows), block compressor_threads(head_dim, slots); dynamic shared memory:
+// head_dim floats. A channel's arithmetic never depends on the block size.
+constexpr int kCompressorBatch = 8;
+constexpr int kCompressorMaxThreads = 512;
+// A thread per channel, up to 512 for windows of many slots (HCA's 128: 299 -> 173 us per 8K-token launch
+// with 512 threads) and up to 256 for few (CSA's 8: its 512-dim compressor took 133 -> 165 us with 512, as
+// the block's warp-0 finalization then holds more idle threads; its 128-dim indexer compressor 63 -> 44 us
+// with 128), bench/results/cuda-session30-h200-compressor.md.
+inline int compressor_threads(int64_t head_dim, int64_t slots) {
+    const int64_t cap = slots >= 64 ? kCompressorMaxThreads : 256;
+    const int64_t t = (head_dim + 31) / 32 * 32;
+    return static_cast<int>(t < 32 ? 32 : t > cap ? cap : t);
+}
+static __global__ void __launch_bounds__(kCompressorMaxThreads) compressor_kernel(const __grid_constant__ CompressorParams p) {
     pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     extern __shared__ float entry[];
     const DeviceSegment& s = p.segments[blockIdx.x];
@@ -94,17 +106,33 @@ static __global__ void compressor_kernel(const __grid_constant__ CompressorParam
             slot(sl, &kv, &g);
             mx = fmaxf(mx, g);
         }
+        // The softmax over the slots, kCompressorBatch slots at a time: their loads, exponentials and
+        // divisions are independent (issued together), only the sums run in slot order, as before.
         float den = 0;
-        for (int64_t sl = 0; sl < slots; ++sl) {
-            float kv, g;
-            slot(sl, &kv, &g);
-            den = dev::add(den, dev::exp_f32(dev::add(g, -mx)));
+        for (int64_t s0 = 0; s0 < slots; s0 += kCompressorBatch) {
+            float e[kCompressorBatch];
+#pragma unroll
+            for (int j = 0; j < kCompressorBatch; ++j) {
+                float kv = 0.0f, g = neg_inf;
+                if (s0 + j < slots) slot(s0 + j, &kv, &g);
+                e[j] = s0 + j < slots ? dev::exp_f32(dev::add(g, -mx)) : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < kCompressorBatch; ++j)
+                if (s0 + j < slots) den = dev::add(den, e[j]);
         }
         float acc = 0;
-        for (int64_t sl = 0; sl < slots; ++sl) {
-            float kv, g;
-            slot(sl, &kv, &g);
-            acc = dev::add(acc, dev::mul(kv, dev::exp_f32(dev::add(g, -mx)) / den));
+        for (int64_t s0 = 0; s0 < slots; s0 += kCompressorBatch) {
+            float term[kCompressorBatch];
+#pragma unroll
+            for (int j = 0; j < kCompressorBatch; ++j) {
+                float kv = 0.0f, g = neg_inf;
+                if (s0 + j < slots) slot(s0 + j, &kv, &g);
+                term[j] = s0 + j < slots ? dev::mul(kv, dev::exp_f32(dev::add(g, -mx)) / den) : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < kCompressorBatch; ++j)
+                if (s0 + j < slots) acc = dev::add(acc, term[j]);
         }
         entry[ch] = dev::maybe_bf16(acc, p.official);
     }
