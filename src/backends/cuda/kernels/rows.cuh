@@ -101,11 +101,14 @@ __device__ __forceinline__ void fp8_simulate_nope_warp(float* x, int64_t nope) {
 }
 
 // Walsh-Hadamard (natural order, / sqrt(dim)), bf16, then FP4 per 32: compressor.cpp's hadamard_fp4_simulate.
+// dim a power of two (the launchers check): a pair's indices by shifts and masks, not 64-bit divisions by h.
 __device__ __forceinline__ void hadamard_fp4_warp(float* x, int64_t dim) {
-    for (int64_t h = 1; h < dim; h *= 2) {
+    const int half = static_cast<int>(dim / 2);
+    for (int lh = 0; (1 << lh) < dim; ++lh) {
+        const int h = 1 << lh;
         __syncwarp();
-        for (int64_t pair = threadIdx.x % 32; pair < dim / 2; pair += 32) {
-            const int64_t i = (pair / h) * 2 * h, j = i + pair % h;
+        for (int pair = static_cast<int>(threadIdx.x % 32); pair < half; pair += 32) {
+            const int j = ((pair >> lh) << (lh + 1)) + (pair & (h - 1));  // (pair / h)·2h + pair % h
             const float a = x[j], b = x[j + h];
             x[j] = dev::add(a, b);
             x[j + h] = dev::add(a, -b);

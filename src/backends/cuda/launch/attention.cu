@@ -35,6 +35,8 @@ void add_ape(const AddApeParams& p, Stream s) {
 void compressor(const CompressorParams& p, Stream s) {
     if (p.num_segments == 0 || p.max_windows == 0) return;
     DI_CHECK(p.ring_rows >= (p.overlap ? 2 : 1) * p.ratio, "compressor: ring of ", p.ring_rows, " rows");
+    DI_CHECK(p.qat != Qat::kHadamardFp4 || (p.head_dim & (p.head_dim - 1)) == 0, "compressor: Hadamard needs a power-of-two head_dim, got ",
+             p.head_dim);
     const dim3 grid(static_cast<unsigned>(p.num_segments), static_cast<unsigned>(p.max_windows));
     launch_pdl(kernels::compressor_kernel, grid, static_cast<unsigned>(kernels::compressor_threads(p.head_dim, p.overlap ? 2 * p.ratio : p.ratio)),
                static_cast<size_t>(p.head_dim) * sizeof(float), s, p);
