@@ -7,8 +7,9 @@
 // Why: at prefill the FMA kernel issued ~1.75 instructions per x element (25 FMAs per element over 32
 // lanes, each x element read from shared memory by 8 warps, a 5-level butterfly per row and output) and
 // ran at ~22% of the copy bandwidth (587 us per 8K-token launch on the H200). Here a warp's 32 rows x
-// 16 K cost ~140 instructions (~0.28 per element): x and fn are read from global memory straight into
-// MMA fragments, and a chunk is split over the block's 8 warps (short chains for decode-sized batches).
+// 16 K cost ~140 instructions (~0.28 per element, counted in the source): x and fn are read from global
+// memory straight into MMA fragments, and a chunk is split over the block's 8 warps (short chains for
+// decode-sized batches). 279 us per 8K-token launch (bench/results/cuda-session30-h200-hcmix.md).
 //
 // Arithmetic (3xTF32): each f32 v is split as hi = tf32(v) (round to nearest, ties away) and
 // lo = tf32(v - hi); per k8 MMA step the accumulator adds x_lo·fn_hi, x_hi·fn_lo, then x_hi·fn_hi (the
