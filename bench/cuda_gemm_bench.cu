@@ -623,6 +623,17 @@ struct Bench {
                      .rows = T, .hc = hc, .hidden = D, .round_bf16 = true},
                     Stream{});
         });
+        {  // mHC's 24 mixing logits and dot(x, x) of the T x 16384 streams (the fast mode's split-K partials, as
+           // hc_pre reads them): x read, fn (1.5 MB, from L2) and the partial planes written.
+            const int64_t outs = (2 + hc) * hc, flat = hc * D, splits = hc_mix_splits(flat);
+            Buf fn(size_t(outs) * flat * 4), part(size_t(splits) * T * (outs + 1) * 4);
+            fill(fn.p(), size_t(outs) * flat * 4, 50, 2);
+            row("hc_mix", "T x 16384 -> 24", T, double(T) * flat * 4 + double(splits) * T * (outs + 1) * 4, [&] {
+                hc_mix_splitk({.x = x.p<float>(), .fn = fn.p<float>(), .rows = T, .outputs = outs, .flat = flat, .partial = part.p<float>(),
+                               .partials_only = true},
+                              Stream{});
+            });
+        }
         row("swiglu", "6T x 2048", T * K, 3.0 * T * K * I * 4, [&] {
             swiglu({.g = g.p<float>(), .u = u.p<float>(), .row_weight = rw.p<float>(), .rows = T * K, .width = I, .limit = 10.0f,
                     .round_bf16 = true},
