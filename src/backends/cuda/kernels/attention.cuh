@@ -108,32 +108,24 @@ static __global__ void __launch_bounds__(kCompressorMaxThreads) compressor_kerne
         }
         // The softmax over the slots, kCompressorBatch slots at a time: their loads, exponentials and
         // divisions are independent (issued together), only the sums run in slot order, as before.
-        float den = 0;
-        for (int64_t s0 = 0; s0 < slots; s0 += kCompressorBatch) {
-            float e[kCompressorBatch];
+        auto slot_sum = [&](auto term_of) {
+            float sum = 0;
+            for (int64_t s0 = 0; s0 < slots; s0 += kCompressorBatch) {
+                float term[kCompressorBatch];
 #pragma unroll
-            for (int j = 0; j < kCompressorBatch; ++j) {
-                float kv = 0.0f, g = neg_inf;
-                if (s0 + j < slots) slot(s0 + j, &kv, &g);
-                e[j] = s0 + j < slots ? dev::exp_f32(dev::add(g, -mx)) : 0.0f;
+                for (int j = 0; j < kCompressorBatch; ++j) {
+                    float kv = 0.0f, g = neg_inf;
+                    if (s0 + j < slots) slot(s0 + j, &kv, &g);
+                    term[j] = s0 + j < slots ? term_of(kv, g) : 0.0f;
+                }
+#pragma unroll
+                for (int j = 0; j < kCompressorBatch; ++j)
+                    if (s0 + j < slots) sum = dev::add(sum, term[j]);
             }
-#pragma unroll
-            for (int j = 0; j < kCompressorBatch; ++j)
-                if (s0 + j < slots) den = dev::add(den, e[j]);
-        }
-        float acc = 0;
-        for (int64_t s0 = 0; s0 < slots; s0 += kCompressorBatch) {
-            float term[kCompressorBatch];
-#pragma unroll
-            for (int j = 0; j < kCompressorBatch; ++j) {
-                float kv = 0.0f, g = neg_inf;
-                if (s0 + j < slots) slot(s0 + j, &kv, &g);
-                term[j] = s0 + j < slots ? dev::mul(kv, dev::exp_f32(dev::add(g, -mx)) / den) : 0.0f;
-            }
-#pragma unroll
-            for (int j = 0; j < kCompressorBatch; ++j)
-                if (s0 + j < slots) acc = dev::add(acc, term[j]);
-        }
+            return sum;
+        };
+        const float den = slot_sum([&](float, float g) { return dev::exp_f32(dev::add(g, -mx)); });
+        const float acc = slot_sum([&](float kv, float g) { return dev::mul(kv, dev::exp_f32(dev::add(g, -mx)) / den); });
         entry[ch] = dev::maybe_bf16(acc, p.official);
     }
     __syncthreads();
