@@ -414,7 +414,7 @@ static __global__ void __launch_bounds__(kExpertTileThreads) expert_tiles_kernel
 
 // A warp per kActQuantBlocks consecutive 128-column blocks of a row (lane l: columns 4l..4l+3 of each), their
 // loads all issued before the arithmetic (one block per warp left each thread a single 16-byte load per
-// block lifetime: ~40% of the copy bandwidth at prefill, bench/results/cuda-session30-h200-*). Each block's
+// block lifetime: 32-39% of the copy bandwidth at prefill, bench/results/cuda-session30-h200-actquant.md). Each block's
 // codes and scale are act_quant_quad's, whatever the grouping.
 constexpr int kActQuantBlocks = 4;
 static __global__ void act_quant_fp8_kernel(const __grid_constant__ ActQuantFp8Params p) {
