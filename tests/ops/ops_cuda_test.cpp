@@ -545,7 +545,8 @@ TEST_F(CudaOps, HyperConnectionsMatchCpu) {
                             << "split-K mixing order: hc=" << hc << " row " << t << " output " << j;
                     }
             }
-            // 21 rows (FMA: 8-row blocks; MMA: one partial warp), 300 (16-row blocks; 3 blocks), 1191 (a partial last block)
+            // 21 rows (FMA: 8-row blocks; MMA: one partial 32-row block), 300 (FMA: 16-row blocks; MMA: 10 blocks, the
+            // last partial), 1191 (MMA: 38 blocks, the last partial)
             for (int64_t copies : {int64_t(7), int64_t(100), int64_t(397)}) {
                 const int64_t n = copies * T;  // copies of these rows: every copy's logits the same bit for bit
                 std::vector<float> many;
