@@ -33,7 +33,7 @@
 namespace deepinfer::cuda::kernels {
 
 constexpr int kHcMmaWarps = 8;                      // warps per block: the chunk's 8 slices of 64
-constexpr int kHcMmaRows = 32;                      // rows per block (and warp): two m16 MMA tiles
+constexpr int kHcMmaRows = 32;                      // rows per block (and warp): two m16 MMA tiles (16: one, <= 16 rows)
 constexpr int kHcMmaSliceSteps = kHcChunk / 16 / kHcMmaWarps;  // 16-wide K steps per warp: 4
 constexpr int kHcMmaMaxGroups = 4;                  // output groups of 8: outputs <= 32
 constexpr int kHcMmaThreads = 32 * kHcMmaWarps;
@@ -69,31 +69,32 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
 
 __device__ __forceinline__ float hc_mma_comp(const float4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
-// grid (ceil(rows / kHcMmaRows), hc_mix_splits(flat)), block kHcMmaThreads; kGroups = ceil(outputs / 8).
+// grid (ceil(rows / (16 kTiles)), hc_mix_splits(flat)), block kHcMmaThreads; kGroups = ceil(outputs / 8);
+// kTiles m16 tiles per block (2; 1 for <= 16 rows: no MMAs on 16 rows of zeros; a row's sums are the same).
 // Block (bx, c) takes rows 32·bx .. + 31 of chunk c; warp w the chunk's K slice [64w, 64w + 64) (its 4 steps'
 // loads issued before any MMA). The slices' sums are added in warp order through shared memory:
 // partial = (((s_0 + s_1) + s_2) + ... + s_7), s_w the warp's accumulator (zero past the chunk's end).
-template <int kGroups>
+template <int kGroups, int kTiles>
 static __global__ void __launch_bounds__(kHcMmaThreads, 2) hc_mix_mma_kernel(const __grid_constant__ HcMixSplitKParams p) {
-    static_assert(kGroups >= 1 && kGroups <= kHcMmaMaxGroups, "1-4 output groups of 8");
-    constexpr int kVals = 2 * kGroups * 4 + 4;  // a thread's sums: 2 m tiles x groups x 4, then dot(x, x) of 4 rows
+    static_assert(kGroups >= 1 && kGroups <= kHcMmaMaxGroups && (kTiles == 1 || kTiles == 2), "1-4 output groups, 1-2 m tiles");
+    constexpr int kAcc = kTiles * kGroups * 4, kVals = kAcc + 2 * kTiles;  // a thread's sums: accumulators, dot(x, x) of its rows
     __shared__ float slice_sums[kHcMmaWarps][kVals][32];
     pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
     const int g = lane / 4, t4 = lane % 4;
-    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kHcMmaRows;
+    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * 16 * kTiles;
     const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kHcChunk;
     const int chunk_steps = static_cast<int>((p.flat - c0 < kHcChunk ? p.flat - c0 : kHcChunk) / 16);
     const int s0 = warp * kHcMmaSliceSteps;
-    // This thread's rows r0 + g + 8i (i = 0..3: m tile i / 2, fragment row half i % 2) and outputs 8j + g.
-    float4 xv[kHcMmaSliceSteps][4], wv[kHcMmaSliceSteps][kGroups];
+    // This thread's rows r0 + g + 8i (i < 2 kTiles: m tile i / 2, fragment row half i % 2) and outputs 8j + g.
+    float4 xv[kHcMmaSliceSteps][2 * kTiles], wv[kHcMmaSliceSteps][kGroups];
     const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
     for (int s = 0; s < kHcMmaSliceSteps; ++s) {
         const bool in = s0 + s < chunk_steps;
         const int64_t k = c0 + 16 * (s0 + s) + 4 * t4;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
+        for (int i = 0; i < 2 * kTiles; ++i) {
             const int64_t row = r0 + g + 8 * i;
             xv[s][i] = in && row < p.rows ? __ldg(reinterpret_cast<const float4*>(p.x + row * p.flat + k)) : zero;
         }
@@ -103,19 +104,19 @@ static __global__ void __launch_bounds__(kHcMmaThreads, 2) hc_mix_mma_kernel(con
             wv[s][j] = in && o < p.outputs ? __ldg(reinterpret_cast<const float4*>(p.fn + o * p.flat + k)) : zero;
         }
     }
-    float acc[2][kGroups][4], xx[4];
+    float acc[kTiles][kGroups][4], xx[2 * kTiles];
 #pragma unroll
-    for (int m = 0; m < 2; ++m)
+    for (int m = 0; m < kTiles; ++m)
 #pragma unroll
         for (int j = 0; j < kGroups; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) xx[i] = 0.0f;
+    for (int i = 0; i < 2 * kTiles; ++i) xx[i] = 0.0f;
 #pragma unroll
     for (int s = 0; s < kHcMmaSliceSteps; ++s) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
+        for (int i = 0; i < 2 * kTiles; ++i) {
             xx[i] = fmaf(xv[s][i].x, xv[s][i].x, xx[i]);
             xx[i] = fmaf(xv[s][i].y, xv[s][i].y, xx[i]);
             xx[i] = fmaf(xv[s][i].z, xv[s][i].z, xx[i]);
@@ -130,7 +131,7 @@ static __global__ void __launch_bounds__(kHcMmaThreads, 2) hc_mix_mma_kernel(con
                 tf32_split(hc_mma_comp(wv[s][j], 2 * h + 1), bh[j][1], bl[j][1]);
             }
 #pragma unroll
-            for (int m = 0; m < 2; ++m) {
+            for (int m = 0; m < kTiles; ++m) {
                 // a0 (row g, col t4), a1 (row g + 8, col t4), a2 (row g, col t4 + 4), a3 (row g + 8, col t4 + 4)
                 uint32_t ah[4], al[4];
                 tf32_split(hc_mma_comp(xv[s][2 * m], 2 * h), ah[0], al[0]);
@@ -148,17 +149,17 @@ static __global__ void __launch_bounds__(kHcMmaThreads, 2) hc_mix_mma_kernel(con
     }
     // The warp's slice sums: the 4 lanes of a row add their dot(x, x) (xor 1, then xor 2).
 #pragma unroll
-    for (int m = 0; m < 2; ++m)
+    for (int m = 0; m < kTiles; ++m)
 #pragma unroll
         for (int j = 0; j < kGroups; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) slice_sums[warp][(m * kGroups + j) * 4 + e][lane] = acc[m][j][e];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 2 * kTiles; ++i) {
         float v = xx[i];
         v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
         v += __shfl_xor_sync(0xFFFFFFFFu, v, 2);
-        slice_sums[warp][2 * kGroups * 4 + i][lane] = v;
+        slice_sums[warp][kAcc + i][lane] = v;
     }
     __syncthreads();
     // Thread (v, l) of the block adds value v of lane l over the warps in order and stores it.
@@ -170,14 +171,14 @@ static __global__ void __launch_bounds__(kHcMmaThreads, 2) hc_mix_mma_kernel(con
 #pragma unroll
         for (int w = 1; w < kHcMmaWarps; ++w) sum += slice_sums[w][v][l];
         int64_t row, col;
-        if (v < 2 * kGroups * 4) {
+        if (v < kAcc) {
             // Accumulator e of (m tile, group j): c0, c1 row g, columns 2·t4 + e; c2, c3 row g + 8.
             const int m = v / (kGroups * 4), j = (v / 4) % kGroups, e = v % 4;
             row = r0 + 16 * m + lg + 8 * (e / 2);
             col = 8 * j + 2 * lt + e % 2;
             if (col >= O) continue;
         } else {
-            row = r0 + lg + 8 * (v - 2 * kGroups * 4);
+            row = r0 + lg + 8 * (v - kAcc);
             col = O;
             if (lt != 0) continue;
         }

@@ -96,13 +96,26 @@ void hc_mix_splitk(const HcMixSplitKParams& p, Stream s) {
         // logits): the tensor-core kernel (hc_mix_mma.cuh). The shape alone picks it, never the rows.
         DI_CHECK(reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.fn) % 16 == 0,
                  "hc_mix_splitk: x and fn must be 16-byte aligned");
-        constexpr int64_t per_block = kernels::kHcMmaRows;
+        // 32 rows per block (two m16 tiles), or one tile of 16 at <= 16 rows (decode): a row's sums are the same.
+        const bool one = p.rows <= 16;
+        const int64_t per_block = one ? 16 : kernels::kHcMmaRows;
         const dim3 grid(static_cast<unsigned>((p.rows + per_block - 1) / per_block), static_cast<unsigned>(splits));
-        switch ((p.outputs + 7) / 8) {
-            case 1: launch_pdl(kernels::hc_mix_mma_kernel<1>, grid, kernels::kHcMmaThreads, 0, s, p); break;
-            case 2: launch_pdl(kernels::hc_mix_mma_kernel<2>, grid, kernels::kHcMmaThreads, 0, s, p); break;
-            case 3: launch_pdl(kernels::hc_mix_mma_kernel<3>, grid, kernels::kHcMmaThreads, 0, s, p); break;
-            default: launch_pdl(kernels::hc_mix_mma_kernel<4>, grid, kernels::kHcMmaThreads, 0, s, p); break;
+        const int64_t groups = (p.outputs + 7) / 8;
+        auto go = [&](auto kernel) { launch_pdl(kernel, grid, kernels::kHcMmaThreads, 0, s, p); };
+        if (one) {
+            switch (groups) {
+                case 1: go(kernels::hc_mix_mma_kernel<1, 1>); break;
+                case 2: go(kernels::hc_mix_mma_kernel<2, 1>); break;
+                case 3: go(kernels::hc_mix_mma_kernel<3, 1>); break;
+                default: go(kernels::hc_mix_mma_kernel<4, 1>); break;
+            }
+        } else {
+            switch (groups) {
+                case 1: go(kernels::hc_mix_mma_kernel<1, 2>); break;
+                case 2: go(kernels::hc_mix_mma_kernel<2, 2>); break;
+                case 3: go(kernels::hc_mix_mma_kernel<3, 2>); break;
+                default: go(kernels::hc_mix_mma_kernel<4, 2>); break;
+            }
         }
         DI_CUDA_CHECK(cudaGetLastError());
     } else {
