@@ -464,6 +464,20 @@ TEST_F(CudaOps, HeadNormRopeAndQatBitIdentical) {
                         Stream{});
         expect_bits_equal(ref, dx.host(x.size()), v.name);
         if (v.norm != cuda::HeadNorm::kBf16Arith) continue;
+        // The result as bf16 bits into out_bf16 (the fast mode's q): exactly the reference's values, x untouched.
+        {
+            Dev<float> dxb(x);
+            Dev<uint16_t> d16(std::vector<uint16_t>(x.size(), uint16_t(0x7FC1)));
+            cuda::rope_rows({.x = dxb.ptr(), .rows = rows, .heads = v.heads, .dim = v.dim, .positions = dpos.ptr(),
+                             .cos_sin = dcs.ptr(), .rope_dim = 64, .head_norm = v.norm, .eps = 1e-6f,
+                             .round_rope_dims = v.round_rope, .qat = v.qat, .out_bf16 = d16.ptr()},
+                            Stream{});
+            const std::vector<uint16_t> got16 = d16.host(x.size());
+            std::vector<float> widened(x.size());
+            for (size_t i = 0; i < x.size(); ++i) widened[i] = std::bit_cast<float>(uint32_t(got16[i]) << 16);
+            expect_bits_equal(ref, widened, std::string(v.name) + ", bf16 result");
+            expect_bits_equal(x, dxb.host(x.size()), std::string(v.name) + ", x only read");
+        }
         // Fast mode's tree-ordered sum of squares: the head's scale may move by one bf16 step, so every
         // element stays within two bf16 steps of the reference (no bit-identity claimed).
         Dev<float> dt(x);
@@ -1179,7 +1193,11 @@ TEST_F(CudaOps, SparseSinkAttentionKernelsAgreeAtPrefillShapes) {
     const char* names[] = {"pick", "wgmma", "wgmma (scores on 1 warpgroup)", "wgmma (scores on 4 warpgroups)",
                            "wgmma (shared-memory epilogue)", "ring", "one buffer"};
     for (const float q_scale : {0.05f, 1.0f}) {
-        Dev<float> dq(bf16_values(randn(size_t(rows * H * Dh), 148, q_scale)));
+        const std::vector<float> qh = bf16_values(randn(size_t(rows * H * Dh), 148, q_scale));
+        Dev<float> dq(qh);
+        std::vector<uint16_t> qh16(qh.size());
+        for (size_t i = 0; i < qh.size(); ++i) qh16[i] = uint16_t(std::bit_cast<uint32_t>(qh[i]) >> 16);
+        Dev<uint16_t> dq16(qh16);
         for (const cuda::AttentionKind kind : {cuda::AttentionKind::kCsa, cuda::AttentionKind::kHca}) {
             const bool csa = kind == cuda::AttentionKind::kCsa;
             cuda::SparseAttentionParams ap{.segments = dseg.ptr(), .row_segment = drs.ptr(), .positions = dpos.ptr(), .rows = rows,
@@ -1207,6 +1225,31 @@ TEST_F(CudaOps, SparseSinkAttentionKernelsAgreeAtPrefillShapes) {
                 } else {
                     expect_bits_equal(first, got, what + names[v] + " = " + names[0]);
                 }
+                // q as bf16 bits (q_bf16, q null): the same bits.
+                Dev<float> dout_q16(std::vector<float>(size_t(rows * H * Dh), std::nanf("")));
+                cuda::SparseAttentionParams bq = ap;
+                bq.q = nullptr;
+                bq.q_bf16 = dq16.ptr();
+                bq.out = dout_q16.ptr();
+                ASSERT_TRUE(cuda::sparse_attention_tc_variant(bq, Stream{}, variants[v])) << what << names[v];
+                expect_bits_equal(got, dout_q16.host(size_t(rows * H * Dh)), what + names[v] + ", q in bf16");
+            }
+            // The model's fast form through sparse_attention: q in bf16 only, the output in bf16 only (out
+            // null, f32_unused): the f32 output's values.
+            {
+                ASSERT_TRUE(cuda::sparse_attention_tensor_cores_fit(Dh));
+                Dev<uint16_t> dob(std::vector<uint16_t>(size_t(rows * H * Dh), uint16_t(0x7FC1)));
+                cuda::SparseAttentionParams bq = ap;
+                bq.q = nullptr;
+                bq.q_bf16 = dq16.ptr();
+                bq.out = nullptr;
+                bq.out_bf16 = dob.ptr();
+                bq.f32_unused = true;
+                cuda::sparse_attention(bq, Stream{});
+                const std::vector<uint16_t> got16 = dob.host(size_t(rows * H * Dh));
+                std::vector<float> widened(got16.size());
+                for (size_t i = 0; i < got16.size(); ++i) widened[i] = std::bit_cast<float>(uint32_t(got16[i]) << 16);
+                expect_bits_equal(first, widened, what + "q and output in bf16 only");
             }
             // Rows alone (the last row of each segment, through sparse_attention's pick) = rows in the batch.
             for (const int64_t r : {rows_a - 1, rows - 1}) {
@@ -1221,6 +1264,13 @@ TEST_F(CudaOps, SparseSinkAttentionKernelsAgreeAtPrefillShapes) {
                 cuda::sparse_attention(one, Stream{});
                 expect_bits_equal(std::vector<float>(first.begin() + r * H * Dh, first.begin() + (r + 1) * H * Dh),
                                   dout.host(size_t(H * Dh)), what + "row " + std::to_string(r) + " alone");
+                Dev<float> dout16(std::vector<float>(size_t(H * Dh), std::nanf("")));  // and with q in bf16
+                one.q = nullptr;
+                one.q_bf16 = dq16.ptr() + r * H * Dh;
+                one.out = dout16.ptr();
+                cuda::sparse_attention(one, Stream{});
+                expect_bits_equal(std::vector<float>(first.begin() + r * H * Dh, first.begin() + (r + 1) * H * Dh),
+                                  dout16.host(size_t(H * Dh)), what + "row " + std::to_string(r) + " alone, q in bf16");
             }
         }
     }

@@ -121,6 +121,10 @@ struct RopeRowsParams {
     // Fast mode: the kBf16Arith head norm's f32 sum of squares as a warp tree (deterministic, per row)
     // instead of in element order; only the order of that sum differs.
     bool tree_sum = false;
+    // Optional [rows, heads, dim] bf16 bits: the result goes here instead of into x (x is only read). Only
+    // where every result is a bf16 value (the kBf16Arith head norm with rounded RoPE dims, or round_all; no
+    // QAT), so the conversion is exact: the fast mode's q, read by the tensor-core attention.
+    uint16_t* out_bf16 = nullptr;
 };
 void rope_rows(const RopeRowsParams& p, Stream s);
 
@@ -333,6 +337,10 @@ struct SparseAttentionParams {
     const int32_t* positions = nullptr;    // [rows]
     int64_t rows = 0, heads = 0, head_dim = 0;
     const float* q = nullptr;   // [rows, heads, head_dim]
+    // Or q as bf16 bits (exact: official numerics' q holds bf16 values), read by the tensor-core kernels
+    // instead of q, which may then be null (an error where those kernels cannot run:
+    // sparse_attention_tensor_cores_fit).
+    const uint16_t* q_bf16 = nullptr;  // [rows, heads, head_dim]
     const float* kv = nullptr;  // [rows, head_dim] this chunk's K=V rows
     const float* sink = nullptr;  // [heads]
     int64_t window = 0, window_rows = 0;
@@ -359,9 +367,12 @@ struct SparseAttentionParams {
     // other kernels write it and convert it).
     uint16_t* out_bf16 = nullptr;
     int64_t bf16_group_heads = 0, bf16_group_stride = 0;
-    bool f32_unused = false;
+    bool f32_unused = false;  // (then `out` may be null where the tensor-core kernels run)
 };
 void sparse_attention(const SparseAttentionParams& p, Stream s);
+// Whether sparse_attention's tensor-core kernels run at this head_dim on the current device (official
+// numerics, 16-byte aligned q and kv): where they do, q_bf16 may replace q and f32_unused may leave out null.
+bool sparse_attention_tensor_cores_fit(int64_t head_dim);
 
 // ---- MoE ----------------------------------------------------------------------------------------
 

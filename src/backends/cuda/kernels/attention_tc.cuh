@@ -337,9 +337,10 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
 #pragma unroll
         for (int t = 0; t < kNt; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
         if (split < num_blocks) {
-            if (tid < kTcaBlock) sm.rows[tid] = tid < nh ? p.q + (r * p.heads + h0 + tid) * kD : nullptr;
+            if (tid < kTcaBlock) sm.rows[tid] = tid < nh && p.q ? p.q + (r * p.heads + h0 + tid) * kD : nullptr;
             __syncthreads();
-            tca_stage_rows<kD>(sm.q, sm.rows);
+            if (p.q_bf16) tca_stage_q_bf16<kD>(sm.q, p.q_bf16 + (r * p.heads + h0) * kD, nh);
+            else tca_stage_rows<kD>(sm.q, sm.rows);
         }
         for (int64_t b = split; b < num_blocks; b += kSplit) {
             const int64_t j0 = b * kTcaBlock;
@@ -359,23 +360,26 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
         // flight while q is staged, then block 0 staged with block 1's first two batches in flight.
         if (split < num_blocks) {
             const int i = tid / kTcaBlock, j = tid % kTcaBlock;
-            if (i == 0) sm.rows[j] = j < nh ? p.q + (r * p.heads + h0 + j) * kD : nullptr;
+            if (i == 0) sm.rows[j] = j < nh && p.q ? p.q + (r * p.heads + h0 + j) * kD : nullptr;
             else if (i < 3) sm.next_rows[(i - 1) * kTcaBlock + j] = row_of((split + (i - 1) * kSplit) * kTcaBlock + j);
             else if (tid == 3 * kTcaBlock) *cands = TcaCandidates{cand, nc};
             __syncthreads();
             Ring::issue(sm.ring, sm.next_rows, 0, any);
             Ring::issue(sm.ring, sm.next_rows, 1, any);
             if constexpr (kWg >= 2) {
-                // The q of the row one wave ahead into L2 (a hint: 8 bulk prefetches of 16 KiB).
+                // The q of the row one wave ahead into L2 (a hint: bulk prefetches of 16 KiB, 8 for f32, 4 for bf16).
                 const int64_t ahead_row = r + tcw::sm_count();
-                if (ahead_row < p.rows && warp == kTcaThreads / 32 - 1 && lane < kTcaHeads * kD * 4 / 16384 &&
-                    (lane + 1) * (16384 / (kD * 4)) <= p.heads - h0)
-                    tcw::prefetch_l2(p.q + (ahead_row * p.heads + h0) * kD + lane * (16384 / 4), 16384);
+                const int qsize = p.q_bf16 ? 2 : 4;
+                const char* qbase = p.q_bf16 ? reinterpret_cast<const char*>(p.q_bf16) : reinterpret_cast<const char*>(p.q);
+                if (ahead_row < p.rows && warp == kTcaThreads / 32 - 1 && lane < kTcaHeads * kD * qsize / 16384 &&
+                    (lane + 1) * (16384 / (kD * qsize)) <= p.heads - h0)
+                    tcw::prefetch_l2(qbase + ((ahead_row * p.heads + h0) * kD) * qsize + lane * 16384, 16384);
                 // ... and its CSA picks (its first blocks' window rows are this chunk's recent rows).
                 if (ahead_row < p.rows && p.selected && p.topk % 4 == 0 && tid == kTcaThreads - 32 + 31)
                     tcw::prefetch_l2(p.selected + ahead_row * p.topk, static_cast<uint32_t>(p.topk * 4));
             }
-            tca_stage_rows<kD, 8, (kWg > 0)>(sm.q, sm.rows);
+            if (p.q_bf16) tca_stage_q_bf16<kD, (kWg > 0)>(sm.q, p.q_bf16 + (r * p.heads + h0) * kD, nh);
+            else tca_stage_rows<kD, 8, (kWg > 0)>(sm.q, sm.rows);
             Ring::stage(sm.kv, sm.ring, sm.next_rows, split + kSplit < num_blocks ? sm.next_rows + kTcaBlock : nullptr, any);
         }
 #pragma unroll
@@ -418,7 +422,7 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) tc_attention_kernel(con
             float den = 0.f;
             den += l_run[i] * w;
             den += exp2f(p.sink[h0 + row] * kLog2e - mx);
-            float* dst = p.out + (r * p.heads + h0 + row) * kD + quarter * (kD / 4) + qd * 2;
+            float* dst = p.f32_unused ? nullptr : p.out + (r * p.heads + h0 + row) * kD + quarter * (kD / 4) + qd * 2;
 #pragma unroll
             for (int t = 0; t < kNt; ++t) {
                 float o2[2] = {0.f, 0.f};

@@ -140,6 +140,28 @@ __device__ __forceinline__ void tca_stage_rows(__nv_bfloat16* dst, const float* 
     }
 }
 
+// q's 64 heads from bf16 rows kD apart (SparseAttentionParams::q_bf16; heads from nh on are zeros) into dst,
+// in 16-byte copies, all of a thread's loads issued before its stores: tca_stage_rows' result for the same
+// values, without the conversion and with half the bytes. The caller syncs before reading dst.
+template <int kD, bool kSwz = false>
+__device__ __forceinline__ void tca_stage_q_bf16(__nv_bfloat16* dst, const uint16_t* src, int64_t nh) {
+    constexpr int kOcts = kD / 8;                           // 16-byte pieces per row
+    constexpr int kPer = kTcaBlock * kOcts / kTcaThreads;  // per thread: 1 .. 8
+    static_assert(kPer >= 1 && kTcaBlock * kOcts % kTcaThreads == 0, "whole 16-byte pieces per thread");
+    uint4 v[kPer];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+        const int i = static_cast<int>(threadIdx.x) + k * kTcaThreads, row = i / kOcts, col = (i % kOcts) * 8;
+        v[k] = row < nh ? *reinterpret_cast<const uint4*>(src + static_cast<int64_t>(row) * kD + col) : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+        const int i = static_cast<int>(threadIdx.x) + k * kTcaThreads, row = i / kOcts, col = (i % kOcts) * 8;
+        if constexpr (kSwz) *reinterpret_cast<uint4*>(dst + tcw::index(row, col)) = v[k];
+        else *reinterpret_cast<uint4*>(dst + row * tca_pitch(kD) + col) = v[k];
+    }
+}
+
 // Scores of this warp's 16 heads x 16 candidates (its quarter of the block): two n-tiles, accumulated
 // over the k-steps [kK0, kK1) of K = kD (16 each; tca_scores: all of them, from zero).
 template <int kD, int kK0, int kK1>

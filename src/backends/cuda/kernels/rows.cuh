@@ -198,10 +198,22 @@ static __global__ void rope_rows_kernel(const __grid_constant__ RopeRowsParams p
     if (p.qat == Qat::kFp8Nope) fp8_simulate_nope_warp(sh, p.dim - p.rope_dim);
     else if (p.qat == Qat::kHadamardFp4) hadamard_fp4_warp(sh, p.dim);
     __syncwarp();
-    if (vec)
+    if (p.out_bf16) {  // bf16 values (rope_rows checks): their high halves, exact
+        uint16_t* o = p.out_bf16 + (row * p.heads + head) * p.dim;
+        if (vec && reinterpret_cast<uintptr_t>(p.out_bf16) % 8 == 0) {
+            for (int64_t i = lane; i < n4; i += 32) {
+                const float4 v = reinterpret_cast<const float4*>(sh)[i];
+                reinterpret_cast<uint2*>(o)[i] = make_uint2(__byte_perm(__float_as_uint(v.x), __float_as_uint(v.y), 0x7632u),
+                                                            __byte_perm(__float_as_uint(v.z), __float_as_uint(v.w), 0x7632u));
+            }
+        } else {
+            for (int64_t i = lane; i < p.dim; i += 32) o[i] = static_cast<uint16_t>(__float_as_uint(sh[i]) >> 16);
+        }
+    } else if (vec) {
         for (int64_t i = lane; i < n4; i += 32) reinterpret_cast<float4*>(g)[i] = reinterpret_cast<const float4*>(sh)[i];
-    else
+    } else {
         for (int64_t i = lane; i < p.dim; i += 32) g[i] = sh[i];
+    }
 }
 
 // grid (rows, column blocks), block 256: x[t, j, :] = embed[token[t]] for each stream; block y the

@@ -206,11 +206,28 @@ bool try_tensor_cores(const SparseAttentionParams& p, Stream s, TcaVariant varia
         default: return false;
     }
 }
+
+// q (or q_bf16 where given: the tensor-core kernels read it instead) and kv 16-byte aligned.
+bool tc_aligned16(const SparseAttentionParams& p) {
+    const void* q = p.q_bf16 ? static_cast<const void*>(p.q_bf16) : static_cast<const void*>(p.q);
+    return reinterpret_cast<uintptr_t>(q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.kv) % 16 == 0;
+}
 }  // namespace
 
+bool sparse_attention_tensor_cores_fit(int64_t head_dim) {
+    // launch_tc falls back from the wgmma and pipelined kernels to the one-buffer kernel, which runs
+    // wherever its shared memory fits.
+    switch (head_dim) {
+        case 64: return kernels::tca_smem_bytes(64) <= max_shared_memory_per_block();
+        case 128: return kernels::tca_smem_bytes(128) <= max_shared_memory_per_block();
+        case 256: return kernels::tca_smem_bytes(256) <= max_shared_memory_per_block();
+        case 512: return kernels::tca_smem_bytes(512) <= max_shared_memory_per_block();
+        default: return false;
+    }
+}
+
 bool sparse_attention_tc_variant(const SparseAttentionParams& p, Stream s, TcaVariant variant) {
-    const bool aligned16 = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.kv) % 16 == 0;
-    return p.rows > 0 && p.official && aligned16 && try_tensor_cores(p, s, variant);
+    return p.rows > 0 && p.official && tc_aligned16(p) && try_tensor_cores(p, s, variant);
 }
 
 bool sparse_attention_tc_one_buffer(const SparseAttentionParams& p, Stream s) {
@@ -232,12 +249,15 @@ void sparse_attention_f32(const SparseAttentionParams& p, Stream s);
 void sparse_attention(const SparseAttentionParams& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.kind != AttentionKind::kCsa || p.selected, "sparse_attention: CSA needs the indexer's picks");
-    DI_CHECK(p.out, "sparse_attention: no output");
+    DI_CHECK(p.out || (p.f32_unused && p.out_bf16), "sparse_attention: no output");
+    DI_CHECK(p.q || p.q_bf16, "sparse_attention: no q");
     const int64_t gh = kernels::tca_bf16_group_heads(p);
     DI_CHECK(!p.out_bf16 || (p.heads % gh == 0 && (p.heads == gh || p.bf16_group_stride >= p.rows * gh * p.head_dim)),
              "sparse_attention: bf16 output groups of ", gh, " heads, stride ", p.bf16_group_stride);
-    const bool aligned16 = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.kv) % 16 == 0;
-    if (p.tensor_cores && p.official && aligned16 && try_tensor_cores(p, s)) return;
+    if (p.tensor_cores && p.official && tc_aligned16(p) && try_tensor_cores(p, s)) return;
+    // The CUDA-core kernels read the f32 q and write the f32 output.
+    DI_CHECK(p.q && p.out, "sparse_attention: bf16-only q or no f32 output, but the tensor-core kernels cannot run "
+             "(head_dim ", p.head_dim, ", official ", p.official, "; see sparse_attention_tensor_cores_fit)");
     sparse_attention_f32(p, s);
     if (p.out_bf16) output_to_bf16(p, s);
 }

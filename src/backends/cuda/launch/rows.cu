@@ -25,6 +25,11 @@ void rope_rows(const RopeRowsParams& p, Stream s) {
     DI_CHECK(p.dim <= 8192 && p.rope_dim <= p.dim && p.rope_dim % 2 == 0, "rope_rows: dim ", p.dim, ", rope_dim ", p.rope_dim);
     DI_CHECK(p.rope_dim == 0 || p.cos_sin, "rope_rows: no cos/sin table");
     DI_CHECK(p.qat != Qat::kHadamardFp4 || (p.dim & (p.dim - 1)) == 0, "rope_rows: Hadamard needs a power-of-two dim");
+    // A bf16 result must be exact: every value bf16-rounded by the head norm and the RoPE rounding (or round_all).
+    DI_CHECK(!p.out_bf16 || (p.qat == Qat::kNone && (p.round_all || (p.head_norm == HeadNorm::kBf16Arith &&
+                                                                     (p.rope_dim == 0 || p.round_rope_dims)))),
+             "rope_rows: a bf16 result needs bf16-rounded values (kBf16Arith head norm and rounded RoPE dims, or round_all) "
+             "and no QAT");
     const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>((p.heads + kernels::kRopeWarps - 1) / kernels::kRopeWarps));
     const size_t smem = static_cast<size_t>(kernels::kRopeWarps * p.dim) * sizeof(float);
     if (smem > 48 * 1024)

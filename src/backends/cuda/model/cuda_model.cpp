@@ -119,18 +119,27 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
     const bool compressed = lw.attention_type != AttentionType::kSliding;
     const float* rope = compressed ? rope_comp_ : rope_main_;
 
+    // The grouped output projection on tensor cores (then the attention writes its output in bf16 only),
+    // and q in bf16 for the tensor-core attention (official numerics: q holds bf16 values): the RoPE
+    // kernel writes half the bytes and the attention reads half. Then q16 takes the place of the f32
+    // attention output, which is not written.
+    const int64_t G = c.o_groups, OL = c.o_lora_rank, GW = H * Dh / G;
+    const bool tensor_cores = fast_ && lw.wo_a_groups && fast_linear_supported(lw.wo_a.rows(0, OL));
+    const bool bf16_q = tensor_cores && off && sparse_attention_tensor_cores_fit(Dh);
+
     // The fast GEMMs' forms of a and qr, each converted once for all the projections that read them.
     ConvertedInput ca{.x = a, .rows = S, .cols = c.hidden_size};
     // Q path: qr = q_norm(wq_a a); q = head_norm(wq_b qr); RoPE.
     float* qr = workspace_->alloc_n<float>(S * QL);
     float* q = workspace_->alloc_n<float>(S * H * Dh);
+    uint16_t* q16 = bf16_q ? workspace_->alloc_n<uint16_t>(S * H * Dh) : nullptr;
     ConvertedInput cqr{.x = qr, .rows = S, .cols = QL};
     project(lw.wq_a, a, S, qr, &ca);
     rms_norm({.x = qr, .weight = lw.q_norm, .out = qr, .rows = S, .n = QL, .eps = eps, .round_bf16 = off}, s);
     project(lw.wq_b, qr, S, q, &cqr);
     rope_rows({.x = q, .rows = S, .heads = H, .dim = Dh, .positions = b.positions, .cos_sin = rope, .rope_dim = R,
                .head_norm = off ? HeadNorm::kBf16Arith : HeadNorm::kF32, .eps = eps, .round_rope_dims = off,
-               .tree_sum = fast_},
+               .tree_sum = fast_, .out_bf16 = q16},
               s);
     // KV path: kv = kv_norm(wkv a); RoPE; FP8 simulation of the nope dims.
     float* kv = workspace_->alloc_n<float>(S * Dh);
@@ -199,20 +208,18 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
     if (lw.attention_type == AttentionType::kHca) max_cand += (b.max_position + 1) / m;
     if (lw.attention_type == AttentionType::kCsa) max_cand += std::min<int64_t>(c.index_topk, (b.max_position + 1) / m);
     float* attn_scratch = workspace_->alloc_n<float>(S * H * max_cand);
-    float* o = workspace_->alloc_n<float>(S * H * Dh);
+    float* o = bf16_q ? nullptr : workspace_->alloc_n<float>(S * H * Dh);
     // The grouped output projection's input: with tensor cores, o in bf16 straight from the attention kernel
     // (its outputs are bf16-rounded: the same values as converting o), each group's rows together at
     // prefill sizes ([G][S, GW]: one dense launch per group), else as [S, H·Dh] (one grouped launch); the
     // f32 o is then not written.
-    const int64_t G = c.o_groups, OL = c.o_lora_rank, GW = H * Dh / G;
-    const bool tensor_cores = fast_ && lw.wo_a_groups && fast_linear_supported(lw.wo_a.rows(0, OL));
     const bool dense_wo_a = tensor_cores && S >= kWoADenseRows && fast_dense_ws_available();
     uint16_t* ob = tensor_cores ? workspace_->alloc_n<uint16_t>(S * H * Dh) : nullptr;
     const AttentionKind kind = lw.attention_type == AttentionType::kCsa   ? AttentionKind::kCsa
                                : lw.attention_type == AttentionType::kHca ? AttentionKind::kHca
                                                                            : AttentionKind::kSliding;
     sparse_attention({.segments = b.segments, .row_segment = b.row_segment, .positions = b.positions, .rows = S,
-                      .heads = H, .head_dim = Dh, .q = q, .kv = kv, .sink = lw.sink, .window = c.sliding_window,
+                      .heads = H, .head_dim = Dh, .q = bf16_q ? nullptr : q, .q_bf16 = q16, .kv = kv, .sink = lw.sink, .window = c.sliding_window,
                       .window_rows = c.sliding_window + kRingHeadroom, .kind = kind, .ratio = m, .selected = selected,
                       .topk = c.index_topk, .max_candidates = max_cand, .scratch = attn_scratch, .cos_sin = rope,
                       .rope_dim = R, .softmax_scale = 1.0f / std::sqrt(static_cast<float>(Dh)), .official = off,
@@ -376,7 +383,7 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
         } else if (lw.attention_type != AttentionType::kSliding) {
             max_cand += P / m;
         }
-        at += bytes(n * H * max_cand * 4) + bytes(n * H * Dh * 4) + bytes(n * G * OL * 4);
+        at += bytes(n * H * max_cand * 4) + bytes(n * H * Dh * 4) + bytes(n * G * OL * 4);  // (o f32, or q in bf16)
         at += bytes(n * std::max({Dm, QL, G * OL}) * 4);
         if (fast_)  // wo_a on tensor cores: o in bf16, the group tables, the tile table
             at += bytes(n * H * Dh * 2) + 2 * bytes((G + 1) * 4) + bytes(G * n * 4);
