@@ -443,6 +443,9 @@ TEST_F(CudaOps, HeadNormRopeAndQatBitIdentical) {
         {"q exact", 64, 512, cuda::HeadNorm::kF32, false, cuda::Qat::kNone, false},
         {"kv official (fp8 nope)", 1, 512, cuda::HeadNorm::kNone, true, cuda::Qat::kFp8Nope, false},
         {"indexer q official (64x128 Hadamard+fp4)", 64, 128, cuda::HeadNorm::kNone, false, cuda::Qat::kHadamardFp4, false},
+        {"Hadamard+fp4 at 64 dims (registers)", 8, 64, cuda::HeadNorm::kNone, false, cuda::Qat::kHadamardFp4, false},
+        {"Hadamard+fp4 at 256 dims (registers)", 8, 256, cuda::HeadNorm::kNone, false, cuda::Qat::kHadamardFp4, false},
+        {"Hadamard+fp4 at 512 dims (shared memory)", 8, 512, cuda::HeadNorm::kNone, false, cuda::Qat::kHadamardFp4, false},
         {"inverse rope", 64, 512, cuda::HeadNorm::kNone, true, cuda::Qat::kNone, true},
     };
     for (const Variant& v : variants) {

@@ -100,9 +100,65 @@ __device__ __forceinline__ void fp8_simulate_nope_warp(float* x, int64_t nope) {
     __syncwarp();
 }
 
+// hadamard_fp4_warp for dim = 32·kPer in registers: lane l holds elements l + 32k (k < kPer), so the stages
+// h < 32 pair lanes l and l ^ h (a shuffle) and the stages h >= 32 pair registers k and k ^ (h / 32); each
+// pair's two results are the same expressions (a + b, a + -b) in the same stage order, and block k of 32 is
+// register k across the warp (its amax a butterfly of fmaxf, exact in any order): the same bits as the
+// shared-memory form, without its 2·dim loads and stores per stage.
+template <int kPer>
+__device__ __forceinline__ void hadamard_fp4_regs(float* x) {
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    __syncwarp();
+    float r[kPer];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) r[k] = x[32 * k + lane];
+#pragma unroll
+    for (int h = 1; h < 32; h *= 2) {
+        const bool upper = (lane & h) != 0;  // this lane holds the pair's second element
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) {
+            const float other = __shfl_xor_sync(0xFFFFFFFFu, r[k], h);
+            r[k] = upper ? dev::add(other, -r[k]) : dev::add(r[k], other);
+        }
+    }
+#pragma unroll
+    for (int kk = 1; kk < kPer; kk *= 2)
+#pragma unroll
+        for (int k = 0; k < kPer; ++k)
+            if ((k & kk) == 0) {
+                const float a = r[k], b = r[k + kk];
+                r[k] = dev::add(a, b);
+                r[k + kk] = dev::add(a, -b);
+            }
+    const float scale = 1.0f / sqrtf(static_cast<float>(32 * kPer));
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) r[k] = dev::round_bf16(dev::mul(r[k], scale));
+    float amax[kPer];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) amax[k] = fabsf(r[k]);
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2)
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) amax[k] = fmaxf(amax[k], __shfl_xor_sync(0xFFFFFFFFu, amax[k], o));
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+        const dev::Pow2Scale s = dev::pow2_scale_ceil(dev::mul(fmaxf(amax[k], 6.0f * dev::exp2i(-126)), 1.0f / 6.0f));
+        x[32 * k + lane] = dev::round_bf16(dev::mul(dev::round_e2m1(fminf(fmaxf(dev::mul(r[k], s.inverse), -6.0f), 6.0f)), s.scale));
+    }
+    __syncwarp();
+}
+
 // Walsh-Hadamard (natural order, / sqrt(dim)), bf16, then FP4 per 32: compressor.cpp's hadamard_fp4_simulate.
-// dim a power of two (the launchers check): a pair's indices by shifts and masks, not 64-bit divisions by h.
+// dim a power of two (the launchers check): a pair's indices by shifts and masks, not 64-bit divisions by h;
+// dims 32-256 in registers (hadamard_fp4_regs).
 __device__ __forceinline__ void hadamard_fp4_warp(float* x, int64_t dim) {
+    switch (dim) {
+        case 32: return hadamard_fp4_regs<1>(x);
+        case 64: return hadamard_fp4_regs<2>(x);
+        case 128: return hadamard_fp4_regs<4>(x);
+        case 256: return hadamard_fp4_regs<8>(x);
+        default: break;
+    }
     const int half = static_cast<int>(dim / 2);
     for (int lh = 0; (1 << lh) < dim; ++lh) {
         const int h = 1 << lh;
