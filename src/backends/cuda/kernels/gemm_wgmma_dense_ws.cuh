@@ -26,9 +26,9 @@
 // that each K tile reads the weights from L2 once per pair (24 KB per block and K tile instead of 32 KB:
 // the copies from L2 may bound 128 x 128 tiles); a stage is free again once the consumers of both blocks
 // released it (each consumer warp arrives on both blocks' `empty` barriers). Correct (bit-identical in the
-// tests) but measured at half the rate of kCluster = 1 on the H200 (cause not found: the resident cluster
-// count, the cross-block stage release, or the pairs' lockstep are the suspects), so the launcher's
-// default is kCluster = 1.
+// tests) but measured at half the rate of kCluster = 1 on the H200 (cause not found: not the resident
+// cluster count — 66 clusters hold every SM, bench/results/cuda-session31-h200-call7-dense-cluster.md —
+// so the cross-block stage release or the pairs' lockstep), so the launcher's default is kCluster = 1.
 #pragma once
 
 #include <cuda.h>
