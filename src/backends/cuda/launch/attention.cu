@@ -217,13 +217,8 @@ bool tc_aligned16(const SparseAttentionParams& p) {
 bool sparse_attention_tensor_cores_fit(int64_t head_dim) {
     // launch_tc falls back from the wgmma and pipelined kernels to the one-buffer kernel, which runs
     // wherever its shared memory fits.
-    switch (head_dim) {
-        case 64: return kernels::tca_smem_bytes(64) <= max_shared_memory_per_block();
-        case 128: return kernels::tca_smem_bytes(128) <= max_shared_memory_per_block();
-        case 256: return kernels::tca_smem_bytes(256) <= max_shared_memory_per_block();
-        case 512: return kernels::tca_smem_bytes(512) <= max_shared_memory_per_block();
-        default: return false;
-    }
+    const bool supported = head_dim == 64 || head_dim == 128 || head_dim == 256 || head_dim == 512;  // try_tensor_cores' dims
+    return supported && kernels::tca_smem_bytes(head_dim) <= max_shared_memory_per_block();
 }
 
 bool sparse_attention_tc_variant(const SparseAttentionParams& p, Stream s, TcaVariant variant) {
