@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# What every recorded GPU call script (bench/results/*.run.sh) repeats, for new scripts to source on the
+# `device` tool's machine, from the repository root:
+#   source tools/device/call_lib.sh .devcarry/me/bundle.tar.xz    # a tools/device/make_bundle.sh bundle
+#   t model 60 $B/cuda_model_tests                                 # a test binary, its rc and PASSED/FAILED line
+#   for v in prev new; do ... >> $R/pf8_$v.jsonl; done; pack       # results under $R, packed into $OUT/r.tgz
+# It unpacks the bundle into $B (/tmp/mb), finds cuBLAS for LD_LIBRARY_PATH, points DI_TEST_DATA_DIR at the
+# fixtures and /work/main at this checkout (tests that name it), starts $R (/tmp/r) with the GPU's line in
+# $S ($R/summary.txt), and defines:
+#   t NAME SECONDS CMD...  run CMD under a timeout into $R/NAME.log; one line in $S
+#   pack                   $R into $OUT/r.tgz (one file: the tool returns a limited number of files)
+#   elapsed                seconds since sourcing
+#   FB                     the 2-layer proxy's cuda_forward_bench flags (CSA + HCA, 256 experts, fast, even routing)
+set -u
+CALL_T0=$(date +%s)
+B=/tmp/mb
+R=/tmp/r
+S=$R/summary.txt
+rm -rf "$R" && mkdir -p "$R" "$B"
+tar -xJf "$1" -C "$B"
+CUBLAS_DIR=$(dirname "$(find / -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH=$B:$CUBLAS_DIR DI_TEST_DATA_DIR=$PWD/tests/data
+mkdir -p /work && { [ -e /work/main ] && [ ! -L /work/main ]; } || ln -sfn "$PWD" /work/main  # (not over a real checkout)
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader > "$S"
+FB="--experts 256 --layers csa,hca --gemm fast --routing even --max-len 16384"
+elapsed() { echo $(( $(date +%s) - CALL_T0 )); }
+pack() { tar -czf "$OUT/r.tgz" -C "$(dirname "$R")" "$(basename "$R")"; }
+t() {
+    local name=$1 cap=$2
+    shift 2
+    timeout "$cap" "$@" > "$R/$name.log" 2>&1
+    echo "$name rc=$? t=$(elapsed) $(grep -E '^\[  (PASSED|FAILED) ' "$R/$name.log" | tr '\n' ' ' | cut -c1-300)" >> "$S"
+}
