@@ -9,9 +9,10 @@ sections of every cubin (one per real architecture) in two objects or executable
     tools/cuda/same_kernels.py BEFORE.o AFTER.o
 
 Exit 0 when every kernel's code is identical (PTX and debug sections are not compared), 1 otherwise,
-listing the kernels that differ. Needs `cuobjdump` (the CUDA toolkit's, or PyPI's
-`nvidia-cuda-cuobjdump`: `pip install --target /tmp/cuobj nvidia-cuda-cuobjdump` then
-CUOBJDUMP=/tmp/cuobj/nvidia/cu13/bin/cuobjdump) and binutils' `readelf`.
+listing the kernels that differ and how many of their 16-byte instructions differ. The cubins come from
+`cuobjdump` where there is one (the CUDA toolkit's, or PyPI's `nvidia-cuda-cuobjdump`: `pip install --target
+/tmp/cuobj nvidia-cuda-cuobjdump` then CUOBJDUMP=/tmp/cuobj/nvidia/cu13/bin/cuobjdump), else straight from the
+object's `.nv_fatbin` section (binutils' `objcopy`: a machine with nvcc but no cuobjdump); `readelf` either way.
 To get BEFORE.o: copy the object, `git stash`, rebuild (ccache makes it quick), copy it again, `git stash pop`.
 """
 import glob
@@ -23,22 +24,33 @@ import sys
 import tempfile
 
 
-def cuobjdump() -> str:
-    exe = os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump")
-    if not exe:
-        sys.exit("same_kernels: no cuobjdump (set CUOBJDUMP or put it on PATH; see --help)")
-    return exe
-
-
 def cubins(obj: str, workdir: str) -> dict:
     """{architecture: cubin path} of the object's embedded ELF images."""
-    subprocess.run([cuobjdump(), "-xelf", "all", os.path.abspath(obj)], cwd=workdir, check=True,
-                   stdout=subprocess.DEVNULL)
+    exe = os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump")
+    if not exe:
+        return fatbin_cubins(obj, workdir)
+    subprocess.run([exe, "-xelf", "all", os.path.abspath(obj)], cwd=workdir, check=True, stdout=subprocess.DEVNULL)
     out = {}
     for path in glob.glob(os.path.join(workdir, "*.cubin")):
         m = re.search(r"\.(sm_\w+)\.cubin$", path)
         if m:
             out[m.group(1)] = path
+    return out
+
+
+def fatbin_cubins(obj: str, workdir: str) -> dict:
+    """Without cuobjdump: the ELF images inside the object's .nv_fatbin section, each written from its ELF magic
+    to the section's end (readelf reads only what the image's own headers describe), named by their order."""
+    fat = os.path.join(workdir, "fatbin")
+    subprocess.run(["objcopy", "--dump-section", f".nv_fatbin={fat}", obj, os.devnull], check=True, capture_output=True)
+    data = open(fat, "rb").read()
+    out, start = {}, data.find(b"\x7fELF")
+    while start != -1:
+        path = os.path.join(workdir, f"image{len(out)}.cubin")
+        with open(path, "wb") as f:
+            f.write(data[start:])
+        out[f"image{len(out)}"] = path
+        start = data.find(b"\x7fELF", start + 1)
     return out
 
 
@@ -70,7 +82,12 @@ def main() -> int:
             differ = sorted(k for k in set(ta) | set(tb) if ta.get(k) != tb.get(k))
             print(f"{arch}: {len(ta)} vs {len(tb)} kernels, {len(differ)} differ")
             for k in differ:
-                print(f"  {k[6:]}")
+                x, y = ta.get(k), tb.get(k)
+                if x is None or y is None:
+                    print(f"  {k[6:]}: only in {'AFTER' if x is None else 'BEFORE'}")
+                    continue
+                n = sum(1 for i in range(0, min(len(x), len(y)), 16) if x[i:i + 16] != y[i:i + 16])
+                print(f"  {k[6:]}: {len(x) // 16} -> {len(y) // 16} instructions, {n} differ")
             same = same and not differ
         return 0 if same else 1
 
