@@ -71,7 +71,7 @@ __device__ __forceinline__ float hc_mma_comp(const float4& v, int i) { return i 
 
 // grid (ceil(rows / (16 kTiles)), hc_mix_splits(flat)), block kHcMmaThreads; kGroups = ceil(outputs / 8);
 // kTiles m16 tiles per block (2; 1 for <= 16 rows: no MMAs on 16 rows of zeros; a row's sums are the same).
-// Block (bx, c) takes rows 32·bx .. + 31 of chunk c; warp w the chunk's K slice [64w, 64w + 64) (its 4 steps'
+// Block (bx, c) takes rows 16·kTiles·bx .. + 16·kTiles - 1 of chunk c; warp w the chunk's K slice [64w, 64w + 64) (its 4 steps'
 // loads issued before any MMA). The slices' sums are added in warp order through shared memory:
 // partial = (((s_0 + s_1) + s_2) + ... + s_7), s_w the warp's accumulator (zero past the chunk's end).
 template <int kGroups, int kTiles>

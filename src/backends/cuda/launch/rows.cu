@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Launchers of the per-row ops (RMS norm, per-head RoPE/QAT, embedding) and of mHC.
+#include <type_traits>
+
 #include "backends/cuda/common/cuda_check.h"
 #include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/cuda_backend.h"
@@ -105,23 +107,18 @@ void hc_mix_splitk(const HcMixSplitKParams& p, Stream s) {
         const bool one = p.rows <= 16;
         const int64_t per_block = one ? 16 : kernels::kHcMmaRows;
         const dim3 grid(static_cast<unsigned>((p.rows + per_block - 1) / per_block), static_cast<unsigned>(splits));
-        const int64_t groups = (p.outputs + 7) / 8;
-        auto go = [&](auto kernel) { launch_pdl(kernel, grid, kernels::kHcMmaThreads, 0, s, p); };
-        if (one) {
-            switch (groups) {
-                case 1: go(kernels::hc_mix_mma_kernel<1, 1>); break;
-                case 2: go(kernels::hc_mix_mma_kernel<2, 1>); break;
-                case 3: go(kernels::hc_mix_mma_kernel<3, 1>); break;
-                default: go(kernels::hc_mix_mma_kernel<4, 1>); break;
+        // kernel<groups of 8 outputs, m16 tiles>: one switch over the groups, the tile count as a constant.
+        auto go = [&](auto tiles) {
+            constexpr int kT = decltype(tiles)::value;
+            switch ((p.outputs + 7) / 8) {
+                case 1: launch_pdl(kernels::hc_mix_mma_kernel<1, kT>, grid, kernels::kHcMmaThreads, 0, s, p); break;
+                case 2: launch_pdl(kernels::hc_mix_mma_kernel<2, kT>, grid, kernels::kHcMmaThreads, 0, s, p); break;
+                case 3: launch_pdl(kernels::hc_mix_mma_kernel<3, kT>, grid, kernels::kHcMmaThreads, 0, s, p); break;
+                default: launch_pdl(kernels::hc_mix_mma_kernel<4, kT>, grid, kernels::kHcMmaThreads, 0, s, p); break;
             }
-        } else {
-            switch (groups) {
-                case 1: go(kernels::hc_mix_mma_kernel<1, 2>); break;
-                case 2: go(kernels::hc_mix_mma_kernel<2, 2>); break;
-                case 3: go(kernels::hc_mix_mma_kernel<3, 2>); break;
-                default: go(kernels::hc_mix_mma_kernel<4, 2>); break;
-            }
-        }
+        };
+        if (one) go(std::integral_constant<int, 1>{});
+        else go(std::integral_constant<int, 2>{});
         DI_CUDA_CHECK(cudaGetLastError());
     } else {
         hc_mix_partials_fma(p, splits, s);
