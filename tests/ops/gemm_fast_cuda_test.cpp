@@ -274,6 +274,53 @@ TEST_F(CudaGemmFast, SwigluQuantizedEqualsSwigluThenActQuant) {
             }
 }
 
+TEST_F(CudaGemmFast, RmsNormFormsEqualNormThenActQuantAndToBf16) {
+    // The norm kernel's FP8 and bf16 forms of its output (RmsNormParams::q, out_bf16) against rms_norm then
+    // act_quant_fp8 (per 128 and per 32 columns) and to_bf16, bit for bit; the f32 output unchanged by
+    // the extra forms; in place and apart, weighted and not, with and without the bf16 rounding, at
+    // V4-Flash's widths (hidden 4096, q_lora 1024) and 128; a block of tiny values (the amax floor) and a
+    // row of huge ones (the clamp) included.
+    for (const int64_t n : {int64_t(4096), int64_t(1024), int64_t(128)})
+        for (const int64_t block : {int64_t(128), int64_t(32)})
+            for (int variant = 0; variant < 3; ++variant) {
+                const int64_t rows = 9;
+                const bool round = variant != 1, weighted = variant != 2, in_place = variant == 0;
+                auto x = bf16_randn(size_t(rows * n), uint32_t(n + block), 2.0f);
+                for (int64_t i = 0; i < 64; ++i) x[size_t(2 * n + i)] = 1e-30f * float(i + 1);
+                for (int64_t i = 0; i < n; ++i) x[size_t(4 * n + i)] *= 1e30f;
+                auto w = bf16_randn(size_t(n), 5, 0.2f);
+                for (float& v : w) v += 1.0f;
+                Dev<float> dw(w), x1(x), x2(x), o1(x.size()), o2(x.size());
+                Dev<uint8_t> q1(x.size()), q2(x.size());
+                Dev<float> s1(size_t(rows * n / block)), s2(size_t(rows * n / block));
+                Dev<uint16_t> b1(x.size()), b2(x.size());
+                cuda::RmsNormParams p{.x = x1.ptr(), .weight = weighted ? dw.ptr() : nullptr, .out = in_place ? x1.ptr() : o1.ptr(),
+                                      .rows = rows, .n = n, .eps = 1e-6f, .round_bf16 = round};
+                cuda::rms_norm(p, Stream{});
+                cuda::act_quant_fp8({.x = p.out, .x_ld = n, .rows = rows, .cols = n, .q = q1.ptr(), .scale = s1.ptr(), .block = block},
+                                    Stream{});
+                cuda::to_bf16({.x = p.out, .x_ld = n, .rows = rows, .cols = n, .out = b1.ptr()}, Stream{});
+                cuda::RmsNormParams f = p;
+                f.x = x2.ptr();
+                f.out = in_place ? x2.ptr() : o2.ptr();
+                f.q = q2.ptr();
+                f.q_scale = s2.ptr();
+                f.q_block = block;
+                f.out_bf16 = b2.ptr();
+                cuda::rms_norm(f, Stream{});
+                const std::string what = "n " + std::to_string(n) + ", block " + std::to_string(block) + ", variant " + std::to_string(variant);
+                EXPECT_EQ(differing_words((in_place ? x1 : o1).host(x.size()), (in_place ? x2 : o2).host(x.size())), 0u) << what;
+                EXPECT_EQ(q1.host(x.size()), q2.host(x.size())) << what;
+                EXPECT_EQ(differing_words(s1.host(size_t(rows * n / block)), s2.host(size_t(rows * n / block))), 0u) << what;
+                EXPECT_EQ(b1.host(x.size()), b2.host(x.size())) << what;
+            }
+    // The forms need whole 128-column blocks: a clear error otherwise.
+    Dev<float> x(size_t(2 * 96)), s(size_t(8));
+    Dev<uint8_t> q(size_t(2 * 96));
+    EXPECT_THROW(cuda::rms_norm({.x = x.ptr(), .out = x.ptr(), .rows = 2, .n = 96, .q = q.ptr(), .q_scale = s.ptr()}, Stream{}),
+                 std::exception);
+}
+
 struct Case {
     cpu::WeightFormat format;
     int64_t rows, out, in;

@@ -95,6 +95,14 @@ struct RmsNormParams {
     int64_t rows = 0, n = 0;
     float eps = 1e-6f;
     bool round_bf16 = false;
+    // Optional forms of out written by the same pass (the fast GEMMs' inputs, without a launch and a
+    // reread of out each): its FP8 form as act_quant_fp8 makes it with `q_block`-column scales (32 or 128;
+    // the same codes and scales), and its bf16 bits as to_bf16 makes them. Either needs n % 128 == 0,
+    // n <= 8192 and 16-byte aligned rows (x, out, weight).
+    uint8_t* q = nullptr;          // [rows, n] e4m3
+    float* q_scale = nullptr;      // [rows, n / q_block]
+    int64_t q_block = 128;
+    uint16_t* out_bf16 = nullptr;  // [rows, n] bf16
 };
 void rms_norm(const RmsNormParams& p, Stream s);
 

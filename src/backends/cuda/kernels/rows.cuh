@@ -6,6 +6,7 @@
 
 #include "backends/cuda/common/device_math.cuh"
 #include "backends/cuda/common/launch.cuh"
+#include "backends/cuda/kernels/act_quant_warp.cuh"
 #include "backends/cuda/kernels/linear.cuh"
 #include "backends/cuda/ops.h"
 
@@ -56,6 +57,11 @@ static __global__ void rms_norm_kernel(const __grid_constant__ RmsNormParams p) 
     };
     if (kStaged && vec) {
         const int64_t n4 = p.n / 4;
+        // The optional forms (n % 128 == 0, blockDim a multiple of 32: the launcher checks): float4 i of the
+        // row is lane i % 32 of a warp whose 32 float4s are one 128-column block, and the u loop's bounds
+        // are warp-uniform, so act_quant_quad's shuffles see whole warps.
+        const int64_t row = blockIdx.x;
+        const int lanes = static_cast<int>(p.q_block / 4);
         for (int64_t i0 = threadIdx.x; i0 < n4; i0 += 4 * B) {
             float4 w[4];
 #pragma unroll
@@ -64,9 +70,19 @@ static __global__ void rms_norm_kernel(const __grid_constant__ RmsNormParams p) 
 #pragma unroll
             for (int u = 0; u < 4; ++u)
                 if (i0 + u * B < n4) {
-                    const float4 xv = reinterpret_cast<const float4*>(x)[i0 + u * B];
-                    reinterpret_cast<float4*>(out)[i0 + u * B] =
-                        make_float4(one(xv.x, w[u].x), one(xv.y, w[u].y), one(xv.z, w[u].z), one(xv.w, w[u].w));
+                    const int64_t i = i0 + u * B;
+                    const float4 xv = reinterpret_cast<const float4*>(x)[i];
+                    const float4 y = make_float4(one(xv.x, w[u].x), one(xv.y, w[u].y), one(xv.z, w[u].z), one(xv.w, w[u].w));
+                    reinterpret_cast<float4*>(out)[i] = y;
+                    if (p.q) {  // act_quant_fp8_kernel's codes and scales of the block
+                        const dev::Fp8Quad o = dev::act_quant_quad(y, lanes);
+                        reinterpret_cast<uint32_t*>(p.q + row * p.n)[i] = o.packed;
+                        if (static_cast<int>(i % 32) % lanes == 0) p.q_scale[row * (p.n / p.q_block) + 4 * i / p.q_block] = o.scale;
+                    }
+                    if (p.out_bf16) {  // to_bf16_kernel's bits
+                        auto b = [](float v) { return __float_as_uint(dev::round_bf16(v)) >> 16; };
+                        reinterpret_cast<uint2*>(p.out_bf16 + row * p.n)[i] = make_uint2(b(y.x) | (b(y.y) << 16), b(y.z) | (b(y.w) << 16));
+                    }
                 }
         }
         return;

@@ -26,6 +26,25 @@ void CudaModel::fp8_input(ConvertedInput& in, int64_t block) const {
                   stream_.get());
 }
 
+int64_t CudaModel::fast_fp8_block(const DeviceLinear& w) const {
+    return fast_ && w.kind != WeightKind::kBF16 && fast_linear_supported(w) ? fast_activation_block(w) : 0;
+}
+
+void CudaModel::rms_norm_forms(const float* weight, float* x, int64_t rows, int64_t n, ConvertedInput& in, int64_t block,
+                               bool bf16) const {
+    RmsNormParams p{.x = x, .weight = weight, .out = x, .rows = rows, .n = n, .eps = static_cast<float>(config_.rms_norm_eps),
+                    .round_bf16 = official()};
+    const bool can = n % 128 == 0 && n <= 8192 && reinterpret_cast<uintptr_t>(weight) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(x) % 16 == 0 && in.x == x && in.rows == rows && in.cols == n;
+    if (can && block > 0 && !in.q) {
+        in.q = p.q = workspace_->alloc_n<uint8_t>(rows * n);
+        in.qs = p.q_scale = workspace_->alloc_n<float>(rows * (n / block));
+        in.block = p.q_block = block;
+    }
+    if (can && bf16 && !in.bf16) in.bf16 = p.out_bf16 = workspace_->alloc_n<uint16_t>(rows * n);
+    rms_norm(p, stream_.get());
+}
+
 bool CudaModel::project_fast(const DeviceLinear& w, const float* x, int64_t rows, float* y, bool round_bf16,
                              ConvertedInput* in) const {
     if (!fast_ || !fast_linear_supported(w)) return false;
@@ -109,7 +128,7 @@ void CudaModel::project(const DeviceLinear& w, const float* x, int64_t rows, flo
            s);
 }
 
-void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a, float* out) const {
+void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a, float* out, const ConvertedInput* made) const {
     const ModelConfig& c = config_;
     const Stream s = stream_.get();
     const bool off = official();
@@ -128,14 +147,14 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
     const bool bf16_q = tensor_cores && off && sparse_attention_tensor_cores_fit(Dh);
 
     // The fast GEMMs' forms of a and qr, each converted once for all the projections that read them.
-    ConvertedInput ca{.x = a, .rows = S, .cols = c.hidden_size};
+    ConvertedInput ca = made && made->x == a ? *made : ConvertedInput{.x = a, .rows = S, .cols = c.hidden_size};
     // Q path: qr = q_norm(wq_a a); q = head_norm(wq_b qr); RoPE.
     float* qr = workspace_->alloc_n<float>(S * QL);
     float* q = workspace_->alloc_n<float>(S * H * Dh);
     uint16_t* q16 = bf16_q ? workspace_->alloc_n<uint16_t>(S * H * Dh) : nullptr;
     ConvertedInput cqr{.x = qr, .rows = S, .cols = QL};
     project(lw.wq_a, a, S, qr, &ca);
-    rms_norm({.x = qr, .weight = lw.q_norm, .out = qr, .rows = S, .n = QL, .eps = eps, .round_bf16 = off}, s);
+    rms_norm_forms(lw.q_norm, qr, S, QL, cqr, fast_fp8_block(lw.wq_b), false);  // (+ wq_b's FP8 input)
     project(lw.wq_b, qr, S, q, &cqr);
     rope_rows({.x = q, .rows = S, .heads = H, .dim = Dh, .positions = b.positions, .cos_sin = rope, .rope_dim = R,
                .head_norm = off ? HeadNorm::kBf16Arith : HeadNorm::kF32, .eps = eps, .round_rope_dims = off,
@@ -262,12 +281,12 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
     project(lw.wo_b, u, S, out);
 }
 
-void CudaModel::moe(const DeviceLayer& lw, const Batch& b, const float* a, float* out) const {
-    moe_rows(lw, b.rows, b.tokens, config_.n_routed_experts, config_.num_experts_per_tok, a, out, ep_);
+void CudaModel::moe(const DeviceLayer& lw, const Batch& b, const float* a, float* out, const ConvertedInput* made) const {
+    moe_rows(lw, b.rows, b.tokens, config_.n_routed_experts, config_.num_experts_per_tok, a, out, ep_, made);
 }
 
 void CudaModel::moe_rows(const DeviceLayer& lw, int64_t S, const int32_t* tokens, int64_t E, int64_t K, const float* a,
-                         float* out, ExpertExchange* exchange) const {
+                         float* out, ExpertExchange* exchange, const ConvertedInput* made) const {
     const ModelConfig& c = config_;
     const Stream s = stream_.get();
     const bool off = official();
@@ -277,7 +296,11 @@ void CudaModel::moe_rows(const DeviceLayer& lw, int64_t S, const int32_t* tokens
     float* biased = workspace_->alloc_n<float>(S * E);
     int32_t* ids = workspace_->alloc_n<int32_t>(S * K);
     float* wts = workspace_->alloc_n<float>(S * K);
-    project_f32(lw.gate, a, S, logits);
+    // The routed experts' FP8 form of a (per 128 columns), made once (or by a's norm: `made`) and shared with
+    // the shared expert's w1 and w3 where their weights take the same form; its bf16 form, where a's norm made
+    // it, for the gate.
+    ConvertedInput ca = made && made->x == a ? *made : ConvertedInput{.x = a, .rows = S, .cols = D};
+    project_f32(lw.gate, a, S, logits, ca.bf16 ? &ca : nullptr);
     route({.logits = logits, .bias = lw.gate_bias, .tid2eid = lw.mlp_type == MlpType::kHashMoe ? lw.tid2eid : nullptr,
            .tokens = tokens, .rows = S, .experts = E, .top_k = K, .scoring = scoring_of(c.scoring_func),
            .norm_topk_prob = c.norm_topk_prob, .routed_scaling_factor = static_cast<float>(c.routed_scaling_factor),
@@ -288,17 +311,22 @@ void CudaModel::moe_rows(const DeviceLayer& lw, int64_t S, const int32_t* tokens
     // Shared expert (no routing weight): on the stream while the routed experts' rows travel.
     const int64_t SI = lw.shared_w1.out_features;
     float* ys = workspace_->alloc_n<float>(S * D);
-    // The routed experts' FP8 form of a (per 128 columns), made once and shared with the shared expert's
-    // w1 and w3 where their weights take the same form.
-    ConvertedInput ca{.x = a, .rows = S, .cols = D};
     if (fast_) fp8_input(ca, 128);
     auto shared_expert = [&] {
         float* sg = workspace_->alloc_n<float>(S * SI);
         float* su = workspace_->alloc_n<float>(S * SI);
         project(lw.shared_w1, a, S, sg, &ca);
         project(lw.shared_w3, a, S, su, &ca);
-        swiglu({.g = sg, .u = su, .rows = S, .width = SI, .limit = L, .round_bf16 = off}, s);
-        project(lw.shared_w2, sg, S, ys);
+        // w2's FP8 input straight from the SwiGLU kernel (swiglu_quant: swiglu then act_quant_fp8's codes and
+        // scales) where w2 takes it per 128 columns; the f32 values are then not stored.
+        ConvertedInput cg{.x = sg, .rows = S, .cols = SI};
+        if (fast_fp8_block(lw.shared_w2) == 128 && SI % 128 == 0) {
+            cg.q = workspace_->alloc_n<uint8_t>(S * SI);
+            cg.qs = workspace_->alloc_n<float>(S * (SI / 128));
+            cg.block = 128;
+        }
+        swiglu({.g = sg, .u = su, .rows = S, .width = SI, .limit = L, .round_bf16 = off, .q = cg.q, .q_scale = cg.qs}, s);
+        project(lw.shared_w2, sg, S, ys, cg.q ? &cg : nullptr);
     };
     const float* y_slot = routed_experts({.experts = &lw.experts, .x = a, .xq = ca.q, .xs = ca.qs, .ids = ids, .weights = wts, .rows = S,
                                           .hidden = D, .top_k = K, .experts_total = E, .swiglu_limit = L,
@@ -323,14 +351,19 @@ void CudaModel::run_layer(const DeviceLayer& lw, const Batch& b, float*& x, floa
     float* a = workspace_->alloc_n<float>(S * D);
     float* out = workspace_->alloc_n<float>(S * D);
     float* mix = workspace_->alloc_n<float>(S * ((2 + hc) * hc + 1));
-    auto pre = [&](const DeviceHc& w, const float* norm) {
+    // a's forms for the sub-block's fast GEMMs, written by its norm (rms_norm_forms): FP8 per 128 columns
+    // (attention: wq_a's block, where wq_a is FP8; MoE: the experts'), bf16 where the official numerics run
+    // bf16 linears on it (the compressors, the gate).
+    ConvertedInput made{.x = a, .rows = S, .cols = D};
+    auto pre = [&](const DeviceHc& w, const float* norm, int64_t block, bool bf16) {
         const MixPartials mp = hc_mix_partials(w, x, S, (2 + hc) * hc);
         hc_pre({.x = x, .fn = w.fn, .base = w.base, .scale = w.scale, .rows = S, .hc = hc, .hidden = D,
                 .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps),
                 .post = post, .comb = comb, .collapsed = a, .round_bf16 = off, .mix = mix, .mix_given = mp.partial != nullptr,
                 .mix_partial = mp.partial, .mix_splits = mp.splits},
                s);
-        rms_norm({.x = a, .weight = norm, .out = a, .rows = S, .n = D, .eps = eps, .round_bf16 = off}, s);
+        made = ConvertedInput{.x = a, .rows = S, .cols = D};
+        rms_norm_forms(norm, a, S, D, made, block, bf16);
     };
     auto post_mix = [&] {
         hc_post({.out = out, .x = x, .post = post, .comb = comb, .y = y, .rows = S, .hc = hc, .hidden = D,
@@ -338,17 +371,19 @@ void CudaModel::run_layer(const DeviceLayer& lw, const Batch& b, float*& x, floa
                 s);
         std::swap(x, y);
     };
-    pre(lw.hc_attn, lw.attn_norm);
+    const bool bf16_compressor = off && lw.compressor && lw.compressor->wkv.kind == WeightKind::kBF16 && fast_ &&
+                                 fast_linear_supported(lw.compressor->wkv);
+    pre(lw.hc_attn, lw.attn_norm, fast_fp8_block(lw.wq_a), bf16_compressor);
     {
         const size_t inner = workspace_->mark();
-        attention(lw, b, a, out);
+        attention(lw, b, a, out, &made);
         workspace_->reset(inner);
     }
     post_mix();
-    pre(lw.hc_ffn, lw.ffn_norm);
+    pre(lw.hc_ffn, lw.ffn_norm, fast_ ? 128 : 0, off && fast_ && lw.gate.kind == WeightKind::kBF16 && fast_linear_supported(lw.gate));
     {
         const size_t inner = workspace_->mark();
-        moe(lw, b, a, out);
+        moe(lw, b, a, out, &made);
         workspace_->reset(inner);
     }
     post_mix();
@@ -366,8 +401,10 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
                    bytes(N * layout_->entry_pages(P) * int64_t(sizeof(float*)));  // inputs (with the page tables)
     total += 2 * bytes(S * hc * Dm * 4);                                                               // x, y
     auto peak_of = [&](const DeviceLayer& lw, int64_t n) -> size_t {
-        const size_t fixed = bytes(n * hc * 4) + bytes(n * hc * hc * 4) + 2 * bytes(n * Dm * 4) +
-                             bytes(n * ((2 + hc) * hc + 1) * 4);  // post, comb, a, out, mixing logits
+        size_t fixed = bytes(n * hc * 4) + bytes(n * hc * hc * 4) + 2 * bytes(n * Dm * 4) +
+                       bytes(n * ((2 + hc) * hc + 1) * 4);  // post, comb, a, out, mixing logits
+        if (fast_)  // a's forms made by its norms (FP8 + scales, bf16), the attention's and the MoE's
+            fixed += 2 * (bytes(n * Dm) + bytes(n * (Dm / 32) * 4) + bytes(n * Dm * 2));
         // The fast mode's mixing scratch (bf16 streams, three partial logits) is released before the sub-block.
         const size_t mixing = fast_ ? bytes(hc_mix_splits(hc * Dm) * n * ((2 + hc) * hc + 1) * 4) : 0;
         // Attention: everything it takes stays until its end, plus the largest act_quant scratch.
@@ -398,8 +435,10 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
         size_t mo = 2 * bytes(n * E * 4) + 2 * bytes(n * K * 4) + 3 * bytes(NT * 4) + bytes((E + 2) * 4) +
                     bytes(n * Dm * 4) + 2 * bytes(NT * I * 4) + 2 * bytes(NT * Dm * 4) + 2 * bytes(n * SI * 4) +
                     bytes(n * Dm * 4) + bytes(n * std::max(Dm, SI) * 4);
-        if (fast_)  // tensor-core experts: FP8 copies of the inputs and of the SwiGLU output, tile table
-            mo += bytes(NT * I) + bytes(NT * (I / 128) * 4) + bytes(n * Dm) + bytes(n * (Dm / 128) * 4) + bytes((E + 1) * 4);
+        if (fast_)  // tensor-core experts: FP8 copies of the inputs and of the SwiGLU output, tile table; the
+                    // shared expert's FP8 SwiGLU output
+            mo += bytes(NT * I) + bytes(NT * (I / 128) * 4) + bytes(n * Dm) + bytes(n * (Dm / 128) * 4) + bytes((E + 1) * 4) +
+                  bytes(n * SI) + bytes(n * (SI / 128) * 4);
         if (ep_)  // gathered inputs (f32 or FP8 + scales), ids, weights, local ids; returned blocks, index, slots
             mo += bytes(T * Dm * 4) + bytes(T * Dm) + bytes(T * (Dm / 128) * 4) + 3 * bytes(T * K * 4) +
                   bytes(ranks * n * K * Dm * 4) + bytes(n * K * 4) + bytes(n * K * Dm * 4) +
@@ -477,9 +516,12 @@ float* CudaModel::head_logits(const float* xs, int64_t R, const DeviceHc& hcw, c
              .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps), .y = hy, .round_bf16 = official(), .mix = mix,
              .mix_given = mp.partial != nullptr, .mix_partial = mp.partial, .mix_splits = mp.splits},
             s);
-    rms_norm({.x = hy, .weight = norm, .out = hy, .rows = R, .n = D, .eps = eps, .round_bf16 = official()}, s);
+    // The LM head's bf16 input (a bf16 weight on the tensor cores) written by the norm.
+    ConvertedInput ch{.x = hy, .rows = R, .cols = D};
+    const DeviceLinear& head = weights_.head;
+    rms_norm_forms(norm, hy, R, D, ch, 0, fast_ && head.kind == WeightKind::kBF16 && fast_linear_supported(head));
     float* logits = workspace_->alloc_n<float>(R * V);
-    if (!project_fast(weights_.head, hy, R, logits, false))
+    if (!project_fast(weights_.head, hy, R, logits, false, &ch))
         linear({.x = hy, .x_ld = D, .weight = weights_.head, .y = logits, .y_ld = V, .rows = R}, s);
     return logits;
 }

@@ -223,6 +223,15 @@ private:
     };
     // `in`'s FP8 form per `block` columns (made now if missing).
     void fp8_input(ConvertedInput& in, int64_t block) const;
+    // x [rows, n] RMS-normalized in place (the numerics' bf16 rounding), the norm kernel writing into `in`
+    // (which describes x) its FP8 form per `block` columns (0: none) and its bf16 form (`bf16`) in the same
+    // pass, where the kernel can (n % 128 == 0, n <= 8192): the bits act_quant_fp8 and to_bf16 give, without
+    // their launches. A form it cannot make stays unmade (the first projection that needs it makes it).
+    void rms_norm_forms(const float* weight, float* x, int64_t rows, int64_t n, ConvertedInput& in, int64_t block,
+                        bool bf16) const;
+    // The FP8 block of project()'s tensor-core form of w, 0 where project() would not quantize its input
+    // (not the fast mode, a bf16 weight, or a weight the fast GEMMs do not take).
+    int64_t fast_fp8_block(const DeviceLinear& w) const;
     // y[rows, out] = x · Wᵀ with the numerics' rounding points (official: act_quant before FP8/FP4);
     // `in` (optional, when it describes x): its converted forms are taken or kept there.
     void project(const DeviceLinear& w, const float* x, int64_t rows, float* y, ConvertedInput* in = nullptr) const;
@@ -246,8 +255,9 @@ private:
     };
     MixPartials hc_mix_partials(const DeviceHc& w, const float* x, int64_t rows, int64_t outputs) const;
     void run_layer(const DeviceLayer& lw, const Batch& b, float*& x, float*& y) const;
-    void attention(const DeviceLayer& lw, const Batch& b, const float* a, float* out) const;
-    void moe(const DeviceLayer& lw, const Batch& b, const float* a, float* out) const;
+    // `made` (optional): a's forms made by its norm (rms_norm_forms), taken instead of converting a again.
+    void attention(const DeviceLayer& lw, const Batch& b, const float* a, float* out, const ConvertedInput* made = nullptr) const;
+    void moe(const DeviceLayer& lw, const Batch& b, const float* a, float* out, const ConvertedInput* made = nullptr) const;
     // Embedding -> layers -> head over a batch whose inputs are on the device; returns the logits
     // [b.num_picked, vocab] (arena memory, valid until the forward resets the arena; null without
     // picked rows). Enqueues only: no allocation, no host synchronization, so a graph can capture it.
@@ -280,7 +290,7 @@ private:
     void dspark_write_context(const Batch& b, const float* taps) const;
     // The MoE of one block over S rows with E experts, top K (a target layer or a DSpark stage).
     void moe_rows(const DeviceLayer& lw, int64_t S, const int32_t* tokens, int64_t E, int64_t K, const float* a,
-                  float* out, ExpertExchange* exchange) const;
+                  float* out, ExpertExchange* exchange, const ConvertedInput* made = nullptr) const;
     size_t dspark_workspace_need(int64_t R) const;
 
     // ---- MTP (cuda_mtp.cpp) ----
