@@ -321,6 +321,62 @@ TEST_F(CudaGemmFast, RmsNormFormsEqualNormThenActQuantAndToBf16) {
                  std::exception);
 }
 
+TEST_F(CudaGemmFast, SharedExpertW1W3AsOneGemmEqualTwoGemms) {
+    // The shared expert's w1 and w3 as one GEMM over their joined rows (DeviceLayer::shared_w13, V4-Flash's
+    // 2 x 2048 x 4096 FP8) against the two row slices as their own GEMMs, bit for bit, at decode and prefill
+    // row counts (split-K, unsplit, the warp-specialized dense kernel); then the SwiGLU + FP8 quantization
+    // of the joined rows (SwigluParams::ld = 2 x 2048) against the same on the two compact outputs.
+    const int64_t I = 2048, D = 4096;
+    Weight w13(cpu::WeightFormat::kFp8Block, 2 * I, D, 31);
+    const cuda::DeviceLinear w1 = w13.dev.rows(0, I), w3 = w13.dev.rows(I, 2 * I);
+    ASSERT_EQ(cuda::fast_linear_k_chunks(w13.dev), cuda::fast_linear_k_chunks(w1));
+    for (const int64_t rows : {int64_t(1), int64_t(5), int64_t(64), int64_t(200), int64_t(300), int64_t(600)}) {
+        const auto x = bf16_randn(size_t(rows * D), uint32_t(rows), 2.0f);
+        Dev<float> dx(x);
+        FastInput in(dx, rows, D, false);
+        auto gemm = [&](const cuda::DeviceLinear& w, float* y, int64_t y_ld) {
+            const int64_t n = cuda::fast_linear_split_floats(w, rows);
+            Dev<float> scratch(size_t(std::max<int64_t>(n, 1)));
+            cuda::fast_linear({.a = in.q->ptr(), .a_scale = in.s->ptr(), .weight = w, .y = y, .y_ld = y_ld, .rows = rows,
+                               .split_scratch = n > 0 ? scratch.ptr() : nullptr},
+                              Stream{});
+        };
+        Dev<float> y13(size_t(rows * 2 * I)), y1(size_t(rows * I)), y3(size_t(rows * I));
+        gemm(w13.dev, y13.ptr(), 2 * I);
+        gemm(w1, y1.ptr(), I);
+        gemm(w3, y3.ptr(), I);
+        const auto j = y13.host(size_t(rows * 2 * I)), a = y1.host(size_t(rows * I)), b = y3.host(size_t(rows * I));
+        std::vector<float> ja(a.size()), jb(b.size());
+        for (int64_t r = 0; r < rows; ++r) {
+            std::copy_n(j.begin() + r * 2 * I, I, ja.begin() + r * I);
+            std::copy_n(j.begin() + r * 2 * I + I, I, jb.begin() + r * I);
+        }
+        EXPECT_EQ(differing_words(ja, a), 0u) << "w1 rows, " << rows << " rows";
+        EXPECT_EQ(differing_words(jb, b), 0u) << "w3 rows, " << rows << " rows";
+        Dev<uint8_t> q1(size_t(rows * I)), q2(size_t(rows * I));
+        Dev<float> s1(size_t(rows * I / 128)), s2(size_t(rows * I / 128));
+        cuda::swiglu({.g = y13.ptr(), .u = y13.ptr() + I, .rows = rows, .width = I, .limit = 7.0f, .round_bf16 = true, .ld = 2 * I,
+                      .q = q1.ptr(), .q_scale = s1.ptr()},
+                     Stream{});
+        cuda::swiglu({.g = y1.ptr(), .u = y3.ptr(), .rows = rows, .width = I, .limit = 7.0f, .round_bf16 = true, .q = q2.ptr(),
+                      .q_scale = s2.ptr()},
+                     Stream{});
+        EXPECT_EQ(q1.host(size_t(rows * I)), q2.host(size_t(rows * I))) << rows << " rows";
+        EXPECT_EQ(differing_words(s1.host(size_t(rows * I / 128)), s2.host(size_t(rows * I / 128))), 0u) << rows << " rows";
+        // The f32 form with a row stride: g's first I columns of each row, u untouched.
+        cuda::swiglu({.g = y13.ptr(), .u = y13.ptr() + I, .rows = rows, .width = I, .limit = 7.0f, .round_bf16 = true, .ld = 2 * I},
+                     Stream{});
+        cuda::swiglu({.g = y1.ptr(), .u = y3.ptr(), .rows = rows, .width = I, .limit = 7.0f, .round_bf16 = true}, Stream{});
+        const auto j2 = y13.host(size_t(rows * 2 * I)), g2 = y1.host(size_t(rows * I));
+        for (int64_t r = 0; r < rows; ++r) {
+            std::copy_n(j2.begin() + r * 2 * I, I, ja.begin() + r * I);
+            std::copy_n(j2.begin() + r * 2 * I + I, I, jb.begin() + r * I);
+        }
+        EXPECT_EQ(differing_words(ja, g2), 0u) << "swiglu f32 with a row stride, " << rows << " rows";
+        EXPECT_EQ(differing_words(jb, b), 0u) << "u left as it was, " << rows << " rows";
+    }
+}
+
 struct Case {
     cpu::WeightFormat format;
     int64_t rows, out, in;

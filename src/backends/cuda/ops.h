@@ -457,6 +457,7 @@ struct SwigluParams {
     int64_t rows = 0, width = 0;
     float limit = 0;
     bool round_bf16 = false;
+    int64_t ld = 0;  // row stride of g and u (0: width; e.g. 2·width for w1 and w3 computed as one GEMM)
     // Optional: the results not stored in g but quantized for the fast GEMM as act_quant_fp8 does with
     // 128-column blocks (the same codes and scales as swiglu then act_quant_fp8; width % 128 == 0).
     uint8_t* q = nullptr;     // [rows, width] e4m3

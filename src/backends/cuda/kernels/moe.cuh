@@ -143,8 +143,9 @@ static __global__ void swiglu_kernel(const __grid_constant__ SwigluParams p) {
     pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t r = blockIdx.x;
     const float w = swiglu_row_weight(p, r);
+    const int64_t ld = p.ld > 0 ? p.ld : p.width;
     for (int64_t i = threadIdx.x; i < p.width; i += blockDim.x)
-        p.g[r * p.width + i] = swiglu_value(p, p.g[r * p.width + i], p.u[r * p.width + i], w);
+        p.g[r * ld + i] = swiglu_value(p, p.g[r * ld + i], p.u[r * ld + i], w);
 }
 
 // swiglu_kernel's values, quantized as act_quant_fp8_kernel does (dev::act_quant_quad) instead of stored:
@@ -159,13 +160,14 @@ static __global__ void swiglu_quant_kernel(const __grid_constant__ SwigluParams 
     const int64_t r = gw / groups, b0 = (gw % groups) * kSwigluQuantBlocks;
     const int lane = static_cast<int>(threadIdx.x % 32);
     const float w = swiglu_row_weight(p, r);
+    const int64_t ld = p.ld > 0 ? p.ld : p.width;
     float4 g4[kSwigluQuantBlocks], u4[kSwigluQuantBlocks];
 #pragma unroll
     for (int i = 0; i < kSwigluQuantBlocks; ++i)
         if (b0 + i < blocks) {
             const int64_t c = (b0 + i) * 128 + lane * 4;
-            g4[i] = *reinterpret_cast<const float4*>(p.g + r * p.width + c);
-            u4[i] = *reinterpret_cast<const float4*>(p.u + r * p.width + c);
+            g4[i] = *reinterpret_cast<const float4*>(p.g + r * ld + c);
+            u4[i] = *reinterpret_cast<const float4*>(p.u + r * ld + c);
         }
     auto h = [&](float g, float u) { return swiglu_value(p, g, u, w); };
 #pragma unroll

@@ -35,10 +35,12 @@ void permute(const PermuteParams& p, Stream s) {
 
 void swiglu(const SwigluParams& p, Stream s) {
     if (p.rows == 0) return;
+    DI_CHECK(p.ld == 0 || p.ld >= p.width, "swiglu: row stride ", p.ld, " below the width ", p.width);
     if (p.q) {
-        DI_CHECK(p.q_scale && p.width % 128 == 0 && reinterpret_cast<uintptr_t>(p.g) % 16 == 0 &&
+        DI_CHECK(p.q_scale && p.width % 128 == 0 && p.ld % 4 == 0 && reinterpret_cast<uintptr_t>(p.g) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(p.u) % 16 == 0,
-                 "swiglu: quantized output needs width % 128 == 0 (", p.width, ") and 16-byte aligned rows");
+                 "swiglu: quantized output needs width % 128 == 0 (", p.width, "), a row stride of whole float4s (", p.ld,
+                 ") and 16-byte aligned rows");
         const int64_t groups = (p.width / 128 + kernels::kSwigluQuantBlocks - 1) / kernels::kSwigluQuantBlocks;
         const int64_t threads = p.rows * groups * 32;
         launch_pdl(kernels::swiglu_quant_kernel, static_cast<unsigned>((threads + 255) / 256), 256, 0, s, p);

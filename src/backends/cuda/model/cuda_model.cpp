@@ -313,19 +313,32 @@ void CudaModel::moe_rows(const DeviceLayer& lw, int64_t S, const int32_t* tokens
     float* ys = workspace_->alloc_n<float>(S * D);
     if (fast_) fp8_input(ca, 128);
     auto shared_expert = [&] {
-        float* sg = workspace_->alloc_n<float>(S * SI);
-        float* su = workspace_->alloc_n<float>(S * SI);
-        project(lw.shared_w1, a, S, sg, &ca);
-        project(lw.shared_w3, a, S, su, &ca);
         // w2's FP8 input straight from the SwiGLU kernel (swiglu_quant: swiglu then act_quant_fp8's codes and
-        // scales) where w2 takes it per 128 columns; the f32 values are then not stored.
+        // scales) where w2 takes it per 128 columns; the f32 values are then not stored. And then w1 and w3
+        // as one GEMM over their joined rows where they share an allocation (shared_w13): g and u are the
+        // halves of each row of [S, 2·SI] (the same bits per element as two GEMMs where the split-K chunks
+        // agree: fast_linear_k_chunks of 2·SI and SI rows, equal at V4-Flash's shapes).
+        const bool quantized_h = fast_fp8_block(lw.shared_w2) == 128 && SI % 128 == 0;
+        float *sg = nullptr, *su = nullptr;
+        int64_t ld = SI;
+        if (quantized_h && lw.shared_w13.weight && fast_fp8_block(lw.shared_w13) > 0) {
+            sg = workspace_->alloc_n<float>(S * 2 * SI);
+            su = sg + SI;
+            ld = 2 * SI;
+            project(lw.shared_w13, a, S, sg, &ca);
+        } else {
+            sg = workspace_->alloc_n<float>(S * SI);
+            su = workspace_->alloc_n<float>(S * SI);
+            project(lw.shared_w1, a, S, sg, &ca);
+            project(lw.shared_w3, a, S, su, &ca);
+        }
         ConvertedInput cg{.x = sg, .rows = S, .cols = SI};
-        if (fast_fp8_block(lw.shared_w2) == 128 && SI % 128 == 0) {
+        if (quantized_h) {
             cg.q = workspace_->alloc_n<uint8_t>(S * SI);
             cg.qs = workspace_->alloc_n<float>(S * (SI / 128));
             cg.block = 128;
         }
-        swiglu({.g = sg, .u = su, .rows = S, .width = SI, .limit = L, .round_bf16 = off, .q = cg.q, .q_scale = cg.qs}, s);
+        swiglu({.g = sg, .u = su, .rows = S, .width = SI, .limit = L, .round_bf16 = off, .ld = ld, .q = cg.q, .q_scale = cg.qs}, s);
         project(lw.shared_w2, sg, S, ys, cg.q ? &cg : nullptr);
     };
     const float* y_slot = routed_experts({.experts = &lw.experts, .x = a, .xq = ca.q, .xs = ca.qs, .ids = ids, .weights = wts, .rows = S,

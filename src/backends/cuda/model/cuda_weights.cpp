@@ -2,6 +2,7 @@
 // Uploads ModelWeights (views into the checkpoint mapping) to device memory, format unchanged.
 #include "backends/cuda/model/cuda_weights.h"
 
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -40,6 +41,30 @@ public:
         if (!fp8_exact_in_bf16(w)) return linear(w);
         const DeviceLinear d = upload_fp8_as_bf16(w, out_.storage);
         out_.bytes += size_t(d.out_features * d.in_features * 2);
+        return d;
+    }
+
+    // a's rows then b's in one allocation (weights, and scales for FP8 blocks), or {} where they cannot
+    // share one: different formats, scale kinds, input widths or blocks, per-row FP4 scales aside, an FP8
+    // a whose rows do not end on a scale block.
+    DeviceLinear linear_pair(const LinearWeight& a, const LinearWeight& b) {
+        if (a.empty() || b.empty() || a.format != b.format || a.in_features != b.in_features || a.block_rows != b.block_rows ||
+            a.block_cols != b.block_cols || a.scale.empty() != b.scale.empty() || !a.weight.is_contiguous() ||
+            !b.weight.is_contiguous())
+            return {};
+        if (!a.scale.empty() && (a.scale.dtype() != b.scale.dtype() || !a.scale.is_contiguous() || !b.scale.is_contiguous()))
+            return {};
+        if (a.format == cpu::WeightFormat::kFp8Block && a.out_features % a.block_rows != 0) return {};
+        auto joined = [&](const void* pa, size_t na, const void* pb, size_t nb) -> const void* {
+            std::vector<uint8_t> host(na + nb);
+            std::memcpy(host.data(), pa, na);
+            std::memcpy(host.data() + na, pb, nb);
+            return bytes(host.data(), host.size());
+        };
+        const void* wp = joined(a.weight.data(), a.weight.nbytes(), b.weight.data(), b.weight.nbytes());
+        const void* sp = a.scale.empty() ? nullptr : joined(a.scale.data(), a.scale.nbytes(), b.scale.data(), b.scale.nbytes());
+        DeviceLinear d = device_linear_like(a, wp, sp);
+        d.out_features = a.out_features + b.out_features;
         return d;
     }
 
@@ -150,8 +175,15 @@ DeviceLayer upload_layer(Uploader& up, const LayerWeights& lw, const ModelConfig
              ") of ", n_experts, " experts");
     l.experts = up.experts(std::span<const ExpertWeights>(lw.ffn.experts).subspan(
         size_t(experts.begin), size_t(e1 - experts.begin)));
-    l.shared_w1 = up.linear(lw.ffn.shared.w1);
-    l.shared_w3 = up.linear(lw.ffn.shared.w3);
+    l.shared_w13 = up.linear_pair(lw.ffn.shared.w1, lw.ffn.shared.w3);
+    if (l.shared_w13.weight) {
+        const int64_t I = lw.ffn.shared.w1.out_features;
+        l.shared_w1 = l.shared_w13.rows(0, I);
+        l.shared_w3 = l.shared_w13.rows(I, l.shared_w13.out_features);
+    } else {
+        l.shared_w1 = up.linear(lw.ffn.shared.w1);
+        l.shared_w3 = up.linear(lw.ffn.shared.w3);
+    }
     l.shared_w2 = up.linear(lw.ffn.shared.w2);
     return l;
 }

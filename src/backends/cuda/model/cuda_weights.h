@@ -55,6 +55,10 @@ struct DeviceLayer {
     const int32_t* tid2eid = nullptr;
     DeviceExperts experts;
     DeviceLinear shared_w1, shared_w3, shared_w2;
+    // The shared expert's w1 and w3 in one allocation, rows [0, I) of w1 then [I, 2I) of w3 (shared_w1 and
+    // shared_w3 are then its row slices), so that one GEMM computes both; empty where their formats differ
+    // or an FP8 w1 does not end on a scale block.
+    DeviceLinear shared_w13;
 };
 
 // The V4-Flash preview's MTP block (speculative-decoding.md §5): its own input projections and norms,
