@@ -240,14 +240,6 @@ static __global__ void __launch_bounds__(128 * kWGs, ((kWGs == 1 || BN == 64) &&
     uint8_t* table = reinterpret_cast<uint8_t*>(conv_sw + BN);
     float* wscale = reinterpret_cast<float*>(conv + C::kExtraBytes);  // FP8: this block's weight scales per K tile
     if constexpr (kB == BKind::kFp4) tc::build_fp4_table(table, tid);
-    if constexpr (kB == BKind::kFp8) {
-        for (int64_t i = kt0 + tid; i < kt1; i += kThreads) {
-            const int64_t si = (n0 / 128) * KT + i;
-            float v = 1.0f;
-            v = dev::weight_scale(w, si);
-            wscale[i] = v;
-        }
-    }
 
     auto a_row_of = [&](int64_t r) -> int64_t { return p.a_row_src ? p.a_row_src[r] : r; };
     // Each thread's async copies are the same rows and chunks in every K tile: their sources are computed
@@ -325,12 +317,17 @@ static __global__ void __launch_bounds__(128 * kWGs, ((kWGs == 1 || BN == 64) &&
         for (int j = 0; j < BN / 2; ++j) part[j] = 0.0f;
     }
 
-    // The first stages: early weight copies (uncommitted: they join stage 0's group), then the wait for the
-    // previous kernel, then the activations.
+    // The first stages: early weight copies (uncommitted: they join stage 0's group), then the FP8 weight
+    // scales (loads in flight with the copies, not ahead of them), the wait for the previous kernel, then
+    // the activations. (The scales' shared-memory stores are ordered before their reads by the K loop's
+    // first barrier.)
     if (early) {
 #pragma unroll
         for (int st = 0; st < kStages - 1; ++st)
             if (kt0 + st < kt1) load_b(st, kt0 + st);
+    }
+    if constexpr (kB == BKind::kFp8) {
+        for (int64_t i = kt0 + tid; i < kt1; i += kThreads) wscale[i] = dev::weight_scale(w, (n0 / 128) * KT + i);
     }
     pdl_enter();
 #pragma unroll

@@ -168,6 +168,23 @@ __device__ __forceinline__ void consume(const DenseWsArgs& p, uint8_t* smem, int
     const int unit0 = blockIdx.x / kCluster, units = gridDim.x / kCluster;
     const int rank = kCluster > 1 ? static_cast<int>(cluster_rank()) : 0;
     uint32_t it = 0;  // K tiles consumed by this block: the ring position
+    // The weight scales of a tile's K tiles (KT <= kMaxKTiles = 2 x 128: thread wl holds K tiles wl and
+    // wl + 128), read from global memory one tile ahead, so that their latency falls under the previous
+    // tile's MMAs instead of stalling both consumer warpgroups at every tile's start.
+    static_assert(C::kMaxKTiles <= 2 * 128, "two weight scales per consumer thread");
+    float next_sc[2] = {1.0f, 1.0f};
+    auto fetch_scales = [&](int t) {
+        if constexpr (kScaled) {
+            if (t >= tiles) return;
+            int mt_, nt_;
+            tile_coords(p, t, mt_, nt_);
+            const int64_t row = nt_ * int64_t(C::BN) / 128;
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                if (wl + 128 * h < KT) next_sc[h] = dev::weight_scale(w, row * KT + wl + 128 * h);
+        }
+    };
+    fetch_scales(unit0);
     for (int t = unit0; t < tiles; t += units) {
         int mt, nt;
         tile_coords(p, t, mt, nt);
@@ -175,13 +192,11 @@ __device__ __forceinline__ void consume(const DenseWsArgs& p, uint8_t* smem, int
         const int64_t m0 = int64_t(mt) * C::BM, n0 = int64_t(nt) * C::BN;
         if constexpr (kScaled) {
             wg_sync(2 + cw);  // the previous tile's reads of wsc are done
-            for (int i = wl; i < KT; i += 128) {
-                const int64_t si = (n0 / 128) * KT + i;
-                float v = 1.0f;
-                v = dev::weight_scale(w, si);
-                wsc[i] = v;
-            }
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                if (wl + 128 * h < KT) wsc[wl + 128 * h] = next_sc[h];
             wg_sync(2 + cw);
+            fetch_scales(t + units);  // in flight during this tile
         }
         float acc[NI][IW / 2], part[NI][IW / 2], total[NI][IW / 2];
 #pragma unroll
