@@ -377,6 +377,61 @@ TEST_F(CudaGemmFast, SharedExpertW1W3AsOneGemmEqualTwoGemms) {
     }
 }
 
+TEST_F(CudaGemmFast, JoinedBf16WeightWithThePartsChunksEqualsThePartsGemms) {
+    // A compressor's wkv and wgate as one bf16 GEMM over their joined rows (DeviceCompressor::wkv_gate) with
+    // the parts' split-K chunks (FastLinearParams::k_chunks) against each part as its own GEMM, bit for bit,
+    // at V4-Flash's compressor shapes (CSA 2 x 1024, HCA 2 x 512, the indexer's 2 x 256; K = 4096) and decode
+    // to prefill row counts; then add_ape on the joined rows' gate half (AddApeParams::ld) against the compact.
+    for (const int64_t W : {int64_t(1024), int64_t(512), int64_t(256)}) {
+        const int64_t D = 4096;
+        Weight wj(cpu::WeightFormat::kBF16, 2 * W, D, uint32_t(W));
+        const cuda::DeviceLinear wkv = wj.dev.rows(0, W), wgate = wj.dev.rows(W, 2 * W);
+        const int S = cuda::fast_linear_k_chunks(wkv);
+        for (const int64_t rows : {int64_t(1), int64_t(7), int64_t(64), int64_t(300)}) {
+            const auto x = bf16_randn(size_t(rows * D), uint32_t(rows + W), 1.0f);
+            Dev<float> dx(x);
+            FastInput in(dx, rows, D, true);
+            auto gemm = [&](const cuda::DeviceLinear& w, float* y, int64_t y_ld, int k_chunks) {
+                const int64_t n = cuda::fast_linear_split_floats(w, rows, cuda::SplitK::kAuto, k_chunks);
+                Dev<float> scratch(size_t(std::max<int64_t>(n, 1)));
+                cuda::fast_linear({.a = in.q->ptr(), .weight = w, .y = y, .y_ld = y_ld, .rows = rows, .split_scratch = n > 0 ? scratch.ptr() : nullptr,
+                                   .k_chunks = k_chunks},
+                                  Stream{});
+            };
+            Dev<float> yj(size_t(rows * 2 * W)), yk(size_t(rows * W)), yg(size_t(rows * W));
+            gemm(wj.dev, yj.ptr(), 2 * W, S);
+            gemm(wkv, yk.ptr(), W, 0);
+            gemm(wgate, yg.ptr(), W, 0);
+            auto halves = [&](const std::vector<float>& j, std::vector<float>& a, std::vector<float>& b) {
+                a.resize(size_t(rows * W));
+                b.resize(size_t(rows * W));
+                for (int64_t r = 0; r < rows; ++r) {
+                    std::copy_n(j.begin() + r * 2 * W, W, a.begin() + r * W);
+                    std::copy_n(j.begin() + r * 2 * W + W, W, b.begin() + r * W);
+                }
+            };
+            std::vector<float> a, b;
+            halves(yj.host(size_t(rows * 2 * W)), a, b);
+            const std::string what = std::to_string(W) + " x 2, " + std::to_string(rows) + " rows, " + std::to_string(S) + " chunks";
+            EXPECT_EQ(differing_words(a, yk.host(size_t(rows * W))), 0u) << "wkv rows, " << what;
+            EXPECT_EQ(differing_words(b, yg.host(size_t(rows * W))), 0u) << "wgate rows, " << what;
+            const int64_t ratio = 4;
+            const auto ape = bf16_randn(size_t(ratio * W), 3, 0.5f);
+            std::vector<int32_t> pos(static_cast<size_t>(rows));
+            for (int64_t r = 0; r < rows; ++r) pos[size_t(r)] = int32_t(3 * r + 1);
+            Dev<float> dape(ape);
+            Dev<int32_t> dpos(pos);
+            cuda::add_ape({.gate = yj.ptr() + W, .ape = dape.ptr(), .positions = dpos.ptr(), .rows = rows, .width = W, .ratio = ratio, .ld = 2 * W},
+                          Stream{});
+            cuda::add_ape({.gate = yg.ptr(), .ape = dape.ptr(), .positions = dpos.ptr(), .rows = rows, .width = W, .ratio = ratio}, Stream{});
+            std::vector<float> a2, b2;
+            halves(yj.host(size_t(rows * 2 * W)), a2, b2);
+            EXPECT_EQ(differing_words(b2, yg.host(size_t(rows * W))), 0u) << "add_ape with a row stride, " << what;
+            EXPECT_EQ(differing_words(a2, a), 0u) << "the kv half untouched, " << what;
+        }
+    }
+}
+
 struct Case {
     cpu::WeightFormat format;
     int64_t rows, out, in;

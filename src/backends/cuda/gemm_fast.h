@@ -90,7 +90,8 @@ enum class SplitK : uint8_t { kAuto, kOff, kForce };
 constexpr int64_t kFastSplitMaxFloats = int64_t(4) << 20;  // partials of one split launch: 16 MiB
 // The f32 scratch (floats) the split form of `w` at `rows` rows takes (FastLinearParams::split_scratch);
 // 0 when that launch runs unsplit. Grouped (routed-expert) launches never split.
-int64_t fast_linear_split_floats(const DeviceLinear& w, int64_t rows, SplitK mode = SplitK::kAuto);
+// k_chunks > 0: for a launch that forces that many chunks (FastLinearParams::k_chunks).
+int64_t fast_linear_split_floats(const DeviceLinear& w, int64_t rows, SplitK mode = SplitK::kAuto, int k_chunks = 0);
 // An upper bound of fast_linear_split_floats(w, r, kAuto) over every weight and r <= rows on this
 // device (workspace sizing; 0 off sm_90).
 int64_t fast_linear_split_floats_bound(int64_t rows);

@@ -247,9 +247,10 @@ struct RingWriteParams {
     int64_t num_segments = 0;
     int64_t max_rows = 0;  // max num_rows over segments
     RingKind ring = RingKind::kWindow;
-    const float* src = nullptr;  // [rows, width]
+    const float* src = nullptr;  // [rows, src_ld]
     int64_t width = 0;
     int64_t ring_rows = 0;
+    int64_t src_ld = 0;  // src's row stride (0: width)
 };
 void ring_write(const RingWriteParams& p, Stream s);
 
@@ -263,8 +264,9 @@ struct CompressorParams {
     int64_t num_segments = 0;
     int64_t max_windows = 0;  // max windows completed in one segment's chunk
     bool indexer = false;     // use the idx_* state instead of comp_*
-    const float* kv = nullptr;    // [rows, width] c_t
-    const float* gate = nullptr;  // [rows, width] z_t + ape
+    const float* kv = nullptr;    // [rows, ld] c_t (width = 2·head_dim with overlap, else head_dim)
+    const float* gate = nullptr;  // [rows, ld] z_t + ape
+    int64_t ld = 0;               // kv's and gate's row stride (0: width)
     int64_t ratio = 0, head_dim = 0, ring_rows = 0;
     bool overlap = false;
     const float* norm = nullptr;  // [head_dim]
@@ -278,10 +280,11 @@ void compressor(const CompressorParams& p, Stream s);
 
 // gate[r, :] += ape[pos(r) % ratio, :] for every row (position from its segment).
 struct AddApeParams {
-    float* gate = nullptr;  // [rows, width]
+    float* gate = nullptr;  // [rows, ld]
     const float* ape = nullptr;  // [ratio, width]
     const int32_t* positions = nullptr;  // [rows]
     int64_t rows = 0, width = 0, ratio = 0;
+    int64_t ld = 0;  // gate's row stride (0: width)
 };
 void add_ape(const AddApeParams& p, Stream s);
 

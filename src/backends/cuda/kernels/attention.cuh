@@ -36,7 +36,7 @@ static __global__ void ring_write_kernel(const __grid_constant__ RingWriteParams
     const int64_t t = blockIdx.y;
     if (t >= s.num_rows || t < s.num_rows - p.ring_rows) return;
     float* dst = ring_of(s, p.ring) + ((s.first_position + t) % p.ring_rows) * p.width;
-    const float* src = p.src + (s.row_begin + t) * p.width;
+    const float* src = p.src + (s.row_begin + t) * (p.src_ld > 0 ? p.src_ld : p.width);
     for (int64_t i = threadIdx.x; i < p.width; i += blockDim.x) dst[i] = src[i];
 }
 
@@ -44,7 +44,8 @@ static __global__ void add_ape_kernel(const __grid_constant__ AddApeParams p) {
     pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t r = blockIdx.x;
     const float* ape = p.ape + (p.positions[r] % p.ratio) * p.width;
-    for (int64_t i = threadIdx.x; i < p.width; i += blockDim.x) p.gate[r * p.width + i] = dev::add(p.gate[r * p.width + i], ape[i]);
+    float* gate = p.gate + r * (p.ld > 0 ? p.ld : p.width);
+    for (int64_t i = threadIdx.x; i < p.width; i += blockDim.x) gate[i] = dev::add(gate[i], ape[i]);
 }
 
 // grid (num_segments, max_windows), block compressor_threads(head_dim, slots); dynamic shared memory:
@@ -72,11 +73,12 @@ static __global__ void __launch_bounds__(kCompressorMaxThreads) compressor_kerne
     const int64_t width = p.overlap ? 2 * d : d;
     const float* ring_kv = p.indexer ? s.idx_kv : s.comp_kv;
     const float* ring_gate = p.indexer ? s.idx_gate : s.comp_gate;
+    const int64_t ld = p.ld > 0 ? p.ld : width;  // the chunk's rows (the rings' rows are width apart)
     auto row_kv = [&](int64_t pos) {
-        return pos >= P0 ? p.kv + (s.row_begin + pos - P0) * width : ring_kv + (pos % p.ring_rows) * width;
+        return pos >= P0 ? p.kv + (s.row_begin + pos - P0) * ld : ring_kv + (pos % p.ring_rows) * width;
     };
     auto row_gate = [&](int64_t pos) {
-        return pos >= P0 ? p.gate + (s.row_begin + pos - P0) * width : ring_gate + (pos % p.ring_rows) * width;
+        return pos >= P0 ? p.gate + (s.row_begin + pos - P0) * ld : ring_gate + (pos % p.ring_rows) * width;
     };
     const int64_t slots = p.overlap ? 2 * m : m;
     const float neg_inf = -__int_as_float(0x7F800000);

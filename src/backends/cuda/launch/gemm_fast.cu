@@ -476,8 +476,10 @@ int fast_linear_k_chunks(const DeviceLinear& w) {
     return S >= kMinChunks ? static_cast<int>(S) : 1;
 }
 
-int64_t fast_linear_split_floats(const DeviceLinear& w, int64_t rows, SplitK mode) {
-    return split_floats(w.out_features, rows, fast_linear_k_chunks(w), mode);
+int64_t fast_linear_split_floats(const DeviceLinear& w, int64_t rows, SplitK mode, int k_chunks) {
+    if (k_chunks <= 0) return split_floats(w.out_features, rows, fast_linear_k_chunks(w), mode);
+    const int64_t k_tiles = w.kind == WeightKind::kBF16 ? w.in_features / 64 : w.in_features / 128;  // (fast_linear's)
+    return split_floats(w.out_features, rows, std::min<int64_t>(k_chunks, k_tiles), mode);
 }
 
 int64_t fast_linear_split_floats_bound(int64_t rows) {

@@ -46,12 +46,13 @@ void CudaModel::rms_norm_forms(const float* weight, float* x, int64_t rows, int6
 }
 
 bool CudaModel::project_fast(const DeviceLinear& w, const float* x, int64_t rows, float* y, bool round_bf16,
-                             ConvertedInput* in) const {
+                             ConvertedInput* in, int k_chunks) const {
     if (!fast_ || !fast_linear_supported(w)) return false;
     const Stream s = stream_.get();
     const int64_t K = w.in_features;
     if (in && (in->x != x || in->rows != rows || in->cols != K)) in = nullptr;
-    FastLinearParams f{.weight = w, .y = y, .y_ld = w.out_features, .rows = rows, .round_output_bf16 = round_bf16};
+    FastLinearParams f{.weight = w, .y = y, .y_ld = w.out_features, .rows = rows, .round_output_bf16 = round_bf16,
+                       .k_chunks = k_chunks};
     // The input's converted form: kept in `in` (before this call's scratch mark), else scratch.
     if (in && w.kind == WeightKind::kBF16) {
         if (!in->bf16) {
@@ -77,7 +78,9 @@ bool CudaModel::project_fast(const DeviceLinear& w, const float* x, int64_t rows
         f.a = q;
         f.a_scale = qs;
     }
-    if (const int64_t n = fast_linear_split_floats(w, rows)) f.split_scratch = workspace_->alloc_n<float>(n);  // split-K partials
+    // Split-K partials (within the workspace's bound; above it the launch runs unsplit: the same bits).
+    if (const int64_t n = fast_linear_split_floats(w, rows, SplitK::kAuto, k_chunks); n > 0 && n <= fast_linear_split_floats_bound(rows))
+        f.split_scratch = workspace_->alloc_n<float>(n);
     fast_linear(f, s);
     workspace_->reset(mark);  // stream-ordered
     return true;
@@ -172,11 +175,23 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
     auto run_compressor = [&](const DeviceCompressor& cw, bool indexer, Qat qat) {
         const int64_t width = cw.overlap ? 2 * cw.head_dim : cw.head_dim;
         const int64_t ring = (cw.overlap ? 2 : 1) * cw.ratio + kRingHeadroom;
-        float* ckv = workspace_->alloc_n<float>(S * width);
-        float* cg = workspace_->alloc_n<float>(S * width);
-        project_f32(cw.wkv, a, S, ckv, &ca);
-        project_f32(cw.wgate, a, S, cg, &ca);
-        add_ape({.gate = cg, .ape = cw.ape, .positions = b.positions, .rows = S, .width = width, .ratio = cw.ratio}, s);
+        // wkv and wgate as one GEMM where they share an allocation (DeviceCompressor::wkv_gate) and run as a
+        // bf16 tensor-core GEMM: kv and gate are then the halves of each row of [S, 2·width], and the launch
+        // takes wkv's split-K chunks, so each half has the bits of its own GEMM.
+        float *ckv = nullptr, *cg = nullptr;
+        int64_t ld = width;
+        const DeviceLinear& wj = cw.wkv_gate;
+        ckv = workspace_->alloc_n<float>(S * 2 * width);
+        if (off && wj.weight && wj.kind == WeightKind::kBF16 && fast_linear_k_chunks(cw.wkv) == fast_linear_k_chunks(cw.wgate) &&
+            project_fast(wj, a, S, ckv, false, &ca, fast_linear_k_chunks(cw.wkv))) {
+            cg = ckv + width;
+            ld = 2 * width;
+        } else {
+            cg = ckv + S * width;
+            project_f32(cw.wkv, a, S, ckv, &ca);
+            project_f32(cw.wgate, a, S, cg, &ca);
+        }
+        add_ape({.gate = cg, .ape = cw.ape, .positions = b.positions, .rows = S, .width = width, .ratio = cw.ratio, .ld = ld}, s);
         // Graphs: a decode row completes at most one window, a short chunk ceil(kGraphChunkRows / ratio).
         int64_t max_windows = !b.graph ? 0 : b.short_chunks ? (kGraphChunkRows + cw.ratio - 1) / cw.ratio : 1;
         for (int64_t i = 0; i < b.num_segments && !b.graph; ++i) {
@@ -184,16 +199,17 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
             max_windows = std::max(max_windows, (P0 + n) / cw.ratio - (P0 + cw.ratio) / cw.ratio + 1);
         }
         compressor({.segments = b.segments, .num_segments = b.num_segments, .max_windows = max_windows,
-                    .indexer = indexer, .kv = ckv, .gate = cg, .ratio = cw.ratio, .head_dim = cw.head_dim,
+                    .indexer = indexer, .kv = ckv, .gate = cg, .ld = ld, .ratio = cw.ratio, .head_dim = cw.head_dim,
                     .ring_rows = ring, .overlap = cw.overlap, .norm = cw.norm, .eps = eps, .cos_sin = rope_comp_,
                     .rope_dim = R, .official = off, .qat = qat},
                    s);
         ring_write({.segments = b.segments, .num_segments = b.num_segments, .max_rows = b.max_rows,
-                    .ring = indexer ? RingKind::kIdxKv : RingKind::kCompKv, .src = ckv, .width = width, .ring_rows = ring},
+                    .ring = indexer ? RingKind::kIdxKv : RingKind::kCompKv, .src = ckv, .width = width, .ring_rows = ring,
+                    .src_ld = ld},
                    s);
         ring_write({.segments = b.segments, .num_segments = b.num_segments, .max_rows = b.max_rows,
                     .ring = indexer ? RingKind::kIdxGate : RingKind::kCompGate, .src = cg, .width = width,
-                    .ring_rows = ring},
+                    .ring_rows = ring, .src_ld = ld},
                    s);
     };
     if (lw.compressor) run_compressor(*lw.compressor, false, Qat::kFp8Nope);

@@ -236,8 +236,10 @@ private:
     // `in` (optional, when it describes x): its converted forms are taken or kept there.
     void project(const DeviceLinear& w, const float* x, int64_t rows, float* y, ConvertedInput* in = nullptr) const;
     // The fast (tensor-core) form of project() for a supported weight; returns false otherwise.
+    // k_chunks > 0: that many split-K chunks instead of the weight's own (a joined weight computing each
+    // part's bits: the part's fast_linear_k_chunks).
     bool project_fast(const DeviceLinear& w, const float* x, int64_t rows, float* y, bool round_bf16,
-                      ConvertedInput* in = nullptr) const;
+                      ConvertedInput* in = nullptr, int k_chunks = 0) const;
     // The reference's FP32 linear of a bf16 weight (compressor wkv/wgate, router gate): f32 output, no
     // act_quant. In the fast GEMM mode with official numerics the activations hold bf16 values, so the
     // bf16 tensor-core GEMM computes the same products exactly (bf16 x bf16 fits f32) and differs only

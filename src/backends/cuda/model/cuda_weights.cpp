@@ -71,7 +71,21 @@ public:
     DeviceHc hc(const HcWeights& h) { return {vec(h.fn), vec(h.base), vec(h.scale)}; }
 
     DeviceCompressor compressor(const CompressorWeights& c) {
-        return {linear(c.wkv), linear(c.wgate), vec(c.ape), vec(c.norm), c.ratio, c.head_dim, c.overlap};
+        DeviceCompressor d;
+        d.wkv_gate = linear_pair(c.wkv, c.wgate);
+        if (d.wkv_gate.weight) {
+            d.wkv = d.wkv_gate.rows(0, c.wkv.out_features);
+            d.wgate = d.wkv_gate.rows(c.wkv.out_features, d.wkv_gate.out_features);
+        } else {
+            d.wkv = linear(c.wkv);
+            d.wgate = linear(c.wgate);
+        }
+        d.ape = vec(c.ape);
+        d.norm = vec(c.norm);
+        d.ratio = c.ratio;
+        d.head_dim = c.head_dim;
+        d.overlap = c.overlap;
+        return d;
     }
 
     DeviceExperts experts(std::span<const ExpertWeights> es) {

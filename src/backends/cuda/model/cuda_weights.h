@@ -15,6 +15,9 @@ namespace deepinfer::cuda {
 
 struct DeviceCompressor {
     DeviceLinear wkv, wgate;
+    // wkv's rows then wgate's in one allocation (wkv and wgate are then its row slices), so that one GEMM
+    // computes both; empty where they cannot share one (Uploader::linear_pair).
+    DeviceLinear wkv_gate;
     const float* ape = nullptr;   // [ratio, width]
     const float* norm = nullptr;  // [head_dim]
     int64_t ratio = 0, head_dim = 0;
