@@ -12,6 +12,9 @@
 #   pack                   $R into $OUT/r.tgz (one file: the tool returns a limited number of files)
 #   elapsed                seconds since sourcing
 #   FB                     the 2-layer proxy's cuda_forward_bench flags (CSA + HCA, 256 experts, fast, even routing)
+#   proxy_ab BATCHES ROUNDS  the proxy's checkpoint (/tmp/pb), then ROUNDS rounds of decode at BATCHES (4096
+#                          context) and an 8K prefill, $B/cuda_forward_bench_prev and $B/cuda_forward_bench
+#                          interleaved, into $R/{dec,pf8}_{prev,new}.jsonl; ab_summary prints them
 set -u
 CALL_T0=$(date +%s)
 B=/tmp/mb
@@ -31,4 +34,23 @@ t() {
     shift 2
     timeout "$cap" "$@" > "$R/$name.log" 2>&1
     echo "$name rc=$? t=$(elapsed) $(grep -E '^\[  (PASSED|FAILED) ' "$R/$name.log" | tr '\n' ' ' | cut -c1-300)" >> "$S"
+}
+proxy_ab() {
+    local batches=$1 rounds=${2:-2} v x
+    [ -d /tmp/pb ] || timeout 60 "$B/cuda_forward_bench" $FB --dir /tmp/pb --keep 1 --prefill 64 --batches 1 --context 16 --decode 1 > /dev/null 2>&1
+    for _ in $(seq "$rounds"); do
+        for v in prev new; do
+            x=$B/cuda_forward_bench; [ "$v" = prev ] && x=$B/cuda_forward_bench_prev
+            timeout 50 "$x" $FB --model /tmp/pb --prefill 0 --context 4096 --batches "$batches" --decode-warmup 3 --decode 16 >> "$R/dec_$v.jsonl" 2>> "$R/pf.err"
+            timeout 30 "$x" $FB --model /tmp/pb --prefill 8192 --batches 1 --context 16 --decode 0 >> "$R/pf8_$v.jsonl" 2>> "$R/pf.err"
+        done
+    done
+    echo "proxy t=$(elapsed)" >> "$S"
+}
+ab_summary() {
+    local v
+    for v in prev new; do
+        echo "$v pf8: $(grep -o '"tok_s":[0-9.]*' "$R/pf8_$v.jsonl" | grep -v ':0$' | tr '\n' ' ')"
+        echo "$v dec: $(grep -o '"batch":[0-9]*\|"ms_per_step":[0-9.]*' "$R/dec_$v.jsonl" | tr '\n' ' ')"
+    done
 }
