@@ -462,6 +462,9 @@ void launch_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t rows_per
         launch<2, 4, 4, 4, 3, kB>(p, a, st);
 }
 
+// A fast launch's K tiles: 128 bytes of K each (64 bf16 columns, else 128 one-byte ones).
+int64_t fast_k_tiles(const DeviceLinear& w) { return w.kind == WeightKind::kBF16 ? w.in_features / 64 : w.in_features / 128; }
+
 }  // namespace
 
 bool fast_fp8_available() { return compute_capability() >= 89; }
@@ -471,15 +474,13 @@ int fast_linear_k_chunks(const DeviceLinear& w) {
     if (!(fp8 || w.kind == WeightKind::kBF16) || !fast_linear_supported(w) || compute_capability() != 90) return 1;
     const int64_t tiles = (w.out_features + wgmma_bn(w.out_features) - 1) / wgmma_bn(w.out_features), sms = sm_count();
     if (tiles >= sms) return 1;
-    const int64_t k_tiles = fp8 ? w.in_features / 128 : w.in_features / 64;
-    const int64_t S = std::min(sms / tiles, k_tiles / kMinChunkTiles);  // blocks: at most one per SM
+    const int64_t S = std::min(sms / tiles, fast_k_tiles(w) / kMinChunkTiles);  // blocks: at most one per SM
     return S >= kMinChunks ? static_cast<int>(S) : 1;
 }
 
 int64_t fast_linear_split_floats(const DeviceLinear& w, int64_t rows, SplitK mode, int k_chunks) {
     if (k_chunks <= 0) return split_floats(w.out_features, rows, fast_linear_k_chunks(w), mode);
-    const int64_t k_tiles = w.kind == WeightKind::kBF16 ? w.in_features / 64 : w.in_features / 128;  // (fast_linear's)
-    return split_floats(w.out_features, rows, std::min<int64_t>(k_chunks, k_tiles), mode);
+    return split_floats(w.out_features, rows, std::min<int64_t>(k_chunks, fast_k_tiles(w)), mode);
 }
 
 int64_t fast_linear_split_floats_bound(int64_t rows) {
@@ -541,7 +542,7 @@ void fast_linear(const FastLinearParams& p, Stream s) {
     a.rows = p.rows;
     a.N = w.out_features;
     a.K = w.in_features;
-    a.k_tiles = bf16 ? w.in_features / 64 : w.in_features / 128;
+    a.k_tiles = fast_k_tiles(w);
     a.round_bf16 = p.round_output_bf16;
     // Split-K (the wgmma kernel's FP8 128x128 and BF16 forms only).
     a.k_chunks = 1;

@@ -61,10 +61,10 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
         // wkv and wgate as one GEMM where they share an allocation (DeviceCompressor::wkv_gate) and run as a
         // bf16 tensor-core GEMM: kv and gate are then the halves of each row of [S, 2·width], and the launch
         // takes wkv's split-K chunks, so each half has the bits of its own GEMM.
-        float *ckv = nullptr, *cg = nullptr;
+        float* ckv = workspace_->alloc_n<float>(S * 2 * width);
+        float* cg = nullptr;
         int64_t ld = width;
         const DeviceLinear& wj = cw.wkv_gate;
-        ckv = workspace_->alloc_n<float>(S * 2 * width);
         if (off && wj.weight && wj.kind == WeightKind::kBF16 && fast_linear_k_chunks(cw.wkv) == fast_linear_k_chunks(cw.wgate) &&
             project_fast(wj, a, S, ckv, false, &ca, fast_linear_k_chunks(cw.wkv))) {
             cg = ckv + width;
