@@ -251,6 +251,13 @@ struct RingWriteParams {
     int64_t width = 0;
     int64_t ring_rows = 0;
     int64_t src_ld = 0;  // src's row stride (0: width)
+    // Optional: a second ring written by the same launch from src2 (the same rows, width, ring_rows and
+    // stride), each value plus add2's row (pos % add2_ratio) where add2 is given: a compressor's gate rows
+    // with its ape, add_ape's additions (the same bits as add_ape then ring_write).
+    RingKind ring2 = RingKind::kWindow;
+    const float* src2 = nullptr;  // [rows, src_ld]
+    const float* add2 = nullptr;  // [add2_ratio, width]
+    int64_t add2_ratio = 0;
 };
 void ring_write(const RingWriteParams& p, Stream s);
 
@@ -267,6 +274,10 @@ struct CompressorParams {
     const float* kv = nullptr;    // [rows, ld] c_t (width = 2·head_dim with overlap, else head_dim)
     const float* gate = nullptr;  // [rows, ld] z_t + ape
     int64_t ld = 0;               // kv's and gate's row stride (0: width)
+    // Optional [ratio, width]: added to the chunk's gate rows as they are read (add_ape's additions, the
+    // same bits, without its launch; the rows in memory stay without it). The ring's rows hold it already
+    // (RingWriteParams::add2).
+    const float* ape = nullptr;
     int64_t ratio = 0, head_dim = 0, ring_rows = 0;
     bool overlap = false;
     const float* norm = nullptr;  // [head_dim]

@@ -35,9 +35,19 @@ static __global__ void ring_write_kernel(const __grid_constant__ RingWriteParams
     const DeviceSegment& s = p.segments[blockIdx.x];
     const int64_t t = blockIdx.y;
     if (t >= s.num_rows || t < s.num_rows - p.ring_rows) return;
-    float* dst = ring_of(s, p.ring) + ((s.first_position + t) % p.ring_rows) * p.width;
-    const float* src = p.src + (s.row_begin + t) * (p.src_ld > 0 ? p.src_ld : p.width);
+    const int64_t pos = s.first_position + t, ld = p.src_ld > 0 ? p.src_ld : p.width;
+    float* dst = ring_of(s, p.ring) + (pos % p.ring_rows) * p.width;
+    const float* src = p.src + (s.row_begin + t) * ld;
     for (int64_t i = threadIdx.x; i < p.width; i += blockDim.x) dst[i] = src[i];
+    if (p.src2 == nullptr) return;
+    float* dst2 = ring_of(s, p.ring2) + (pos % p.ring_rows) * p.width;
+    const float* src2 = p.src2 + (s.row_begin + t) * ld;
+    if (p.add2) {
+        const float* add = p.add2 + (pos % p.add2_ratio) * p.width;  // (add_ape_kernel's row and addition)
+        for (int64_t i = threadIdx.x; i < p.width; i += blockDim.x) dst2[i] = dev::add(src2[i], add[i]);
+    } else {
+        for (int64_t i = threadIdx.x; i < p.width; i += blockDim.x) dst2[i] = src2[i];
+    }
 }
 
 static __global__ void add_ape_kernel(const __grid_constant__ AddApeParams p) {
@@ -77,8 +87,12 @@ static __global__ void __launch_bounds__(kCompressorMaxThreads) compressor_kerne
     auto row_kv = [&](int64_t pos) {
         return pos >= P0 ? p.kv + (s.row_begin + pos - P0) * ld : ring_kv + (pos % p.ring_rows) * width;
     };
-    auto row_gate = [&](int64_t pos) {
-        return pos >= P0 ? p.gate + (s.row_begin + pos - P0) * ld : ring_gate + (pos % p.ring_rows) * width;
+    // Gate value c of position pos: the ring's (ape included), or the chunk's plus its ape row (pos % m, as
+    // add_ape_kernel adds it) where the ape is folded in here.
+    auto gate_at = [&](int64_t pos, int64_t c) {
+        if (pos < P0) return ring_gate[(pos % p.ring_rows) * width + c];
+        const float v = p.gate[(s.row_begin + pos - P0) * ld + c];
+        return p.ape ? dev::add(v, p.ape[(pos % m) * width + c]) : v;
     };
     const int64_t slots = p.overlap ? 2 * m : m;
     const float neg_inf = -__int_as_float(0x7F800000);
@@ -94,13 +108,13 @@ static __global__ void __launch_bounds__(kCompressorMaxThreads) compressor_kerne
                 }
                 const int64_t pos = (i - 1) * m + sl;
                 *kv = row_kv(pos)[ch];
-                *g = row_gate(pos)[ch];
+                *g = gate_at(pos, ch);
                 return;
             }
             const int64_t pos = i * m + (p.overlap ? sl - m : sl);
             const int64_t off = p.overlap ? d : 0;
             *kv = row_kv(pos)[off + ch];
-            *g = row_gate(pos)[off + ch];
+            *g = gate_at(pos, off + ch);
         };
         float mx = neg_inf;
         for (int64_t sl = 0; sl < slots; ++sl) {

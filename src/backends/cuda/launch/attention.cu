@@ -21,6 +21,7 @@ cudaStream_t raw(Stream s) { return static_cast<cudaStream_t>(s.handle); }
 
 void ring_write(const RingWriteParams& p, Stream s) {
     if (p.num_segments == 0 || p.max_rows == 0) return;
+    DI_CHECK(!p.add2 || (p.src2 && p.add2_ratio > 0), "ring_write: add2 needs src2 and add2_ratio > 0 (", p.add2_ratio, ")");
     const dim3 grid(static_cast<unsigned>(p.num_segments), static_cast<unsigned>(p.max_rows));
     launch_pdl(kernels::ring_write_kernel, grid, 128, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());

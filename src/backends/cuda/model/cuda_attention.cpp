@@ -54,7 +54,8 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
                .round_rope_dims = off, .qat = off ? Qat::kFp8Nope : Qat::kNone},
               s);
 
-    // Compressors: project, add ape, pool completed windows, then keep the chunk's rows in the rings.
+    // Compressors: project, pool completed windows (the gate rows plus ape as read), then keep the chunk's rows
+    // in the rings (the gate rows plus ape).
     auto run_compressor = [&](const DeviceCompressor& cw, bool indexer, Qat qat) {
         const int64_t width = cw.overlap ? 2 * cw.head_dim : cw.head_dim;
         const int64_t ring = (cw.overlap ? 2 : 1) * cw.ratio + kRingHeadroom;
@@ -74,7 +75,6 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
             project_f32(cw.wkv, a, S, ckv, &ca);
             project_f32(cw.wgate, a, S, cg, &ca);
         }
-        add_ape({.gate = cg, .ape = cw.ape, .positions = b.positions, .rows = S, .width = width, .ratio = cw.ratio, .ld = ld}, s);
         // Graphs: a decode row completes at most one window, a short chunk ceil(kGraphChunkRows / ratio).
         int64_t max_windows = !b.graph ? 0 : b.short_chunks ? (kGraphChunkRows + cw.ratio - 1) / cw.ratio : 1;
         for (int64_t i = 0; i < b.num_segments && !b.graph; ++i) {
@@ -82,17 +82,16 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
             max_windows = std::max(max_windows, (P0 + n) / cw.ratio - (P0 + cw.ratio) / cw.ratio + 1);
         }
         compressor({.segments = b.segments, .num_segments = b.num_segments, .max_windows = max_windows,
-                    .indexer = indexer, .kv = ckv, .gate = cg, .ld = ld, .ratio = cw.ratio, .head_dim = cw.head_dim,
+                    .indexer = indexer, .kv = ckv, .gate = cg, .ld = ld, .ape = cw.ape, .ratio = cw.ratio, .head_dim = cw.head_dim,
                     .ring_rows = ring, .overlap = cw.overlap, .norm = cw.norm, .eps = eps, .cos_sin = rope_comp_,
                     .rope_dim = R, .official = off, .qat = qat},
                    s);
+        // This chunk's kv and gate rows into the rings, one launch; the gate rows with their ape (the
+        // compressor above added it as it read them).
         ring_write({.segments = b.segments, .num_segments = b.num_segments, .max_rows = b.max_rows,
                     .ring = indexer ? RingKind::kIdxKv : RingKind::kCompKv, .src = ckv, .width = width, .ring_rows = ring,
-                    .src_ld = ld},
-                   s);
-        ring_write({.segments = b.segments, .num_segments = b.num_segments, .max_rows = b.max_rows,
-                    .ring = indexer ? RingKind::kIdxGate : RingKind::kCompGate, .src = cg, .width = width,
-                    .ring_rows = ring, .src_ld = ld},
+                    .src_ld = ld, .ring2 = indexer ? RingKind::kIdxGate : RingKind::kCompGate, .src2 = cg, .add2 = cw.ape,
+                    .add2_ratio = cw.ratio},
                    s);
     };
     if (lw.compressor) run_compressor(*lw.compressor, false, Qat::kFp8Nope);
