@@ -423,6 +423,51 @@ RopeParams flash_yarn() {
     return r;
 }
 
+TEST_F(CudaOps, KvNormFoldedIntoRopeRowsBitIdentical) {
+    // The model's kv path in one launch (RopeRowsParams::head_norm_weight / head_norm_round_bf16): the
+    // weighted RMS norm (cpu::rms_norm with kv_norm), bf16 rounding, RoPE, the rope dims rounded, the FP8
+    // simulation of the nope dims, against the CPU reference; and against rms_norm then rope_rows on the GPU.
+    const cpu::RopeTable rope(flash_yarn(), 64);
+    const int64_t positions = 5000, dim = 512;
+    Dev<float> dcs(cos_sin(rope, positions));
+    std::vector<int32_t> pos = {0, 1, 127, 128, 4095, 4999};
+    const int64_t rows = int64_t(pos.size());
+    Dev<int32_t> dpos(pos);
+    auto w = randn(size_t(dim), 11);
+    for (float& v : w) v = 1.0f + 0.1f * v;
+    Dev<float> dw(w);
+    for (const bool off : {true, false}) {
+        auto x = bf16_values(randn(size_t(rows * dim), 13, 2.0f));
+        std::vector<float> ref = x;
+        for (int64_t r = 0; r < rows; ++r) {
+            float* h = ref.data() + r * dim;
+            cpu::rms_norm(h, w.data(), 1e-6f, dim, h);
+            if (off) cpu::round_bf16_inplace(h, dim);
+            rope.apply(h, dim, pos[size_t(r)], false);
+            if (off) cpu::round_bf16_inplace(h + dim - 64, 64);
+            if (off) fp8_simulate_nope(h, dim - 64);
+        }
+        const cuda::RopeRowsParams base{.rows = rows, .heads = 1, .dim = dim, .positions = dpos.ptr(), .cos_sin = dcs.ptr(),
+                                        .rope_dim = 64, .round_rope_dims = off, .qat = off ? cuda::Qat::kFp8Nope : cuda::Qat::kNone};
+        Dev<float> d1(x), d2(x);
+        cuda::RopeRowsParams folded = base;
+        folded.x = d1.ptr();
+        folded.head_norm = cuda::HeadNorm::kF32;
+        folded.eps = 1e-6f;
+        folded.head_norm_weight = dw.ptr();
+        folded.head_norm_round_bf16 = off;
+        cuda::rope_rows(folded, Stream{});
+        cuda::rms_norm({.x = d2.ptr(), .weight = dw.ptr(), .out = d2.ptr(), .rows = rows, .n = dim, .eps = 1e-6f, .round_bf16 = off},
+                       Stream{});
+        cuda::RopeRowsParams apart = base;
+        apart.x = d2.ptr();
+        cuda::rope_rows(apart, Stream{});
+        const auto got = d1.host(x.size());
+        expect_bits_equal(ref, got, off ? "kv folded, official" : "kv folded, exact");
+        expect_bits_equal(d2.host(x.size()), got, "folded = rms_norm then rope_rows");
+    }
+}
+
 TEST_F(CudaOps, HeadNormRopeAndQatBitIdentical) {
     const cpu::RopeTable rope(flash_yarn(), 64);
     const int64_t positions = 70000;  // beyond the YaRN original length

@@ -122,6 +122,10 @@ struct RopeRowsParams {
     int64_t rope_dim = 0;
     HeadNorm head_norm = HeadNorm::kNone;
     float eps = 1e-6f;
+    // The kF32 head norm weighted and rounded as rms_norm does (its `weight`, its `round_bf16`): the
+    // weight[i]·(x[i]·r) of cpu::rms_norm, so the model's kv norm runs in this launch.
+    const float* head_norm_weight = nullptr;  // [dim]
+    bool head_norm_round_bf16 = false;
     bool inverse = false;
     bool round_rope_dims = false;  // after RoPE
     bool round_all = false;        // after RoPE (whole head)

@@ -241,7 +241,10 @@ static __global__ void rope_rows_kernel(const __grid_constant__ RopeRowsParams p
         const float d = dev::dot_group8(sh, sh, p.dim, lane % 8);
         const float r = 1.0f / sqrtf(dev::add(d / static_cast<float>(p.dim), p.eps));
         __syncwarp();
-        for (int64_t i = lane; i < p.dim; i += 32) sh[i] = dev::mul(sh[i], r);
+        // (rms_norm_kernel's arithmetic: the same dot, r, products and rounding)
+        const float* w = p.head_norm_weight;
+        for (int64_t i = lane; i < p.dim; i += 32)
+            sh[i] = dev::maybe_bf16(w ? dev::mul(w[i], dev::mul(sh[i], r)) : dev::mul(sh[i], r), p.head_norm_round_bf16);
     } else if (p.head_norm == HeadNorm::kBf16Arith) {
         float r = 0, sum = 0;
         if (p.tree_sum) {  // fast mode: lane-strided partial sums, then a butterfly (equal in every lane)

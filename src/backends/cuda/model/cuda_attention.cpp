@@ -49,10 +49,10 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
     // KV path: kv = kv_norm(wkv a); RoPE; FP8 simulation of the nope dims.
     float* kv = workspace_->alloc_n<float>(S * Dh);
     project(lw.wkv, a, S, kv, &ca);
-    rms_norm({.x = kv, .weight = lw.kv_norm, .out = kv, .rows = S, .n = Dh, .eps = eps, .round_bf16 = off}, s);
     rope_rows({.x = kv, .rows = S, .heads = 1, .dim = Dh, .positions = b.positions, .cos_sin = rope, .rope_dim = R,
+               .head_norm = HeadNorm::kF32, .eps = eps, .head_norm_weight = lw.kv_norm, .head_norm_round_bf16 = off,
                .round_rope_dims = off, .qat = off ? Qat::kFp8Nope : Qat::kNone},
-              s);
+              s);  // (kv_norm: the weighted head norm of the same launch)
 
     // Compressors: project, pool completed windows (the gate rows plus ape as read), then keep the chunk's rows
     // in the rings (the gate rows plus ape).
