@@ -9,9 +9,16 @@
 //    whole batch are timed (device sampling, async scheduling, CUDA graphs on one GPU): ms per step,
 //    tokens/s, the GPU's busy span per step and its idle fraction (CUDA events).
 // One JSON line per measurement; `layers` and the model's bytes let a report scale to 43 layers.
-//   cuda_engine_bench [--layers flash:N | flash | csa,hca,...] [--dir D | --model D] [--keep 1] [--gemm fast]
+// --family v41: the default model, DeepSeek-V4.1-Flash, at full width: --layers v41:N, the published
+// schedule's layer kinds in proportion (v41_flash_layers, synthetic_v41.h; 12 layers: 2 window-only, 5 at
+// ratio 2, 5 at ratio 1; 40 published), with the Engram tables cut to a 100,000-entry n-gram vocabulary
+// (~0.6 GB instead of ~98 GB per Engram layer: host memory; a token gathers a few rows either way), no
+// drafter or vision tower. ~7.3 GB per layer (the 384 FP4 experts): 12 layers fit one H200.
+//   cuda_engine_bench [--family v4 | v41] [--layers flash:N | flash | csa,hca,... | v41:N] [--dir D | --model D] [--keep 1] [--gemm fast]
 //                     [--prefill-prompt 8192] [--prefill-requests 4] [--context 4096] [--tail 64]
 //                     [--batches 1,32,128,256,512] [--decode 16] [--batch-tokens 8192] [--gpus 1] [--prefixes G]
+// --profile prefill | decode | 1 (both): cudaProfilerStart/Stop around the prefill's first step and / or one
+// decode step per batch after the timed ones (ncu / nsys capturing from the API; the warm-up left out).
 // --prefixes: distinct shared prefixes (default: one per GPU), the requests spread over them in turn.
 // --routing model,even: the decode batches once per routing, in turn (the prefill with the first);
 // `even`: every MoE layer spreads its rows evenly over the experts (set_cuda_even_routing), as a
@@ -20,6 +27,8 @@
 // The shared prefix makes the decode steps read the same compressed entries for all B sequences of a
 // batch from HBM or L2; at 4K contexts those reads are a few percent of the weight bytes of a step
 // (the report says so beside the numbers).
+#include <cuda_profiler_api.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -33,9 +42,11 @@
 #include "bench_util.h"
 #include "backends/cuda/ep/cuda_ep_model.h"
 #include "backends/cuda/model/cuda_model.h"
+#include "backends/cuda/model/cuda_v41_model.h"
 #include "deepinfer/engine.h"
 #include "deepinfer/model.h"
 #include "deepinfer/synthetic.h"
+#include "deepinfer/synthetic_v41.h"
 #include "expert_load_fields.h"
 
 namespace {
@@ -76,6 +87,13 @@ struct Bench {
     EngineConfig ec;
     nlohmann::json base;
     std::mt19937 rng{1};
+    bool profile_prefill = false, profile_decode = false;
+    // One engine step inside the profiler's capture (--profile).
+    void profiled_step(Engine& engine) const {
+        cudaProfilerStart();
+        engine.step();
+        cudaProfilerStop();
+    }
 
     std::vector<int32_t> tokens(int64_t n) {
         const uint32_t V = uint32_t(model->info().vocab_size);
@@ -113,6 +131,7 @@ struct Bench {
         for (int64_t i = 0; i < requests; ++i) engine.add_request(id("p", i), tokens(prompt_len), sampling(1, uint64_t(i)));
         reset_stats();
         const auto t = Clock::now();
+        if (profile_prefill && engine.has_unfinished()) profiled_step(engine);
         while (engine.has_unfinished()) engine.step();
         const double secs = since(t);
         nlohmann::json r = base;
@@ -154,6 +173,7 @@ struct Bench {
         for (int64_t k = 0; k < steps && engine.has_unfinished(); ++k) engine.step();
         const double secs = since(t);
         const int64_t n = engine.metrics().steps - steps0, gen = engine.metrics().generated_tokens - gen0;
+        if (profile_decode && engine.has_unfinished()) profiled_step(engine);  // (after the timing)
         nlohmann::json r = base;
         r["mode"] = "engine_decode";
         r["batch"] = batch;
@@ -177,12 +197,14 @@ struct Bench {
 
 int main(int argc, char** argv) {
     std::string layers = "flash:4", dir = "/tmp/deepinfer-engine-bench", model_dir, gemm = "fast", batches = "1,32,128,256,512";
-    std::string routing = "model";
+    std::string routing = "model", family = "v4";
     int64_t prefill_prompt = 8192, prefill_requests = 4, context = 4096, tail = 64, decode = 16, batch_tokens = 8192, gpus = 1, prefixes = 0;
     bool keep = false;
+    std::string profile;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
         if (k == "--layers") layers = v;
+        else if (k == "--family") family = v;
         else if (k == "--dir") dir = v;
         else if (k == "--model") model_dir = v;
         else if (k == "--keep") keep = v == "1";
@@ -197,6 +219,7 @@ int main(int argc, char** argv) {
         else if (k == "--gpus") gpus = std::stoll(v);
         else if (k == "--prefixes") prefixes = std::stoll(v);
         else if (k == "--routing") routing = v;  // model,even: a decode sweep each
+        else if (k == "--profile") profile = v;
         else {
             std::fprintf(stderr, "unknown option %s\n", k.c_str());
             return 2;
@@ -207,22 +230,50 @@ int main(int argc, char** argv) {
         const int64_t max_batch = bs.empty() ? 1 : *std::max_element(bs.begin(), bs.end());
         DI_CHECK(tail >= 1 && tail < context && (context - tail) % 64 == 0,
                  "--context minus --tail must be a positive multiple of the prefix block (64)");
+        DI_CHECK(family == "v4" || family == "v41", "--family: v4 or v41, not ", family);
+        const bool v41 = family == "v41";
+        if (v41 && layers == "flash:4") layers = "v41:12";  // (the V4 default unchanged)
+        DI_CHECK(!v41 || layers.rfind("v41:", 0) == 0, "--family v41 takes --layers v41:N");
         int hash_layers = 0;
-        const std::vector<int> ratios = layer_ratios(layers, hash_layers);
+        std::vector<int> ratios;
+        std::string v41_config;
+        nlohmann::json schedule;  // (V4.1: the layer kinds, for the report's floors)
+        if (v41) {
+            nlohmann::ordered_json cfg = v41_flash_layers(std::stoll(layers.substr(4)));
+            cfg["text_config"]["engram_vocab_size"] = 100000;
+            cfg.erase("vision_config");
+            set_v41_engram_rows(cfg);
+            const auto& tc = cfg["text_config"];
+            for (int64_t r : tc["compress_ratios"].get<std::vector<int64_t>>()) ratios.push_back(int(r));
+            schedule = {{"ratios", ratios}, {"kv_sources", tc["kv_source_layer_ids"]},
+                        {"index_sources", tc["index_source_layer_ids"]}, {"engram", tc["engram_layer_ids"]}};
+            v41_config = cfg.dump(2);
+        } else {
+            ratios = layer_ratios(layers, hash_layers);
+        }
         auto t = Clock::now();
         if (model_dir.empty()) {
             std::filesystem::create_directories(dir);
-            write_synthetic_checkpoint(dir, v4_flash_config({.compress_ratios = ratios, .num_hash_layers = hash_layers}),
-                                       {.seed = 1, .residual_damping = 0.25, .parallel = true});
+            if (v41)
+                write_synthetic_v41_checkpoint(dir, v41_config,
+                                               {.seed = 1, .residual_damping = 0.25, .include_drafter = false,
+                                                .include_vision = false, .sharded = true, .parallel = true});
+            else
+                write_synthetic_checkpoint(dir, v4_flash_config({.compress_ratios = ratios, .num_hash_layers = hash_layers}),
+                                           {.seed = 1, .residual_damping = 0.25, .parallel = true});
         } else {
             dir = model_dir;
         }
         const double write_s = since(t);
-        uint64_t checkpoint_bytes = 0;
-        for (const auto& e : std::filesystem::directory_iterator(dir))
-            if (e.path().extension() == ".safetensors") checkpoint_bytes += e.file_size();
+        uint64_t checkpoint_bytes = 0, engram_bytes = 0;  // (V4.1: the Engram tables' shards apart)
+        for (const auto& e : std::filesystem::directory_iterator(dir)) {
+            if (e.path().extension() != ".safetensors") continue;
+            checkpoint_bytes += e.file_size();
+            if (e.path().filename().string().find("engram") != std::string::npos) engram_bytes += e.file_size();
+        }
 
         ModelOptions mo;
+        mo.tokenizer_json = DI_TOKENIZER_JSON;  // (V4.1: the Engram token map)
         mo.max_batch_tokens = batch_tokens;
         mo.max_num_seqs = std::max<int64_t>(max_batch, 1);
         mo.cuda_graphs = gpus == 1;
@@ -242,7 +293,10 @@ int main(int argc, char** argv) {
         co.expert_load_stats = true;  // one single-block kernel per MoE layer
         t = Clock::now();
         Bench b;
-        if (gpus == 1) {
+        DI_CHECK(!v41 || gpus == 1, "--family v41 runs on one GPU");
+        if (v41) {
+            b.model = cuda::load_cuda_v41_model(dir, mo, co);
+        } else if (gpus == 1) {
             b.model = cuda::load_cuda_model(dir, mo, co);
         } else {
             std::vector<int> devices;
@@ -258,13 +312,20 @@ int main(int argc, char** argv) {
         b.ec.device_sampling = true;
         b.ec.state_memory_bytes = uint64_t{1} << 40;  // the model's own device pool bounds it (state_limit)
         const cuda::CudaModelStats st0 = cuda::cuda_model_stats(*stat_models(*b.model)[0]);
-        b.base = {{"layers", layers}, {"num_layers", ratios.size()}, {"gemm", gemm}, {"gpus", gpus}, {"routing", routings[0]},
+        b.base = {{"family", family}, {"layers", layers}, {"num_layers", ratios.size()}, {"gemm", gemm}, {"gpus", gpus}, {"routing", routings[0]},
                   {"numerics", numerics_name(b.model->numerics())}, {"checkpoint_bytes", checkpoint_bytes},
                   {"write_s", write_s}, {"load_s", load_s}, {"workspace_bytes", st0.workspace_bytes},
-                  {"state_capacity_bytes", b.model->state_capacity_bytes()}};
+                  {"state_capacity_bytes", b.model->state_capacity_bytes()},
+                  {"weight_device_bytes", st0.weight_device_bytes}, {"ratios", ratios}};
+        if (v41) {
+            b.base["schedule"] = schedule;
+            b.base["engram_table_bytes"] = engram_bytes;
+        }
         // Warm-up: module load, graph captures of the small buckets.
         if (prefixes <= 0) prefixes = gpus;
         b.decode(2, 128, 64, 2, 1);
+        b.profile_prefill = profile == "prefill" || profile == "1";
+        b.profile_decode = profile == "decode" || profile == "1";
         if (prefill_requests > 0) std::printf("%s\n", b.prefill(prefill_requests, prefill_prompt).dump().c_str());
         std::fflush(stdout);
         for (const std::string& r : routings) {

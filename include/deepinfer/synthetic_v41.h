@@ -22,6 +22,16 @@ void write_synthetic_v41_checkpoint(const std::string& dir, const std::string& c
 // for synthetic checkpoints (tests/v41 checks it against tests/data/v41/configs/deepseek-v41-flash.json).
 nlohmann::ordered_json v41_flash_config();
 
+// The release's config cut to `layers` decoder layers (4..40) that keep the published schedule's layer
+// kinds in proportion, for full-width benchmarks of a few layers (cuda_engine_bench --family v41):
+// layers 0 and 1 sliding-window only (Engram at 1); then a ratio-2 group and a ratio-1 group, the rest
+// split 18 : 20 as the 40 published layers; in the ratio-2 group every 6th layer from its first is a KV
+// and index source (2, 8, 14), in the ratio-1 group its first is the KV and candidate source and every
+// 4th an index source (20, 24, ..); the second Engram layer 12 layers into the ratio-2 group (14) when
+// the group reaches it. No MTP layers or DSpark targets (num_nextn_predict_layers 0); everything else
+// (widths, experts, Engram sizes, vision) as published. v41_flash_layers(40) has the release's schedule.
+nlohmann::ordered_json v41_flash_layers(int64_t layers);
+
 // Rewrites a random V4.1 checkpoint written by write_synthetic_v41_checkpoint (one file, bf16 linears
 // and experts: fp8_linears = fp4_experts = false, sharded = false, with the drafter; config
 // dspark_markov_rank == hidden_size) so that its DSpark drafter agrees with the target (benchmarks and

@@ -2,6 +2,7 @@
 // V4.1 synthetic checkpoints: the V4.1 tensor list through the shared synthetic writer.
 #include "deepinfer/synthetic_v41.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -81,6 +82,35 @@ nlohmann::ordered_json v41_flash_config() {
                                 {"intermediate_size", 2816}, {"num_hidden_layers", 32}, {"num_attention_heads", 16},
                                 {"patch_size", 14}, {"downsample_ratio", 3}, {"rope_theta", 10000.0},
                                 {"max_image_tokens", 1024}, {"min_pixels", 295936}}}};
+}
+
+nlohmann::ordered_json v41_flash_layers(int64_t layers) {
+    DI_CHECK(layers >= 4 && layers <= 40, "a V4.1-Flash cut needs 4 to 40 layers, not ", layers);
+    nlohmann::ordered_json j = v41_flash_config();
+    auto& t = j["text_config"];
+    const int64_t rest = layers - 2;
+    const int64_t csa2 = std::max<int64_t>(1, (rest * 18 + 19) / 38), csa1 = rest - csa2;  // 40: 18, 20; 12: 5, 5
+    const int64_t g2 = 2, g1 = g2 + csa2;  // the groups' first layers
+    std::vector<int64_t> ratios = {0, 0}, kv, index, engram = {1};
+    ratios.insert(ratios.end(), size_t(csa2), 2);
+    ratios.insert(ratios.end(), size_t(csa1), 1);
+    for (int64_t l = g2; l < g1; l += 6) kv.push_back(l);
+    index = kv;
+    if (g2 + 12 < g1) engram.push_back(g2 + 12);
+    if (csa1 > 0) {
+        kv.push_back(g1);
+        for (int64_t l = g1; l < layers; l += 4) index.push_back(l);
+    }
+    t["num_hidden_layers"] = layers;
+    t["compress_ratios"] = ratios;
+    t["kv_source_layer_ids"] = kv;
+    t["index_source_layer_ids"] = index;
+    t["candidate_source_layer_id"] = csa1 > 0 ? g1 : kv.back();
+    t["engram_layer_ids"] = engram;
+    t["num_nextn_predict_layers"] = 0;
+    t["dspark_target_layer_ids"] = nlohmann::ordered_json::array();
+    set_v41_engram_rows(j);
+    return j;
 }
 
 void set_v41_engram_rows(nlohmann::ordered_json& config) {
