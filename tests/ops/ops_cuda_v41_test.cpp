@@ -165,6 +165,69 @@ TEST_F(CudaV41Ops, SinglePassHcBitIdentical) {
     }
 }
 
+// The fast mode's single-pass mHC site (CudaV41Model::hc_site): the split-K tensor-core mixing logits, then
+// hc_pre writing this site's pre (pre_out) and collapsing with the previous site's (collapse_pre). Against
+// the reference kernel (the CPU's bits): pre, post and comb within f32 rounding of the logits (x · fn then
+// times the norm's factor, not dot(x · r, fn)), the collapse bit for bit (the same pre, the same order);
+// rows alone equal rows in a batch.
+TEST_F(CudaV41Ops, SinglePassHcFastModeNearReference) {
+    const int64_t hc = 4, D = 5120, n_mix = (2 + hc) * hc, flat = hc * D;
+    for (int64_t rows : {int64_t(1), int64_t(37)}) {
+        const std::vector<float> x = bf16_values(randn(size_t(rows * flat), 51, 1.5f));
+        const std::vector<float> fn = randn(size_t(n_mix * flat), 52, 0.02f), base = randn(size_t(n_mix), 53, 0.5f);
+        const std::vector<float> scale = {0.8f, 1.1f, 0.6f};
+        std::vector<float> cpre = randn(size_t(rows * hc), 54, 0.3f);
+        for (float& v : cpre) v = std::fabs(v) + 0.1f;
+        Dev<float> dx(x), dfn(fn), dbase(base), dscale(scale), dcpre(cpre);
+        Dev<float> rpre(size_t(rows * hc)), rpost(size_t(rows * hc)), rcomb(size_t(rows * hc * hc)), ra(size_t(rows * D));
+        cuda::hc_mixes({.x = dx.ptr(), .fn = dfn.ptr(), .base = dbase.ptr(), .scale = dscale.ptr(), .rows = rows, .hc = hc,
+                        .hidden = D, .sinkhorn_iters = 20, .norm_eps = 1e-20f, .hc_eps = 1e-6f, .pre = rpre.ptr(),
+                        .post = rpost.ptr(), .comb = rcomb.ptr(), .collapse_pre = dcpre.ptr(), .collapsed = ra.ptr(),
+                        .round_bf16 = true},
+                       Stream{});
+        const int64_t splits = cuda::hc_mix_splits(flat);
+        Dev<float> partial(size_t(splits * rows * (n_mix + 1))), mix(size_t(rows * (n_mix + 1)));
+        Dev<float> fpre(size_t(rows * hc)), fpost(size_t(rows * hc)), fcomb(size_t(rows * hc * hc)), fa(size_t(rows * D));
+        cuda::hc_mix_splitk({.x = dx.ptr(), .fn = dfn.ptr(), .rows = rows, .outputs = n_mix, .flat = flat, .partial = partial.ptr(),
+                             .partials_only = true},
+                            Stream{});
+        cuda::hc_pre({.x = dx.ptr(), .fn = dfn.ptr(), .base = dbase.ptr(), .scale = dscale.ptr(), .rows = rows, .hc = hc,
+                      .hidden = D, .sinkhorn_iters = 20, .norm_eps = 1e-20f, .hc_eps = 1e-6f, .post = fpost.ptr(),
+                      .comb = fcomb.ptr(), .collapsed = fa.ptr(), .round_bf16 = true, .mix = mix.ptr(), .mix_given = true,
+                      .mix_partial = partial.ptr(), .mix_splits = splits, .pre_out = fpre.ptr(), .collapse_pre = dcpre.ptr()},
+                     Stream{});
+        auto near = [&](const std::vector<float>& ref, const std::vector<float>& got, double tol, const char* what) {
+            ASSERT_EQ(ref.size(), got.size());
+            double worst = 0;
+            for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs(double(ref[i]) - double(got[i])));
+            EXPECT_LE(worst, tol) << what << ", " << rows << " rows";
+        };
+        near(rpre.host(size_t(rows * hc)), fpre.host(size_t(rows * hc)), 1e-5, "pre");
+        near(rpost.host(size_t(rows * hc)), fpost.host(size_t(rows * hc)), 1e-5, "post");
+        near(rcomb.host(size_t(rows * hc * hc)), fcomb.host(size_t(rows * hc * hc)), 1e-4, "comb");
+        expect_equal(ra.host(size_t(rows * D)), fa.host(size_t(rows * D)), "collapse with the given pre");
+        // The pre it computed, its own: one row alone equals row 0 of the batch.
+        if (rows > 1) {
+            const size_t nh = static_cast<size_t>(hc);
+            Dev<float> p1(static_cast<size_t>(splits * (n_mix + 1))), m1(static_cast<size_t>(n_mix + 1)), pre1(nh), post1(nh),
+                comb1(nh * nh), a1(static_cast<size_t>(D));
+            cuda::hc_mix_splitk({.x = dx.ptr(), .fn = dfn.ptr(), .rows = 1, .outputs = n_mix, .flat = flat, .partial = p1.ptr(),
+                                 .partials_only = true},
+                                Stream{});
+            cuda::hc_pre({.x = dx.ptr(), .fn = dfn.ptr(), .base = dbase.ptr(), .scale = dscale.ptr(), .rows = 1, .hc = hc,
+                          .hidden = D, .sinkhorn_iters = 20, .norm_eps = 1e-20f, .hc_eps = 1e-6f, .post = post1.ptr(),
+                          .comb = comb1.ptr(), .collapsed = a1.ptr(), .round_bf16 = true, .mix = m1.ptr(), .mix_given = true,
+                          .mix_partial = p1.ptr(), .mix_splits = splits, .pre_out = pre1.ptr(), .collapse_pre = dcpre.ptr()},
+                         Stream{});
+            std::vector<float> b0 = fpre.host(size_t(rows * hc)), c0 = fcomb.host(size_t(rows * hc * hc));
+            b0.resize(size_t(hc));
+            c0.resize(size_t(hc * hc));
+            expect_equal(b0, pre1.host(size_t(hc)), "pre: row alone");
+            expect_equal(c0, comb1.host(size_t(hc * hc)), "comb: row alone");
+        }
+    }
+}
+
 // Rows at nine magnitudes plus hostile ones: zeros, signed zeros, all-equal, powers of two, grid ties.
 std::vector<float> qat_rows_input(int64_t rows, int64_t n) {
     std::vector<float> x = randn(size_t(rows * n), 9);
@@ -237,6 +300,56 @@ TEST_F(CudaV41Ops, CacheQatValuesAndCompactCodesEqualCpu) {
         Dev<void*> dslots(slots);
         cuda::copy_rows({.src = dcodes.ptr(), .dst = dslots.ptr(), .rows = rows, .row_bytes = bytes}, Stream{});
         expect_equal(want, ring.host(want.size()), what + " copy_rows");
+    }
+}
+
+// The attention kernels' decoders of the compact rows, one value per read and 16 per read (cache_values16,
+// which the tensor-core attention stages keys with), against the CPU's decoders: every code byte and scale
+// byte (NaN codes and scales: NaN on both sides; the rest bit for bit).
+TEST_F(CudaV41Ops, CompactRowDecodersEqualCpu) {
+    struct Case {
+        CacheFormat format;
+        int64_t n, block;
+    };
+    for (const Case& k : {Case{CacheFormat::kFp8Ue8m0, 512, 32}, Case{CacheFormat::kFp4E4m3, 512, 16},
+                          Case{CacheFormat::kFp4Ue8m0, 128, 32}, Case{CacheFormat::kF32, 64, 1}}) {
+        const int64_t rows = 64, bytes = cuda::cache_row_bytes(k.format, k.n, k.block);
+        std::vector<uint8_t> codes(size_t(rows * bytes));
+        std::mt19937 rng(41);
+        for (size_t i = 0; i < codes.size(); ++i) codes[i] = uint8_t(i * 7 + rng() % 3);  // every byte value
+        std::vector<float> ref(size_t(rows * k.n));
+        for (int64_t r = 0; r < rows; ++r) {
+            const uint8_t* c = codes.data() + r * bytes;
+            float* v = ref.data() + r * k.n;
+            if (k.format == CacheFormat::kF32) {
+                std::memcpy(v, c, size_t(k.n) * 4);
+            } else if (k.format == CacheFormat::kFp8Ue8m0) {
+                v41::decode_fp8(c, c + k.n, k.n, k.block, v);
+            } else {
+                v41::decode_fp4(c, c + k.n / 2, k.n, k.block, k.format == CacheFormat::kFp4E4m3, v);
+            }
+        }
+        Dev<uint8_t> dcodes(codes);
+        for (bool by16 : {false, true}) {
+            Dev<float> out(ref.size());
+            cuda::decode_rows({.src = dcodes.ptr(), .rows = rows, .n = k.n, .block = k.block, .format = k.format,
+                               .by16 = by16, .out = out.ptr()},
+                              Stream{});
+            const std::vector<float> got = out.host(ref.size());
+            size_t bad = 0, nans = 0;
+            for (size_t i = 0; i < ref.size(); ++i) {
+                if (std::isnan(ref[i]) || std::isnan(got[i])) {
+                    nans += std::isnan(ref[i]) ? 1 : 0;
+                    bad += std::isnan(ref[i]) != std::isnan(got[i]) ? 1 : 0;
+                } else {
+                    bad += std::memcmp(&ref[i], &got[i], 4) != 0 ? 1 : 0;
+                }
+            }
+            EXPECT_EQ(bad, 0u) << "format " << int(k.format) << (by16 ? " by 16" : " by 1");
+            if (k.format != CacheFormat::kF32) {
+                EXPECT_GT(nans, 0u) << "NaN codes covered";
+            }
+        }
     }
 }
 

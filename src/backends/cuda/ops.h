@@ -171,6 +171,10 @@ struct HcPreParams {
     // in plane order itself (the same additions as hc_mix_splitk's reduce; one launch fewer).
     const float* mix_partial = nullptr;
     int64_t mix_splits = 0;
+    // V4.1's single-pass mHC (HcMixesParams): this site's pre also written to pre_out [rows, hc], and the
+    // collapse taken with collapse_pre [rows, hc] (the previous site's) instead of this site's pre.
+    float* pre_out = nullptr;
+    const float* collapse_pre = nullptr;
 };
 void hc_pre(const HcPreParams& p, Stream s);
 
@@ -699,6 +703,18 @@ struct QatRowsParams {
     uint8_t* const* dst = nullptr;  // [rows] device array of row destinations (null entries skipped) or null
 };
 void qat_rows(const QatRowsParams& p, Stream s);
+
+// out[r, 0..n) = the values of compact row r (the cache decoders of the attention and indexer kernels):
+// one value per read (cache_value), or 16 per read (cache_values16, by16; n % 16 == 0, and block % 16 == 0
+// for the quantized formats), the same floats either way (tests compare both with the CPU's decoders).
+struct DecodeRowsParams {
+    const uint8_t* src = nullptr;  // [rows, cache_row_bytes(format, n, block)]
+    int64_t rows = 0, n = 0, block = 32;
+    CacheFormat format = CacheFormat::kF32;
+    bool by16 = false;
+    float* out = nullptr;  // [rows, n]
+};
+void decode_rows(const DecodeRowsParams& p, Stream s);
 
 // dst[i][0 .. row_bytes) = src[i * row_bytes ..] for every i with dst[i] != null (ring and cache stores).
 struct CopyRowsParams {

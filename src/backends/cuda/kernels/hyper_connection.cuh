@@ -90,6 +90,8 @@ static __global__ void hc_pre_kernel(const __grid_constant__ HcPreParams p) {
             const int64_t j = lane;
             pre[j] = dev::add(dev::sigmoid(dev::add(dev::mul(mix[j], p.scale[0]), p.base[j])), p.hc_eps);
             if (head_block) p.post[t * hc + j] = 2.0f * dev::sigmoid(dev::add(dev::mul(mix[hc + j], p.scale[1]), p.base[hc + j]));
+            if (head_block && p.pre_out) p.pre_out[t * hc + j] = pre[j];
+            if (p.collapse_pre) pre[j] = p.collapse_pre[t * hc + j];  // (V4.1: the collapse takes the previous site's)
         }
     }
     __syncthreads();  // pre is ready

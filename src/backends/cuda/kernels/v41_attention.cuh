@@ -120,6 +120,26 @@ struct SinkKeys {
         const int64_t e = selected[j - num_window];
         return cache_value(cache_row(seg->entries, *paged, segment, e, entry_bytes), entry_format, Dh, entry_block, d);
     }
+    // Whether values16 may read this row's keys 16 at a time (every format's scale block a multiple of 16).
+    __device__ bool by16() const {
+        auto ok = [&](CacheFormat f, int64_t block) { return f == CacheFormat::kF32 || block % 16 == 0; };
+        return Dh % 16 == 0 && ok(window_format, window_block) && ok(entry_format, entry_block);
+    }
+    // Values d0 .. d0 + 15 of key j (d0 % 16 == 0; by16()): operator()'s values, one vector load.
+    __device__ void values16(int64_t j, int64_t d0, float (&v)[16]) const {
+        if (j < num_window) {
+            const int64_t q = lo + j;
+            if (q >= seg->first_position) {
+                cache_values16(reinterpret_cast<const uint8_t*>(chunk_kv + (q - seg->first_position) * Dh), CacheFormat::kF32,
+                               Dh, 1, d0, v);
+                return;
+            }
+            cache_values16(seg->window + (q % window_rows) * window_bytes, window_format, Dh, window_block, d0, v);
+            return;
+        }
+        const int64_t e = selected[j - num_window];
+        cache_values16(cache_row(seg->entries, *paged, segment, e, entry_bytes), entry_format, Dh, entry_block, d0, v);
+    }
 };
 
 // grid (rows, heads), block 256; dynamic shared memory: head_dim floats.

@@ -51,10 +51,34 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) v41_tc_attention_kernel
     const int64_t nh = p.heads - h0 < kTcaHeads ? p.heads - h0 : kTcaHeads;
     const int64_t num_blocks = (nc + kTcaBlock - 1) / kTcaBlock;
     auto scores = [&](int64_t hh) { return p.scratch + (r * p.heads + h0 + hh) * p.max_candidates; };
-    // Keys j0 .. j0 + n - 1 decoded into kv as bf16; rows n..63 zero.
-    // (8 decodes in flight per thread.)
+    // Keys j0 .. j0 + n - 1 decoded into kv as bf16; rows n..63 zero. By 16 values (one vector load of a
+    // key's codes and one scale) where the formats allow (by16), else 8 single decodes in flight per thread.
+    const bool by16 = key.by16();
     auto stage_keys = [&](int64_t j0, int64_t n) {
         static_assert(kTcaBlock * kD % (8 * kTcaThreads) == 0, "key staging in batches of 8");
+        static_assert(kD % 16 == 0 && (kP * 2) % 16 == 0, "16 values per item, 16-byte shared-memory stores");
+        if (by16) {
+            for (int i = tid; i < kTcaBlock * kD / 16; i += kTcaThreads) {
+                const int j = i / (kD / 16), d0 = (i % (kD / 16)) * 16;
+                float v[16];
+                if (j < n) {
+                    key.values16(j0 + j, d0, v);
+                } else {
+#pragma unroll
+                    for (int k = 0; k < 16; ++k) v[k] = 0.0f;
+                }
+                uint32_t packed[8];
+#pragma unroll
+                for (int k = 0; k < 8; ++k) {
+                    const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+                    packed[k] = *reinterpret_cast<const uint32_t*>(&h);
+                }
+                uint4* dst = reinterpret_cast<uint4*>(sm.kv + j * kP + d0);
+                dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+                dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+            }
+            return;
+        }
         for (int i0 = tid; i0 < kTcaBlock * kD; i0 += 8 * kTcaThreads) {
             float v[8];
 #pragma unroll

@@ -69,6 +69,88 @@ __device__ __forceinline__ float cache_value(const uint8_t* row, CacheFormat f, 
     return 0.0f;
 }
 
+// e4m3_value and e2m1_value by their bits (the same floats, NaN as e4m3_value's canonical quiet NaN):
+// no ldexpf, for decoders that read many values (cache_values16).
+__device__ __forceinline__ float e4m3_value_bits(uint32_t b) {
+    const uint32_t mag = b & 0x7Fu;
+    if (mag == 0x7Fu) return quiet_nan();
+    const float v = mag < 8u ? static_cast<float>(mag) * 0.001953125f  // subnormal: man · 2^-9, exact
+                             : __uint_as_float((((mag >> 3) + 120u) << 23) | ((mag & 7u) << 20));
+    return (b & 0x80u) ? -v : v;
+}
+__device__ __forceinline__ float e2m1_value_bits(uint32_t code) {
+    const uint32_t mag = code & 7u;
+    const float v = mag < 2u ? 0.5f * static_cast<float>(mag) : __uint_as_float((((mag >> 1) + 126u) << 23) | ((mag & 1u) << 22));
+    return (code & 8u) ? -v : v;
+}
+
+// Values d0 .. d0 + 15 of a compact row of n values (d0 % 16 == 0, n % 16 == 0, and for the quantized
+// formats block % 16 == 0: one scale for the 16): cache_value of each, with one vector load of the codes
+// (16-byte, 8-byte or per-byte as the address allows) instead of 16 scalar reads and decodes.
+__device__ __forceinline__ void cache_values16(const uint8_t* row, CacheFormat f, int64_t n, int64_t block, int64_t d0,
+                                               float (&v)[16]) {
+    if (f == CacheFormat::kF32) {
+        const float* src = reinterpret_cast<const float*>(row) + d0;
+        if ((reinterpret_cast<uintptr_t>(src) & 15u) == 0) {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float4 x = reinterpret_cast<const float4*>(src)[k];
+                v[4 * k] = x.x, v[4 * k + 1] = x.y, v[4 * k + 2] = x.z, v[4 * k + 3] = x.w;
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < 16; ++k) v[k] = src[k];
+        }
+        return;
+    }
+    uint32_t w[4];  // the codes: 16 bytes (FP8) or 8 (FP4, w[0..1])
+    const bool fp8 = f == CacheFormat::kFp8Ue8m0;
+    const uint8_t* codes = fp8 ? row + d0 : row + d0 / 2;
+    const uintptr_t addr = reinterpret_cast<uintptr_t>(codes);
+    if (fp8 && (addr & 15u) == 0) {
+        const uint4 x = *reinterpret_cast<const uint4*>(codes);
+        w[0] = x.x, w[1] = x.y, w[2] = x.z, w[3] = x.w;
+    } else if (!fp8 && (addr & 7u) == 0) {
+        const uint2 x = *reinterpret_cast<const uint2*>(codes);
+        w[0] = x.x, w[1] = x.y, w[2] = w[3] = 0;
+    } else {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            w[k] = 0;
+            if (fp8 || k < 2)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) w[k] |= static_cast<uint32_t>(codes[4 * k + i]) << (8 * i);
+        }
+    }
+    if (fp8) {
+        const float s = dev::e8m0_value(row[n + d0 / block]);
+#pragma unroll
+        for (int k = 0; k < 16; ++k) v[k] = dev::mul(e4m3_value_bits((w[k / 4] >> (8 * (k % 4))) & 0xFFu), s);
+    } else {
+        const uint8_t sb = row[n / 2 + d0 / block];
+        const float s = f == CacheFormat::kFp4E4m3 ? dev::e4m3_value(sb) : dev::e8m0_value(sb);
+#pragma unroll
+        for (int k = 0; k < 16; ++k) v[k] = dev::mul(e2m1_value_bits((w[k / 8] >> (4 * (k % 8))) & 0xFu), s);
+    }
+}
+
+// grid (rows), block 128.
+static __global__ void decode_rows_kernel(const __grid_constant__ DecodeRowsParams p) {
+    const int64_t r = blockIdx.x;
+    const uint8_t* row = p.src + r * row_bytes_of(p.format, p.n, p.block);
+    float* out = p.out + r * p.n;
+    if (p.by16) {
+        for (int64_t d0 = 16 * static_cast<int64_t>(threadIdx.x); d0 < p.n; d0 += 16 * static_cast<int64_t>(blockDim.x)) {
+            float v[16];
+            cache_values16(row, p.format, p.n, p.block, d0, v);
+#pragma unroll
+            for (int k = 0; k < 16; ++k) out[d0 + k] = v[k];
+        }
+        return;
+    }
+    for (int64_t i = threadIdx.x; i < p.n; i += blockDim.x) out[i] = cache_value(row, p.format, p.n, p.block, i);
+}
+
 // One thread per block of a row: grid (rows), block threads cover the row's blocks.
 static __global__ void qat_rows_kernel(const __grid_constant__ QatRowsParams p) {
     const int64_t r = blockIdx.x;

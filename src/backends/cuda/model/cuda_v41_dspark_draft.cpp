@@ -173,11 +173,7 @@ std::vector<Draft> CudaV41Model::dspark_draft(std::span<const DraftRequest> requ
             const V41DeviceLayer& lw = ds.stages[size_t(st)];
             for (int site = 0; site < 2; ++site) {
                 const DeviceHc& hw = site == 0 ? lw.hc_attn : lw.hc_ffn;
-                hc_mixes({.x = x, .fn = hw.fn, .base = hw.base, .scale = hw.scale, .rows = S, .hc = hc, .hidden = D,
-                          .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps),
-                          .pre = site == 0 ? pre_a : pre_f, .post = post, .comb = comb,
-                          .collapse_pre = site == 0 ? pre_mix : pre_a, .collapsed = an, .round_bf16 = off},
-                         s);
+                hc_site(hw, x, S, site == 0 ? pre_a : pre_f, post, comb, site == 0 ? pre_mix : pre_a, an, s);
                 rms_norm({.x = an, .weight = site == 0 ? lw.attn_norm : lw.ffn_norm, .out = an, .rows = S, .n = D, .eps = eps,
                           .round_bf16 = off},
                          s);

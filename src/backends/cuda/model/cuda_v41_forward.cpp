@@ -46,6 +46,36 @@ void CudaV41Model::set_even_routing(bool on) const {
     }
 }
 
+void CudaV41Model::hc_site(const DeviceHc& hw, const float* x, int64_t rows, float* pre, float* post, float* comb,
+                          const float* collapse_pre, float* collapsed, Stream s) const {
+    const V41TextConfig& c = config_.text;
+    const int64_t hc = c.hc_mult, D = c.hidden_size;
+    const float eps = static_cast<float>(c.rms_norm_eps), hc_eps = static_cast<float>(c.hc_eps);
+    if (!fast_) {
+        hc_mixes({.x = x, .fn = hw.fn, .base = hw.base, .scale = hw.scale, .rows = rows, .hc = hc, .hidden = D,
+                  .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = eps, .hc_eps = hc_eps, .pre = pre, .post = post,
+                  .comb = comb, .collapse_pre = collapse_pre, .collapsed = collapsed, .round_bf16 = official()},
+                 s);
+        return;
+    }
+    // The mixing logits x · fn and dot(x, x) as split-K partial planes (3xTF32 tensor-core MMAs), which
+    // hc_pre sums in plane order, scales by the norm's factor (the reference: dot(x · r, fn); the same up to
+    // rounding), and turns into pre, post, comb (the CPU's Sinkhorn order) and the collapse.
+    const int64_t outputs = (2 + hc) * hc, flat = hc * D, splits = hc_mix_splits(flat);
+    const size_t mark = workspace_.mark();
+    float* partial = workspace_.alloc_n<float>(splits * rows * (outputs + 1));
+    float* mix = workspace_.alloc_n<float>(rows * (outputs + 1));
+    hc_mix_splitk({.x = x, .fn = hw.fn, .rows = rows, .outputs = outputs, .flat = flat, .partial = partial,
+                   .partials_only = true},
+                  s);
+    hc_pre({.x = x, .fn = hw.fn, .base = hw.base, .scale = hw.scale, .rows = rows, .hc = hc, .hidden = D,
+            .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = eps, .hc_eps = hc_eps, .post = post, .comb = comb,
+            .collapsed = collapsed, .round_bf16 = official(), .mix = mix, .mix_given = true, .mix_partial = partial,
+            .mix_splits = splits, .pre_out = pre, .collapse_pre = collapse_pre},
+           s);
+    workspace_.reset(mark);  // stream-ordered
+}
+
 float* CudaV41Model::compute(const Batch& b) const {
     const V41TextConfig& c = config_.text;
     const Stream s = stream_.get(), side = side_stream_.get();
@@ -108,11 +138,7 @@ float* CudaV41Model::compute(const Batch& b) const {
         tap_layer(l, *lb, x, taps);  // the stream entering the layer (after its Engram)
         for (int site = 0; site < 2; ++site) {
             const DeviceHc& hw = site == 0 ? lw.hc_attn : lw.hc_ffn;
-            hc_mixes({.x = x, .fn = hw.fn, .base = hw.base, .scale = hw.scale, .rows = SL, .hc = hc, .hidden = D,
-                      .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps),
-                      .pre = site == 0 ? pre_a : pre_f, .post = post, .comb = comb,
-                      .collapse_pre = site == 0 ? pre_mix : pre_a, .collapsed = a, .round_bf16 = off},
-                     s);
+            hc_site(hw, x, SL, site == 0 ? pre_a : pre_f, post, comb, site == 0 ? pre_mix : pre_a, a, s);
             rms_norm({.x = a, .weight = site == 0 ? lw.attn_norm : lw.ffn_norm, .out = a, .rows = SL, .n = D, .eps = eps,
                       .round_bf16 = off},
                      s);

@@ -231,6 +231,12 @@ private:
     void compress(int64_t layer, const Batch& b, const float* a) const;
     void index(int64_t layer, const Batch& b, const float* a, const float* qr) const;
     void moe(int64_t layer, const Batch& b, const float* a, float* out) const;
+    // One mHC site's mixes of the streams x [rows, hc, D] (HcMixesParams): pre [rows, hc], post, comb, and
+    // the collapse of x with collapse_pre into collapsed [rows, D]. The fast mode: the split-K tensor-core
+    // mixing logits then hc_pre (f32-accurate, not the CPU's order); else the reference kernel (the CPU's
+    // bits). Every site of the model, the bounded replay's head rows and the DSpark stages take this.
+    void hc_site(const DeviceHc& hw, const float* x, int64_t rows, float* pre, float* post, float* comb,
+                 const float* collapse_pre, float* collapsed, Stream s) const;
     // The MoE of one block over S rows with E routed experts, top K (a target layer or a drafter stage).
     // `image_rows` ([S] device, or null): rows inside an image span select experts with bias_vl.
     void moe_rows(const V41DeviceLayer& lw, int64_t E, int64_t K, int64_t S, const float* a, float* out,

@@ -205,10 +205,7 @@ const CudaV41Model::Batch& CudaV41Model::replay_cut(const Batch& b, float* x, fl
     float* comb = workspace_.alloc_n<float>(H * hc * hc);
     float* ah = workspace_.alloc_n<float>(H * D);
     const DeviceHc& hw = lw.hc_attn;
-    hc_mixes({.x = xh, .fn = hw.fn, .base = hw.base, .scale = hw.scale, .rows = H, .hc = hc, .hidden = D,
-              .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = eps, .hc_eps = static_cast<float>(c.hc_eps), .pre = pre,
-              .post = post, .comb = comb, .collapse_pre = ph, .collapsed = ah, .round_bf16 = off},
-             s);
+    hc_site(hw, xh, H, pre, post, comb, ph, ah, s);
     rms_norm({.x = ah, .weight = lw.attn_norm, .out = ah, .rows = H, .n = D, .eps = eps, .round_bf16 = off}, s);
     compress(r.layer, h, ah);
     workspace_.reset(mark);

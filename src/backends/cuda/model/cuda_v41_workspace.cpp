@@ -76,6 +76,9 @@ size_t CudaV41Model::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, 
                   bytes(S * KE * Dm * 4) + ep_staging_bytes(ranks, S, T, KE, Dm);
         site = std::max(site, std::max(at, mo));
     }
+    // The fast mode's mHC mixing partials (hc_site), released before the site's own scratch.
+    const int64_t mix_outputs = (2 + hc) * hc + 1;
+    if (fast_) site = std::max(site, bytes(hc_mix_splits(hc * Dm) * S * mix_outputs * 4) + bytes(S * mix_outputs * 4));
     total += site;
     if (fast_) total += bytes(fast_linear_split_floats_bound(S) * 4);  // split-K partials (one GEMM's at a time)
     total += bytes(R * hc * Dm * 4) + bytes(R * hc * 4) + bytes(R * Dm * 4) + bytes(R * V * 4) + bytes(R * Dm * 2);  // head
@@ -112,7 +115,9 @@ size_t CudaV41Model::dspark_workspace_need(int64_t R) const {
     if (fast_)
         mo += bytes(S * Dm * 4) + bytes(S * Dm) + bytes(S * (Dm / 128 + 1) * 4) + bytes(NT * I) + bytes(NT * (I / 128 + 1) * 4) +
               bytes((E + 1) * 4) + bytes(S * Dm) + bytes(S * (Dm / 128 + 1) * 4) + bytes(S * std::max(Dm, I) * 2);
-    total += std::max(at, mo);
+    const int64_t mix_outputs = (2 + hc) * hc + 1;  // the fast mode's mHC mixing partials (hc_site)
+    const size_t mix = fast_ ? bytes(hc_mix_splits(hc * Dm) * S * mix_outputs * 4) + bytes(S * mix_outputs * 4) : 0;
+    total += std::max({at, mo, mix});
     if (fast_) total += bytes(fast_linear_split_floats_bound(S) * 4);  // split-K partials
     // Collapse, norm, head; the Markov loop.
     total += 2 * bytes(S * Dm * 4) + bytes(S * V * 4) + (fast_ ? bytes(S * Dm * 2) : 0);
