@@ -97,23 +97,35 @@ static __global__ void __launch_bounds__(kLinearThreads) linear_kernel(const __g
     }
 }
 
-// One block per (row, p.block-wide block); p.block threads (a power of two <= 128).
+// One warp per p.block-wide block (a power of two <= 128; lane l takes elements l, l + 32, ..), 8 warps per
+// block of threads: the block's amax by a warp max (fmaxf ignores NaN in any order: the same amax as any
+// reduction tree), then each element quantized and dequantized on its own.
+constexpr int kActQuantWarps = 8;
 static __global__ void act_quant_kernel(const __grid_constant__ ActQuantParams p) {
-    __shared__ float red[128];
-    const int64_t row = blockIdx.x, b = blockIdx.y;
-    const int i = threadIdx.x;
-    const int64_t idx = row * p.cols + b * p.block + i;
-    const float v = p.x[idx];
-    red[i] = fabsf(v);
-    __syncthreads();
-    for (int s = static_cast<int>(p.block) / 2; s > 0; s >>= 1) {
-        if (i < s) red[i] = fmaxf(red[i], red[i + s]);
-        __syncthreads();
+    const int64_t per_row = p.cols / p.block;
+    const int64_t g = static_cast<int64_t>(blockIdx.x) * kActQuantWarps + threadIdx.x / 32;
+    if (g >= p.rows * per_row) return;  // (uniform per warp)
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    const int64_t base = (g / per_row) * p.cols + (g % per_row) * p.block;
+    float v[4];
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const int64_t i = lane + 32 * k;
+        v[k] = i < p.block ? p.x[base + i] : 0.0f;
+        amax = fmaxf(amax, fabsf(v[k]));
     }
-    const float amax = fmaxf(red[0], 1e-4f);
+    for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+    amax = fmaxf(amax, 1e-4f);
     const dev::Pow2Scale ps = dev::pow2_scale_ceil(dev::mul(amax, 1.0f / 448.0f));
-    const float q = dev::round_e4m3(fminf(fmaxf(dev::mul(v, ps.inverse), -448.0f), 448.0f));  // (v / scale)
-    p.out[idx] = dev::mul(q, ps.scale);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const int64_t i = lane + 32 * k;
+        if (i < p.block) {
+            const float q = dev::round_e4m3(fminf(fmaxf(dev::mul(v[k], ps.inverse), -448.0f), 448.0f));  // (v / scale)
+            p.out[base + i] = dev::mul(q, ps.scale);
+        }
+    }
 }
 
 }  // namespace deepinfer::cuda::kernels

@@ -87,19 +87,24 @@ static __global__ void __launch_bounds__(kTopkThreads) candidate_kernel(const __
     }
 }
 
-// grid (num_rows), block 32.
+// grid (num_rows), block 32: the picks with a finite score, in order, then -1 (a warp compacts 32 picks
+// at a time: each kept pick's slot is the kept picks before it).
 static __global__ void topk_publish_kernel(const __grid_constant__ TopkPublishParams p) {
-    if (threadIdx.x != 0) return;
     const IndexRow& ir = p.rows[blockIdx.x];
     const int32_t* picked = p.picked + blockIdx.x * p.k;
     const float* sc = p.scores + blockIdx.x * p.ld;
     int32_t* out = p.out + static_cast<int64_t>(ir.row) * p.k;
+    const int lane = static_cast<int>(threadIdx.x);
     int64_t w = 0;
-    for (int64_t i = 0; i < p.k; ++i) {
-        const int32_t j = picked[i];
-        if (j >= 0 && sc[j] > -__int_as_float(0x7F800000)) out[w++] = j;
+    for (int64_t base = 0; base < p.k; base += 32) {
+        const int64_t i = base + lane;
+        const int32_t j = i < p.k ? picked[i] : -1;
+        const bool keep = j >= 0 && sc[j] > -__int_as_float(0x7F800000);
+        const unsigned m = __ballot_sync(0xFFFFFFFFu, keep);
+        if (keep) out[w + __popc(m & ((1u << lane) - 1u))] = j;
+        w += __popc(m);
     }
-    for (; w < p.k; ++w) out[w] = -1;
+    for (int64_t i = w + lane; i < p.k; i += 32) out[i] = -1;
 }
 
 // Key j of a query: window positions lo..P (chunk rows or the compact ring), then selected entries.

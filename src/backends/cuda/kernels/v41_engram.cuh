@@ -18,21 +18,37 @@ static __global__ void engram_gather_kernel(const __grid_constant__ EngramGather
     for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) out[i] = weight_at(p.table, row, i);
 }
 
-// grid (tokens, hc), block 256: thread 0 forms the gate, then every thread updates its elements.
+// grid (tokens, hc), block 256: the gate's three sums on thread 0 in the CPU's sequential order (its bits),
+// over chunks of the rows that all threads first stage in shared memory (coalesced; the serial loop then
+// reads shared memory, not one global load after another), then every thread updates its elements.
+constexpr int kEngramFuseChunk = 1024;
 static __global__ void engram_fuse_kernel(const __grid_constant__ EngramFuseParams p) {
     __shared__ float gate_sh;
+    __shared__ __align__(16) float hs[kEngramFuseChunk], ks[kEngramFuseChunk], gs[kEngramFuseChunk];
     const int64_t t = blockIdx.x, j = blockIdx.y, hc = p.hc, D = p.hidden;
     float* h = p.streams + (t * hc + j) * D;
     const float* key = p.kv + t * (hc + 1) * D + j * D;
     const float* value = p.kv + t * (hc + 1) * D + hc * D;
     const float* gw = p.gate_weight + j * D;
-    if (threadIdx.x == 0) {
-        float hh = 0.0f, kk = 0.0f, dot = 0.0f;
-        for (int64_t d = 0; d < D; ++d) {
-            hh = dev::add(hh, dev::mul(h[d], h[d]));
-            kk = dev::add(kk, dev::mul(key[d], key[d]));
-            dot = dev::add(dot, dev::mul(dev::mul(h[d], gw[d]), key[d]));
+    float hh = 0.0f, kk = 0.0f, dot = 0.0f;
+    for (int64_t c0 = 0; c0 < D; c0 += kEngramFuseChunk) {
+        const int64_t n = D - c0 < kEngramFuseChunk ? D - c0 : kEngramFuseChunk;
+        for (int64_t d = threadIdx.x; d < n; d += blockDim.x) {
+            hs[d] = h[c0 + d];
+            ks[d] = key[c0 + d];
+            gs[d] = gw[c0 + d];
         }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int64_t d = 0; d < n; ++d) {
+                hh = dev::add(hh, dev::mul(hs[d], hs[d]));
+                kk = dev::add(kk, dev::mul(ks[d], ks[d]));
+                dot = dev::add(dot, dev::mul(dev::mul(hs[d], gs[d]), ks[d]));
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
         const float inv_sqrt_d = 1.0f / sqrtf(static_cast<float>(D));
         const float rstd = dev::mul(1.0f / sqrtf(dev::add(hh / static_cast<float>(D), p.eps)),
                                     1.0f / sqrtf(dev::add(kk / static_cast<float>(D), p.eps)));

@@ -135,8 +135,9 @@ void act_quant_dequant(const ActQuantParams& p, Stream s) {
     DI_CHECK(p.block >= 1 && p.block <= 128 && (p.block & (p.block - 1)) == 0, "act_quant: block ", p.block,
              " is not a power of two <= 128");
     DI_CHECK(p.cols % p.block == 0, "act_quant: cols = ", p.cols, " is not a multiple of ", p.block);
-    const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.cols / p.block));
-    kernels::act_quant_kernel<<<grid, static_cast<unsigned>(p.block), 0, static_cast<cudaStream_t>(s.handle)>>>(p);
+    const int64_t groups = p.rows * (p.cols / p.block);
+    const auto grid = static_cast<unsigned>((groups + kernels::kActQuantWarps - 1) / kernels::kActQuantWarps);
+    kernels::act_quant_kernel<<<grid, 32 * kernels::kActQuantWarps, 0, static_cast<cudaStream_t>(s.handle)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
