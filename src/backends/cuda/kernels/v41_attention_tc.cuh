@@ -67,15 +67,7 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) v41_tc_attention_kernel
 #pragma unroll
                     for (int k = 0; k < 16; ++k) v[k] = 0.0f;
                 }
-                uint32_t packed[8];
-#pragma unroll
-                for (int k = 0; k < 8; ++k) {
-                    const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-                    packed[k] = *reinterpret_cast<const uint32_t*>(&h);
-                }
-                uint4* dst = reinterpret_cast<uint4*>(sm.kv + j * kP + d0);
-                dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-                dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+                store_bf16x16(sm.kv + j * kP + d0, v);
             }
             return;
         }
