@@ -9,7 +9,9 @@
 # holds 43 layers, ~157 GB): prefill of 8K prompts, decode at batches BS with 4K contexts.
 # GPUS=2: expert parallelism over both GPUs (NCCL, NVLink multicast off). PROF=1: an ncu decode-b1
 # profile of the 2-layer proxy first. ROUTING=even: the MoE layers spread their rows evenly over the
-# experts (a trained model's balanced routing) instead of the random router's choice. Then: python3 bench/report_engine.py engine.jsonl ceilings.jsonl.
+# experts (a trained model's balanced routing) instead of the random router's choice. FAMILY=v41: the
+# default model DeepSeek-V4.1-Flash (--layers v41:NL, ~7.3 GB per layer: NL=12 on one H200). Then:
+# python3 bench/report_engine.py engine.jsonl ceilings.jsonl.
 set -o pipefail
 B=/tmp/mb; mkdir -p $B && tar -xJf "$1" -C $B || exit 1
 CUBLAS_DIR=$(dirname "$(find / -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
@@ -25,7 +27,8 @@ if [ -n "${PROF:-}" ]; then
     --batches 1 --context 4096 --decode 4 > $OUT/prof_b1.txt 2>&1; echo "ncu rc=$?" | tee -a $OUT/summary.txt
 fi
 s=$(date +%s)
-timeout ${BT:-450} $B/cuda_engine_bench --layers flash:${NL:-32} --gpus ${GPUS:-1} --dir $D/big --batch-tokens 4096 \
+if [ "${FAMILY:-v4}" = v41 ]; then LAYERS="--family v41 --layers v41:${NL:-12}"; else LAYERS="--layers flash:${NL:-32}"; fi
+timeout ${BT:-450} $B/cuda_engine_bench $LAYERS --gpus ${GPUS:-1} --dir $D/big --batch-tokens 4096 \
   --prefill-prompt 8192 --prefill-requests ${PR:-$((3 * ${GPUS:-1}))} --context 4096 --batches ${BS:-1,32,128,256,512} --decode 16 \
   --routing ${ROUTING:-model} > $OUT/engine.jsonl 2> $OUT/engine.err
 echo "engine rc=$? $(( $(date +%s) - s ))s" | tee -a $OUT/summary.txt
