@@ -4,11 +4,12 @@ model V4.1-Flash): it runs, its V4.1 published schedule is the released config's
 is a floor: no measurement beats it, and a larger batch never has a smaller one."""
 import importlib.util
 import json
+import pathlib
 import re
 import subprocess
 import sys
 
-from conftest import ROOT
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 RESULTS = ROOT / "bench" / "results"
 SCRIPT = ROOT / "bench" / "report_engine.py"
