@@ -136,6 +136,7 @@ struct Bench {
         const double secs = since(t);
         nlohmann::json r = base;
         r["mode"] = "engine_prefill";
+        if (profile_prefill) r["profiled"] = true;  // (the timing includes the profiler's capture of the first step)
         r["requests"] = requests;
         r["prompt"] = prompt_len;
         r["steps"] = engine.metrics().steps;
@@ -196,7 +197,7 @@ struct Bench {
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::string layers = "flash:4", dir = "/tmp/deepinfer-engine-bench", model_dir, gemm = "fast", batches = "1,32,128,256,512";
+    std::string layers, dir = "/tmp/deepinfer-engine-bench", model_dir, gemm = "fast", batches = "1,32,128,256,512";
     std::string routing = "model", family = "v4";
     int64_t prefill_prompt = 8192, prefill_requests = 4, context = 4096, tail = 64, decode = 16, batch_tokens = 8192, gpus = 1, prefixes = 0;
     bool keep = false;
@@ -232,7 +233,7 @@ int main(int argc, char** argv) {
                  "--context minus --tail must be a positive multiple of the prefix block (64)");
         DI_CHECK(family == "v4" || family == "v41", "--family: v4 or v41, not ", family);
         const bool v41 = family == "v41";
-        if (v41 && layers == "flash:4") layers = "v41:12";  // (the V4 default unchanged)
+        if (layers.empty()) layers = v41 ? "v41:12" : "flash:4";
         DI_CHECK(!v41 || layers.rfind("v41:", 0) == 0, "--family v41 takes --layers v41:N");
         int hash_layers = 0;
         std::vector<int> ratios;
