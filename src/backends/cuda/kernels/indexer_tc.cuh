@@ -13,9 +13,13 @@
 
 #include <cuda_bf16.h>
 
+#include <cstddef>
+#include <type_traits>
+
 #include "backends/cuda/common/device_math.cuh"
 #include "backends/cuda/common/mma_sync.cuh"
 #include "backends/cuda/kernels/attention.cuh"
+#include "backends/cuda/kernels/attention_tc_common.cuh"
 #include "backends/cuda/ops.h"
 
 namespace deepinfer::cuda::kernels {
@@ -43,9 +47,12 @@ inline int64_t itc_span(int64_t max_keys, int64_t rows, int64_t sms) {
 // One query row's scores for keys [k_begin, k_end) in tiles of 64: q rows of the row's heads
 // (kD floats each, `heads` <= 64), their weights, key(j, d) the key values (bf16-exact), and
 // store(j, score). Shared by the V4 kernel (contiguous or paged f32 keys) and V4.1's (compact keys).
-template <int kD, class Key, class Store>
+// key16 (optional): key16(j, d0, v) fills v[0..15] with key j's values d0 .. d0 + 15 (d0 % 16 == 0), the values
+// key(j, d0 + i) gives, from one read of the key's codes (V4.1's compact keys: cache_values16); the tile is then
+// staged 16 values per item instead of one.
+template <int kD, class Key, class Store, class Key16 = std::nullptr_t>
 __device__ __forceinline__ void indexer_tc_block(const float* q, const float* weights, int64_t heads, int64_t k_begin,
-                                                 int64_t k_end, Key key, Store store) {
+                                                 int64_t k_end, Key key, Store store, Key16 key16 = nullptr) {
     extern __shared__ __align__(16) unsigned char itc_sm[];
     constexpr int kP = static_cast<int>(itc_pitch(kD));
     constexpr int kSP = kItcKeys + 1;
@@ -84,6 +91,20 @@ __device__ __forceinline__ void indexer_tc_block(const float* q, const float* we
         const int64_t n = k_end - k0 < kItcKeys ? k_end - k0 : kItcKeys;
         __syncthreads();  // the previous tile's readers are done with k_s and dp_s
         static_assert(kItcKeys * kD % (8 * kItcThreads) == 0, "key staging in batches of 8");
+        if constexpr (!std::is_same_v<Key16, std::nullptr_t>) {
+            static_assert(kD % 16 == 0 && (kP * 2) % 16 == 0, "16 values per item, 16-byte shared-memory stores");
+            for (int i = tid; i < kItcKeys * kD / 16; i += kItcThreads) {
+                const int j = i / (kD / 16), d0 = (i % (kD / 16)) * 16;
+                float v[16];
+                if (j < n) {
+                    key16(k0 + j, d0, v);
+                } else {
+#pragma unroll
+                    for (int u = 0; u < 16; ++u) v[u] = 0.0f;
+                }
+                store_bf16x16(k_s + j * kP + d0, v);
+            }
+        } else
         for (int i0 = tid; i0 < kItcKeys * kD; i0 += 8 * kItcThreads) {
             float v[8];
 #pragma unroll

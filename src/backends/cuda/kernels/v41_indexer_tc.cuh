@@ -29,7 +29,10 @@ static __global__ void __launch_bounds__(kItcThreads) v41_indexer_tc_kernel(cons
         [&](int64_t j, int d) {
             return cache_value(cache_row(ir.keys, p.paged_keys, ir.segment, j, key_bytes), p.key_format, kD, p.key_block, d);
         },
-        [&](int64_t j, float score) { scores[j] = score; });
+        [&](int64_t j, float score) { scores[j] = score; },
+        [&](int64_t j, int d0, float (&v)[16]) {
+            cache_values16(cache_row(ir.keys, p.paged_keys, ir.segment, j, key_bytes), p.key_format, kD, p.key_block, d0, v);
+        });
 }
 
 }  // namespace deepinfer::cuda::kernels

@@ -29,6 +29,8 @@ bool launch_index_tc(const IndexScoresParams& p, Stream s) {
 bool index_tensor_cores(const IndexScoresParams& p, Stream s) {
     if (!p.tensor_cores || !p.official || p.heads > kernels::kItcHeads) return false;
     if (reinterpret_cast<uintptr_t>(p.q) % 16 != 0) return false;
+    // (the kernel stages its keys 16 values per read: one scale per 16)
+    if (p.key_format != CacheFormat::kF32 && p.key_block % 16 != 0) return false;
     switch (p.head_dim) {
         case 32: return launch_index_tc<32>(p, s);
         case 64: return launch_index_tc<64>(p, s);
