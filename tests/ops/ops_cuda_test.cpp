@@ -1621,6 +1621,59 @@ TEST_F(CudaOps, SamplerPicksTheCpuSamplersTokens) {
     EXPECT_EQ(device_sample(logits, V, host_rows), ref);
 }
 
+// Top-k rows take the top-k of slices of the row on many blocks, then the top-k of those candidates
+// (kernels::topk_sliced): the CPU sampler's candidates, so its tokens, where a wrong candidate set would
+// show: ties across slices at and above the k-th value (the lowest ids win), +0 and -0 as ties, k = 1 and
+// k = 1024 (the largest the device takes), a row with fewer finite logits than k; many draws each.
+TEST_F(CudaOps, SamplerTopkSlicesEqualTheCpuSampler) {
+    const int64_t V = 129280;
+    const float inf = std::numeric_limits<float>::infinity();
+    struct Cfg {
+        double temperature;
+        int32_t top_k;
+        double top_p;
+    };
+    const Cfg cfgs[] = {{1.0, 50, 1.0}, {2.0, 64, 1.0}, {1.0, 50, 1.0}, {1.5, 1024, 0.9}, {0.7, 1, 1.0}, {1.0, 50, 1.0}};
+    const int64_t draws = 16, rows = int64_t(std::size(cfgs)) * draws;
+    std::vector<float> base = randn(size_t(std::size(cfgs) * V), 81, 3.0f);
+    auto at = [&](int64_t c, int64_t i) -> float& { return base[size_t(c * V + i)]; };
+    for (int64_t i = 0; i < 100; ++i) at(0, 1000 + 1290 * i) = 20.0f;  // 100 ties across the slices, top 50
+    for (int64_t i = 0; i < 30; ++i) at(1, 4000 * i + 7) = 24.0f;      // 30 above, then ties at the threshold
+    for (int64_t i = 0; i < 100; ++i) at(1, 1290 * i + 11) = 20.0f;
+    for (int64_t i = 0; i < V; ++i) at(2, i) = -5.0f - float(i % 7);   // +0 and -0 tie at the top
+    for (int64_t i = 0; i < 80; ++i) at(2, 1600 * i + 3) = i % 2 ? -0.0f : 0.0f;
+    at(4, 70000) = 30.0f;  // k = 1: equal maxima in two slices
+    at(4, 5000) = 30.0f;
+    for (int64_t i = 0; i < V; ++i) at(5, i) = -inf;  // 10 finite logits, k = 50
+    for (int64_t i = 0; i < 10; ++i) at(5, 12000 * i + 5) = float(i) * 0.3f;
+    std::vector<float> logits(size_t(rows * V));
+    std::vector<cuda::SampleRow> host_rows(static_cast<size_t>(rows));
+    std::vector<int32_t> ref(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t c = r / draws;
+        std::copy_n(base.begin() + c * V, V, logits.begin() + r * V);
+        cuda::SampleRow& sr = host_rows[size_t(r)];
+        sr.seed = 500 + uint64_t(r);
+        sr.stream = uint64_t(r % 3);
+        sr.counter = uint64_t(r % 5);
+        sr.temperature = cfgs[c].temperature;
+        sr.top_k = cfgs[c].top_k;
+        sr.top_p = cfgs[c].top_p;
+        ASSERT_TRUE(cuda::sample_supported(sr));
+        SamplingParams sp;
+        sp.temperature = sr.temperature;
+        sp.top_k = sr.top_k;
+        sp.top_p = sr.top_p;
+        const std::vector<int32_t> generated(sr.counter, 3);
+        ref[size_t(r)] = sample({.logits = std::span<const float>(logits.data() + r * V, size_t(V)), .params = &sp,
+                                 .generated = generated, .seed = sr.seed, .stream = sr.stream})
+                             .token;
+    }
+    for (int64_t r = 0; r < draws; ++r) EXPECT_LE(ref[size_t(r)], 1000 + 1290 * 49) << "the 50 lowest tied ids";
+    EXPECT_EQ(ref[size_t(4 * draws)], 5000);
+    EXPECT_EQ(device_sample(logits, V, host_rows), ref);
+}
+
 // Greedy rows take their argmax over slices of the row on many blocks, then the first maximum of the
 // slices: the CPU's pick in every corner (ties across slices, NaN, all -inf, the last id, id 0).
 TEST_F(CudaOps, GreedySamplerFirstMaximumAcrossSlices) {

@@ -284,10 +284,48 @@ struct ArgmaxPart {
 static_assert(sizeof(ArgmaxPart) <= sizeof(double), "an argmax part fits a scratch slot");
 __host__ __device__ constexpr int64_t argmax_span(int64_t V, int64_t slices) { return (V + slices - 1) / slices; }
 
-static __global__ void __launch_bounds__(kTopkThreads) argmax_slices_kernel(const __grid_constant__ SampleParams p) {
+// Top-k rows over several blocks too (topk_slices > 1, and k small enough: topk_sliced): block (r, y < topk_slices)
+// writes its slice's top-k (topk_row_adaptive: the k largest by (value, then lowest id), ascending ids) as
+// global ids, and their logits, into the second half of the row's scratch (k ids then k values per slice, in
+// slice order); sample_kernel takes the top-k of those topk_slices x k values. Every id of the row's top-k is
+// in its slice's top-k under the same order, and the candidates stand in id order, so the lowest-position
+// ties are the lowest ids: the same k ids as topk_row_adaptive over the whole row (one block reads a
+// 129K-id row in three passes: ~0.3 ms).
+constexpr int64_t kSampleTopkSliceMin = 8192;  // ids per top-k slice at least
+constexpr int64_t kSampleTopkSlices = 16;
+__host__ __device__ constexpr int64_t sample_topk_slices(int64_t V) {
+    return V / kSampleTopkSliceMin < kSampleTopkSlices ? V / kSampleTopkSliceMin : kSampleTopkSlices;
+}
+// Whether a row's top-k of k ids takes the slices: every slice (the last is the shortest, at least
+// V / slices - slices + 1 ids) holds more than k ids, and the candidates fit the scratch's second half.
+__host__ __device__ constexpr bool topk_sliced(int64_t k, int64_t V, int64_t slices) {
+    return slices > 1 && k <= kMaxSampleTopK && k < V / slices - slices;
+}
+__device__ __forceinline__ int32_t* topk_slice_ids(const SampleParams& p, int64_t r) {
+    return reinterpret_cast<int32_t*>(p.scratch + r * p.vocab) + p.vocab;  // byte 4V of the row's 8V
+}
+
+static __global__ void __launch_bounds__(kTopkThreads) argmax_slices_kernel(const __grid_constant__ SampleParams p, int topk_slices) {
     pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t r = blockIdx.x, V = p.vocab;
-    if (p.row[r].temperature > 0) return;
+    const SampleRow& row = p.row[r];
+    if (row.temperature > 0) {
+        const int64_t k = row.top_k < V ? row.top_k : V;
+        if (row.top_k <= 0 || blockIdx.y >= static_cast<unsigned>(topk_slices) || !topk_sliced(k, V, topk_slices)) return;
+        const int64_t span = argmax_span(V, topk_slices), lo = static_cast<int64_t>(blockIdx.y) * span;
+        const int64_t n = V - lo < span ? V - lo : span;
+        const float* l = p.logits + (p.logit_row ? static_cast<int64_t>(p.logit_row[r]) : r) * V;
+        int32_t* ids = topk_slice_ids(p, r) + static_cast<int64_t>(blockIdx.y) * k;
+        float* vals = reinterpret_cast<float*>(topk_slice_ids(p, r) + topk_slices * k) + static_cast<int64_t>(blockIdx.y) * k;
+        topk_row_adaptive<kTopkVocabBits>(l + lo, n, k, ids);
+        __syncthreads();
+        for (int64_t i = threadIdx.x; i < k; i += blockDim.x) {
+            const int32_t j = static_cast<int32_t>(lo) + ids[i];
+            ids[i] = j;
+            vals[i] = l[j];
+        }
+        return;
+    }
     const int64_t span = argmax_span(V, gridDim.y), lo = static_cast<int64_t>(blockIdx.y) * span;
     const int64_t n = lo < V ? (V - lo < span ? V - lo : span) : 0;
     const float* l = p.logits + (p.logit_row ? static_cast<int64_t>(p.logit_row[r]) : r) * V;
@@ -297,8 +335,9 @@ static __global__ void __launch_bounds__(kTopkThreads) argmax_slices_kernel(cons
                                                                                                 : static_cast<int32_t>(lo + a.index)};
 }
 
-// slices > 1: greedy rows take argmax_slices_kernel's parts (launched just before, same grid rows).
-static __global__ void __launch_bounds__(kTopkThreads) sample_kernel(const __grid_constant__ SampleParams p, int slices) {
+// slices > 1: greedy rows take argmax_slices_kernel's parts (launched just before, same grid rows), and top-k
+// rows its slices' candidates (topk_slices > 1, topk_sliced).
+static __global__ void __launch_bounds__(kTopkThreads) sample_kernel(const __grid_constant__ SampleParams p, int slices, int topk_slices) {
     pdl_enter();  // launched by launch_pdl (common/launch.cuh)
     const int64_t r = blockIdx.x, V = p.vocab;
     const SampleRow& row = p.row[r];
@@ -336,7 +375,14 @@ static __global__ void __launch_bounds__(kTopkThreads) sample_kernel(const __gri
     // Top-k candidates (ascending ids), then sorted by (logit desc, id asc) on one thread.
     const int64_t k = row.top_k < V ? row.top_k : V;
     int32_t* cand = p.index_scratch + r * kMaxSampleTopK;
-    topk_row_adaptive<kTopkVocabBits>(l, V, k, cand);
+    if (slices > 1 && topk_sliced(k, V, topk_slices)) {
+        const int32_t* sid = topk_slice_ids(p, r);
+        topk_row_adaptive<kTopkVocabBits>(reinterpret_cast<const float*>(sid + topk_slices * k), topk_slices * k, k, cand);
+        __syncthreads();
+        for (int64_t i = threadIdx.x; i < k; i += blockDim.x) cand[i] = sid[cand[i]];  // positions -> ids
+    } else {
+        topk_row_adaptive<kTopkVocabBits>(l, V, k, cand);
+    }
     __syncthreads();
     if (threadIdx.x != 0) return;
     for (int64_t a = 1; a < k; ++a)
