@@ -122,7 +122,7 @@ void register_engram_tables(const v41::Weights& w, V41DeviceWeights& d) {
 
 // One block: a target layer, or a DSpark stage (window-only, `n_experts` routed experts of its own).
 V41DeviceLayer upload_layer(Uploader& up, const v41::LayerWeights& lw, int64_t n_experts, ExpertRange experts,
-                            bool share) {
+                            bool share, int64_t o_groups) {
     V41DeviceLayer l;
     l.attn_norm = up.vec(lw.attn_norm);
     l.ffn_norm = up.vec(lw.ffn_norm);
@@ -133,6 +133,13 @@ V41DeviceLayer upload_layer(Uploader& up, const v41::LayerWeights& lw, int64_t n
     l.wq_b = up.dense(a.wq_b);
     l.wkv = up.dense(a.wkv);
     l.wo_a = up.dense(a.wo_a, /*bf16_only=*/true);
+    if (l.wo_a.kind == WeightKind::kBF16 && o_groups > 0 && l.wo_a.out_features % o_groups == 0) {
+        // Its groups' row slices as a device array: the fast mode's one grouped launch (CudaV41Model::attention).
+        const int64_t rows = l.wo_a.out_features / o_groups;
+        std::vector<DeviceLinear> groups;
+        for (int64_t g = 0; g < o_groups; ++g) groups.push_back(l.wo_a.rows(g * rows, (g + 1) * rows));
+        l.wo_a_groups = static_cast<const DeviceLinear*>(up.bytes(groups.data(), groups.size() * sizeof(DeviceLinear)));
+    }
     l.wo_b = up.dense(a.wo_b);
     l.q_norm = up.vec(a.q_norm);
     l.kv_norm = up.vec(a.kv_norm);
@@ -193,12 +200,12 @@ V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& 
     d.head = up.linear(w.head);
     d.norm = up.vec(w.norm);
     for (const v41::LayerWeights& lw : w.layers)
-        d.layers.push_back(upload_layer(up, lw, c.n_routed_experts, experts, share));
+        d.layers.push_back(upload_layer(up, lw, c.n_routed_experts, experts, share, c.o_groups));
     if (with_dspark && w.dspark) {
         const v41::DSparkWeights& ds = *w.dspark;
         V41DeviceDSpark dd;
         for (const v41::LayerWeights& st : ds.stages)
-            dd.stages.push_back(upload_layer(up, st, c.dspark_n_routed_experts, {}, share));
+            dd.stages.push_back(upload_layer(up, st, c.dspark_n_routed_experts, {}, share, c.o_groups));
         dd.main_proj = up.dense(ds.main_proj);
         dd.main_norm = up.vec(ds.main_norm);
         dd.norm = up.vec(ds.norm);

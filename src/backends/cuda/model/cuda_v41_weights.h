@@ -28,6 +28,7 @@ struct V41DeviceLayer {
     DeviceHc hc_attn, hc_ffn;
     // Attention.
     DeviceLinear wq_a, wq_b, wkv, wo_a, wo_b;
+    const DeviceLinear* wo_a_groups = nullptr;  // [o_groups] wo_a's row slices (device array) when wo_a is bf16
     const float* q_norm = nullptr;
     const float* kv_norm = nullptr;
     const float* sink = nullptr;

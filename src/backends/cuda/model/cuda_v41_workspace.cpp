@@ -60,6 +60,7 @@ size_t CudaV41Model::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, 
         at += bytes(S * H * max_cand * 4) + bytes(S * H * hd * 4) + bytes(S * G * OR * 4);
         at += bytes(S * std::max({Dm, QL, G * OR, IH * ID}) * 4);
         if (fast_) at += bytes(S * std::max({Dm, QL, G * OR, H * hd / G, IH * ID}) * 2) + 512;  // bf16 / FP8 copies
+        if (fast_) at += bytes(S * H * hd * 2) + 2 * bytes((G + 1) * 4) + bytes(G * S * 4);  // grouped wo_a's input, tables
         // MoE: under expert parallelism the experts here run the pairs of every rank's rows (each
         // rank's forward holds at most S rows — the engine gives each rank its share of a step — so at
         // most ranks · S) and the outputs come back per rank.
