@@ -20,7 +20,7 @@ namespace {
 constexpr int64_t kWoADenseRows = 2048;
 }  // namespace
 
-void CudaV41Model::compress(int64_t layer, const Batch& b, const float* a) const {
+void CudaV41Model::compress(int64_t layer, const Batch& b, const float* a, InputForms* fa) const {
     const V41TextConfig& c = config_.text;
     const V41DeviceLayer& lw = weights_.layers[size_t(layer)];
     const CompressPlan& p = b.layers[size_t(layer)].compress;
@@ -30,10 +30,10 @@ void CudaV41Model::compress(int64_t layer, const Batch& b, const float* a) const
     const float eps = static_cast<float>(c.rms_norm_eps);
     // Ratio 2: fp32 projections (spec §3.4); ratio 1: a bf16 linear with a bf16 output.
     if (r > 1) {
-        project_f32(lw.compressor_wkv, a, S, b.ckv);
-        project_f32(lw.compressor_wgate, a, S, b.cg);
+        project_f32(lw.compressor_wkv, a, S, b.ckv, fa);
+        project_f32(lw.compressor_wgate, a, S, b.cg, fa);
     } else {
-        project_bf16(lw.compressor_wkv, a, S, b.ckv);
+        project_bf16(lw.compressor_wkv, a, S, b.ckv, fa);
     }
     // The groups the chunk completes (the plan's row pointers: this chunk's rows or the pending ring).
     const int64_t G = p.groups;
@@ -68,7 +68,7 @@ void CudaV41Model::compress(int64_t layer, const Batch& b, const float* a) const
     }
 }
 
-void CudaV41Model::index(int64_t layer, const Batch& b, const float* a, const float* qr) const {
+void CudaV41Model::index(int64_t layer, const Batch& b, const float* a, const float* qr, InputForms* fa, InputForms* fq) const {
     const V41TextConfig& c = config_.text;
     const V41DeviceLayer& lw = weights_.layers[size_t(layer)];
     const IndexPlan& p = b.layers[size_t(layer)].index;
@@ -77,8 +77,8 @@ void CudaV41Model::index(int64_t layer, const Batch& b, const float* a, const fl
     const int64_t S = b.rows, IH = c.index_n_heads, ID = c.index_head_dim;
     float* qi = workspace_.alloc_n<float>(S * IH * ID);
     float* hw = workspace_.alloc_n<float>(S * IH);
-    project(lw.indexer_wq_b, qr, S, qi);
-    project_bf16(lw.indexer_weights_proj, a, S, hw);
+    project(lw.indexer_wq_b, qr, S, qi, {}, false, fq);
+    project_bf16(lw.indexer_weights_proj, a, S, hw, fa);
     rope_rows({.x = qi, .rows = S, .heads = IH, .dim = ID, .positions = b.at<int32_t>(b.positions), .cos_sin = rope_comp_,
                .rope_dim = c.qk_rope_head_dim, .round_rope_dims = off},
               s);
@@ -125,14 +125,16 @@ void CudaV41Model::attention(int64_t layer, const Batch& b, const float* a, floa
     // Q and this pass's window K=V (RoPE, FP8 QAT; the compact codes kept for the ring).
     float* qr = workspace_.alloc_n<float>(S * QL);
     float* q = workspace_.alloc_n<float>(S * H * hd);
-    project(lw.wq_a, a, S, qr);
+    // The fast mode's bf16 forms of a and of the normed qr, each made once for the projections that read it.
+    InputForms fa{.x = a, .rows = S, .cols = c.hidden_size}, fq{.x = qr, .rows = S, .cols = QL};
+    project(lw.wq_a, a, S, qr, {}, false, &fa);
     rms_norm({.x = qr, .weight = lw.q_norm, .out = qr, .rows = S, .n = QL, .eps = eps, .round_bf16 = off}, s);
-    project(lw.wq_b, qr, S, q);
+    project(lw.wq_b, qr, S, q, {}, false, &fq);
     rope_rows({.x = q, .rows = S, .heads = H, .dim = hd, .positions = positions, .cos_sin = rope, .rope_dim = R,
                .round_rope_dims = off},
               s);
     float* kv = workspace_.alloc_n<float>(S * hd);
-    project(lw.wkv, a, S, kv);
+    project(lw.wkv, a, S, kv, {}, false, &fa);
     rms_norm({.x = kv, .weight = lw.kv_norm, .out = kv, .rows = S, .n = hd, .eps = eps, .round_bf16 = off}, s);
     rope_rows({.x = kv, .rows = S, .heads = 1, .dim = hd, .positions = positions, .cos_sin = rope, .rope_dim = R,
                .round_rope_dims = off},
@@ -142,8 +144,8 @@ void CudaV41Model::attention(int64_t layer, const Batch& b, const float* a, floa
              s);
 
     if (ratio > 0) {
-        if (lw.has_compressor) compress(layer, b, a);
-        if (lw.has_indexer) index(layer, b, a, qr);
+        if (lw.has_compressor) compress(layer, b, a, &fa);
+        if (lw.has_indexer) index(layer, b, a, qr, &fa, &fq);
     }
 
     // Sink attention over the window and the published top-k of the segment's KV source.

@@ -180,22 +180,35 @@ public:
 
 private:
     bool official() const { return numerics_ == Numerics::kOfficial; }
+    // The fast mode's bf16 forms of one projection input x [rows, cols], made once for all the projections
+    // that read it (the attention's a and qr, the MoE's a): `quant` = act_quant per 32 then bf16 (for the
+    // FP8-origin weights uploaded as bf16), `plain` = bf16 (bf16 weights). Null until the first projection that
+    // needs it makes it (in the workspace, kept until the caller's mark is reset); the same bf16 values as
+    // converting for each projection.
+    struct InputForms {
+        const float* x = nullptr;
+        int64_t rows = 0, cols = 0;
+        uint16_t* quant = nullptr;
+        uint16_t* plain = nullptr;
+    };
     // y = x · Wᵀ with V4.1's rounding points: official = act_quant per 32 before FP8/FP4 weights, bf16 output.
-    // `keep_scratch`: the act_quant scratch stays allocated (work on the side stream).
-    void project(const DeviceLinear& w, const float* x, int64_t rows, float* y, Stream s = {}, bool keep_scratch = false) const;
+    // `keep_scratch`: the act_quant scratch stays allocated (work on the side stream). `forms`: x's
+    // converted forms, taken or kept there (when they describe x).
+    void project(const DeviceLinear& w, const float* x, int64_t rows, float* y, Stream s = {}, bool keep_scratch = false,
+                 InputForms* forms = nullptr) const;
     // A linear the reference runs in bf16 (no activation quantization; bf16 output in official numerics).
-    void project_bf16(const DeviceLinear& w, const float* x, int64_t rows, float* y) const;
+    void project_bf16(const DeviceLinear& w, const float* x, int64_t rows, float* y, InputForms* forms = nullptr) const;
     // The reference's fp32 linear of a bf16 weight (ratio-2 compressor projections, router): f32 output.
     // Fast GEMM mode with official numerics: bf16 tensor cores (the activations hold bf16 values, so
     // the products are exact in f32; only the order of the sums differs); otherwise the reference kernel.
-    void project_f32(const DeviceLinear& w, const float* x, int64_t rows, float* y) const;
+    void project_f32(const DeviceLinear& w, const float* x, int64_t rows, float* y, InputForms* forms = nullptr) const;
     // The fast GEMM mode's form of a linear (tensor cores, gemm_fast.h): y[rows, y_ld] = x[rows, x_ld] · Wᵀ.
     // BF16 weights (also the FP8 ones dequantized at load) take bf16 activations, act_quant'ed per 32
     // first with `act_quant`; FP8 (128x128 blocks) / FP4 weights take FP8 activations quantized per 128,
     // FP8 with 32x32 blocks (kept FP8 on Hopper) per 32.
     // False (nothing enqueued) when the mode is off or the weight is not supported.
     bool project_fast(const DeviceLinear& w, const float* x, int64_t x_ld, int64_t rows, float* y, int64_t y_ld,
-                      bool act_quant, bool round_bf16, Stream s, bool keep_scratch) const;
+                      bool act_quant, bool round_bf16, Stream s, bool keep_scratch, InputForms* forms = nullptr) const;
 
     // The plan (cuda_v41_plan.cpp): every layer's tables in `in`, the segments' SharedState walked.
     void plan(Batch& b, InputBlock& in) const;
@@ -228,8 +241,9 @@ private:
     // (arena memory; null without picked rows).
     float* compute(const Batch& b) const;
     void attention(int64_t layer, const Batch& b, const float* a, float* out) const;
-    void compress(int64_t layer, const Batch& b, const float* a) const;
-    void index(int64_t layer, const Batch& b, const float* a, const float* qr) const;
+    void compress(int64_t layer, const Batch& b, const float* a, InputForms* fa = nullptr) const;
+    void index(int64_t layer, const Batch& b, const float* a, const float* qr, InputForms* fa = nullptr,
+               InputForms* fq = nullptr) const;
     void moe(int64_t layer, const Batch& b, const float* a, float* out) const;
     // One mHC site's mixes of the streams x [rows, hc, D] (HcMixesParams): pre [rows, hc], post, comb, and
     // the collapse of x with collapse_pre into collapsed [rows, D]. The fast mode: the split-K tensor-core

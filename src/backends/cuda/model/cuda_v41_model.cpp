@@ -181,12 +181,20 @@ std::vector<float> CudaV41Model::forward(Sequence& seq, std::span<const int32_t>
 }
 
 bool CudaV41Model::project_fast(const DeviceLinear& w, const float* x, int64_t x_ld, int64_t rows, float* y, int64_t y_ld,
-                                bool act_quant, bool round_bf16, Stream s, bool keep) const {
+                                bool act_quant, bool round_bf16, Stream s, bool keep, InputForms* forms) const {
     if (!fast_ || !fast_linear_supported(w)) return false;
-    const size_t mark = workspace_.mark();
     const int64_t K = w.in_features;
+    // A bf16 form kept in `forms` (allocated before this call's scratch mark, so it outlives the call).
+    const bool cached = w.kind == WeightKind::kBF16 && forms && !keep && forms->x == x && forms->rows == rows &&
+                        forms->cols == K && x_ld == K;
+    uint16_t** form = cached ? (act_quant ? &forms->quant : &forms->plain) : nullptr;
+    uint16_t* made = nullptr;
+    if (form && !*form) *form = made = workspace_.alloc_n<uint16_t>(rows * K);
+    const size_t mark = workspace_.mark();
     FastLinearParams f{.weight = w, .y = y, .y_ld = y_ld, .rows = rows, .round_output_bf16 = round_bf16};
-    if (w.kind == WeightKind::kBF16) {
+    if (form && !made) {
+        f.a = *form;  // made by an earlier projection of x
+    } else if (w.kind == WeightKind::kBF16) {
         // The reference's act_quant per 32 (official numerics, FP8 weights) gives values bf16 holds
         // exactly, and so do the FP8 weights dequantized at load: only the f32 summation order differs.
         const float* xin = x;
@@ -198,7 +206,7 @@ bool CudaV41Model::project_fast(const DeviceLinear& w, const float* x, int64_t x
             xin = xq;
             ld = K;
         }
-        uint16_t* xb = workspace_.alloc_n<uint16_t>(rows * K);
+        uint16_t* xb = made ? made : workspace_.alloc_n<uint16_t>(rows * K);
         to_bf16({.x = xin, .x_ld = ld, .rows = rows, .cols = K, .out = xb}, s);
         f.a = xb;
     } else if (w.kind == WeightKind::kFp8Block && w.block_cols == 32) {
@@ -233,10 +241,11 @@ bool CudaV41Model::project_fast(const DeviceLinear& w, const float* x, int64_t x
     return true;
 }
 
-void CudaV41Model::project(const DeviceLinear& w, const float* x, int64_t rows, float* y, Stream s, bool keep) const {
+void CudaV41Model::project(const DeviceLinear& w, const float* x, int64_t rows, float* y, Stream s, bool keep,
+                           InputForms* forms) const {
     if (!s.handle) s = stream_.get();
     if (project_fast(w, x, w.in_features, rows, y, w.out_features, official() && (quantized(w) || weights_.from_fp8(w)),
-                     official(), s, keep))
+                     official(), s, keep, forms))
         return;
     if (official() && quantized(w)) {
         const size_t mark = workspace_.mark();
@@ -253,17 +262,17 @@ void CudaV41Model::project(const DeviceLinear& w, const float* x, int64_t rows, 
            s);
 }
 
-void CudaV41Model::project_bf16(const DeviceLinear& w, const float* x, int64_t rows, float* y) const {
-    if (project_fast(w, x, w.in_features, rows, y, w.out_features, false, official(), stream_.get(), false)) return;
+void CudaV41Model::project_bf16(const DeviceLinear& w, const float* x, int64_t rows, float* y, InputForms* forms) const {
+    if (project_fast(w, x, w.in_features, rows, y, w.out_features, false, official(), stream_.get(), false, forms)) return;
     linear({.x = x, .x_ld = w.in_features, .weight = w, .y = y, .y_ld = w.out_features, .rows = rows,
             .round_output_bf16 = official()},
            stream_.get());
 }
 
-void CudaV41Model::project_f32(const DeviceLinear& w, const float* x, int64_t rows, float* y) const {
+void CudaV41Model::project_f32(const DeviceLinear& w, const float* x, int64_t rows, float* y, InputForms* forms) const {
     const Stream s = stream_.get();
     if (official() && w.kind == WeightKind::kBF16 &&
-        project_fast(w, x, w.in_features, rows, y, w.out_features, false, false, s, false))
+        project_fast(w, x, w.in_features, rows, y, w.out_features, false, false, s, false, forms))
         return;
     linear({.x = x, .x_ld = w.in_features, .weight = w, .y = y, .y_ld = w.out_features, .rows = rows}, s);
 }
@@ -285,7 +294,8 @@ void CudaV41Model::moe_rows(const V41DeviceLayer& lw, int64_t E, int64_t K, int6
     float* biased = workspace_.alloc_n<float>(S * E);
     int32_t* ids = workspace_.alloc_n<int32_t>(S * K);
     float* wts = workspace_.alloc_n<float>(S * K);
-    project_f32(lw.gate, a, S, logits);  // fp32 router
+    InputForms fa{.x = a, .rows = S, .cols = D};  // a's bf16 forms for the router and the shared expert
+    project_f32(lw.gate, a, S, logits, &fa);  // fp32 router
     route({.logits = logits, .bias = lw.bias, .bias_vl = lw.bias_vl, .vl_rows = image_rows, .rows = S, .experts = E, .top_k = K, .scoring = scoring_of(c.scoring_func),
            .norm_topk_prob = c.norm_topk_prob && K > 1, .routed_scaling_factor = static_cast<float>(c.routed_scaling_factor),
            .official = false,  // V4.1 normalizes with + 1e-20 in both numerics
@@ -299,8 +309,8 @@ void CudaV41Model::moe_rows(const V41DeviceLayer& lw, int64_t E, int64_t K, int6
     auto shared_expert = [&] {
         float* sg = workspace_.alloc_n<float>(S * SI);
         float* su = workspace_.alloc_n<float>(S * SI);
-        project(lw.shared_w1, a, S, sg);
-        project(lw.shared_w3, a, S, su);
+        project(lw.shared_w1, a, S, sg, {}, false, &fa);
+        project(lw.shared_w3, a, S, su, {}, false, &fa);
         swiglu({.g = sg, .u = su, .rows = S, .width = SI, .limit = L, .round_bf16 = off}, s);
         project(lw.shared_w2, sg, S, ys);
     };

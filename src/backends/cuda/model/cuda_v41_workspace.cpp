@@ -61,6 +61,7 @@ size_t CudaV41Model::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, 
         at += bytes(S * std::max({Dm, QL, G * OR, IH * ID}) * 4);
         if (fast_) at += bytes(S * std::max({Dm, QL, G * OR, H * hd / G, IH * ID}) * 2) + 512;  // bf16 / FP8 copies
         if (fast_) at += bytes(S * H * hd * 2) + 2 * bytes((G + 1) * 4) + bytes(G * S * 4);  // grouped wo_a's input, tables
+        if (fast_) at += 2 * bytes(S * Dm * 2) + 2 * bytes(S * QL * 2);  // a's and qr's kept bf16 forms (InputForms)
         // MoE: under expert parallelism the experts here run the pairs of every rank's rows (each
         // rank's forward holds at most S rows — the engine gives each rank its share of a step — so at
         // most ranks · S) and the outputs come back per rank.
@@ -72,6 +73,7 @@ size_t CudaV41Model::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, 
                     // shared expert's bf16 input
             mo += bytes(S * Dm * 4) + bytes(S * Dm) + bytes(S * (Dm / 128 + 1) * 4) + bytes(NT * I) + bytes(NT * (I / 128 + 1) * 4) +
                   bytes((E + 1) * 4) + bytes(T * Dm) + bytes(T * (Dm / 128 + 1) * 4) + bytes(S * std::max(Dm, I) * 2);
+        if (fast_) mo += 2 * bytes(S * Dm * 2);  // a's kept bf16 forms (router, shared expert)
         if (ep_)
             mo += bytes(T * Dm * 4) + 3 * bytes(T * KE * 4) + bytes(ranks * S * KE * Dm * 4) + bytes(S * KE * 4) +
                   bytes(S * KE * Dm * 4) + ep_staging_bytes(ranks, S, T, KE, Dm);
