@@ -33,6 +33,7 @@
 #include "engine/speculative/verify.h"
 #include "model/attention_block.h"
 #include "model/compressor.h"
+#include "model/state.h"
 
 namespace deepinfer {
 namespace {
@@ -465,6 +466,117 @@ TEST_F(CudaOps, KvNormFoldedIntoRopeRowsBitIdentical) {
         const auto got = d1.host(x.size());
         expect_bits_equal(ref, got, off ? "kv folded, official" : "kv folded, exact");
         expect_bits_equal(d2.host(x.size()), got, "folded = rms_norm then rope_rows");
+    }
+}
+
+TEST_F(CudaOps, CompressorApeFoldsEqualAddApeThenRingWrite) {
+    // The model's compressor step in its folded form (CompressorParams::ape: the gate rows plus ape as the
+    // compressor reads them; RingWriteParams::ring2/src2/add2: both rings in one launch, the gate rows plus
+    // ape) against the unfolded one (add_ape on the gate rows, the compressor on them, two ring_writes):
+    // the same rings and entries bit for bit, and the folded form leaves the gate rows in memory as they were.
+    // Segments: a prefill chunk from position 0, a decode row completing a window from ring rows, a chunk
+    // starting mid-window; CSA (ratio 4, overlap) and HCA (ratio 128) main compressors and the indexer's.
+    struct Case {
+        int64_t ratio, head_dim;
+        bool overlap, indexer;
+        cuda::Qat qat;
+    };
+    const cpu::RopeTable rope(flash_yarn(), 64);
+    Dev<float> dcs(cos_sin(rope, 1024));
+    for (const Case& k : {Case{4, 512, true, false, cuda::Qat::kFp8Nope}, Case{128, 512, false, false, cuda::Qat::kFp8Nope},
+                          Case{4, 128, true, true, cuda::Qat::kHadamardFp4}}) {
+        const int64_t W = k.overlap ? 2 * k.head_dim : k.head_dim;
+        const int64_t ring = (k.overlap ? 2 : 1) * k.ratio + kRingHeadroom;
+        const std::vector<int64_t> first = {0, 2 * k.ratio - 1, 5 * k.ratio + 1};
+        const std::vector<int64_t> count = {2 * k.ratio + 1, 1, 3 * k.ratio + 2};
+        int64_t rows = 0, max_rows = 0, max_windows = 0, capacity = 0;
+        std::vector<int32_t> positions;
+        for (size_t i = 0; i < first.size(); ++i) {
+            for (int64_t p = first[i]; p < first[i] + count[i]; ++p) positions.push_back(int32_t(p));
+            rows += count[i];
+            max_rows = std::max(max_rows, count[i]);
+            max_windows = std::max(max_windows, (first[i] + count[i]) / k.ratio - (first[i] + k.ratio) / k.ratio + 1);
+            capacity = std::max(capacity, (first[i] + count[i]) / k.ratio + 1);
+        }
+        const auto kv = randn(size_t(rows * W), 31, 1.0f), gate = randn(size_t(rows * W), 32, 1.0f);
+        const auto ape = randn(size_t(k.ratio * W), 33, 0.5f);
+        const auto ring_kv = randn(size_t(ring * W), 34, 1.0f), ring_gate = randn(size_t(ring * W), 35, 1.0f);
+        auto norm = randn(size_t(k.head_dim), 36, 0.1f);
+        for (float& v : norm) v += 1.0f;
+        Dev<float> dkv(kv), dape(ape), dnorm(norm);
+        Dev<int32_t> dpos(positions);
+        const std::string what = std::string(k.indexer ? "indexer" : "main") + " ratio " + std::to_string(k.ratio);
+        // One state per form: per segment its rings (the same earlier rows) and its entries.
+        struct Form {
+            std::vector<std::unique_ptr<Dev<float>>> kv_rings, gate_rings, entries;
+            std::unique_ptr<Dev<cuda::DeviceSegment>> segments;
+        };
+        auto make_form = [&] {
+            Form f;
+            std::vector<cuda::DeviceSegment> segs;
+            int64_t row = 0;
+            for (size_t i = 0; i < first.size(); ++i) {
+                f.kv_rings.push_back(std::make_unique<Dev<float>>(ring_kv));
+                f.gate_rings.push_back(std::make_unique<Dev<float>>(ring_gate));
+                f.entries.push_back(std::make_unique<Dev<float>>(std::vector<float>(size_t(capacity * k.head_dim), 0.0f)));
+                cuda::DeviceSegment s{.row_begin = row, .num_rows = count[i], .first_position = first[i]};
+                (k.indexer ? s.idx_kv : s.comp_kv) = f.kv_rings.back()->ptr();
+                (k.indexer ? s.idx_gate : s.comp_gate) = f.gate_rings.back()->ptr();
+                (k.indexer ? s.idx_entries : s.comp_entries) = f.entries.back()->ptr();
+                segs.push_back(s);
+                row += count[i];
+            }
+            f.segments = std::make_unique<Dev<cuda::DeviceSegment>>(segs);
+            return f;
+        };
+        const int64_t n = int64_t(first.size());
+        const cuda::RingKind kv_ring = k.indexer ? cuda::RingKind::kIdxKv : cuda::RingKind::kCompKv;
+        const cuda::RingKind gate_ring = k.indexer ? cuda::RingKind::kIdxGate : cuda::RingKind::kCompGate;
+        auto compress = [&](const Form& f, const float* g, const float* a) {
+            cuda::compressor({.segments = f.segments->ptr(), .num_segments = n, .max_windows = max_windows, .indexer = k.indexer,
+                              .kv = dkv.ptr(), .gate = g, .ape = a, .ratio = k.ratio, .head_dim = k.head_dim, .ring_rows = ring,
+                              .overlap = k.overlap, .norm = dnorm.ptr(), .eps = 1e-6f, .cos_sin = dcs.ptr(), .rope_dim = 64,
+                              .official = true, .qat = k.qat},
+                             Stream{});
+        };
+        // Unfolded: add_ape, compressor, a ring_write per ring.
+        Form unfolded = make_form();
+        Dev<float> dgate_a(gate);
+        cuda::add_ape({.gate = dgate_a.ptr(), .ape = dape.ptr(), .positions = dpos.ptr(), .rows = rows, .width = W, .ratio = k.ratio},
+                      Stream{});
+        compress(unfolded, dgate_a.ptr(), nullptr);
+        for (const auto& [kind, src] : {std::pair{kv_ring, dkv.ptr()}, std::pair{gate_ring, dgate_a.ptr()}})
+            cuda::ring_write({.segments = unfolded.segments->ptr(), .num_segments = n, .max_rows = max_rows, .ring = kind, .src = src,
+                              .width = W, .ring_rows = ring},
+                             Stream{});
+        // Folded: the compressor adds ape as it reads, one ring_write fills both rings.
+        Form folded = make_form();
+        Dev<float> dgate_b(gate);
+        compress(folded, dgate_b.ptr(), dape.ptr());
+        cuda::ring_write({.segments = folded.segments->ptr(), .num_segments = n, .max_rows = max_rows, .ring = kv_ring,
+                          .src = dkv.ptr(), .width = W, .ring_rows = ring, .ring2 = gate_ring, .src2 = dgate_b.ptr(),
+                          .add2 = dape.ptr(), .add2_ratio = k.ratio},
+                         Stream{});
+        for (size_t i = 0; i < first.size(); ++i) {
+            const std::string seg = what + ", segment " + std::to_string(i);
+            expect_bits_equal(unfolded.kv_rings[i]->host(ring_kv.size()), folded.kv_rings[i]->host(ring_kv.size()), seg + " kv ring");
+            expect_bits_equal(unfolded.gate_rings[i]->host(ring_gate.size()), folded.gate_rings[i]->host(ring_gate.size()),
+                              seg + " gate ring");
+            const auto e = folded.entries[i]->host(size_t(capacity * k.head_dim));
+            expect_bits_equal(unfolded.entries[i]->host(e.size()), e, seg + " entries");
+            const int64_t done = (first[i] + count[i]) / k.ratio;  // entries [first / ratio, done) written
+            if (done > first[i] / k.ratio) {
+                EXPECT_TRUE(std::any_of(e.begin() + (done - 1) * k.head_dim, e.begin() + done * k.head_dim,
+                                        [](float v) { return v != 0.0f; }))
+                    << seg << ": the last completed window's entry was written";
+            }
+        }
+        // The gate ring holds gate + ape (ape is not zero): not the gate rows alone.
+        std::vector<float> plain = ring_gate;
+        for (int64_t r = 0; r < count[0]; ++r) std::copy_n(gate.begin() + r * W, W, plain.begin() + (first[0] + r) % ring * W);
+        const auto held = folded.gate_rings[0]->host(plain.size());
+        EXPECT_FALSE(std::equal(plain.begin(), plain.end(), held.begin())) << what << ": the gate ring holds the ape";
+        expect_bits_equal(gate, dgate_b.host(gate.size()), what + ": the folded form leaves the gate rows as they were");
     }
 }
 
