@@ -142,9 +142,10 @@ TEST_F(CudaV41Fast, LogitsWithinToleranceOfCpu) {
     if (cuda::fast_fp8_b32_available()) {
         // Native: the checkpoint's bytes (FP8 + one ue8m0 scale per 32x32 block) except wo_a, bf16 in both
         // forms (the reference's bf16 linear): 3 layers x [8·1024, 64·512/8] (v41_flash_fixture.h), each
-        // weight's byte become two and its scales gone. bf16: every dense FP8 linear so.
-        const size_t wo_a = size_t(3) * (8 * 1024) * (64 * 512 / 8);
-        EXPECT_EQ(native_bytes, ref_bytes + wo_a - wo_a / 1024);
+        // weight's byte become two and its scales gone; plus, per layer, the table of wo_a's 8 row slices (the
+        // fast mode's one grouped launch, V41DeviceLayer::wo_a_groups). bf16: every dense FP8 linear so.
+        const size_t wo_a = size_t(3) * (8 * 1024) * (64 * 512 / 8), group_tables = size_t(3) * 8 * sizeof(cuda::DeviceLinear);
+        EXPECT_EQ(native_bytes, ref_bytes + wo_a - wo_a / 1024 + group_tables);
         EXPECT_GT(bf16_bytes, native_bytes + native_bytes / 4);
         EXPECT_NE(0, std::memcmp(got_native.data(), got_bf16.data(), got_native.size() * 4)) << "the native kernel ran";
     } else {
