@@ -22,7 +22,8 @@
 //                   [--no-ceilings]
 // --sweep: the grouped experts also in every configuration of the register-converting FP4 kernel.
 // --variants ws128p2_s5_pers,ws128p2_s4_pers: only those configurations (implies --sweep).
-// --per-expert 1,8: the grouped experts also with exactly that many rows for each of the 256 experts.
+// --per-expert 1,8: the grouped experts also with exactly that many rows for each of the 256 experts
+// (with --only v41_experts_w1,v41_experts_w2: V4.1's 384 experts of 5120 x 2304).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -486,8 +487,9 @@ struct Bench {
     // 256 FP4 experts, top-6 of T tokens routed uniformly at random (distinct experts per token); or
     // (per_expert > 0) exactly per_expert rows for every expert, T = 256 * per_expert / 6 tokens (a
     // balanced router's decode step).
-    void grouped(const std::string& name, int64_t N, int64_t K, int64_t T, int64_t per_expert = 0) {
-        const int64_t E = 256, top = 6;
+    // E = 384: DeepSeek-V4.1-Flash's experts (the v41_experts_* shapes).
+    void grouped(const std::string& name, int64_t N, int64_t K, int64_t T, int64_t per_expert = 0, int64_t E = 256) {
+        const int64_t top = 6;
         if (per_expert > 0) T = std::max<int64_t>(1, E * per_expert / top);
         const int64_t NP = per_expert > 0 ? E * per_expert : T * top;
         const size_t wb = size_t(N) * K / 2, sb = size_t(N) * (K / 32);
@@ -829,10 +831,13 @@ int main(int argc, char** argv) {
         if (wanted("experts_w1")) b.grouped("experts_w1", 2048, 4096, t);
         if (wanted("experts_w2")) b.grouped("experts_w2", 4096, 2048, t);
     }
-    // --per-expert r: the grouped experts with exactly r rows per expert (even routing).
+    // --per-expert r: the grouped experts with exactly r rows per expert (even routing); V4.1's 384 experts
+    // of 5120 x 2304 (v41_experts_*: only when named in --only).
     for (int64_t r : per_expert) {
         if (wanted("experts_w1")) b.grouped("experts_w1", 2048, 4096, 0, r);
         if (wanted("experts_w2")) b.grouped("experts_w2", 4096, 2048, 0, r);
+        if (!only.empty() && wanted("v41_experts_w1")) b.grouped("v41_experts_w1", 2304, 5120, 0, r, 384);
+        if (!only.empty() && wanted("v41_experts_w2")) b.grouped("v41_experts_w2", 5120, 2304, 0, r, 384);
     }
     // Memory-bound ops (reference CUDA-core kernels), last: their floors are bytes / copy bandwidth.
     for (int64_t t : {int64_t(1), int64_t(32), int64_t(128), int64_t(512), int64_t(4096), int64_t(16384)})
