@@ -125,25 +125,29 @@ struct SinkKeys {
         const int64_t e = selected[j - num_window];
         return cache_value(cache_row(seg->entries, *paged, segment, e, entry_bytes), entry_format, Dh, entry_block, d);
     }
-    // Whether values16 may read this row's keys 16 at a time (every format's scale block a multiple of 16).
+    // Whether the keys may be read 16 values at a time (every format's scale block a multiple of 16).
     __device__ bool by16() const {
         auto ok = [&](CacheFormat f, int64_t block) { return f == CacheFormat::kF32 || block % 16 == 0; };
         return Dh % 16 == 0 && ok(window_format, window_block) && ok(entry_format, entry_block);
     }
-    // Values d0 .. d0 + 15 of key j (d0 % 16 == 0; by16()): operator()'s values, one vector load.
-    __device__ void values16(int64_t j, int64_t d0, float (&v)[16]) const {
+    // The row key j is read from: this chunk's f32 row, the window ring's row or the selected entry's row.
+    __device__ const uint8_t* row_of(int64_t j) const {
         if (j < num_window) {
             const int64_t q = lo + j;
-            if (q >= seg->first_position) {
-                cache_values16(reinterpret_cast<const uint8_t*>(chunk_kv + (q - seg->first_position) * Dh), CacheFormat::kF32,
-                               Dh, 1, d0, v);
-                return;
-            }
-            cache_values16(seg->window + (q % window_rows) * window_bytes, window_format, Dh, window_block, d0, v);
-            return;
+            if (q >= seg->first_position) return reinterpret_cast<const uint8_t*>(chunk_kv + (q - seg->first_position) * Dh);
+            return seg->window + (q % window_rows) * window_bytes;
         }
-        const int64_t e = selected[j - num_window];
-        cache_values16(cache_row(seg->entries, *paged, segment, e, entry_bytes), entry_format, Dh, entry_block, d0, v);
+        return cache_row(seg->entries, *paged, segment, selected[j - num_window], entry_bytes);
+    }
+    // How row_of(j) is stored: its format and scale block.
+    __device__ void format_of(int64_t j, CacheFormat& f, int64_t& block) const {
+        if (j >= num_window) {
+            f = entry_format, block = entry_block;
+        } else if (lo + j >= seg->first_position) {
+            f = CacheFormat::kF32, block = 1;
+        } else {
+            f = window_format, block = window_block;
+        }
     }
 };
 

@@ -23,8 +23,14 @@
 
 namespace deepinfer::cuda::kernels {
 
+// Keys per row the kernel holds (the window's and the picks': window + topk <= this, the release's 128 + 512;
+// the launcher takes the reference kernel otherwise): their rows located once, after tca_smem_bytes'
+// layout, and a head's scores in registers (kV41KeyTable / 32 per lane) through its softmax.
+constexpr int kV41KeyTable = 640;
+__host__ __device__ constexpr int64_t v41_tca_smem_bytes(int64_t kd) { return tca_smem_bytes(kd) + 8 * kV41KeyTable; }
+
 // grid (rows, ceil(heads / 64), kSplit), cluster (1, 1, kSplit), block kTcaThreads, dynamic shared
-// memory tca_smem_bytes(kD).
+// memory v41_tca_smem_bytes(kD).
 template <int kD, int kSplit>
 static __global__ void __launch_bounds__(kTcaThreads, 1) v41_tc_attention_kernel(const __grid_constant__ SinkAttentionParams p) {
     extern __shared__ __align__(16) unsigned char v41_tca_sm[];
@@ -53,21 +59,47 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) v41_tc_attention_kernel
     auto scores = [&](int64_t hh) { return p.scratch + (r * p.heads + h0 + hh) * p.max_candidates; };
     // Keys j0 .. j0 + n - 1 decoded into kv as bf16; rows n..63 zero. By 16 values (one vector load of a
     // key's codes and one scale) where the formats allow (by16), else 8 single decodes in flight per thread.
+    // by16: every key's row located once (key_rows: the pick, its page, its ring slot), then each staging
+    // puts two items' code loads in flight per thread before decoding them.
     const bool by16 = key.by16();
+    const uint8_t** key_rows = reinterpret_cast<const uint8_t**>(v41_tca_sm + tca_smem_bytes(kD));
+    if (by16) {
+        for (int64_t j = tid; j < nc; j += kTcaThreads) key_rows[j] = key.row_of(j);
+        __syncthreads();
+    }
     auto stage_keys = [&](int64_t j0, int64_t n) {
         static_assert(kTcaBlock * kD % (8 * kTcaThreads) == 0, "key staging in batches of 8");
         static_assert(kD % 16 == 0 && (kP * 2) % 16 == 0, "16 values per item, 16-byte shared-memory stores");
         if (by16) {
-            for (int i = tid; i < kTcaBlock * kD / 16; i += kTcaThreads) {
-                const int j = i / (kD / 16), d0 = (i % (kD / 16)) * 16;
-                float v[16];
-                if (j < n) {
-                    key.values16(j0 + j, d0, v);
-                } else {
+            constexpr int kItems = kTcaBlock * kD / 16, kBatch = 2;
+            for (int i0 = tid; i0 < kItems; i0 += kBatch * kTcaThreads) {
+                Codes16 c[kBatch];
+                const uint8_t* row[kBatch];
+                CacheFormat f[kBatch];
+                int64_t blk[kBatch];
 #pragma unroll
-                    for (int k = 0; k < 16; ++k) v[k] = 0.0f;
+                for (int u = 0; u < kBatch; ++u) {
+                    const int i = i0 + u * kTcaThreads, j = i / (kD / 16), d0 = (i % (kD / 16)) * 16;
+                    row[u] = nullptr, f[u] = CacheFormat::kF32, blk[u] = 1;
+                    if (i < kItems && j < n) {
+                        row[u] = key_rows[j0 + j];
+                        key.format_of(j0 + j, f[u], blk[u]);
+                        c[u] = cache_codes16(row[u], f[u], kD, blk[u], d0);
+                    }
                 }
-                store_bf16x16(sm.kv + j * kP + d0, v);
+#pragma unroll
+                for (int u = 0; u < kBatch; ++u) {
+                    const int i = i0 + u * kTcaThreads, j = i / (kD / 16), d0 = (i % (kD / 16)) * 16;
+                    if (i >= kItems) continue;
+                    float v[16];
+                    if (row[u]) {
+                        cache_decode16(c[u], row[u], f[u], kD, blk[u], d0, v);
+                    } else {
+#pragma unroll
+                        for (int k = 0; k < 16; ++k) v[k] = 0.0f;
+                    }
+                    store_bf16x16(sm.kv + j * kP + d0, v);
+                }
             }
             return;
         }
@@ -111,23 +143,34 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) v41_tc_attention_kernel
     tca_row_sync<kSplit>();  // every CTA's scores are in the scratch
     // Pass 2: per head (a warp each; this CTA's 64 / kSplit heads), the maximum from the sink, the
     // denominator, bf16 probabilities.
-    constexpr int kRowsPerCta = kTcaHeads / kSplit;
+    // A head's scores are read once, all of a lane's in flight (nc <= kV41KeyTable: at most kPerLane per
+    // lane), and kept in registers through the maximum, the exponentials and their sum (each lane's in
+    // ascending j, then the shuffle tree: the order of the loop that read them three times).
+    constexpr int kRowsPerCta = kTcaHeads / kSplit, kPerLane = kV41KeyTable / 32;
     for (int64_t hh = split * kRowsPerCta + warp; hh < (split + 1) * kRowsPerCta && hh < nh; hh += kTcaThreads / 32) {
         float* s = scores(hh);
         const float sink = p.sink[h0 + hh];
-        float mx = sink;
+        float e[kPerLane];
         // Scores other CTAs wrote: read through L2 (__ldcg), never a stale L1 line.
-        for (int64_t j = lane; j < nc; j += 32) mx = fmaxf(mx, __ldcg(s + j));
+#pragma unroll
+        for (int k = 0; k < kPerLane; ++k) e[k] = lane + 32 * k < nc ? __ldcg(s + lane + 32 * k) : 0.0f;
+        float mx = sink;
+#pragma unroll
+        for (int k = 0; k < kPerLane; ++k)
+            if (lane + 32 * k < nc) mx = fmaxf(mx, e[k]);
         for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
         float den = 0.0f;
-        for (int64_t j = lane; j < nc; j += 32) {
-            const float e = __expf(__ldcg(s + j) - mx);
-            s[j] = e;
-            den += e;
-        }
+#pragma unroll
+        for (int k = 0; k < kPerLane; ++k)
+            if (lane + 32 * k < nc) {
+                e[k] = __expf(e[k] - mx);
+                den += e[k];
+            }
         for (int o = 16; o > 0; o /= 2) den += __shfl_xor_sync(0xFFFFFFFFu, den, o);
         den += __expf(sink - mx);
-        for (int64_t j = lane; j < nc; j += 32) s[j] = dev::round_bf16(s[j] / den);
+#pragma unroll
+        for (int k = 0; k < kPerLane; ++k)
+            if (lane + 32 * k < nc) s[lane + 32 * k] = dev::round_bf16(e[k] / den);
     }
     tca_row_sync<kSplit>();  // every head's probabilities are in the scratch
     // Pass 3: o = P · V over this CTA's blocks, 16 heads x kD/4 columns per warp.

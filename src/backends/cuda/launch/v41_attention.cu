@@ -71,7 +71,10 @@ void topk_publish(const TopkPublishParams& p, Stream s) {
 namespace {
 template <int kD>
 bool launch_tc(const SinkAttentionParams& p, Stream s) {
-    return launch_tca<kD>(kernels::v41_tc_attention_kernel<kD, kernels::kTcaSplit>, kernels::v41_tc_attention_kernel<kD, 1>, p, p.rows, p.heads, raw(s));
+    // (the kernel locates a row's keys once: window + picks within its table)
+    if (p.window + (p.selected ? p.topk : 0) > kernels::kV41KeyTable) return false;
+    return launch_tca<kD, kernels::v41_tca_smem_bytes(kD)>(kernels::v41_tc_attention_kernel<kD, kernels::kTcaSplit>,
+                                                            kernels::v41_tc_attention_kernel<kD, 1>, p, p.rows, p.heads, raw(s));
 }
 
 bool try_tensor_cores(const SinkAttentionParams& p, Stream s) {
