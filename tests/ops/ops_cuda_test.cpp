@@ -1481,6 +1481,16 @@ int32_t noisy_draft(const float* l, const float* noise, int64_t V, double scale,
     return draft;
 }
 
+// The CPU sampler's parameters of a device sampling row (the fields both have).
+SamplingParams params_of(const cuda::SampleRow& sr) {
+    SamplingParams sp;
+    sp.temperature = sr.temperature;
+    sp.top_k = sr.top_k;
+    sp.top_p = sr.top_p;
+    sp.min_p = sr.min_p;
+    return sp;
+}
+
 // Verify rows (a draft to test; engine/speculative/verify.cpp's verify_row): greedy, and sampled with
 // one-hot drafts or drafts from a distribution q on the device (close to p: mostly accepted; unrelated:
 // mostly rejected, the residual max(p - q, 0) drawn by the blocked walk; top-k rows over their candidates),
@@ -1523,11 +1533,7 @@ TEST_F(CudaOps, SamplerVerifyRowsEqualTheCpuVerifier) {
                 sr.min_p = 0.01;
             }
             ASSERT_TRUE(cuda::sample_supported(sr));
-            SamplingParams sp;
-            sp.temperature = sr.temperature;
-            sp.top_k = sr.top_k;
-            sp.top_p = sr.top_p;
-            sp.min_p = sr.min_p;
+            const SamplingParams sp = params_of(sr);
             const std::vector<int32_t> generated(sr.counter, 3);
             const VerifyRowResult v = verify_row(
                 {.sample = {.logits = std::span<const float>(l, size_t(V)), .params = &sp, .generated = generated,
@@ -1575,10 +1581,7 @@ TEST_F(CudaOps, SamplerNucleusRowsEqualTheCpuSampler) {
             sr.min_p = c.min_p;
             ASSERT_TRUE(cuda::sample_supported(sr));
             ASSERT_TRUE(cuda::sample_nucleus_row(sr));
-            SamplingParams sp;
-            sp.temperature = c.t;
-            sp.top_p = c.top_p;
-            sp.min_p = c.min_p;
+            const SamplingParams sp = params_of(sr);
             const std::vector<int32_t> generated(sr.counter, 3);
             const SampleInput in{.logits = std::span<const float>(logits.data() + r * V, size_t(V)), .params = &sp,
                                  .generated = generated, .seed = sr.seed, .stream = sr.stream};
@@ -1648,10 +1651,7 @@ TEST_F(CudaOps, SamplerNucleusVerifyRowsEqualTheCpuVerifier) {
             sr.draft = draft;
             ASSERT_TRUE(cuda::sample_supported(sr));
             ASSERT_TRUE(cuda::sample_nucleus_row(sr));
-            SamplingParams sp;
-            sp.temperature = c.t;
-            sp.top_p = c.top_p;
-            sp.min_p = c.min_p;
+            const SamplingParams sp = params_of(sr);
             const std::vector<int32_t> generated(sr.counter, 3);
             const SampleInput in{.logits = std::span<const float>(l, size_t(V)), .params = &sp, .generated = generated,
                                  .seed = sr.seed, .stream = sr.stream};
@@ -1720,11 +1720,7 @@ TEST_F(CudaOps, SamplerPicksTheCpuSamplersTokens) {
         sr.top_p = c.top_p;
         sr.min_p = c.min_p;
         ASSERT_TRUE(cuda::sample_supported(sr));
-        SamplingParams sp;
-        sp.temperature = c.temperature;
-        sp.top_k = c.top_k;
-        sp.top_p = c.top_p;
-        sp.min_p = c.min_p;
+        const SamplingParams sp = params_of(sr);
         const std::vector<int32_t> generated(sr.counter, 3);  // the counter is the number generated so far
         ref[size_t(r)] = sample({.logits = std::span<const float>(logits.data() + r * V, size_t(V)), .params = &sp,
                                  .generated = generated, .seed = sr.seed, .stream = sr.stream})
@@ -1772,10 +1768,7 @@ TEST_F(CudaOps, SamplerTopkSlicesEqualTheCpuSampler) {
         sr.top_k = cfgs[c].top_k;
         sr.top_p = cfgs[c].top_p;
         ASSERT_TRUE(cuda::sample_supported(sr));
-        SamplingParams sp;
-        sp.temperature = sr.temperature;
-        sp.top_k = sr.top_k;
-        sp.top_p = sr.top_p;
+        const SamplingParams sp = params_of(sr);
         const std::vector<int32_t> generated(sr.counter, 3);
         ref[size_t(r)] = sample({.logits = std::span<const float>(logits.data() + r * V, size_t(V)), .params = &sp,
                                  .generated = generated, .seed = sr.seed, .stream = sr.stream})
@@ -1839,10 +1832,7 @@ TEST_F(CudaOps, SamplerDrawsFromSharedRowsAndUnderflowedTails) {
         sr.top_p = k % 3 == 2 ? 0.97 : 1.0;
         row_of[size_t(k)] = int32_t(k % logit_rows);
         ASSERT_TRUE(cuda::sample_supported(sr));
-        SamplingParams sp;
-        sp.temperature = sr.temperature;
-        sp.top_k = sr.top_k;
-        sp.top_p = sr.top_p;
+        const SamplingParams sp = params_of(sr);
         const std::vector<int32_t> generated(sr.counter, 3);
         ref[size_t(k)] = sample({.logits = std::span<const float>(logits.data() + row_of[size_t(k)] * V, size_t(V)),
                                  .params = &sp, .generated = generated, .seed = sr.seed, .stream = sr.stream})
