@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The next GPU session's first call for the proposals in this folder (written in session 34; not yet run).
+# The next GPU session's first call for the five proposals in this folder (written in session 34; not yet run).
 # Here (the build machine), from the repository root:
-#   git checkout -b sNN/proposals main && for p in v41-swiglu-fine v41-candidate-parallel v41-qat-rows-quad rms-norm-tree; do
+#   git checkout -b sNN/proposals main && for p in v41-swiglu-fine v41-candidate-parallel v41-qat-rows-quad rms-norm-tree \
+#     v41-norm-qat-form; do
 #     git am docs/proposals/$p-untested.patch; done
 #   ninja -C build-90 cuda_ops_tests cuda_gemm_tests cuda_v41_ops_tests cuda_v41_model_tests cuda_fast_model_tests \
 #     cuda_model_tests cuda_engine_bench cuda_forward_bench
@@ -14,7 +15,7 @@
 source tools/device/call_lib.sh "$1"
 t v41_ops 60 $B/cuda_v41_ops_tests     # CacheQatValuesAndCompactCodesEqualCpu, IndexerCandidateBlocksAndTopkEqualCpu
 t ops 90 $B/cuda_ops_tests             # RmsNormTreeSumInItsOrderAndNearTheReference, RmsNormBitIdentical
-t gemm 60 $B/cuda_gemm_tests --gtest_filter='*Swiglu*'
+t gemm 60 $B/cuda_gemm_tests --gtest_filter='*Swiglu*:*RmsNormForms*'
 t fast_model 60 $B/cuda_fast_model_tests
 t model 60 $B/cuda_model_tests
 pack
