@@ -4,7 +4,8 @@
 --layers csa,hca: full hidden 4096, 64 heads x 512, 256 FP4 experts top-6, index top-512, window 128)
 at each decode batch and prefill chunk, from Nsight Compute's per-kernel summary of the timed loop:
 time, DRAM bytes (read + written, measured by ncu with cold caches) and the achieved fraction of
-the copy bandwidth measured in the same call; kernels grouped into the model's ops.
+the copy bandwidth measured in the same call; kernels grouped into the model's ops (V4-Flash's and V4.1's;
+a profile of time alone, e.g. cuda_engine_bench --profile, gives the time columns).
    ncu --profile-from-start off --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
        --print-summary per-kernel cuda_forward_bench ... --profile 1 > b1.txt
    python3 bench/op_table.py --ceilings ceilings.jsonl "decode b1=b1.txt" "prefill 4096=p4096.txt" [--out F.md]
@@ -21,21 +22,24 @@ UNITS = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12,
 
 # Kernel name (regular expression on the demangled name) -> op.
 OPS = [
+    (r"even_routing|expert_load", "benchmark routing (cuda_engine_bench --routing even; not the model's)"),
     (r"tc_attention|mqa_attention|sparse_attention|sink_attention", "sparse attention (window + compressed, sink)"),
-    (r"indexer", "lightning indexer scores + top-k"),
+    (r"indexer|index_scores|candidate|visible_counts", "lightning indexer scores + top-k"),
     (r"fp4_rs|fp4_.*kernel|grouped", "routed experts (FP4 grouped GEMM)"),
-    (r"wgmma_gemm|staged_linear|gemm", "FP8/BF16 linears (wgmma) + LM head"),
+    (r"wgmma_gemm|staged_linear|gemm|dense_ws|split_reduce", "FP8/BF16 linears (wgmma) + LM head"),
     (r"hc_|sinkhorn", "hyper-connections (mix, pre, post)"),
     (r"rms_norm", "RMSNorm"),
     (r"rope", "RoPE / head norm / QAT"),
     (r"act_quant|to_bf16", "activation quantization / bf16"),
+    (r"qat_rows|decode_rows", "V4.1 cache QAT / compact codes"),
     (r"swiglu", "SwiGLU"),
     (r"moe_combine|combine", "MoE weighted combine"),
     (r"route|topk", "router / top-k"),
-    (r"permute|scatter|gather|group_row|row_|expert_tiles|visible_counts", "token permutation / row tables"),
+    (r"engram", "Engram (gather, fusion)"),
+    (r"permute|scatter|gather|group_row|row_|expert_tiles", "token permutation / row tables"),
     (r"compress|add_ape", "KV compressors"),
     (r"ring_write|copy_rows|page", "state writes"),
-    (r"sample|draw", "sampling"),
+    (r"sample|draw|argmax", "sampling"),
     (r"embed", "embedding"),
 ]
 

@@ -1,0 +1,54 @@
+# SPDX-License-Identifier: Apache-2.0
+"""bench/op_table.py and bench/ncu_summary.py on recorded Nsight Compute summaries (H200): every kernel of
+V4's and V4.1's engine steps falls in a named op of the model (none left as "other"), the ops' times and
+launches add up to the file's, and both scripts read the same kernels and times."""
+import importlib.util
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "bench" / "results"
+FILES = ["cuda-session34-h200-call4-v41-ncu-b1.txt", "cuda-session34-h200-call4-v41-ncu-prefill4096.txt",
+         "cuda-session32-h200-call2-ncu-b1-new.txt", "cuda-session32-h200-call5-ncu-pf8-new.txt"]
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_every_kernel_in_a_named_op_and_both_readers_agree():
+    ops, summary = load("op_table"), load("ncu_summary")
+    for f in FILES:
+        kernels = ops.parse(RESULTS / f)
+        rows = summary.parse(RESULTS / f)
+        assert len(kernels) == len(rows) > 20, f
+        others = {k["name"] for k in kernels if ops.op_of(k["name"]) == "other"}
+        assert not others, (f, others)
+        t_ops = sum(k["m"]["gpu__time_duration.sum"] * k["calls"] for k in kernels)
+        t_rows = sum(r[6] for r in rows)
+        assert abs(t_ops - t_rows) <= 1e-9 * t_rows, f
+        assert sum(k["calls"] for k in kernels) == sum(r[2] for r in rows), f
+        for r in rows:  # min <= average <= max, as ncu printed them
+            assert r[4] <= r[3] * 1.0001 and r[3] <= r[5] * 1.0001, (f, r)
+
+
+def test_v41_attention_is_its_own_op():
+    ops = load("op_table")
+    kernels = ops.parse(RESULTS / FILES[0])
+    att = [k for k in kernels if ops.op_of(k["name"]).startswith("sparse attention")]
+    assert [k["name"].split("(")[0] for k in att] == ["void v41_tc_attention_kernel<512, 1>"]
+    assert att[0]["calls"] == 4  # a launch per layer of the 4-layer step
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "op_table.py"), f"b1={RESULTS / FILES[0]}"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "| sparse attention (window + compressed, sink) | v41_tc_attention_kernel<512, 1> | 4 |" in out
+    assert "| other |" not in out
+
+
+def test_ncu_summary_top():
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "ncu_summary.py"), "--top", "2", str(RESULTS / FILES[1])],
+                         capture_output=True, text=True, check=True).stdout
+    assert sum(1 for line in out.splitlines() if " n=" in line) == 2
