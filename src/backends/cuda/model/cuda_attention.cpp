@@ -5,15 +5,9 @@
 #include <cmath>
 
 #include "backends/cuda/model/cuda_model_impl.h"
+#include "backends/cuda/model/grouped_wo_a.h"
 
 namespace deepinfer::cuda::v4 {
-namespace {
-// From this many rows the grouped output projection (wo_a) runs as one dense launch per group: each then has
-// >= 128 output tiles (16 row tiles x 8 weight-row tiles at V4-Flash's 1024 outputs), about one wave of the
-// warp-specialized kernel; below it, one grouped launch (the classic kernel) keeps the GPU busier.
-constexpr int64_t kWoADenseRows = 2048;
-}  // namespace
-
 void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a, float* out, const ConvertedInput* made) const {
     const ModelConfig& c = config_;
     const Stream s = stream_.get();
@@ -160,16 +154,10 @@ void CudaModel::attention(const DeviceLayer& lw, const Batch& b, const float* a,
                         s);
         }
     } else if (tensor_cores) {
-        // Tensor cores, as the reference's bf16 einsum: o in bf16, viewed as [S·G, GW] rows; one grouped
-        // launch over the G row slices of wo_a (row s of group g is view row s·G + g, in and out).
-        int32_t* offsets = workspace_->alloc_n<int32_t>(G + 1);
-        int32_t* rows_of = workspace_->alloc_n<int32_t>(G * S);
-        int32_t* tiles = workspace_->alloc_n<int32_t>(G + 1);
-        group_row_tables({.groups = G, .rows = S, .offsets = offsets, .rows_of = rows_of}, s);
-        fast_linear({.a = ob, .a_row_src = rows_of, .weight = lw.wo_a.rows(0, OL), .experts = lw.wo_a_groups,
-                     .expert_offsets = offsets, .num_experts = G, .tile_scratch = tiles, .y_row = rows_of, .y = u,
-                     .y_ld = OL, .rows = G * S, .round_output_bf16 = off},
-                    s);
+        // Tensor cores, as the reference's bf16 einsum: one grouped launch over wo_a's G row slices.
+        grouped_wo_a({.ob = ob, .wo_a = lw.wo_a, .groups = lw.wo_a_groups, .groups_n = G, .rows = S, .out_rank = OL, .u = u,
+                      .round_bf16 = off},
+                     *workspace_, s);
     } else {
         for (int64_t g = 0; g < G; ++g)
             linear({.x = o + g * GW, .x_ld = H * Dh, .weight = lw.wo_a.rows(g * OL, (g + 1) * OL), .y = u + g * OL,

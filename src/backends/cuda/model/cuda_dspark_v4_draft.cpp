@@ -15,6 +15,7 @@
 #include "backends/cuda/model/cuda_model_impl.h"
 #include "backends/cuda/model/device_drafts.h"
 #include "backends/cuda/model/draft_graphs.h"
+#include "backends/cuda/model/grouped_wo_a.h"
 #include "backends/cuda/model/dspark_markov.h"
 #include "model/dspark_common.h"
 
@@ -172,15 +173,10 @@ std::vector<Draft> CudaModel::dspark_draft(std::span<const DraftRequest> request
             float* u = workspace_->alloc_n<float>(S * Go * OL);
             if (fast_ && lw.wo_a_groups && fast_linear_supported(lw.wo_a.rows(0, OL))) {
                 uint16_t* ob = workspace_->alloc_n<uint16_t>(S * H * Dh);
-                int32_t* offsets = workspace_->alloc_n<int32_t>(Go + 1);
-                int32_t* rows_of = workspace_->alloc_n<int32_t>(Go * S);
-                int32_t* tiles = workspace_->alloc_n<int32_t>(Go + 1);
                 to_bf16({.x = o, .x_ld = GW, .rows = S * Go, .cols = GW, .out = ob}, s);
-                group_row_tables({.groups = Go, .rows = S, .offsets = offsets, .rows_of = rows_of}, s);
-                fast_linear({.a = ob, .a_row_src = rows_of, .weight = lw.wo_a.rows(0, OL), .experts = lw.wo_a_groups,
-                             .expert_offsets = offsets, .num_experts = Go, .tile_scratch = tiles, .y_row = rows_of,
-                             .y = u, .y_ld = OL, .rows = Go * S, .round_output_bf16 = off},
-                            s);
+                grouped_wo_a({.ob = ob, .wo_a = lw.wo_a, .groups = lw.wo_a_groups, .groups_n = Go, .rows = S, .out_rank = OL,
+                              .u = u, .round_bf16 = off},
+                             *workspace_, s);
             } else {
                 for (int64_t g = 0; g < Go; ++g)
                     linear({.x = o + g * GW, .x_ld = H * Dh, .weight = lw.wo_a.rows(g * OL, (g + 1) * OL), .y = u + g * OL,

@@ -10,15 +10,11 @@
 #include <cmath>
 
 #include "backends/cuda/model/cuda_v41_impl.h"
+#include "backends/cuda/model/grouped_wo_a.h"
 #include "deepinfer/check.h"
 #include "model/state.h"
 
 namespace deepinfer::cuda {
-namespace {
-// From this many rows wo_a runs as one launch per group (each then fills the GPU), below it as one grouped
-// launch (V4's choice, cuda_attention.cpp kWoADenseRows, at the same wo_a shape).
-constexpr int64_t kWoADenseRows = 2048;
-}  // namespace
 
 void CudaV41Model::compress(int64_t layer, const Batch& b, const float* a, InputForms* fa) const {
     const V41TextConfig& c = config_.text;
@@ -167,21 +163,13 @@ void CudaV41Model::attention(int64_t layer, const Batch& b, const float* a, floa
     const int64_t G = c.o_groups, gin = H * hd / G, OR = c.o_lora_rank;
     float* u = workspace_.alloc_n<float>(S * G * OR);
     if (fast_ && lw.wo_a_groups && S < kWoADenseRows && fast_linear_supported(lw.wo_a.rows(0, OR))) {
-        // Below prefill sizes one grouped launch (as V4's, cuda_attention.cpp): o in bf16 viewed as [S·G, gin]
-        // rows (row s of group g is view row s·G + g, in and out) over the G row slices of wo_a, instead of G
-        // conversions and G launches. Every form of the fast GEMM computes an element with the same
-        // instructions and additions: the per-group launches' bits (tests/ops/gemm_fast_cuda_test.cpp,
-        // GroupedWoAEqualsDenseLaunchPerGroup, at this shape).
+        // Below prefill sizes one grouped launch (grouped_wo_a.h, V4's form) instead of G conversions and G
+        // launches: the per-group launches' bits.
         uint16_t* ob = workspace_.alloc_n<uint16_t>(S * H * hd);
         to_bf16({.x = o, .x_ld = H * hd, .rows = S, .cols = H * hd, .out = ob}, s);
-        int32_t* offsets = workspace_.alloc_n<int32_t>(G + 1);
-        int32_t* rows_of = workspace_.alloc_n<int32_t>(G * S);
-        int32_t* tiles = workspace_.alloc_n<int32_t>(G + 1);
-        group_row_tables({.groups = G, .rows = S, .offsets = offsets, .rows_of = rows_of}, s);
-        fast_linear({.a = ob, .a_row_src = rows_of, .weight = lw.wo_a.rows(0, OR), .experts = lw.wo_a_groups,
-                     .expert_offsets = offsets, .num_experts = G, .tile_scratch = tiles, .y_row = rows_of, .y = u,
-                     .y_ld = OR, .rows = G * S, .round_output_bf16 = off},
-                    s);
+        grouped_wo_a({.ob = ob, .wo_a = lw.wo_a, .groups = lw.wo_a_groups, .groups_n = G, .rows = S, .out_rank = OR, .u = u,
+                      .round_bf16 = off},
+                     workspace_, s);
         project(lw.wo_b, u, S, out);
         return;
     }
