@@ -239,39 +239,58 @@ TEST_F(CudaGemmFast, ActQuantFp8RoundsToNearestEven) {
 TEST_F(CudaGemmFast, SwigluQuantizedEqualsSwigluThenActQuant) {
     // The routed experts' fused SwiGLU + FP8 quantization (SwigluParams::q) against swiglu then
     // act_quant_fp8, bit for bit: codes and scales, with and without the clamp, the row weights (by index)
-    // and bf16 rounding; a block of tiny values (the amax floor) and one of large ones (clamped).
-    const int64_t rows = 37, width = 2048;
-    auto g = bf16_randn(size_t(rows * width), 21, 4.0f), u = bf16_randn(size_t(rows * width), 22, 4.0f);
-    for (int64_t i = 0; i < 128; ++i) g[size_t(3 * width + i)] = 1e-6f * float(i), u[size_t(3 * width + i)] = 1e-3f;
-    for (int64_t i = 0; i < 128; ++i) g[size_t(5 * width + 256 + i)] = 40.0f + float(i), u[size_t(5 * width + 256 + i)] = -30.0f;
-    std::vector<float> weights(static_cast<size_t>(rows));
-    std::vector<int32_t> index(static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r) weights[size_t(r)] = 0.05f * float(r + 1), index[size_t(r)] = int32_t((r * 7) % rows);
-    Dev<float> dw(weights);
-    Dev<int32_t> di(index);
-    for (const float limit : {0.0f, 7.0f})
-        for (const bool weighted : {false, true})
-            for (const bool round : {false, true}) {
-                Dev<float> g1(g), u1(u), g2(g), u2(u);
-                Dev<uint8_t> q1(size_t(rows * width)), q2(size_t(rows * width));
-                Dev<float> s1(size_t(rows * width / 128)), s2(size_t(rows * width / 128));
-                const cuda::SwigluParams base{.g = g1.ptr(), .u = u1.ptr(), .row_weight = weighted ? dw.ptr() : nullptr,
-                                              .row_weight_index = weighted ? di.ptr() : nullptr, .rows = rows, .width = width,
-                                              .limit = limit, .round_bf16 = round};
-                cuda::swiglu(base, Stream{});
-                cuda::act_quant_fp8({.x = g1.ptr(), .x_ld = width, .rows = rows, .cols = width, .q = q1.ptr(), .scale = s1.ptr()}, Stream{});
-                cuda::SwigluParams fused = base;
-                fused.g = g2.ptr();
-                fused.u = u2.ptr();
-                fused.q = q2.ptr();
-                fused.q_scale = s2.ptr();
-                cuda::swiglu(fused, Stream{});
-                const std::string what = "limit " + std::to_string(limit) + ", weighted " + std::to_string(weighted) + ", bf16 " + std::to_string(round);
-                EXPECT_EQ(q1.host(size_t(rows * width)), q2.host(size_t(rows * width))) << what;
-                const auto a = s1.host(size_t(rows * width / 128)), b = s2.host(size_t(rows * width / 128));
-                EXPECT_EQ(differing_words(a, b), 0u) << what;
-                EXPECT_EQ(differing_words(g2.host(g.size()), g), 0u) << "the fused form leaves g as it was: " << what;
-            }
+    // and bf16 rounding; a block of tiny values (the amax floor) and one of large ones (clamped). With
+    // fine_block 32 (V4.1) against swiglu, act_quant_dequant per 32, act_quant_fp8; at V4's expert width and
+    // V4.1's (2304: 18 blocks of 128, a warp's last group of blocks partial).
+    for (const int64_t width : {int64_t(2048), int64_t(2304)}) {
+        std::vector<uint8_t> codes_without_fine;  // (the fine = 0 pass's, for the fine = 32 pass)
+        for (const int64_t fine : {int64_t(0), int64_t(32)}) {
+            const int64_t rows = 37;
+            auto g = bf16_randn(size_t(rows * width), 21, 4.0f), u = bf16_randn(size_t(rows * width), 22, 4.0f);
+            for (int64_t i = 0; i < 128; ++i) g[size_t(3 * width + i)] = 1e-6f * float(i), u[size_t(3 * width + i)] = 1e-3f;
+            for (int64_t i = 0; i < 128; ++i) g[size_t(5 * width + 256 + i)] = 40.0f + float(i), u[size_t(5 * width + 256 + i)] = -30.0f;
+            // One 32-column block 1000x smaller than the rest of its 128 block: a fine scale of its own.
+            for (int64_t i = 0; i < 32; ++i) g[size_t(7 * width + 512 + 64 + i)] *= 1e-3f;
+            std::vector<float> weights(static_cast<size_t>(rows));
+            std::vector<int32_t> index(static_cast<size_t>(rows));
+            for (int64_t r = 0; r < rows; ++r) weights[size_t(r)] = 0.05f * float(r + 1), index[size_t(r)] = int32_t((r * 7) % rows);
+            Dev<float> dw(weights);
+            Dev<int32_t> di(index);
+            for (const float limit : {0.0f, 7.0f})
+                for (const bool weighted : {false, true})
+                    for (const bool round : {false, true}) {
+                        Dev<float> g1(g), u1(u), g2(g), u2(u);
+                        Dev<uint8_t> q1(size_t(rows * width)), q2(size_t(rows * width));
+                        Dev<float> s1(size_t(rows * width / 128)), s2(size_t(rows * width / 128));
+                        const cuda::SwigluParams base{.g = g1.ptr(), .u = u1.ptr(), .row_weight = weighted ? dw.ptr() : nullptr,
+                                                      .row_weight_index = weighted ? di.ptr() : nullptr, .rows = rows,
+                                                      .width = width, .limit = limit, .round_bf16 = round};
+                        cuda::swiglu(base, Stream{});
+                        if (fine) cuda::act_quant_dequant({.x = g1.ptr(), .out = g1.ptr(), .rows = rows, .cols = width, .block = fine}, Stream{});
+                        cuda::act_quant_fp8({.x = g1.ptr(), .x_ld = width, .rows = rows, .cols = width, .q = q1.ptr(), .scale = s1.ptr()},
+                                            Stream{});
+                        cuda::SwigluParams fused = base;
+                        fused.g = g2.ptr();
+                        fused.u = u2.ptr();
+                        fused.q = q2.ptr();
+                        fused.q_scale = s2.ptr();
+                        fused.fine_block = fine;
+                        cuda::swiglu(fused, Stream{});
+                        const std::string what = "width " + std::to_string(width) + ", fine " + std::to_string(fine) + ", limit " +
+                                                 std::to_string(limit) + ", weighted " + std::to_string(weighted) + ", bf16 " +
+                                                 std::to_string(round);
+                        const auto codes = q2.host(size_t(rows * width));
+                        EXPECT_EQ(q1.host(size_t(rows * width)), codes) << what;
+                        const auto a = s1.host(size_t(rows * width / 128)), b = s2.host(size_t(rows * width / 128));
+                        EXPECT_EQ(differing_words(a, b), 0u) << what;
+                        EXPECT_EQ(differing_words(g2.host(g.size()), g), 0u) << "the fused form leaves g as it was: " << what;
+                        if (limit == 0.0f && !weighted && !round) {
+                            if (!fine) codes_without_fine = codes;
+                            else EXPECT_NE(codes_without_fine, codes) << "the per-32 step changed some codes: " << what;
+                        }
+                    }
+        }
+    }
 }
 
 TEST_F(CudaGemmFast, RmsNormFormsEqualNormThenActQuantAndToBf16) {

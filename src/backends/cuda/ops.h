@@ -484,6 +484,10 @@ struct SwigluParams {
     // 128-column blocks (the same codes and scales as swiglu then act_quant_fp8; width % 128 == 0).
     uint8_t* q = nullptr;     // [rows, width] e4m3
     float* q_scale = nullptr;  // [rows, width / 128]
+    // With q: 32 = the values first quantized and dequantized per 32 columns as act_quant_dequant does (V4.1's
+    // activation QAT before w2), then quantized per 128: the codes and scales of swiglu, act_quant_dequant
+    // (block 32), act_quant_fp8. 0: none.
+    int64_t fine_block = 0;
 };
 void swiglu(const SwigluParams& p, Stream s);
 

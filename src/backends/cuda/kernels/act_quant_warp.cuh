@@ -3,7 +3,8 @@
 // 4l..4l+3): a power-of-two scale per block of 32 or 128 columns from the block's largest |x| (at least
 // 1e-4), each value divided by it (an exact multiply by the scale's inverse), clamped to ±448 and rounded to
 // e4m3. Shared by act_quant_fp8_kernel and the fused SwiGLU + quantization kernel, so both give the same
-// codes and scales.
+// codes and scales; act_dequant_quad is act_quant_dequant's arithmetic on the same lanes (the fused kernel's
+// finer QAT step).
 #pragma once
 
 #include <cuda_fp8.h>
@@ -19,8 +20,9 @@ struct Fp8Quad {
     float scale;      // the scale of this lane's block
 };
 
-// `lanes` = block / 4 lanes share a scale (8 or 32).
-__device__ __forceinline__ Fp8Quad act_quant_quad(float4 v, int lanes) {
+// The power-of-two scale of a block shared by `lanes` = block / 4 lanes (8 or 32): from the block's largest
+// |x| (fmaxf ignores NaN in any order, and |x| has no -0: any reduction tree gives the same), at least 1e-4.
+__device__ __forceinline__ Pow2Scale quad_block_scale(float4 v, int lanes) {
     float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -28,7 +30,20 @@ __device__ __forceinline__ Fp8Quad act_quant_quad(float4 v, int lanes) {
         if (o < lanes) amax = fmaxf(amax, other);
     }
     amax = fmaxf(amax, 1e-4f);
-    const Pow2Scale ps = pow2_scale_ceil(mul(amax, 1.0f / 448.0f));
+    return pow2_scale_ceil(mul(amax, 1.0f / 448.0f));
+}
+
+// act_quant_kernel's quantize-dequantize (act_quant_dequant: x / scale clamped to ±448, rounded to e4m3,
+// times the scale) of this lane's four values, blocks of 4 · `lanes` columns (8 lanes: 32).
+__device__ __forceinline__ float4 act_dequant_quad(float4 v, int lanes) {
+    const Pow2Scale ps = quad_block_scale(v, lanes);
+    auto qd = [&](float x) { return mul(round_e4m3(fminf(fmaxf(mul(x, ps.inverse), -448.0f), 448.0f)), ps.scale); };
+    return make_float4(qd(v.x), qd(v.y), qd(v.z), qd(v.w));
+}
+
+// `lanes` = block / 4 lanes share a scale (8 or 32).
+__device__ __forceinline__ Fp8Quad act_quant_quad(float4 v, int lanes) {
+    const Pow2Scale ps = quad_block_scale(v, lanes);
     auto clamped = [&](float x) { return fminf(fmaxf(mul(x, ps.inverse), -448.0f), 448.0f); };  // x / scale
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
     // The hardware conversion (cvt.rn.satfinite.e4m3x2.f32, two values per instruction) rounds to nearest

@@ -148,8 +148,9 @@ static __global__ void swiglu_kernel(const __grid_constant__ SwigluParams p) {
         p.g[r * ld + i] = swiglu_value(p, p.g[r * ld + i], p.u[r * ld + i], w);
 }
 
-// swiglu_kernel's values, quantized as act_quant_fp8_kernel does (dev::act_quant_quad) instead of stored:
-// one pass instead of a store and a reload. A warp takes kSwigluQuantBlocks 128-column blocks of a row
+// swiglu_kernel's values, quantized as act_quant_fp8_kernel does (dev::act_quant_quad) instead of stored
+// (with fine_block, after act_quant_dequant's per-32 step: dev::act_dequant_quad): one pass instead of a
+// store and reloads. A warp takes kSwigluQuantBlocks 128-column blocks of a row
 // (lane l: columns 4l..4l+3 of each), their loads all issued before the arithmetic.
 constexpr int kSwigluQuantBlocks = 4;
 static __global__ void swiglu_quant_kernel(const __grid_constant__ SwigluParams p) {
@@ -174,7 +175,9 @@ static __global__ void swiglu_quant_kernel(const __grid_constant__ SwigluParams 
     for (int i = 0; i < kSwigluQuantBlocks; ++i)
         if (b0 + i < blocks) {  // warp-uniform
             const float4 a = g4[i], b = u4[i];
-            const dev::Fp8Quad o = dev::act_quant_quad(make_float4(h(a.x, b.x), h(a.y, b.y), h(a.z, b.z), h(a.w, b.w)), 32);
+            float4 v = make_float4(h(a.x, b.x), h(a.y, b.y), h(a.z, b.z), h(a.w, b.w));
+            if (p.fine_block == 32) v = dev::act_dequant_quad(v, 8);  // (uniform)
+            const dev::Fp8Quad o = dev::act_quant_quad(v, 32);
             *reinterpret_cast<uint32_t*>(p.q + r * p.width + (b0 + i) * 128 + lane * 4) = o.packed;
             if (lane == 0) p.q_scale[r * blocks + b0 + i] = o.scale;
         }

@@ -36,6 +36,8 @@ void permute(const PermuteParams& p, Stream s) {
 void swiglu(const SwigluParams& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.ld == 0 || p.ld >= p.width, "swiglu: row stride ", p.ld, " below the width ", p.width);
+    DI_CHECK(p.fine_block == 0 || (p.q && p.fine_block == 32), "swiglu: fine_block ", p.fine_block,
+             " (32 with a quantized output, or 0)");
     if (p.q) {
         DI_CHECK(p.q_scale && p.width % 128 == 0 && p.ld % 4 == 0 && reinterpret_cast<uintptr_t>(p.g) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(p.u) % 16 == 0,

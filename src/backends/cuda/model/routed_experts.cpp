@@ -92,15 +92,15 @@ void run_experts(const RoutedExpertsParams& p, const Setup& u, const ExpertRows&
         fast_linear(f, s);
         uint8_t* gq = ws.alloc_n<uint8_t>(NP * I);
         float* gs = ws.alloc_n<float>(NP * (I / 128));
-        if (u.fine) {  // the fine-grained activation QAT between SwiGLU and the quantization
+        if (u.fine && p.act_block != 32) {  // the fine-grained activation QAT between SwiGLU and the quantization
             swiglu({.g = g, .u = up, .row_weight = row_weight, .row_weight_index = perm_slot, .rows = NP, .width = I,
                     .limit = L, .round_bf16 = off},
                    s);
             act_quant_dequant({.x = g, .out = g, .rows = NP, .cols = I, .block = p.act_block}, s);
             act_quant_fp8({.x = g, .x_ld = I, .rows = NP, .cols = I, .q = gq, .scale = gs}, s);
-        } else {  // SwiGLU quantized for w2 in one pass (the same codes and scales)
+        } else {  // SwiGLU quantized for w2 in one pass (the same codes and scales; V4.1's QAT per 32 in it)
             swiglu({.g = g, .u = up, .row_weight = row_weight, .row_weight_index = perm_slot, .rows = NP, .width = I,
-                    .limit = L, .round_bf16 = off, .q = gq, .q_scale = gs},
+                    .limit = L, .round_bf16 = off, .q = gq, .q_scale = gs, .fine_block = u.fine ? p.act_block : 0},
                    s);
         }
         FastLinearParams f2{.a = gq, .a_scale = gs, .weight = ex.shape_w2, .experts = ex.w2, .expert_offsets = offsets,
