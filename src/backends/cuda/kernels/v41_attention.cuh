@@ -68,7 +68,9 @@ static __global__ void __launch_bounds__(kTopkThreads) candidate_kernel(const __
     float* block = p.block_scores + blockIdx.x * max_blocks;
     for (int64_t b = threadIdx.x; b < nb; b += blockDim.x) {
         float v = neg_inf;
-        for (int64_t j = b * bs; j < n && j < (b + 1) * bs; ++j) v = fmaxf(v, sc[j]);
+        const int64_t end = (b + 1) * bs < n ? (b + 1) * bs : n;
+#pragma unroll 8
+        for (int64_t j = b * bs; j < end; ++j) v = fmaxf(v, sc[j]);  // (the loads of 8 in flight)
         block[b] = v;
     }
     __syncthreads();
@@ -79,11 +81,14 @@ static __global__ void __launch_bounds__(kTopkThreads) candidate_kernel(const __
     int32_t* picked = p.block_picked + blockIdx.x * p.keep_blocks;
     topk_row(block, nb, p.keep_blocks, picked);  // the stable sort's first keep_blocks blocks
     __syncthreads();
+    // The kept blocks' entries marked, a block per thread (the same mask as block after block: only 1s
+    // are written, over the zeros above; was one block at a time with bs of the threads).
     const int64_t keep = p.keep_blocks < nb ? p.keep_blocks : nb;
-    for (int64_t k = 0; k < keep; ++k) {
+    for (int64_t k = threadIdx.x; k < keep; k += blockDim.x) {
         const int32_t b = picked[k];
         if (b < 0 || !(block[b] > neg_inf)) continue;
-        for (int64_t j = b * bs + threadIdx.x; j < n && j < (b + 1) * bs; j += blockDim.x) m[j] = 1;
+        const int64_t end = (b + 1) * bs < n ? (b + 1) * bs : n;
+        for (int64_t j = b * bs; j < end; ++j) m[j] = 1;
     }
 }
 
