@@ -257,9 +257,11 @@ TEST_F(CudaV41Ops, CacheQatValuesAndCompactCodesEqualCpu) {
         CacheFormat format;
         int64_t n, block;
     };
+    // (Blocks of 16 and 32: the four-values-per-thread kernel; 6 and 10: the one-thread-per-block kernel.)
     for (const Case& k : {Case{CacheFormat::kFp8Ue8m0, 512, 32}, Case{CacheFormat::kFp4E4m3, 512, 16},
                           Case{CacheFormat::kFp4Ue8m0, 128, 32}, Case{CacheFormat::kFp8Ue8m0, 64, 32},
-                          Case{CacheFormat::kFp4E4m3, 32, 16}}) {
+                          Case{CacheFormat::kFp4E4m3, 32, 16}, Case{CacheFormat::kFp4E4m3, 36, 6},
+                          Case{CacheFormat::kFp8Ue8m0, 60, 10}}) {
         const int64_t rows = 63, bytes = cuda::cache_row_bytes(k.format, k.n, k.block);
         const std::vector<float> x = qat_rows_input(rows, k.n);
         std::vector<float> ref = x;
@@ -284,9 +286,22 @@ TEST_F(CudaV41Ops, CacheQatValuesAndCompactCodesEqualCpu) {
         cuda::qat_rows({.x = dx.ptr(), .rows = rows, .n = k.n, .block = k.block, .format = k.format, .fake_quant = true,
                         .dst = ddst.ptr()},
                        Stream{});
-        const std::string what = "format " + std::to_string(int(k.format)) + " n " + std::to_string(k.n);
+        const std::string what = "format " + std::to_string(int(k.format)) + " n " + std::to_string(k.n) + " block " +
+                                 std::to_string(k.block);
         expect_equal(ref, dx.host(ref.size()), what + " values");
         expect_equal(codes, dcodes.host(codes.size()), what + " codes");
+        {  // codes only: the same codes, x as it was
+            Dev<float> dx2(x);
+            Dev<uint8_t> dcodes2(codes.size());
+            std::vector<uint8_t*> dst2;
+            for (int64_t r = 0; r < rows; ++r) dst2.push_back(dcodes2.ptr() + r * bytes);
+            Dev<uint8_t*> ddst2(dst2);
+            cuda::qat_rows({.x = dx2.ptr(), .rows = rows, .n = k.n, .block = k.block, .format = k.format, .fake_quant = false,
+                            .dst = ddst2.ptr()},
+                           Stream{});
+            expect_equal(x, dx2.host(x.size()), what + " x unchanged without fake_quant");
+            expect_equal(codes, dcodes2.host(codes.size()), what + " codes without fake_quant");
+        }
         // copy_rows moves the codes into scattered slots (null: skipped).
         Dev<uint8_t> ring(size_t(rows * bytes));
         cuda::fill_zero(ring.ptr(), size_t(rows * bytes), Stream{});

@@ -243,6 +243,66 @@ static __global__ void qat_rows_kernel(const __grid_constant__ QatRowsParams p) 
     }
 }
 
+// qat_rows_kernel's results with four consecutive values per thread (grid over rows x n / 4, block
+// kQatQuadThreads): a scale block's block / 4 lanes are adjacent in one warp (block / 4 a power of two <= 32,
+// n % block == 0), its largest |x| a shuffle maximum over them (fmaxf ignores NaN in any order and |x| has no
+// -0: the serial loop's amax), then each value quantized exactly as there; the block's first lane writes
+// its scale. Was one thread per block: 4 of 64 threads busy on a 128-value index row.
+constexpr int kQatQuadThreads = 256;
+static __global__ void qat_rows_quad_kernel(const __grid_constant__ QatRowsParams p) {
+    const int64_t quads = p.n / 4, item = static_cast<int64_t>(blockIdx.x) * kQatQuadThreads + threadIdx.x;
+    const bool live = item < p.rows * quads;  // (dead lanes fill whole blocks of lanes: rows x quads is a multiple)
+    const int64_t r = live ? item / quads : 0, i0 = live ? (item % quads) * 4 : 0, B = p.block;
+    const int lanes = static_cast<int>(B / 4);
+    float* x = p.x + r * p.n;
+    float v[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = live ? x[i0 + k] : 0.0f;
+    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float other = __shfl_xor_sync(0xFFFFFFFFu, amax, o);
+        if (o < lanes) amax = fmaxf(amax, other);
+    }
+    if (!live) return;
+    uint8_t* dst = p.dst ? p.dst[r] : nullptr;
+    const bool first = i0 % B == 0;
+    if (p.format == CacheFormat::kFp8Ue8m0) {
+        const dev::Pow2Scale s = dev::pow2_scale_ceil(dev::mul(fmaxf(amax, 1e-4f), 1.0f / 448.0f));
+        if (dst && first) dst[p.n + i0 / B] = static_cast<uint8_t>(s.k + 127);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const float q = dev::round_e4m3(clamp_keep_nan(dev::mul(v[k], s.inverse), -448.0f, 448.0f));  // x / scale
+            if (dst) dst[i0 + k] = e4m3_code(q);
+            if (p.fake_quant) x[i0 + k] = isnan(q) ? quiet_nan() : dev::mul(q, s.scale);
+        }
+        return;
+    }
+    float scale;
+    if (p.format == CacheFormat::kFp4E4m3) {
+        float sv = dev::round_e4m3(fmaxf(amax, 6.0f * ldexpf(1.0f, -9)) / 6.0f);
+        if (sv > 448.0f) sv = quiet_nan();  // e4m3 overflow: the reference's cast gives NaN
+        if (dst && first) dst[p.n / 2 + i0 / B] = e4m3_code(sv);
+        scale = sv;
+    } else {
+        const int k = dev::ceil_log2_bits(dev::mul(fmaxf(amax, 6.0f * dev::exp2i(-126)), 1.0f / 6.0f));
+        if (dst && first) dst[p.n / 2 + i0 / B] = static_cast<uint8_t>(k + 127);
+        scale = dev::exp2i(k);
+    }
+#pragma unroll
+    for (int k = 0; k < 4; k += 2) {
+        float q0 = dev::round_e2m1(clamp_keep_nan(v[k] / scale, -6.0f, 6.0f));
+        float q1 = dev::round_e2m1(clamp_keep_nan(v[k + 1] / scale, -6.0f, 6.0f));
+        if (q0 == 0.0f) q0 = 0.0f;  // -0 -> +0 (the reference's code table)
+        if (q1 == 0.0f) q1 = 0.0f;
+        if (dst) dst[(i0 + k) / 2] = static_cast<uint8_t>(e2m1_code(q0) | (e2m1_code(q1) << 4));
+        if (p.fake_quant) {
+            x[i0 + k] = isnan(q0) || isnan(scale) ? quiet_nan() : dev::mul(q0, scale);
+            x[i0 + k + 1] = isnan(q1) || isnan(scale) ? quiet_nan() : dev::mul(q1, scale);
+        }
+    }
+}
+
 // grid (rows), block 128.
 static __global__ void copy_rows_kernel(const __grid_constant__ CopyRowsParams p) {
     const int64_t r = blockIdx.x;

@@ -14,7 +14,16 @@ void qat_rows(const QatRowsParams& p, Stream s) {
     DI_CHECK(p.x, "qat_rows: null x");
     if (p.format != CacheFormat::kF32)
         DI_CHECK(p.block > 0 && p.block % 2 == 0 && p.n % p.block == 0, "qat_rows: ", p.n, " values in blocks of ", p.block);
-    kernels::qat_rows_kernel<<<static_cast<unsigned>(p.rows), 64, 0, raw(s)>>>(p);
+    // Four values per thread where a scale block's lanes fit a warp's aligned group (every V4.1 cache format:
+    // blocks of 16 and 32); else (and f32 rows: a copy) one thread per block.
+    const int64_t lanes = p.block / 4;
+    if (p.format != CacheFormat::kF32 && p.block % 4 == 0 && lanes <= 32 && (lanes & (lanes - 1)) == 0) {
+        const int64_t threads = p.rows * (p.n / 4);
+        kernels::qat_rows_quad_kernel<<<static_cast<unsigned>((threads + kernels::kQatQuadThreads - 1) / kernels::kQatQuadThreads),
+                                        kernels::kQatQuadThreads, 0, raw(s)>>>(p);
+    } else {
+        kernels::qat_rows_kernel<<<static_cast<unsigned>(p.rows), 64, 0, raw(s)>>>(p);
+    }
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
