@@ -400,6 +400,70 @@ TEST_F(CudaOps, RmsNormBitIdentical) {
     }
 }
 
+// RmsNormParams::tree_sum's order on the host: 256 threads' strided partial sums, each warp's xor butterfly
+// (every lane of a pair adds the same two values), the 8 warp sums in order; then rms_norm's scaling.
+std::vector<float> rms_norm_tree_host(const float* x, const float* w, float eps, int64_t n, bool round) {
+    std::vector<float> t(256, 0.0f);
+    for (int64_t i = 0; i < n; ++i) t[size_t(i % 256)] = t[size_t(i % 256)] + x[i] * x[i];
+    float d = 0.0f;
+    for (int warp = 0; warp < 8; ++warp) {
+        std::vector<float> v(t.begin() + warp * 32, t.begin() + warp * 32 + 32), next(32);
+        for (int o = 16; o > 0; o /= 2) {
+            for (int l = 0; l < 32; ++l) next[size_t(l)] = v[size_t(l)] + v[size_t(l ^ o)];
+            v = next;
+        }
+        d = d + v[0];
+    }
+    const float r = 1.0f / std::sqrt(d / float(n) + eps);
+    std::vector<float> out(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+        out[size_t(i)] = w ? w[i] * (x[i] * r) : x[i] * r;
+        if (round) out[size_t(i)] = cpu::round_bf16(out[size_t(i)]);
+    }
+    return out;
+}
+
+TEST_F(CudaOps, RmsNormTreeSumInItsOrderAndNearTheReference) {
+    // The fast mode's sum of squares (RmsNormParams::tree_sum) bit for bit against its order emulated on the
+    // host, at the models' widths (in place, with the forms too), within 1e-4 of the CPU's rms_norm, and a
+    // row's bits alone equal to the same row among others (batch invariance).
+    for (int64_t n : {int64_t(512), int64_t(1024), int64_t(1280), int64_t(4096), int64_t(5120), int64_t(102)}) {
+        const int64_t rows = 7;
+        auto x = bf16_values(randn(size_t(rows * n), uint32_t(n) + 3, 3.0f));
+        for (int64_t i = 0; i < n; i += 7) x[size_t(2 * n + i)] *= 1e3f;  // a row of mixed magnitudes
+        auto w = randn(size_t(n), 8);
+        for (float& v : w) v = 1.0f + 0.1f * v;
+        for (const bool round : {false, true}) {
+            std::vector<float> want(x.size()), ref(x.size());
+            for (int64_t r = 0; r < rows; ++r) {
+                const auto o = rms_norm_tree_host(x.data() + r * n, w.data(), 1e-6f, n, round);
+                std::copy(o.begin(), o.end(), want.begin() + r * n);
+                cpu::rms_norm(x.data() + r * n, w.data(), 1e-6f, n, ref.data() + r * n);
+                if (round) cpu::round_bf16_inplace(ref.data() + r * n, n);
+            }
+            const bool forms = n % 128 == 0;
+            Dev<float> dx(x), dw(w);
+            Dev<uint8_t> q(x.size());
+            Dev<float> qs(x.size() / 128 + 1);
+            cuda::rms_norm({.x = dx.ptr(), .weight = dw.ptr(), .out = dx.ptr(), .rows = rows, .n = n, .eps = 1e-6f, .round_bf16 = round,
+                            .q = forms ? q.ptr() : nullptr, .q_scale = forms ? qs.ptr() : nullptr, .tree_sum = true},
+                           Stream{});
+            const auto got = dx.host(x.size());
+            const std::string what = "n " + std::to_string(n) + (round ? " bf16" : "");
+            expect_bits_equal(want, got, "tree rms_norm in its order, " + what);
+            for (size_t i = 0; i < got.size(); ++i)
+                ASSERT_LE(std::fabs(got[i] - ref[i]), 1e-4f * std::fabs(ref[i]) + (round ? std::fabs(ref[i]) / 128 : 0.0f))
+                    << what << " element " << i;
+            Dev<float> alone(std::vector<float>(x.begin() + 2 * n, x.begin() + 3 * n));
+            cuda::rms_norm({.x = alone.ptr(), .weight = dw.ptr(), .out = alone.ptr(), .rows = 1, .n = n, .eps = 1e-6f,
+                            .round_bf16 = round, .tree_sum = true},
+                           Stream{});
+            expect_bits_equal(std::vector<float>(got.begin() + 2 * n, got.begin() + 3 * n), alone.host(size_t(n)),
+                              "a row alone, " + what);
+        }
+    }
+}
+
 // cos/sin table like the CUDA model builds it.
 std::vector<float> cos_sin(const cpu::RopeTable& t, int64_t positions) {
     const int64_t half = t.rope_dim() / 2;

@@ -12,7 +12,8 @@
 
 namespace deepinfer::cuda::kernels {
 
-// cpu::rms_norm on one row held by a block; warp 0 computes the dot product.
+// cpu::rms_norm on one row held by a block; warp 0 computes the dot product (tree_sum: the whole block, in
+// RmsNormParams::tree_sum's order).
 // One block per row. With `staged` (dynamic shared memory of n floats), every thread first copies its
 // part of the row into shared memory, so warp 0's ordered dot reads shared memory instead of waiting on
 // global loads one step at a time; the arithmetic is the same.
@@ -46,7 +47,19 @@ static __global__ void rms_norm_kernel(const __grid_constant__ RmsNormParams p) 
         __syncthreads();
         x = row_sh;
     }
-    if (threadIdx.x < 32) {
+    if (p.tree_sum) {  // (uniform)
+        __shared__ float warp_sh[32];
+        float v = 0.0f;
+        for (int64_t i = threadIdx.x; i < p.n; i += B) v = dev::add(v, dev::mul(x[i], x[i]));
+        for (int o = 16; o > 0; o /= 2) v = dev::add(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+        if (threadIdx.x % 32 == 0) warp_sh[threadIdx.x / 32] = v;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float d = 0.0f;
+            for (int64_t w = 0; w < B / 32; ++w) d = dev::add(d, warp_sh[w]);
+            r_sh = 1.0f / sqrtf(dev::add(d / static_cast<float>(p.n), p.eps));
+        }
+    } else if (threadIdx.x < 32) {
         const float d = dev::dot_group8(x, x, p.n, threadIdx.x % 8);
         if (threadIdx.x == 0) r_sh = 1.0f / sqrtf(dev::add(d / static_cast<float>(p.n), p.eps));
     }

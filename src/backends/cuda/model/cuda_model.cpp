@@ -26,7 +26,7 @@ int64_t CudaModel::fast_fp8_block(const DeviceLinear& w) const {
 void CudaModel::rms_norm_forms(const float* weight, float* x, int64_t rows, int64_t n, ConvertedInput& in, int64_t block,
                                bool bf16) const {
     RmsNormParams p{.x = x, .weight = weight, .out = x, .rows = rows, .n = n, .eps = static_cast<float>(config_.rms_norm_eps),
-                    .round_bf16 = official()};
+                    .round_bf16 = official(), .tree_sum = fast_};
     const bool can = n % 128 == 0 && n <= 8192 && reinterpret_cast<uintptr_t>(weight) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(x) % 16 == 0 && in.x == x && in.rows == rows && in.cols == n;
     if (can && block > 0 && !in.q) {

@@ -38,12 +38,16 @@ void CudaV41Model::compress(int64_t layer, const Batch& b, const float* a, Input
         compress_pool({.kv_rows = b.at<const float*>(p.kv_rows), .gate_rows = r > 1 ? b.at<const float*>(p.gate_rows) : nullptr,
                        .groups = G, .ratio = r, .width = hd, .out = latent, .round_bf16 = off},
                       s);
-        rms_norm({.x = latent, .weight = lw.compressor_norm, .out = latent, .rows = G, .n = hd, .eps = eps, .round_bf16 = off}, s);
+        rms_norm({.x = latent, .weight = lw.compressor_norm, .out = latent, .rows = G, .n = hd, .eps = eps, .round_bf16 = off,
+                  .tree_sum = fast_},
+                 s);
         const int32_t* d_pos = b.at<int32_t>(p.group_pos);
         if (lw.has_index_keys) {
             float* keys = workspace_.alloc_n<float>(G * ID);
             project_bf16(lw.indexer_wk, latent, G, keys);
-            rms_norm({.x = keys, .weight = lw.indexer_k_norm, .out = keys, .rows = G, .n = ID, .eps = eps, .round_bf16 = off}, s);
+            rms_norm({.x = keys, .weight = lw.indexer_k_norm, .out = keys, .rows = G, .n = ID, .eps = eps, .round_bf16 = off,
+                      .tree_sum = fast_},
+                     s);
             rope_rows({.x = keys, .rows = G, .heads = 1, .dim = ID, .positions = d_pos, .cos_sin = rope_comp_, .rope_dim = R,
                        .round_rope_dims = off},
                       s);
@@ -124,14 +128,16 @@ void CudaV41Model::attention(int64_t layer, const Batch& b, const float* a, floa
     // The fast mode's bf16 forms of a and of the normed qr, each made once for the projections that read it.
     InputForms fa{.x = a, .rows = S, .cols = c.hidden_size}, fq{.x = qr, .rows = S, .cols = QL};
     project(lw.wq_a, a, S, qr, {}, false, &fa);
-    rms_norm({.x = qr, .weight = lw.q_norm, .out = qr, .rows = S, .n = QL, .eps = eps, .round_bf16 = off}, s);
+    rms_norm({.x = qr, .weight = lw.q_norm, .out = qr, .rows = S, .n = QL, .eps = eps, .round_bf16 = off, .tree_sum = fast_},
+             s);
     project(lw.wq_b, qr, S, q, {}, false, &fq);
     rope_rows({.x = q, .rows = S, .heads = H, .dim = hd, .positions = positions, .cos_sin = rope, .rope_dim = R,
                .round_rope_dims = off},
               s);
     float* kv = workspace_.alloc_n<float>(S * hd);
     project(lw.wkv, a, S, kv, {}, false, &fa);
-    rms_norm({.x = kv, .weight = lw.kv_norm, .out = kv, .rows = S, .n = hd, .eps = eps, .round_bf16 = off}, s);
+    rms_norm({.x = kv, .weight = lw.kv_norm, .out = kv, .rows = S, .n = hd, .eps = eps, .round_bf16 = off, .tree_sum = fast_},
+             s);
     rope_rows({.x = kv, .rows = S, .heads = 1, .dim = hd, .positions = positions, .cos_sin = rope, .rope_dim = R,
                .round_rope_dims = off},
               s);

@@ -140,7 +140,7 @@ float* CudaV41Model::compute(const Batch& b) const {
             const DeviceHc& hw = site == 0 ? lw.hc_attn : lw.hc_ffn;
             hc_site(hw, x, SL, site == 0 ? pre_a : pre_f, post, comb, site == 0 ? pre_mix : pre_a, a, s);
             rms_norm({.x = a, .weight = site == 0 ? lw.attn_norm : lw.ffn_norm, .out = a, .rows = SL, .n = D, .eps = eps,
-                      .round_bf16 = off},
+                      .round_bf16 = off, .tree_sum = fast_},
                      s);
             const size_t inner = workspace_.mark();
             if (site == 0) attention(l, *lb, a, o);
@@ -166,7 +166,8 @@ float* CudaV41Model::compute(const Batch& b) const {
     gather_rows({.src = pre_mix, .index = d_picked, .dst = ps, .n = R, .width = hc}, s);
     float* y = workspace_.alloc_n<float>(R * D);
     hc_collapse({.x = xs, .pre = ps, .out = y, .rows = R, .hc = hc, .hidden = D, .round_bf16 = off}, s);
-    rms_norm({.x = y, .weight = weights_.norm, .out = y, .rows = R, .n = D, .eps = eps, .round_bf16 = off}, s);
+    rms_norm({.x = y, .weight = weights_.norm, .out = y, .rows = R, .n = D, .eps = eps, .round_bf16 = off, .tree_sum = fast_},
+             s);
     float* logits = workspace_.alloc_n<float>(R * V);
     if (!project_fast(weights_.head, y, D, R, logits, V, false, false, s, false))
         linear({.x = y, .x_ld = D, .weight = weights_.head, .y = logits, .y_ld = V, .rows = R}, s);
