@@ -294,8 +294,9 @@ TEST_F(CudaGemmFast, SwigluQuantizedEqualsSwigluThenActQuant) {
 }
 
 TEST_F(CudaGemmFast, RmsNormFormsEqualNormThenActQuantAndToBf16) {
-    // The norm kernel's FP8 and bf16 forms of its output (RmsNormParams::q, out_bf16) against rms_norm then
-    // act_quant_fp8 (per 128 and per 32 columns) and to_bf16, bit for bit; the f32 output unchanged by
+    // The norm kernel's FP8 and bf16 forms of its output (RmsNormParams::q, out_bf16, out_bf16_qat) against
+    // rms_norm then act_quant_fp8 (per 128 and per 32 columns), to_bf16, and act_quant_dequant per 32 then to_bf16,
+    // bit for bit; the f32 output unchanged by
     // the extra forms; in place and apart, weighted and not, with and without the bf16 rounding, at
     // V4-Flash's widths (hidden 4096, q_lora 1024) and 128; a block of tiny values (the amax floor) and a
     // row of huge ones (the clamp) included.
@@ -326,12 +327,20 @@ TEST_F(CudaGemmFast, RmsNormFormsEqualNormThenActQuantAndToBf16) {
                 f.q_scale = s2.ptr();
                 f.q_block = block;
                 f.out_bf16 = b2.ptr();
+                Dev<uint16_t> qb1(x.size()), qb2(x.size());  // the QAT form: act_quant_dequant per 32, then to_bf16
+                Dev<float> deq(x.size());
+                cuda::act_quant_dequant({.x = p.out, .out = deq.ptr(), .rows = rows, .cols = n, .block = 32}, Stream{});
+                cuda::to_bf16({.x = deq.ptr(), .x_ld = n, .rows = rows, .cols = n, .out = qb1.ptr()}, Stream{});
+                f.out_bf16_qat = qb2.ptr();
                 cuda::rms_norm(f, Stream{});
                 const std::string what = "n " + std::to_string(n) + ", block " + std::to_string(block) + ", variant " + std::to_string(variant);
                 EXPECT_EQ(differing_words((in_place ? x1 : o1).host(x.size()), (in_place ? x2 : o2).host(x.size())), 0u) << what;
                 EXPECT_EQ(q1.host(x.size()), q2.host(x.size())) << what;
                 EXPECT_EQ(differing_words(s1.host(size_t(rows * n / block)), s2.host(size_t(rows * n / block))), 0u) << what;
                 EXPECT_EQ(b1.host(x.size()), b2.host(x.size())) << what;
+                const auto qat = qb2.host(x.size());
+                EXPECT_EQ(qb1.host(x.size()), qat) << what << ": the QAT form";
+                EXPECT_NE(b2.host(x.size()), qat) << what << ": the QAT form is not the plain bf16 form";
             }
     // The forms need whole 128-column blocks: a clear error otherwise.
     Dev<float> x(size_t(2 * 96)), s(size_t(8));

@@ -103,6 +103,9 @@ struct RmsNormParams {
     float* q_scale = nullptr;      // [rows, n / q_block]
     int64_t q_block = 128;
     uint16_t* out_bf16 = nullptr;  // [rows, n] bf16
+    // [rows, n] bf16: out's act_quant_dequant per 32 columns as to_bf16 writes it (V4.1's QAT form of a
+    // projection input; the same conditions as the forms above).
+    uint16_t* out_bf16_qat = nullptr;
     // Fast mode: the sum of squares as the block's threads' strided partial sums (thread t: elements t,
     // t + 256, .. in order), each warp's butterfly, then the warp sums in warp order — a fixed order (a row's
     // bits do not depend on the batch), not the CPU's 8-lane blocked one (one warp's 8 lanes over the row).

@@ -92,9 +92,13 @@ static __global__ void rms_norm_kernel(const __grid_constant__ RmsNormParams p) 
                         reinterpret_cast<uint32_t*>(p.q + row * p.n)[i] = o.packed;
                         if (static_cast<int>(i % 32) % lanes == 0) p.q_scale[row * (p.n / p.q_block) + 4 * i / p.q_block] = o.scale;
                     }
-                    if (p.out_bf16) {  // to_bf16_kernel's bits
-                        auto b = [](float v) { return __float_as_uint(dev::round_bf16(v)) >> 16; };
+                    auto b = [](float v) { return __float_as_uint(dev::round_bf16(v)) >> 16; };  // to_bf16_kernel's bits
+                    if (p.out_bf16)
                         reinterpret_cast<uint2*>(p.out_bf16 + row * p.n)[i] = make_uint2(b(y.x) | (b(y.y) << 16), b(y.z) | (b(y.w) << 16));
+                    if (p.out_bf16_qat) {  // act_quant_dequant's values per 32 columns (8 lanes), then those bits
+                        const float4 z = dev::act_dequant_quad(y, 8);
+                        reinterpret_cast<uint2*>(p.out_bf16_qat + row * p.n)[i] =
+                            make_uint2(b(z.x) | (b(z.y) << 16), b(z.z) | (b(z.w) << 16));
                     }
                 }
         }

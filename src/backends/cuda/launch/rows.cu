@@ -15,10 +15,10 @@ namespace deepinfer::cuda {
 
 void rms_norm(const RmsNormParams& p, Stream s) {
     if (p.rows == 0) return;
-    if (p.q || p.out_bf16) {
+    if (p.q || p.out_bf16 || p.out_bf16_qat) {
         auto aligned = [](const void* a) { return reinterpret_cast<uintptr_t>(a) % 16 == 0; };
         DI_CHECK(p.n % 128 == 0 && p.n <= 8192 && aligned(p.x) && aligned(p.out) && aligned(p.weight) && aligned(p.q) &&
-                     aligned(p.out_bf16) && (!p.q || (p.q_scale && (p.q_block == 128 || p.q_block == 32))),
+                     aligned(p.out_bf16) && aligned(p.out_bf16_qat) && (!p.q || (p.q_scale && (p.q_block == 128 || p.q_block == 32))),
                  "rms_norm: the FP8 / bf16 forms need n % 128 == 0 and n <= 8192 (n = ", p.n, "), 16-byte aligned rows, ",
                  "and a scale array with q_block 32 or 128 (", p.q_block, ")");
     }

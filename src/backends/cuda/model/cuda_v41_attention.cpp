@@ -110,7 +110,7 @@ void CudaV41Model::index(int64_t layer, const Batch& b, const float* a, const fl
                  s);
 }
 
-void CudaV41Model::attention(int64_t layer, const Batch& b, const float* a, float* out) const {
+void CudaV41Model::attention(int64_t layer, const Batch& b, const float* a, float* out, uint16_t* a_quant) const {
     const V41TextConfig& c = config_.text;
     const V41DeviceLayer& lw = weights_.layers[size_t(layer)];
     const LayerPlan& plan = b.layers[size_t(layer)];
@@ -126,9 +126,12 @@ void CudaV41Model::attention(int64_t layer, const Batch& b, const float* a, floa
     float* qr = workspace_.alloc_n<float>(S * QL);
     float* q = workspace_.alloc_n<float>(S * H * hd);
     // The fast mode's bf16 forms of a and of the normed qr, each made once for the projections that read it.
-    InputForms fa{.x = a, .rows = S, .cols = c.hidden_size}, fq{.x = qr, .rows = S, .cols = QL};
+    // (a's QAT form from the site's norm when it made one; qr's from q_norm's pass where wq_b reads it)
+    InputForms fa{.x = a, .rows = S, .cols = c.hidden_size, .quant = a_quant},
+        fq{.x = qr, .rows = S, .cols = QL, .quant = qat_form(lw.wq_b, S, QL, lw.q_norm, qr)};
     project(lw.wq_a, a, S, qr, {}, false, &fa);
-    rms_norm({.x = qr, .weight = lw.q_norm, .out = qr, .rows = S, .n = QL, .eps = eps, .round_bf16 = off, .tree_sum = fast_},
+    rms_norm({.x = qr, .weight = lw.q_norm, .out = qr, .rows = S, .n = QL, .eps = eps, .round_bf16 = off, .out_bf16_qat = fq.quant,
+              .tree_sum = fast_},
              s);
     project(lw.wq_b, qr, S, q, {}, false, &fq);
     rope_rows({.x = q, .rows = S, .heads = H, .dim = hd, .positions = positions, .cos_sin = rope, .rope_dim = R,

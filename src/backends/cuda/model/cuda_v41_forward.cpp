@@ -139,12 +139,16 @@ float* CudaV41Model::compute(const Batch& b) const {
         for (int site = 0; site < 2; ++site) {
             const DeviceHc& hw = site == 0 ? lw.hc_attn : lw.hc_ffn;
             hc_site(hw, x, SL, site == 0 ? pre_a : pre_f, post, comb, site == 0 ? pre_mix : pre_a, a, s);
-            rms_norm({.x = a, .weight = site == 0 ? lw.attn_norm : lw.ffn_norm, .out = a, .rows = SL, .n = D, .eps = eps,
-                      .round_bf16 = off, .tree_sum = fast_},
-                     s);
             const size_t inner = workspace_.mark();
-            if (site == 0) attention(l, *lb, a, o);
-            else moe(l, *lb, a, o);
+            // The norm also writes a's QAT bf16 form where the site's first projection reads it (the same bits as
+            // act_quant_dequant then to_bf16 in that projection).
+            const float* norm = site == 0 ? lw.attn_norm : lw.ffn_norm;
+            uint16_t* a_quant = qat_form(site == 0 ? lw.wq_a : lw.shared_w1, SL, D, norm, a);
+            rms_norm({.x = a, .weight = norm, .out = a, .rows = SL, .n = D, .eps = eps, .round_bf16 = off, .out_bf16_qat = a_quant,
+                      .tree_sum = fast_},
+                     s);
+            if (site == 0) attention(l, *lb, a, o, a_quant);
+            else moe(l, *lb, a, o, a_quant);
             workspace_.reset(inner);
             hc_post({.out = o, .x = x, .post = post, .comb = comb, .y = x2, .rows = SL, .hc = hc, .hidden = D,
                      .round_bf16 = off, .mix_first = true},

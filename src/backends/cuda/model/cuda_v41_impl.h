@@ -240,11 +240,12 @@ private:
     // The device work of a planned batch (enqueue only): returns the logits [b.num_picked, vocab]
     // (arena memory; null without picked rows).
     float* compute(const Batch& b) const;
-    void attention(int64_t layer, const Batch& b, const float* a, float* out) const;
+    // a_quant: a's QAT bf16 form made by the site's norm (qat_form), or null.
+    void attention(int64_t layer, const Batch& b, const float* a, float* out, uint16_t* a_quant = nullptr) const;
     void compress(int64_t layer, const Batch& b, const float* a, InputForms* fa = nullptr) const;
     void index(int64_t layer, const Batch& b, const float* a, const float* qr, InputForms* fa = nullptr,
                InputForms* fq = nullptr) const;
-    void moe(int64_t layer, const Batch& b, const float* a, float* out) const;
+    void moe(int64_t layer, const Batch& b, const float* a, float* out, uint16_t* a_quant = nullptr) const;
     // One mHC site's mixes of the streams x [rows, hc, D] (HcMixesParams): pre [rows, hc], post, comb, and
     // the collapse of x with collapse_pre into collapsed [rows, D]. The fast mode: the split-K tensor-core
     // mixing logits then hc_pre (f32-accurate, not the CPU's order); else the reference kernel (the CPU's
@@ -254,7 +255,12 @@ private:
     // The MoE of one block over S rows with E routed experts, top K (a target layer or a drafter stage).
     // `image_rows` ([S] device, or null): rows inside an image span select experts with bias_vl.
     void moe_rows(const V41DeviceLayer& lw, int64_t E, int64_t K, int64_t S, const float* a, float* out,
-                  ExpertExchange* exchange, const uint8_t* image_rows = nullptr) const;
+                  ExpertExchange* exchange, const uint8_t* image_rows = nullptr, uint16_t* a_quant = nullptr) const;
+    // A [rows, cols] buffer (workspace) for the QAT bf16 form (InputForms::quant) of a norm's output x that
+    // `w` will read, for the norm to write (RmsNormParams::out_bf16_qat); null where w's projection would not
+    // take that form (not the fast mode's bf16 weights from FP8 under official numerics) or the norm cannot
+    // write it (width, alignment).
+    uint16_t* qat_form(const DeviceLinear& w, int64_t rows, int64_t cols, const float* norm_weight, const float* x) const;
 
     // DSpark (cuda_v41_dspark.cpp, cuda_v41_dspark_draft.cpp).
     friend class CudaV41DSparkDrafter;

@@ -277,14 +277,25 @@ void CudaV41Model::project_f32(const DeviceLinear& w, const float* x, int64_t ro
     linear({.x = x, .x_ld = w.in_features, .weight = w, .y = y, .y_ld = w.out_features, .rows = rows}, s);
 }
 
-void CudaV41Model::moe(int64_t layer, const Batch& b, const float* a, float* out) const {
+uint16_t* CudaV41Model::qat_form(const DeviceLinear& w, int64_t rows, int64_t cols, const float* norm_weight,
+                                 const float* x) const {
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    // (project_fast's cached quant form: fast, bf16 weights, act_quant = official numerics on FP8-origin weights)
+    if (!fast_ || !official() || w.kind != WeightKind::kBF16 || !weights_.from_fp8(w) || !fast_linear_supported(w) ||
+        w.in_features != cols)
+        return nullptr;
+    if (cols % 128 != 0 || cols > 8192 || !aligned(x) || !aligned(norm_weight)) return nullptr;
+    return workspace_.alloc_n<uint16_t>(rows * cols);
+}
+
+void CudaV41Model::moe(int64_t layer, const Batch& b, const float* a, float* out, uint16_t* a_quant) const {
     const V41TextConfig& c = config_.text;
     moe_rows(weights_.layers[size_t(layer)], c.n_routed_experts, c.num_experts_per_tok, b.rows, a, out, ep_,
-             b.any_image ? b.at<uint8_t>(b.image_rows) : nullptr);
+             b.any_image ? b.at<uint8_t>(b.image_rows) : nullptr, a_quant);
 }
 
 void CudaV41Model::moe_rows(const V41DeviceLayer& lw, int64_t E, int64_t K, int64_t S, const float* a, float* out,
-                            ExpertExchange* exchange, const uint8_t* image_rows) const {
+                            ExpertExchange* exchange, const uint8_t* image_rows, uint16_t* a_quant) const {
     const V41TextConfig& c = config_.text;
     const Stream s = stream_.get();
     const bool off = official();
@@ -294,7 +305,7 @@ void CudaV41Model::moe_rows(const V41DeviceLayer& lw, int64_t E, int64_t K, int6
     float* biased = workspace_.alloc_n<float>(S * E);
     int32_t* ids = workspace_.alloc_n<int32_t>(S * K);
     float* wts = workspace_.alloc_n<float>(S * K);
-    InputForms fa{.x = a, .rows = S, .cols = D};  // a's bf16 forms for the router and the shared expert
+    InputForms fa{.x = a, .rows = S, .cols = D, .quant = a_quant};  // a's bf16 forms for the router and the shared expert
     project_f32(lw.gate, a, S, logits, &fa);  // fp32 router
     route({.logits = logits, .bias = lw.bias, .bias_vl = lw.bias_vl, .vl_rows = image_rows, .rows = S, .experts = E, .top_k = K, .scoring = scoring_of(c.scoring_func),
            .norm_topk_prob = c.norm_topk_prob && K > 1, .routed_scaling_factor = static_cast<float>(c.routed_scaling_factor),
