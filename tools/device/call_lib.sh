@@ -5,7 +5,7 @@
 #   source tools/device/call_lib.sh .devcarry/me/bundle.tar.xz    # a tools/device/make_bundle.sh bundle
 #   t model 60 $B/cuda_model_tests                                 # a test binary, its rc and PASSED/FAILED line
 #   for v in prev new; do ... >> $R/pf8_$v.jsonl; done; pack       # results under $R, packed into $OUT/r.tgz
-# It unpacks the bundle into $B (/tmp/mb), finds cuBLAS for LD_LIBRARY_PATH, points DI_TEST_DATA_DIR at the
+# It unpacks the bundle into $B (/tmp/mb), finds cuBLAS and the CUDA runtime for LD_LIBRARY_PATH, points DI_TEST_DATA_DIR at the
 # fixtures and /work/main at this checkout (tests that name it), starts $R (/tmp/r) with the GPU's line in
 # $S ($R/summary.txt), and defines:
 #   t NAME SECONDS CMD...  run CMD under a timeout into $R/NAME.log; one line in $S
@@ -23,7 +23,8 @@ S=$R/summary.txt
 rm -rf "$R" && mkdir -p "$R" "$B"
 tar -xJf "$1" -C "$B"
 CUBLAS_DIR=$(dirname "$(find / -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH=$B:$CUBLAS_DIR DI_TEST_DATA_DIR=$PWD/tests/data
+CUDART_DIR=$(dirname "$(find / -name 'libcudart.so.13*' 2>/dev/null | head -1)")  # (make_bundle.sh leaves it out)
+export LD_LIBRARY_PATH=$B:$CUBLAS_DIR:$CUDART_DIR DI_TEST_DATA_DIR=$PWD/tests/data
 mkdir -p /work && { [ -e /work/main ] && [ ! -L /work/main ]; } || ln -sfn "$PWD" /work/main  # (not over a real checkout)
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader > "$S"
 FB="--experts 256 --layers csa,hca --gemm fast --routing even --max-len 16384"
