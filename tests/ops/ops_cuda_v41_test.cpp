@@ -318,8 +318,9 @@ TEST_F(CudaV41Ops, CacheQatValuesAndCompactCodesEqualCpu) {
     }
 }
 
-// The attention kernels' decoders of the compact rows, one value per read and 16 per read (cache_values16,
-// which the tensor-core attention stages keys with), against the CPU's decoders: every code byte and scale
+// The attention kernels' decoders of the compact rows, one value per read, 16 per read (cache_values16) and
+// 16 in two steps (cache_codes16 + cache_decode16, which the tensor-core attention stages keys with), against
+// the CPU's decoders: every code byte and scale
 // byte (NaN codes and scales: NaN on both sides; the rest bit for bit).
 TEST_F(CudaV41Ops, CompactRowDecodersEqualCpu) {
     struct Case {
@@ -345,10 +346,11 @@ TEST_F(CudaV41Ops, CompactRowDecodersEqualCpu) {
             }
         }
         Dev<uint8_t> dcodes(codes);
-        for (bool by16 : {false, true}) {
+        for (int path = 0; path < 3; ++path) {  // by one, cache_values16, cache_codes16 + cache_decode16
+            const bool by16 = path > 0;
             Dev<float> out(ref.size());
             cuda::decode_rows({.src = dcodes.ptr(), .rows = rows, .n = k.n, .block = k.block, .format = k.format,
-                               .by16 = by16, .out = out.ptr()},
+                               .by16 = by16, .two_step = path == 2, .out = out.ptr()},
                               Stream{});
             const std::vector<float> got = out.host(ref.size());
             size_t bad = 0, nans = 0;
@@ -360,7 +362,7 @@ TEST_F(CudaV41Ops, CompactRowDecodersEqualCpu) {
                     bad += std::memcmp(&ref[i], &got[i], 4) != 0 ? 1 : 0;
                 }
             }
-            EXPECT_EQ(bad, 0u) << "format " << int(k.format) << (by16 ? " by 16" : " by 1");
+            EXPECT_EQ(bad, 0u) << "format " << int(k.format) << (path == 2 ? " two steps" : by16 ? " by 16" : " by 1");
             if (k.format != CacheFormat::kF32) {
                 EXPECT_GT(nans, 0u) << "NaN codes covered";
             }

@@ -723,7 +723,8 @@ struct DecodeRowsParams {
     int64_t rows = 0, n = 0, block = 32;
     CacheFormat format = CacheFormat::kF32;
     bool by16 = false;
-    float* out = nullptr;  // [rows, n]
+    bool two_step = false;  // (with by16) cache_codes16 then cache_decode16, the V4.1 attention's key staging
+    float* out = nullptr;   // [rows, n]
 };
 void decode_rows(const DecodeRowsParams& p, Stream s);
 

@@ -30,6 +30,7 @@ void qat_rows(const QatRowsParams& p, Stream s) {
 void decode_rows(const DecodeRowsParams& p, Stream s) {
     if (p.rows == 0 || p.n == 0) return;
     DI_CHECK(p.src && p.out, "decode_rows: null src or out");
+    DI_CHECK(!p.two_step || p.by16, "decode_rows: two_step reads 16 values at a time (by16)");
     DI_CHECK(!p.by16 || (p.n % 16 == 0 && (p.format == CacheFormat::kF32 || p.block % 16 == 0)), "decode_rows: ", p.n,
              " values in blocks of ", p.block, " cannot be read 16 at a time");
     kernels::decode_rows_kernel<<<static_cast<unsigned>(p.rows), 128, 0, raw(s)>>>(p);
