@@ -15,6 +15,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/linear.h"
@@ -278,30 +279,27 @@ TEST_F(CudaV41Ops, CacheQatValuesAndCompactCodesEqualCpu) {
                 v41::fake_quant_fp4(v, k.n, k.block, e4m3);
             }
         }
-        Dev<float> dx(x);
-        Dev<uint8_t> dcodes(codes.size());
-        std::vector<uint8_t*> dst;
-        for (int64_t r = 0; r < rows; ++r) dst.push_back(dcodes.ptr() + r * bytes);
-        Dev<uint8_t*> ddst(dst);
-        cuda::qat_rows({.x = dx.ptr(), .rows = rows, .n = k.n, .block = k.block, .format = k.format, .fake_quant = true,
-                        .dst = ddst.ptr()},
-                       Stream{});
+        // qat_rows on a device copy of x: x as it leaves, and the codes written.
+        auto qat = [&](bool fake_quant) {
+            Dev<float> dx(x);
+            Dev<uint8_t> dcodes(codes.size());
+            std::vector<uint8_t*> dst;
+            for (int64_t r = 0; r < rows; ++r) dst.push_back(dcodes.ptr() + r * bytes);
+            Dev<uint8_t*> ddst(dst);
+            cuda::qat_rows({.x = dx.ptr(), .rows = rows, .n = k.n, .block = k.block, .format = k.format,
+                            .fake_quant = fake_quant, .dst = ddst.ptr()},
+                           Stream{});
+            return std::pair{dx.host(x.size()), dcodes.host(codes.size())};
+        };
         const std::string what = "format " + std::to_string(int(k.format)) + " n " + std::to_string(k.n) + " block " +
                                  std::to_string(k.block);
-        expect_equal(ref, dx.host(ref.size()), what + " values");
-        expect_equal(codes, dcodes.host(codes.size()), what + " codes");
-        {  // codes only: the same codes, x as it was
-            Dev<float> dx2(x);
-            Dev<uint8_t> dcodes2(codes.size());
-            std::vector<uint8_t*> dst2;
-            for (int64_t r = 0; r < rows; ++r) dst2.push_back(dcodes2.ptr() + r * bytes);
-            Dev<uint8_t*> ddst2(dst2);
-            cuda::qat_rows({.x = dx2.ptr(), .rows = rows, .n = k.n, .block = k.block, .format = k.format, .fake_quant = false,
-                            .dst = ddst2.ptr()},
-                           Stream{});
-            expect_equal(x, dx2.host(x.size()), what + " x unchanged without fake_quant");
-            expect_equal(codes, dcodes2.host(codes.size()), what + " codes without fake_quant");
-        }
+        const auto [values, got_codes] = qat(true);
+        expect_equal(ref, values, what + " values");
+        expect_equal(codes, got_codes, what + " codes");
+        const auto [x_after, codes_only] = qat(false);  // codes only: the same codes, x as it was
+        expect_equal(x, x_after, what + " x unchanged without fake_quant");
+        expect_equal(codes, codes_only, what + " codes without fake_quant");
+        Dev<uint8_t> dcodes(codes);
         // copy_rows moves the codes into scattered slots (null: skipped).
         Dev<uint8_t> ring(size_t(rows * bytes));
         cuda::fill_zero(ring.ptr(), size_t(rows * bytes), Stream{});

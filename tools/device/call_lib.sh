@@ -12,6 +12,12 @@
 #   pack                   $R into $OUT/r.tgz (one file: the tool returns a limited number of files)
 #   elapsed                seconds since sourcing
 #   FB                     the 2-layer proxy's cuda_forward_bench flags (CSA + HCA, 256 experts, fast, even routing)
+#   engine_ab ARGS -- V...   the offline engine's A/B (cuda_engine_bench ARGS, e.g. --family v41 --layers v41:4 ...):
+#                          a checkpoint on a tmpfs ($D/ck) written by the first variant's run, then one run per
+#                          listed variant in order (V = suffix of $B/cuda_engine_bench_V, "new" = $B/cuda_engine_bench),
+#                          into $R/V1.jsonl, $R/V2.jsonl, ... (a variant listed twice gets its next number)
+#   ncu_tables ARGS        kernel-time tables (ncu) of a 4096-token prefill step and two b1 steps of that
+#                          checkpoint with $B/cuda_engine_bench: $R/ncu_pf.txt, $R/ncu_b1.txt (bench/op_table.py reads them)
 #   proxy_ab BATCHES ROUNDS  the proxy's checkpoint (/tmp/pb), then ROUNDS rounds of decode at BATCHES (4096
 #                          context) and an 8K prefill, $B/cuda_forward_bench_prev and $B/cuda_forward_bench
 #                          interleaved, into $R/{dec,pf8}_{prev,new}.jsonl; ab_summary prints them
@@ -47,6 +53,26 @@ proxy_ab() {
         done
     done
     echo "proxy t=$(elapsed)" >> "$S"
+}
+engine_ab() {
+    local args=() v x n
+    while [ "$1" != "--" ]; do args+=("$1"); shift; done
+    shift
+    D=/mnt/ck; mkdir -p $D; mount -t tmpfs -o size=100G tmpfs $D >> "$S" 2>&1 || D=/dev/shm
+    for v in "$@"; do
+        x=$B/cuda_engine_bench; [ "$v" = new ] || x=$B/cuda_engine_bench_$v
+        n=1; while [ -e "$R/$v$n.jsonl" ]; do n=$((n + 1)); done
+        if [ -d "$D/ck" ]; then timeout 60 "$x" "${args[@]}" --model "$D/ck" > "$R/$v$n.jsonl" 2> "$R/$v$n.err"
+        else timeout 120 "$x" "${args[@]}" --dir "$D/ck" --keep 1 > "$R/$v$n.jsonl" 2> "$R/$v$n.err"; fi
+        echo "$v$n rc=$? t=$(elapsed)" >> "$S"
+    done
+}
+ncu_tables() {
+    local n="ncu --profile-from-start off --clock-control none --cache-control none --metrics gpu__time_duration.sum --print-summary per-kernel"
+    timeout 60 $n "$B/cuda_engine_bench" "$@" --model "$D/ck" --prefill-prompt 4096 --prefill-requests 1 --batches 1 --decode 1 \
+        --profile prefill > "$R/ncu_pf.txt" 2>&1; echo "ncu pf rc=$? t=$(elapsed)" >> "$S"
+    timeout 50 $n "$B/cuda_engine_bench" "$@" --model "$D/ck" --prefill-requests 0 --batches 1 --decode 2 \
+        --profile decode > "$R/ncu_b1.txt" 2>&1; echo "ncu b1 rc=$? t=$(elapsed)" >> "$S"
 }
 ab_summary() {
     local v

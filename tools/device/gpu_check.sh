@@ -5,16 +5,18 @@
 # every CUDA test binary in the bundle, each under what is left of a time budget (LIMIT seconds, default 225).
 # Here:
 #   cmake -S . -B build-90 -G Ninja -DCMAKE_BUILD_TYPE=Release -DDI_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a-real
-#   cmake --build build-90 --target cuda_gemm_tests cuda_fast_model_tests cuda_ops_tests cuda_model_tests \
-#     cuda_v41_ops_tests cuda_mtp_tests cuda_dspark_tests cuda_v41_model_tests cuda_forward_bench cuda_gemm_bench
-#   tools/device/make_bundle.sh .devcarry/me/b.tar.xz build-90/tests/cuda_*_tests build-90/bench/cuda_{forward,gemm}_bench
+#   cmake --build build-90 --target cuda_all_tests cuda_forward_bench cuda_gemm_bench
+#   tools/device/make_bundle.sh .devcarry/me/b.tar.xz build-90/tests/cuda_all_tests build-90/bench/cuda_{forward,gemm}_bench
+# (cuda_all_tests: every GPU test binary's tests in one, tests/CMakeLists.txt; separate test binaries each carry all
+# the kernels, and more than about three of them overflow the device tool's 64 MiB carry limit with the tree.)
 # (.devcarry/ ignored locally; `run` with carry [".devcarry/me"]), on the machine:
 #   LIMIT=225 bash tools/device/gpu_check.sh .devcarry/me/b.tar.xz
 # Writes to $OUT: summary.txt, ceilings.jsonl, proxy.jsonl (cuda_forward_bench lines), tests.log.
 set -o pipefail
 B=/tmp/mb; mkdir -p $B && tar -xJf "$1" -C $B || exit 1
 CUBLAS_DIR=$(dirname "$(find / -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH=$B:$CUBLAS_DIR:${LD_LIBRARY_PATH:-} DI_TEST_DATA_DIR=$PWD/tests/data
+CUDART_DIR=$(dirname "$(find / -name 'libcudart.so.13*' 2>/dev/null | head -1)")  # (make_bundle.sh leaves it out)
+export LD_LIBRARY_PATH=$B:$CUBLAS_DIR:$CUDART_DIR:${LD_LIBRARY_PATH:-} DI_TEST_DATA_DIR=$PWD/tests/data
 # The test binaries have this checkout's source paths compiled in (the tokenizer json): point them here.
 SRC=$(for f in $B/cuda_*_tests; do strings "$f"; done 2>/dev/null | grep -o '/[^"]*/assets/tokenizer/deepseek-v4/tokenizer.json' | head -1)
 [ -n "$SRC" ] && { mkdir -p "$(dirname "${SRC%/assets/*}")"; ln -sfn "$PWD" "${SRC%/assets/*}"; }
