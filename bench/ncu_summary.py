@@ -7,6 +7,7 @@
 # --top N: the N largest kernels (default 22). Totals per op of the model (attention, experts, linears, ...):
 # bench/op_table.py.
 import argparse
+import lzma
 import re
 import signal
 import sys
@@ -16,7 +17,7 @@ def parse(fn):
     """[(name, grid/block, invocations, avg us, min us, max us, total us)] of one ncu summary file."""
     res = []
     cur = None
-    for line in open(fn):
+    for line in lzma.open(fn, "rt") if str(fn).endswith(".xz") else open(fn):  # (recorded profiles: .txt.xz)
         m = re.match(r"\s{2}(\S.*?) \((\d+), (\d+), (\d+)\)x\((\d+), (\d+), (\d+)\).*Invocations (\d+)", line)
         if m:
             cur = (m.group(1), f"{m.group(2)}x{m.group(3)}x{m.group(4)}/{m.group(5)}", int(m.group(8)))

@@ -15,6 +15,7 @@ compute-bound at prefill: their rates against cuBLASLt are in cuda_gemm_bench's 
 """
 import argparse
 import json
+import lzma
 import re
 
 UNITS = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12,
@@ -54,7 +55,7 @@ def op_of(name):
 def parse(fn):
     """Per kernel: name, invocations, {metric: average in base units (us, bytes)}."""
     out, cur = [], None
-    for line in open(fn):
+    for line in lzma.open(fn, "rt") if str(fn).endswith(".xz") else open(fn):  # (recorded profiles: .txt.xz)
         m = re.match(r"\s{2}(\S.*?) \((\d+), (\d+), (\d+)\)x\((\d+), (\d+), (\d+)\).*Invocations (\d+)", line)
         if m:
             cur = {"name": m.group(1), "grid": f"{m.group(2)}x{m.group(3)}x{m.group(4)}/{m.group(5)}",
