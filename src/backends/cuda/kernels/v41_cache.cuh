@@ -74,8 +74,9 @@ __device__ __forceinline__ float cache_value(const uint8_t* row, CacheFormat f, 
 // 16 codes times their block's scale, as dev::e4m3_value / dev::e2m1_value times the scale (dev::mul), by
 // way of f16: every e4m3 and e2m1 value is an f16 exactly (a normal one, or a signed zero), f16 -> f32 is
 // exact, and the product is the same f32. e4m3: the hardware's e4m3x2 -> f16x2 conversion (sm_89+; a
-// software form elsewhere); e2m1: the f16's high byte looked up by byte permutes (its low byte is 0). About
-// 3 instructions a value instead of ~20 (a decode with a NaN branch per value: ncu, session 35). A NaN
+// software form elsewhere); e2m1: the f16's high byte looked up by byte permutes (its low byte is 0). Was a
+// decode by the codes' bits with a NaN branch per value, ~20 instructions a value in the V4.1 attention's
+// SASS (ncu, session 35; the f16 form's own count is not measured, its kernel times are). A NaN
 // code gives a NaN of another payload than quiet_nan(): NaN either way, and every use is NaN-propagating.
 __device__ __forceinline__ float2 f16x2_bits_to_float2(uint32_t h) {
     __half2 x;
