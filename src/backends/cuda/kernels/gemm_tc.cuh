@@ -15,6 +15,7 @@
 
 #include "backends/cuda/common/cp_async.cuh"
 #include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/common/fp4_codes.cuh"
 #include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/common/weight_scale.cuh"
 #include "backends/cuda/kernels/act_quant_warp.cuh"
@@ -98,24 +99,8 @@ __device__ __forceinline__ uint32_t fp4_subblock_shift(uint32_t emax, uint32_t s
     return min(emax - ((sc >> (8 * j)) & 0xFFu), 15u);
 }
 
-// 8 packed e2m1 codes (one word, low nibble first) -> 8 e4m3 bytes (two words) through the 8-byte
-// magnitude table (lo, hi) of one shift: the bytes of fp4x8_to_e4m3 below in fewer instructions
-// (the Hopper FP4 kernels' conversion).
-// Magnitudes: one byte_perm per output word with the codes' low 3 bits as byte indices. Signs: byte k
-// of w holds codes 2k (low nibble, sign at bit 3) and 2k + 1 (sign at bit 7), so output byte 2k takes
-// bit 7 of (w << 4)'s byte k and output byte 2k + 1 bit 7 of w's byte k: one byte_perm of (w << 4, w)
-// per output word.
-__device__ __forceinline__ void fp4x8_to_e4m3_fast(uint32_t w, uint32_t lo, uint32_t hi, uint32_t& out0, uint32_t& out1) {
-    // prmt reads the low 16 bits of its selector: one mask for both halves (the compiler's own
-    // __byte_perm masks each half separately, one instruction more).
-    const uint32_t m = w & 0x77777777u, mh = m >> 16;
-    uint32_t m0, m1;
-    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(m0) : "r"(lo), "r"(hi), "r"(m));
-    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(m1) : "r"(lo), "r"(hi), "r"(mh));
-    const uint32_t w4 = w << 4;
-    out0 = m0 | (__byte_perm(w4, w, 0x5140u) & 0x80808080u);
-    out1 = m1 | (__byte_perm(w4, w, 0x7362u) & 0x80808080u);
-}
+// fp4x8_to_e4m3_fast: common/fp4_codes.cuh (also the V4.1 caches' FP4 decoder's).
+using dev::fp4x8_to_e4m3_fast;
 
 // fp4x8_to_e4m3_fast of the word lo16 | hi16 << 16 with its halves given apart (each in the low 16 bits of a
 // register, the rest zero: two 16-bit shared-memory loads): the same bytes without the byte_perm that joins

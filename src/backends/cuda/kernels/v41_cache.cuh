@@ -8,6 +8,7 @@
 #include <cuda_fp8.h>
 
 #include "backends/cuda/common/device_math.cuh"
+#include "backends/cuda/common/fp4_codes.cuh"
 #include "backends/cuda/ops.h"
 
 namespace deepinfer::cuda::kernels {
@@ -72,40 +73,25 @@ __device__ __forceinline__ float cache_value(const uint8_t* row, CacheFormat f, 
 }
 
 // 16 codes times their block's scale, as dev::e4m3_value / dev::e2m1_value times the scale (dev::mul), by
-// way of f16: every e4m3 and e2m1 value is an f16 exactly (a normal one, or a signed zero), f16 -> f32 is
-// exact, and the product is the same f32. e4m3: the hardware's e4m3x2 -> f16x2 conversion (sm_89+; a
-// software form elsewhere); e2m1: the f16's high byte looked up by byte permutes (its low byte is 0). Was a
-// decode by the codes' bits with a NaN branch per value, ~20 instructions a value in the V4.1 attention's
-// SASS (ncu, session 35; the f16 form's own count is not measured, its kernel times are). A NaN
-// code gives a NaN of another payload than quiet_nan(): NaN either way, and every use is NaN-propagating.
-__device__ __forceinline__ float2 f16x2_bits_to_float2(uint32_t h) {
-    __half2 x;
-    static_assert(sizeof(x) == sizeof(h));
-    memcpy(&x, &h, sizeof(h));
-    return __half22float2(x);
-}
+// way of f16: every e4m3 value is an f16 exactly (a normal one, or a signed zero), f16 -> f32 is exact,
+// and the product is the same f32. e4m3: the hardware's e4m3x2 -> f16x2 conversion (sm_89+; a software
+// form elsewhere); e2m1: first to e4m3 bytes by the FP4 GEMMs' byte permutes (dev::fp4x8_to_e4m3_fast with
+// the shift-0 table; every e2m1 value is an e4m3 value). Was a decode by the codes' bits with a NaN branch
+// per value, ~20 instructions a value in the V4.1 attention's SASS (ncu, session 35). A NaN code gives a
+// NaN of another payload than quiet_nan(): NaN either way, and every use is NaN-propagating.
 __device__ __forceinline__ void e4m3x16_values(const uint32_t (&w)[4], float s, float (&v)[16]) {
 #pragma unroll
     for (int k = 0; k < 8; ++k) {  // codes 2k (low byte) and 2k + 1
         const auto pair = static_cast<__nv_fp8x2_storage_t>((w[k / 2] >> (16 * (k % 2))) & 0xFFFFu);
-        const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
-        const float2 f = f16x2_bits_to_float2(static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16));
+        const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3)));
         v[2 * k] = dev::mul(f.x, s), v[2 * k + 1] = dev::mul(f.y, s);
     }
 }
 __device__ __forceinline__ void e2m1x16_values(uint32_t w0, uint32_t w1, float s, float (&v)[16]) {
-    // The f16 high bytes of the e2m1 magnitudes 0, 0.5, 1, 1.5 | 2, 3, 4, 6 (bytes 0-3 | 4-7 of the permute).
-    constexpr uint32_t kLo = 0x3E3C3800u, kHi = 0x46444240u;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {  // the byte of codes 2k (low nibble) and 2k + 1
-        const uint32_t b = ((k < 4 ? w0 : w1) >> (8 * (k % 4))) & 0xFFu;
-        // Output bytes 1 and 3 take the magnitudes' high bytes, bytes 0 and 2 table byte 0 (zero); the
-        // nibbles' sign bits (3 and 7) become the halves' (15 and 31).
-        const uint32_t sel = ((b & 0x7u) << 4) | ((b & 0x70u) << 8);
-        const uint32_t h = __byte_perm(kLo, kHi, sel) | ((b & 0x8u) << 12) | ((b & 0x80u) << 24);
-        const float2 f = f16x2_bits_to_float2(h);
-        v[2 * k] = dev::mul(f.x, s), v[2 * k + 1] = dev::mul(f.y, s);
-    }
+    uint32_t e[4];  // the 16 codes as e4m3 bytes, code 0 in e[0]'s low byte
+    dev::fp4x8_to_e4m3_fast(w0, dev::kE2m1E4m3Lo, dev::kE2m1E4m3Hi, e[0], e[1]);
+    dev::fp4x8_to_e4m3_fast(w1, dev::kE2m1E4m3Lo, dev::kE2m1E4m3Hi, e[2], e[3]);
+    e4m3x16_values(e, s, v);
 }
 
 // Values d0 .. d0 + 15 of a compact row of n values (d0 % 16 == 0, n % 16 == 0, and for the quantized
