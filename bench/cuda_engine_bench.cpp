@@ -16,9 +16,14 @@
 // drafter or vision tower. ~7.3 GB per layer (the 384 FP4 experts): 12 layers fit one H200.
 //   cuda_engine_bench [--family v4 | v41] [--layers flash:N | flash | csa,hca,... | v41:N] [--dir D | --model D] [--keep 1] [--gemm fast]
 //                     [--prefill-prompt 8192] [--prefill-requests 4] [--context 4096] [--tail 64]
-//                     [--batches 1,32,128,256,512] [--decode 16] [--batch-tokens 8192] [--gpus 1] [--prefixes G]
+//                     [--batches 1,32,128,256,512] [--decode 16] [--batch-tokens 8192] [--gpus 1] [--prefixes G] [--digest 1]
 // --profile prefill | decode | 1 (both): cudaProfilerStart/Stop around the prefill's first step and / or one
 // decode step per batch after the timed ones (ncu / nsys capturing from the API; the warm-up left out).
+// --digest 1: every request also asks for its sampled tokens' logprobs (so it is sampled on the host), runs
+// to its last token after the timing, and each line gets `digest`: an FNV-1a hash of every finished
+// request's id, token ids and logprob bits in finishing order; two builds whose kernels give the same bits
+// print the same digests (a check of a change meant to keep every bit; the timings of such a run are not
+// comparable with the device-sampling runs').
 // --prefixes: distinct shared prefixes (default: one per GPU), the requests spread over them in turn.
 // --routing model,even: the decode batches once per routing, in turn (the prefill with the first);
 // `even`: every MoE layer spreads its rows evenly over the experts (set_cuda_even_routing), as a
@@ -88,6 +93,26 @@ struct Bench {
     nlohmann::json base;
     std::mt19937 rng{1};
     bool profile_prefill = false, profile_decode = false;
+    bool digest = false;
+    uint64_t hash = 0;
+    void absorb_bytes(const void* p, size_t n) {
+        for (size_t i = 0; i < n; ++i) hash = (hash ^ static_cast<const unsigned char*>(p)[i]) * 0x100000001b3ull;
+    }
+    // (a step's finished requests into the digest)
+    void absorb(const std::vector<RequestOutput>& outs) {
+        for (const RequestOutput& o : outs) {
+            absorb_bytes(o.request_id.data(), o.request_id.size());
+            for (const CompletionOutput& c : o.completions) {
+                absorb_bytes(c.token_ids.data(), c.token_ids.size() * sizeof(int32_t));
+                for (const TokenLogprob& l : c.logprobs) absorb_bytes(&l.logprob, sizeof(l.logprob));
+            }
+        }
+    }
+    static std::string hex(uint64_t v) {
+        char b[17];
+        std::snprintf(b, sizeof(b), "%016llx", static_cast<unsigned long long>(v));
+        return b;
+    }
     // One engine step inside the profiler's capture (--profile).
     void profiled_step(Engine& engine) const {
         cudaProfilerStart();
@@ -101,13 +126,14 @@ struct Bench {
         for (int32_t& x : p) x = static_cast<int32_t>(rng() % V);
         return p;
     }
-    static SamplingParams sampling(int64_t max_tokens, uint64_t seed) {
+    SamplingParams sampling(int64_t max_tokens, uint64_t seed) const {
         SamplingParams sp;
         sp.temperature = 0.8;
         sp.top_k = 50;
         sp.max_tokens = max_tokens;
         sp.ignore_eos = true;
         sp.seed = seed;
+        if (digest) sp.logprobs = 0;
         return sp;
     }
     static std::string id(const char* kind, int64_t i) {
@@ -130,9 +156,10 @@ struct Bench {
         Engine engine(model, nullptr, ec);
         for (int64_t i = 0; i < requests; ++i) engine.add_request(id("p", i), tokens(prompt_len), sampling(1, uint64_t(i)));
         reset_stats();
+        hash = 0xcbf29ce484222325ull;
         const auto t = Clock::now();
         if (profile_prefill && engine.has_unfinished()) profiled_step(engine);
-        while (engine.has_unfinished()) engine.step();
+        while (engine.has_unfinished()) absorb(engine.step());
         const double secs = since(t);
         nlohmann::json r = base;
         r["mode"] = "engine_prefill";
@@ -145,11 +172,13 @@ struct Bench {
         r["tok_s_per_gpu"] = r["tok_s"].get<double>() / double(stat_models(*model).size());
         gpu_fields(r);
         bench::add_expert_load_fields(r, stat_models(*model));
+        if (digest) r["digest"] = hex(hash);
         return r;
     }
 
     nlohmann::json decode(int64_t batch, int64_t context, int64_t tail, int64_t steps, int64_t num_prefixes) {
         Engine engine(model, nullptr, ec);
+        hash = 0xcbf29ce484222325ull;
         // The shared prefixes first, together (under expert parallelism each lands on its own GPU, and
         // the requests forked from it stay there), so their states are in the prefix cache.
         std::vector<std::vector<int32_t>> prefixes;
@@ -157,7 +186,7 @@ struct Bench {
             prefixes.push_back(tokens(context - tail));
             engine.add_request(id("warm", k), prefixes.back(), sampling(1, uint64_t(k)));
         }
-        while (engine.has_unfinished()) engine.step();
+        while (engine.has_unfinished()) absorb(engine.step());
         for (int64_t i = 0; i < batch; ++i) {
             std::vector<int32_t> p = prefixes[size_t(i % num_prefixes)];
             const std::vector<int32_t> t = tokens(tail);
@@ -167,11 +196,11 @@ struct Bench {
         }
         // Until every request has its first token (prefill of the tails), then `steps` timed decode
         // steps of the whole batch (the requests still running are dropped with the engine).
-        while (engine.metrics().generated_tokens < num_prefixes + batch) engine.step();
+        while (engine.metrics().generated_tokens < num_prefixes + batch) absorb(engine.step());
         reset_stats();
         const int64_t steps0 = engine.metrics().steps, gen0 = engine.metrics().generated_tokens;
         const auto t = Clock::now();
-        for (int64_t k = 0; k < steps && engine.has_unfinished(); ++k) engine.step();
+        for (int64_t k = 0; k < steps && engine.has_unfinished(); ++k) absorb(engine.step());
         const double secs = since(t);
         const int64_t n = engine.metrics().steps - steps0, gen = engine.metrics().generated_tokens - gen0;
         if (profile_decode && engine.has_unfinished()) profiled_step(engine);  // (after the timing)
@@ -190,6 +219,10 @@ struct Bench {
         r["tok_s_per_gpu"] = r["tok_s"].get<double>() / double(stat_models(*model).size());
         gpu_fields(r);
         bench::add_expert_load_fields(r, stat_models(*model));
+        if (digest) {
+            while (engine.has_unfinished()) absorb(engine.step());  // (after the timing: every request's last token)
+            r["digest"] = hex(hash);
+        }
         return r;
     }
 };
@@ -200,7 +233,7 @@ int main(int argc, char** argv) {
     std::string layers, dir = "/tmp/deepinfer-engine-bench", model_dir, gemm = "fast", batches = "1,32,128,256,512";
     std::string routing = "model", family = "v4";
     int64_t prefill_prompt = 8192, prefill_requests = 4, context = 4096, tail = 64, decode = 16, batch_tokens = 8192, gpus = 1, prefixes = 0;
-    bool keep = false;
+    bool keep = false, digest = false;
     std::string profile;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
@@ -221,6 +254,7 @@ int main(int argc, char** argv) {
         else if (k == "--prefixes") prefixes = std::stoll(v);
         else if (k == "--routing") routing = v;  // model,even: a decode sweep each
         else if (k == "--profile") profile = v;
+        else if (k == "--digest") digest = v == "1";
         else {
             std::fprintf(stderr, "unknown option %s\n", k.c_str());
             return 2;
@@ -327,6 +361,7 @@ int main(int argc, char** argv) {
         b.decode(2, 128, 64, 2, 1);
         b.profile_prefill = profile == "prefill" || profile == "1";
         b.profile_decode = profile == "decode" || profile == "1";
+        b.digest = digest;
         if (prefill_requests > 0) std::printf("%s\n", b.prefill(prefill_requests, prefill_prompt).dump().c_str());
         std::fflush(stdout);
         for (const std::string& r : routings) {
