@@ -672,18 +672,23 @@ TEST_F(CudaV41Ops, SinkAttentionOverCompactCachesBitIdentical) {
         expect_equal(ref, out.host(ref.size()), official ? "attention official" : "attention exact");
         if (!official) continue;
         // Tensor cores (fast mode): within bf16 rounding of the reference; the first row alone equals
-        // the first row of the batch bit for bit.
+        // the first row of the batch bit for bit; 16 heads per CTA (the few-rows kernel) equals 64 bit for bit.
         std::vector<float> first;
         for (int64_t n : {S, int64_t(1)}) {
-            Dev<float> tc(ref.size());
-            cuda::sink_attention({.segments = dsegs.ptr(), .row_segment = rowseg.ptr(), .positions = pos.ptr(), .rows = n,
-                                  .heads = H, .head_dim = Dh, .q = dq.ptr(), .kv = dkv.ptr(), .sink = dsink.ptr(), .window = W,
-                                  .window_rows = ring, .selected = dsel.ptr(), .topk = K, .max_candidates = W + K,
-                                  .scratch = scratch.ptr(), .cos_sin = dcs.ptr(), .rope_dim = R,
-                                  .softmax_scale = 1.0f / std::sqrt(float(Dh)), .official = true, .tensor_cores = true,
-                                  .out = tc.ptr()},
-                                 Stream{});
-            const std::vector<float> got = tc.host(size_t(n * H * Dh));
+            std::vector<float> by_heads[2];
+            for (int v = 0; v < 2; ++v) {
+                Dev<float> tc(ref.size());
+                cuda::sink_attention({.segments = dsegs.ptr(), .row_segment = rowseg.ptr(), .positions = pos.ptr(), .rows = n,
+                                      .heads = H, .head_dim = Dh, .q = dq.ptr(), .kv = dkv.ptr(), .sink = dsink.ptr(), .window = W,
+                                      .window_rows = ring, .selected = dsel.ptr(), .topk = K, .max_candidates = W + K,
+                                      .scratch = scratch.ptr(), .cos_sin = dcs.ptr(), .rope_dim = R,
+                                      .softmax_scale = 1.0f / std::sqrt(float(Dh)), .official = true, .tensor_cores = true,
+                                      .tc_heads_per_cta = v == 0 ? 64 : 16, .out = tc.ptr()},
+                                     Stream{});
+                by_heads[v] = tc.host(size_t(n * H * Dh));
+            }
+            expect_equal(by_heads[0], by_heads[1], "tensor-core sink attention: 16 heads per CTA = 64");
+            const std::vector<float>& got = by_heads[0];
             double max_ref = 0, max_err = 0, sum_ref = 0, sum_err = 0;
             for (size_t i = 0; i < got.size(); ++i) {
                 const double e = std::fabs(double(got[i]) - double(ref[i]));
@@ -805,7 +810,10 @@ TEST_F(CudaV41Ops, PagedCachesEqualContiguous) {
     Dev<int32_t> rowseg(std::vector<int32_t>{0, 0, 1}), pos(std::vector<int32_t>{int32_t(P0), int32_t(P0 + 1), int32_t(P0 + 2)}),
         dsel(selected);
     Dev<float> dqa(qa), dkv(kv), dsink(sink), dcs(cs), scratch(size_t(S * H * (W + K)));
-    for (bool tc : {false, true}) {
+    // (tensor cores: the 64-head kernel and, as `heads16`, the 16-heads-per-CTA one, which must equal it)
+    std::vector<float> tc64;
+    for (int variant : {0, 1, 2}) {
+        const bool tc = variant > 0;
         std::vector<float> got[2];
         for (int paged = 0; paged < 2; ++paged) {
             const uint8_t* entries = paged ? pe.memory.ptr() : de.ptr();
@@ -817,12 +825,15 @@ TEST_F(CudaV41Ops, PagedCachesEqualContiguous) {
                                   .window_rows = ring, .selected = dsel.ptr(), .topk = K, .max_candidates = W + K,
                                   .scratch = scratch.ptr(), .cos_sin = dcs.ptr(), .rope_dim = R,
                                   .softmax_scale = 1.0f / std::sqrt(float(Dh)), .official = true, .tensor_cores = tc,
+                                  .tc_heads_per_cta = variant == 2 ? 16 : 64,
                                   .paged_entries = paged ? pe.paged() : cuda::PagedCacheRows{}, .out = out.ptr()},
                                  Stream{});
             got[paged] = out.host(size_t(S * H * Dh));
         }
         for (float v : got[0]) ASSERT_TRUE(std::isfinite(v));
-        expect_equal(got[0], got[1], tc ? "paged entries, tensor cores" : "paged entries");
+        expect_equal(got[0], got[1], !tc ? "paged entries" : variant == 1 ? "paged entries, tensor cores" : "paged entries, heads16");
+        if (variant == 1) tc64 = got[0];
+        if (variant == 2) expect_equal(tc64, got[0], "tensor cores, 16 heads per CTA = 64");
     }
 }
 

@@ -855,6 +855,10 @@ struct SinkAttentionParams {
     // and probabilities) when official numerics, head_dim in {64, 128, 256, 512} and the shared memory
     // allow; equal to the reference kernel within the fast mode's tolerances.
     bool tensor_cores = false;
+    // The tensor-core kernel's heads per CTA: 0 = by the row count (16, kernels/v41_attention_tc_heads.cuh, at
+    // head_dim 512 while rows x ceil(heads / 16) CTAs fit the SMs once: a decode batch's row spread over four SMs;
+    // else 64); 16 or 64 pins one (tests). Both give the same bits.
+    int tc_heads_per_cta = 0;
     // The entries in pool pages, one page table per segment (tables null: contiguous from SinkSegment::entries).
     PagedCacheRows paged_entries = {};
     float* out = nullptr;  // [rows, heads, head_dim]

@@ -19,16 +19,14 @@
 #include "backends/cuda/common/device_math.cuh"
 #include "backends/cuda/kernels/attention_tc_common.cuh"
 #include "backends/cuda/kernels/v41_attention.cuh"
+#include "backends/cuda/kernels/v41_attention_keys.cuh"
 #include "backends/cuda/ops.h"
 
 namespace deepinfer::cuda::kernels {
 
-// Keys per row the kernel holds (the window's and the picks': window + topk <= this, the release's 128 + 512;
-// the launcher takes the reference kernel otherwise): their rows located once, after tca_smem_bytes'
-// layout (an address and a kind byte each), and a head's scores in registers (kV41KeyTable / 32 per lane)
-// through its softmax.
-constexpr int kV41KeyTable = 640;
-__host__ __device__ constexpr int64_t v41_tca_smem_bytes(int64_t kd) { return tca_smem_bytes(kd) + 9 * kV41KeyTable; }
+// Dynamic shared memory: tca_smem_bytes' layout, then the row's key table (v41_attention_keys.cuh; a head's
+// scores are in registers through its softmax, kV41KeyTable / 32 per lane).
+__host__ __device__ constexpr int64_t v41_tca_smem_bytes(int64_t kd) { return tca_smem_bytes(kd) + kV41KeyTableBytes; }
 
 // grid (rows, ceil(heads / 64), kSplit), cluster (1, 1, kSplit), block kTcaThreads, dynamic shared
 // memory v41_tca_smem_bytes(kD).
@@ -58,109 +56,9 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) v41_tc_attention_kernel
     const int64_t nh = p.heads - h0 < kTcaHeads ? p.heads - h0 : kTcaHeads;
     const int64_t num_blocks = (nc + kTcaBlock - 1) / kTcaBlock;
     auto scores = [&](int64_t hh) { return p.scratch + (r * p.heads + h0 + hh) * p.max_candidates; };
-    // Keys j0 .. j0 + n - 1 decoded into kv as bf16; rows n..63 zero. By 16 values (one vector load of a
-    // key's codes and one scale) where the formats allow (by16), else 8 single decodes in flight per thread.
-    // by16: every key located once (key_rows: the pick, its page, its ring slot; key_kind: how it is
-    // stored), and each thread decodes the same 16 columns d0 .. d0 + 15 of its keys jt, jt + kKeyStep, ...
-    // (a warp: one key of 512 values, or several of fewer), its code and scale offsets in either format
-    // worked out once: each staging puts two items' code loads in flight per thread before decoding them.
-    // (Was an item index split, a format lookup through the segment and a 64-bit division by the scale
-    // block per item: most of the kernel's integer instructions, ncu, session 36.)
-    const bool by16 = key.by16();
-    const uint8_t** key_rows = reinterpret_cast<const uint8_t**>(v41_tca_sm + tca_smem_bytes(kD));
-    uint8_t* key_kind = reinterpret_cast<uint8_t*>(key_rows + kV41KeyTable);  // 0: f32 row, 1: window format, 2: entry format
-    if (by16) {
-        for (int64_t j = tid; j < nc; j += kTcaThreads) {
-            CacheFormat f;
-            int64_t blk;
-            key.format_of(j, f, blk);
-            key_rows[j] = key.row_of(j);
-            key_kind[j] = f == CacheFormat::kF32 ? 0 : j >= key.num_window ? 2 : 1;
-        }
-        __syncthreads();
-    }
-    constexpr int kLanesPerKey = kD / 16, kKeyStep = kTcaThreads / kLanesPerKey;
-    constexpr int kPer = (kTcaBlock + kKeyStep - 1) / kKeyStep, kBatch = kPer < 2 ? kPer : 2;
-    static_assert(kTcaThreads % kLanesPerKey == 0 && kPer % kBatch == 0, "whole keys per sweep");
-    const int d0 = (tid % kLanesPerKey) * 16, jt = tid / kLanesPerKey;
-    // The quantized formats' facts for this thread's columns (w: the window ring's, e: the entries'): codes
-    // at row + *_codes, the scale byte at row + *_scale (scalars, not a struct picked by reference, which
-    // the compiler kept in local memory).
-    const bool w_fp8 = p.window_format == CacheFormat::kFp8Ue8m0, e_fp8 = p.entry_format == CacheFormat::kFp8Ue8m0;
-    const bool w_e4m3 = p.window_format == CacheFormat::kFp4E4m3, e_e4m3 = p.entry_format == CacheFormat::kFp4E4m3;
-    const int w_codes = w_fp8 ? d0 : d0 / 2, e_codes = e_fp8 ? d0 : d0 / 2;
-    const int w_scale = static_cast<int>((w_fp8 ? kD : kD / 2) + d0 / (p.window_block > 0 ? p.window_block : 1));
-    const int e_scale = static_cast<int>((e_fp8 ? kD : kD / 2) + d0 / (p.entry_block > 0 ? p.entry_block : 1));
-    auto stage_keys = [&](int64_t j0, int64_t n) {
-        static_assert(kTcaBlock * kD % (8 * kTcaThreads) == 0, "key staging in batches of 8");
-        static_assert(kD % 16 == 0 && (kP * 2) % 16 == 0, "16 values per item, 16-byte shared-memory stores");
-        if (by16) {
-#pragma unroll
-            for (int u0 = 0; u0 < kPer; u0 += kBatch) {
-                Codes16 c[kBatch];
-                const uint8_t* row[kBatch];
-                int kind[kBatch];
-#pragma unroll
-                for (int u = 0; u < kBatch; ++u) {
-                    const int j = jt + (u0 + u) * kKeyStep;
-                    row[u] = nullptr, kind[u] = 0, c[u].direct = true;
-                    if (j < n) {
-                        row[u] = key_rows[j0 + j];
-                        kind[u] = key_kind[j0 + j];
-                        if (kind[u] != 0) {
-                            const bool w = kind[u] == 1, fp8 = w ? w_fp8 : e_fp8;
-                            const uint8_t* codes = row[u] + (w ? w_codes : e_codes);
-                            const uintptr_t addr = reinterpret_cast<uintptr_t>(codes);
-                            if (fp8 && (addr & 15u) == 0) {
-                                const uint4 x = *reinterpret_cast<const uint4*>(codes);
-                                c[u].w[0] = x.x, c[u].w[1] = x.y, c[u].w[2] = x.z, c[u].w[3] = x.w;
-                                c[u].scale = row[u][w ? w_scale : e_scale], c[u].direct = false;
-                            } else if (!fp8 && (addr & 7u) == 0) {
-                                const uint2 x = *reinterpret_cast<const uint2*>(codes);
-                                c[u].w[0] = x.x, c[u].w[1] = x.y;
-                                c[u].scale = row[u][w ? w_scale : e_scale], c[u].direct = false;
-                            }
-                        }
-                    }
-                }
-#pragma unroll
-                for (int u = 0; u < kBatch; ++u) {
-                    const int j = jt + (u0 + u) * kKeyStep;
-                    if (j >= kTcaBlock) continue;
-                    float v[16];
-                    const bool w = kind[u] == 1;
-                    if (!row[u]) {
-#pragma unroll
-                        for (int k = 0; k < 16; ++k) v[k] = 0.0f;
-                    } else if (c[u].direct) {
-                        // (f32 rows, and codes off their vector alignment)
-                        cache_values16(row[u], kind[u] == 0 ? CacheFormat::kF32 : w ? p.window_format : p.entry_format, kD,
-                                       kind[u] == 0 ? 1 : w ? p.window_block : p.entry_block, d0, v);
-                    } else if (w ? w_fp8 : e_fp8) {
-                        e4m3x16_values(c[u].w, dev::e8m0_value(c[u].scale), v);
-                    } else {
-                        e2m1x16_values(c[u].w[0], c[u].w[1],
-                                       (w ? w_e4m3 : e_e4m3) ? dev::e4m3_value(c[u].scale) : dev::e8m0_value(c[u].scale), v);
-                    }
-                    store_bf16x16(sm.kv + j * kP + d0, v);
-                }
-            }
-            return;
-        }
-        for (int i0 = tid; i0 < kTcaBlock * kD; i0 += 8 * kTcaThreads) {
-            float v[8];
-#pragma unroll
-            for (int u = 0; u < 8; ++u) {
-                const int i = i0 + u * kTcaThreads, j = i / kD;
-                v[u] = j < n ? key(j0 + j, i % kD) : 0.0f;
-            }
-#pragma unroll
-            for (int u = 0; u < 8; ++u) {
-                const int i = i0 + u * kTcaThreads;
-                sm.kv[(i / kD) * kP + i % kD] = __float2bfloat16_rn(v[u]);
-            }
-        }
-    };
+    // The row's keys, located once (after tca_smem_bytes' layout), staged a block at a time.
+    const V41KeyStaging<kD, kTcaThreads> keys(key, p, v41_tca_sm + tca_smem_bytes(kD), nc, tid);
+    auto stage_keys = [&](int64_t j0, int64_t n) { keys.template stage<kTcaBlock, kP>(sm.kv, j0, n, key, p); };
     if (split < num_blocks) {
         if (tid < kTcaBlock) sm.rows[tid] = tid < nh ? p.q + (r * p.heads + h0 + tid) * kD : nullptr;
         __syncthreads();

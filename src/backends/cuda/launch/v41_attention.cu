@@ -4,6 +4,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/v41_attention.cuh"
 #include "backends/cuda/kernels/v41_attention_tc.cuh"
+#include "backends/cuda/kernels/v41_attention_tc_heads.cuh"
 #include "backends/cuda/kernels/v41_indexer_tc.cuh"
 #include "backends/cuda/launch/attention_tc_launch.cuh"
 
@@ -69,10 +70,32 @@ void topk_publish(const TopkPublishParams& p, Stream s) {
 }
 
 namespace {
+// The 16-heads-per-CTA kernel (head_dim 512): by the row count, or as pinned. false: the 64-head kernel.
+template <int kD>
+bool launch_tc_heads(const SinkAttentionParams& p, Stream s) {
+    if constexpr (kD != 512) {
+        return false;
+    } else {
+        const int64_t ctas = p.rows * ((p.heads + kernels::kV41hHeads - 1) / kernels::kV41hHeads);
+        if (p.tc_heads_per_cta == 64 || (p.tc_heads_per_cta == 0 && ctas > multiprocessor_count())) return false;
+        constexpr int64_t smem = kernels::v41h_smem_bytes(kD);
+        if (smem > max_shared_memory_per_block()) return false;
+        auto* kernel = kernels::v41_tc_attention_heads_kernel<kD>;
+        DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>((p.heads + kernels::kV41hHeads - 1) / kernels::kV41hHeads));
+        kernel<<<grid, kernels::kV41hThreads, static_cast<size_t>(smem), raw(s)>>>(p);
+        DI_CUDA_CHECK(cudaGetLastError());
+        return true;
+    }
+}
+
 template <int kD>
 bool launch_tc(const SinkAttentionParams& p, Stream s) {
     // (the kernel locates a row's keys once: window + picks within its table)
     if (p.window + (p.selected ? p.topk : 0) > kernels::kV41KeyTable) return false;
+    DI_CHECK(p.tc_heads_per_cta == 0 || p.tc_heads_per_cta == 16 || p.tc_heads_per_cta == 64,
+             "sink_attention: tc_heads_per_cta must be 0, 16 or 64, not ", p.tc_heads_per_cta);
+    if (launch_tc_heads<kD>(p, s)) return true;
     return launch_tca<kD, kernels::v41_tca_smem_bytes(kD)>(kernels::v41_tc_attention_kernel<kD, kernels::kTcaSplit>,
                                                             kernels::v41_tc_attention_kernel<kD, 1>, p, p.rows, p.heads, raw(s));
 }

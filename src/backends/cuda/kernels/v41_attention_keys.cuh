@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: Apache-2.0
+// The keys of one row of V4.1's tensor-core sink attention (v41_attention_tc.cuh,
+// v41_attention_tc_heads.cuh) decoded into shared memory as bf16, a block of rows at a time: the window's
+// (this chunk's f32 rows, the compact FP8 ring) then the selected compact FP4 entries (SinkKeys' order).
+// Every key is located once into a table of its row's address and a kind byte (0: f32, 1: the window
+// ring's format, 2: the entries' format); a thread always decodes the same 16 columns d0 .. d0 + 15 of
+// its keys jt, jt + kKeyStep, ... (a warp: one key of 512 values, or several of fewer), so its code and
+// scale offsets in either format are worked out once, and each staging puts two items' code loads in
+// flight per thread before decoding them. (Was an item index split, a format lookup through the segment
+// and a 64-bit division by the scale block per item: most of the kernel's integer instructions, ncu,
+// session 36.) The values are cache_values16's, by way of cache_codes16 / cache_decode16's two steps.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "backends/cuda/kernels/attention_tc_common.cuh"
+#include "backends/cuda/kernels/v41_attention.cuh"
+#include "backends/cuda/kernels/v41_cache.cuh"
+#include "backends/cuda/ops.h"
+
+namespace deepinfer::cuda::kernels {
+
+// Keys per row the kernels hold (the window's and the picks': window + topk <= this, the release's 128 +
+// 512; the launcher takes the reference kernel otherwise), and the bytes of their table: an address and a
+// kind byte each.
+constexpr int kV41KeyTable = 640;
+constexpr int64_t kV41KeyTableBytes = 9 * kV41KeyTable;
+
+// A row's keys for a CTA of kThreads threads. Construct with every thread of the CTA (it ends with a
+// barrier that publishes the table, when there is one), then stage<kRows>() blocks of keys.
+template <int kD, int kThreads>
+struct V41KeyStaging {
+    static constexpr int kLanesPerKey = kD / 16, kKeyStep = kThreads / kLanesPerKey;
+    static_assert(kD % 16 == 0 && kThreads % kLanesPerKey == 0, "whole keys per sweep of the CTA");
+    const uint8_t** rows;  // [kV41KeyTable] in shared memory
+    uint8_t* kind;         // [kV41KeyTable]: 0: f32 row, 1: window format, 2: entry format
+    bool by16;
+    int tid, d0, jt;
+
+    // table: kV41KeyTableBytes of shared memory; nc = the row's keys (<= kV41KeyTable).
+    __device__ V41KeyStaging(const SinkKeys& key, const SinkAttentionParams& p, unsigned char* table, int64_t nc, int thread)
+        : rows(reinterpret_cast<const uint8_t**>(table)), kind(table + 8 * kV41KeyTable), by16(key.by16()), tid(thread),
+          d0((thread % kLanesPerKey) * 16), jt(thread / kLanesPerKey) {
+        if (by16) {
+            for (int64_t j = tid; j < nc; j += kThreads) {
+                CacheFormat f;
+                int64_t blk;
+                key.format_of(j, f, blk);
+                rows[j] = key.row_of(j);
+                kind[j] = f == CacheFormat::kF32 ? 0 : j >= key.num_window ? 2 : 1;
+            }
+            __syncthreads();
+        }
+    }
+
+    // Keys j0 .. j0 + n - 1 of `key` and `p` (the constructor's) into rows 0 .. n - 1 of kv ([kRows, kP] bf16) as
+    // bf16; rows n .. kRows - 1 zero.
+    // By 16 values (one vector load of a key's codes and one scale) where the formats allow (by16), else 8
+    // single decodes in flight per thread.
+    template <int kRows, int kP>
+    __device__ void stage(__nv_bfloat16* kv, int64_t j0, int64_t n, const SinkKeys& key, const SinkAttentionParams& p) const {
+        static_assert(kRows * kD % (8 * kThreads) == 0, "key staging in batches of 8");
+        static_assert((kP * 2) % 16 == 0, "16-byte shared-memory stores");
+        if (by16) {
+            // The quantized formats' facts for this thread's columns (w: the window ring's, e: the entries'):
+            // codes at row + *_codes, the scale byte at row + *_scale (scalars, not a struct picked by
+            // reference, which the compiler kept in local memory; worked out per staging, not kept live
+            // through the kernel).
+            const bool w_fp8 = p.window_format == CacheFormat::kFp8Ue8m0, e_fp8 = p.entry_format == CacheFormat::kFp8Ue8m0;
+            const bool w_e4m3 = p.window_format == CacheFormat::kFp4E4m3, e_e4m3 = p.entry_format == CacheFormat::kFp4E4m3;
+            const int w_codes = w_fp8 ? d0 : d0 / 2, e_codes = e_fp8 ? d0 : d0 / 2;
+            const int w_scale = static_cast<int>((w_fp8 ? kD : kD / 2) + d0 / static_cast<int>(p.window_block > 0 ? p.window_block : 1));
+            const int e_scale = static_cast<int>((e_fp8 ? kD : kD / 2) + d0 / static_cast<int>(p.entry_block > 0 ? p.entry_block : 1));
+            constexpr int kPer = (kRows + kKeyStep - 1) / kKeyStep, kBatch = kPer < 2 ? kPer : 2;
+            static_assert(kPer % kBatch == 0, "whole batches");
+#pragma unroll
+            for (int u0 = 0; u0 < kPer; u0 += kBatch) {
+                Codes16 c[kBatch];
+                const uint8_t* row[kBatch];
+                int kd[kBatch];
+#pragma unroll
+                for (int u = 0; u < kBatch; ++u) {
+                    const int j = jt + (u0 + u) * kKeyStep;
+                    row[u] = nullptr, kd[u] = 0, c[u].direct = true;
+                    if (j < n) {
+                        row[u] = rows[j0 + j];
+                        kd[u] = kind[j0 + j];
+                        if (kd[u] != 0) {
+                            const bool w = kd[u] == 1, fp8 = w ? w_fp8 : e_fp8;
+                            const uint8_t* codes = row[u] + (w ? w_codes : e_codes);
+                            const uintptr_t addr = reinterpret_cast<uintptr_t>(codes);
+                            if (fp8 && (addr & 15u) == 0) {
+                                const uint4 x = *reinterpret_cast<const uint4*>(codes);
+                                c[u].w[0] = x.x, c[u].w[1] = x.y, c[u].w[2] = x.z, c[u].w[3] = x.w;
+                                c[u].scale = row[u][w ? w_scale : e_scale], c[u].direct = false;
+                            } else if (!fp8 && (addr & 7u) == 0) {
+                                const uint2 x = *reinterpret_cast<const uint2*>(codes);
+                                c[u].w[0] = x.x, c[u].w[1] = x.y;
+                                c[u].scale = row[u][w ? w_scale : e_scale], c[u].direct = false;
+                            }
+                        }
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < kBatch; ++u) {
+                    const int j = jt + (u0 + u) * kKeyStep;
+                    if (j >= kRows) continue;
+                    float v[16];
+                    const bool w = kd[u] == 1;
+                    if (!row[u]) {
+#pragma unroll
+                        for (int k = 0; k < 16; ++k) v[k] = 0.0f;
+                    } else if (c[u].direct) {
+                        // (f32 rows, and codes off their vector alignment)
+                        cache_values16(row[u], kd[u] == 0 ? CacheFormat::kF32 : w ? p.window_format : p.entry_format, kD,
+                                       kd[u] == 0 ? 1 : w ? p.window_block : p.entry_block, d0, v);
+                    } else if (w ? w_fp8 : e_fp8) {
+                        e4m3x16_values(c[u].w, dev::e8m0_value(c[u].scale), v);
+                    } else {
+                        e2m1x16_values(c[u].w[0], c[u].w[1],
+                                       (w ? w_e4m3 : e_e4m3) ? dev::e4m3_value(c[u].scale) : dev::e8m0_value(c[u].scale), v);
+                    }
+                    store_bf16x16(kv + j * kP + d0, v);
+                }
+            }
+            return;
+        }
+        for (int i0 = tid; i0 < kRows * kD; i0 += 8 * kThreads) {
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                const int i = i0 + u * kThreads, j = i / kD;
+                v[u] = j < n ? key(j0 + j, i % kD) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                const int i = i0 + u * kThreads;
+                kv[(i / kD) * kP + i % kD] = __float2bfloat16_rn(v[u]);
+            }
+        }
+    }
+};
+
+}  // namespace deepinfer::cuda::kernels
