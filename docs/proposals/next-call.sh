@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The GPU call that checks v41-attn-block128-untested.patch (session 36). Here: build main's cuda_engine_bench as
+# cuda_engine_bench_prev, apply the patch, build cuda_all_tests and cuda_engine_bench (build-90, sm_90a), then
+#   tools/device/make_bundle.sh .devcarry/me/b.tar.xz cuda_all_tests cuda_engine_bench cuda_engine_bench_prev
+# (move tests/data/models/v4_tiny_b_sharded aside during the call if the carry limit is hit: only CPU tests use it)
+# and run this script through the device tool with carry [".devcarry/me"].
+source tools/device/call_lib.sh "$1"
+t v41 330 $B/cuda_all_tests --gtest_filter='*V41*:*CompactRow*'
+grep -E '^\[  FAILED  \]' $R/v41.log | sort -u | head -20 >> $S
+pack
+A="--family v41 --layers v41:4 --gpus 1 --batch-tokens 4096 --context 4096 --routing even"
+engine_ab $A --prefill-prompt 8192 --prefill-requests 2 --batches 1,32,128,256,512 --decode 8 -- prev new prev new
+for v in prev new; do
+  x=$B/cuda_engine_bench; [ $v = prev ] && x=$B/cuda_engine_bench_prev
+  timeout 90 $x $A --model $D/ck --prefill-prompt 4096 --prefill-requests 2 --batches 1,32,64 --decode 4 --digest 1 > $R/digest_$v.jsonl 2> $R/digest_$v.err
+  echo "digest $v rc=$? t=$(elapsed) $(grep -o '"digest":"[0-9a-f]*"' $R/digest_$v.jsonl | tr '\n' ' ')" >> $S
+done
+pack
+ncu_tables $A
+pack
+cat $S
