@@ -11,11 +11,7 @@ grep -E '^\[  FAILED  \]' $R/v41.log | sort -u | head -20 >> $S
 pack
 A="--family v41 --layers v41:4 --gpus 1 --batch-tokens 4096 --context 4096 --routing even"
 engine_ab $A --prefill-prompt 8192 --prefill-requests 2 --batches 1,32,128,256,512 --decode 8 -- prev new prev new
-for v in prev new; do
-  x=$B/cuda_engine_bench; [ $v = prev ] && x=$B/cuda_engine_bench_prev
-  timeout 90 $x $A --model $D/ck --prefill-prompt 4096 --prefill-requests 2 --batches 1,32,64 --decode 4 --digest 1 > $R/digest_$v.jsonl 2> $R/digest_$v.err
-  echo "digest $v rc=$? t=$(elapsed) $(grep -o '"digest":"[0-9a-f]*"' $R/digest_$v.jsonl | tr '\n' ' ')" >> $S
-done
+digest_ab $A -- prev new
 pack
 ncu_tables $A
 pack

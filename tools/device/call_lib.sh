@@ -16,6 +16,9 @@
 #                          a checkpoint on a tmpfs ($D/ck) written by the first variant's run, then one run per
 #                          listed variant in order (V = suffix of $B/cuda_engine_bench_V, "new" = $B/cuda_engine_bench),
 #                          into $R/V1.jsonl, $R/V2.jsonl, ... (a variant listed twice gets its next number)
+#   digest_ab ARGS -- V...   after engine_ab: each variant's `cuda_engine_bench --digest 1` on that checkpoint (a
+#                          4096-token prefill of two requests, decode batches 1, 32 and 64, 4 steps) into
+#                          $R/digest_V.jsonl and one line per variant in $S: equal digests = the same bits end to end
 #   ncu_tables ARGS        kernel-time tables (ncu) of a 4096-token prefill step and two b1 steps of that
 #                          checkpoint with $B/cuda_engine_bench: $R/ncu_pf.txt, $R/ncu_b1.txt (bench/op_table.py reads them)
 #   proxy_ab BATCHES ROUNDS  the proxy's checkpoint (/tmp/pb), then ROUNDS rounds of decode at BATCHES (4096
@@ -65,6 +68,17 @@ engine_ab() {
         if [ -d "$D/ck" ]; then timeout 60 "$x" "${args[@]}" --model "$D/ck" > "$R/$v$n.jsonl" 2> "$R/$v$n.err"
         else timeout 120 "$x" "${args[@]}" --dir "$D/ck" --keep 1 > "$R/$v$n.jsonl" 2> "$R/$v$n.err"; fi
         echo "$v$n rc=$? t=$(elapsed)" >> "$S"
+    done
+}
+digest_ab() {
+    local args=() v x
+    while [ "$1" != "--" ]; do args+=("$1"); shift; done
+    shift
+    for v in "$@"; do
+        x=$B/cuda_engine_bench; [ "$v" = new ] || x=$B/cuda_engine_bench_$v
+        timeout 90 "$x" "${args[@]}" --model "$D/ck" --prefill-prompt 4096 --prefill-requests 2 --batches 1,32,64 --decode 4 \
+            --digest 1 > "$R/digest_$v.jsonl" 2> "$R/digest_$v.err"
+        echo "digest $v rc=$? t=$(elapsed) $(grep -o '"digest":"[0-9a-f]*"' "$R/digest_$v.jsonl" | tr '\n' ' ')" >> "$S"
     done
 }
 ncu_tables() {
