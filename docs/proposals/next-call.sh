@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The GPU call that checks v41-attn-block128-untested.patch (session 36). Here: build main's cuda_engine_bench as
-# cuda_engine_bench_prev, apply the patch, build cuda_all_tests and cuda_engine_bench (build-90, sm_90a), then
+# The GPU call that checks session 36's proposals, v41-attn-block128-untested.patch and/or
+# v41-heads-batch4-untested.patch (both: one build with both applied; or one each). Here: build main's
+# cuda_engine_bench as cuda_engine_bench_prev, apply the patch(es), build cuda_all_tests and cuda_engine_bench
+# (build-90, sm_90a), then
 #   tools/device/make_bundle.sh .devcarry/me/b.tar.xz cuda_all_tests cuda_engine_bench cuda_engine_bench_prev
 # (move tests/data/models/v4_tiny_b_sharded aside during the call if the carry limit is hit: only CPU tests use it)
 # and run this script through the device tool with carry [".devcarry/me"].
