@@ -6,6 +6,9 @@
 #       cuda_forward_bench ... --profile 1 > d1.txt;  python3 bench/ncu_summary.py d1.txt
 # --top N: the N largest kernels (default 22). Totals per op of the model (attention, experts, linears, ...):
 # bench/op_table.py.
+# --launches: the launches one by one, in order (ncu without --print-summary: a header line per launch, then its
+# gpu__time_duration.sum or the Duration row of --set full), to tell apart launches of one kernel and grid (the
+# dense linears of a prefill step all run as dense_ws_kernel on 132 blocks): index, time, name, grid/block.
 import argparse
 import lzma
 import re
@@ -31,12 +34,36 @@ def parse(fn):
     return res
 
 
+def launches(fn):
+    """[(name, grid/block, us)] of per-launch ncu output, in launch order."""
+    res = []
+    cur = None
+    for line in lzma.open(fn, "rt") if str(fn).endswith(".xz") else open(fn):
+        m = re.match(r"\s{2}(\S.*?) \((\d+), (\d+), (\d+)\)x\((\d+), (\d+), (\d+)\), Context", line)
+        if m:
+            cur = (m.group(1), f"{m.group(2)}x{m.group(3)}x{m.group(4)}/{m.group(5)}")
+            continue
+        p = line.replace(",", "").split()
+        if cur and len(p) >= 3 and p[0] in ("gpu__time_duration.sum", "Duration"):
+            f = {"us": 1, "ms": 1000, "ns": 1e-3, "s": 1e6, "usecond": 1, "msecond": 1000, "nsecond": 1e-3}[p[-2]]
+            res.append((cur[0], cur[1], float(p[-1]) * f))
+            cur = None
+    return res
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description="per-kernel totals of ncu --print-summary per-kernel output")
     ap.add_argument("files", nargs="+")
     ap.add_argument("--top", type=int, default=22)
+    ap.add_argument("--launches", action="store_true", help="per-launch output: every launch in order")
     a = ap.parse_args(argv)
     for fn in a.files:
+        if a.launches:
+            r = launches(fn)
+            print(f"== {fn}: {len(r)} launches, total {sum(x[2] for x in r) / 1000:.2f} ms")
+            for i, x in enumerate(r):
+                print(f"{i:5d} {x[2]:10.1f}us  {x[0][:60]:60s} {x[1]}")
+            continue
         r = parse(fn)
         tot = sum(x[6] for x in r)
         print(f"== {fn}: total {tot / 1000:.1f} ms")

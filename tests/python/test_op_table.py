@@ -52,3 +52,28 @@ def test_ncu_summary_top():
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "ncu_summary.py"), "--top", "2", str(RESULTS / FILES[1])],
                          capture_output=True, text=True, check=True).stdout
     assert sum(1 for line in out.splitlines() if " n=" in line) == 2
+
+
+def test_launches_in_order_from_per_launch_output(tmp_path):
+    """--launches: every launch of per-launch ncu output in order, with the metric-only form's time row and
+    --set full's Duration row (a recorded file)."""
+    summary = load("ncu_summary")
+    text = ("==PROF== Connected to process 1\n"
+            "  void a_kernel<1>(P) (132, 1, 1)x(384, 1, 1), Context 1, Stream 7, Device 0, CC 9.0\n"
+            "    Section: Command line profiler metrics\n"
+            "    gpu__time_duration.sum                                     us       56.30\n"
+            "  b_kernel(Q) (4096, 1, 1)x(512, 1, 1), Context 1, Stream 7, Device 0, CC 9.0\n"
+            "    gpu__time_duration.sum                                     ms        2.13\n"
+            "  void a_kernel<1>(P) (132, 1, 1)x(384, 1, 1), Context 1, Stream 7, Device 0, CC 9.0\n"
+            "    gpu__time_duration.sum                                     us    1,250.00\n")
+    f = tmp_path / "launches.txt"
+    f.write_text(text)
+    got = summary.launches(f)
+    assert [(n, g) for n, g, _ in got] == [("void a_kernel<1>(P)", "132x1x1/384"), ("b_kernel(Q)", "4096x1x1/512"),
+                                          ("void a_kernel<1>(P)", "132x1x1/384")]
+    assert [round(t, 3) for _, _, t in got] == [56.3, 2130.0, 1250.0]
+    full = summary.launches(RESULTS / "cuda-session35-h200-call3-v41-ncu-fp4dec-b1-full.txt.xz")
+    assert [g for _, g, _ in full] == ["72x6x1/128", "80x6x1/128"] and all(t > 0 for _, _, t in full)
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "ncu_summary.py"), "--launches", str(f)], capture_output=True,
+                         text=True, check=True).stdout
+    assert "3 launches" in out and "2130.0us" in out
