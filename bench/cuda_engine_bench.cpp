@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "core/fnv1a.h"
 #include "backends/cuda/ep/cuda_ep_model.h"
 #include "backends/cuda/model/cuda_model.h"
 #include "backends/cuda/model/cuda_v41_model.h"
@@ -95,23 +96,15 @@ struct Bench {
     bool profile_prefill = false, profile_decode = false;
     bool digest = false;
     uint64_t hash = 0;
-    void absorb_bytes(const void* p, size_t n) {
-        for (size_t i = 0; i < n; ++i) hash = (hash ^ static_cast<const unsigned char*>(p)[i]) * 0x100000001b3ull;
-    }
     // (a step's finished requests into the digest)
     void absorb(const std::vector<RequestOutput>& outs) {
         for (const RequestOutput& o : outs) {
-            absorb_bytes(o.request_id.data(), o.request_id.size());
+            hash = fnv1a(hash, o.request_id.data(), o.request_id.size());
             for (const CompletionOutput& c : o.completions) {
-                absorb_bytes(c.token_ids.data(), c.token_ids.size() * sizeof(int32_t));
-                for (const TokenLogprob& l : c.logprobs) absorb_bytes(&l.logprob, sizeof(l.logprob));
+                hash = fnv1a(hash, c.token_ids.data(), c.token_ids.size() * sizeof(int32_t));
+                for (const TokenLogprob& l : c.logprobs) hash = fnv1a(hash, &l.logprob, sizeof(l.logprob));
             }
         }
-    }
-    static std::string hex(uint64_t v) {
-        char b[17];
-        std::snprintf(b, sizeof(b), "%016llx", static_cast<unsigned long long>(v));
-        return b;
     }
     // One engine step inside the profiler's capture (--profile).
     void profiled_step(Engine& engine) const {
@@ -156,7 +149,7 @@ struct Bench {
         Engine engine(model, nullptr, ec);
         for (int64_t i = 0; i < requests; ++i) engine.add_request(id("p", i), tokens(prompt_len), sampling(1, uint64_t(i)));
         reset_stats();
-        hash = 0xcbf29ce484222325ull;
+        hash = kFnv1aBasis;
         const auto t = Clock::now();
         if (profile_prefill && engine.has_unfinished()) profiled_step(engine);
         while (engine.has_unfinished()) absorb(engine.step());
@@ -172,13 +165,13 @@ struct Bench {
         r["tok_s_per_gpu"] = r["tok_s"].get<double>() / double(stat_models(*model).size());
         gpu_fields(r);
         bench::add_expert_load_fields(r, stat_models(*model));
-        if (digest) r["digest"] = hex(hash);
+        if (digest) r["digest"] = hex16(hash);
         return r;
     }
 
     nlohmann::json decode(int64_t batch, int64_t context, int64_t tail, int64_t steps, int64_t num_prefixes) {
         Engine engine(model, nullptr, ec);
-        hash = 0xcbf29ce484222325ull;
+        hash = kFnv1aBasis;
         // The shared prefixes first, together (under expert parallelism each lands on its own GPU, and
         // the requests forked from it stay there), so their states are in the prefix cache.
         std::vector<std::vector<int32_t>> prefixes;
@@ -221,7 +214,7 @@ struct Bench {
         bench::add_expert_load_fields(r, stat_models(*model));
         if (digest) {
             while (engine.has_unfinished()) absorb(engine.step());  // (after the timing: every request's last token)
-            r["digest"] = hex(hash);
+            r["digest"] = hex16(hash);
         }
         return r;
     }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "core/fnv1a.h"
 #include "deepinfer/check.h"
 #include "deepinfer/grammar.h"
 
@@ -177,12 +178,6 @@ BatchRequest prepare_batch_request(const BatchJson& j, bool duplicate_id, const 
     return r;
 }
 
-std::string batch_hex_id(const std::string& s) {
-    uint64_t h = 1469598103934665603ull;
-    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
-    return buf;
-}
+std::string batch_hex_id(const std::string& s) { return hex16(fnv1a(kIdHashBasis, s)); }
 
 }  // namespace deepinfer

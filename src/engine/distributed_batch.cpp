@@ -15,6 +15,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "core/fnv1a.h"
 #include "deepinfer/check.h"
 #include "deepinfer/log.h"
 #include "engine/batch_request.h"
@@ -105,9 +106,11 @@ void cut_torn_tail(const std::string& path) {
     }
 }
 
+// h extended by v's 8 bytes, least significant first (whatever the host's byte order).
 uint64_t fnv(uint64_t h, int64_t v) {
-    for (int i = 0; i < 8; ++i) h = (h ^ uint64_t((v >> (8 * i)) & 0xff)) * 1099511628211ull;
-    return h;
+    unsigned char b[8];
+    for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>((v >> (8 * i)) & 0xff);
+    return fnv1a(h, b, sizeof(b));
 }
 
 // Every rank reads the input (custom_ids, duplicates, its share of prompt-token counts) and the
@@ -166,7 +169,7 @@ Plan make_plan(const BatchRunOptions& o, Communicator& comm, const Tokenizer& to
     const std::vector<int32_t> owners = partition_by_weight(pending_weights, n);
     plan.owner.assign(plan.lines.size(), -1);
     plan.already_done = int64_t(plan.lines.size() - pending.size());
-    uint64_t digest = 1469598103934665603ull;
+    uint64_t digest = kIdHashBasis;
     digest = fnv(digest, int64_t(plan.lines.size()));
     for (size_t i = 0; i < pending.size(); ++i) {
         plan.owner[pending[i]] = owners[i];

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "core/fnv1a.h"
 #include "deepinfer/check.h"
 #include "model/draft_sampling.h"
 
@@ -29,9 +30,7 @@ double counter_uniform(uint64_t seed, uint64_t stream, uint64_t counter) {
 }
 
 uint64_t derive_seed(uint64_t job_seed, const std::string& request_id) {
-    uint64_t h = 1469598103934665603ull;  // FNV-1a over the id
-    for (unsigned char ch : request_id) h = (h ^ ch) * 1099511628211ull;
-    return splitmix(job_seed ^ splitmix(h));
+    return splitmix(job_seed ^ splitmix(fnv1a(kIdHashBasis, request_id)));
 }
 
 std::vector<float> processed_logits(const SampleInput& in) {
