@@ -161,12 +161,18 @@ TEST_F(CudaV41Fast, BatchInvariantBitForBit) {
     const int32_t t1 = 11, t2 = 900;
     const auto alone_d1 = m->forward(s1, std::span<const int32_t>(&t1, 1), false);
     const auto alone_d2 = m->forward(s1, std::span<const int32_t>(&t2, 1), false);
+    // c's 7 rows alone take the few-rows attention kernel (16 heads per CTA), beside the others' 350 the
+    // 64-head kernel: the kernels' choice by row count must keep the bits.
+    Sequence s7 = m->new_sequence();
+    const auto alone_c = m->forward(s7, c, true);
     Sequence sa = m->new_sequence(), sb = m->new_sequence(), sc = m->new_sequence();
     {
         const SequenceChunk chunks[] = {{&sb, b, false, {}}, {&sa, a, true, {}}, {&sc, c, true, {}}};
         const auto out = m->forward_batch(chunks);
         ASSERT_EQ(out[1].size(), alone.size());
         EXPECT_EQ(0, std::memcmp(out[1].data(), alone.data(), alone.size() * 4)) << "prefill beside 307 other rows";
+        ASSERT_EQ(out[2].size(), alone_c.size());
+        EXPECT_EQ(0, std::memcmp(out[2].data(), alone_c.data(), alone_c.size() * 4)) << "7-row prefill alone vs beside 350 rows";
     }
     {
         const int32_t tb = 5, tc = 6;

@@ -71,15 +71,20 @@ void topk_publish(const TopkPublishParams& p, Stream s) {
 
 namespace {
 // The 16-heads-per-CTA kernel (head_dim 512): by the row count, or as pinned. false: the 64-head kernel.
+// A pinned 16 the kernel cannot serve is an error, not a silent fallback (a test pinning it must run it).
 template <int kD>
 bool launch_tc_heads(const SinkAttentionParams& p, Stream s) {
     if constexpr (kD != 512) {
+        DI_CHECK(p.tc_heads_per_cta != 16, "sink_attention: 16 heads per CTA needs head_dim 512, not ", kD);
         return false;
     } else {
         const int64_t ctas = p.rows * ((p.heads + kernels::kV41hHeads - 1) / kernels::kV41hHeads);
         if (p.tc_heads_per_cta == 64 || (p.tc_heads_per_cta == 0 && ctas > multiprocessor_count())) return false;
         constexpr int64_t smem = kernels::v41h_smem_bytes(kD);
-        if (smem > max_shared_memory_per_block()) return false;
+        if (smem > max_shared_memory_per_block()) {
+            DI_CHECK(p.tc_heads_per_cta != 16, "sink_attention: 16 heads per CTA needs ", smem, " bytes of shared memory per block");
+            return false;
+        }
         auto* kernel = kernels::v41_tc_attention_heads_kernel<kD>;
         DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
         const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>((p.heads + kernels::kV41hHeads - 1) / kernels::kV41hHeads));
