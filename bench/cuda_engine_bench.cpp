@@ -96,8 +96,9 @@ struct Bench {
     bool profile_prefill = false, profile_decode = false;
     bool digest = false;
     uint64_t hash = 0;
-    // (a step's finished requests into the digest)
+    // (a step's finished requests into the digest; nothing without --digest, inside the timed loops too)
     void absorb(const std::vector<RequestOutput>& outs) {
+        if (!digest) return;
         for (const RequestOutput& o : outs) {
             hash = fnv1a(hash, o.request_id.data(), o.request_id.size());
             for (const CompletionOutput& c : o.completions) {
