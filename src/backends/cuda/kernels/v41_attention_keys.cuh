@@ -55,9 +55,10 @@ struct V41KeyStaging {
 
     // Keys j0 .. j0 + n - 1 of `key` and `p` (the constructor's) into rows 0 .. n - 1 of kv ([kRows, kP] bf16) as
     // bf16; rows n .. kRows - 1 zero.
-    // By 16 values (one vector load of a key's codes and one scale) where the formats allow (by16), else 8
-    // single decodes in flight per thread.
-    template <int kRows, int kP>
+    // By 16 values (one vector load of a key's codes and one scale) where the formats allow (by16), kMaxBatch
+    // items' code loads in flight per thread before it decodes them (the values do not depend on it; more
+    // hides more load latency and holds 5 more registers an item), else 8 single decodes in flight per thread.
+    template <int kRows, int kP, int kMaxBatch = 2>
     __device__ void stage(__nv_bfloat16* kv, int64_t j0, int64_t n, const SinkKeys& key, const SinkAttentionParams& p) const {
         static_assert(kRows * kD % (8 * kThreads) == 0, "key staging in batches of 8");
         static_assert((kP * 2) % 16 == 0, "16-byte shared-memory stores");
@@ -71,7 +72,7 @@ struct V41KeyStaging {
             const int w_codes = w_fp8 ? d0 : d0 / 2, e_codes = e_fp8 ? d0 : d0 / 2;
             const int w_scale = static_cast<int>((w_fp8 ? kD : kD / 2) + d0 / static_cast<int>(p.window_block > 0 ? p.window_block : 1));
             const int e_scale = static_cast<int>((e_fp8 ? kD : kD / 2) + d0 / static_cast<int>(p.entry_block > 0 ? p.entry_block : 1));
-            constexpr int kPer = (kRows + kKeyStep - 1) / kKeyStep, kBatch = kPer < 2 ? kPer : 2;
+            constexpr int kPer = (kRows + kKeyStep - 1) / kKeyStep, kBatch = kPer < kMaxBatch ? kPer : kMaxBatch;
             static_assert(kPer % kBatch == 0, "whole batches");
 #pragma unroll
             for (int u0 = 0; u0 < kPer; u0 += kBatch) {

@@ -30,6 +30,10 @@ namespace deepinfer::cuda::kernels {
 constexpr int kV41hHeads = 16;    // heads per CTA (one MMA row tile)
 constexpr int kV41hBlock = 128;   // keys per block
 constexpr int kV41hThreads = 512;
+// Key items whose code loads a thread puts in flight at once: 4 of a 128-key block's 8, two rounds of global
+// loads per staging instead of 4 (the kernel is bound by latency chains at a few rows; ptxas: no spills at
+// 4, 82 bytes at 8; the 64-head kernel keeps 2: its 64 accumulators leave no registers for more).
+constexpr int kV41hLoadBatch = 4;
 // Dynamic shared memory: q [16, pitch] and the key block [128, pitch] bf16 (at the end the f32 output
 // [16, kD] over them), P [16, 128 + 8] bf16, the key table.
 __host__ __device__ constexpr int64_t v41h_smem_bytes(int64_t kd) {
@@ -89,7 +93,7 @@ static __global__ void __launch_bounds__(kV41hThreads, 1) v41_tc_attention_heads
     for (int64_t b = num_blocks - 1; b >= 0; --b) {
         const int64_t j0 = b * kV41hBlock, n = nc - j0 < kV41hBlock ? nc - j0 : kV41hBlock;
         __syncthreads();
-        keys.template stage<kV41hBlock, kP>(skv, j0, n, key, p);
+        keys.template stage<kV41hBlock, kP, kV41hLoadBatch>(skv, j0, n, key, p);
         __syncthreads();
         float sc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 4
@@ -145,7 +149,7 @@ static __global__ void __launch_bounds__(kV41hThreads, 1) v41_tc_attention_heads
     for (int64_t b = 0; b < num_blocks; ++b) {
         const int64_t j0 = b * kV41hBlock, n = nc - j0 < kV41hBlock ? nc - j0 : kV41hBlock;
         __syncthreads();
-        if (b != 0) keys.template stage<kV41hBlock, kP>(skv, j0, n, key, p);  // (block 0: still staged from pass 1)
+        if (b != 0) keys.template stage<kV41hBlock, kP, kV41hLoadBatch>(skv, j0, n, key, p);  // (block 0: still staged from pass 1)
         float pv[kPPer];
 #pragma unroll
         for (int k = 0; k < kPPer; ++k) {
