@@ -355,22 +355,40 @@ TEST_F(CudaOps, ExpertParallelPairMapsAndSkippedRows) {
     EXPECT_LT(computed, NR);
 }
 
+// Every block size (1..128: 1 and 2 take the one-float-per-lane kernel, 4..128 the float4 one), widths whose
+// element count is and is not a multiple of a warp's 128 (96 x 5 rows), out apart from x, in place, and
+// x off 16-byte alignment (the scalar kernel): the CPU's quantize-dequantize bit for bit.
 TEST_F(CudaOps, ActQuantBitIdentical) {
-    for (int64_t cols : {int64_t(128), int64_t(4096), int64_t(8192)}) {
-        const int64_t rows = 6;
-        auto x = randn(size_t(rows * cols), uint32_t(cols), 3.0f);
-        x[0] = 0.0f;  // an all-small block edge case below
-        for (int64_t i = 0; i < 128 && cols > 128; ++i) x[size_t(128 + i)] = 1e-7f * float(i);
-        Buffer q(DType::kF8E4M3, {rows, cols}), s(DType::kF32, {rows, cols / 128});
-        act_quant({.x = TensorView(x.data(), DType::kF32, {rows, cols}), .q = q.view(), .scale = s.view()});
-        std::vector<float> ref(x.size());
-        for (size_t i = 0; i < x.size(); ++i)
-            ref[i] = e4m3_to_f32(static_cast<const uint8_t*>(q.data())[i]) *
-                     s.view().data_as<const float>()[(int64_t(i) / cols) * (cols / 128) + (int64_t(i) % cols) / 128];
-        Dev<float> dx(x), dout(x.size());
-        cuda::act_quant_dequant({.x = dx.ptr(), .out = dout.ptr(), .rows = rows, .cols = cols}, Stream{});
-        expect_bits_equal(ref, dout.host(x.size()), "act_quant " + std::to_string(cols));
-    }
+    for (int64_t block : {int64_t(128), int64_t(64), int64_t(32), int64_t(16), int64_t(8), int64_t(4), int64_t(2), int64_t(1)})
+        for (int64_t cols : {int64_t(128), int64_t(4096), int64_t(8192), int64_t(96)}) {
+            if (cols % block != 0) continue;
+            const int64_t rows = cols == 96 ? 5 : 6;
+            auto x = randn(size_t(rows * cols), uint32_t(cols + block), 3.0f);
+            x[0] = 0.0f;  // an all-small block edge case below
+            for (int64_t i = 0; i < 128 && cols > 128; ++i) x[size_t(128 + i)] = 1e-7f * float(i);
+            x[size_t(cols + 5)] = 900.0f;  // a large element: the others of its block flush towards zero
+            Buffer q(DType::kF8E4M3, {rows, cols}), s(DType::kF32, {rows, cols / block});
+            act_quant({.x = TensorView(x.data(), DType::kF32, {rows, cols}), .q = q.view(), .scale = s.view(), .block = block});
+            std::vector<float> ref(x.size());
+            for (size_t i = 0; i < x.size(); ++i)
+                ref[i] = e4m3_to_f32(static_cast<const uint8_t*>(q.data())[i]) *
+                         s.view().data_as<const float>()[(int64_t(i) / cols) * (cols / block) + (int64_t(i) % cols) / block];
+            const std::string what = "act_quant block " + std::to_string(block) + ", " + std::to_string(cols) + " cols";
+            Dev<float> dx(x), dout(x.size());
+            cuda::act_quant_dequant({.x = dx.ptr(), .out = dout.ptr(), .rows = rows, .cols = cols, .block = block}, Stream{});
+            expect_bits_equal(ref, dout.host(x.size()), what);
+            cuda::act_quant_dequant({.x = dx.ptr(), .out = dx.ptr(), .rows = rows, .cols = cols, .block = block}, Stream{});
+            expect_bits_equal(ref, dx.host(x.size()), what + ", in place");
+            // out one float off 16-byte alignment (the first row from its second block): the scalar kernel.
+            if (cols == block) continue;
+            Dev<float> dx1(x), dout1(x.size());
+            const int64_t skip = block;  // keep whole blocks: the first block of the first row dropped
+            cuda::act_quant_dequant({.x = dx1.ptr() + skip, .out = dout1.ptr() + 1, .rows = 1, .cols = cols - skip, .block = block},
+                                    Stream{});
+            const auto got1 = dout1.host(x.size());
+            expect_bits_equal(std::vector<float>(ref.begin() + skip, ref.begin() + cols),
+                              std::vector<float>(got1.begin() + 1, got1.begin() + cols - skip + 1), what + ", unaligned out");
+        }
 }
 
 // ---- Norms, RoPE, QAT ---------------------------------------------------------------------------

@@ -128,4 +128,40 @@ static __global__ void act_quant_kernel(const __grid_constant__ ActQuantParams p
     }
 }
 
+// The vector form of act_quant_kernel, for blocks of 4..128 elements over 16-byte aligned x and out: a thread
+// takes two float4s (4 consecutive elements each, in two 128-element warp chunks kThreads·4 elements apart,
+// both loads in flight before either reduction), a block's amax is a max over its kBlock / 4 lanes. fmaxf
+// ignores NaN in any order and the amax starts from 0 as there, so the same scale; each element is
+// quantized and dequantized on its own by the same expression: the same bits, with a quarter of the load
+// and store instructions (act_quant_kernel's one float per lane at V4.1's 32-element blocks ran at ~0.8 TB/s).
+constexpr int kActQuantVecThreads = 256;
+template <int kBlock>
+static __global__ void __launch_bounds__(kActQuantVecThreads) act_quant_vec4_kernel(const __grid_constant__ ActQuantParams p) {
+    static_assert(kBlock >= 4 && kBlock <= 128 && (kBlock & (kBlock - 1)) == 0, "blocks of 4..128, a power of two");
+    const int64_t n4 = p.rows * p.cols / 4;  // float4s (cols is a multiple of the block)
+    const int64_t i0 = int64_t(blockIdx.x) * (2 * kActQuantVecThreads) + threadIdx.x;
+    const float4* x4 = reinterpret_cast<const float4*>(p.x);
+    float4 v[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+        const int64_t i = i0 + u * kActQuantVecThreads;
+        v[u] = i < n4 ? x4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+        const int64_t i = i0 + u * kActQuantVecThreads;
+        // A lane past the end takes part in the shuffles with zeros; its whole block is past the end too
+        // (n4 is a multiple of kBlock / 4 and blocks of lanes are aligned).
+        float amax = fmaxf(fmaxf(fmaxf(fmaxf(0.0f, fabsf(v[u].x)), fabsf(v[u].y)), fabsf(v[u].z)), fabsf(v[u].w));
+#pragma unroll
+        for (int o = kBlock / 8; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+        amax = fmaxf(amax, 1e-4f);
+        const dev::Pow2Scale ps = dev::pow2_scale_ceil(dev::mul(amax, 1.0f / 448.0f));
+        auto qd = [&](float e) {
+            return dev::mul(dev::round_e4m3(fminf(fmaxf(dev::mul(e, ps.inverse), -448.0f), 448.0f)), ps.scale);
+        };
+        if (i < n4) reinterpret_cast<float4*>(p.out)[i] = make_float4(qd(v[u].x), qd(v[u].y), qd(v[u].z), qd(v[u].w));
+    }
+}
+
 }  // namespace deepinfer::cuda::kernels

@@ -131,13 +131,29 @@ void linear(const LinearParams& p, Stream s) {
 }
 
 void act_quant_dequant(const ActQuantParams& p, Stream s) {
-    if (p.rows == 0) return;
+    if (p.rows == 0 || p.cols == 0) return;
     DI_CHECK(p.block >= 1 && p.block <= 128 && (p.block & (p.block - 1)) == 0, "act_quant: block ", p.block,
              " is not a power of two <= 128");
     DI_CHECK(p.cols % p.block == 0, "act_quant: cols = ", p.cols, " is not a multiple of ", p.block);
-    const int64_t groups = p.rows * (p.cols / p.block);
-    const auto grid = static_cast<unsigned>((groups + kernels::kActQuantWarps - 1) / kernels::kActQuantWarps);
-    kernels::act_quant_kernel<<<grid, 32 * kernels::kActQuantWarps, 0, static_cast<cudaStream_t>(s.handle)>>>(p);
+    const auto stream = static_cast<cudaStream_t>(s.handle);
+    const bool aligned = aligned16(p.x) && aligned16(p.out);
+    if (p.block >= 4 && aligned) {  // the vector form: the same bits
+        const int64_t per_block = 2 * kernels::kActQuantVecThreads * 4;  // elements per block of threads
+        const auto grid = static_cast<unsigned>((p.rows * p.cols + per_block - 1) / per_block);
+        const unsigned threads = kernels::kActQuantVecThreads;
+        switch (p.block) {
+            case 4: kernels::act_quant_vec4_kernel<4><<<grid, threads, 0, stream>>>(p); break;
+            case 8: kernels::act_quant_vec4_kernel<8><<<grid, threads, 0, stream>>>(p); break;
+            case 16: kernels::act_quant_vec4_kernel<16><<<grid, threads, 0, stream>>>(p); break;
+            case 32: kernels::act_quant_vec4_kernel<32><<<grid, threads, 0, stream>>>(p); break;
+            case 64: kernels::act_quant_vec4_kernel<64><<<grid, threads, 0, stream>>>(p); break;
+            default: kernels::act_quant_vec4_kernel<128><<<grid, threads, 0, stream>>>(p); break;
+        }
+    } else {
+        const int64_t groups = p.rows * (p.cols / p.block);
+        const auto grid = static_cast<unsigned>((groups + kernels::kActQuantWarps - 1) / kernels::kActQuantWarps);
+        kernels::act_quant_kernel<<<grid, 32 * kernels::kActQuantWarps, 0, stream>>>(p);
+    }
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
