@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The GPU call that checks session 36's proposals, v41-attn-block128-untested.patch and/or
-# v41-heads-batch4-untested.patch (both: one build with both applied; or one each). Here: build main's
-# cuda_engine_bench as cuda_engine_bench_prev, apply the patch(es), build cuda_all_tests and cuda_engine_bench
-# (build-90, sm_90a), then
+# The GPU call that checks v41-pass1-batch4-untested.patch. Here: build main's cuda_engine_bench as
+# cuda_engine_bench_prev, `git am` the patch, build cuda_all_tests and cuda_engine_bench (build-90, sm_90a), then
 #   tools/device/make_bundle.sh .devcarry/me/b.tar.xz cuda_all_tests cuda_engine_bench cuda_engine_bench_prev
 # (move tests/data/models/v4_tiny_b_sharded aside during the call if the carry limit is hit: only CPU tests use it)
-# and run this script through the device tool with carry [".devcarry/me"].
+# and run this script through the device tool with carry [".devcarry/me"]. ~300 s of device time.
 source tools/device/call_lib.sh "$1"
-t v41 330 $B/cuda_all_tests --gtest_filter='*V41*:*CompactRow*'
+t v41 240 $B/cuda_all_tests --gtest_filter='*V41*:*CompactRow*'
 grep -E '^\[  FAILED  \]' $R/v41.log | sort -u | head -20 >> $S
-pack
 A="--family v41 --layers v41:4 --gpus 1 --batch-tokens 4096 --context 4096 --routing even"
 engine_ab $A --prefill-prompt 8192 --prefill-requests 2 --batches 1,32,128,256,512 --decode 8 -- prev new prev new
 digest_ab $A -- prev new
 pack
-ncu_tables $A
+n="ncu --profile-from-start off --clock-control none --cache-control none --metrics gpu__time_duration.sum --print-summary per-kernel"
+for v in prev new prev new; do
+  x=$B/cuda_engine_bench; [ $v = prev ] && x=$B/cuda_engine_bench_prev
+  k=1; while [ -e $R/ncu_pf_${v}_$k.txt ]; do k=$((k + 1)); done
+  timeout 40 $n $x $A --model "$D/ck" --prefill-prompt 4096 --prefill-requests 1 --batches 1 --decode 1 --profile prefill > $R/ncu_pf_${v}_$k.txt 2>&1
+  echo "ncu pf $v $k rc=$? t=$(elapsed)" >> $S
+done
 pack
 cat $S
