@@ -193,6 +193,7 @@ struct Bench {
         while (engine.metrics().generated_tokens < num_prefixes + batch) absorb(engine.step());
         reset_stats();
         const int64_t steps0 = engine.metrics().steps, gen0 = engine.metrics().generated_tokens;
+        const int64_t preempt0 = engine.metrics().preemptions;
         const auto t = Clock::now();
         for (int64_t k = 0; k < steps && engine.has_unfinished(); ++k) absorb(engine.step());
         const double secs = since(t);
@@ -207,6 +208,13 @@ struct Bench {
         r["prefix_hit_tokens"] = engine.metrics().prefix_cache_hit_tokens;
         r["decode_steps"] = n;
         r["tokens"] = gen;
+        // Sequences preempted inside the timed steps (state pool full: their rows leave the batch and come
+        // back by recomputing, so a step then is not one decode step of the whole batch), and the pool's
+        // peak use against its capacity.
+        r["preemptions"] = engine.metrics().preemptions - preempt0;
+        r["preemptions_before"] = preempt0;
+        r["pool_pages_peak"] = engine.metrics().pool_pages_peak;
+        r["pool_pages_capacity"] = engine.metrics().pool_pages_capacity;
         r["seconds"] = secs;
         r["ms_per_step"] = 1e3 * secs / double(std::max<int64_t>(n, 1));
         r["tok_s"] = double(gen) / secs;

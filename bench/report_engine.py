@@ -204,6 +204,13 @@ def main():
     out.append("")
     out.append("GPU idle fraction between steps (CUDA events): " +
                ", ".join(f"b{p[0]}{'/' + p[4] if len(routings) > 1 else ''} {p[3]:.2%}" for p in pts) + ".")
+    # (rows from cuda_engine_bench since session 37: sequences preempted inside the timed decode steps)
+    pre_rows = [r for r in dec if "preemptions" in r]
+    if pre_rows:
+        out.append("Preemptions inside the timed decode steps (a step with any is not one decode step of the whole "
+                   "batch): " + ", ".join(f"b{r['batch']} {r['preemptions']}" for r in pre_rows) +
+                   "; state-pool peak / capacity pages: " +
+                   ", ".join(f"b{r['batch']} {r['pool_pages_peak']:,} / {r['pool_pages_capacity']:,}" for r in pre_rows) + ".")
     loads = [p for p in pts if p[5] is not None]
     if loads:
         out.append("Expert load at decode (share of each layer's experts given rows; busiest expert's rows over the "

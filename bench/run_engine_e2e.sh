@@ -7,6 +7,8 @@
 # Ceilings first (copy bandwidth, cuBLASLt FP8/BF16: cuda_gemm_bench --only none), then the offline
 # engine on the first NL layers of the V4-Flash schedule written to a tmpfs (a 2-GPU machine's memory
 # holds 43 layers, ~157 GB): prefill of 8K prompts, decode at batches BS with 4K contexts.
+# BTOK: prompt tokens per step and GPU (V4.1: 8192, deepinfer run's CUDA default since session 37, measured at 12
+# layers; V4: 4096, as before: 32 V4 layers next to an 8192-token workspace not yet tried on one H200).
 # GPUS=2: expert parallelism over both GPUs (NCCL, NVLink multicast off). PROF=1: an ncu decode-b1
 # profile of the 2-layer proxy first. ROUTING=even: the MoE layers spread their rows evenly over the
 # experts (a trained model's balanced routing) instead of the random router's choice. FAMILY=v41: the
@@ -27,8 +29,8 @@ if [ -n "${PROF:-}" ]; then
     --batches 1 --context 4096 --decode 4 > $OUT/prof_b1.txt 2>&1; echo "ncu rc=$?" | tee -a $OUT/summary.txt
 fi
 s=$(date +%s)
-if [ "${FAMILY:-v4}" = v41 ]; then LAYERS="--family v41 --layers v41:${NL:-12}"; else LAYERS="--layers flash:${NL:-32}"; fi
-timeout ${BT:-450} $B/cuda_engine_bench $LAYERS --gpus ${GPUS:-1} --dir $D/big --batch-tokens 4096 \
+if [ "${FAMILY:-v4}" = v41 ]; then LAYERS="--family v41 --layers v41:${NL:-12}"; BTOK=${BTOK:-8192}; else LAYERS="--layers flash:${NL:-32}"; BTOK=${BTOK:-4096}; fi
+timeout ${BT:-450} $B/cuda_engine_bench $LAYERS --gpus ${GPUS:-1} --dir $D/big --batch-tokens $BTOK \
   --prefill-prompt 8192 --prefill-requests ${PR:-$((3 * ${GPUS:-1}))} --context 4096 --batches ${BS:-1,32,128,256,512} --decode 16 \
   --routing ${ROUTING:-model} > $OUT/engine.jsonl 2> $OUT/engine.err
 echo "engine rc=$? $(( $(date +%s) - s ))s" | tee -a $OUT/summary.txt

@@ -348,7 +348,7 @@ def _engine_defaults(device: str, gpus: int = 1) -> dict[str, Any]:
     per GPU (the engine splits a step's tokens equally over an expert-parallel model's GPUs, so each
     GPU's workspace is sized for its share)."""
     if device == "cuda":
-        return {"max_num_seqs": 256 * gpus, "max_num_batched_tokens": 4096 * gpus, "max_prefill_chunk": 4096,
+        return {"max_num_seqs": 256 * gpus, "max_num_batched_tokens": 8192 * gpus, "max_prefill_chunk": 8192,
                 "state_memory_gib": float(1 << 20), "async_scheduling": True}
     return {"max_num_seqs": 64, "max_num_batched_tokens": 2048, "max_prefill_chunk": 512,
             "state_memory_gib": 4.0, "async_scheduling": False}

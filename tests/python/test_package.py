@@ -447,10 +447,10 @@ def test_engine_limits_follow_the_device(llm, cache_dir):
     cpu, gpu = _engine_defaults("cpu"), _engine_defaults("cuda")
     assert (cpu["max_num_seqs"], cpu["max_num_batched_tokens"], cpu["max_prefill_chunk"]) == (64, 2048, 512)
     assert cpu["state_memory_gib"] == 4.0 and cpu["async_scheduling"] is False
-    assert (gpu["max_num_seqs"], gpu["max_num_batched_tokens"], gpu["max_prefill_chunk"]) == (256, 4096, 4096)
+    assert (gpu["max_num_seqs"], gpu["max_num_batched_tokens"], gpu["max_prefill_chunk"]) == (256, 8192, 8192)
     assert gpu["state_memory_gib"] >= 1 << 20 and gpu["async_scheduling"] is True
     two = _engine_defaults("cuda", 2)  # expert parallelism: sequences and step tokens per GPU
-    assert (two["max_num_seqs"], two["max_num_batched_tokens"], two["max_prefill_chunk"]) == (512, 8192, 4096)
+    assert (two["max_num_seqs"], two["max_num_batched_tokens"], two["max_prefill_chunk"]) == (512, 16384, 8192)
     cfg = llm._engine_config
     assert (cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.max_prefill_chunk) == (64, 2048, 512)
     assert cfg.state_memory_bytes == 4 << 30 and cfg.async_scheduling is False
