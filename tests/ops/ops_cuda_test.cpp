@@ -357,7 +357,7 @@ TEST_F(CudaOps, ExpertParallelPairMapsAndSkippedRows) {
 
 // Every block size (1..128: 1 and 2 take the one-float-per-lane kernel, 4..128 the float4 one), widths whose
 // element count is and is not a multiple of a warp's 128 (96 x 5 rows), out apart from x, in place, and
-// x off 16-byte alignment (the scalar kernel): the CPU's quantize-dequantize bit for bit.
+// out off 16-byte alignment (the scalar kernel): the CPU's quantize-dequantize bit for bit.
 TEST_F(CudaOps, ActQuantBitIdentical) {
     for (int64_t block : {int64_t(128), int64_t(64), int64_t(32), int64_t(16), int64_t(8), int64_t(4), int64_t(2), int64_t(1)})
         for (int64_t cols : {int64_t(128), int64_t(4096), int64_t(8192), int64_t(96)}) {
