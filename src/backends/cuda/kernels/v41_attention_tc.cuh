@@ -58,6 +58,8 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) v41_tc_attention_kernel
     auto scores = [&](int64_t hh) { return p.scratch + (r * p.heads + h0 + hh) * p.max_candidates; };
     // The row's keys, located once (after tca_smem_bytes' layout), staged a block at a time.
     const V41KeyStaging<kD, kTcaThreads> keys(key, p, v41_tca_sm + tca_smem_bytes(kD), nc, tid);
+    // (pass 1 puts all 4 of a thread's items' loads in flight: no accumulators live yet; pass 3 two, beside its 64)
+    auto stage_keys1 = [&](int64_t j0, int64_t n) { keys.template stage<kTcaBlock, kP, 4>(sm.kv, j0, n, key, p); };
     auto stage_keys = [&](int64_t j0, int64_t n) { keys.template stage<kTcaBlock, kP>(sm.kv, j0, n, key, p); };
     if (split < num_blocks) {
         if (tid < kTcaBlock) sm.rows[tid] = tid < nh ? p.q + (r * p.heads + h0 + tid) * kD : nullptr;
@@ -72,7 +74,7 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) v41_tc_attention_kernel
     for (int64_t b = last; b >= split; b -= kSplit) {
         const int64_t j0 = b * kTcaBlock, n = nc - j0 < kTcaBlock ? nc - j0 : kTcaBlock;
         __syncthreads();
-        stage_keys(j0, n);
+        stage_keys1(j0, n);
         __syncthreads();
         float sc[2][4];
         tca_scores<kD>(sc, sm, hg, quarter, lane);
