@@ -188,9 +188,14 @@ struct Bench {
             // (room for more tokens than timed: every timed step decodes the whole batch)
             engine.add_request(id("d", i), std::move(p), sampling(1 + 2 * steps + 8, uint64_t(i)));
         }
-        // Until every request has its first token (prefill of the tails), then `steps` timed decode
-        // steps of the whole batch (the requests still running are dropped with the engine).
-        while (engine.metrics().generated_tokens < num_prefixes + batch) absorb(engine.step());
+        // Until every request has its first token (prefill of the tails; the engine counts a prompt's tokens
+        // when its first token comes: all generated tokens together reach the batch size while the last
+        // tails still wait, which put up to half of b512's timed steps in prefill), then one more step (under
+        // asynchronous scheduling the step planned before the last first tokens came lacks their rows), then
+        // `steps` timed decode steps of the whole batch (the requests still running are dropped with the engine).
+        const int64_t prompts0 = engine.metrics().prompt_tokens;
+        while (engine.metrics().prompt_tokens < prompts0 + batch * context && engine.has_unfinished()) absorb(engine.step());
+        if (engine.has_unfinished()) absorb(engine.step());
         reset_stats();
         const int64_t steps0 = engine.metrics().steps, gen0 = engine.metrics().generated_tokens;
         const int64_t preempt0 = engine.metrics().preemptions;
@@ -208,6 +213,8 @@ struct Bench {
         r["prefix_hit_tokens"] = engine.metrics().prefix_cache_hit_tokens;
         r["decode_steps"] = n;
         r["tokens"] = gen;
+        // Rows of the whole batch in every timed step: tokens == batch x decode_steps (report_engine.py checks it).
+        r["full_batch_steps"] = gen == batch * n;
         // Sequences preempted inside the timed steps (state pool full: their rows leave the batch and come
         // back by recomputing, so a step then is not one decode step of the whole batch), and the pool's
         // peak use against its capacity.

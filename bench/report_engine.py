@@ -211,6 +211,13 @@ def main():
                    "batch): " + ", ".join(f"b{r['batch']} {r['preemptions']}" for r in pre_rows) +
                    "; state-pool peak / capacity pages: " +
                    ", ".join(f"b{r['batch']} {r['pool_pages_peak']:,} / {r['pool_pages_capacity']:,}" for r in pre_rows) + ".")
+    # (rows since session 38: whether every timed step decoded the whole batch, tokens == batch x steps; before
+    # it the timed window could start while the last prompts' tails were still in prefill)
+    full_rows = [r for r in dec if "full_batch_steps" in r]
+    if full_rows:
+        out.append("Timed decode steps of the whole batch (tokens = batch x steps): " +
+                   ", ".join(f"b{r['batch']} {'yes' if r['full_batch_steps'] else 'NO'} ({r['tokens']:,} tokens in "
+                             f"{r['decode_steps']} steps)" for r in full_rows) + ".")
     loads = [p for p in pts if p[5] is not None]
     if loads:
         out.append("Expert load at decode (share of each layer's experts given rows; busiest expert's rows over the "
