@@ -335,6 +335,52 @@ static __global__ void __launch_bounds__(kTopkThreads) argmax_slices_kernel(cons
                                                                                                 : static_cast<int32_t>(lo + a.index)};
 }
 
+// The row's k top-k candidates (ascending ids in cand, k <= kMaxSampleTopK) reordered by (logit descending, then
+// id ascending), the order of the CPU's sort and of an insertion sort on one thread (which took ~k^2/4 dependent
+// global loads there: tens of microseconds at k = 50). Without NaN the order is strict and total (ids differ,
+// -0 ties +0 and falls to the ids), so each candidate's place is the number of candidates before it, counted
+// by its own thread; with a NaN among them (no total order) the insertion sort on one thread, as before. Every
+// thread of the block calls it; cand is complete on return.
+__device__ inline void sort_candidates(const float* l, int32_t* cand, int64_t k) {
+    __shared__ float val_sh[kMaxSampleTopK];
+    __shared__ int32_t id_sh[kMaxSampleTopK];
+    __shared__ int nan_sh;
+    if (threadIdx.x == 0) nan_sh = 0;
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < k; i += blockDim.x) {
+        const int32_t id = cand[i];
+        const float v = l[id];
+        val_sh[i] = v;
+        id_sh[i] = id;
+        if (isnan(v)) nan_sh = 1;
+    }
+    __syncthreads();
+    if (nan_sh) {
+        if (threadIdx.x == 0)
+            for (int64_t a = 1; a < k; ++a)
+                for (int64_t b = a; b > 0; --b) {
+                    const int32_t x = cand[b], y = cand[b - 1];
+                    const bool before = l[x] != l[y] ? l[x] > l[y] : x < y;
+                    if (!before) break;
+                    cand[b] = y;
+                    cand[b - 1] = x;
+                }
+        __syncthreads();
+        return;
+    }
+    for (int64_t i = threadIdx.x; i < k; i += blockDim.x) {
+        const float v = val_sh[i];
+        const int32_t id = id_sh[i];
+        int64_t place = 0;
+        for (int64_t j = 0; j < k; ++j) {
+            const float w = val_sh[j];
+            place += w != v ? w > v : id_sh[j] < id;
+        }
+        cand[place] = id;
+    }
+    __syncthreads();
+}
+
 // slices > 1: greedy rows take argmax_slices_kernel's parts (launched just before, same grid rows), and top-k
 // rows its slices' candidates (topk_slices > 1, topk_sliced).
 static __global__ void __launch_bounds__(kTopkThreads) sample_kernel(const __grid_constant__ SampleParams p, int slices, int topk_slices) {
@@ -384,19 +430,22 @@ static __global__ void __launch_bounds__(kTopkThreads) sample_kernel(const __gri
         topk_row_adaptive<kTopkVocabBits>(l, V, k, cand);
     }
     __syncthreads();
-    if (threadIdx.x != 0) return;
-    for (int64_t a = 1; a < k; ++a)
-        for (int64_t b = a; b > 0; --b) {
-            const int32_t x = cand[b], y = cand[b - 1];
-            const bool before = l[x] != l[y] ? l[x] > l[y] : x < y;
-            if (!before) break;
-            cand[b] = y;
-            cand[b - 1] = x;
-        }
+    sort_candidates(l, cand, k);
+    // The weights exp((l - max) / T), each by its own thread (the same expression as on one thread: the same
+    // values), their sum on one thread in candidate order, then the quotients.
+    __shared__ double den_sh;
     const double mx = l[cand[0]];
-    double den = 0;
-    for (int64_t i = 0; i < k; ++i) den += (prob[i] = exp((static_cast<double>(l[cand[i]]) - mx) * inv_t));
-    for (int64_t i = 0; i < k; ++i) prob[i] /= den;
+    for (int64_t i = threadIdx.x; i < k; i += blockDim.x) prob[i] = exp((static_cast<double>(l[cand[i]]) - mx) * inv_t);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double den = 0;
+        for (int64_t i = 0; i < k; ++i) den += prob[i];
+        den_sh = den;
+    }
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < k; i += blockDim.x) prob[i] /= den_sh;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
     int64_t n = k;
     if (row.top_p < 1.0) {
         double cum = 0;
