@@ -144,6 +144,10 @@ struct Bench {
         r["graph_replays"] = st.graph_replays;
         r["gpu_ms_per_forward"] = 1e3 * st.gpu_seconds / double(std::max<int64_t>(st.forwards, 1));
         r["gpu_idle_fraction"] = st.gap_seconds / std::max(st.gap_seconds + st.gpu_seconds, 1e-12);
+        // The device page pool of sequence state (the CUDA models keep their pages there, not in the engine's host
+        // pool): pages in all and the most in use since load (batches run in ascending order: up to this row).
+        r["device_state_pages"] = st.state_pages;
+        r["device_state_pages_peak"] = st.state_pages_peak;
     }
 
     nlohmann::json prefill(int64_t requests, int64_t prompt_len) {
@@ -216,8 +220,8 @@ struct Bench {
         // Rows of the whole batch in every timed step: tokens == batch x decode_steps (report_engine.py checks it).
         r["full_batch_steps"] = gen == batch * n;
         // Sequences preempted inside the timed steps (state pool full: their rows leave the batch and come
-        // back by recomputing, so a step then is not one decode step of the whole batch), and the pool's
-        // peak use against its capacity.
+        // back by recomputing, so a step then is not one decode step of the whole batch), and the engine's host
+        // pool's peak use against its capacity (0 with the CUDA models: gpu_fields has their device pool's).
         r["preemptions"] = engine.metrics().preemptions - preempt0;
         r["preemptions_before"] = preempt0;
         r["pool_pages_peak"] = engine.metrics().pool_pages_peak;

@@ -207,12 +207,17 @@ def main():
     # (rows from cuda_engine_bench since session 37: sequences preempted inside the timed decode steps)
     pre_rows = [r for r in dec if "preemptions" in r]
     if pre_rows:
-        # (the engine's host state pool: a CUDA model keeps its pages on the device, so its peak stays 0 there)
+        # (the engine's host state pool: a CUDA model keeps its pages on the device, so its peak stays 0 there;
+        # rows since session 38 carry the device pool's pages, peak since load)
         pool = [r for r in pre_rows if r.get("pool_pages_peak", 0) > 0]
+        dev_pool = [r for r in pre_rows if r.get("device_state_pages", 0) > 0]
         out.append("Preemptions inside the timed decode steps (a step with any is not one decode step of the whole "
                    "batch): " + ", ".join(f"b{r['batch']} {r['preemptions']}" for r in pre_rows) +
                    ("; host state-pool peak / capacity pages: " +
-                    ", ".join(f"b{r['batch']} {r['pool_pages_peak']:,} / {r['pool_pages_capacity']:,}" for r in pool) if pool else "") + ".")
+                    ", ".join(f"b{r['batch']} {r['pool_pages_peak']:,} / {r['pool_pages_capacity']:,}" for r in pool) if pool else "") +
+                   ("; device state-pool pages, most in use since load / all: " +
+                    ", ".join(f"b{r['batch']} {r['device_state_pages_peak']:,} / {r['device_state_pages']:,}" for r in dev_pool)
+                    if dev_pool else "") + ".")
     # (rows since session 38: whether every timed step decoded the whole batch, tokens == batch x steps; before
     # it the timed window could start while the last prompts' tails were still in prefill)
     full_rows = [r for r in dec if "full_batch_steps" in r]

@@ -70,3 +70,26 @@ def test_v41_published_schedule_is_the_released_config():
     assert sched["engram"] == text["engram_layer_ids"]
     assert report.V41["layers"] == layers and report.V41["experts"] == text["n_routed_experts"]
     assert report.V41["hidden"] == text["hidden_size"] and report.V41["inter"] == text["moe_intermediate_size"]
+
+
+def test_full_batch_steps_line(tmp_path):
+    """Rows since session 38 say whether every timed decode step decoded the whole batch: the report prints yes
+    where tokens == batch x steps and NO where a row says otherwise (the harness fault it guards against: timed
+    steps that still carried prefill chunks, bench/results/cuda-session38-h200-call1.md); older rows print nothing."""
+    engine = "cuda-engine-e2e-v41-h200-s38call3-even-bt8192.jsonl"
+    ceilings = "cuda-engine-e2e-v41-h200-s38call3-ceilings.jsonl"
+    out, rows = run_report(engine, ceilings)
+    check_floors(rows)
+    assert "Timed decode steps of the whole batch" in out
+    assert "b512 yes (8,192 tokens in 16 steps)" in out and " NO " not in out
+    lines = [json.loads(l) for l in (RESULTS / engine).read_text().splitlines() if l.strip()]
+    for r in lines:
+        if r.get("batch") == 512:
+            r["tokens"], r["full_batch_steps"] = 7000, False
+    bad = tmp_path / "partial.jsonl"
+    bad.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    out = subprocess.run([sys.executable, str(SCRIPT), str(bad), str(RESULTS / ceilings)], capture_output=True, text=True,
+                         check=True).stdout
+    assert "b512 NO (7,000 tokens in 16 steps)" in out
+    old, _ = run_report("cuda-engine-e2e-v41-h200-s37call3-even-bt8192.jsonl", "cuda-engine-e2e-v41-h200-s37call3-ceilings.jsonl")
+    assert "Timed decode steps of the whole batch" not in old
