@@ -672,22 +672,25 @@ TEST_F(CudaV41Ops, SinkAttentionOverCompactCachesBitIdentical) {
         expect_equal(ref, out.host(ref.size()), official ? "attention official" : "attention exact");
         if (!official) continue;
         // Tensor cores (fast mode): within bf16 rounding of the reference; the first row alone equals
-        // the first row of the batch bit for bit; 16 heads per CTA (the few-rows kernel) equals 64 bit for bit.
+        // the first row of the batch bit for bit; 16 heads per CTA (the few-rows kernel) equals 64 bit for bit, and
+        // so do pairs of CTAs per 16 heads ("8", Hopper).
         std::vector<float> first;
+        const bool pairs = cuda::compute_capability_major() >= 9;
         for (int64_t n : {S, int64_t(1)}) {
-            std::vector<float> by_heads[2];
-            for (int v = 0; v < 2; ++v) {
+            std::vector<float> by_heads[3];
+            for (int v = 0; v < (pairs ? 3 : 2); ++v) {
                 Dev<float> tc(ref.size());
                 cuda::sink_attention({.segments = dsegs.ptr(), .row_segment = rowseg.ptr(), .positions = pos.ptr(), .rows = n,
                                       .heads = H, .head_dim = Dh, .q = dq.ptr(), .kv = dkv.ptr(), .sink = dsink.ptr(), .window = W,
                                       .window_rows = ring, .selected = dsel.ptr(), .topk = K, .max_candidates = W + K,
                                       .scratch = scratch.ptr(), .cos_sin = dcs.ptr(), .rope_dim = R,
                                       .softmax_scale = 1.0f / std::sqrt(float(Dh)), .official = true, .tensor_cores = true,
-                                      .tc_heads_per_cta = v == 0 ? 64 : 16, .out = tc.ptr()},
+                                      .tc_heads_per_cta = v == 0 ? 64 : v == 1 ? 16 : 8, .out = tc.ptr()},
                                      Stream{});
                 by_heads[v] = tc.host(size_t(n * H * Dh));
             }
             expect_equal(by_heads[0], by_heads[1], "tensor-core sink attention: 16 heads per CTA = 64");
+            if (pairs) expect_equal(by_heads[0], by_heads[2], "tensor-core sink attention: CTA pairs per 16 heads = 64");
             const std::vector<float>& got = by_heads[0];
             double max_ref = 0, max_err = 0, sum_ref = 0, sum_err = 0;
             for (size_t i = 0; i < got.size(); ++i) {
@@ -812,7 +815,9 @@ TEST_F(CudaV41Ops, PagedCachesEqualContiguous) {
     Dev<float> dqa(qa), dkv(kv), dsink(sink), dcs(cs), scratch(size_t(S * H * (W + K)));
     // (tensor cores: the 64-head kernel and, as `heads16`, the 16-heads-per-CTA one, which must equal it)
     std::vector<float> tc64;
-    for (int variant : {0, 1, 2}) {
+    const bool pairs = cuda::compute_capability_major() >= 9;
+    for (int variant : {0, 1, 2, 3}) {
+        if (variant == 3 && !pairs) continue;
         const bool tc = variant > 0;
         std::vector<float> got[2];
         for (int paged = 0; paged < 2; ++paged) {
@@ -825,7 +830,7 @@ TEST_F(CudaV41Ops, PagedCachesEqualContiguous) {
                                   .window_rows = ring, .selected = dsel.ptr(), .topk = K, .max_candidates = W + K,
                                   .scratch = scratch.ptr(), .cos_sin = dcs.ptr(), .rope_dim = R,
                                   .softmax_scale = 1.0f / std::sqrt(float(Dh)), .official = true, .tensor_cores = tc,
-                                  .tc_heads_per_cta = variant == 2 ? 16 : 64,
+                                  .tc_heads_per_cta = variant == 2 ? 16 : variant == 3 ? 8 : 64,
                                   .paged_entries = paged ? pe.paged() : cuda::PagedCacheRows{}, .out = out.ptr()},
                                  Stream{});
             got[paged] = out.host(size_t(S * H * Dh));
@@ -834,6 +839,7 @@ TEST_F(CudaV41Ops, PagedCachesEqualContiguous) {
         expect_equal(got[0], got[1], !tc ? "paged entries" : variant == 1 ? "paged entries, tensor cores" : "paged entries, heads16");
         if (variant == 1) tc64 = got[0];
         if (variant == 2) expect_equal(tc64, got[0], "tensor cores, 16 heads per CTA = 64");
+        if (variant == 3) expect_equal(tc64, got[0], "tensor cores, CTA pairs per 16 heads = 64");
     }
 }
 

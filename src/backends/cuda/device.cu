@@ -37,6 +37,12 @@ int64_t multiprocessor_count() {
     return v;
 }
 
+int compute_capability_major() {
+    int v = 0;
+    DI_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, current_device()));
+    return v;
+}
+
 int device_count() {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {

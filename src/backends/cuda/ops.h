@@ -784,6 +784,11 @@ struct IndexScoresParams {
     // numerics, heads <= 64 and head_dim in {32, 64, 128}; within the fast mode's tolerances.
     bool tensor_cores = false;
     PagedCacheRows paged_keys = {};  // the keys in pool pages (tables null: contiguous from IndexRow::keys)
+    // Tensor cores: from 8 rows in one segment (prefill) 8 rows per block share each decoded key tile
+    // (kernels/v41_indexer_tc_gemm.cuh; the same bits as one row per block).
+    int64_t max_segment_rows = 0;   // most index rows of any one segment (0: unknown, one row per block)
+    int64_t tc_rows_per_block = 0;  // tests: 0 picks by max_segment_rows; 1 or 8
+    bool gemm_lockstep = false;     // tests: the 8-row kernel with all warps in step (no MMA / head-sum overlap)
     float* scores = nullptr;  // [num_rows, max_entries]
 };
 void index_scores(const IndexScoresParams& p, Stream s);
@@ -857,7 +862,9 @@ struct SinkAttentionParams {
     bool tensor_cores = false;
     // The tensor-core kernel's heads per CTA: 0 = by the row count (16, kernels/v41_attention_tc_heads.cuh, at
     // head_dim 512 while rows x ceil(heads / 16) CTAs fit the SMs once: a decode batch's row spread over four SMs;
-    // else 64); 16 or 64 pins one (tests). Both give the same bits.
+    // else 64; on Hopper, pairs of CTAs per 16 heads, "8", while twice those CTAs fit: each of a pair scores half
+    // the key blocks, normalizes 8 heads and outputs half the columns); 8, 16 or 64 pins one (tests). All give the
+    // same bits.
     int tc_heads_per_cta = 0;
     // The entries in pool pages, one page table per segment (tables null: contiguous from SinkSegment::entries).
     PagedCacheRows paged_entries = {};

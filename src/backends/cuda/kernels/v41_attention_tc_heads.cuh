@@ -15,6 +15,13 @@
 //           add +0 products, as the 64-key blocks' do), then bf16, the inverse RoPE and bf16 of its dims.
 // Block: 512 threads = 16 warps. Pass 1: warp w takes keys 8w .. 8w + 7 of the block for the 16 heads;
 // pass 2: warp w head w; pass 3: warp w columns 32w .. 32w + 31 (kD = 512).
+// kPair (Hopper, a cluster of two CTAs per 16 heads, grid (rows, 2 x ceil(heads / 16))): CTA rank r of the pair
+// scores the key blocks b with b % 2 == r in pass 1, the softmax of heads 8r .. 8r + 7 in pass 2 and output
+// columns 256r .. 256r + 255 in pass 3 (warp w: 16 columns), the passes apart by cluster barriers (the scores and
+// probabilities go through the global scratch, as between the CTAs' warps before). Every output element's
+// operations are unchanged (a score's MMA chain, a head's softmax, a column's accumulation over all key blocks
+// in order), so the bits are those of one CTA per 16 heads: half the per-CTA work at twice the CTAs, for batches
+// whose CTAs leave most SMs idle (a batch of one: 8 SMs instead of 4).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -40,10 +47,24 @@ __host__ __device__ constexpr int64_t v41h_smem_bytes(int64_t kd) {
     return 2 * (kV41hHeads + kV41hBlock) * tca_pitch(kd) + 2 * kV41hHeads * (kV41hBlock + 8) + kV41KeyTableBytes;
 }
 
-// grid (rows, ceil(heads / 16)), block kV41hThreads, dynamic shared memory v41h_smem_bytes(kD).
-template <int kD>
+// Every thread of both CTAs of the cluster arrives; the global (and shared) memory writes before it are visible to
+// both after it (release / acquire at cluster scope).
+__device__ __forceinline__ void v41h_cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+    __trap();  // the launcher pairs CTAs only on devices with clusters (compute capability 9.0+)
+#endif
+}
+
+// grid (rows, ceil(heads / 16)), or with kPair (rows, 2 x ceil(heads / 16)) in clusters of (1, 2, 1); block
+// kV41hThreads, dynamic shared memory v41h_smem_bytes(kD).
+template <int kD, bool kPair = false>
 static __global__ void __launch_bounds__(kV41hThreads, 1) v41_tc_attention_heads_kernel(const __grid_constant__ SinkAttentionParams p) {
     static_assert(kD == 32 * (kV41hThreads / 32), "pass 3: 32 columns per warp");
+    constexpr int kParts = kPair ? 2 : 1;                // CTAs per 16 heads
+    constexpr int kTiles = 4 / kParts;                  // pass 3: n8 column tiles per warp
+    constexpr int kSoftmaxHeads = kV41hHeads / kParts;  // pass 2: heads per CTA
     extern __shared__ __align__(16) unsigned char v41h_sm[];
     constexpr int kP = static_cast<int>(tca_pitch(kD)), kPP = kV41hBlock + 8;
     __nv_bfloat16* const sq = reinterpret_cast<__nv_bfloat16*>(v41h_sm);
@@ -52,7 +73,8 @@ static __global__ void __launch_bounds__(kV41hThreads, 1) v41_tc_attention_heads
     unsigned char* const table = reinterpret_cast<unsigned char*>(sp + kV41hHeads * kPP);
     float* const so = reinterpret_cast<float*>(v41h_sm);  // [16, kD] at the end, over q and kv
 
-    const int64_t r = blockIdx.x, h0 = static_cast<int64_t>(blockIdx.y) * kV41hHeads;
+    const int part = kPair ? static_cast<int>(blockIdx.y % 2) : 0;  // the CTA's rank in its cluster
+    const int64_t r = blockIdx.x, h0 = static_cast<int64_t>(blockIdx.y / kParts) * kV41hHeads;
     const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, qd = lane % 4;
     const SinkSegment& seg = p.segments[p.row_segment[r]];
     const int64_t pos = p.positions[r];
@@ -89,11 +111,15 @@ static __global__ void __launch_bounds__(kV41hThreads, 1) v41_tc_attention_heads
         }
     }
 
-    // Pass 1: warp w's 16 heads x 8 keys per block, the last block first (the first stays staged for pass 3).
+    // Pass 1: warp w's 16 heads x 8 keys per block (kPair: this CTA's blocks), the last block first (the first stays
+    // staged for pass 3).
+    int64_t staged = -1;  // the block left in skv
     for (int64_t b = num_blocks - 1; b >= 0; --b) {
+        if (kPair && static_cast<int>(b % 2) != part) continue;  // (uniform over the CTA)
         const int64_t j0 = b * kV41hBlock, n = nc - j0 < kV41hBlock ? nc - j0 : kV41hBlock;
         __syncthreads();
         keys.template stage<kV41hBlock, kP, kV41hLoadBatch>(skv, j0, n, key, p);
+        staged = b;
         __syncthreads();
         float sc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 4
@@ -113,10 +139,11 @@ static __global__ void __launch_bounds__(kV41hThreads, 1) v41_tc_attention_heads
         }
     }
     __syncthreads();  // every head's scores are in the scratch
-    // Pass 2: warp w's head (v41_tc_attention_kernel's pass 2, the same code).
+    if constexpr (kPair) v41h_cluster_sync();  // (the other CTA's blocks too)
+    // Pass 2: warp w's head (v41_tc_attention_kernel's pass 2, the same code); kPair: heads 8·part + w, w < 8.
     constexpr int kPerLane = kV41KeyTable / 32;
     const int mine = lane < nc ? static_cast<int>((nc - 1 - lane) / 32) + 1 : 0;
-    for (int64_t hh = warp; hh < nh; hh += kV41hThreads / 32) {
+    for (int64_t hh = part * kSoftmaxHeads + warp; warp < kSoftmaxHeads && hh < nh; hh += kV41hThreads / 32) {
         float* s = scores0 + hh * p.max_candidates + lane;
         const float sink = p.sink[h0 + hh];
         float e[kPerLane];
@@ -139,17 +166,20 @@ static __global__ void __launch_bounds__(kV41hThreads, 1) v41_tc_attention_heads
             if (k < mine) s[32 * k] = dev::round_bf16(e[k] / den);
     }
     __syncthreads();  // every head's probabilities are in the scratch
-    // Pass 3: o = P · V, warp w's 16 heads x 32 columns, blocks in order.
-    float acc[4][4];
+    if constexpr (kPair) v41h_cluster_sync();  // (the other CTA's heads too)
+    // Pass 3: o = P · V, warp w's 16 heads x 32 columns (kPair: 16 of this CTA's 256), blocks in order.
+    float acc[kTiles][4];
 #pragma unroll
-    for (int t = 0; t < 4; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+    for (int t = 0; t < kTiles; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
     constexpr int kPHeads = kV41hThreads / kV41hBlock, kPPer = kV41hHeads / kPHeads;  // P staging: 4 heads per sweep
     const int pj = tid % kV41hBlock, ph = tid / kV41hBlock;
-    const int c0 = warp * 32;
+    constexpr int kCols = kD / kParts;  // this CTA's output columns [cbeg, cbeg + kCols)
+    const int cbeg = part * kCols, c0 = cbeg + warp * (32 / kParts);
     for (int64_t b = 0; b < num_blocks; ++b) {
         const int64_t j0 = b * kV41hBlock, n = nc - j0 < kV41hBlock ? nc - j0 : kV41hBlock;
         __syncthreads();
-        if (b != 0) keys.template stage<kV41hBlock, kP, kV41hLoadBatch>(skv, j0, n, key, p);  // (block 0: still staged from pass 1)
+        if (b != staged) keys.template stage<kV41hBlock, kP, kV41hLoadBatch>(skv, j0, n, key, p);  // (else still staged from pass 1)
+        staged = -1;
         float pv[kPPer];
 #pragma unroll
         for (int k = 0; k < kPPer; ++k) {
@@ -164,7 +194,7 @@ static __global__ void __launch_bounds__(kV41hThreads, 1) v41_tc_attention_heads
             uint32_t a[4];
             dev::ldmatrix_x4(a, sp + (lane % 16) * kPP + ks * 16 + (lane / 16) * 8);
 #pragma unroll
-            for (int t = 0; t < 4; t += 2) {
+            for (int t = 0; t < kTiles; t += 2) {
                 uint32_t bb[4];
                 dev::ldmatrix_x4_trans(bb, skv + (ks * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kP + c0 + t * 8 + (lane / 16) * 8);
                 dev::mma_bf16_16816(acc[t], a, bb[0], bb[1]);
@@ -176,19 +206,23 @@ static __global__ void __launch_bounds__(kV41hThreads, 1) v41_tc_attention_heads
     // one-part form).
     __syncthreads();  // every warp's MMAs are done with q and kv, which the output overwrites
 #pragma unroll
-    for (int t = 0; t < 4; ++t) {
+    for (int t = 0; t < kTiles; ++t) {
         const int col = c0 + t * 8 + qd * 2;
         *reinterpret_cast<float2*>(so + g * kD + col) = make_float2(dev::round_bf16(acc[t][0]), dev::round_bf16(acc[t][1]));
         *reinterpret_cast<float2*>(so + (g + 8) * kD + col) = make_float2(dev::round_bf16(acc[t][2]), dev::round_bf16(acc[t][3]));
     }
     __syncthreads();
     const float* cs = p.cos_sin + pos * p.rope_dim;
+    // The rope dims [kD - rope_dim, kD) are this CTA's (kPair: the second CTA's; the launcher pairs only when
+    // rope_dim <= kD / 2).
+    const bool rope_here = kD - p.rope_dim >= cbeg && kD <= cbeg + kCols;
     for (int hh = warp; hh < nh; hh += kV41hThreads / 32) {
         float* o = so + hh * kD;
-        for (int64_t i = lane; i < p.rope_dim / 2; i += 32) dev::rope_pair(o + (kD - p.rope_dim), static_cast<int>(i), cs, true);
+        if (rope_here)
+            for (int64_t i = lane; i < p.rope_dim / 2; i += 32) dev::rope_pair(o + (kD - p.rope_dim), static_cast<int>(i), cs, true);
         __syncwarp();
         float* dst = p.out + (r * p.heads + h0 + hh) * kD;
-        for (int d = lane; d < kD; d += 32) dst[d] = d >= kD - p.rope_dim ? dev::round_bf16(o[d]) : o[d];
+        for (int d = cbeg + lane; d < cbeg + kCols; d += 32) dst[d] = d >= kD - p.rope_dim ? dev::round_bf16(o[d]) : o[d];
     }
 }
 

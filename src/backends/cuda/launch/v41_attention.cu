@@ -6,6 +6,7 @@
 #include "backends/cuda/kernels/v41_attention_tc.cuh"
 #include "backends/cuda/kernels/v41_attention_tc_heads.cuh"
 #include "backends/cuda/kernels/v41_indexer_tc.cuh"
+#include "backends/cuda/kernels/v41_indexer_tc_gemm.cuh"
 #include "backends/cuda/launch/attention_tc_launch.cuh"
 
 namespace deepinfer::cuda {
@@ -27,15 +28,45 @@ bool launch_index_tc(const IndexScoresParams& p, Stream s) {
     return true;
 }
 
+// 8 index rows per block as a tiled GEMM (prefill); false when the shared memory does not fit.
+template <int kD, int kMt, bool kStagger>
+bool launch_index_tc_gemm(const IndexScoresParams& p, Stream s) {
+    const int64_t smem = kernels::v41_ig_smem_bytes(kD, kMt);
+    if (smem > max_shared_memory_per_block()) return false;
+    auto* kernel = kernels::v41_indexer_tc_gemm_kernel<kD, kMt, kStagger>;
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    const int64_t groups = (p.num_rows + kernels::kIgRows - 1) / kernels::kIgRows;
+    const int64_t span = kernels::itc_span(p.max_entries, groups, multiprocessor_count());
+    const dim3 grid(static_cast<unsigned>(groups), static_cast<unsigned>((p.max_entries + span - 1) / span));
+    kernel<<<grid, kernels::kIgThreads, static_cast<size_t>(smem), raw(s)>>>(p, span);
+    DI_CUDA_CHECK(cudaGetLastError());
+    return true;
+}
+
+template <int kD>
+bool launch_index_tc_any(const IndexScoresParams& p, Stream s) {
+    int64_t per_block = p.tc_rows_per_block;
+    if (per_block == 0) per_block = p.max_segment_rows >= kernels::kIgRows ? kernels::kIgRows : 1;
+    DI_CHECK(per_block == 1 || per_block == kernels::kIgRows, "index_scores: ", per_block, " rows per block (1 or 8)");
+    if (per_block == kernels::kIgRows) {
+        const bool lock = p.gemm_lockstep;
+        const bool done = p.heads <= 32 ? (lock ? launch_index_tc_gemm<kD, 2, false>(p, s) : launch_index_tc_gemm<kD, 2, true>(p, s))
+                                        : (lock ? launch_index_tc_gemm<kD, 4, false>(p, s) : launch_index_tc_gemm<kD, 4, true>(p, s));
+        if (done) return true;
+        DI_CHECK(p.tc_rows_per_block == 0, "index_scores: the 8-row kernel's shared memory does not fit this device");
+    }
+    return launch_index_tc<kD>(p, s);
+}
+
 bool index_tensor_cores(const IndexScoresParams& p, Stream s) {
     if (!p.tensor_cores || !p.official || p.heads > kernels::kItcHeads) return false;
     if (reinterpret_cast<uintptr_t>(p.q) % 16 != 0) return false;
     // (the kernel stages its keys 16 values per read: one scale per 16)
     if (p.key_format != CacheFormat::kF32 && p.key_block % 16 != 0) return false;
     switch (p.head_dim) {
-        case 32: return launch_index_tc<32>(p, s);
-        case 64: return launch_index_tc<64>(p, s);
-        case 128: return launch_index_tc<128>(p, s);
+        case 32: return launch_index_tc_any<32>(p, s);
+        case 64: return launch_index_tc_any<64>(p, s);
+        case 128: return launch_index_tc_any<128>(p, s);
         default: return false;
     }
 }
@@ -75,21 +106,42 @@ namespace {
 template <int kD>
 bool launch_tc_heads(const SinkAttentionParams& p, Stream s) {
     if constexpr (kD != 512) {
-        DI_CHECK(p.tc_heads_per_cta != 16, "sink_attention: 16 heads per CTA needs head_dim 512, not ", kD);
+        DI_CHECK(p.tc_heads_per_cta != 16 && p.tc_heads_per_cta != 8, "sink_attention: 8 or 16 heads per CTA needs head_dim 512, not ", kD);
         return false;
     } else {
-        const int64_t ctas = p.rows * ((p.heads + kernels::kV41hHeads - 1) / kernels::kV41hHeads);
+        const int64_t groups = (p.heads + kernels::kV41hHeads - 1) / kernels::kV41hHeads, ctas = p.rows * groups;
         if (p.tc_heads_per_cta == 64 || (p.tc_heads_per_cta == 0 && ctas > multiprocessor_count())) return false;
         constexpr int64_t smem = kernels::v41h_smem_bytes(kD);
         if (smem > max_shared_memory_per_block()) {
-            DI_CHECK(p.tc_heads_per_cta != 16, "sink_attention: 16 heads per CTA needs ", smem, " bytes of shared memory per block");
+            DI_CHECK(p.tc_heads_per_cta != 16 && p.tc_heads_per_cta != 8, "sink_attention: 16 heads per CTA needs ", smem,
+                     " bytes of shared memory per block");
             return false;
         }
-        auto* kernel = kernels::v41_tc_attention_heads_kernel<kD>;
+        // Pairs of CTAs per 16 heads (clusters: compute capability 9.0+; the rope dims in the second CTA's half) while
+        // twice the CTAs still fit the SMs once and the rows have compressed picks beside their window (measured at b1:
+        // 94.0 -> 80.6 us per launch with 128 + 512 keys, but 23.6 -> 34.9 us with the window's 128 alone, where each
+        // CTA of a pair gets one key block and the cluster barriers cost more than the halved MMAs save:
+        // bench/results/cuda-session39-h200-call1.md), or as pinned (8).
+        const bool pairable = compute_capability_major() >= 9 && p.rope_dim <= kD / 2;
+        const bool long_rows = p.selected != nullptr && p.topk > 0;
+        DI_CHECK(p.tc_heads_per_cta != 8 || pairable, "sink_attention: 8 heads per CTA (CTA pairs) needs compute capability 9.0 "
+                 "and rope_dim <= head_dim / 2");
+        const bool pair = p.tc_heads_per_cta == 8 || (p.tc_heads_per_cta == 0 && pairable && long_rows && 2 * ctas <= multiprocessor_count());
+        auto* kernel = pair ? kernels::v41_tc_attention_heads_kernel<kD, true> : kernels::v41_tc_attention_heads_kernel<kD, false>;
         DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-        const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>((p.heads + kernels::kV41hHeads - 1) / kernels::kV41hHeads));
-        kernel<<<grid, kernels::kV41hThreads, static_cast<size_t>(smem), raw(s)>>>(p);
-        DI_CUDA_CHECK(cudaGetLastError());
+        cudaLaunchConfig_t cfg{};
+        cudaLaunchAttribute attr[1]{};
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = 1;
+        attr[0].val.clusterDim.y = pair ? 2 : 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.gridDim = dim3(static_cast<unsigned>(p.rows), static_cast<unsigned>(groups * (pair ? 2 : 1)));
+        cfg.blockDim = dim3(kernels::kV41hThreads);
+        cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+        cfg.stream = raw(s);
+        cfg.attrs = attr;
+        cfg.numAttrs = pair ? 1 : 0;
+        DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
         return true;
     }
 }
@@ -98,8 +150,8 @@ template <int kD>
 bool launch_tc(const SinkAttentionParams& p, Stream s) {
     // (the kernel locates a row's keys once: window + picks within its table)
     if (p.window + (p.selected ? p.topk : 0) > kernels::kV41KeyTable) return false;
-    DI_CHECK(p.tc_heads_per_cta == 0 || p.tc_heads_per_cta == 16 || p.tc_heads_per_cta == 64,
-             "sink_attention: tc_heads_per_cta must be 0, 16 or 64, not ", p.tc_heads_per_cta);
+    DI_CHECK(p.tc_heads_per_cta == 0 || p.tc_heads_per_cta == 8 || p.tc_heads_per_cta == 16 || p.tc_heads_per_cta == 64,
+             "sink_attention: tc_heads_per_cta must be 0, 8, 16 or 64, not ", p.tc_heads_per_cta);
     if (launch_tc_heads<kD>(p, s)) return true;
     return launch_tca<kD, kernels::v41_tca_smem_bytes(kD)>(kernels::v41_tc_attention_kernel<kD, kernels::kTcaSplit>,
                                                             kernels::v41_tc_attention_kernel<kD, 1>, p, p.rows, p.heads, raw(s));

@@ -91,7 +91,8 @@ void CudaV41Model::index(int64_t layer, const Batch& b, const float* a, const fl
     float* scores = workspace_.alloc_n<float>(NR * max_entries);
     index_scores({.rows = d_rows, .num_rows = NR, .max_entries = max_entries, .q = qi, .weights = hw, .heads = IH,
                   .head_dim = ID, .key_format = formats_.key, .key_block = V41CacheFormats::kKeyBlock, .official = off,
-                  .tensor_cores = fast_, .paged_keys = paged_rows(b, p.source, true), .scores = scores},
+                  .tensor_cores = fast_, .paged_keys = paged_rows(b, p.source, true), .max_segment_rows = b.max_rows,
+                  .scores = scores},
                  s);
     if (p.candidates) {
         const int64_t bs = c.candidate_block_size, keep = c.candidate_topk_blocks;
