@@ -73,6 +73,111 @@ __device__ __forceinline__ float score_of(uint32_t half16) {
     const float f = __uint_as_float(half16 << 16);
     return isnan(f) ? __int_as_float(0x7FC00000) : f;
 }
+
+// The tile routines of the GEMM kernels (V4's below, V4.1's in v41_indexer_tc_gemm.cuh): a warp's query row against
+// a 64-key tile, kMt x 16 MMA head rows.
+// acc = the [kMt * 16 heads x 64 keys] dot products of the warp's q rows qw ([kMt * 16, itc_pitch(kD)] bf16) with
+// the key tile kb ([64, itc_pitch(kD)] bf16): indexer_tc_block's fragments and k order.
+template <int kD, int kMt>
+__device__ __forceinline__ void tile_mma(float (&acc)[kMt][8][4], const __nv_bfloat16* qw, const __nv_bfloat16* kb, int lane) {
+    constexpr int kP = static_cast<int>(itc_pitch(kD));
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+        uint32_t a[kMt][4];
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) dev::ldmatrix_x4(a[mt], qw + (mt * 16 + lane % 16) * kP + ks * 16 + (lane / 16) * 8);
+#pragma unroll
+        for (int nt = 0; nt < 8; nt += 2) {
+            uint32_t b[4];
+            dev::ldmatrix_x4(b, kb + (nt * 8 + lane % 8 + (lane / 16) * 8) * kP + ks * 16 + ((lane / 8) % 2) * 8);
+#pragma unroll
+            for (int mt = 0; mt < kMt; ++mt) {
+                dev::mma_bf16_16816(acc[mt][nt], a[mt], b[0], b[1]);
+                dev::mma_bf16_16816(acc[mt][nt + 1], a[mt], b[2], b[3]);
+            }
+        }
+    }
+}
+
+// The tile's scores of key pair `lane` (keys 2 lane, 2 lane + 1 of the tile) as a packed bf16 pair: each head's
+// term bf16(relu(bf16(dot)) * w_h) (wpair: this warp's head weights as (w, w) pairs, heads 16 mt + g and + 8), summed
+// over the heads in order from +0, 32 heads at a time through the warp's scratch x_s ([32, kIgPairPitch] u32).
+template <int kMt>
+__device__ __forceinline__ uint32_t tile_scores(const float (&acc)[kMt][8][4], const uint32_t (&wpair)[kMt][2], uint32_t* x_s,
+                                                int64_t heads, int lane) {
+    const int g = lane / 4, qd = lane % 4;
+    uint32_t score = 0;  // (+0, +0)
+#pragma unroll
+    for (int half = 0; half < kMt / 2; ++half) {
+#pragma unroll
+        for (int m2 = 0; m2 < 2; ++m2) {
+            const int mt = half * 2 + m2;
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+                uint32_t* row = x_s + (nt * 4 + qd) * kIgPairPitch + m2 * 16 + g;
+                const uint32_t d0 = max_bf16x2(pack_bf16x2(acc[mt][nt][0], acc[mt][nt][1]), 0u);
+                const uint32_t d1 = max_bf16x2(pack_bf16x2(acc[mt][nt][2], acc[mt][nt][3]), 0u);
+                row[0] = fma_bf16x2(d0, wpair[mt][0], kNegZeros);
+                row[8] = fma_bf16x2(d1, wpair[mt][1], kNegZeros);
+            }
+        }
+        __syncwarp();
+        const uint32_t* mine_row = x_s + lane * kIgPairPitch;
+        uint4 v[8];
+#pragma unroll
+        for (int h4 = 0; h4 < 8; ++h4) v[h4] = *reinterpret_cast<const uint4*>(mine_row + h4 * 4);
+#pragma unroll
+        for (int h4 = 0; h4 < 8; ++h4) {
+            const int64_t h = half * 32 + h4 * 4;
+            if (h + 4 <= heads) {  // warp-uniform
+                score = fma_bf16x2(v[h4].x, kOnes, score);
+                score = fma_bf16x2(v[h4].y, kOnes, score);
+                score = fma_bf16x2(v[h4].z, kOnes, score);
+                score = fma_bf16x2(v[h4].w, kOnes, score);
+            } else {
+                if (h < heads) score = fma_bf16x2(v[h4].x, kOnes, score);
+                if (h + 1 < heads) score = fma_bf16x2(v[h4].y, kOnes, score);
+                if (h + 2 < heads) score = fma_bf16x2(v[h4].z, kOnes, score);
+            }
+        }
+        __syncwarp();  // the reads are done before the next half's writes
+    }
+    return score;
+}
+
+// The tiles' order: mma(t), then the warp's epilogue(t) (mine(t): the warp's row scores tile t), stage_next(t) stores
+// tile t + 1 into the key buffer tile t - 1 released and loads tile t + 2; a block barrier between steps. kStagger:
+// half steps, warps 0-3 (one per SM sub-partition) run tile t's MMAs in half step 2t and its epilogue in 2t + 1,
+// warps 4-7 one half step later, so each sub-partition's tensor core works while its other warp sums heads (key
+// buffer t % 2 is read in half steps 2t and 2t + 1; tile t + 1 is stored in half step 2t). Else all warps in step.
+template <bool kStagger, class Mine, class Mma, class Epilogue, class StageNext>
+__device__ __forceinline__ void tile_schedule(int64_t tiles, int warp, Mine mine, Mma mma, Epilogue epilogue, StageNext stage_next) {
+    if constexpr (!kStagger) {
+#pragma unroll 1
+        for (int64_t t = 0; t < tiles; ++t) {
+            if (mine(t)) mma(t);
+            stage_next(t);
+            if (mine(t)) epilogue(t);
+            __syncthreads();
+        }
+    } else {
+        const int lag = warp / 4;
+#pragma unroll 1
+        for (int64_t hs = 0; hs <= 2 * tiles; ++hs) {
+            const int64_t rel = hs - lag;
+            if (rel >= 0 && rel < 2 * tiles && mine(rel / 2)) {
+                if ((rel & 1) == 0) mma(rel / 2);
+                else epilogue(rel / 2);
+            }
+            if ((hs & 1) == 0) stage_next(hs / 2);
+            __syncthreads();
+        }
+    }
+}
 }  // namespace ig
 
 // grid (ceil(rows / 8), key spans), block kIgThreads, dynamic shared memory ig_smem_bytes(kD). Groups
@@ -86,7 +191,7 @@ static __global__ void __launch_bounds__(kIgThreads, 1) indexer_tc_gemm_kernel(c
     constexpr int kLoads = kItcKeys * kD4 / kIgThreads;  // float4 key loads per thread and tile
     constexpr int kKeysPerLoad = 32 / kD4;               // keys of one warp's float4 batch
     static_assert(kD % 16 == 0 && kD4 <= 32 && kLoads >= 1 && kLoads * kKeysPerLoad == 8, "8 keys per warp and tile");
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, qd = lane % 4;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4;
     const int64_t group = static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x;
     const int64_t r0 = group * kIgRows;
     const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * span;
@@ -204,72 +309,12 @@ static __global__ void __launch_bounds__(kIgThreads, 1) indexer_tc_gemm_kernel(c
     const int64_t row_end = my_vis < k_begin + span ? my_vis : k_begin + span;  // this row's keys end here
     const __nv_bfloat16* qw = q_s + warp * kItcHeads * kP;
 
-    // Tile t's [64 heads x 64 keys] dot products of this warp's row into acc (key buffer t % 2).
+    // Tile t's [64 heads x 64 keys] dot products of this warp's row into acc (key buffer t % 2), then its scores.
     float acc[4][8][4];
-    auto mma_tile = [&](int64_t t) {
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < 8; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
-        const __nv_bfloat16* kb = k_s + (t & 1) * kItcKeys * kP;
-#pragma unroll
-        for (int ks = 0; ks < kD / 16; ++ks) {
-            uint32_t a[4][4];
-#pragma unroll
-            for (int mt = 0; mt < 4; ++mt) dev::ldmatrix_x4(a[mt], qw + (mt * 16 + lane % 16) * kP + ks * 16 + (lane / 16) * 8);
-#pragma unroll
-            for (int nt = 0; nt < 8; nt += 2) {
-                uint32_t b[4];
-                dev::ldmatrix_x4(b, kb + (nt * 8 + lane % 8 + (lane / 16) * 8) * kP + ks * 16 + ((lane / 8) % 2) * 8);
-#pragma unroll
-                for (int mt = 0; mt < 4; ++mt) {
-                    dev::mma_bf16_16816(acc[mt][nt], a[mt], b[0], b[1]);
-                    dev::mma_bf16_16816(acc[mt][nt + 1], a[mt], b[2], b[3]);
-                }
-            }
-        }
-    };
-    // Tile t's scores from acc: lane l sums key pair l (keys k0 + 2l, + 1) over the heads in order, 32
-    // heads at a time through the warp's scratch.
+    auto mma_tile = [&](int64_t t) { ig::tile_mma<kD, 4>(acc, qw, k_s + (t & 1) * kItcKeys * kP, lane); };
     auto epilogue_tile = [&](int64_t t) {
-        const int64_t k0 = k_begin + t * kItcKeys;
-        uint32_t score = 0;  // (+0, +0)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-#pragma unroll
-            for (int m2 = 0; m2 < 2; ++m2) {
-                const int mt = half * 2 + m2;
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt) {
-                    uint32_t* row = x_s + (nt * 4 + qd) * kIgPairPitch + m2 * 16 + g;
-                    const uint32_t d0 = ig::max_bf16x2(ig::pack_bf16x2(acc[mt][nt][0], acc[mt][nt][1]), 0u);
-                    const uint32_t d1 = ig::max_bf16x2(ig::pack_bf16x2(acc[mt][nt][2], acc[mt][nt][3]), 0u);
-                    row[0] = ig::fma_bf16x2(d0, wpair[mt][0], ig::kNegZeros);
-                    row[8] = ig::fma_bf16x2(d1, wpair[mt][1], ig::kNegZeros);
-                }
-            }
-            __syncwarp();
-            const uint32_t* mine_row = x_s + lane * kIgPairPitch;
-            uint4 v[8];
-#pragma unroll
-            for (int h4 = 0; h4 < 8; ++h4) v[h4] = *reinterpret_cast<const uint4*>(mine_row + h4 * 4);
-#pragma unroll
-            for (int h4 = 0; h4 < 8; ++h4) {
-                const int64_t h = half * 32 + h4 * 4;
-                if (h + 4 <= heads) {  // warp-uniform
-                    score = ig::fma_bf16x2(v[h4].x, ig::kOnes, score);
-                    score = ig::fma_bf16x2(v[h4].y, ig::kOnes, score);
-                    score = ig::fma_bf16x2(v[h4].z, ig::kOnes, score);
-                    score = ig::fma_bf16x2(v[h4].w, ig::kOnes, score);
-                } else {
-                    if (h < heads) score = ig::fma_bf16x2(v[h4].x, ig::kOnes, score);
-                    if (h + 1 < heads) score = ig::fma_bf16x2(v[h4].y, ig::kOnes, score);
-                    if (h + 2 < heads) score = ig::fma_bf16x2(v[h4].z, ig::kOnes, score);
-                }
-            }
-            __syncwarp();  // the reads are done before the next half's writes
-        }
-        const int64_t j = k0 + 2 * lane;
+        const uint32_t score = ig::tile_scores<4>(acc, wpair, x_s, heads, lane);
+        const int64_t j = k_begin + t * kItcKeys + 2 * lane;
         float* out = p.scores + my_r * p.max_visible;
         if (j < row_end) out[j] = ig::score_of(score & 0xFFFFu);
         if (j + 1 < row_end) out[j + 1] = ig::score_of(score >> 16);
@@ -283,32 +328,7 @@ static __global__ void __launch_bounds__(kIgThreads, 1) indexer_tc_gemm_kernel(c
     };
     auto mine = [&](int64_t t) { return my_valid && k_begin + t * kItcKeys < row_end; };  // warp-uniform
     const int64_t tiles = (k_end - k_begin + kItcKeys - 1) / kItcKeys;
-    if constexpr (!kStagger) {
-        // All warps in step: every tile's MMAs, then every tile's epilogues.
-#pragma unroll 1
-        for (int64_t t = 0; t < tiles; ++t) {
-            if (mine(t)) mma_tile(t);
-            stage_next(t);
-            if (mine(t)) epilogue_tile(t);
-            __syncthreads();
-        }
-    } else {
-        // Half steps: warps 0-3 (one per SM sub-partition) run tile t's MMAs in half step 2t and its
-        // epilogue in 2t + 1, warps 4-7 one half step later, so each sub-partition's tensor core works
-        // while its other warp sums heads. Key buffer t % 2 is read in half steps 2t and 2t + 1; tile t + 1
-        // is stored in half step 2t into the buffer tile t - 1 released.
-        const int lag = warp / 4;
-#pragma unroll 1
-        for (int64_t hs = 0; hs <= 2 * tiles; ++hs) {
-            const int64_t rel = hs - lag;
-            if (rel >= 0 && rel < 2 * tiles && mine(rel / 2)) {
-                if ((rel & 1) == 0) mma_tile(rel / 2);
-                else epilogue_tile(rel / 2);
-            }
-            if ((hs & 1) == 0) stage_next(hs / 2);
-            __syncthreads();
-        }
-    }
+    ig::tile_schedule<kStagger>(tiles, warp, mine, mma_tile, epilogue_tile, stage_next);
 }
 
 }  // namespace deepinfer::cuda::kernels

@@ -51,7 +51,7 @@ static __global__ void __launch_bounds__(kIgThreads, 1) v41_indexer_tc_gemm_kern
     constexpr int kItems = kItcKeys * (kD / 16);                            // 16-value items of a key tile
     constexpr int kPer = (kItems + kIgThreads - 1) / kIgThreads;            // items per thread and tile
     static_assert(kD % 16 == 0 && (kP * 2) % 16 == 0, "16 values per item, 16-byte shared-memory stores");
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, qd = lane % 4;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4;
     const int64_t group = static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x;
     const int64_t r0 = group * kIgRows;
     const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * span;
@@ -184,72 +184,12 @@ static __global__ void __launch_bounds__(kIgThreads, 1) v41_indexer_tc_gemm_kern
         __syncthreads();  // tile 0
         const int64_t row_end = my_scored_end;  // this row's scored keys end here
 
-        // Tile t's [kH heads x 64 keys] dot products of this warp's row into acc (key buffer t % 2).
+        // Tile t's [kH heads x 64 keys] dot products of this warp's row into acc (key buffer t % 2), then its scores.
         float acc[kMt][8][4];
-        auto mma_tile = [&](int64_t t) {
-#pragma unroll
-            for (int mt = 0; mt < kMt; ++mt)
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
-            const __nv_bfloat16* kb = k_s + (t & 1) * kItcKeys * kP;
-#pragma unroll
-            for (int ks = 0; ks < kD / 16; ++ks) {
-                uint32_t a[kMt][4];
-#pragma unroll
-                for (int mt = 0; mt < kMt; ++mt) dev::ldmatrix_x4(a[mt], qw + (mt * 16 + lane % 16) * kP + ks * 16 + (lane / 16) * 8);
-#pragma unroll
-                for (int nt = 0; nt < 8; nt += 2) {
-                    uint32_t b[4];
-                    dev::ldmatrix_x4(b, kb + (nt * 8 + lane % 8 + (lane / 16) * 8) * kP + ks * 16 + ((lane / 8) % 2) * 8);
-#pragma unroll
-                    for (int mt = 0; mt < kMt; ++mt) {
-                        dev::mma_bf16_16816(acc[mt][nt], a[mt], b[0], b[1]);
-                        dev::mma_bf16_16816(acc[mt][nt + 1], a[mt], b[2], b[3]);
-                    }
-                }
-            }
-        };
-        // Tile t's scores from acc: lane l sums key pair l (keys k0 + 2l, + 1) over the heads in order, 32
-        // heads at a time through the warp's scratch.
+        auto mma_tile = [&](int64_t t) { ig::tile_mma<kD, kMt>(acc, qw, k_s + (t & 1) * kItcKeys * kP, lane); };
         auto epilogue_tile = [&](int64_t t) {
-            const int64_t k0 = k_begin + t * kItcKeys;
-            uint32_t score = 0;  // (+0, +0)
-#pragma unroll
-            for (int half = 0; half < kMt / 2; ++half) {
-#pragma unroll
-                for (int m2 = 0; m2 < 2; ++m2) {
-                    const int mt = half * 2 + m2;
-#pragma unroll
-                    for (int nt = 0; nt < 8; ++nt) {
-                        uint32_t* row = x_s + (nt * 4 + qd) * kIgPairPitch + m2 * 16 + g;
-                        const uint32_t d0 = ig::max_bf16x2(ig::pack_bf16x2(acc[mt][nt][0], acc[mt][nt][1]), 0u);
-                        const uint32_t d1 = ig::max_bf16x2(ig::pack_bf16x2(acc[mt][nt][2], acc[mt][nt][3]), 0u);
-                        row[0] = ig::fma_bf16x2(d0, wpair[mt][0], ig::kNegZeros);
-                        row[8] = ig::fma_bf16x2(d1, wpair[mt][1], ig::kNegZeros);
-                    }
-                }
-                __syncwarp();
-                const uint32_t* mine_row = x_s + lane * kIgPairPitch;
-                uint4 v[8];
-#pragma unroll
-                for (int h4 = 0; h4 < 8; ++h4) v[h4] = *reinterpret_cast<const uint4*>(mine_row + h4 * 4);
-#pragma unroll
-                for (int h4 = 0; h4 < 8; ++h4) {
-                    const int64_t h = half * 32 + h4 * 4;
-                    if (h + 4 <= heads) {  // warp-uniform
-                        score = ig::fma_bf16x2(v[h4].x, ig::kOnes, score);
-                        score = ig::fma_bf16x2(v[h4].y, ig::kOnes, score);
-                        score = ig::fma_bf16x2(v[h4].z, ig::kOnes, score);
-                        score = ig::fma_bf16x2(v[h4].w, ig::kOnes, score);
-                    } else {
-                        if (h < heads) score = ig::fma_bf16x2(v[h4].x, ig::kOnes, score);
-                        if (h + 1 < heads) score = ig::fma_bf16x2(v[h4].y, ig::kOnes, score);
-                        if (h + 2 < heads) score = ig::fma_bf16x2(v[h4].z, ig::kOnes, score);
-                    }
-                }
-                __syncwarp();  // the reads are done before the next half's writes
-            }
-            const int64_t j = k0 + 2 * lane;
+            const uint32_t score = ig::tile_scores<kMt>(acc, wpair, x_s, heads, lane);
+            const int64_t j = k_begin + t * kItcKeys + 2 * lane;
             if (j < row_end) out[j] = ig::score_of(score & 0xFFFFu);
             if (j + 1 < row_end) out[j + 1] = ig::score_of(score >> 16);
         };
@@ -262,30 +202,7 @@ static __global__ void __launch_bounds__(kIgThreads, 1) v41_indexer_tc_gemm_kern
         };
         auto mine = [&](int64_t t) { return member && k_begin + t * kItcKeys < row_end; };  // warp-uniform
         const int64_t tiles = (k_end - k_begin + kItcKeys - 1) / kItcKeys;
-        if constexpr (!kStagger) {
-#pragma unroll 1
-            for (int64_t t = 0; t < tiles; ++t) {
-                if (mine(t)) mma_tile(t);
-                stage_next(t);
-                if (mine(t)) epilogue_tile(t);
-                __syncthreads();
-            }
-        } else {
-            // Half steps (indexer_tc_gemm.cuh): warps 0-3 run tile t's MMAs in half step 2t and its epilogue
-            // in 2t + 1, warps 4-7 one half step later; key buffer t % 2 is read in half steps 2t and 2t + 1,
-            // tile t + 1 stored in half step 2t into the buffer tile t - 1 released.
-            const int lag = warp / 4;
-#pragma unroll 1
-            for (int64_t hs = 0; hs <= 2 * tiles; ++hs) {
-                const int64_t rel = hs - lag;
-                if (rel >= 0 && rel < 2 * tiles && mine(rel / 2)) {
-                    if ((rel & 1) == 0) mma_tile(rel / 2);
-                    else epilogue_tile(rel / 2);
-                }
-                if ((hs & 1) == 0) stage_next(hs / 2);
-                __syncthreads();
-            }
-        }
+        ig::tile_schedule<kStagger>(tiles, warp, mine, mma_tile, epilogue_tile, stage_next);
     }
 }
 
