@@ -892,6 +892,10 @@ struct EngramFuseParams {
     int64_t tokens = 0, hc = 0, hidden = 0;
     float eps = 1e-20f;
     bool round_bf16 = false;
+    // Fast mode: the gate's three sums (|h|², |key|², h·w·key) as RmsNormParams::tree_sum's order (thread t of 256:
+    // elements t, t + 256, .. in order, each warp's butterfly, the warp sums in warp order) instead of the CPU's
+    // sequential one on one thread: a fixed order, so a token's bits do not depend on the batch.
+    bool tree_sum = false;
 };
 void engram_fuse(const EngramFuseParams& p, Stream s);
 

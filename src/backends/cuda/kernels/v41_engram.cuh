@@ -18,10 +18,12 @@ static __global__ void engram_gather_kernel(const __grid_constant__ EngramGather
     for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) out[i] = weight_at(p.table, row, i);
 }
 
-// grid (tokens, hc), block 256: the gate's three sums on thread 0 in the CPU's sequential order (its bits),
-// over chunks of the rows that all threads first stage in shared memory (coalesced; the serial loop then
-// reads shared memory, not one global load after another), then every thread updates its elements.
+// grid (tokens, hc), block kEngramFuseThreads: the gate's three sums on thread 0 in the CPU's sequential order (its
+// bits), over chunks of the rows that all threads first stage in shared memory (coalesced; the serial loop then
+// reads shared memory, not one global load after another), or with tree_sum on every thread (fast mode), then
+// every thread updates its elements.
 constexpr int kEngramFuseChunk = 1024;
+constexpr int kEngramFuseThreads = 256;
 static __global__ void engram_fuse_kernel(const __grid_constant__ EngramFuseParams p) {
     __shared__ float gate_sh;
     __shared__ __align__(16) float hs[kEngramFuseChunk], ks[kEngramFuseChunk], gs[kEngramFuseChunk];
@@ -31,7 +33,35 @@ static __global__ void engram_fuse_kernel(const __grid_constant__ EngramFusePara
     const float* value = p.kv + t * (hc + 1) * D + hc * D;
     const float* gw = p.gate_weight + j * D;
     float hh = 0.0f, kk = 0.0f, dot = 0.0f;
-    for (int64_t c0 = 0; c0 < D; c0 += kEngramFuseChunk) {
+    if (p.tree_sum) {  // (uniform) EngramFuseParams::tree_sum's order; the results in thread 0's hh, kk, dot
+        __shared__ float warp_sh[3][kEngramFuseThreads / 32];
+        for (int64_t d = threadIdx.x; d < D; d += kEngramFuseThreads) {
+            const float hv = h[d], kv = key[d], gv = gw[d];
+            hh = dev::add(hh, dev::mul(hv, hv));
+            kk = dev::add(kk, dev::mul(kv, kv));
+            dot = dev::add(dot, dev::mul(dev::mul(hv, gv), kv));
+        }
+        for (int o = 16; o > 0; o /= 2) {
+            hh = dev::add(hh, __shfl_xor_sync(0xFFFFFFFFu, hh, o));
+            kk = dev::add(kk, __shfl_xor_sync(0xFFFFFFFFu, kk, o));
+            dot = dev::add(dot, __shfl_xor_sync(0xFFFFFFFFu, dot, o));
+        }
+        if (threadIdx.x % 32 == 0) {
+            warp_sh[0][threadIdx.x / 32] = hh;
+            warp_sh[1][threadIdx.x / 32] = kk;
+            warp_sh[2][threadIdx.x / 32] = dot;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            hh = kk = dot = 0.0f;
+            for (int w = 0; w < kEngramFuseThreads / 32; ++w) {
+                hh = dev::add(hh, warp_sh[0][w]);
+                kk = dev::add(kk, warp_sh[1][w]);
+                dot = dev::add(dot, warp_sh[2][w]);
+            }
+        }
+    }
+    for (int64_t c0 = 0; c0 < (p.tree_sum ? 0 : D); c0 += kEngramFuseChunk) {
         const int64_t n = D - c0 < kEngramFuseChunk ? D - c0 : kEngramFuseChunk;
         for (int64_t d = threadIdx.x; d < n; d += blockDim.x) {
             hs[d] = h[c0 + d];
@@ -59,7 +89,7 @@ static __global__ void engram_fuse_kernel(const __grid_constant__ EngramFusePara
     }
     __syncthreads();
     const float gate = gate_sh;
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) h[d] = dev::maybe_bf16(dev::add(h[d], dev::mul(gate, value[d])), p.round_bf16);
+    for (int64_t d = threadIdx.x; d < D; d += kEngramFuseThreads) h[d] = dev::maybe_bf16(dev::add(h[d], dev::mul(gate, value[d])), p.round_bf16);
 }
 
 }  // namespace deepinfer::cuda::kernels

@@ -20,7 +20,7 @@ void engram_fuse(const EngramFuseParams& p, Stream s) {
     if (p.tokens == 0) return;
     DI_CHECK(p.kv && p.gate_weight && p.streams, "engram_fuse: missing pointer");
     const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.hc));
-    kernels::engram_fuse_kernel<<<grid, 256, 0, raw(s)>>>(p);
+    kernels::engram_fuse_kernel<<<grid, kernels::kEngramFuseThreads, 0, raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -130,7 +130,7 @@ float* CudaV41Model::compute(const Batch& b) const {
             // Image-span rows: gate 0 (spec §5.4).
             engram_fuse({.kv = engram_kv[size_t(c.engram_index(l))], .gate_weight = lw.engram.gate_weight,
                          .gate_off = lb->any_image ? lb->at<uint8_t>(lb->image_rows) : nullptr, .streams = x,
-                         .tokens = lb->rows, .hc = hc, .hidden = D, .eps = eps, .round_bf16 = off},
+                         .tokens = lb->rows, .hc = hc, .hidden = D, .eps = eps, .round_bf16 = off, .tree_sum = fast_},
                         s);
         }
         if (b.replay && l == b.replay->layer) lb = &replay_cut(b, x, pre_mix, engram_kv, waited);
