@@ -676,7 +676,7 @@ TEST_F(CudaV41Ops, SinkAttentionOverCompactCachesBitIdentical) {
         // the first row of the batch bit for bit; 16 heads per CTA (the few-rows kernel) equals 64 bit for bit, and
         // so do pairs of CTAs per 16 heads ("8", Hopper).
         std::vector<float> first;
-        const bool pairs = cuda::compute_capability_major() >= 9;
+        const bool pairs = cuda::compute_capability() >= 90;
         for (int64_t n : {S, int64_t(1)}) {
             std::vector<float> by_heads[3];
             for (int v = 0; v < (pairs ? 3 : 2); ++v) {
@@ -816,7 +816,7 @@ TEST_F(CudaV41Ops, PagedCachesEqualContiguous) {
     Dev<float> dqa(qa), dkv(kv), dsink(sink), dcs(cs), scratch(size_t(S * H * (W + K)));
     // (tensor cores: the 64-head kernel and, as `heads16`, the 16-heads-per-CTA one, which must equal it)
     std::vector<float> tc64;
-    const bool pairs = cuda::compute_capability_major() >= 9;
+    const bool pairs = cuda::compute_capability() >= 90;
     for (int variant : {0, 1, 2, 3}) {
         if (variant == 3 && !pairs) continue;
         const bool tc = variant > 0;

@@ -23,8 +23,9 @@ int current_device();
 int64_t max_shared_memory_per_block();
 // Streaming multiprocessors of the current device (launchers size grids by it; results never depend on it).
 int64_t multiprocessor_count();
-// The current device's compute capability, major part (9: Hopper, thread-block clusters).
-int compute_capability_major();
+// The current device's compute capability as major * 10 + minor (90: Hopper, wgmma and thread-block clusters);
+// 0 without a device.
+int compute_capability();
 
 // Device memory owned RAII. Every device allocation of the backend goes through it (weights, tables,
 // sequence state, the workspace arena), so device_allocation_count() sees them all.

@@ -37,10 +37,13 @@ int64_t multiprocessor_count() {
     return v;
 }
 
-int compute_capability_major() {
-    int v = 0;
-    DI_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, current_device()));
-    return v;
+int compute_capability() {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        return 0;
+    return major * 10 + minor;
 }
 
 int device_count() {

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "backends/cuda/common/cuda_check.h"
+#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/kernels/gemm_tc.cuh"
 #include "backends/cuda/kernels/gemm_wgmma.cuh"
@@ -384,8 +385,6 @@ void launch_fp4_rs_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t r
     }
 }
 
-int compute_capability();
-
 // Packed FP4 on Hopper at the shapes of the register kernels (launch_fp4_rs_by_rows), from the device and
 // the weight's shape only.
 bool fp4_rs_path(const FastLinearParams& p) {
@@ -394,14 +393,6 @@ bool fp4_rs_path(const FastLinearParams& p) {
            compute_capability() == 90;
 }
 
-int compute_capability() {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-        return 0;
-    return major * 10 + minor;
-}
 
 int sm_count() {
     int dev = 0, n = 0;

@@ -122,7 +122,7 @@ bool launch_tc_heads(const SinkAttentionParams& p, Stream s) {
         // 94.0 -> 80.6 us per launch with 128 + 512 keys, but 23.6 -> 34.9 us with the window's 128 alone, where each
         // CTA of a pair gets one key block and the cluster barriers cost more than the halved MMAs save:
         // bench/results/cuda-session39-h200-call1.md), or as pinned (8).
-        const bool pairable = compute_capability_major() >= 9 && p.rope_dim <= kD / 2;
+        const bool pairable = compute_capability() >= 90 && p.rope_dim <= kD / 2;
         const bool long_rows = p.selected != nullptr && p.topk > 0;
         DI_CHECK(p.tc_heads_per_cta != 8 || pairable, "sink_attention: 8 heads per CTA (CTA pairs) needs compute capability 9.0 "
                  "and rope_dim <= head_dim / 2");
