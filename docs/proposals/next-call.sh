@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Session 41's first GPU call: checks the open proposal (docs/proposals/README.md). Here, on a branch from main, in
+# Session 41's first GPU call: checks the two open proposals (docs/proposals/README.md), both of which keep every bit. Here, on a branch from main, in
 # build-90 (sm_90a):
 #   ninja -C build-90 cuda_engine_bench; copy it as cuda_engine_bench_prev;
-#   git am docs/proposals/v41-attention-bf16-io-untested.patch; ninja -C build-90 cuda_all_tests cuda_engine_bench;
+#   git am docs/proposals/v41-attention-bf16-io-untested.patch docs/proposals/block-tree-sums-untested.patch;
+#   ninja -C build-90 cuda_all_tests cuda_engine_bench;
 #   tools/device/make_bundle.sh .devcarry/me/b.tar.xz build-90/tests/cuda_all_tests build-90/bench/cuda_engine_bench \
 #       cuda_engine_bench_prev
 # (move tests/data/models/v4_tiny_b_sharded aside during the call if the carry limit is hit: only CPU tests use it)
-# and run this script through the device tool with carry [".devcarry/me"]. ~330 s of device time.
-# The digests must be equal (the bf16 I/O keeps every bit; the digest's 8192-row prefill forwards take it); the
-# tests: CudaV41Ops.SinkAttentionOverCompactCachesBitIdentical (bf16 I/O = the f32 launch's bits) and
+# and run this script through the device tool with carry [".devcarry/me"]. ~450 s of device time.
+# The digests must be equal (the bf16 I/O keeps every bit, the digest's 8192-row prefill forwards take it; the shared
+# tree-sum routine keeps the RMS norms' and the Engram gate's order); every GPU test (the RMS norm's tree sums are V4's
+# too: CudaOps.RmsNormTreeSumInItsOrderAndNearTheReference, the fast-model tests), among them: CudaV41Ops.SinkAttentionOverCompactCachesBitIdentical (bf16 I/O = the f32 launch's bits) and
 # CudaV41Fast.PrefillBf16AttentionIoBitIdenticalToF32 (2,200-token prefill, logits bit for bit, the path taken).
 source tools/device/call_lib.sh "$1"
-t v41 300 $B/cuda_all_tests --gtest_filter='*V41*'
-grep -E '^\[  FAILED  \]' $R/v41.log | sort -u | head -20 >> $S
+t all 300 $B/cuda_all_tests
+grep -E '^\[  FAILED  \]' $R/all.log | sort -u | head -20 >> $S
 A="--family v41 --layers v41:4 --gpus 1 --batch-tokens 8192 --context 4096 --routing even"
 engine_ab $A --prefill-prompt 8192 --prefill-requests 2 --batches 1,32 --decode 8 -- prev new prev new
 digest_ab $A -- prev new
