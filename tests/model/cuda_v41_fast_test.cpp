@@ -188,6 +188,36 @@ TEST_F(CudaV41Fast, BatchInvariantBitForBit) {
     }
 }
 
+// Prefill forwards of 2048 rows or more take the bf16 attention I/O (CudaModelOptions::v41_bf16_attention_io: q read
+// in bf16, the attention's output written in bf16 into wo_a's groups): the f32 form's logits bit for bit, at every
+// position of a 2,200-token prompt in one forward and at the decode step after it.
+TEST_F(CudaV41Fast, PrefillBf16AttentionIoBitIdenticalToF32) {
+    ModelOptions o = options(false);
+    o.max_model_len = 4096;
+    o.max_batch_tokens = 2304;
+    const auto prompt = random_tokens(2200, 9);
+    std::vector<float> got[2];
+    int64_t io_layers[2] = {0, 0};
+    for (int io = 0; io < 2; ++io) {
+        cuda::CudaModelOptions co;
+        co.max_model_len = 4096;
+        co.gemm = cuda::GemmMode::kFast;
+        co.v41_bf16_attention_io = io == 1;
+        const auto m = cuda::load_cuda_v41_model(dir_, o, co);
+        Sequence s = m->new_sequence();
+        got[io] = m->forward(s, prompt, true);
+        const int32_t t = 42;
+        const auto d = m->forward(s, std::span<const int32_t>(&t, 1), false);
+        got[io].insert(got[io].end(), d.begin(), d.end());
+        io_layers[io] = cuda::cuda_model_stats(*m).attention_bf16_io_layers;
+    }
+    EXPECT_EQ(io_layers[0], 0);
+    EXPECT_GT(io_layers[1], 0) << "the 2,200-row prefill took the bf16 I/O";
+    ASSERT_EQ(got[0].size(), got[1].size());
+    ASSERT_EQ(got[0].size(), size_t(2201 * kVocab));
+    EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), got[0].size() * 4));
+}
+
 TEST_F(CudaV41Fast, GraphDecodeBitIdenticalToEager) {
     const auto graphed = gpu(cuda::GemmMode::kFast, true), eager = gpu(cuda::GemmMode::kFast, false);
     const int64_t B = 5;

@@ -691,6 +691,44 @@ TEST_F(CudaV41Ops, SinkAttentionOverCompactCachesBitIdentical) {
                 by_heads[v] = tc.host(size_t(n * H * Dh));
             }
             expect_equal(by_heads[0], by_heads[1], "tensor-core sink attention: 16 heads per CTA = 64");
+            {
+                // The fast mode's prefill form (bf16 I/O): q read as bf16, the output's bf16 bits written in wo_a's
+                // groups of 8 heads ([H / 8][n, 8 Dh]), no f32 output: the 64-head kernel's values bit for bit.
+                std::vector<uint16_t> q16(q.size());
+                for (size_t i = 0; i < q.size(); ++i) {
+                    uint32_t u;
+                    std::memcpy(&u, &q[i], 4);
+                    q16[i] = static_cast<uint16_t>(u >> 16);
+                }
+                const int64_t gh = 8;
+                Dev<uint16_t> dq16(q16), out16(size_t(n * H * Dh));
+                cuda::SinkAttentionParams bp{.segments = dsegs.ptr(), .row_segment = rowseg.ptr(), .positions = pos.ptr(), .rows = n,
+                                             .heads = H, .head_dim = Dh, .kv = dkv.ptr(), .sink = dsink.ptr(), .window = W,
+                                             .window_rows = ring, .selected = dsel.ptr(), .topk = K, .max_candidates = W + K,
+                                             .scratch = scratch.ptr(), .cos_sin = dcs.ptr(), .rope_dim = R,
+                                             .softmax_scale = 1.0f / std::sqrt(float(Dh)), .official = true, .tensor_cores = true,
+                                             .tc_heads_per_cta = 64};
+                bp.q_bf16 = dq16.ptr();
+                bp.out_bf16 = out16.ptr();
+                bp.bf16_group_heads = gh;
+                bp.bf16_group_stride = n * gh * Dh;
+                ASSERT_TRUE(cuda::sink_attention_bf16_io(bp));
+                cuda::sink_attention(bp, Stream{});
+                const std::vector<uint16_t> got16 = out16.host(size_t(n * H * Dh));
+                size_t wrong = 0, not_bf16 = 0;
+                for (int64_t t = 0; t < n; ++t)
+                    for (int64_t h = 0; h < H; ++h)
+                        for (int64_t d = 0; d < Dh; ++d) {
+                            uint32_t u;
+                            std::memcpy(&u, &by_heads[0][size_t((t * H + h) * Dh + d)], 4);
+                            not_bf16 += (u & 0xFFFFu) != 0;
+                            wrong += got16[size_t((h / gh) * n * gh * Dh + (t * gh + h % gh) * Dh + d)] != static_cast<uint16_t>(u >> 16);
+                        }
+                EXPECT_EQ(not_bf16, 0u) << "the f32 outputs hold bf16 values";
+                EXPECT_EQ(wrong, 0u) << n << " rows: bf16 I/O = the f32 launch's bits";
+                bp.tc_heads_per_cta = 16;  // the few-rows kernel takes neither
+                EXPECT_FALSE(cuda::sink_attention_bf16_io(bp));
+            }
             if (pairs) expect_equal(by_heads[0], by_heads[2], "tensor-core sink attention: CTA pairs per 16 heads = 64");
             const std::vector<float>& got = by_heads[0];
             double max_ref = 0, max_err = 0, sum_ref = 0, sum_err = 0;

@@ -869,8 +869,21 @@ struct SinkAttentionParams {
     // The entries in pool pages, one page table per segment (tables null: contiguous from SinkSegment::entries).
     PagedCacheRows paged_entries = {};
     float* out = nullptr;  // [rows, heads, head_dim]
+    // bf16 I/O of the 64-head tensor-core kernel (fast mode's prefill; only where sink_attention_bf16_io(p)):
+    // q_bf16 [rows, heads, head_dim] holds q's values (bf16 holds them in official numerics) and is read
+    // instead of q, which may then be null or stale; out_bf16 receives the output's bf16 bits (the outputs are
+    // bf16-rounded: exact) at out_bf16[(h / gh) · bf16_group_stride + (r · gh + h % gh) · head_dim + c] (gh =
+    // bf16_group_heads, 0: heads), i.e. [heads / gh][rows, gh · head_dim]: each group of wo_a's input rows
+    // together; out may then be null (not written).
+    const uint16_t* q_bf16 = nullptr;
+    uint16_t* out_bf16 = nullptr;
+    int64_t bf16_group_heads = 0, bf16_group_stride = 0;
 };
 void sink_attention(const SinkAttentionParams& p, Stream s);
+// Whether sink_attention(p) runs the 64-head tensor-core kernel on this device, the one kernel that reads q_bf16
+// and writes out_bf16 (its choice depends on p's shapes, row count, alignment and the device, not on its data).
+// sink_attention rejects q_bf16 or out_bf16 (or a null q / out) where this is false.
+bool sink_attention_bf16_io(const SinkAttentionParams& p);
 
 // Engram table rows gathered and dequantized: out[t, c*head_dim ..] = table[rows[t, c]]. The table may
 // live in mapped (pinned) host memory: the GPU reads the rows it needs over the bus.

@@ -6,7 +6,8 @@
 //   pass 2  m = max(sink, max_j s_j), den = e^(sink - m) + Σ_j e^(s_j - m), p_j = bf16(e^(s_j - m) / den)
 //   pass 3  o = Σ_j p_j · key_j             bf16 MMAs, f32 accumulation -> bf16, inverse RoPE
 // Keys are decoded from the compact caches (FP8 window ring, FP4 entries: values bf16 holds exactly)
-// or read from this chunk's rows, once per 64-key block and pass instead of once per head. Only the
+// or read from this chunk's rows, once per 64-key block and pass instead of once per head; q from f32 rows
+// or from SinkAttentionParams::q_bf16, the output to out and/or out_bf16 (its bf16 bits). Only the
 // order of the f32 sums differs from the reference kernel; a row's block reads only that row's keys,
 // so results do not depend on the batch.
 // Block layout, MMA loops and the split over a cluster's CTAs: attention_tc_common.cuh. Split: passes 1
@@ -62,9 +63,13 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) v41_tc_attention_kernel
     auto stage_keys1 = [&](int64_t j0, int64_t n) { keys.template stage<kTcaBlock, kP, 4>(sm.kv, j0, n, key, p); };
     auto stage_keys = [&](int64_t j0, int64_t n) { keys.template stage<kTcaBlock, kP>(sm.kv, j0, n, key, p); };
     if (split < num_blocks) {
-        if (tid < kTcaBlock) sm.rows[tid] = tid < nh ? p.q + (r * p.heads + h0 + tid) * kD : nullptr;
-        __syncthreads();
-        tca_stage_rows<kD>(sm.q, sm.rows);
+        if (p.q_bf16) {  // (fast mode's prefill: the same values, half the bytes, no conversion)
+            tca_stage_q_bf16<kD>(sm.q, p.q_bf16 + (r * p.heads + h0) * kD, nh);
+        } else {
+            if (tid < kTcaBlock) sm.rows[tid] = tid < nh ? p.q + (r * p.heads + h0 + tid) * kD : nullptr;
+            __syncthreads();
+            tca_stage_rows<kD>(sm.q, sm.rows);
+        }
     }
 
     // Pass 1: scores of 16 heads x 16 keys per warp, this CTA's blocks, the last first: a block's scores
@@ -148,8 +153,9 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) v41_tc_attention_kernel
     }
     const float none[2] = {0.f, 0.f};
     const int parts = static_cast<int>(num_blocks < kSplit ? num_blocks : kSplit);
+    const TcaBf16Out out16{p.out_bf16, p.bf16_group_heads > 0 ? p.bf16_group_heads : p.heads, p.bf16_group_stride, r};
     tca_merge_store<kD, kSplit, false>(sm, acc, none, none, split, parts, nh, p.sink, h0, p.cos_sin + pos * p.rope_dim,
-                                       p.rope_dim, p.out + r * p.heads * kD);
+                                       p.rope_dim, p.out ? p.out + r * p.heads * kD : nullptr, out16);
 }
 
 }  // namespace deepinfer::cuda::kernels

@@ -101,10 +101,14 @@ void topk_publish(const TopkPublishParams& p, Stream s) {
 }
 
 namespace {
+// Which kernel a sink attention launch takes: the reference kernel (sink_attention_kernel), the few-rows tensor-core
+// kernel of 16 heads per CTA (or CTA pairs of 8; head_dim 512) or the 64-head tensor-core kernel.
+enum class V41Path { kReference, kHeads, kTca };
+
 // The 16-heads-per-CTA kernel (head_dim 512): by the row count, or as pinned. false: the 64-head kernel.
 // A pinned 16 the kernel cannot serve is an error, not a silent fallback (a test pinning it must run it).
 template <int kD>
-bool launch_tc_heads(const SinkAttentionParams& p, Stream s) {
+bool heads_kernel(const SinkAttentionParams& p) {
     if constexpr (kD != 512) {
         DI_CHECK(p.tc_heads_per_cta != 16 && p.tc_heads_per_cta != 8, "sink_attention: 8 or 16 heads per CTA needs head_dim 512, not ", kD);
         return false;
@@ -117,67 +121,99 @@ bool launch_tc_heads(const SinkAttentionParams& p, Stream s) {
                      " bytes of shared memory per block");
             return false;
         }
-        // Pairs of CTAs per 16 heads (clusters: compute capability 9.0+; the rope dims in the second CTA's half) while
-        // twice the CTAs still fit the SMs once and the rows have compressed picks beside their window (measured at b1:
-        // 94.0 -> 80.6 us per launch with 128 + 512 keys, but 23.6 -> 34.9 us with the window's 128 alone, where each
-        // CTA of a pair gets one key block and the cluster barriers cost more than the halved MMAs save:
-        // bench/results/cuda-session39-h200-call1.md), or as pinned (8).
-        const bool pairable = compute_capability() >= 90 && p.rope_dim <= kD / 2;
-        const bool long_rows = p.selected != nullptr && p.topk > 0;
-        DI_CHECK(p.tc_heads_per_cta != 8 || pairable, "sink_attention: 8 heads per CTA (CTA pairs) needs compute capability 9.0 "
-                 "and rope_dim <= head_dim / 2");
-        const bool pair = p.tc_heads_per_cta == 8 || (p.tc_heads_per_cta == 0 && pairable && long_rows && 2 * ctas <= multiprocessor_count());
-        auto* kernel = pair ? kernels::v41_tc_attention_heads_kernel<kD, true> : kernels::v41_tc_attention_heads_kernel<kD, false>;
-        DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-        cudaLaunchConfig_t cfg{};
-        cudaLaunchAttribute attr[1]{};
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = 1;
-        attr[0].val.clusterDim.y = pair ? 2 : 1;
-        attr[0].val.clusterDim.z = 1;
-        cfg.gridDim = dim3(static_cast<unsigned>(p.rows), static_cast<unsigned>(groups * (pair ? 2 : 1)));
-        cfg.blockDim = dim3(kernels::kV41hThreads);
-        cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-        cfg.stream = raw(s);
-        cfg.attrs = attr;
-        cfg.numAttrs = pair ? 1 : 0;
-        DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
         return true;
     }
 }
 
 template <int kD>
-bool launch_tc(const SinkAttentionParams& p, Stream s) {
-    // (the kernel locates a row's keys once: window + picks within its table)
-    if (p.window + (p.selected ? p.topk : 0) > kernels::kV41KeyTable) return false;
+V41Path path_of(const SinkAttentionParams& p) {
+    // (the kernels locate a row's keys once: window + picks within their table)
+    if (p.window + (p.selected ? p.topk : 0) > kernels::kV41KeyTable) return V41Path::kReference;
     DI_CHECK(p.tc_heads_per_cta == 0 || p.tc_heads_per_cta == 8 || p.tc_heads_per_cta == 16 || p.tc_heads_per_cta == 64,
              "sink_attention: tc_heads_per_cta must be 0, 8, 16 or 64, not ", p.tc_heads_per_cta);
-    if (launch_tc_heads<kD>(p, s)) return true;
-    return launch_tca<kD, kernels::v41_tca_smem_bytes(kD)>(kernels::v41_tc_attention_kernel<kD, kernels::kTcaSplit>,
-                                                            kernels::v41_tc_attention_kernel<kD, 1>, p, p.rows, p.heads, raw(s));
+    if (heads_kernel<kD>(p)) return V41Path::kHeads;
+    return kernels::v41_tca_smem_bytes(kD) <= max_shared_memory_per_block() ? V41Path::kTca : V41Path::kReference;
 }
 
-bool try_tensor_cores(const SinkAttentionParams& p, Stream s) {
-    if (!p.tensor_cores || !p.official) return false;
-    if (reinterpret_cast<uintptr_t>(p.q) % 16 != 0 || reinterpret_cast<uintptr_t>(p.kv) % 16 != 0) return false;
+V41Path path_of(const SinkAttentionParams& p) {
+    if (!p.tensor_cores || !p.official) return V41Path::kReference;
+    const void* q = p.q_bf16 ? static_cast<const void*>(p.q_bf16) : static_cast<const void*>(p.q);
+    if (reinterpret_cast<uintptr_t>(q) % 16 != 0 || reinterpret_cast<uintptr_t>(p.kv) % 16 != 0) return V41Path::kReference;
     switch (p.head_dim) {
-        case 64: return launch_tc<64>(p, s);
-        case 128: return launch_tc<128>(p, s);
-        case 256: return launch_tc<256>(p, s);
-        case 512: return launch_tc<512>(p, s);
-        default: return false;
+        case 64: return path_of<64>(p);
+        case 128: return path_of<128>(p);
+        case 256: return path_of<256>(p);
+        case 512: return path_of<512>(p);
+        default: return V41Path::kReference;
     }
+}
+
+// The few-rows kernel (head_dim 512): 16 heads per CTA, or pairs of CTAs per 16 heads (clusters: compute capability
+// 9.0+; the rope dims in the second CTA's half) while twice the CTAs still fit the SMs once and the rows have
+// compressed picks beside their window (measured at b1: 94.0 -> 80.6 us per launch with 128 + 512 keys, but 23.6 ->
+// 34.9 us with the window's 128 alone, where each CTA of a pair gets one key block and the cluster barriers cost more
+// than the halved MMAs save: bench/results/cuda-session39-h200-call1.md), or as pinned (8).
+void launch_heads(const SinkAttentionParams& p, Stream s) {
+    constexpr int kD = 512;
+    const int64_t groups = (p.heads + kernels::kV41hHeads - 1) / kernels::kV41hHeads, ctas = p.rows * groups;
+    constexpr int64_t smem = kernels::v41h_smem_bytes(kD);
+    const bool pairable = compute_capability() >= 90 && p.rope_dim <= kD / 2;
+    const bool long_rows = p.selected != nullptr && p.topk > 0;
+    DI_CHECK(p.tc_heads_per_cta != 8 || pairable, "sink_attention: 8 heads per CTA (CTA pairs) needs compute capability 9.0 "
+             "and rope_dim <= head_dim / 2");
+    const bool pair = p.tc_heads_per_cta == 8 || (p.tc_heads_per_cta == 0 && pairable && long_rows && 2 * ctas <= multiprocessor_count());
+    auto* kernel = pair ? kernels::v41_tc_attention_heads_kernel<kD, true> : kernels::v41_tc_attention_heads_kernel<kD, false>;
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    cudaLaunchConfig_t cfg{};
+    cudaLaunchAttribute attr[1]{};
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = pair ? 2 : 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3(static_cast<unsigned>(p.rows), static_cast<unsigned>(groups * (pair ? 2 : 1)));
+    cfg.blockDim = dim3(kernels::kV41hThreads);
+    cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+    cfg.stream = raw(s);
+    cfg.attrs = attr;
+    cfg.numAttrs = pair ? 1 : 0;
+    DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+}
+
+template <int kD>
+void launch_tca_kernel(const SinkAttentionParams& p, Stream s) {
+    const bool launched = launch_tca<kD, kernels::v41_tca_smem_bytes(kD)>(kernels::v41_tc_attention_kernel<kD, kernels::kTcaSplit>,
+                                                                          kernels::v41_tc_attention_kernel<kD, 1>, p, p.rows,
+                                                                          p.heads, raw(s));
+    DI_CHECK(launched, "sink_attention: the 64-head tensor-core kernel did not launch");
 }
 }  // namespace
 
+bool sink_attention_bf16_io(const SinkAttentionParams& p) {
+    return p.rows > 0 && p.heads > 0 && path_of(p) == V41Path::kTca;
+}
+
 void sink_attention(const SinkAttentionParams& p, Stream s) {
     if (p.rows == 0 || p.heads == 0) return;
-    DI_CHECK(p.segments && p.row_segment && p.positions && p.q && p.kv && p.sink && p.scratch && p.out,
+    DI_CHECK(p.segments && p.row_segment && p.positions && (p.q || p.q_bf16) && p.kv && p.sink && p.scratch && (p.out || p.out_bf16),
              "sink_attention: missing pointer");
     DI_CHECK(p.rope_dim == 0 || p.cos_sin, "sink_attention: no cos/sin table");
     DI_CHECK(!p.paged_entries.tables || (p.paged_entries.per_page > 0 && p.paged_entries.table_len > 0),
              "sink_attention: paged entries without a page size or table length");
-    if (try_tensor_cores(p, s)) return;
+    const V41Path path = path_of(p);
+    DI_CHECK(path == V41Path::kTca || (p.q && p.out && !p.q_bf16 && !p.out_bf16),
+             "sink_attention: q_bf16 / out_bf16 (or a null q or out) need the 64-head tensor-core kernel (sink_attention_bf16_io)");
+    DI_CHECK(!p.out_bf16 || p.bf16_group_heads == 0 || (p.heads % p.bf16_group_heads == 0 && p.bf16_group_stride > 0),
+             "sink_attention: bf16 groups of ", p.bf16_group_heads, " heads (stride ", p.bf16_group_stride, ") over ", p.heads,
+             " heads");
+    if (path == V41Path::kHeads) return launch_heads(p, s);
+    if (path == V41Path::kTca) {
+        switch (p.head_dim) {
+            case 64: return launch_tca_kernel<64>(p, s);
+            case 128: return launch_tca_kernel<128>(p, s);
+            case 256: return launch_tca_kernel<256>(p, s);
+            default: return launch_tca_kernel<512>(p, s);
+        }
+    }
     const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.heads));
     kernels::sink_attention_kernel<<<grid, 256, static_cast<size_t>(p.head_dim) * sizeof(float), raw(s)>>>(p);
     DI_CUDA_CHECK(cudaGetLastError());

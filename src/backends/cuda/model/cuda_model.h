@@ -37,6 +37,11 @@ struct CudaModelOptions {
     // bench/results/cuda-v41-fp8b32-h200-*). false (default), or other devices: uploaded as exact bf16
     // and run on the bf16 tensor-core kernel.
     bool v41_fp8_native = false;
+    // kFast, V4.1, forwards of kWoADenseRows (2048) rows or more where the 64-head tensor-core attention runs
+    // (sink_attention_bf16_io): q read in bf16 from the RoPE launch and the attention's output written in bf16
+    // straight into wo_a's groups (no f32 output, no conversion launches before wo_a). The same bits as false
+    // (the f32 form), which tests compare it with.
+    bool v41_bf16_attention_io = true;
     // Expert parallelism (cuda_ep_model.h): this model is rank `expert_rank` of the exchange's ranks,
     // on the exchange's device of that rank, holding that rank's slice of the routed experts; its
     // forwards must run in step with the other ranks' (one host thread per rank), with the row counts
@@ -75,6 +80,8 @@ struct CudaModelStats {
     // the experts held here with at least one pair, the most pairs of one expert, and all pairs (graph
     // steps count their padding rows too); experts_here: routed experts per layer on this GPU.
     int64_t moe_layer_forwards = 0, experts_touched = 0, expert_pairs_max = 0, expert_pairs = 0, experts_here = 0;
+    // CudaV41Model: attention layers run with bf16 I/O (CudaModelOptions::v41_bf16_attention_io).
+    int64_t attention_bf16_io_layers = 0;
 };
 
 // The engine-facing measurements and limits of a one-GPU CUDA model (the V4 CudaModel and the V4.1

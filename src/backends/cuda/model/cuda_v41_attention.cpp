@@ -135,8 +135,26 @@ void CudaV41Model::attention(int64_t layer, const Batch& b, const float* a, floa
               .tree_sum = fast_},
              s);
     project(lw.wq_b, qr, S, q, {}, false, &fq);
+    // The attention's launch (q and the outputs set below). Fast mode at prefill sizes, where the 64-head tensor-core
+    // kernel runs (sink_attention_bf16_io): q in bf16 from the RoPE launch and the output in bf16, each group of wo_a's
+    // input rows together ([G][S, gin]), so no f32 output and no conversions before wo_a's dense launches (the same
+    // values: q's are bf16 in official numerics, the outputs bf16-rounded). The kernel choice depends on shapes only.
+    const int64_t max_cand = std::min<int64_t>(W, b.max_position + 1) + (ratio > 0 ? c.index_topk : 0);
+    const int64_t G = c.o_groups, gin = H * hd / G, OR = c.o_lora_rank;
+    SinkAttentionParams ap{.segments = b.at<SinkSegment>(plan.sink_segments), .row_segment = b.at<int32_t>(b.row_segment),
+                           .positions = positions, .rows = S, .heads = H, .head_dim = hd, .q = q, .sink = lw.sink,
+                           .window = W, .window_rows = window_rows, .window_format = formats_.window,
+                           .window_block = V41CacheFormats::kWindowBlock, .entry_format = formats_.entry,
+                           .entry_block = V41CacheFormats::kEntryBlock, .selected = ratio > 0 ? b.topk : nullptr,
+                           .topk = c.index_topk, .max_candidates = max_cand, .cos_sin = rope, .rope_dim = R,
+                           .softmax_scale = 1.0f / std::sqrt(float(hd)), .official = off, .tensor_cores = fast_,
+                           .paged_entries = paged_rows(b, plan.kv_source, false)};
+    const bool bf16_io = bf16_attention_io_ && fast_ && off && S >= kWoADenseRows && G > 0 && H % G == 0 && lw.wo_a.kind == WeightKind::kBF16 &&
+                         fast_linear_supported(lw.wo_a.rows(0, OR)) && sink_attention_bf16_io(ap);
+    uint16_t* q16 = bf16_io ? workspace_.alloc_n<uint16_t>(S * H * hd) : nullptr;
+    // (round_all: the rope dims rounded as round_rope_dims does, the others already bf16 from wq_b's rounded output)
     rope_rows({.x = q, .rows = S, .heads = H, .dim = hd, .positions = positions, .cos_sin = rope, .rope_dim = R,
-               .round_rope_dims = off},
+               .round_rope_dims = off, .round_all = bf16_io, .out_bf16 = q16},
               s);
     float* kv = workspace_.alloc_n<float>(S * hd);
     project(lw.wkv, a, S, kv, {}, false, &fa);
@@ -155,23 +173,40 @@ void CudaV41Model::attention(int64_t layer, const Batch& b, const float* a, floa
     }
 
     // Sink attention over the window and the published top-k of the segment's KV source.
-    const int64_t max_cand = std::min<int64_t>(W, b.max_position + 1) + (ratio > 0 ? c.index_topk : 0);
-    float* scratch = workspace_.alloc_n<float>(S * H * max_cand);
-    float* o = workspace_.alloc_n<float>(S * H * hd);
-    sink_attention({.segments = b.at<SinkSegment>(plan.sink_segments), .row_segment = b.at<int32_t>(b.row_segment),
-                    .positions = positions, .rows = S, .heads = H, .head_dim = hd, .q = q, .kv = kv, .sink = lw.sink,
-                    .window = W, .window_rows = window_rows, .window_format = formats_.window,
-                    .window_block = V41CacheFormats::kWindowBlock, .entry_format = formats_.entry,
-                    .entry_block = V41CacheFormats::kEntryBlock, .selected = ratio > 0 ? b.topk : nullptr,
-                    .topk = c.index_topk, .max_candidates = max_cand, .scratch = scratch, .cos_sin = rope, .rope_dim = R,
-                    .softmax_scale = 1.0f / std::sqrt(float(hd)), .official = off, .tensor_cores = fast_,
-                    .paged_entries = paged_rows(b, plan.kv_source, false), .out = o},
-                   s);
+    ap.kv = kv;
+    ap.scratch = workspace_.alloc_n<float>(S * H * max_cand);
+    float* o = nullptr;
+    uint16_t* o16 = nullptr;
+    if (bf16_io) {
+        ++stats_.attention_bf16_io_layers;
+        ap.q = nullptr;  // (q16 holds q after RoPE; q itself was only read)
+        ap.q_bf16 = q16;
+        ap.out_bf16 = o16 = workspace_.alloc_n<uint16_t>(S * H * hd);
+        ap.bf16_group_heads = H / G;
+        ap.bf16_group_stride = S * gin;
+    } else {
+        ap.out = o = workspace_.alloc_n<float>(S * H * hd);
+    }
+    sink_attention(ap, s);
     copy_rows({.src = b.codes, .dst = b.at<void*>(plan.ring_dst), .rows = S, .row_bytes = formats_.window_bytes}, s);
 
     // Grouped wo_a (a bf16 linear per group of the flattened heads; tensor cores in the fast mode), then wo_b.
-    const int64_t G = c.o_groups, gin = H * hd / G, OR = c.o_lora_rank;
     float* u = workspace_.alloc_n<float>(S * G * OR);
+    if (bf16_io) {
+        // One dense launch per group on its bf16 rows: project_fast's launch for the group without its conversion
+        // (the same inputs, so the same bits).
+        for (int64_t g = 0; g < G; ++g) {
+            const DeviceLinear wg = lw.wo_a.rows(g * OR, (g + 1) * OR);
+            const size_t mark = workspace_.mark();
+            FastLinearParams f{.weight = wg, .y = u + g * OR, .y_ld = G * OR, .rows = S, .round_output_bf16 = off};
+            f.a = o16 + g * S * gin;
+            if (const int64_t n = fast_linear_split_floats(wg, S)) f.split_scratch = workspace_.alloc_n<float>(n);
+            fast_linear(f, s);
+            workspace_.reset(mark);  // stream-ordered
+        }
+        project(lw.wo_b, u, S, out);
+        return;
+    }
     if (fast_ && lw.wo_a_groups && S < kWoADenseRows && fast_linear_supported(lw.wo_a.rows(0, OR))) {
         // Below prefill sizes one grouped launch (grouped_wo_a.h, V4's form) instead of G conversions and G
         // launches: the per-group launches' bits.

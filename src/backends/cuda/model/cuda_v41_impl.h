@@ -293,6 +293,7 @@ private:
     ForwardLimits limits_;  // the largest forward the workspace is sized for
     V41CacheFormats formats_;
     bool fast_ = false;  // CudaModelOptions::gemm == kFast
+    bool bf16_attention_io_ = true;  // CudaModelOptions::v41_bf16_attention_io
     EngramTokenMap token_map_;
     EngramLayout engram_layout_;
     int64_t engram_pad_ = 0;
