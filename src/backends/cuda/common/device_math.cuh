@@ -89,6 +89,28 @@ __device__ __forceinline__ float e8m0_value(uint8_t b) { return e8m0_pow2(b); }
 __device__ __forceinline__ float bf16_value(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
 __device__ __forceinline__ float f16_value(uint16_t b) { return __half2float(__ushort_as_half(b)); }
 
+// The fast mode's fixed block order of sums (RmsNormParams::tree_sum, EngramFuseParams::tree_sum): each thread's
+// kN partial sums v (its elements t, t + blockDim.x, .. added in order by the caller) through its warp's butterfly,
+// then the warps' sums in warp order; the totals in thread 0's v. warp_sh: kN x 32 floats of shared memory; every
+// thread of the block calls it (it synchronizes the block); warps = blockDim.x / 32.
+template <int kN>
+__device__ __forceinline__ void block_tree_sums(float (&v)[kN], float (*warp_sh)[32], int64_t warps) {
+    for (int o = 16; o > 0; o /= 2)
+#pragma unroll
+        for (int k = 0; k < kN; ++k) v[k] = add(v[k], __shfl_xor_sync(0xFFFFFFFFu, v[k], o));
+    if (threadIdx.x % 32 == 0)
+#pragma unroll
+        for (int k = 0; k < kN; ++k) warp_sh[k][threadIdx.x / 32] = v[k];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int k = 0; k < kN; ++k) v[k] = 0.0f;
+        for (int64_t w = 0; w < warps; ++w)
+#pragma unroll
+            for (int k = 0; k < kN; ++k) v[k] = add(v[k], warp_sh[k][w]);
+    }
+}
+
 // Combines the 8 lane partial sums of one 8-thread group (lanes 8g..8g+7 of a warp) in cpu::dot's
 // order; the result is valid in lane 0 of the group.
 __device__ __forceinline__ float hsum8(float v) {

@@ -48,17 +48,11 @@ static __global__ void rms_norm_kernel(const __grid_constant__ RmsNormParams p) 
         x = row_sh;
     }
     if (p.tree_sum) {  // (uniform)
-        __shared__ float warp_sh[32];
-        float v = 0.0f;
-        for (int64_t i = threadIdx.x; i < p.n; i += B) v = dev::add(v, dev::mul(x[i], x[i]));
-        for (int o = 16; o > 0; o /= 2) v = dev::add(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-        if (threadIdx.x % 32 == 0) warp_sh[threadIdx.x / 32] = v;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            float d = 0.0f;
-            for (int64_t w = 0; w < B / 32; ++w) d = dev::add(d, warp_sh[w]);
-            r_sh = 1.0f / sqrtf(dev::add(d / static_cast<float>(p.n), p.eps));
-        }
+        __shared__ float warp_sh[1][32];
+        float v[1] = {0.0f};
+        for (int64_t i = threadIdx.x; i < p.n; i += B) v[0] = dev::add(v[0], dev::mul(x[i], x[i]));
+        dev::block_tree_sums(v, warp_sh, B / 32);
+        if (threadIdx.x == 0) r_sh = 1.0f / sqrtf(dev::add(v[0] / static_cast<float>(p.n), p.eps));
     } else if (threadIdx.x < 32) {
         const float d = dev::dot_group8(x, x, p.n, threadIdx.x % 8);
         if (threadIdx.x == 0) r_sh = 1.0f / sqrtf(dev::add(d / static_cast<float>(p.n), p.eps));

@@ -34,32 +34,16 @@ static __global__ void engram_fuse_kernel(const __grid_constant__ EngramFusePara
     const float* gw = p.gate_weight + j * D;
     float hh = 0.0f, kk = 0.0f, dot = 0.0f;
     if (p.tree_sum) {  // (uniform) EngramFuseParams::tree_sum's order; the results in thread 0's hh, kk, dot
-        __shared__ float warp_sh[3][kEngramFuseThreads / 32];
+        __shared__ float warp_sh[3][32];
+        float s[3] = {0.0f, 0.0f, 0.0f};  // |h|², |key|², h·w·key
         for (int64_t d = threadIdx.x; d < D; d += kEngramFuseThreads) {
             const float hv = h[d], kv = key[d], gv = gw[d];
-            hh = dev::add(hh, dev::mul(hv, hv));
-            kk = dev::add(kk, dev::mul(kv, kv));
-            dot = dev::add(dot, dev::mul(dev::mul(hv, gv), kv));
+            s[0] = dev::add(s[0], dev::mul(hv, hv));
+            s[1] = dev::add(s[1], dev::mul(kv, kv));
+            s[2] = dev::add(s[2], dev::mul(dev::mul(hv, gv), kv));
         }
-        for (int o = 16; o > 0; o /= 2) {
-            hh = dev::add(hh, __shfl_xor_sync(0xFFFFFFFFu, hh, o));
-            kk = dev::add(kk, __shfl_xor_sync(0xFFFFFFFFu, kk, o));
-            dot = dev::add(dot, __shfl_xor_sync(0xFFFFFFFFu, dot, o));
-        }
-        if (threadIdx.x % 32 == 0) {
-            warp_sh[0][threadIdx.x / 32] = hh;
-            warp_sh[1][threadIdx.x / 32] = kk;
-            warp_sh[2][threadIdx.x / 32] = dot;
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            hh = kk = dot = 0.0f;
-            for (int w = 0; w < kEngramFuseThreads / 32; ++w) {
-                hh = dev::add(hh, warp_sh[0][w]);
-                kk = dev::add(kk, warp_sh[1][w]);
-                dot = dev::add(dot, warp_sh[2][w]);
-            }
-        }
+        dev::block_tree_sums(s, warp_sh, kEngramFuseThreads / 32);
+        hh = s[0], kk = s[1], dot = s[2];
     }
     for (int64_t c0 = 0; c0 < (p.tree_sum ? 0 : D); c0 += kEngramFuseChunk) {
         const int64_t n = D - c0 < kEngramFuseChunk ? D - c0 : kEngramFuseChunk;
