@@ -1,29 +1,33 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Session 41's first GPU call: checks the two open proposals (docs/proposals/README.md), both of which keep every bit. Here, on a branch from main, in
-# build-90 (sm_90a):
-#   ninja -C build-90 cuda_engine_bench; copy it as cuda_engine_bench_prev;
-#   git am docs/proposals/v41-attention-bf16-io-untested.patch docs/proposals/block-tree-sums-untested.patch;
-#   ninja -C build-90 cuda_all_tests cuda_engine_bench;
-#   tools/device/make_bundle.sh .devcarry/me/b.tar.xz build-90/tests/cuda_all_tests build-90/bench/cuda_engine_bench \
-#       cuda_engine_bench_prev
-# (move tests/data/models/v4_tiny_b_sharded aside during the call if the carry limit is hit: only CPU tests use it)
-# and run this script through the device tool with carry [".devcarry/me"]. ~450 s of device time.
-# The digests must be equal (the bf16 I/O keeps every bit, the digest's 8192-row prefill forwards take it; the shared
-# tree-sum routine keeps the RMS norms' and the Engram gate's order); every GPU test (the RMS norm's tree sums are V4's
-# too: CudaOps.RmsNormTreeSumInItsOrderAndNearTheReference, the fast-model tests), among them: CudaV41Ops.SinkAttentionOverCompactCachesBitIdentical (bf16 I/O = the f32 launch's bits) and
-# CudaV41Fast.PrefillBf16AttentionIoBitIdenticalToF32 (2,200-token prefill, logits bit for bit, the path taken).
+# A measurement call (written in session 40 as next-call-2.sh, whose device time was spent): measurements that the next
+# kernel work and the README need, on main's build.
+#   1. V4-Flash end to end on 24 layers at the engine's CUDA default of 8192 tokens per step, with ceilings: the V4
+#      table in the README still carries the old harness's b256/b512 rows (prefill work inside the timed steps).
+#   2. Where the two biggest prefill kernels stall (V4.1, 4 layers, one 8192-token step; ~21% and ~27% of it):
+#      v41_tc_attention_kernel (all 4 launches: 2 window-only, 2 with picks) and the FP4 experts' fp4_ws_kernel (2 launches), each with
+#      the per-reason stall ratios (smsp__average_warps_issue_stalled_*_per_issue_active) and the instruction mix.
+# Here: ninja -C build-90 cuda_engine_bench cuda_gemm_bench; tools/device/make_bundle.sh .devcarry/me/b.tar.xz
+# build-90/bench/cuda_engine_bench build-90/bench/cuda_gemm_bench; run this through the device tool with carry
+# [".devcarry/me"] (move tests/data/models/v4_tiny_b_sharded aside if the carry limit is hit). ~450 s.
 source tools/device/call_lib.sh "$1"
-t all 300 $B/cuda_all_tests
-grep -E '^\[  FAILED  \]' $R/all.log | sort -u | head -20 >> $S
+D=/mnt/ck; mkdir -p $D; mount -t tmpfs -o size=110G tmpfs $D >> "$S" 2>&1 || D=/dev/shm
+timeout 60 $B/cuda_gemm_bench --only none --out $R/ceilings.jsonl 2>&1 | tail -1 >> $S
+EB="--gpus 1 --batch-tokens 8192 --prefill-prompt 8192 --prefill-requests 3 --context 4096 --batches 1,32,128,256,512 --decode 16 --routing even"
+timeout 260 $B/cuda_engine_bench --layers flash:24 $EB --dir $D/v4 --keep 1 > $R/engine_v4_bt8192.jsonl 2> $R/engine_v4_bt8192.err
+echo "engine v4 24 layers rc=$? t=$(elapsed)" >> $S
+rm -rf $D/v4
+pack
 A="--family v41 --layers v41:4 --gpus 1 --batch-tokens 8192 --context 4096 --routing even"
-engine_ab $A --prefill-prompt 8192 --prefill-requests 2 --batches 1,32 --decode 8 -- prev new prev new
-digest_ab $A -- prev new
-n="ncu --profile-from-start off --clock-control none --cache-control none --metrics gpu__time_duration.sum --print-summary per-kernel"
-for v in prev new; do
-  x=$B/cuda_engine_bench; [ $v = new ] || x=$B/cuda_engine_bench_$v
-  timeout 60 $n $x $A --model "$D/ck" --prefill-prompt 8192 --prefill-requests 1 --batches 1 --decode 1 --profile prefill > $R/ncu_pf_$v.txt 2>&1
-  echo "ncu pf $v rc=$? t=$(elapsed) $(grep -o 'v41_tc_attention_kernel<512, 1>.*\|to_bf16_kernel.*\|rope_rows_kernel.*' $R/ncu_pf_$v.txt | tr -s ' ' | cut -c1-120 | tr '\n' ' ')" >> $S
+timeout 120 $B/cuda_engine_bench $A --dir $D/ck --keep 1 --prefill-prompt 8192 --prefill-requests 1 --batches 1 --decode 1 > $R/v41.jsonl 2>&1
+echo "v41 checkpoint rc=$? t=$(elapsed)" >> $S
+M="regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum,smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed_op_shared_ld.sum,smsp__inst_executed_op_shared_st.sum,smsp__inst_executed_op_global_ld.sum,smsp__inst_executed_op_local_ld.sum,smsp__inst_executed_op_local_st.sum,smsp__inst_executed_pipe_tensor.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum"
+for k in "v41_tc_attention_kernel 4" "fp4_ws_kernel 2"; do
+  set -- $k
+  timeout 150 ncu --profile-from-start off --clock-control none -k regex:$1 --launch-count $2 --metrics "$M" \
+    --section WarpStateStats --section SchedulerStats $B/cuda_engine_bench $A --model $D/ck --prefill-prompt 8192 \
+    --prefill-requests 1 --batches 1 --decode 1 --profile prefill > $R/ncu_stalls_$1.txt 2>&1
+  echo "ncu stalls $1 rc=$? t=$(elapsed)" >> $S
 done
 pack
 cat $S
