@@ -17,12 +17,7 @@ source tools/device/call_lib.sh "$1"
 A="--family v41 --layers v41:4 --gpus 1 --batch-tokens 8192 --context 4096 --routing even"
 engine_ab $A --prefill-prompt 8192 --prefill-requests 2 --batches 1,32,512 --decode 8 -- prev new prev new
 digest_ab $A -- prev new
-n="ncu --profile-from-start off --clock-control none --cache-control none --metrics gpu__time_duration.sum --print-summary per-kernel"
-for v in prev new; do
-  x=$B/cuda_engine_bench; [ $v = new ] || x=$B/cuda_engine_bench_$v
-  timeout 40 $n $x $A --model "$D/ck" --prefill-prompt 8192 --prefill-requests 1 --batches 1 --decode 1 --profile prefill > $R/ncu_pf_$v.txt 2>&1
-  echo "ncu pf $v rc=$? t=$(elapsed) $(grep -o 'v41_tc_attention_kernel<512, 1[^(]*(SinkAttentionParams).*Invocations [0-9]*' $R/ncu_pf_$v.txt | head -2 | tr '\n' ' ')" >> $S
-done
+ncu_pf_ab 8192 $A -- prev new
 pack
 t all 320 $B/cuda_all_tests
 grep -E '^\[  FAILED  \]' $R/all.log | sort -u | head -20 >> $S

@@ -21,6 +21,8 @@
 #                          $R/digest_V.jsonl and one line per variant in $S: equal digests = the same bits end to end
 #   ncu_tables ARGS        kernel-time tables (ncu) of a 4096-token prefill step and two b1 steps of that
 #                          checkpoint with $B/cuda_engine_bench: $R/ncu_pf.txt, $R/ncu_b1.txt (bench/op_table.py reads them)
+#   ncu_pf_ab T ARGS -- V...  after engine_ab: each variant's kernel-time table (ncu, per kernel) of one T-token prefill
+#                          step of that checkpoint: $R/ncu_pf_V.txt (bench/ncu_summary.py reads them), a line each in $S
 #   ncu_launches ARGS      the same 4096-token prefill step launch by launch, in order: $R/ncu_pf_launches.txt
 #                          (bench/ncu_summary.py --launches: tells apart the launches of one kernel and grid)
 #   proxy_ab BATCHES ROUNDS  the proxy's checkpoint (/tmp/pb), then ROUNDS rounds of decode at BATCHES (4096
@@ -89,6 +91,19 @@ ncu_tables() {
         --profile prefill > "$R/ncu_pf.txt" 2>&1; echo "ncu pf rc=$? t=$(elapsed)" >> "$S"
     timeout 50 $n "$B/cuda_engine_bench" "$@" --model "$D/ck" --prefill-requests 0 --batches 1 --decode 2 \
         --profile decode > "$R/ncu_b1.txt" 2>&1; echo "ncu b1 rc=$? t=$(elapsed)" >> "$S"
+}
+ncu_pf_ab() {
+    local tokens=$1 args=() v x
+    shift
+    while [ "$1" != "--" ]; do args+=("$1"); shift; done
+    shift
+    for v in "$@"; do
+        x=$B/cuda_engine_bench; [ "$v" = new ] || x=$B/cuda_engine_bench_$v
+        timeout 60 ncu --profile-from-start off --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+            --print-summary per-kernel "$x" "${args[@]}" --model "$D/ck" --prefill-prompt "$tokens" --prefill-requests 1 \
+            --batches 1 --decode 1 --profile prefill > "$R/ncu_pf_$v.txt" 2>&1
+        echo "ncu pf $v rc=$? t=$(elapsed)" >> "$S"
+    done
 }
 ncu_launches() {
     timeout 90 ncu --profile-from-start off --clock-control none --cache-control none --metrics gpu__time_duration.sum \
