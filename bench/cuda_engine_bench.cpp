@@ -14,7 +14,7 @@
 // ratio 2, 5 at ratio 1; 40 published), with the Engram tables cut to a 100,000-entry n-gram vocabulary
 // (~0.6 GB instead of ~98 GB per Engram layer: host memory; a token gathers a few rows either way), no
 // drafter or vision tower. ~7.3 GB per layer (the 384 FP4 experts): 12 layers fit one H200.
-//   cuda_engine_bench [--family v4 | v41] [--layers flash:N | flash | csa,hca,... | v41:N] [--dir D | --model D] [--keep 1] [--gemm fast]
+//   cuda_engine_bench [--family v4 | v41] [--layers flash:N | flash | csa,hca,... | v41:N] [--dir D | --model D] [--keep 1] [--gemm fast | fast-fp8]
 //                     [--prefill-prompt 8192] [--prefill-requests 4] [--context 4096] [--tail 64]
 //                     [--batches 1,32,128,256,512] [--decode 16] [--batch-tokens 8192] [--gpus 1] [--prefixes G] [--digest 1]
 // --profile prefill | decode | 1 (both): cudaProfilerStart/Stop around the prefill's first step and / or one
@@ -327,7 +327,9 @@ int main(int argc, char** argv) {
         mo.cuda_graphs = gpus == 1;
         cuda::CudaModelOptions co;
         co.max_model_len = std::max(prefill_prompt, context) + decode + 64;
-        co.gemm = gemm == "fast" ? cuda::GemmMode::kFast : cuda::GemmMode::kReference;
+        DI_CHECK(gemm == "fast" || gemm == "fast-fp8" || gemm == "reference", "--gemm: reference, fast or fast-fp8, not ", gemm);
+        co.gemm = gemm == "reference" ? cuda::GemmMode::kReference : cuda::GemmMode::kFast;
+        co.v41_fp8_native = gemm == "fast-fp8";  // V4.1's dense FP8 linears stay FP8 (Hopper)
         std::vector<std::string> routings;
         {
             std::stringstream rs(routing);

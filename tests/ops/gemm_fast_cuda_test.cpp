@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -189,6 +190,59 @@ TEST_F(CudaGemmFast, ActQuantFp8EqualsActQuantDequant) {
                 if (std::memcmp(&got, &want, 4) != 0) ++bad;
             }
         EXPECT_EQ(bad, 0u) << cols << " columns";
+    }
+}
+
+// The fused QAT passes against the two launches they replace, bit for bit: act_quant_fp8 with pre_block
+// (V4.1's experts' input: act_quant_dequant per 32, then the FP8 quantization per 128; both activation
+// blocks) and to_bf16 with quant_block (V4.1's bf16 linears: act_quant_dequant per 32, then bf16), on rows
+// whose 32-blocks span 2^-7 .. 2^5 in magnitude (each block's own scale matters), a tiny block (the amax
+// floor), zeros, a padded row stride (to_bf16) and gathered rows (act_quant_fp8).
+TEST_F(CudaGemmFast, FusedQatPassesEqualTheirTwoLaunches) {
+    for (const int64_t cols : {int64_t(5120), int64_t(384)}) {
+        const int64_t rows = 9, ld = cols + 64;
+        auto x = bf16_randn(size_t(rows * ld), 11, 2.0f);
+        for (int64_t b = 0; b < rows * ld / 32; ++b)
+            for (int64_t i = 0; i < 32; ++i) x[size_t(b * 32 + i)] *= std::ldexp(1.0f, int(b % 13) - 7);
+        for (int64_t i = 0; i < 32; ++i) x[size_t(ld + 64 + i)] = 1e-7f * float(i);  // the amax floor 1e-4
+        for (int64_t i = 0; i < 32; ++i) x[size_t(2 * ld + 96 + i)] = 0.0f;
+        Dev<float> dx(x);
+        for (const int64_t qb : {int64_t(32), int64_t(128), int64_t(8)}) {
+            // to_bf16, quant_block qb, rows ld apart, against act_quant_dequant (dense copy) then to_bf16.
+            std::vector<float> dense(size_t(rows * cols));
+            for (int64_t r = 0; r < rows; ++r)
+                std::copy(x.begin() + r * ld, x.begin() + r * ld + cols, dense.begin() + r * cols);
+            Dev<float> dd(dense), dq(dense.size());
+            cuda::act_quant_dequant({.x = dd.ptr(), .out = dq.ptr(), .rows = rows, .cols = cols, .block = qb}, Stream{});
+            Dev<uint16_t> ref(dense.size()), got(dense.size());
+            cuda::to_bf16({.x = dq.ptr(), .x_ld = cols, .rows = rows, .cols = cols, .out = ref.ptr()}, Stream{});
+            cuda::to_bf16({.x = dx.ptr(), .x_ld = ld, .rows = rows, .cols = cols, .out = got.ptr(), .quant_block = qb}, Stream{});
+            const auto hr = ref.host(dense.size()), hg = got.host(dense.size());
+            size_t bad = 0, quantized = 0;
+            for (size_t i = 0; i < hr.size(); ++i) {
+                bad += hr[i] != hg[i];
+                quantized += hg[i] != (std::bit_cast<uint32_t>(cpu::round_bf16(dense[i])) >> 16);
+            }
+            EXPECT_EQ(bad, 0u) << "to_bf16 quant_block " << qb << ", " << cols << " columns";
+            EXPECT_GT(quantized, hr.size() / 4) << "the QAT changes values";
+            // act_quant_fp8 (block 128 and 32) with pre_block qb, gathered rows, against act_quant_dequant then it.
+            const std::vector<int32_t> src = {8, 0, 3, 3, 1, 5, 2, 7, 6};
+            Dev<int32_t> dsrc(src);
+            for (const int64_t block : {int64_t(128), int64_t(32)}) {
+                Dev<uint8_t> q0(dense.size()), q1(dense.size());
+                Dev<float> s0(dense.size() / size_t(block)), s1(dense.size() / size_t(block));
+                cuda::act_quant_fp8({.x = dq.ptr(), .x_ld = cols, .row_src = dsrc.ptr(), .rows = rows, .cols = cols, .q = q0.ptr(),
+                                     .scale = s0.ptr(), .block = block},
+                                    Stream{});
+                cuda::act_quant_fp8({.x = dd.ptr(), .x_ld = cols, .row_src = dsrc.ptr(), .rows = rows, .cols = cols, .q = q1.ptr(),
+                                     .scale = s1.ptr(), .block = block, .pre_block = qb},
+                                    Stream{});
+                EXPECT_EQ(q0.host(dense.size()), q1.host(dense.size())) << "codes: pre_block " << qb << ", block " << block;
+                EXPECT_EQ(0, std::memcmp(s0.host(dense.size() / size_t(block)).data(), s1.host(dense.size() / size_t(block)).data(),
+                                         dense.size() / size_t(block) * 4))
+                    << "scales: pre_block " << qb << ", block " << block;
+            }
+        }
     }
 }
 

@@ -121,6 +121,9 @@ struct ActQuantFp8Params {
     uint8_t* q = nullptr;              // [rows, cols] e4m3
     float* scale = nullptr;            // [rows, cols/block] f32
     int64_t block = 128;               // 128 or 32
+    // > 0 (a power of two, 4..128): x is first act_quant_dequant'ed per pre_block columns (V4.1's QAT per 32
+    // before the experts' quantization per 128): the codes and scales of act_quant_dequant then this.
+    int64_t pre_block = 0;
 };
 void act_quant_fp8(const ActQuantFp8Params& p, Stream s);
 
@@ -128,8 +131,11 @@ void act_quant_fp8(const ActQuantFp8Params& p, Stream s);
 struct ToBf16Params {
     const float* x = nullptr;  // [rows, x_ld] f32
     int64_t x_ld = 0;
-    int64_t rows = 0, cols = 0;  // cols % 8 == 0
+    int64_t rows = 0, cols = 0;  // cols % 8 == 0 (quant_block > 0: cols % 128 == 0)
     uint16_t* out = nullptr;     // [rows, cols] bf16
+    // > 0 (a power of two, 4..128): out = bf16(act_quant_dequant(x) per quant_block columns), one pass with
+    // the bits of act_quant_dequant then to_bf16 (exact: e4m3 times a power of two is a bf16 value).
+    int64_t quant_block = 0;
 };
 void to_bf16(const ToBf16Params& p, Stream s);
 

@@ -417,10 +417,12 @@ static __global__ void act_quant_fp8_kernel(const __grid_constant__ ActQuantFp8P
     for (int i = 0; i < kActQuantBlocks; ++i)
         if (b0 + i < blocks) v[i] = *reinterpret_cast<const float4*>(xr + (b0 + i) * 128);
     const int lanes = static_cast<int>(p.block / 4);
+    const int pre_lanes = static_cast<int>(p.pre_block / 4);
 #pragma unroll
     for (int i = 0; i < kActQuantBlocks; ++i)
         if (b0 + i < blocks) {  // warp-uniform
             const int64_t b = b0 + i;
+            if (pre_lanes > 0) v[i] = dev::act_dequant_quad(v[i], pre_lanes);  // (warp-uniform)
             const dev::Fp8Quad o = dev::act_quant_quad(v[i], lanes);
             *reinterpret_cast<uint32_t*>(p.q + r * p.cols + b * 128 + lane * 4) = o.packed;
             if (lane % lanes == 0) p.scale[(r * blocks + b) * per_block + lane / lanes] = o.scale;
@@ -443,6 +445,19 @@ static __global__ void to_bf16_kernel(const __grid_constant__ ToBf16Params p) {
     o.z = b(v1.x) | (b(v1.y) << 16);
     o.w = b(v1.z) | (b(v1.w) << 16);
     *reinterpret_cast<uint4*>(p.out + r * p.cols + c) = o;
+}
+
+// to_bf16 with act_quant_dequant per p.quant_block first (cols % 128 == 0): a float4 per lane, a warp per 128
+// columns of a row (act_dequant_quad's lanes), the quantize-dequantize of act_quant_vec4_kernel.
+static __global__ void to_bf16_quant_kernel(const __grid_constant__ ToBf16Params p) {
+    pdl_enter();  // launched by launch_pdl (common/launch.cuh)
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    const int64_t per_row = p.cols / 4;
+    if (i >= p.rows * per_row) return;  // whole warps: per_row is a multiple of 32
+    const int64_t r = i / per_row, c = (i % per_row) * 4;
+    const float4 v = dev::act_dequant_quad(*reinterpret_cast<const float4*>(p.x + r * p.x_ld + c), static_cast<int>(p.quant_block / 4));
+    auto b = [](float x) { return __float_as_uint(dev::round_bf16(x)) >> 16; };
+    *reinterpret_cast<uint2*>(p.out + r * p.cols + c) = make_uint2(b(v.x) | (b(v.y) << 16), b(v.z) | (b(v.w) << 16));
 }
 
 }  // namespace deepinfer::cuda::kernels::tc

@@ -198,9 +198,11 @@ bool CudaV41Model::project_fast(const DeviceLinear& w, const float* x, int64_t x
     } else if (w.kind == WeightKind::kBF16) {
         // The reference's act_quant per 32 (official numerics, FP8 weights) gives values bf16 holds
         // exactly, and so do the FP8 weights dequantized at load: only the f32 summation order differs.
+        // act_quant: one pass (to_bf16's quant_block) where K allows it, the same bits as the two.
         const float* xin = x;
         int64_t ld = x_ld;
-        if (act_quant) {
+        const bool fused = act_quant && K % 128 == 0;
+        if (act_quant && !fused) {
             DI_ICHECK(x_ld == K);
             float* xq = workspace_.alloc_n<float>(rows * K);
             act_quant_dequant({.x = x, .out = xq, .rows = rows, .cols = K, .block = kActivationBlock}, s);
@@ -208,7 +210,7 @@ bool CudaV41Model::project_fast(const DeviceLinear& w, const float* x, int64_t x
             ld = K;
         }
         uint16_t* xb = made ? made : workspace_.alloc_n<uint16_t>(rows * K);
-        to_bf16({.x = xin, .x_ld = ld, .rows = rows, .cols = K, .out = xb}, s);
+        to_bf16({.x = xin, .x_ld = ld, .rows = rows, .cols = K, .out = xb, .quant_block = fused ? kActivationBlock : 0}, s);
         f.a = xb;
     } else if (w.kind == WeightKind::kFp8Block && w.block_cols == 32) {
         // FP8 with 32x32 blocks: e4m3 activations with a scale per 32, the reference's act_quant itself
