@@ -230,6 +230,64 @@ TEST_F(CudaV41Ops, SinglePassHcFastModeNearReference) {
     }
 }
 
+// hc_post writing the next site's collapse (HcPostParams::collapse_pre: the fast mode's V4.1 forward) against
+// the pass it replaces, hc_pre collapsing the written streams with that collapse_pre, and against the CPU's
+// collapse, bit for bit, both roundings; hc_pre without the collapse (collapsed = null) still gives the same
+// pre, post and comb.
+TEST_F(CudaV41Ops, HcPostCollapsesTheNextSiteBitForBit) {
+    for (auto [hc, D] : {std::pair<int64_t, int64_t>{4, 5120}, {2, 64}, {4, 64}}) {
+        const int64_t rows = 7, n_mix = (2 + hc) * hc, flat = hc * D;
+        for (bool round : {false, true}) {
+            const std::vector<float> x = bf16_values(randn(size_t(rows * flat), 61, 1.5f));
+            const std::vector<float> o = bf16_values(randn(size_t(rows * D), 62));
+            std::vector<float> post = randn(size_t(rows * hc), 63, 0.5f), comb = randn(size_t(rows * hc * hc), 64, 0.4f);
+            std::vector<float> cpre = randn(size_t(rows * hc), 65, 0.3f);
+            for (float& v : cpre) v = std::fabs(v) + 0.1f;
+            const std::vector<float> fn = randn(size_t(n_mix * flat), 66, 0.02f), base = randn(size_t(n_mix), 67, 0.5f);
+            const std::vector<float> scale = {0.8f, 1.1f, 0.6f};
+            Dev<float> dx(x), dout(o), dpost(post), dcomb(comb), dcpre(cpre), dfn(fn), dbase(base), dscale(scale);
+            Dev<float> y1(x.size()), y2(x.size()), fused(size_t(rows * D));
+            cuda::hc_post({.out = dout.ptr(), .x = dx.ptr(), .post = dpost.ptr(), .comb = dcomb.ptr(), .y = y1.ptr(), .rows = rows,
+                           .hc = hc, .hidden = D, .round_bf16 = round, .mix_first = true},
+                          Stream{});
+            cuda::hc_post({.out = dout.ptr(), .x = dx.ptr(), .post = dpost.ptr(), .comb = dcomb.ptr(), .y = y2.ptr(), .rows = rows,
+                           .hc = hc, .hidden = D, .round_bf16 = round, .mix_first = true, .collapse_pre = dcpre.ptr(),
+                           .collapsed = fused.ptr()},
+                          Stream{});
+            const std::string what = "hc " + std::to_string(hc) + " x " + std::to_string(D) + (round ? " rounded" : "");
+            const std::vector<float> y = y1.host(x.size());
+            expect_equal(y, y2.host(x.size()), what + ": the streams");
+            // The pass it replaces: the next site's hc_pre over y, collapsing with cpre; and the same without it.
+            const int64_t splits = cuda::hc_mix_splits(flat);
+            Dev<float> partial(size_t(splits * rows * (n_mix + 1))), mix(size_t(rows * (n_mix + 1)));
+            Dev<float> pre_a(size_t(rows * hc)), post_a(size_t(rows * hc)), comb_a(size_t(rows * hc * hc)), ref(size_t(rows * D));
+            Dev<float> pre_b(size_t(rows * hc)), post_b(size_t(rows * hc)), comb_b(size_t(rows * hc * hc));
+            cuda::hc_mix_splitk({.x = y1.ptr(), .fn = dfn.ptr(), .rows = rows, .outputs = n_mix, .flat = flat, .partial = partial.ptr(),
+                                 .partials_only = true},
+                                Stream{});
+            for (const bool collapse : {true, false})
+                cuda::hc_pre({.x = y1.ptr(), .fn = dfn.ptr(), .base = dbase.ptr(), .scale = dscale.ptr(), .rows = rows, .hc = hc,
+                              .hidden = D, .sinkhorn_iters = 20, .norm_eps = 1e-20f, .hc_eps = 1e-6f,
+                              .post = collapse ? post_a.ptr() : post_b.ptr(), .comb = collapse ? comb_a.ptr() : comb_b.ptr(),
+                              .collapsed = collapse ? ref.ptr() : nullptr, .round_bf16 = round, .mix = mix.ptr(), .mix_given = true,
+                              .mix_partial = partial.ptr(), .mix_splits = splits, .pre_out = collapse ? pre_a.ptr() : pre_b.ptr(),
+                              .collapse_pre = dcpre.ptr()},
+                             Stream{});
+            const std::vector<float> got = fused.host(size_t(rows * D));
+            expect_equal(ref.host(size_t(rows * D)), got, what + ": collapse vs hc_pre's");
+            expect_equal(pre_a.host(size_t(rows * hc)), pre_b.host(size_t(rows * hc)), what + ": pre without the collapse");
+            expect_equal(post_a.host(size_t(rows * hc)), post_b.host(size_t(rows * hc)), what + ": post without the collapse");
+            expect_equal(comb_a.host(size_t(rows * hc * hc)), comb_b.host(size_t(rows * hc * hc)), what + ": comb without the collapse");
+            std::vector<float> cpu_a(size_t(rows * D));
+            for (int64_t t = 0; t < rows; ++t) {
+                v41::hc_collapse(y.data() + t * flat, cpre.data() + t * hc, hc, D, cpu_a.data() + t * D);
+                if (round) cpu::round_bf16_inplace(cpu_a.data() + t * D, D);
+            }
+            expect_equal(cpu_a, got, what + ": collapse vs the CPU's");
+        }
+    }
+}
+
 // Rows at nine magnitudes plus hostile ones: zeros, signed zeros, all-equal, powers of two, grid ties.
 std::vector<float> qat_rows_input(int64_t rows, int64_t n) {
     std::vector<float> x = randn(size_t(rows * n), 9);

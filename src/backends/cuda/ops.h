@@ -168,7 +168,7 @@ struct HcPreParams {
     float norm_eps = 1e-6f, hc_eps = 1e-6f;
     float* post = nullptr;       // [rows, hc]
     float* comb = nullptr;       // [rows, hc, hc]
-    float* collapsed = nullptr;  // [rows, D]
+    float* collapsed = nullptr;  // [rows, D]; null: no collapse (hc_post's collapse_pre wrote it)
     bool round_bf16 = false;
     // [rows, (2+hc)*hc + 1] f32 scratch: the mixing logits and dot(x, x) computed by the staged GEMM
     // across many blocks (null: inside the one block per row, slowly).
@@ -215,6 +215,11 @@ struct HcPostParams {
     bool round_bf16 = false;
     // V4.1's order: y = post·o + (Σ_j comb·x) (the mix summed from 0 first); V4: ((post·o) + comb·x) + ...
     bool mix_first = false;
+    // V4.1, where the next site's collapse coefficients are known (the delayed pre-mix): also
+    // collapsed = Σ_k collapse_pre_k · y_k in stream order, rounded like y: hc_pre's collapse of y with
+    // that collapse_pre, bit for bit, without reading y again (that hc_pre then runs with collapsed = null).
+    const float* collapse_pre = nullptr;  // [rows, hc] or null
+    float* collapsed = nullptr;           // [rows, D] (with collapse_pre)
 };
 void hc_post(const HcPostParams& p, Stream s);
 

@@ -101,6 +101,7 @@ static __global__ void hc_pre_kernel(const __grid_constant__ HcPreParams p) {
                      p.comb + t * hc * hc);
         return;
     }
+    if (!p.collapsed) return;  // (the previous site's hc_post collapsed these streams)
     // Collapse: a = Σ_j pre_j · x_j in stream order, by the block's other threads (all of them in blocks
     // without the Sinkhorn), 4 columns per thread with the hc streams' loads in flight together.
     const int worker = static_cast<int>(threadIdx.x) - (head_block ? 32 : 0);
@@ -159,6 +160,10 @@ static __global__ void hc_post_vec4_kernel(const __grid_constant__ HcPostParams 
         const float4 v = *reinterpret_cast<const float4*>(p.x + (t * hc + j) * D + d0);
         xv[j][0] = v.x, xv[j][1] = v.y, xv[j][2] = v.z, xv[j][3] = v.w;
     }
+    // The next site's collapse of the rows written below (hc_pre_kernel's arithmetic: from 0, stream order).
+    float cp[kHcMax], c4[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < kHcMax; ++j) cp[j] = p.collapse_pre && j < hc ? p.collapse_pre[t * hc + j] : 0.f;
     for (int64_t k = 0; k < hc; ++k) {
         const float pk = p.post[t * hc + k];
         float r[4];
@@ -180,7 +185,17 @@ static __global__ void hc_post_vec4_kernel(const __grid_constant__ HcPostParams 
             r[e] = dev::maybe_bf16(s, p.round_bf16);
         }
         *reinterpret_cast<float4*>(p.y + (t * hc + k) * D + d0) = make_float4(r[0], r[1], r[2], r[3]);
+        if (p.collapse_pre) {
+#pragma unroll
+            for (int j = 0; j < kHcMax; ++j)  // (cp[k] from a register: k is a loop variable; keeping every stream's
+                if (j == k)                   // rows for one sum after the loop ran 10-20% slower, session 43 call 5)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) c4[e] = dev::add(c4[e], dev::mul(cp[j], r[e]));
+        }
     }
+    if (p.collapse_pre)
+        *reinterpret_cast<float4*>(p.collapsed + t * D + d0) = make_float4(dev::maybe_bf16(c4[0], p.round_bf16), dev::maybe_bf16(c4[1], p.round_bf16),
+                                                                          dev::maybe_bf16(c4[2], p.round_bf16), dev::maybe_bf16(c4[3], p.round_bf16));
 }
 
 static __global__ void hc_head_kernel(const __grid_constant__ HcHeadParams p) {

@@ -71,9 +71,13 @@ void hc_pre(const HcPreParams& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.hc >= 1 && p.hc <= kernels::kHcMax, "hc_pre: hc_mult ", p.hc, " > ", kernels::kHcMax);
     if (p.mix && !p.mix_given) hc_mix_logits(p.x, p.fn, p.rows, (2 + p.hc) * p.hc, p.hc * p.hidden, p.mix, s);
-    // Column blocks only with staged mixing logits (else each block would redo the token's dot products).
-    const int64_t blocks = p.mix ? column_blocks(p.rows, p.hidden, 256) : 1;
-    launch_pdl(kernels::hc_pre_kernel, dim3(static_cast<unsigned>(p.rows), static_cast<unsigned>(blocks)), 256, 0, s, p);
+    // Column blocks only with staged mixing logits (else each block would redo the token's dot products), and
+    // only to collapse.
+    const int64_t blocks = p.mix && p.collapsed ? column_blocks(p.rows, p.hidden, 256) : 1;
+    // Without the collapse (and with the logits' partial planes) only warp 0 works: one warp per block, so
+    // that four times as many tokens' blocks are resident (ncu: 137 us per 8192-token launch with 256 threads).
+    const unsigned threads = p.collapsed || !p.mix_partial ? 256 : 32;
+    launch_pdl(kernels::hc_pre_kernel, dim3(static_cast<unsigned>(p.rows), static_cast<unsigned>(blocks)), threads, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -142,6 +146,7 @@ void hc_post(const HcPostParams& p, Stream s) {
     const auto a16 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
     DI_CHECK(p.hidden % 4 == 0 && a16(p.out) && a16(p.x) && a16(p.y), "hc_post: hidden ", p.hidden,
              " not a multiple of 4 or rows not 16-byte aligned");
+    DI_CHECK(!p.collapse_pre || (p.collapsed && a16(p.collapsed)), "hc_post: collapse_pre needs 16-byte aligned collapsed rows");
     const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>((p.hidden / 4 + 255) / 256));
     launch_pdl(kernels::hc_post_vec4_kernel, grid, 256, 0, s, p);
     DI_CUDA_CHECK(cudaGetLastError());

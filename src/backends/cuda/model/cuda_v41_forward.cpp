@@ -122,6 +122,10 @@ float* CudaV41Model::compute(const Batch& b) const {
                                  : nullptr;
     bool waited = false;
     const Batch* lb = &b;  // the batch the layer runs (bounded replay: the tail from the decoder on)
+    // Fast mode: `a` already holds the next site's collapse, written by the previous site's hc_post (its
+    // coefficients are the site before's pre: the delayed pre-mix), unless Engram or a replay cut changes
+    // the streams in between.
+    bool a_collapsed = false;
     for (int64_t l = 0; l < L; ++l) {
         const V41DeviceLayer& lw = weights_.layers[size_t(l)];
         if (lw.has_engram) {
@@ -138,7 +142,7 @@ float* CudaV41Model::compute(const Batch& b) const {
         tap_layer(l, *lb, x, taps);  // the stream entering the layer (after its Engram)
         for (int site = 0; site < 2; ++site) {
             const DeviceHc& hw = site == 0 ? lw.hc_attn : lw.hc_ffn;
-            hc_site(hw, x, SL, site == 0 ? pre_a : pre_f, post, comb, site == 0 ? pre_mix : pre_a, a, s);
+            hc_site(hw, x, SL, site == 0 ? pre_a : pre_f, post, comb, site == 0 ? pre_mix : pre_a, a_collapsed ? nullptr : a, s);
             const size_t inner = workspace_.mark();
             // The norm also writes a's QAT bf16 form where the site's first projection reads it (the same bits as
             // act_quant_dequant then to_bf16 in that projection).
@@ -150,9 +154,20 @@ float* CudaV41Model::compute(const Batch& b) const {
             if (site == 0) attention(l, *lb, a, o, a_quant);
             else moe(l, *lb, a, o, a_quant);
             workspace_.reset(inner);
+            // The next site's collapse in this pass where its coefficients are known: the FFN site's (this
+            // layer's attention pre) or the next layer's attention site's (this FFN pre), not across an
+            // Engram layer or a replay cut.
+            const float* next_pre = nullptr;
+            if (fast_) {
+                if (site == 0)
+                    next_pre = pre_a;
+                else if (l + 1 < L && !weights_.layers[size_t(l + 1)].has_engram && !(b.replay && l + 1 == b.replay->layer))
+                    next_pre = pre_f;
+            }
             hc_post({.out = o, .x = x, .post = post, .comb = comb, .y = x2, .rows = SL, .hc = hc, .hidden = D,
-                     .round_bf16 = off, .mix_first = true},
+                     .round_bf16 = off, .mix_first = true, .collapse_pre = next_pre, .collapsed = next_pre ? a : nullptr},
                     s);
+            a_collapsed = next_pre != nullptr;
             std::swap(x, x2);
         }
         std::swap(pre_mix, pre_f);

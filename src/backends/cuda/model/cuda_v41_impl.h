@@ -250,6 +250,7 @@ private:
     // the collapse of x with collapse_pre into collapsed [rows, D]. The fast mode: the split-K tensor-core
     // mixing logits then hc_pre (f32-accurate, not the CPU's order); else the reference kernel (the CPU's
     // bits). Every site of the model, the bounded replay's head rows and the DSpark stages take this.
+    // collapsed = null (fast mode only): no collapse (the previous site's hc_post wrote it, HcPostParams::collapse_pre).
     void hc_site(const DeviceHc& hw, const float* x, int64_t rows, float* pre, float* post, float* comb,
                  const float* collapse_pre, float* collapsed, Stream s) const;
     // The MoE of one block over S rows with E routed experts, top K (a target layer or a drafter stage).
