@@ -9,6 +9,8 @@
 # --launches: the launches one by one, in order (ncu without --print-summary: a header line per launch, then its
 # gpu__time_duration.sum or the Duration row of --set full), to tell apart launches of one kernel and grid (the
 # dense linears of a prefill step all run as dense_ws_kernel on 132 blocks): index, time, name, grid/block.
+# --diff PREV NEW: an A/B of two summaries (e.g. call_lib.sh's ncu_pf_ab files): per kernel (its grids summed)
+# the total time in each, the difference and the launches, largest differences first; then the totals.
 import argparse
 import lzma
 import re
@@ -51,12 +53,35 @@ def launches(fn):
     return res
 
 
+def diff(prev_fn, new_fn):
+    """[(kernel, prev us, new us, prev launches, new launches)] with each kernel's grids summed, largest |new - prev|
+    first; a kernel absent from one file has 0 there."""
+    tot = {}
+    for i, fn in enumerate((prev_fn, new_fn)):
+        for r in parse(fn):
+            t = tot.setdefault(r[0], [0.0, 0.0, 0, 0])
+            t[i] += r[6]
+            t[2 + i] += r[2]
+    rows = [(k, v[0], v[1], v[2], v[3]) for k, v in tot.items()]
+    return sorted(rows, key=lambda x: (-abs(x[2] - x[1]), x[0]))
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description="per-kernel totals of ncu --print-summary per-kernel output")
     ap.add_argument("files", nargs="+")
     ap.add_argument("--top", type=int, default=22)
     ap.add_argument("--launches", action="store_true", help="per-launch output: every launch in order")
+    ap.add_argument("--diff", action="store_true", help="two files, PREV NEW: per-kernel differences")
     a = ap.parse_args(argv)
+    if a.diff:
+        if len(a.files) != 2:
+            ap.error("--diff takes two files: PREV NEW")
+        rows = diff(*a.files)
+        tp, tn = sum(x[1] for x in rows), sum(x[2] for x in rows)
+        print(f"== {a.files[0]} -> {a.files[1]}: total {tp / 1000:.2f} -> {tn / 1000:.2f} ms ({(tn - tp) / 1000:+.2f} ms)")
+        for k, p, n, lp, ln in rows[: a.top]:
+            print(f"{k[:60]:60s} {p / 1000:8.3f} -> {n / 1000:8.3f} ms ({(n - p) / 1000:+7.3f})  launches {lp} -> {ln}")
+        return
     for fn in a.files:
         if a.launches:
             r = launches(fn)

@@ -77,3 +77,23 @@ def test_launches_in_order_from_per_launch_output(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "ncu_summary.py"), "--launches", str(f)], capture_output=True,
                          text=True, check=True).stdout
     assert "3 launches" in out and "2130.0us" in out
+
+
+def test_ncu_summary_diff_adds_up():
+    """--diff: a file against itself differs by nothing; two steps' per-kernel differences add up to the difference
+    of their totals, and every kernel of either file appears with its launches."""
+    summary = load("ncu_summary")
+    a, b = RESULTS / FILES[2], RESULTS / FILES[3]
+    same = summary.diff(a, a)
+    assert same and all(r[1] == r[2] and r[3] == r[4] for r in same)
+    rows = summary.diff(a, b)
+    ta, tb = sum(r[6] for r in summary.parse(a)), sum(r[6] for r in summary.parse(b))
+    assert abs(sum(r[2] - r[1] for r in rows) - (tb - ta)) <= 1e-6 * max(ta, tb)
+    assert sum(r[3] for r in rows) == sum(r[2] for r in summary.parse(a))
+    assert sum(r[4] for r in rows) == sum(r[2] for r in summary.parse(b))
+    assert {r[0] for r in rows} == {r[0] for r in summary.parse(a)} | {r[0] for r in summary.parse(b)}
+    diffs = [abs(r[2] - r[1]) for r in rows]
+    assert diffs == sorted(diffs, reverse=True)
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "ncu_summary.py"), "--diff", str(a), str(b)], check=True,
+                         capture_output=True, text=True).stdout
+    assert out.startswith("== ") and " ms (" in out.splitlines()[0]
