@@ -25,6 +25,7 @@
 #include "ops/cuda_test_util.h"
 #include "backends/cuda/gemm_fast.h"
 #include "backends/cuda/model/cuda_weights.h"
+#include "deepinfer/dequant.h"
 #include "deepinfer/float_formats.h"
 
 namespace deepinfer {
@@ -193,7 +194,22 @@ TEST_F(CudaGemmFast, ActQuantFp8EqualsActQuantDequant) {
     }
 }
 
-// The fused QAT passes against the two launches they replace, bit for bit: act_quant_fp8 with pre_block
+// The CPU's act_quant per `block` of x [rows, cols]: codes, f32 scales, and the dequantized values.
+struct CpuActQuant {
+    std::vector<uint8_t> q;
+    std::vector<float> s, qd;
+};
+CpuActQuant cpu_act_quant(const std::vector<float>& x, int64_t rows, int64_t cols, int64_t block) {
+    CpuActQuant r{std::vector<uint8_t>(x.size()), std::vector<float>(x.size() / size_t(block)), std::vector<float>(x.size())};
+    act_quant({.x = TensorView(const_cast<float*>(x.data()), DType::kF32, {rows, cols}),
+               .q = TensorView(r.q.data(), DType::kF8E4M3, {rows, cols}),
+               .scale = TensorView(r.s.data(), DType::kF32, {rows, cols / block}),
+               .block = block});
+    for (size_t i = 0; i < x.size(); ++i) r.qd[i] = e4m3_to_f32(r.q[i]) * r.s[i / size_t(block)];
+    return r;
+}
+
+// The fused QAT passes against the two launches they replace and against the CPU's act_quant, bit for bit: act_quant_fp8 with pre_block
 // (V4.1's experts' input: act_quant_dequant per 32, then the FP8 quantization per 128; both activation
 // blocks) and to_bf16 with quant_block (V4.1's bf16 linears: act_quant_dequant per 32, then bf16), on rows
 // whose 32-blocks span 2^-7 .. 2^5 in magnitude (each block's own scale matters), a tiny block (the amax
@@ -225,6 +241,10 @@ TEST_F(CudaGemmFast, FusedQatPassesEqualTheirTwoLaunches) {
             }
             EXPECT_EQ(bad, 0u) << "to_bf16 quant_block " << qb << ", " << cols << " columns";
             EXPECT_GT(quantized, hr.size() / 4) << "the QAT changes values";
+            const CpuActQuant cq = cpu_act_quant(dense, rows, cols, qb);  // the CPU reference of the QAT step
+            size_t bad_cpu = 0;
+            for (size_t i = 0; i < hg.size(); ++i) bad_cpu += hg[i] != (std::bit_cast<uint32_t>(cpu::round_bf16(cq.qd[i])) >> 16);
+            EXPECT_EQ(bad_cpu, 0u) << "to_bf16 quant_block " << qb << " against the CPU, " << cols << " columns";
             // act_quant_fp8 (block 128 and 32) with pre_block qb, gathered rows, against act_quant_dequant then it.
             const std::vector<int32_t> src = {8, 0, 3, 3, 1, 5, 2, 7, 6};
             Dev<int32_t> dsrc(src);
@@ -238,9 +258,21 @@ TEST_F(CudaGemmFast, FusedQatPassesEqualTheirTwoLaunches) {
                                      .scale = s1.ptr(), .block = block, .pre_block = qb},
                                     Stream{});
                 EXPECT_EQ(q0.host(dense.size()), q1.host(dense.size())) << "codes: pre_block " << qb << ", block " << block;
-                EXPECT_EQ(0, std::memcmp(s0.host(dense.size() / size_t(block)).data(), s1.host(dense.size() / size_t(block)).data(),
-                                         dense.size() / size_t(block) * 4))
+                const auto h1 = s1.host(dense.size() / size_t(block));
+                EXPECT_EQ(0, std::memcmp(s0.host(dense.size() / size_t(block)).data(), h1.data(), dense.size() / size_t(block) * 4))
                     << "scales: pre_block " << qb << ", block " << block;
+                // The CPU: act_quant per qb, dequantized, then act_quant per block, of each gathered source row.
+                const CpuActQuant c2 = cpu_act_quant(cq.qd, rows, cols, block);
+                const auto hq1 = q1.host(dense.size());
+                size_t bad_codes = 0, bad_scales = 0;
+                for (int64_t r = 0; r < rows; ++r) {
+                    const int64_t sr = src[size_t(r)];
+                    for (int64_t c = 0; c < cols; ++c) bad_codes += hq1[size_t(r * cols + c)] != c2.q[size_t(sr * cols + c)];
+                    for (int64_t b = 0; b < cols / block; ++b)
+                        bad_scales += h1[size_t(r * (cols / block) + b)] != c2.s[size_t(sr * (cols / block) + b)];
+                }
+                EXPECT_EQ(bad_codes, 0u) << "codes against the CPU: pre_block " << qb << ", block " << block;
+                EXPECT_EQ(bad_scales, 0u) << "scales against the CPU: pre_block " << qb << ", block " << block;
             }
         }
     }

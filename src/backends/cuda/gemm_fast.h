@@ -109,6 +109,10 @@ bool fast_fp8_b32_available();
 // TMA tensor-map encoder).
 bool fast_dense_ws_available();
 
+// Whether `block` can be a fused QAT step's block (ActQuantFp8Params::pre_block, ToBf16Params::quant_block): a
+// power of two from 4 to 128, so that a warp's 128 columns hold whole blocks of whole float4 lanes.
+inline bool fused_qat_block_ok(int64_t block) { return block >= 4 && block <= 128 && (block & (block - 1)) == 0; }
+
 // DeepSeek's act_quant into e4m3 bytes + f32 scales: s = 2^ceil(log2(max(amax, 1e-4)/448)) per `block`
 // (128, or 32 for FP8 weights with 32x32 blocks) consecutive columns of a row, q = e4m3(clamp(x/s, ±448));
 // q·s equals act_quant_dequant with that block bit for bit.

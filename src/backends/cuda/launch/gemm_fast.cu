@@ -588,8 +588,8 @@ void act_quant_fp8(const ActQuantFp8Params& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.cols % 128 == 0 && p.x_ld % 4 == 0 && (p.block == 128 || p.block == 32), "act_quant_fp8: cols = ", p.cols,
              ", x_ld = ", p.x_ld, ", block = ", p.block);
-    DI_CHECK(p.pre_block == 0 || (p.pre_block >= 4 && p.pre_block <= 128 && (p.pre_block & (p.pre_block - 1)) == 0),
-             "act_quant_fp8: pre_block ", p.pre_block, " is not a power of two in 4..128");
+    DI_CHECK(p.pre_block == 0 || fused_qat_block_ok(p.pre_block), "act_quant_fp8: pre_block ", p.pre_block,
+             " is not a power of two in 4..128");
     const int64_t groups = (p.cols / 128 + kernels::tc::kActQuantBlocks - 1) / kernels::tc::kActQuantBlocks;
     const int64_t threads = p.rows * groups * 32;
     launch_pdl(kernels::tc::act_quant_fp8_kernel, static_cast<unsigned>((threads + 255) / 256), 256, 0, s, p);
@@ -600,7 +600,7 @@ void to_bf16(const ToBf16Params& p, Stream s) {
     if (p.rows == 0) return;
     DI_CHECK(p.cols % 8 == 0 && p.x_ld % 4 == 0, "to_bf16: cols = ", p.cols, ", x_ld = ", p.x_ld);
     if (p.quant_block > 0) {
-        DI_CHECK(p.quant_block >= 4 && p.quant_block <= 128 && (p.quant_block & (p.quant_block - 1)) == 0 && p.cols % 128 == 0,
+        DI_CHECK(fused_qat_block_ok(p.quant_block) && p.cols % 128 == 0,
                  "to_bf16: quant_block ", p.quant_block, " (a power of two in 4..128) with cols = ", p.cols, " (a multiple of 128)");
         const int64_t threads = p.rows * (p.cols / 4);
         launch_pdl(kernels::tc::to_bf16_quant_kernel, static_cast<unsigned>((threads + 255) / 256), 256, 0, s, p);

@@ -14,8 +14,6 @@ namespace deepinfer::cuda {
 namespace {
 
 bool quantized(const DeviceLinear& w) { return w.kind == WeightKind::kFp8Block || w.kind == WeightKind::kFp4; }
-// Whether act_quant_fp8 applies a QAT block itself (ActQuantFp8Params::pre_block).
-bool pre_block_ok(int64_t block) { return block >= 4 && block <= 128 && (block & (block - 1)) == 0; }
 
 bool fast_supported(const DeviceExperts& ex) {
     return fast_linear_supported(ex.shape_w1) && fast_linear_supported(ex.shape_w2) &&
@@ -98,7 +96,7 @@ void run_experts(const RoutedExpertsParams& p, const Setup& u, const ExpertRows&
             swiglu({.g = g, .u = up, .row_weight = row_weight, .row_weight_index = perm_slot, .rows = NP, .width = I,
                     .limit = L, .round_bf16 = off},
                    s);
-            if (pre_block_ok(p.act_block)) {
+            if (fused_qat_block_ok(p.act_block)) {
                 act_quant_fp8({.x = g, .x_ld = I, .rows = NP, .cols = I, .q = gq, .scale = gs, .pre_block = p.act_block}, s);
             } else {
                 act_quant_dequant({.x = g, .out = g, .rows = NP, .cols = I, .block = p.act_block}, s);
@@ -358,7 +356,7 @@ float* routed_experts(const RoutedExpertsParams& p, DeviceArena& ws, Stream s) {
         // The fine QAT (per act_block) in the same pass where the block allows it (act_quant_fp8's
         // pre_block: the same codes and scales as act_quant_dequant first).
         const float* xf = p.x;
-        const bool fused = u.fine && pre_block_ok(p.act_block);
+        const bool fused = u.fine && fused_qat_block_ok(p.act_block);
         if (u.fine && !fused) {
             float* aq = ws.alloc_n<float>(S * D);
             act_quant_dequant({.x = p.x, .out = aq, .rows = S, .cols = D, .block = p.act_block}, s);
