@@ -482,6 +482,24 @@ struct Bench {
         row(name, "bf16_fallback", flops, double(w16) + double(M) * K * 2 + out_bytes, false, [&](int i) {
             fast_linear({.a = xb.p(), .weight = l16[size_t(i % copies)], .y = y.p<float>(), .y_ld = N, .rows = M}, Stream{});
         });
+        // The bf16 form and FastLinearParams::fp8_as_bf16 (the FP8 weight multiplied as bf16: the same bits) as
+        // the V4.1 model runs them: with split-K partials.
+        if (fast_fp8_b32_available()) {
+            const int64_t split = fast_linear_split_floats(l16[0], M);
+            Buf sp(size_t(std::max<int64_t>(split, 1)) * 4);
+            row(name, "bf16_split", flops, double(w16) + double(M) * K * 2 + out_bytes, false, [&](int i) {
+                fast_linear({.a = xb.p(), .weight = l16[size_t(i % copies)], .y = y.p<float>(), .y_ld = N, .rows = M,
+                             .split_scratch = split > 0 ? sp.p<float>() : nullptr},
+                            Stream{});
+            });
+            // fp8_as_bf16 (the register-A kernel; the model's FP8 twins run it up to kFp8TwinRows rows).
+            row(name, "fp8_as_bf16", flops, double(w8 + s8) + double(M) * K * 2 + out_bytes, false, [&](int i) {
+                FastLinearParams f{.a = xb.p(), .weight = l8[size_t(i % copies)], .y = y.p<float>(), .y_ld = N, .rows = M,
+                                   .split_scratch = split > 0 ? sp.p<float>() : nullptr};
+                f.fp8_as_bf16 = true;
+                fast_linear(f, Stream{});
+            });
+        }
     }
 
     // 256 FP4 experts, top-6 of T tokens routed uniformly at random (distinct experts per token); or
@@ -822,8 +840,10 @@ int main(int argc, char** argv) {
     };
     for (const auto& [name, nk] : v41) {
         if (!wanted(name)) continue;
-        for (int64_t m : {int64_t(1), int64_t(32), int64_t(128), int64_t(512), int64_t(4096)})
-            if (m_wanted(m)) b.linear_v41(name, nk.first, nk.second, m);
+        for (int64_t m : {int64_t(1), int64_t(4), int64_t(8), int64_t(16), int64_t(32), int64_t(64), int64_t(128), int64_t(512),
+                          int64_t(4096)})
+            // (4, 8, 16 and 64 rows only when --ms names them)
+            if (ms.empty() ? (m == 1 || m == 32 || m == 128 || m == 512 || m == 4096) : m_wanted(m)) b.linear_v41(name, nk.first, nk.second, m);
     }
     for (int64_t t : {int64_t(1), int64_t(32), int64_t(128), int64_t(512), int64_t(1024), int64_t(2048), int64_t(4096), int64_t(8192),
                       int64_t(16384)}) {

@@ -59,11 +59,12 @@ protected:
     }
     // fp8_native: the batch-invariance and graph tests below run the native FP8 form (the bf16 form's
     // kernels are the V4 fast mode's, covered there and in cuda_gemm_tests).
-    static std::unique_ptr<Model> gpu(cuda::GemmMode mode, bool graphs = true, bool fp8_native = true) {
+    static std::unique_ptr<Model> gpu(cuda::GemmMode mode, bool graphs = true, bool fp8_native = true, bool fp8_twins = true) {
         cuda::CudaModelOptions co;
         co.max_model_len = 1024;
         co.gemm = mode;
         co.v41_fp8_native = fp8_native;
+        co.v41_fp8_twins = fp8_twins;
         return cuda::load_cuda_v41_model(dir_, options(graphs), co);
     }
     static std::string dir_;
@@ -151,6 +152,48 @@ TEST_F(CudaV41Fast, LogitsWithinToleranceOfCpu) {
     } else {
         EXPECT_EQ(native_bytes, bf16_bytes);
     }
+}
+
+// The bf16 form with its FP8 twins (the default; Hopper) against the bf16 form alone: the same logits bit for
+// bit. A 160-row prefill reads the bf16 weights, its one-row decode steps the twins; so do three sequences
+// decoding side by side (three rows), after one forward that prefills all three (36 rows: bf16). The twins'
+// bytes come on top.
+TEST_F(CudaV41Fast, Fp8TwinsKeepTheBf16FormsBits) {
+    const auto twins = gpu(cuda::GemmMode::kFast, true, /*fp8_native=*/false, /*fp8_twins=*/true);
+    const auto plain = gpu(cuda::GemmMode::kFast, true, /*fp8_native=*/false, /*fp8_twins=*/false);
+    const std::vector<float> a = run_script(*twins), b = run_script(*plain);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "prefill + decode";
+    auto side_by_side = [](const Model& m) {
+        std::vector<Sequence> seqs;
+        std::vector<std::vector<int32_t>> prompts;
+        for (int i = 0; i < 3; ++i) {
+            seqs.push_back(m.new_sequence());
+            prompts.push_back(random_tokens(size_t(5 + 7 * i), uint32_t(40 + i)));
+        }
+        std::vector<SequenceChunk> chunks;
+        for (int i = 0; i < 3; ++i) chunks.push_back({&seqs[size_t(i)], prompts[size_t(i)], true, {}});
+        std::vector<float> out;
+        for (const auto& o : m.forward_batch(chunks)) out.insert(out.end(), o.begin(), o.end());
+        for (int step = 0; step < 3; ++step) {
+            std::vector<int32_t> next(3);
+            for (int i = 0; i < 3; ++i) next[size_t(i)] = int32_t((97 * step + 31 * i + 5) % kVocab);
+            chunks.clear();
+            for (int i = 0; i < 3; ++i) chunks.push_back({&seqs[size_t(i)], std::span<const int32_t>(&next[size_t(i)], 1), false, {}});
+            for (const auto& o : m.forward_batch(chunks)) out.insert(out.end(), o.begin(), o.end());
+        }
+        return out;
+    };
+    const std::vector<float> ba = side_by_side(*twins), bb = side_by_side(*plain);
+    ASSERT_EQ(ba.size(), bb.size());
+    EXPECT_EQ(0, std::memcmp(ba.data(), bb.data(), ba.size() * 4)) << "three prompts, then three rows per decode step";
+    const size_t twin_bytes = cuda::cuda_model_stats(*twins).weight_device_bytes,
+                 plain_bytes = cuda::cuda_model_stats(*plain).weight_device_bytes;
+    std::printf("[v41-fast-weights] bf16 form %zu bytes, with its FP8 twins %zu\n", plain_bytes, twin_bytes);
+    if (cuda::fast_fp8_b32_available())
+        EXPECT_GT(twin_bytes, plain_bytes + plain_bytes / 50);
+    else
+        EXPECT_EQ(twin_bytes, plain_bytes);
 }
 
 TEST_F(CudaV41Fast, BatchInvariantBitForBit) {

@@ -22,6 +22,7 @@
 #include "backends/cpu/primitives.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/gemm_fast.h"
+#include "backends/cuda/model/bf16_weights.h"
 #include "backends/cuda/model/cuda_weights.h"
 #include "deepinfer/float_formats.h"
 #include "ops/cuda_test_util.h"
@@ -52,7 +53,8 @@ struct Fp8B32Weight {
     cpu::LinearWeight host;
     std::unique_ptr<DeviceBuffer> dw, ds;
     cuda::DeviceLinear dev;
-    Fp8B32Weight(int64_t out, int64_t in, uint32_t seed, bool f32_scales = false) {
+    // f32 scales: 2^(f32_exp_base .. f32_exp_base + 15), or (f32_any) such times 1 + j/256 (no powers of two).
+    Fp8B32Weight(int64_t out, int64_t in, uint32_t seed, bool f32_scales = false, int f32_exp_base = -14, bool f32_any = false) {
         std::mt19937 rng(seed);
         w.resize(size_t(out * in));
         for (uint8_t& b : w) {
@@ -64,7 +66,8 @@ struct Fp8B32Weight {
         if (f32_scales) {
             s.resize(ns * 4);
             for (size_t i = 0; i < ns; ++i) {
-                const float f = std::ldexp(1.0f, int(rng() % 16) - 14);
+                float f = std::ldexp(1.0f, int(rng() % 16) + f32_exp_base);
+                if (f32_any) f *= 1.0f + float(1 + rng() % 255) / 256.0f;
                 std::memcpy(s.data() + 4 * i, &f, 4);
             }
         } else {
@@ -178,7 +181,7 @@ TEST_F(CudaGemmFp8B32, MatchesCpuReferenceAtV41Shapes) {
     };
     uint32_t seed = 10;
     for (const Case& c : cases) {
-        Fp8B32Weight w(c.out, c.in, seed++, c.f32_scales);
+        Fp8B32Weight w(c.out, c.in, seed++, c.f32_scales, /*f32_exp_base=*/4);
         const auto x = activations(c.rows, c.in, seed++);
         const auto ref = cpu_reference(w, x, c.rows);
         const auto got = run_fast(w, x, c.rows);
@@ -209,6 +212,103 @@ TEST_F(CudaGemmFp8B32, BatchInvariantBitForBit) {
             EXPECT_EQ(0, std::memcmp(part.data(), full.data() + r0 * N, size_t(n * N) * 4))
                 << "N " << N << ": rows [" << r0 << ", " << r0 + n << ") differ from the 300-row batch";
         }
+    }
+}
+
+// How an fp8_as_bf16 launch runs (run_as_bf16).
+struct AsBf16Form {
+    const char* name;
+    bool as_bf16;  // false: the bf16 weight
+    bool split_scratch = true;
+};
+
+// bf16 activations (x holds bf16 values) times `w` (the FP8 weight with fp8_as_bf16, or its bf16 upload).
+std::vector<float> run_as_bf16(const cuda::DeviceLinear& w, const std::vector<float>& x, int64_t rows, const AsBf16Form& f,
+                               bool round) {
+    const int64_t K = w.in_features, N = w.out_features;
+    Dev<float> dx(x), dy(size_t(rows * N));
+    Dev<uint16_t> xb(size_t(rows * K));
+    cuda::to_bf16({.x = dx.ptr(), .x_ld = K, .rows = rows, .cols = K, .out = xb.ptr()}, Stream{});
+    const int64_t split = cuda::fast_linear_split_floats(f.as_bf16 ? cuda::fp8_as_bf16_shape(w) : w, rows);
+    Dev<float> ds(size_t(std::max<int64_t>(split, 1)));
+    cuda::FastLinearParams p{.a = xb.ptr(), .weight = w, .y = dy.ptr(), .y_ld = N, .rows = rows, .round_output_bf16 = round};
+    if (f.split_scratch && split > 0) p.split_scratch = ds.ptr();
+    p.fp8_as_bf16 = f.as_bf16;
+    cuda::fast_linear(p, Stream{});
+    return dy.host(size_t(rows * N));
+}
+
+// FastLinearParams::fp8_as_bf16 (V4.1's dense FP8 linears kept FP8 on the device, multiplied as bf16) against
+// the same weight uploaded as bf16 (upload_fp8_as_bf16: the bf16 form), bit for bit: every wgmma width (8,
+// 16, 32, 64, 128 rows) and several token tiles, with split-K partials and unsplit; ue8m0 and f32 scales
+// (one and two bf16 multiplies per pair); bf16 output rounding.
+TEST_F(CudaGemmFp8B32, Fp8AsBf16BitIdenticalToTheBf16Upload) {
+    if (!cuda::fast_fp8_b32_available()) GTEST_SKIP() << "fp8_as_bf16 needs sm_90";
+    struct Shape3 {
+        int64_t out, in;
+        bool f32_scales;
+    };
+    // (the f32 scales of {1024, 1024} reach 2^19: past the kernel's one-multiply range, 2^7)
+    const Shape3 shapes[] = {{1280, 5120, false}, {2304, 1024, false}, {1024, 1024, true}, {5120, 2304, false}, {512, 8192, false}};
+    const AsBf16Form forms[] = {
+        {"split-K partials", true, true},
+        {"unsplit (the chunks summed in the kernel)", true, false},
+    };
+    std::vector<std::unique_ptr<DeviceBuffer>> storage;
+    uint32_t seed = 90;
+    size_t compared = 0;
+    for (const Shape3& c : shapes) {
+        Fp8B32Weight w(c.out, c.in, seed++, c.f32_scales, /*f32_exp_base=*/4);
+        const cuda::DeviceLinear wb = cuda::upload_fp8_as_bf16(w.host, storage);
+        ASSERT_EQ(wb.kind, cuda::WeightKind::kBF16);
+        for (const int64_t rows : {int64_t(1), int64_t(9), int64_t(17), int64_t(33), int64_t(64), int64_t(65), int64_t(300), int64_t(2100)}) {
+            if (rows == 2100 && c.out * c.in > 1280 * 5120) continue;  // (time)
+            const auto x = activations(rows, c.in, seed++);
+            for (const bool round : {false, true}) {
+                if (round && rows != 65) continue;
+                const auto ref = run_as_bf16(wb, x, rows, {"bf16 upload", false}, round);
+                for (const AsBf16Form& f : forms) {
+                    const auto got = run_as_bf16(w.dev, x, rows, f, round);
+                    size_t bad = 0;
+                    for (size_t i = 0; i < got.size(); ++i)
+                        if (std::memcmp(&got[i], &ref[i], 4) != 0) ++bad;
+                    EXPECT_EQ(bad, 0u) << f.name << ": " << rows << " x " << c.out << "x" << c.in << (round ? " rounded" : "");
+                    ++compared;
+                }
+            }
+        }
+    }
+    EXPECT_GT(compared, 80u);  // (88: 44 launches of the bf16 upload, two forms each)
+}
+
+// Block scales that are no powers of two (which upload_fp8_as_bf16 refuses): fp8_as_bf16 multiplies the
+// weight values each rounded to bf16 from their f32 product, e4m3 value x scale, as a bf16 weight built so
+// on the host gives.
+TEST_F(CudaGemmFp8B32, Fp8AsBf16AnyScalesMatchTheHostsBf16Rounding) {
+    if (!cuda::fast_fp8_b32_available()) GTEST_SKIP() << "fp8_as_bf16 needs sm_90";
+    const int64_t N = 1024, K = 2048;
+    Fp8B32Weight w(N, K, 77, /*f32_scales=*/true, /*f32_exp_base=*/-14, /*f32_any=*/true);
+    std::vector<uint16_t> host(size_t(N * K));
+    for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < K; ++k) {
+            float sc;
+            std::memcpy(&sc, w.s.data() + 4 * size_t((n / 32) * (K / 32) + k / 32), 4);
+            host[size_t(n * K + k)] = f32_to_bf16(e4m3_to_f32(w.w[size_t(n * K + k)]) * sc);
+        }
+    Dev<uint16_t> dw(host);
+    cuda::DeviceLinear wb;
+    wb.weight = dw.ptr();
+    wb.kind = cuda::WeightKind::kBF16;
+    wb.out_features = N;
+    wb.in_features = K;
+    for (const int64_t rows : {int64_t(1), int64_t(12), int64_t(40), int64_t(130)}) {
+        const auto x = activations(rows, K, uint32_t(500 + rows));
+        const auto ref = run_as_bf16(wb, x, rows, {"host bf16", false}, false);
+        const auto got = run_as_bf16(w.dev, x, rows, {"fp8_as_bf16", true}, false);
+        size_t bad = 0;
+        for (size_t i = 0; i < got.size(); ++i)
+            if (std::memcmp(&got[i], &ref[i], 4) != 0) ++bad;
+        EXPECT_EQ(bad, 0u) << rows << " rows";
     }
 }
 

@@ -181,7 +181,39 @@ struct FastLinearParams {
     // same bits either way (every output element's instruction sequence is that of its own launch).
     const DeviceLinear* experts2 = nullptr;
     float* y2 = nullptr;
+    // FP8 32x32-block weights with power-of-two scales (sm_90, not grouped, out_features % 64 == 0,
+    // in_features % 64 == 0 and <= 16384) multiplied as their exact bf16 values with bf16 activations (`a`
+    // bf16 rows, no a_scale): the bits of the same weight uploaded as bf16 (upload_fp8_as_bf16) with half its
+    // bytes read, by a weight-streaming kernel for decode sizes (kernels/gemm_wgmma_fp8bf16dec.cuh: each
+    // thread converts its own wgmma A fragment in registers; token tiles of up to 128 rows, so slower than the
+    // bf16 form from ~32 rows). Split-K and its scratch as for that bf16 weight (fp8_as_bf16_shape).
+    bool fp8_as_bf16 = false;
+    // A bf16 `weight` dequantized at load from FP8 32x32 blocks with power-of-two scales
+    // (upload_fp8_as_bf16): that FP8 form as stored, or empty. Launches where fp8_twin_pays read it instead
+    // (fp8_as_bf16, the register-A kernel): the same bits, half the weight bytes.
+    DeviceLinear fp8_twin = {};
 };
+// Whether `w` (FP8 32x32 blocks, the stored form of a bf16 weight) can be a FastLinearParams::fp8_twin on
+// this device, and whether it is worth its bytes: only launches of up to kFp8TwinRows rows use twins, and
+// only of weights with at least kFp8TwinMinOut rows and kFp8TwinMinElems elements (below, the bf16
+// kernel's split-K streams as fast). Session 44's cuda_gemm_bench on an H200 (bench/results/
+// cuda-session44-h200.md), twin vs bf16 at 1 / 16 rows: wq_b 32768x1280 13.6 / 17.7 vs 20.9 / 22.7 us, wo_b
+// 5120x8192 23.4 / 25.1 vs 25.9 / 27.2, Engram wkv 25600x6144 54.7 / 71.9 vs 83.8 / 85.3; the shared
+// expert's 2304x5120 and 5120x2304 and wq_a 1280x5120 within 5% either way (not twinned).
+constexpr int64_t kFp8TwinRows = 16, kFp8TwinMinOut = 2048, kFp8TwinMinElems = int64_t(1) << 24;
+bool fp8_twin_supported(const DeviceLinear& w);
+inline bool fp8_twin_pays(const FastLinearParams& p) {
+    return p.fp8_twin.weight && !p.experts && p.rows <= kFp8TwinRows && p.weight.kind == WeightKind::kBF16 &&
+           p.fp8_twin.out_features == p.weight.out_features && p.fp8_twin.in_features == p.weight.in_features;
+}
+// The shape the fast GEMM gives an fp8_as_bf16 weight for its K tiles and split-K: the bf16 weight's.
+inline DeviceLinear fp8_as_bf16_shape(const DeviceLinear& w) {
+    DeviceLinear v = w;
+    v.kind = WeightKind::kBF16;
+    v.scale = nullptr;
+    v.scale_kind = ScaleKind::kNone;
+    return v;
+}
 void fast_linear(const FastLinearParams& p, Stream s);
 
 }  // namespace deepinfer::cuda

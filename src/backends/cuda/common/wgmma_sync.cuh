@@ -30,4 +30,12 @@ __device__ __forceinline__ void wgmma_wait() {
 #endif
 }
 
+// Waits until at most kPending of the committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait_pending() {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+
 }  // namespace deepinfer::cuda::dev

@@ -16,6 +16,7 @@
 #include "backends/cuda/kernels/gemm_wgmma_fp4rs.cuh"
 #include "backends/cuda/kernels/gemm_wgmma_fp4ws.cuh"
 #include "backends/cuda/kernels/gemm_wgmma_fp8b32.cuh"
+#include "backends/cuda/kernels/gemm_wgmma_fp8bf16dec.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -453,6 +454,42 @@ void launch_by_rows(const FastLinearParams& p, const TcArgs& a, int64_t rows_per
         launch<2, 4, 4, 4, 3, kB>(p, a, st);
 }
 
+// fp8_as_bf16's register-A kernel (kernels/gemm_wgmma_fp8bf16dec.cuh): token tiles of TN rows on grid y; K
+// chunk z on blocks (x, y, z) with a.partial, then their ordered sum. Stages of kKT K tiles, as many as
+// about 48 KB hold (3 to 8; 4 blocks per SM at 8 rows).
+template <int TN, int kKT>
+void launch_fp8bf16_dec(const TcArgs& a, Stream st) {
+    constexpr int kStageBytes = kernels::wgfb::DecConfig<TN, kKT, 3>::kStageBytes;
+    constexpr int kStages = std::clamp(48 * 1024 / kStageBytes, 3, 8);
+    using C = kernels::wgfb::DecConfig<TN, kKT, kStages>;
+    auto* kernel = a.k_chunks > 1 ? kernels::wgfb::fp8bf16_dec_kernel<TN, kKT, kStages, true>
+                                  : kernels::wgfb::fp8bf16_dec_kernel<TN, kKT, kStages, false>;
+    const int smem = C::smem_bytes(a.K);
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    static_assert(C::kMaxKTiles == 256, "launch_fp8_as_bf16's K condition");
+    const int64_t grid_z = a.partial ? a.k_chunks : 1, tiles = (a.rows + TN - 1) / TN;
+    launch_pdl(kernel, dim3(static_cast<unsigned>(a.N / 64), static_cast<unsigned>(tiles), static_cast<unsigned>(grid_z)),
+               C::kThreads, smem, st, a);
+    DI_CUDA_CHECK(cudaGetLastError());
+    if (a.partial) {
+        const int64_t threads = a.rows * ((a.N + 3) / 4);
+        launch_pdl(kernels::wg::split_reduce_kernel, static_cast<unsigned>((threads + 255) / 256), 256, 0, st, a);
+        DI_CUDA_CHECK(cudaGetLastError());
+    }
+}
+
+// FP8 32x32-block weights multiplied as bf16 (FastLinearParams::fp8_as_bf16; `a` holds the bf16 shape's K
+// tiles and split-K): the register-A kernel with the widest wgmma the rows need, token tiles of 128 beyond.
+void launch_fp8_as_bf16(const TcArgs& a, int64_t rows, Stream st) {
+    DI_CHECK(a.N % 64 == 0 && a.k_tiles <= 256,
+             "fast linear: fp8_as_bf16 needs out_features % 64 == 0 and in_features <= 16384");
+    if (rows <= 8) launch_fp8bf16_dec<8, 2>(a, st);
+    else if (rows <= 16) launch_fp8bf16_dec<16, 2>(a, st);
+    else if (rows <= 32) launch_fp8bf16_dec<32, 2>(a, st);
+    else if (rows <= 64) launch_fp8bf16_dec<64, 1>(a, st);
+    else launch_fp8bf16_dec<128, 1>(a, st);
+}
+
 // A fast launch's K tiles: 128 bytes of K each (64 bf16 columns, else 128 one-byte ones).
 int64_t fast_k_tiles(const DeviceLinear& w) { return w.kind == WeightKind::kBF16 ? w.in_features / 64 : w.in_features / 128; }
 
@@ -507,15 +544,33 @@ bool fast_linear_supported(const DeviceLinear& w) {
     }
 }
 
+bool fp8_twin_supported(const DeviceLinear& w) {
+    return compute_capability() == 90 && w.kind == WeightKind::kFp8Block && w.block_rows == 32 && w.block_cols == 32 &&
+           w.scale_kind != ScaleKind::kNone && w.out_features % 64 == 0 && w.out_features >= kFp8TwinMinOut && w.in_features % 64 == 0 &&
+           w.in_features / 64 <= 256 && w.out_features * w.in_features >= kFp8TwinMinElems;
+}
+
 void fast_linear(const FastLinearParams& p, Stream s) {
     if (p.rows == 0) return;
+    if (fp8_twin_pays(p)) {  // the same bits from the FP8 form (register-A kernel); split-K as for the bf16 weight
+        FastLinearParams q = p;
+        q.weight = p.fp8_twin;
+        q.fp8_twin = {};
+        q.fp8_as_bf16 = true;
+        fast_linear(q, s);
+        return;
+    }
     const DeviceLinear& w = p.weight;
     DI_CHECK(fast_linear_supported(w), "fast linear: unsupported weight (kind ", int(w.kind), ", ", w.out_features, "x",
              w.in_features, ")");
     DI_CHECK(p.a && p.y && p.y_ld >= w.out_features, "fast linear: null operand or bad y_ld");
     DI_CHECK(!p.experts || (p.expert_offsets && p.tile_scratch && p.num_experts > 0),
              "fast grouped linear: needs expert_offsets, tile_scratch and num_experts");
-    const bool bf16 = w.kind == WeightKind::kBF16;
+    const bool b32 = w.kind == WeightKind::kFp8Block && w.block_cols == 32;
+    DI_CHECK(!p.fp8_as_bf16 || (b32 && !p.experts && compute_capability() == 90 && w.in_features % 64 == 0),
+             "fast linear: fp8_as_bf16 takes FP8 32x32-block weights on sm_90, not grouped");
+    const DeviceLinear shape = p.fp8_as_bf16 ? fp8_as_bf16_shape(w) : w;  // K tiles and split-K
+    const bool bf16 = shape.kind == WeightKind::kBF16;
     DI_CHECK(bf16 || p.a_scale, "fast linear: FP8/FP4 weights need act_quant scales");
     DI_CHECK(bf16 || fast_fp8_available(), "fast linear: FP8 tensor cores need compute capability 8.9 or newer");
     TcArgs a{};
@@ -533,12 +588,12 @@ void fast_linear(const FastLinearParams& p, Stream s) {
     a.rows = p.rows;
     a.N = w.out_features;
     a.K = w.in_features;
-    a.k_tiles = fast_k_tiles(w);
+    a.k_tiles = fast_k_tiles(shape);
     a.round_bf16 = p.round_output_bf16;
     // Split-K (the wgmma kernel's FP8 128x128 and BF16 forms only).
     a.k_chunks = 1;
-    if (w.kind == WeightKind::kBF16 || (w.kind == WeightKind::kFp8Block && w.block_cols == 128)) {
-        a.k_chunks = p.k_chunks > 0 ? static_cast<int>(std::min<int64_t>(p.k_chunks, a.k_tiles)) : fast_linear_k_chunks(w);
+    if (bf16 || (w.kind == WeightKind::kFp8Block && w.block_cols == 128)) {
+        a.k_chunks = p.k_chunks > 0 ? static_cast<int>(std::min<int64_t>(p.k_chunks, a.k_tiles)) : fast_linear_k_chunks(shape);
         const int64_t need = p.experts ? 0 : split_floats(a.N, p.rows, a.k_chunks, p.split);
         if (need > 0 && p.split_scratch && compute_capability() == 90) a.partial = p.split_scratch;
     }
@@ -565,8 +620,11 @@ void fast_linear(const FastLinearParams& p, Stream s) {
         a.experts2 = p.experts2;
         a.y2 = p.y2;
     }
-    const bool b32 = w.kind == WeightKind::kFp8Block && w.block_cols == 32;
     DI_CHECK(!b32 || !p.experts, "fast linear: FP8 32x32-block weights are not grouped");
+    if (p.fp8_as_bf16) {
+        launch_fp8_as_bf16(a, per_group, st);
+        return;
+    }
     if (b32) {
         launch_fp8b32_by_rows(a, st);
         return;

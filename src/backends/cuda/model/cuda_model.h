@@ -37,6 +37,11 @@ struct CudaModelOptions {
     // bench/results/cuda-v41-fp8b32-h200-*). false (default), or other devices: uploaded as exact bf16
     // and run on the bf16 tensor-core kernel.
     bool v41_fp8_native = false;
+    // kFast, V4.1, the bf16 form (v41_fp8_native false), Hopper: the large dense linears (fp8_twin_supported:
+    // wq_b, wo_b, Engram's wkv) also kept in their FP8 form, which launches of up to kFp8TwinRows rows read
+    // instead (gemm_fast.h FastLinearParams::fp8_twin: the same bits, half the weight bytes; +50% of those
+    // weights' device bytes, ~1% of a layer's).
+    bool v41_fp8_twins = true;
     // kFast, V4.1, forwards of kWoADenseRows (2048) rows or more where the 64-head tensor-core attention runs
     // (sink_attention_bf16_io): q read in bf16 from the RoPE launch and the attention's output written in bf16
     // straight into wo_a's groups (no f32 output, no conversion launches before wo_a). The same bits as false

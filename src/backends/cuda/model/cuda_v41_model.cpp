@@ -100,7 +100,7 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
     }
     const DenseFp8 dense_fp8 = !fast_ ? DenseFp8::kAsStored : o.v41_fp8_native ? DenseFp8::kNative : DenseFp8::kBf16;
     weights_ = upload_v41_weights(host, c, /*share_engram=*/true, experts, dense_fp8,
-                                  /*with_dspark=*/dspark_stages_ > 0);
+                                  /*with_dspark=*/dspark_stages_ > 0, o.v41_fp8_twins);
     auto table = [&](const std::vector<float>& v) {
         auto buf = std::make_unique<DeviceBuffer>(v.size() * sizeof(float));
         buf->copy_from_host(v.data(), buf->nbytes());
@@ -193,6 +193,7 @@ bool CudaV41Model::project_fast(const DeviceLinear& w, const float* x, int64_t x
     if (form && !*form) *form = made = workspace_.alloc_n<uint16_t>(rows * K);
     const size_t mark = workspace_.mark();
     FastLinearParams f{.weight = w, .y = y, .y_ld = y_ld, .rows = rows, .round_output_bf16 = round_bf16};
+    if (const DeviceLinear* twin = w.kind == WeightKind::kBF16 ? weights_.fp8_twin(w) : nullptr) f.fp8_twin = *twin;
     if (form && !made) {
         f.a = *form;  // made by an earlier projection of x
     } else if (w.kind == WeightKind::kBF16) {

@@ -18,7 +18,8 @@ namespace {
 
 class Uploader {
 public:
-    Uploader(V41DeviceWeights& out, DenseFp8 dense_fp8) : out_(out), dense_fp8_(dense_fp8) {}
+    Uploader(V41DeviceWeights& out, DenseFp8 dense_fp8, bool fp8_twins)
+        : out_(out), dense_fp8_(dense_fp8), fp8_twins_(fp8_twins) {}
 
     // A dense linear of the fast GEMM mode: FP8 kept (kNative, where the device's fast GEMM takes it)
     // or, with power-of-two scales, dequantized to bf16.
@@ -31,6 +32,8 @@ public:
         DeviceLinear d = upload_fp8_as_bf16(w, out_.storage);
         out_.device_bytes += size_t(d.out_features * d.in_features * 2);
         out_.bf16_from_fp8.push_back(d.weight);
+        if (fp8_twins_ && !bf16_only && fp8_twin_supported(device_linear_like(w, nullptr, nullptr)))
+            out_.fp8_twins.emplace_back(d.weight, linear(w));
         return d;
     }
 
@@ -90,6 +93,7 @@ public:
 private:
     V41DeviceWeights& out_;
     DenseFp8 dense_fp8_;
+    bool fp8_twins_;
 };
 
 // Page-locks the Engram tables (weights and scales) where they lie in the checkpoint's mapping: the
@@ -189,13 +193,19 @@ bool V41DeviceWeights::from_fp8(const DeviceLinear& w) const {
     return std::binary_search(bf16_from_fp8.begin(), bf16_from_fp8.end(), w.weight);
 }
 
+const DeviceLinear* V41DeviceWeights::fp8_twin(const DeviceLinear& w) const {
+    const auto it = std::lower_bound(fp8_twins.begin(), fp8_twins.end(), w.weight,
+                                     [](const std::pair<const void*, DeviceLinear>& t, const void* p) { return t.first < p; });
+    return it != fp8_twins.end() && it->first == w.weight ? &it->second : nullptr;
+}
+
 V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& c, bool share_engram,
-                                    ExpertRange experts, DenseFp8 dense_fp8, bool with_dspark) {
+                                    ExpertRange experts, DenseFp8 dense_fp8, bool with_dspark, bool fp8_twins) {
     V41DeviceWeights d;
     // Registration comes after every copy: cudaMemcpy from host memory that straddles a registered range
     // (a neighbouring tensor on a shared page) is refused by the runtime.
     const bool share = share_engram && HostRegistration::read_only_supported();
-    Uploader up(d, dense_fp8);
+    Uploader up(d, dense_fp8, fp8_twins && dense_fp8 == DenseFp8::kBf16);
     d.embed = up.linear(w.embed);
     d.head = up.linear(w.head);
     d.norm = up.vec(w.norm);
@@ -215,6 +225,7 @@ V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& 
         d.dspark = std::move(dd);
     }
     std::sort(d.bf16_from_fp8.begin(), d.bf16_from_fp8.end());
+    std::sort(d.fp8_twins.begin(), d.fp8_twins.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     if (share) {
         register_engram_tables(w, d);
         auto in_place = [&](const TensorView& t) -> const void* {

@@ -78,6 +78,11 @@ struct V41DeviceWeights {
     // inputs in official numerics, so the fast GEMMs do too.
     std::vector<const void*> bf16_from_fp8;
     bool from_fp8(const DeviceLinear& w) const;
+    // DenseFp8::kBf16 with fp8_twins: those bf16 weights' FP8 forms as stored where fp8_twin_supported
+    // (sorted by the bf16 weight's address), which decode-sized launches read instead
+    // (FastLinearParams::fp8_twin: the same bits, half the bytes).
+    std::vector<std::pair<const void*, DeviceLinear>> fp8_twins;
+    const DeviceLinear* fp8_twin(const DeviceLinear& w) const;  // null: none
 };
 
 // Copies every weight the forward uses to the device. Engram tables stay in host memory: with
@@ -87,12 +92,13 @@ struct V41DeviceWeights {
 // fast GEMM mode: kAsStored (the reference kernels); kBf16: those with power-of-two block scales
 // uploaded dequantized to bf16 (bf16_weights.h, exact); kNative: kept FP8 where the device's fast GEMM
 // runs them (fast_linear_supported: Hopper), else as kBf16; wo_a (a bf16 linear in the reference, no
-// activation quantization) as kBf16 either way.
+// activation quantization) as kBf16 either way. fp8_twins (kBf16): each bf16 weight also kept in its FP8
+// form where that pays at decode sizes (V41DeviceWeights::fp8_twins).
 enum class DenseFp8 : uint8_t { kAsStored, kBf16, kNative };
 
 // with_dspark: the DSpark drafter too, when the checkpoint has one (all of its experts).
 V41DeviceWeights upload_v41_weights(const v41::Weights& w, const V41TextConfig& config, bool share_engram = true,
                                     ExpertRange experts = {}, DenseFp8 dense_fp8 = DenseFp8::kAsStored,
-                                    bool with_dspark = false);
+                                    bool with_dspark = false, bool fp8_twins = false);
 
 }  // namespace deepinfer::cuda
