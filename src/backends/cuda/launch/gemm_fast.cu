@@ -464,9 +464,13 @@ void launch_fp8bf16_dec(const TcArgs& a, Stream st) {
     using C = kernels::wgfb::DecConfig<TN, kKT, kStages>;
     auto* kernel = a.k_chunks > 1 ? kernels::wgfb::fp8bf16_dec_kernel<TN, kKT, kStages, true>
                                   : kernels::wgfb::fp8bf16_dec_kernel<TN, kKT, kStages, false>;
+    // The launch's shared memory depends on K; the function's limit is set to the largest K's, never lowered
+    // (a graph's kernel node keeps its launch's size while later eager launches of other K would set the
+    // limit: ncu, profiling a decode graph's nodes, failed the launch of Engram's wkv twin after wq_b's
+    // smaller launch had set it; session 44 call 12).
     const int smem = C::smem_bytes(a.K);
-    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     static_assert(C::kMaxKTiles == 256, "launch_fp8_as_bf16's K condition");
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::smem_bytes(64 * C::kMaxKTiles)));
     const int64_t grid_z = a.partial ? a.k_chunks : 1, tiles = (a.rows + TN - 1) / TN;
     launch_pdl(kernel, dim3(static_cast<unsigned>(a.N / 64), static_cast<unsigned>(tiles), static_cast<unsigned>(grid_z)),
                C::kThreads, smem, st, a);
