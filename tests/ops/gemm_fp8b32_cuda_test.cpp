@@ -241,7 +241,8 @@ std::vector<float> run_as_bf16(const cuda::DeviceLinear& w, const std::vector<fl
 // FastLinearParams::fp8_as_bf16 (V4.1's dense FP8 linears kept FP8 on the device, multiplied as bf16) against
 // the same weight uploaded as bf16 (upload_fp8_as_bf16: the bf16 form), bit for bit: every wgmma width (8,
 // 16, 32, 64, 128 rows) and several token tiles, with split-K partials and unsplit; ue8m0 and f32 scales
-// (one and two bf16 multiplies per pair); bf16 output rounding.
+// (one and two bf16 multiplies per pair); bf16 output rounding. The bf16 upload's results against the CPU's
+// (tolerance: summation order), so the bits compared are the reference's.
 TEST_F(CudaGemmFp8B32, Fp8AsBf16BitIdenticalToTheBf16Upload) {
     if (!cuda::fast_fp8_b32_available()) GTEST_SKIP() << "fp8_as_bf16 needs sm_90";
     struct Shape3 {
@@ -267,6 +268,14 @@ TEST_F(CudaGemmFp8B32, Fp8AsBf16BitIdenticalToTheBf16Upload) {
             for (const bool round : {false, true}) {
                 if (round && rows != 65) continue;
                 const auto ref = run_as_bf16(wb, x, rows, {"bf16 upload", false}, round);
+                // The CPU reference (the FP8 weight dequantized, the bf16-valued rows unquantized): only the f32
+                // summation order differs (the products are exact), and the bf16 rounding of the outputs.
+                std::vector<float> cpu(size_t(rows * c.out));
+                cpu::linear({.x = TensorView(const_cast<float*>(x.data()), DType::kF32, {rows, c.in}),
+                             .weight = &w.host,
+                             .y = TensorView(cpu.data(), DType::kF32, {rows, c.out}),
+                             .round_output_bf16 = round});
+                EXPECT_LT(rel_err(cpu, ref), round ? 4e-3 : 1e-4) << rows << " x " << c.out << "x" << c.in;
                 for (const AsBf16Form& f : forms) {
                     const auto got = run_as_bf16(w.dev, x, rows, f, round);
                     size_t bad = 0;
@@ -283,7 +292,7 @@ TEST_F(CudaGemmFp8B32, Fp8AsBf16BitIdenticalToTheBf16Upload) {
 
 // Block scales that are no powers of two (which upload_fp8_as_bf16 refuses): fp8_as_bf16 multiplies the
 // weight values each rounded to bf16 from their f32 product, e4m3 value x scale, as a bf16 weight built so
-// on the host gives.
+// on the host gives (bit for bit through the bf16 kernel; that kernel's results within tolerance of the CPU's).
 TEST_F(CudaGemmFp8B32, Fp8AsBf16AnyScalesMatchTheHostsBf16Rounding) {
     if (!cuda::fast_fp8_b32_available()) GTEST_SKIP() << "fp8_as_bf16 needs sm_90";
     const int64_t N = 1024, K = 2048;
@@ -296,6 +305,7 @@ TEST_F(CudaGemmFp8B32, Fp8AsBf16AnyScalesMatchTheHostsBf16Rounding) {
             host[size_t(n * K + k)] = f32_to_bf16(e4m3_to_f32(w.w[size_t(n * K + k)]) * sc);
         }
     Dev<uint16_t> dw(host);
+    const cpu::LinearWeight host_weight = cpu::make_linear_weight(TensorView(host.data(), DType::kBF16, {N, K}), TensorView(), N, K);
     cuda::DeviceLinear wb;
     wb.weight = dw.ptr();
     wb.kind = cuda::WeightKind::kBF16;
@@ -305,6 +315,10 @@ TEST_F(CudaGemmFp8B32, Fp8AsBf16AnyScalesMatchTheHostsBf16Rounding) {
         const auto x = activations(rows, K, uint32_t(500 + rows));
         const auto ref = run_as_bf16(wb, x, rows, {"host bf16", false}, false);
         const auto got = run_as_bf16(w.dev, x, rows, {"fp8_as_bf16", true}, false);
+        std::vector<float> cpu(size_t(rows * N));  // the CPU on the same bf16 weight (tolerance: summation order)
+        cpu::linear({.x = TensorView(const_cast<float*>(x.data()), DType::kF32, {rows, K}), .weight = &host_weight,
+                     .y = TensorView(cpu.data(), DType::kF32, {rows, N})});
+        EXPECT_LT(rel_err(cpu, ref), 1e-4) << rows << " rows";
         size_t bad = 0;
         for (size_t i = 0; i < got.size(); ++i)
             if (std::memcmp(&got[i], &ref[i], 4) != 0) ++bad;

@@ -201,7 +201,10 @@ struct FastLinearParams {
 // 5120x8192 23.4 / 25.1 vs 25.9 / 27.2, Engram wkv 25600x6144 54.7 / 71.9 vs 83.8 / 85.3; the shared
 // expert's 2304x5120 and 5120x2304 and wq_a 1280x5120 within 5% either way (not twinned).
 constexpr int64_t kFp8TwinRows = 16, kFp8TwinMinOut = 2048, kFp8TwinMinElems = int64_t(1) << 24;
-bool fp8_twin_supported(const DeviceLinear& w);
+// Whether this device's fast GEMM can multiply `w` with FastLinearParams::fp8_as_bf16: FP8 32x32 blocks (with
+// scales), sm_90, out_features % 64 == 0, in_features % 64 == 0 and at most 16384.
+bool fp8_as_bf16_supported(const DeviceLinear& w);
+bool fp8_twin_supported(const DeviceLinear& w);  // fp8_as_bf16_supported and the sizes above
 inline bool fp8_twin_pays(const FastLinearParams& p) {
     return p.fp8_twin.weight && !p.experts && p.rows <= kFp8TwinRows && p.weight.kind == WeightKind::kBF16 &&
            p.fp8_twin.out_features == p.weight.out_features && p.fp8_twin.in_features == p.weight.in_features;

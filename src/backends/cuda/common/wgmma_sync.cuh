@@ -23,13 +23,6 @@ __device__ __forceinline__ void wgmma_commit() {
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 #endif
 }
-// Waits for every committed group.
-__device__ __forceinline__ void wgmma_wait() {
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#endif
-}
-
 // Waits until at most kPending of the committed groups are still in flight.
 template <int kPending>
 __device__ __forceinline__ void wgmma_wait_pending() {
@@ -37,5 +30,7 @@ __device__ __forceinline__ void wgmma_wait_pending() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 #endif
 }
+// Waits for every committed group.
+__device__ __forceinline__ void wgmma_wait() { wgmma_wait_pending<0>(); }
 
 }  // namespace deepinfer::cuda::dev

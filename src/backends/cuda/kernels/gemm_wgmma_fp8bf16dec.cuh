@@ -17,72 +17,11 @@
 #pragma once
 
 #include "backends/cuda/kernels/gemm_wgmma.cuh"
-#include "backends/cuda/kernels/gemm_wgmma_fp4rs.cuh"  // wgrs::wgmma_fence_a
+#include "backends/cuda/kernels/wgmma_rs.cuh"
 
 namespace deepinfer::cuda::kernels::wgfb {
 
 using tc::TcArgs;
-
-#define DI_R4(i) "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
-#define DI_R8(i) "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-
-// d (+)= A · Bᵀ for one k16 step, A (64 x 16 bf16) from registers, B (TN x 16 bf16) by descriptor;
-// scale_d = 0 overwrites d.
-template <int TN>
-__device__ __forceinline__ void wgmma_bf16_rs_step(float (&d)[TN / 2], const uint32_t (&a)[4], uint64_t db, int scale_d) {
-#ifdef DI_WGMMA_ENABLED
-    if constexpr (TN == 8) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
-            "{%0,%1,%2,%3}, "
-            "{%4,%5,%6,%7}, %8, p, 1, 1, 0;\n}\n"
-            : DI_R4(0)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
-    } else if constexpr (TN == 16) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-            "{%0,%1,%2,%3,%4,%5,%6,%7}, "
-            "{%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
-            : DI_R8(0)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
-    } else if constexpr (TN == 32) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
-            "{%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
-            : DI_R8(0), DI_R8(8)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
-    } else if constexpr (TN == 128) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"
-            "%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,"
-            "%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
-            "{%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
-            : DI_R8(0), DI_R8(8), DI_R8(16), DI_R8(24), DI_R8(32), DI_R8(40), DI_R8(48), DI_R8(56)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
-    } else {
-        static_assert(TN == 64, "TN: 8, 16, 32, 64 or 128");
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"
-            "%28,%29,%30,%31}, "
-            "{%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
-            : DI_R8(0), DI_R8(8), DI_R8(16), DI_R8(24)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
-    }
-#else
-    (void)d; (void)a; (void)db; (void)scale_d;
-    __trap();  // the launcher selects this kernel only on sm_90 devices (built for sm_90a)
-#endif
-}
-#undef DI_R4
-#undef DI_R8
 
 // Two e4m3 weights (the low byte first in K) times their scale as one bf16x2 word: the f32 product rounded to
 // bf16, as the upload's dequantization (exact for power-of-two scales).
@@ -128,6 +67,8 @@ __device__ __forceinline__ uint2 pow2_multipliers(float scale) {
     return make_uint2(0, 0);
 }
 
+constexpr int kMaxKTiles = 256;  // bf16 K tiles of 64: K <= 16384 (fp8_as_bf16_supported)
+
 template <int TN, int kKT_, int kStages_>
 struct DecConfig {
     static constexpr int kThreads = 128;
@@ -135,7 +76,7 @@ struct DecConfig {
     static constexpr int kBBytes = kKT * TN * 128;
     static constexpr int kWPitch = kKT * 64 + 16;
     static constexpr int kStageBytes = (kBBytes + 64 * kWPitch + 1023) / 1024 * 1024;
-    static constexpr int kMaxKTiles = 256;          // K <= 16384
+    static constexpr int kMaxKTiles = wgfb::kMaxKTiles;
     // Then, per [k-block (2 per K tile)][2 weight-row blocks]: the f32 scale and its two bf16x2 multipliers,
     // 12 bytes (sized by the launch's K).
     static constexpr int smem_bytes(int64_t K) { return kStages * kStageBytes + int(K / 32) * 2 * 12 + 1024; }
@@ -328,7 +269,7 @@ static __global__ void __launch_bounds__(128) fp8bf16_dec_kernel(const __grid_co
         wgrs::wgmma_fence_a(acur);
 #pragma unroll
         for (int s = 0; s < 4; ++s)
-            wgmma_bf16_rs_step<TN>(acc, acur[s], wg::smem_desc(sb + s * 32), (kt > chunk_start || s > 0) ? 1 : 0);
+            wgrs::wgmma_rs_step_bf16<TN>(acc, acur[s], wg::smem_desc(sb + s * 32), (kt > chunk_start || s > 0) ? 1 : 0);
         wg::wgmma_commit();
         if constexpr (kDeferred) {
             // anext was K tile kt - 1's A: its MMAs must be done; kt's stay in flight into the next K tile

@@ -466,10 +466,9 @@ void launch_fp8bf16_dec(const TcArgs& a, Stream st) {
                                   : kernels::wgfb::fp8bf16_dec_kernel<TN, kKT, kStages, false>;
     // The launch's shared memory depends on K; the function's limit is set to the largest K's, never lowered
     // (a graph's kernel node keeps its launch's size while later eager launches of other K would set the
-    // limit: ncu, profiling a decode graph's nodes, failed the launch of Engram's wkv twin after wq_b's
-    // smaller launch had set it; session 44 call 12).
+    // limit: the likely cause of session 44 call 12, where ncu, profiling a decode graph's nodes, saw the
+    // launch of Engram's wkv twin fail after wq_b's smaller launch had set the limit; not re-run).
     const int smem = C::smem_bytes(a.K);
-    static_assert(C::kMaxKTiles == 256, "launch_fp8_as_bf16's K condition");
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::smem_bytes(64 * C::kMaxKTiles)));
     const int64_t grid_z = a.partial ? a.k_chunks : 1, tiles = (a.rows + TN - 1) / TN;
     launch_pdl(kernel, dim3(static_cast<unsigned>(a.N / 64), static_cast<unsigned>(tiles), static_cast<unsigned>(grid_z)),
@@ -485,8 +484,6 @@ void launch_fp8bf16_dec(const TcArgs& a, Stream st) {
 // FP8 32x32-block weights multiplied as bf16 (FastLinearParams::fp8_as_bf16; `a` holds the bf16 shape's K
 // tiles and split-K): the register-A kernel with the widest wgmma the rows need, token tiles of 128 beyond.
 void launch_fp8_as_bf16(const TcArgs& a, int64_t rows, Stream st) {
-    DI_CHECK(a.N % 64 == 0 && a.k_tiles <= 256,
-             "fast linear: fp8_as_bf16 needs out_features % 64 == 0 and in_features <= 16384");
     if (rows <= 8) launch_fp8bf16_dec<8, 2>(a, st);
     else if (rows <= 16) launch_fp8bf16_dec<16, 2>(a, st);
     else if (rows <= 32) launch_fp8bf16_dec<32, 2>(a, st);
@@ -548,10 +545,14 @@ bool fast_linear_supported(const DeviceLinear& w) {
     }
 }
 
-bool fp8_twin_supported(const DeviceLinear& w) {
+bool fp8_as_bf16_supported(const DeviceLinear& w) {
     return compute_capability() == 90 && w.kind == WeightKind::kFp8Block && w.block_rows == 32 && w.block_cols == 32 &&
-           w.scale_kind != ScaleKind::kNone && w.out_features % 64 == 0 && w.out_features >= kFp8TwinMinOut && w.in_features % 64 == 0 &&
-           w.in_features / 64 <= 256 && w.out_features * w.in_features >= kFp8TwinMinElems;
+           w.scale_kind != ScaleKind::kNone && w.out_features % 64 == 0 && w.in_features % 64 == 0 &&
+           w.in_features / 64 <= kernels::wgfb::kMaxKTiles;
+}
+
+bool fp8_twin_supported(const DeviceLinear& w) {
+    return fp8_as_bf16_supported(w) && w.out_features >= kFp8TwinMinOut && w.out_features * w.in_features >= kFp8TwinMinElems;
 }
 
 void fast_linear(const FastLinearParams& p, Stream s) {
@@ -571,8 +572,9 @@ void fast_linear(const FastLinearParams& p, Stream s) {
     DI_CHECK(!p.experts || (p.expert_offsets && p.tile_scratch && p.num_experts > 0),
              "fast grouped linear: needs expert_offsets, tile_scratch and num_experts");
     const bool b32 = w.kind == WeightKind::kFp8Block && w.block_cols == 32;
-    DI_CHECK(!p.fp8_as_bf16 || (b32 && !p.experts && compute_capability() == 90 && w.in_features % 64 == 0),
-             "fast linear: fp8_as_bf16 takes FP8 32x32-block weights on sm_90, not grouped");
+    DI_CHECK(!p.fp8_as_bf16 || (!p.experts && fp8_as_bf16_supported(w)),
+             "fast linear: fp8_as_bf16 takes FP8 32x32-block weights on sm_90 (out_features and in_features multiples of 64, "
+             "in_features <= 16384), not grouped");
     const DeviceLinear shape = p.fp8_as_bf16 ? fp8_as_bf16_shape(w) : w;  // K tiles and split-K
     const bool bf16 = shape.kind == WeightKind::kBF16;
     DI_CHECK(bf16 || p.a_scale, "fast linear: FP8/FP4 weights need act_quant scales");
