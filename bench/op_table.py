@@ -27,7 +27,7 @@ OPS = [
     (r"tc_attention|mqa_attention|sparse_attention|sink_attention", "sparse attention (window + compressed, sink)"),
     (r"indexer|index_scores|candidate|visible_counts", "lightning indexer scores + top-k"),
     (r"fp4_rs|fp4_.*kernel|grouped", "routed experts (FP4 grouped GEMM)"),
-    (r"wgmma_gemm|staged_linear|gemm|dense_ws|split_reduce", "FP8/BF16 linears (wgmma) + LM head"),
+    (r"wgmma_gemm|staged_linear|gemm|dense_ws|split_reduce|fp8bf16_dec|fp8b32", "FP8/BF16 linears (wgmma) + LM head"),
     (r"hc_|sinkhorn", "hyper-connections (mix, pre, post)"),
     (r"rms_norm", "RMSNorm"),
     (r"rope", "RoPE / head norm / QAT"),

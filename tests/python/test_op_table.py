@@ -10,7 +10,8 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 FILES = ["cuda-session34-h200-call4-v41-ncu-b1.txt.xz", "cuda-session34-h200-call4-v41-ncu-prefill4096.txt.xz",
-         "cuda-session32-h200-call2-ncu-b1-new.txt.xz", "cuda-session32-h200-call5-ncu-pf8-new.txt.xz"]
+         "cuda-session32-h200-call2-ncu-b1-new.txt.xz", "cuda-session32-h200-call5-ncu-pf8-new.txt.xz",
+         "cuda-session45-h200-call1-ncu-b1.txt.xz", "cuda-session45-h200-call1-ncu-b32.txt.xz"]
 
 
 def load(name):
