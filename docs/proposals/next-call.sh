@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The next GPU calls for session 45's three proposals, applied together on a branch from main (`git am
+# docs/proposals/v41-attn-split-untested.patch docs/proposals/wo-a-grouped-split-untested.patch
+# docs/proposals/v41-shared-expert-stream-untested.patch`):
+# build main's cuda_engine_bench (copied as cuda_engine_bench_prev) and the patched tree's cuda_engine_bench and
+# cuda_all_tests in build-90 (sm_90a), bundle them with tools/device/make_bundle.sh, then run
+#   bash docs/proposals/next-call.sh BUNDLE tests    # ~5 min: the proposals' tests, then every GPU test
+#   bash docs/proposals/next-call.sh BUNDLE ab       # ~6 min: the 4-layer engine A/B, digests, ncu b1 tables
+# Land a patch only if every test passes, the digests equal main's, and the A/B says it pays:
+#  - v41-attn-split: `new` vs `s0` (--attn-split-rows 0) at b1 / b4 / b16; then pick the default row limit
+#    (CudaModelOptions::v41_attention_split_rows) from `s0` / `new` / `s64` at b16 and b32; ncu b1: the two split
+#    kernels against the few-rows kernel's 78 / 23 us per launch (session 45 call 1).
+#  - wo-a-grouped-split: ncu b1 of `s0`: the grouped wo_a launch (8x16x8 blocks + split_reduce) against main's
+#    8x16x1 at ~30 us (call 1); `s0` runs main's attention but the new streams, so its end-to-end time against
+#    `prev` mixes this patch and the next.
+#  - v41-shared-expert-stream: `ns` (--shared-stream 0) vs `new` at b1-b32 and prefill.
+source tools/device/call_lib.sh "$1"
+for v in 0 64; do
+    printf '#!/bin/sh\nexec %s/cuda_engine_bench "$@" --attn-split-rows %s\n' $B $v > $B/cuda_engine_bench_s$v
+    chmod +x $B/cuda_engine_bench_s$v
+done
+printf '#!/bin/sh\nexec %s/cuda_engine_bench "$@" --shared-stream 0\n' $B > $B/cuda_engine_bench_ns; chmod +x $B/cuda_engine_bench_ns
+A="--family v41 --layers v41:4 --gpus 1 --batch-tokens 8192 --context 4096 --routing even"
+N="ncu --profile-from-start off --clock-control none --cache-control none --metrics gpu__time_duration.sum --print-summary per-kernel"
+if [ "$2" = tests ]; then
+    t props 240 $B/cuda_all_tests --gtest_filter='CudaV41Ops.*:CudaGemmFast.GroupedWoA*:CudaV41Fast.*:*CudaV41Runtime*'
+    grep -E '^\[  FAILED  \]' $R/props.log | sort -u | head -20 >> $S
+    pack
+    t all 330 $B/cuda_all_tests
+    grep -E '^\[  FAILED  \]' $R/all.log | sort -u | head -20 >> $S
+else
+    engine_ab $A --prefill-prompt 8192 --prefill-requests 1 --batches 1,4,16,32 --decode 8 -- prev new s0 ns s64 new prev
+    pack
+    digest_ab $A -- prev new s0 ns
+    pack
+    for v in new s0; do
+        x=$B/cuda_engine_bench; [ $v = new ] || x=$B/cuda_engine_bench_$v
+        timeout 80 $N $x $A --model $D/ck --prefill-requests 0 --batches 1 --decode 2 --profile decode > $R/ncu_b1_$v.txt 2>&1
+        echo "ncu b1 $v rc=$? t=$(elapsed)" >> $S
+    done
+fi
+pack
+cat $S
