@@ -269,7 +269,7 @@ static __global__ void __launch_bounds__(128) fp8bf16_dec_kernel(const __grid_co
         wgrs::wgmma_fence_a(acur);
 #pragma unroll
         for (int s = 0; s < 4; ++s)
-            wgrs::wgmma_rs_step_bf16<TN>(acc, acur[s], wg::smem_desc(sb + s * 32), (kt > chunk_start || s > 0) ? 1 : 0);
+            wgrs::wgmma_rs_step<TN, true>(acc, acur[s], wg::smem_desc(sb + s * 32), (kt > chunk_start || s > 0) ? 1 : 0);
         wg::wgmma_commit();
         if constexpr (kDeferred) {
             // anext was K tile kt - 1's A: its MMAs must be done; kt's stay in flight into the next K tile

@@ -51,25 +51,19 @@ namespace deepinfer::cuda::kernels::wgrs {
                      : DI_RS_A);                                                                                    \
     }
 
-// A: 64 x 32 e4m3 (four registers), B: TN x 32 e4m3.
-template <int TN>
+// e4m3 (kBf16 false): A 64 x 32 e4m3 (four registers), B TN x 32 e4m3. bf16: A 64 x 16 bf16 (four registers),
+// B TN x 16 bf16 (K-major).
+template <int TN, bool kBf16 = false>
 __device__ __forceinline__ void wgmma_rs_step(float (&d)[TN / 2], const uint32_t (&a)[4], uint64_t db, int scale_d) {
 #ifdef DI_WGMMA_ENABLED
-    DI_WGMMA_RS("k32.f32.e4m3.e4m3", "")
+    if constexpr (kBf16) {
+        DI_WGMMA_RS("k16.f32.bf16.bf16", ", 0")
+    } else {
+        DI_WGMMA_RS("k32.f32.e4m3.e4m3", "")
+    }
 #else
     (void)d; (void)a; (void)db; (void)scale_d;
     __trap();  // the launchers select these kernels only on sm_90 devices (built for sm_90a)
-#endif
-}
-
-// A: 64 x 16 bf16 (four registers), B: TN x 16 bf16 (K-major).
-template <int TN>
-__device__ __forceinline__ void wgmma_rs_step_bf16(float (&d)[TN / 2], const uint32_t (&a)[4], uint64_t db, int scale_d) {
-#ifdef DI_WGMMA_ENABLED
-    DI_WGMMA_RS("k16.f32.bf16.bf16", ", 0")
-#else
-    (void)d; (void)a; (void)db; (void)scale_d;
-    __trap();  // the launcher selects this kernel only on sm_90 devices (built for sm_90a)
 #endif
 }
 #undef DI_WGMMA_RS

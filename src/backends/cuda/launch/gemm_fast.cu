@@ -466,8 +466,9 @@ void launch_fp8bf16_dec(const TcArgs& a, Stream st) {
                                   : kernels::wgfb::fp8bf16_dec_kernel<TN, kKT, kStages, false>;
     // The launch's shared memory depends on K; the function's limit is set to the largest K's, never lowered
     // (a graph's kernel node keeps its launch's size while later eager launches of other K would set the
-    // limit: the likely cause of session 44 call 12, where ncu, profiling a decode graph's nodes, saw the
-    // launch of Engram's wkv twin fail after wq_b's smaller launch had set the limit; not re-run).
+    // limit: session 44 call 12, where ncu, profiling a decode graph's nodes, saw the launch of Engram's wkv
+    // twin fail after wq_b's smaller launch had set the limit; with this, session 45 call 1's ncu over the same
+    // graph ran every twin launch).
     const int smem = C::smem_bytes(a.K);
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::smem_bytes(64 * C::kMaxKTiles)));
     const int64_t grid_z = a.partial ? a.k_chunks : 1, tiles = (a.rows + TN - 1) / TN;
