@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The next GPU calls for session 45's three proposals and session 46's two, applied together on a branch from main
+# The next GPU calls for session 45's three proposals and session 46's three, applied together on a branch from main
 # (`git am docs/proposals/v41-attn-split-untested.patch docs/proposals/wo-a-grouped-split-untested.patch
 # docs/proposals/v41-shared-expert-stream-untested.patch docs/proposals/v41-bf16-keys-untested.patch
-# docs/proposals/v41-attention-side-stream-untested.patch`):
+# docs/proposals/v41-attention-side-stream-untested.patch docs/proposals/v41-hc-side-stream-untested.patch`):
 # build main's cuda_engine_bench (copied as cuda_engine_bench_prev) and the patched tree's cuda_engine_bench and
 # cuda_all_tests in build-90 (sm_90a), bundle them with tools/device/make_bundle.sh, then run
 #   bash docs/proposals/next-call.sh BUNDLE tests    # ~5 min: the proposals' tests, then every GPU test
-#   bash docs/proposals/next-call.sh BUNDLE ab       # ~7.5 min: the 4-layer engine A/B, digests, ncu b1 tables
+#   bash docs/proposals/next-call.sh BUNDLE ab       # ~5 min: the 4-layer engine A/B at decode batches
+#   bash docs/proposals/next-call.sh BUNDLE abd      # ~6 min: their digests, ncu b1 tables (needs ab's checkpoint)
 #   bash docs/proposals/next-call.sh BUNDLE ab2      # ~5 min: v41-bf16-keys at prefill (bk0 = --bf16-keys 0), ncu
+# (each call on the same warm machine: ab writes the tmpfs checkpoint that abd and ab2 read; a fresh machine
+# rebuilds it in the first engine_ab run.)
 # Land a patch only if every test passes, the digests equal main's, and the A/B says it pays:
 #  - v41-attn-split: `new` vs `s0` (--attn-split-rows 0) at b1 / b4 / b16; then pick the default row limit
 #    (CudaModelOptions::v41_attention_split_rows) from `s0` / `new` / `s64` at b16 and b32; ncu b1: the two split
@@ -17,6 +20,7 @@
 #    `prev` mixes this patch and the next.
 #  - v41-shared-expert-stream: `ns` (--shared-stream 0) vs `new` at b1-b32 and prefill.
 #  - v41-attention-side-stream: `as0` (--attn-stream 0) vs `new` at b1-b32 (and prefill), digests equal.
+#  - v41-hc-side-stream: `hs0` (--hc-stream 0) vs `new` at b1-b32, digests equal.
 #  - v41-bf16-keys: `new` vs `bk0` prefill tok/s (two 8192-token prompts, so the second step's rows read the first's
 #    entries and ring rows), digests of both equal to prev's, ncu of the prefill step: v41_tc_attention_kernel<512, 1,
 #    true> + key_rows_bf16 + the extra to_bf16 against <512, 1, false> (21.6 ms per 4-layer step in session 44).
@@ -28,6 +32,7 @@ done
 printf '#!/bin/sh\nexec %s/cuda_engine_bench "$@" --shared-stream 0\n' $B > $B/cuda_engine_bench_ns; chmod +x $B/cuda_engine_bench_ns
 printf '#!/bin/sh\nexec %s/cuda_engine_bench "$@" --bf16-keys 0\n' $B > $B/cuda_engine_bench_bk0; chmod +x $B/cuda_engine_bench_bk0
 printf '#!/bin/sh\nexec %s/cuda_engine_bench "$@" --attn-stream 0\n' $B > $B/cuda_engine_bench_as0; chmod +x $B/cuda_engine_bench_as0
+printf '#!/bin/sh\nexec %s/cuda_engine_bench "$@" --hc-stream 0\n' $B > $B/cuda_engine_bench_hs0; chmod +x $B/cuda_engine_bench_hs0
 A="--family v41 --layers v41:4 --gpus 1 --batch-tokens 8192 --context 4096 --routing even"
 N="ncu --profile-from-start off --clock-control none --cache-control none --metrics gpu__time_duration.sum --print-summary per-kernel"
 if [ "$2" = tests ]; then
@@ -42,10 +47,12 @@ elif [ "$2" = ab2 ]; then
     digest_ab $A -- bk0 new prev
     pack
     ncu_pf_ab 8192 $A -- bk0 new
+elif [ "$2" = ab ]; then
+    engine_ab $A --prefill-prompt 8192 --prefill-requests 1 --batches 1,4,16,32 --decode 8 -- prev new s0 ns as0 hs0 s64 new prev
 else
-    engine_ab $A --prefill-prompt 8192 --prefill-requests 1 --batches 1,4,16,32 --decode 8 -- prev new s0 ns as0 s64 new prev
-    pack
-    digest_ab $A -- prev new s0 ns as0
+    if [ -d /mnt/ck/ck ]; then D=/mnt/ck; elif [ -d /dev/shm/ck ]; then D=/dev/shm
+    else engine_ab $A --prefill-prompt 1024 --prefill-requests 1 --batches 1 --decode 1 -- new; fi
+    digest_ab $A -- prev new s0 ns as0 hs0
     pack
     for v in new s0 as0; do
         x=$B/cuda_engine_bench; [ $v = new ] || x=$B/cuda_engine_bench_$v
