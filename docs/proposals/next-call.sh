@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The next GPU calls for session 45's three proposals and session 46's three, applied together on a branch from main
+# The next GPU calls for session 45's three proposals and session 46's four, applied together on a branch from main
 # (`git am docs/proposals/v41-attn-split-untested.patch docs/proposals/wo-a-grouped-split-untested.patch
 # docs/proposals/v41-shared-expert-stream-untested.patch docs/proposals/v41-bf16-keys-untested.patch
-# docs/proposals/v41-attention-side-stream-untested.patch docs/proposals/v41-hc-side-stream-untested.patch`):
+# docs/proposals/v41-attention-side-stream-untested.patch docs/proposals/v41-hc-side-stream-untested.patch
+# docs/proposals/v41-replay-ep-untested.patch`):
 # build main's cuda_engine_bench (copied as cuda_engine_bench_prev) and the patched tree's cuda_engine_bench and
 # cuda_all_tests in build-90 (sm_90a), bundle them with tools/device/make_bundle.sh, then run
 #   bash docs/proposals/next-call.sh BUNDLE tests    # ~5 min: the proposals' tests, then every GPU test
@@ -21,6 +22,7 @@
 #  - v41-shared-expert-stream: `ns` (--shared-stream 0) vs `new` at b1-b32 and prefill.
 #  - v41-attention-side-stream: `as0` (--attn-stream 0) vs `new` at b1-b32 (and prefill), digests equal.
 #  - v41-hc-side-stream: `hs0` (--hc-stream 0) vs `new` at b1-b32, digests equal.
+#  - v41-replay-ep: its tests only (the one-rank test on any GPU; the two-GPU one needs nvidia-h200-x2).
 #  - v41-bf16-keys: `new` vs `bk0` prefill tok/s (two 8192-token prompts, so the second step's rows read the first's
 #    entries and ring rows), digests of both equal to prev's, ncu of the prefill step: v41_tc_attention_kernel<512, 1,
 #    true> + key_rows_bf16 + the extra to_bf16 against <512, 1, false> (21.6 ms per 4-layer step in session 44).
@@ -36,7 +38,7 @@ printf '#!/bin/sh\nexec %s/cuda_engine_bench "$@" --hc-stream 0\n' $B > $B/cuda_
 A="--family v41 --layers v41:4 --gpus 1 --batch-tokens 8192 --context 4096 --routing even"
 N="ncu --profile-from-start off --clock-control none --cache-control none --metrics gpu__time_duration.sum --print-summary per-kernel"
 if [ "$2" = tests ]; then
-    t props 240 $B/cuda_all_tests --gtest_filter='CudaV41Ops.*:CudaGemmFast.GroupedWoA*:CudaV41Fast.*:*CudaV41Runtime*:CudaV41Bf16Keys.*'
+    t props 240 $B/cuda_all_tests --gtest_filter='CudaV41Ops.*:CudaGemmFast.GroupedWoA*:CudaV41Fast.*:*CudaV41Runtime*:CudaV41Bf16Keys.*:*CudaEpV41*:CudaV41ReplayRule.*:*CudaV41Replay*'
     grep -E '^\[  FAILED  \]' $R/props.log | sort -u | head -20 >> $S
     pack
     t all 330 $B/cuda_all_tests
