@@ -10,6 +10,9 @@
 #   bash docs/proposals/next-call.sh BUNDLE ab       # ~5 min: the 4-layer engine A/B at decode batches
 #   bash docs/proposals/next-call.sh BUNDLE abd      # ~6 min: their digests, ncu b1 tables (needs ab's checkpoint)
 #   bash docs/proposals/next-call.sh BUNDLE ab2      # ~5 min: v41-bf16-keys at prefill (bk0 = --bf16-keys 0), ncu
+#   bash docs/proposals/next-call.sh BUNDLE headline # ~5 min, after landing (a bundle of main's build with
+#       cuda_gemm_bench): ceilings and 12 full-width V4.1 layers through the engine for the README's headline; then
+#       here `python3 bench/report_engine.py engine_v41_12.jsonl ceilings.jsonl --out-md ... --out-png ...`
 # (each call on the same warm machine: ab writes the tmpfs checkpoint that abd and ab2 read; a fresh machine
 # rebuilds it in the first engine_ab run.)
 # Land a patch only if every test passes, the digests equal main's, and the A/B says it pays:
@@ -49,6 +52,14 @@ elif [ "$2" = ab2 ]; then
     digest_ab $A -- bk0 new prev
     pack
     ncu_pf_ab 8192 $A -- bk0 new
+elif [ "$2" = headline ]; then
+    umount /mnt/ck 2>/dev/null; D=/mnt/ck; mkdir -p $D; mount -t tmpfs -o size=110G tmpfs $D >> $S 2>&1 || D=/dev/shm
+    timeout 60 $B/cuda_gemm_bench --only none --out $R/ceilings.jsonl 2>&1 | tail -1 >> $S
+    EB="--gpus 1 --prefill-prompt 8192 --prefill-requests 3 --context 4096 --batches 1,32,128,256,512 --decode 16 --routing even"
+    timeout 300 $B/cuda_engine_bench --family v41 --layers v41:12 $EB --batch-tokens 8192 --dir $D/v41 --keep 1 \
+        > $R/engine_v41_12.jsonl 2> $R/engine_v41_12.err
+    echo "engine v41 12 layers rc=$? t=$(elapsed)" >> $S
+    rm -rf $D/v41
 elif [ "$2" = ab ]; then
     engine_ab $A --prefill-prompt 8192 --prefill-requests 1 --batches 1,4,16,32 --decode 8 -- prev new s0 ns as0 hs0 s64 new prev
 else
