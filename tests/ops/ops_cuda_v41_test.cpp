@@ -732,19 +732,21 @@ TEST_F(CudaV41Ops, SinkAttentionOverCompactCachesBitIdentical) {
         if (!official) continue;
         // Tensor cores (fast mode): within bf16 rounding of the reference; the first row alone equals
         // the first row of the batch bit for bit; 16 heads per CTA (the few-rows kernel) equals 64 bit for bit, and
-        // so do pairs of CTAs per 16 heads ("8", Hopper).
+        // so do pairs of CTAs per 16 heads ("8", Hopper) and the split form (v = 3).
         std::vector<float> first;
         const bool pairs = cuda::compute_capability() >= 90;
         for (int64_t n : {S, int64_t(1)}) {
-            std::vector<float> by_heads[3];
-            for (int v = 0; v < (pairs ? 3 : 2); ++v) {
+            std::vector<float> by_heads[4];
+            for (int v = 0; v < 4; ++v) {
+                if (v == 2 && !pairs) continue;
                 Dev<float> tc(ref.size());
                 cuda::sink_attention({.segments = dsegs.ptr(), .row_segment = rowseg.ptr(), .positions = pos.ptr(), .rows = n,
                                       .heads = H, .head_dim = Dh, .q = dq.ptr(), .kv = dkv.ptr(), .sink = dsink.ptr(), .window = W,
                                       .window_rows = ring, .selected = dsel.ptr(), .topk = K, .max_candidates = W + K,
                                       .scratch = scratch.ptr(), .cos_sin = dcs.ptr(), .rope_dim = R,
                                       .softmax_scale = 1.0f / std::sqrt(float(Dh)), .official = true, .tensor_cores = true,
-                                      .tc_heads_per_cta = v == 0 ? 64 : v == 1 ? 16 : 8, .out = tc.ptr()},
+                                      .tc_heads_per_cta = v == 0 ? 64 : v == 1 ? 16 : v == 2 ? 8 : 0,
+                                      .tc_split_rows = v == 3 ? n : 0, .out = tc.ptr()},
                                      Stream{});
                 by_heads[v] = tc.host(size_t(n * H * Dh));
             }
@@ -788,6 +790,7 @@ TEST_F(CudaV41Ops, SinkAttentionOverCompactCachesBitIdentical) {
                 EXPECT_FALSE(cuda::sink_attention_bf16_io(bp));
             }
             if (pairs) expect_equal(by_heads[0], by_heads[2], "tensor-core sink attention: CTA pairs per 16 heads = 64");
+            expect_equal(by_heads[0], by_heads[3], "tensor-core sink attention: the split form = 64");
             const std::vector<float>& got = by_heads[0];
             double max_ref = 0, max_err = 0, sum_ref = 0, sum_err = 0;
             for (size_t i = 0; i < got.size(); ++i) {
@@ -913,7 +916,7 @@ TEST_F(CudaV41Ops, PagedCachesEqualContiguous) {
     // (tensor cores: the 64-head kernel and, as `heads16`, the 16-heads-per-CTA one, which must equal it)
     std::vector<float> tc64;
     const bool pairs = cuda::compute_capability() >= 90;
-    for (int variant : {0, 1, 2, 3}) {
+    for (int variant : {0, 1, 2, 3, 4}) {
         if (variant == 3 && !pairs) continue;
         const bool tc = variant > 0;
         std::vector<float> got[2];
@@ -927,16 +930,17 @@ TEST_F(CudaV41Ops, PagedCachesEqualContiguous) {
                                   .window_rows = ring, .selected = dsel.ptr(), .topk = K, .max_candidates = W + K,
                                   .scratch = scratch.ptr(), .cos_sin = dcs.ptr(), .rope_dim = R,
                                   .softmax_scale = 1.0f / std::sqrt(float(Dh)), .official = true, .tensor_cores = tc,
-                                  .tc_heads_per_cta = variant == 2 ? 16 : variant == 3 ? 8 : 64,
-                                  .paged_entries = paged ? pe.paged() : cuda::PagedCacheRows{}, .out = out.ptr()},
+                                  .tc_heads_per_cta = variant == 2 ? 16 : variant == 3 ? 8 : variant == 4 ? 0 : 64,
+                                  .tc_split_rows = variant == 4 ? S : 0, .paged_entries = paged ? pe.paged() : cuda::PagedCacheRows{}, .out = out.ptr()},
                                  Stream{});
             got[paged] = out.host(size_t(S * H * Dh));
         }
         for (float v : got[0]) ASSERT_TRUE(std::isfinite(v));
-        expect_equal(got[0], got[1], !tc ? "paged entries" : variant == 1 ? "paged entries, tensor cores" : "paged entries, heads16");
+        expect_equal(got[0], got[1], !tc ? "paged entries" : variant == 1 ? "paged entries, tensor cores" : variant == 4 ? "paged entries, split" : "paged entries, heads16");
         if (variant == 1) tc64 = got[0];
         if (variant == 2) expect_equal(tc64, got[0], "tensor cores, 16 heads per CTA = 64");
         if (variant == 3) expect_equal(tc64, got[0], "tensor cores, CTA pairs per 16 heads = 64");
+        if (variant == 4) expect_equal(tc64, got[0], "tensor cores, the split form = 64");
     }
 }
 

@@ -871,6 +871,10 @@ struct SinkAttentionParams {
     // the key blocks, normalizes 8 heads and outputs half the columns); 8, 16 or 64 pins one (tests). All give the
     // same bits.
     int tc_heads_per_cta = 0;
+    // The split form (kernels/v41_attention_tc_split.cuh, head_dim 512: a launch of score CTAs over 64-key blocks,
+    // then one of softmax + P·V CTAs over 64-column slices; 4-10x the CTAs of the few-rows kernel at a batch of one)
+    // for launches of at most this many rows while tc_heads_per_cta is 0; 0: never. The same bits as the others.
+    int64_t tc_split_rows = 0;
     // The entries in pool pages, one page table per segment (tables null: contiguous from SinkSegment::entries).
     PagedCacheRows paged_entries = {};
     float* out = nullptr;  // [rows, heads, head_dim]

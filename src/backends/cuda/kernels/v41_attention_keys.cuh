@@ -6,7 +6,10 @@
 // ring's format, 2: the entries' format); a thread always decodes the same 16 columns d0 .. d0 + 15 of
 // its keys jt, jt + kKeyStep, ... (a warp: one key of 512 values, or several of fewer), so its code and
 // scale offsets in either format are worked out once, and each staging puts two items' code loads in
-// flight per thread before decoding them. (Was an item index split, a format lookup through the segment
+// flight per thread before decoding them.
+// A staging may cover a column slice [c0, c0 + kCols) of the keys (the split form's P·V CTAs,
+// v41_attention_tc_split.cuh) and a table of a range of keys [first, end) (its score CTAs): the same
+// values, decoded by the same code, into rows of kCols columns. (Was an item index split, a format lookup through the segment
 // and a 64-bit division by the scale block per item: most of the kernel's integer instructions, ncu,
 // session 36.) The values are cache_values16's, by way of cache_codes16 / cache_decode16's two steps.
 #pragma once
@@ -26,41 +29,64 @@ namespace deepinfer::cuda::kernels {
 constexpr int kV41KeyTable = 640;
 constexpr int64_t kV41KeyTableBytes = 9 * kV41KeyTable;
 
+// Row r's keys (SinkKeys' order: the window's max(0, P - W + 1, window_begin) .. P, then the valid picks) and
+// their count, into nc. Every thread of the CTA (kThreads; a __syncthreads_count loop over the picks).
+template <int kD, int kThreads>
+__device__ __forceinline__ SinkKeys v41_row_keys(const SinkAttentionParams& p, int64_t r, int tid, int64_t& nc) {
+    const SinkSegment& seg = p.segments[p.row_segment[r]];
+    const int64_t pos = p.positions[r];
+    const int64_t lo0 = seg.window_begin > 0 ? seg.window_begin : 0;  // (bounded replay's floor)
+    const int64_t lo = pos - p.window + 1 > lo0 ? pos - p.window + 1 : lo0;
+    const int32_t* sel = (seg.entries && p.selected) ? p.selected + r * p.topk : nullptr;
+    int64_t nsel = 0;  // the picks are ascending and -1 padded
+    for (int64_t base = 0; base < (sel ? p.topk : 0); base += kThreads)
+        nsel += __syncthreads_count(base + tid < p.topk && sel[base + tid] >= 0);
+    const SinkKeys key{&seg, p.kv + seg.row_begin * kD, sel, lo, pos - lo + 1, kD, p.window_rows,
+                       row_bytes_of(p.window_format, kD, p.window_block), row_bytes_of(p.entry_format, kD, p.entry_block),
+                       p.window_block, p.entry_block, p.window_format, p.entry_format, &p.paged_entries, p.row_segment[r]};
+    nc = key.num_window + nsel;
+    return key;
+}
+
 // A row's keys for a CTA of kThreads threads. Construct with every thread of the CTA (it ends with a
 // barrier that publishes the table, when there is one), then stage<kRows>() blocks of keys.
-template <int kD, int kThreads>
+template <int kD, int kThreads, int kCols = kD>
 struct V41KeyStaging {
-    static constexpr int kLanesPerKey = kD / 16, kKeyStep = kThreads / kLanesPerKey;
-    static_assert(kD % 16 == 0 && kThreads % kLanesPerKey == 0, "whole keys per sweep of the CTA");
+    static constexpr int kLanesPerKey = kCols / 16, kKeyStep = kThreads / kLanesPerKey;
+    static_assert(kD % 16 == 0 && kCols % 16 == 0 && kD % kCols == 0 && kThreads % kLanesPerKey == 0,
+                  "whole keys per sweep of the CTA");
     const uint8_t** rows;  // [kV41KeyTable] in shared memory
     uint8_t* kind;         // [kV41KeyTable]: 0: f32 row, 1: window format, 2: entry format
     bool by16;
-    int tid, d0, jt;
+    int tid, c0, d0, jt;
+    int64_t first;  // the table's first key
 
-    // table: kV41KeyTableBytes of shared memory; nc = the row's keys (<= kV41KeyTable).
-    __device__ V41KeyStaging(const SinkKeys& key, const SinkAttentionParams& p, unsigned char* table, int64_t nc, int thread)
+    // table: kV41KeyTableBytes of shared memory; the table of keys first .. end - 1 (end <= the row's keys,
+    // end - first <= kV41KeyTable), columns col0 .. col0 + kCols - 1.
+    __device__ V41KeyStaging(const SinkKeys& key, const SinkAttentionParams& p, unsigned char* table, int64_t end, int thread,
+                             int64_t first_key = 0, int col0 = 0)
         : rows(reinterpret_cast<const uint8_t**>(table)), kind(table + 8 * kV41KeyTable), by16(key.by16()), tid(thread),
-          d0((thread % kLanesPerKey) * 16), jt(thread / kLanesPerKey) {
+          c0(col0), d0(col0 + (thread % kLanesPerKey) * 16), jt(thread / kLanesPerKey), first(first_key) {
         if (by16) {
-            for (int64_t j = tid; j < nc; j += kThreads) {
+            for (int64_t j = first + tid; j < end; j += kThreads) {
                 CacheFormat f;
                 int64_t blk;
                 key.format_of(j, f, blk);
-                rows[j] = key.row_of(j);
-                kind[j] = f == CacheFormat::kF32 ? 0 : j >= key.num_window ? 2 : 1;
+                rows[j - first] = key.row_of(j);
+                kind[j - first] = f == CacheFormat::kF32 ? 0 : j >= key.num_window ? 2 : 1;
             }
             __syncthreads();
         }
     }
 
-    // Keys j0 .. j0 + n - 1 of `key` and `p` (the constructor's) into rows 0 .. n - 1 of kv ([kRows, kP] bf16) as
-    // bf16; rows n .. kRows - 1 zero.
+    // Keys j0 .. j0 + n - 1 of `key` and `p` (the constructor's; within its table) into rows 0 .. n - 1 of kv
+    // ([kRows, kP] bf16: the columns c0 .. c0 + kCols - 1) as bf16; rows n .. kRows - 1 zero.
     // By 16 values (one vector load of a key's codes and one scale) where the formats allow (by16), kMaxBatch
     // items' code loads in flight per thread before it decodes them (the values do not depend on it; more
     // hides more load latency and holds 5 more registers an item), else 8 single decodes in flight per thread.
     template <int kRows, int kP, int kMaxBatch = 2>
     __device__ void stage(__nv_bfloat16* kv, int64_t j0, int64_t n, const SinkKeys& key, const SinkAttentionParams& p) const {
-        static_assert(kRows * kD % (8 * kThreads) == 0, "key staging in batches of 8");
+        static_assert(kRows * kCols % (8 * kThreads) == 0, "key staging in batches of 8");
         static_assert((kP * 2) % 16 == 0, "16-byte shared-memory stores");
         if (by16) {
             // The quantized formats' facts for this thread's columns (w: the window ring's, e: the entries'):
@@ -84,8 +110,8 @@ struct V41KeyStaging {
                     const int j = jt + (u0 + u) * kKeyStep;
                     row[u] = nullptr, kd[u] = 0, c[u].direct = true;
                     if (j < n) {
-                        row[u] = rows[j0 + j];
-                        kd[u] = kind[j0 + j];
+                        row[u] = rows[j0 - first + j];
+                        kd[u] = kind[j0 - first + j];
                         if (kd[u] != 0) {
                             const bool w = kd[u] == 1, fp8 = w ? w_fp8 : e_fp8;
                             const uint8_t* codes = row[u] + (w ? w_codes : e_codes);
@@ -121,22 +147,22 @@ struct V41KeyStaging {
                         e2m1x16_values(c[u].w[0], c[u].w[1],
                                        (w ? w_e4m3 : e_e4m3) ? dev::e4m3_value(c[u].scale) : dev::e8m0_value(c[u].scale), v);
                     }
-                    store_bf16x16(kv + j * kP + d0, v);
+                    store_bf16x16(kv + j * kP + (d0 - c0), v);
                 }
             }
             return;
         }
-        for (int i0 = tid; i0 < kRows * kD; i0 += 8 * kThreads) {
+        for (int i0 = tid; i0 < kRows * kCols; i0 += 8 * kThreads) {
             float v[8];
 #pragma unroll
             for (int u = 0; u < 8; ++u) {
-                const int i = i0 + u * kThreads, j = i / kD;
-                v[u] = j < n ? key(j0 + j, i % kD) : 0.0f;
+                const int i = i0 + u * kThreads, j = i / kCols;
+                v[u] = j < n ? key(j0 + j, c0 + i % kCols) : 0.0f;
             }
 #pragma unroll
             for (int u = 0; u < 8; ++u) {
                 const int i = i0 + u * kThreads;
-                kv[(i / kD) * kP + i % kD] = __float2bfloat16_rn(v[u]);
+                kv[(i / kCols) * kP + i % kCols] = __float2bfloat16_rn(v[u]);
             }
         }
     }

@@ -21,6 +21,7 @@
 #include "backends/cuda/kernels/attention_tc_common.cuh"
 #include "backends/cuda/kernels/v41_attention.cuh"
 #include "backends/cuda/kernels/v41_attention_keys.cuh"
+#include "backends/cuda/kernels/v41_attention_softmax.cuh"
 #include "backends/cuda/ops.h"
 
 namespace deepinfer::cuda::kernels {
@@ -93,36 +94,14 @@ static __global__ void __launch_bounds__(kTcaThreads, 1) v41_tc_attention_kernel
             }
     }
     tca_row_sync<kSplit>();  // every CTA's scores are in the scratch
-    // Pass 2: per head (a warp each; this CTA's 64 / kSplit heads), the maximum from the sink, the
-    // denominator, bf16 probabilities.
-    // A head's scores are read once, all of a lane's in flight (nc <= kV41KeyTable: at most kPerLane per
-    // lane), and kept in registers through the maximum, the exponentials and their sum (each lane's in
-    // ascending j, then the shuffle tree: the order of the loop that read them three times).
-    // A lane's valid slots are its first `mine` (k < mine <=> lane + 32k < nc); the rest hold -inf, which
-    // leaves the maximum as it is and adds exact zeros after the lane's last term (x + 0 = x): the same bits
-    // as skipping them, without a 64-bit compare and a predicate per slot in the maximum and the sum
-    // (ncu, session 35: the predicates' bookkeeping was most of this pass's instructions).
+    // Pass 2: per head (a warp each; this CTA's 64 / kSplit heads): v41_head_softmax, bf16 probabilities into
+    // the scratch over the scores.
     constexpr int kRowsPerCta = kTcaHeads / kSplit, kPerLane = kV41KeyTable / 32;
     const int mine = lane < nc ? static_cast<int>((nc - 1 - lane) / 32) + 1 : 0;
     for (int64_t hh = split * kRowsPerCta + warp; hh < (split + 1) * kRowsPerCta && hh < nh; hh += kTcaThreads / 32) {
         float* s = scores(hh) + lane;
-        const float sink = p.sink[h0 + hh];
         float e[kPerLane];
-        // Scores other CTAs wrote: read through L2 (__ldcg), never a stale L1 line.
-#pragma unroll
-        for (int k = 0; k < kPerLane; ++k) e[k] = k < mine ? __ldcg(s + 32 * k) : -INFINITY;
-        float mx = sink;
-#pragma unroll
-        for (int k = 0; k < kPerLane; ++k) mx = fmaxf(mx, e[k]);
-        for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
-        float den = 0.0f;
-#pragma unroll
-        for (int k = 0; k < kPerLane; ++k) {
-            e[k] = __expf(e[k] - mx);
-            den += e[k];
-        }
-        for (int o = 16; o > 0; o /= 2) den += __shfl_xor_sync(0xFFFFFFFFu, den, o);
-        den += __expf(sink - mx);
+        const float den = v41_head_softmax(s, p.sink[h0 + hh], mine, e);
 #pragma unroll
         for (int k = 0; k < kPerLane; ++k)
             if (k < mine) s[32 * k] = dev::round_bf16(e[k] / den);

@@ -30,6 +30,7 @@
 #include "backends/cuda/common/mma_sync.cuh"
 #include "backends/cuda/kernels/attention_tc_common.cuh"
 #include "backends/cuda/kernels/v41_attention_keys.cuh"
+#include "backends/cuda/kernels/v41_attention_softmax.cuh"
 #include "backends/cuda/ops.h"
 
 namespace deepinfer::cuda::kernels {
@@ -57,6 +58,46 @@ __device__ __forceinline__ void v41h_cluster_sync() {
 #endif
 }
 
+// q of 16 heads h0 .. h0 + 15 of row r as bf16 into sq ([16, pitch]; the 64-head kernel's tca_stage_rows
+// conversion); heads from nh on zero. Every thread of the CTA (kThreads).
+template <int kD, int kThreads>
+__device__ __forceinline__ void v41h_stage_q(__nv_bfloat16* sq, const SinkAttentionParams& p, int64_t r, int64_t h0, int64_t nh,
+                                             int tid) {
+    constexpr int kP = static_cast<int>(tca_pitch(kD)), kQuads = kD / 4, kPer = kV41hHeads * kQuads / kThreads;
+    static_assert(kV41hHeads * kQuads % kThreads == 0, "whole sweeps");
+    float4 v[kPer];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+        const int i = tid + k * kThreads, hh = i / kQuads;
+        v[k] = hh < nh ? *reinterpret_cast<const float4*>(p.q + (r * p.heads + h0 + hh) * kD + (i % kQuads) * 4)
+                       : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+        const int i = tid + k * kThreads;
+        *reinterpret_cast<uint2*>(sq + (i / kQuads) * kP + (i % kQuads) * 4) =
+            uint2{pack_bf16x2(v[k].x, v[k].y), pack_bf16x2(v[k].z, v[k].w)};
+    }
+}
+
+// Pass 1's scores of one warp: sc = q (16 heads, sq [16, kP]) · keys 0 .. 7 (kv [8, kP]) over K = kD, one m16n8k16
+// chain with k-steps ascending from zero (sc: the C fragment: heads g, g + 8 x keys 2q, 2q + 1). The MMA's
+// per-element result does not depend on the tile's other rows and columns, so a score's bits do not depend on
+// which keys and CTA share its tile.
+template <int kD, int kP>
+__device__ __forceinline__ void v41h_score_tile(float (&sc)[4], const __nv_bfloat16* sq, const __nv_bfloat16* kv, int lane) {
+    sc[0] = sc[1] = sc[2] = sc[3] = 0.f;
+#pragma unroll 4
+    for (int ks = 0; ks < kD / 16; ks += 2) {  // two k-steps' B fragments per ldmatrix
+        uint32_t a0[4], a1[4], bb[4];
+        dev::ldmatrix_x4(a0, sq + (lane % 16) * kP + ks * 16 + (lane / 16) * 8);
+        dev::ldmatrix_x4(a1, sq + (lane % 16) * kP + (ks + 1) * 16 + (lane / 16) * 8);
+        dev::ldmatrix_x4(bb, kv + (lane % 8) * kP + ks * 16 + (lane / 8) * 8);
+        dev::mma_bf16_16816(sc, a0, bb[0], bb[1]);
+        dev::mma_bf16_16816(sc, a1, bb[2], bb[3]);
+    }
+}
+
 // grid (rows, ceil(heads / 16)), or with kPair (rows, 2 x ceil(heads / 16)) in clusters of (1, 2, 1); block
 // kV41hThreads, dynamic shared memory v41h_smem_bytes(kD).
 template <int kD, bool kPair = false>
@@ -76,40 +117,15 @@ static __global__ void __launch_bounds__(kV41hThreads, 1) v41_tc_attention_heads
     const int part = kPair ? static_cast<int>(blockIdx.y % 2) : 0;  // the CTA's rank in its cluster
     const int64_t r = blockIdx.x, h0 = static_cast<int64_t>(blockIdx.y / kParts) * kV41hHeads;
     const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, qd = lane % 4;
-    const SinkSegment& seg = p.segments[p.row_segment[r]];
     const int64_t pos = p.positions[r];
-    const int64_t lo0 = seg.window_begin > 0 ? seg.window_begin : 0;  // (bounded replay's floor)
-    const int64_t lo = pos - p.window + 1 > lo0 ? pos - p.window + 1 : lo0;
-    const int32_t* sel = (seg.entries && p.selected) ? p.selected + r * p.topk : nullptr;
-    int64_t nsel = 0;  // the picks are ascending and -1 padded
-    for (int64_t base = 0; base < (sel ? p.topk : 0); base += kV41hThreads)
-        nsel += __syncthreads_count(base + tid < p.topk && sel[base + tid] >= 0);
-    const SinkKeys key{&seg, p.kv + seg.row_begin * kD, sel, lo, pos - lo + 1, kD, p.window_rows,
-                       row_bytes_of(p.window_format, kD, p.window_block), row_bytes_of(p.entry_format, kD, p.entry_block),
-                       p.window_block, p.entry_block, p.window_format, p.entry_format, &p.paged_entries, p.row_segment[r]};
-    const int64_t nc = key.num_window + nsel;
+    int64_t nc;
+    const SinkKeys key = v41_row_keys<kD, kV41hThreads>(p, r, tid, nc);
     const int64_t nh = p.heads - h0 < kV41hHeads ? p.heads - h0 : kV41hHeads;
     const int64_t num_blocks = (nc + kV41hBlock - 1) / kV41hBlock;
     float* const scores0 = p.scratch + (r * p.heads + h0) * p.max_candidates;  // head hh at + hh * max_candidates
     const V41KeyStaging<kD, kV41hThreads> keys(key, p, table, nc, tid);
 
-    // q of the 16 heads as bf16 (the 64-head kernel's tca_stage_rows conversion); heads from nh on zero.
-    {
-        constexpr int kQuads = kD / 4, kPer = kV41hHeads * kQuads / kV41hThreads;
-        float4 v[kPer];
-#pragma unroll
-        for (int k = 0; k < kPer; ++k) {
-            const int i = tid + k * kV41hThreads, hh = i / kQuads;
-            v[k] = hh < nh ? *reinterpret_cast<const float4*>(p.q + (r * p.heads + h0 + hh) * kD + (i % kQuads) * 4)
-                           : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-#pragma unroll
-        for (int k = 0; k < kPer; ++k) {
-            const int i = tid + k * kV41hThreads;
-            *reinterpret_cast<uint2*>(sq + (i / kQuads) * kP + (i % kQuads) * 4) =
-                uint2{pack_bf16x2(v[k].x, v[k].y), pack_bf16x2(v[k].z, v[k].w)};
-        }
-    }
+    v41h_stage_q<kD, kV41hThreads>(sq, p, r, h0, nh, tid);
 
     // Pass 1: warp w's 16 heads x 8 keys per block (kPair: this CTA's blocks), the last block first (the first stays
     // staged for pass 3).
@@ -121,16 +137,8 @@ static __global__ void __launch_bounds__(kV41hThreads, 1) v41_tc_attention_heads
         keys.template stage<kV41hBlock, kP, kV41hLoadBatch>(skv, j0, n, key, p);
         staged = b;
         __syncthreads();
-        float sc[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 4
-        for (int ks = 0; ks < kD / 16; ks += 2) {  // two k-steps' B fragments per ldmatrix
-            uint32_t a0[4], a1[4], bb[4];
-            dev::ldmatrix_x4(a0, sq + (lane % 16) * kP + ks * 16 + (lane / 16) * 8);
-            dev::ldmatrix_x4(a1, sq + (lane % 16) * kP + (ks + 1) * 16 + (lane / 16) * 8);
-            dev::ldmatrix_x4(bb, skv + (warp * 8 + lane % 8) * kP + ks * 16 + (lane / 8) * 8);
-            dev::mma_bf16_16816(sc, a0, bb[0], bb[1]);
-            dev::mma_bf16_16816(sc, a1, bb[2], bb[3]);
-        }
+        float sc[4];
+        v41h_score_tile<kD, kP>(sc, sq, skv + warp * 8 * kP, lane);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int hh = g + (e / 2) * 8;
@@ -145,22 +153,8 @@ static __global__ void __launch_bounds__(kV41hThreads, 1) v41_tc_attention_heads
     const int mine = lane < nc ? static_cast<int>((nc - 1 - lane) / 32) + 1 : 0;
     for (int64_t hh = part * kSoftmaxHeads + warp; warp < kSoftmaxHeads && hh < nh; hh += kV41hThreads / 32) {
         float* s = scores0 + hh * p.max_candidates + lane;
-        const float sink = p.sink[h0 + hh];
         float e[kPerLane];
-#pragma unroll
-        for (int k = 0; k < kPerLane; ++k) e[k] = k < mine ? __ldcg(s + 32 * k) : -INFINITY;
-        float mx = sink;
-#pragma unroll
-        for (int k = 0; k < kPerLane; ++k) mx = fmaxf(mx, e[k]);
-        for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
-        float den = 0.0f;
-#pragma unroll
-        for (int k = 0; k < kPerLane; ++k) {
-            e[k] = __expf(e[k] - mx);
-            den += e[k];
-        }
-        for (int o = 16; o > 0; o /= 2) den += __shfl_xor_sync(0xFFFFFFFFu, den, o);
-        den += __expf(sink - mx);
+        const float den = v41_head_softmax(s, p.sink[h0 + hh], mine, e);
 #pragma unroll
         for (int k = 0; k < kPerLane; ++k)
             if (k < mine) s[32 * k] = dev::round_bf16(e[k] / den);

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // Launchers of V4.1's CSA2 attention ops: indexer scores, candidate blocks, top-k publishing, sink attention.
+#include <algorithm>
+
 #include "backends/cuda/common/cuda_check.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/v41_attention.cuh"
 #include "backends/cuda/kernels/v41_attention_tc.cuh"
 #include "backends/cuda/kernels/v41_attention_tc_heads.cuh"
+#include "backends/cuda/kernels/v41_attention_tc_split.cuh"
 #include "backends/cuda/kernels/v41_indexer_tc.cuh"
 #include "backends/cuda/kernels/v41_indexer_tc_gemm.cuh"
 #include "backends/cuda/launch/attention_tc_launch.cuh"
@@ -101,9 +104,23 @@ void topk_publish(const TopkPublishParams& p, Stream s) {
 }
 
 namespace {
-// Which kernel a sink attention launch takes: the reference kernel (sink_attention_kernel), the few-rows tensor-core
-// kernel of 16 heads per CTA (or CTA pairs of 8; head_dim 512) or the 64-head tensor-core kernel.
-enum class V41Path { kReference, kHeads, kTca };
+// Which kernel a sink attention launch takes: the reference kernel (sink_attention_kernel), the split form's two
+// kernels (head_dim 512), the few-rows tensor-core kernel of 16 heads per CTA (or CTA pairs of 8; head_dim 512) or
+// the 64-head tensor-core kernel.
+enum class V41Path { kReference, kSplit, kHeads, kTca };
+
+// The split form (kernels/v41_attention_tc_split.cuh): head_dim 512, up to tc_split_rows rows, no pinned heads per
+// CTA, and its shared memory fits.
+template <int kD>
+bool split_form(const SinkAttentionParams& p) {
+    if constexpr (kD != 512) {
+        return false;
+    } else {
+        return p.tc_heads_per_cta == 0 && p.rows <= p.tc_split_rows &&
+               kernels::v41s_pv_smem_bytes() <= max_shared_memory_per_block() &&
+               kernels::v41s_scores_smem_bytes(kD) <= max_shared_memory_per_block();
+    }
+}
 
 // The 16-heads-per-CTA kernel (head_dim 512): by the row count, or as pinned. false: the 64-head kernel.
 // A pinned 16 the kernel cannot serve is an error, not a silent fallback (a test pinning it must run it).
@@ -131,6 +148,7 @@ V41Path path_of(const SinkAttentionParams& p) {
     if (p.window + (p.selected ? p.topk : 0) > kernels::kV41KeyTable) return V41Path::kReference;
     DI_CHECK(p.tc_heads_per_cta == 0 || p.tc_heads_per_cta == 8 || p.tc_heads_per_cta == 16 || p.tc_heads_per_cta == 64,
              "sink_attention: tc_heads_per_cta must be 0, 8, 16 or 64, not ", p.tc_heads_per_cta);
+    if (split_form<kD>(p)) return V41Path::kSplit;
     if (heads_kernel<kD>(p)) return V41Path::kHeads;
     return kernels::v41_tca_smem_bytes(kD) <= max_shared_memory_per_block() ? V41Path::kTca : V41Path::kReference;
 }
@@ -179,6 +197,27 @@ void launch_heads(const SinkAttentionParams& p, Stream s) {
     DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
 
+// The split form: the score CTAs (one per 64 keys a row can have: window + picks, at most the key table's), then
+// the softmax + P·V CTAs (one per 64 output columns), on the same stream.
+void launch_split(const SinkAttentionParams& p, Stream s) {
+    constexpr int kD = 512;
+    const int64_t groups = (p.heads + kernels::kV41hHeads - 1) / kernels::kV41hHeads;
+    const int64_t max_keys = std::min<int64_t>(p.window + (p.selected ? p.topk : 0), p.max_candidates);
+    const int64_t blocks = std::max<int64_t>(1, (max_keys + kernels::kV41sKeys - 1) / kernels::kV41sKeys);
+    constexpr int64_t smem1 = kernels::v41s_scores_smem_bytes(kD), smem2 = kernels::v41s_pv_smem_bytes();
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::v41_tc_split_scores_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem1)));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernels::v41_tc_split_pv_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem2)));
+    kernels::v41_tc_split_scores_kernel<kD><<<dim3(static_cast<unsigned>(p.rows), static_cast<unsigned>(groups),
+                                                   static_cast<unsigned>(blocks)),
+                                              kernels::kV41sThreads, static_cast<size_t>(smem1), raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+    kernels::v41_tc_split_pv_kernel<kD><<<dim3(static_cast<unsigned>(p.rows), static_cast<unsigned>(groups), kD / kernels::kV41sCols),
+                                          kernels::kV41sThreads, static_cast<size_t>(smem2), raw(s)>>>(p);
+    DI_CUDA_CHECK(cudaGetLastError());
+}
+
 template <int kD>
 void launch_tca_kernel(const SinkAttentionParams& p, Stream s) {
     const bool launched = launch_tca<kD, kernels::v41_tca_smem_bytes(kD)>(kernels::v41_tc_attention_kernel<kD, kernels::kTcaSplit>,
@@ -205,6 +244,7 @@ void sink_attention(const SinkAttentionParams& p, Stream s) {
     DI_CHECK(!p.out_bf16 || p.bf16_group_heads == 0 || (p.heads % p.bf16_group_heads == 0 && p.bf16_group_stride > 0),
              "sink_attention: bf16 groups of ", p.bf16_group_heads, " heads (stride ", p.bf16_group_stride, ") over ", p.heads,
              " heads");
+    if (path == V41Path::kSplit) return launch_split(p, s);
     if (path == V41Path::kHeads) return launch_heads(p, s);
     if (path == V41Path::kTca) {
         switch (p.head_dim) {

@@ -47,6 +47,10 @@ struct CudaModelOptions {
     // straight into wo_a's groups (no f32 output, no conversion launches before wo_a). The same bits as false
     // (the f32 form), which tests compare it with.
     bool v41_bf16_attention_io = true;
+    // kFast, V4.1: attention launches of up to this many rows run the split form (ops.h
+    // SinkAttentionParams::tc_split_rows: a launch of score CTAs per 64 keys, then one of softmax + P·V CTAs
+    // per 64 output columns, instead of one CTA (pair) per 16 heads; the same bits); 0: never.
+    int64_t v41_attention_split_rows = 16;
     // Expert parallelism (cuda_ep_model.h): this model is rank `expert_rank` of the exchange's ranks,
     // on the exchange's device of that rank, holding that rank's slice of the routed experts; its
     // forwards must run in step with the other ranks' (one host thread per rank), with the row counts

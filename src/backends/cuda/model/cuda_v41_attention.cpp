@@ -148,7 +148,7 @@ void CudaV41Model::attention(int64_t layer, const Batch& b, const float* a, floa
                            .entry_block = V41CacheFormats::kEntryBlock, .selected = ratio > 0 ? b.topk : nullptr,
                            .topk = c.index_topk, .max_candidates = max_cand, .cos_sin = rope, .rope_dim = R,
                            .softmax_scale = 1.0f / std::sqrt(float(hd)), .official = off, .tensor_cores = fast_,
-                           .paged_entries = paged_rows(b, plan.kv_source, false)};
+                           .tc_split_rows = attention_split_rows_, .paged_entries = paged_rows(b, plan.kv_source, false)};
     const bool bf16_io = bf16_attention_io_ && fast_ && off && S >= kWoADenseRows && G > 0 && H % G == 0 && lw.wo_a.kind == WeightKind::kBF16 &&
                          fast_linear_supported(lw.wo_a.rows(0, OR)) && sink_attention_bf16_io(ap);
     uint16_t* q16 = bf16_io ? workspace_.alloc_n<uint16_t>(S * H * hd) : nullptr;

@@ -295,6 +295,7 @@ private:
     V41CacheFormats formats_;
     bool fast_ = false;  // CudaModelOptions::gemm == kFast
     bool bf16_attention_io_ = true;  // CudaModelOptions::v41_bf16_attention_io
+    int64_t attention_split_rows_ = 0;  // CudaModelOptions::v41_attention_split_rows
     EngramTokenMap token_map_;
     EngramLayout engram_layout_;
     int64_t engram_pad_ = 0;

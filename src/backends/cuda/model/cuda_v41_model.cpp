@@ -50,6 +50,7 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
       formats_(V41CacheFormats::of(config_.text)),
       fast_(o.gemm == GemmMode::kFast),
       bf16_attention_io_(o.v41_bf16_attention_io),
+      attention_split_rows_(o.v41_attention_split_rows),
       host_(std::make_unique<const v41::Weights>(dir, config_.text)),
       // The DSpark drafter runs on one GPU only (no expert parallelism), like V4's MTP.
       dspark_stages_(o.expert_exchange == nullptr && host_->dspark ? int64_t(host_->dspark->stages.size()) : 0),
