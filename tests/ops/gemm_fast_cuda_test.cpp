@@ -746,7 +746,7 @@ TEST_F(CudaGemmFast, GroupedWoAEqualsDenseLaunchPerGroup) {
     std::vector<cuda::DeviceLinear> groups;
     for (int64_t g = 0; g < G; ++g) groups.push_back(w.dev.rows(g * N, (g + 1) * N));
     Dev<cuda::DeviceLinear> dgroups(groups);
-    for (int64_t S : {int64_t(130), int64_t(2048)}) {
+    for (int64_t S : {int64_t(1), int64_t(5), int64_t(16), int64_t(130), int64_t(2048)}) {
         const auto x = bf16_randn(size_t(S * G * K), uint32_t(2701 + S));  // [S, G·K] f32 (bf16 values)
         Dev<float> dx(x);
         // One grouped launch over the interleaved rows.
@@ -760,6 +760,21 @@ TEST_F(CudaGemmFast, GroupedWoAEqualsDenseLaunchPerGroup) {
                            .y = grouped.ptr(), .y_ld = N, .rows = G * S},
                           Stream{});
         const std::vector<float> want = grouped.host(size_t(S * G * N));
+        // The split form of the grouped launch (decode sizes: K chunks on separate blocks, grouped_wo_a's form): the
+        // same bits. On an H200 (132 SMs) the 16 output tiles of a group give 8 chunks, and up to 64 rows per group
+        // the grid leaves SMs idle, so the split applies.
+        const int64_t split = cuda::fast_grouped_split_floats(groups[0], G * S, G);
+        if (cuda::compute_capability() == 90 && S <= 16) {
+            EXPECT_GT(split, 0) << S << " rows: the split form applies";
+        }
+        if (split > 0) {
+            Dev<float> part(static_cast<size_t>(split)), ysplit(static_cast<size_t>(S * G * N));
+            cuda::fast_linear({.a = xb.ptr(), .a_row_src = rows_of.ptr(), .weight = groups[0], .experts = dgroups.ptr(),
+                               .expert_offsets = offsets.ptr(), .num_experts = G, .tile_scratch = tiles.ptr(), .y_row = rows_of.ptr(),
+                               .y = ysplit.ptr(), .y_ld = N, .rows = G * S, .split_scratch = part.ptr()},
+                              Stream{});
+            EXPECT_EQ(differing_words(ysplit.host(size_t(S * G * N)), want), 0u) << S << " rows: grouped split form";
+        }
         // One dense launch per group over its rows in bf16 (group after group).
         for (cuda::DensePath path : {cuda::DensePath::kAuto, cuda::DensePath::kClassic}) {
             Dev<uint16_t> gb(size_t(S * G * K));
@@ -777,7 +792,9 @@ TEST_F(CudaGemmFast, GroupedWoAEqualsDenseLaunchPerGroup) {
         const int64_t g = 3;
         const uint16_t* wb = reinterpret_cast<const uint16_t*>(w.w.data());
         std::vector<float> ref, gotg;
-        for (int64_t r : {int64_t(0), int64_t(1), int64_t(7), S / 3, S / 2, S - 9, S - 2, S - 1})
+        std::vector<int64_t> check_rows = {0, S / 3, S / 2, S - 1};
+        if (S >= 16) check_rows.insert(check_rows.end(), {1, 7, S - 9, S - 2});
+        for (int64_t r : check_rows)
             for (int64_t n = 0; n < N; ++n) {
                 double acc = 0;
                 for (int64_t k = 0; k < K; ++k)

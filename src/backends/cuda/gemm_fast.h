@@ -89,11 +89,16 @@ int fast_linear_k_chunks(const DeviceLinear& w);
 enum class SplitK : uint8_t { kAuto, kOff, kForce };
 constexpr int64_t kFastSplitMaxFloats = int64_t(4) << 20;  // partials of one split launch: 16 MiB
 // The f32 scratch (floats) the split form of `w` at `rows` rows takes (FastLinearParams::split_scratch);
-// 0 when that launch runs unsplit. Grouped (routed-expert) launches never split.
+// 0 when that launch runs unsplit.
 // k_chunks > 0: for a launch that forces that many chunks (FastLinearParams::k_chunks).
 int64_t fast_linear_split_floats(const DeviceLinear& w, int64_t rows, SplitK mode = SplitK::kAuto, int k_chunks = 0);
+// The same for a grouped launch of `rows` rows in all over `groups` weights of w's shape (kind and out_features, e.g.
+// wo_a's slices; grouped_wo_a.h): kAuto splits while the unsplit grid (each group's row tiles x w's output tiles)
+// has fewer blocks than the SMs. Routed FP4 experts have one chunk: never split. At most
+// fast_linear_split_floats_bound(rows).
+int64_t fast_grouped_split_floats(const DeviceLinear& w, int64_t rows, int64_t groups, SplitK mode = SplitK::kAuto);
 // An upper bound of fast_linear_split_floats(w, r, kAuto) over every weight and r <= rows on this
-// device (workspace sizing; 0 off sm_90).
+// device, and of fast_grouped_split_floats(w, r, groups) (workspace sizing; 0 off sm_90).
 int64_t fast_linear_split_floats_bound(int64_t rows);
 // The act_quant block (ActQuantFp8Params::block) of a fast_linear_supported FP8/FP4 weight's activations:
 // 32 for FP8 with 32x32 blocks (not grouped), else 128.
@@ -163,8 +168,9 @@ struct FastLinearParams {
     bool round_output_bf16 = false;
     Fp4Path fp4_path = Fp4Path::kAuto;
     int fp4_rs_variant = -1;  // -1: by rows per group; 0 .. kFp4RsVariants - 1: that configuration
-    // Split-K: the partials of the split form, fast_linear_split_floats(weight, rows, split) floats
-    // (stream-ordered scratch), or null: then the launch runs unsplit (the same bits).
+    // Split-K: the partials of the split form, fast_linear_split_floats(weight, rows, split) floats (grouped:
+    // fast_grouped_split_floats(weight, rows, num_experts, split)) (stream-ordered scratch), or null: then the launch
+    // runs unsplit (the same bits).
     float* split_scratch = nullptr;
     SplitK split = SplitK::kAuto;
     int k_chunks = 0;  // 0: fast_linear_k_chunks(weight); else that many (benchmarks: other chunkings' bits differ)

@@ -415,14 +415,15 @@ constexpr int64_t kMinChunkTiles = 4;
 // ... and no split into two chunks (the indexer's wq_b, 64 output tiles: slower than one chunk at 1-4096 rows).
 constexpr int64_t kMinChunks = 3;
 
-// The split form's partial floats for S chunks at `rows` rows, 0 when the launch runs unsplit: kAuto
-// splits while the unsplit grid has fewer blocks than the SMs and the partials stay below
-// kFastSplitMaxFloats.
-int64_t split_floats(int64_t N, int64_t rows, int64_t S, SplitK mode) {
+// The split form's partial floats for S chunks at `rows` rows over `groups` weights (1: dense), 0 when the launch
+// runs unsplit: kAuto splits while the unsplit grid (row tiles of a group's rows, an upper bound: rows / groups
+// rounded up, per group) has fewer blocks than the SMs and the partials stay below kFastSplitMaxFloats.
+int64_t split_floats(int64_t N, int64_t rows, int64_t S, SplitK mode, int64_t groups = 1) {
     if (S <= 1 || rows <= 0 || mode == SplitK::kOff) return 0;
     const int64_t floats = S * rows * N;
     if (mode == SplitK::kForce) return floats;
-    const int64_t row_tiles = (rows + (wgmma_small(rows) ? 63 : 127)) / (wgmma_small(rows) ? 64 : 128);
+    const int64_t per_group = (rows + groups - 1) / groups;
+    const int64_t row_tiles = groups * ((per_group + (wgmma_small(per_group) ? 63 : 127)) / (wgmma_small(per_group) ? 64 : 128));
     const int64_t blocks = row_tiles * ((N + wgmma_bn(N) - 1) / wgmma_bn(N));
     return blocks < sm_count() && floats < kFastSplitMaxFloats ? floats : 0;
 }
@@ -513,6 +514,10 @@ int64_t fast_linear_split_floats(const DeviceLinear& w, int64_t rows, SplitK mod
     return split_floats(w.out_features, rows, std::min<int64_t>(k_chunks, fast_k_tiles(w)), mode);
 }
 
+int64_t fast_grouped_split_floats(const DeviceLinear& w, int64_t rows, int64_t groups, SplitK mode) {
+    return groups > 0 ? split_floats(w.out_features, rows, fast_linear_k_chunks(w), mode, groups) : 0;
+}
+
 int64_t fast_linear_split_floats_bound(int64_t rows) {
     // S <= SMs / tiles, so S·N <= S·tiles·128 <= SMs·128.
     if (compute_capability() != 90) return 0;
@@ -601,7 +606,7 @@ void fast_linear(const FastLinearParams& p, Stream s) {
     a.k_chunks = 1;
     if (bf16 || (w.kind == WeightKind::kFp8Block && w.block_cols == 128)) {
         a.k_chunks = p.k_chunks > 0 ? static_cast<int>(std::min<int64_t>(p.k_chunks, a.k_tiles)) : fast_linear_k_chunks(shape);
-        const int64_t need = p.experts ? 0 : split_floats(a.N, p.rows, a.k_chunks, p.split);
+        const int64_t need = split_floats(a.N, p.rows, a.k_chunks, p.split, p.experts ? p.num_experts : 1);
         if (need > 0 && p.split_scratch && compute_capability() == 90) a.partial = p.split_scratch;
     }
     const int64_t per_group = p.experts ? (p.rows + p.num_experts - 1) / p.num_experts : p.rows;

@@ -251,7 +251,7 @@ size_t CudaModel::dspark_workspace_need(int64_t Rq) const {
     if (fast_) mo += bytes(NT * I) + bytes(NT * (I / 128 + 1) * 4) + bytes(S * Dm) + bytes(S * (Dm / 128 + 1) * 4) + bytes((E + 1) * 4);
     const size_t mixing = fast_ ? bytes(hc_mix_splits(hc * Dm) * S * ((2 + hc) * hc + 1) * 4) : 0;  // released before
     total += std::max({at, mo, mixing}) + 1024;
-    if (fast_) total += bytes(fast_linear_split_floats_bound(S) * 4);  // split-K partials
+    if (fast_) total += bytes(fast_linear_split_floats_bound(S * std::max<int64_t>(Go, 1)) * 4);  // split-K partials (grouped wo_a: S·Go)
     total += 2 * bytes(S * Dm * 4) + bytes(S * (hc + 1) * 4) + bytes(S * V * 4) + bytes(S * Dm * 4);  // collapse, head
     total += dspark_markov_workspace(R, G, V, rank, dspark_markov_fast_bias(weights_.dspark->markov_w2, fast_));  // Markov steps
     return total;

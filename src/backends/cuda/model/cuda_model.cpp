@@ -308,7 +308,8 @@ size_t CudaModel::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int
     auto mtp_rows = [&](int64_t M) { return 3 * bytes(M * hc * Dm * 4) + 2 * bytes(M * Dm * 4) + 2 * bytes(M * hc * Dm * 4); };
     if (weights_.mtp) layer_peak = std::max(layer_peak, mtp_rows(S) + peak_of(weights_.mtp->block, S));
     total += layer_peak;
-    if (fast_) total += bytes(fast_linear_split_floats_bound(S * hc) * 4);  // split-K partials, one GEMM's (MTP: S·hc rows)
+    // split-K partials, one GEMM's (MTP: S·hc rows; the grouped wo_a: S·G)
+    if (fast_) total += bytes(fast_linear_split_floats_bound(S * std::max<int64_t>(hc, config_.o_groups)) * 4);
     const size_t head = bytes(R * hc * Dm * 4) + bytes(R * Dm * 4) + bytes(R * (hc + 1) * 4) + bytes(R * V * 4) +
                         bytes(R * Dm * 4) + 256 +  // (+ fast GEMM scratch)
                         (fast_ ? bytes(hc_mix_splits(hc * Dm) * R * (hc + 1) * 4) : 0);  // fast mixing

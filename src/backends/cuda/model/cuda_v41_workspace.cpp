@@ -83,7 +83,8 @@ size_t CudaV41Model::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, 
     const int64_t mix_outputs = (2 + hc) * hc + 1;
     if (fast_) site = std::max(site, bytes(hc_mix_splits(hc * Dm) * S * mix_outputs * 4) + bytes(S * mix_outputs * 4));
     total += site;
-    if (fast_) total += bytes(fast_linear_split_floats_bound(S) * 4);  // split-K partials (one GEMM's at a time)
+    // split-K partials (one GEMM's at a time; the grouped wo_a's: S·G rows)
+    if (fast_) total += bytes(fast_linear_split_floats_bound(S * std::max<int64_t>(c.o_groups, 1)) * 4);
     total += bytes(R * hc * Dm * 4) + bytes(R * hc * 4) + bytes(R * Dm * 4) + bytes(R * V * 4) + bytes(R * Dm * 2);  // head
     total += draws_.workspace_need(S + D, V);  // sampling: a draw per row at most (verify rows), n > 1 siblings
     if (dspark_stages_ > 0) {  // DSpark taps and context rows (cuda_v41_dspark.cpp): at most every row

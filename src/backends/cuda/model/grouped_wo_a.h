@@ -26,7 +26,9 @@ struct GroupedWoAParams {
     float* u = nullptr;                      // [S, G·OL]
     bool round_bf16 = false;
 };
-// Allocates its row tables in `ws` (left there for the caller's mark to release).
+// Allocates its row tables in `ws` (left there for the caller's mark to release), and at decode sizes the split
+// form's partials (fast_grouped_split_floats: at most fast_linear_split_floats_bound(G·S) floats, released before it
+// returns; the callers' workspace counts them among the split-K partials of one GEMM at a time).
 void grouped_wo_a(const GroupedWoAParams& p, DeviceArena& ws, Stream s);
 
 }  // namespace deepinfer::cuda
