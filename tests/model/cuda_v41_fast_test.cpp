@@ -59,12 +59,14 @@ protected:
     }
     // fp8_native: the batch-invariance and graph tests below run the native FP8 form (the bf16 form's
     // kernels are the V4 fast mode's, covered there and in cuda_gemm_tests).
-    static std::unique_ptr<Model> gpu(cuda::GemmMode mode, bool graphs = true, bool fp8_native = true, bool fp8_twins = true) {
+    static std::unique_ptr<Model> gpu(cuda::GemmMode mode, bool graphs = true, bool fp8_native = true, bool fp8_twins = true,
+                                      bool shared_stream = true) {
         cuda::CudaModelOptions co;
         co.max_model_len = 1024;
         co.gemm = mode;
         co.v41_fp8_native = fp8_native;
         co.v41_fp8_twins = fp8_twins;
+        co.v41_shared_expert_stream = shared_stream;
         return cuda::load_cuda_v41_model(dir_, options(graphs), co);
     }
     static std::string dir_;
@@ -86,6 +88,28 @@ std::vector<float> run_script(const Model& m) {
     for (int32_t t : {17, 400, 3, 999}) {
         const auto l = m.forward(s, std::span<const int32_t>(&t, 1), false);
         out.insert(out.end(), l.begin(), l.end());
+    }
+    return out;
+}
+
+// Three prompts in one forward, then three decode steps of one row each: the logits of every forward, in order.
+std::vector<float> three_side_by_side(const Model& m) {
+    std::vector<Sequence> seqs;
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 3; ++i) {
+        seqs.push_back(m.new_sequence());
+        prompts.push_back(random_tokens(size_t(5 + 7 * i), uint32_t(40 + i)));
+    }
+    std::vector<SequenceChunk> chunks;
+    for (int i = 0; i < 3; ++i) chunks.push_back({&seqs[size_t(i)], prompts[size_t(i)], true, {}});
+    std::vector<float> out;
+    for (const auto& o : m.forward_batch(chunks)) out.insert(out.end(), o.begin(), o.end());
+    for (int step = 0; step < 3; ++step) {
+        std::vector<int32_t> next(3);
+        for (int i = 0; i < 3; ++i) next[size_t(i)] = int32_t((97 * step + 31 * i + 5) % kVocab);
+        chunks.clear();
+        for (int i = 0; i < 3; ++i) chunks.push_back({&seqs[size_t(i)], std::span<const int32_t>(&next[size_t(i)], 1), false, {}});
+        for (const auto& o : m.forward_batch(chunks)) out.insert(out.end(), o.begin(), o.end());
     }
     return out;
 }
@@ -164,27 +188,7 @@ TEST_F(CudaV41Fast, Fp8TwinsKeepTheBf16FormsBits) {
     const std::vector<float> a = run_script(*twins), b = run_script(*plain);
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "prefill + decode";
-    auto side_by_side = [](const Model& m) {
-        std::vector<Sequence> seqs;
-        std::vector<std::vector<int32_t>> prompts;
-        for (int i = 0; i < 3; ++i) {
-            seqs.push_back(m.new_sequence());
-            prompts.push_back(random_tokens(size_t(5 + 7 * i), uint32_t(40 + i)));
-        }
-        std::vector<SequenceChunk> chunks;
-        for (int i = 0; i < 3; ++i) chunks.push_back({&seqs[size_t(i)], prompts[size_t(i)], true, {}});
-        std::vector<float> out;
-        for (const auto& o : m.forward_batch(chunks)) out.insert(out.end(), o.begin(), o.end());
-        for (int step = 0; step < 3; ++step) {
-            std::vector<int32_t> next(3);
-            for (int i = 0; i < 3; ++i) next[size_t(i)] = int32_t((97 * step + 31 * i + 5) % kVocab);
-            chunks.clear();
-            for (int i = 0; i < 3; ++i) chunks.push_back({&seqs[size_t(i)], std::span<const int32_t>(&next[size_t(i)], 1), false, {}});
-            for (const auto& o : m.forward_batch(chunks)) out.insert(out.end(), o.begin(), o.end());
-        }
-        return out;
-    };
-    const std::vector<float> ba = side_by_side(*twins), bb = side_by_side(*plain);
+    const std::vector<float> ba = three_side_by_side(*twins), bb = three_side_by_side(*plain);
     ASSERT_EQ(ba.size(), bb.size());
     EXPECT_EQ(0, std::memcmp(ba.data(), bb.data(), ba.size() * 4)) << "three prompts, then three rows per decode step";
     const size_t twin_bytes = cuda::cuda_model_stats(*twins).weight_device_bytes,
@@ -194,6 +198,25 @@ TEST_F(CudaV41Fast, Fp8TwinsKeepTheBf16FormsBits) {
         EXPECT_GT(twin_bytes, plain_bytes + plain_bytes / 50);
     else
         EXPECT_EQ(twin_bytes, plain_bytes);
+}
+
+// The shared expert on its own stream (CudaModelOptions::v41_shared_expert_stream, the default) against the same
+// launches after the routed experts on the model's stream: the same bits, eager and in decode graphs (the fork and
+// join inside a capture), and the forwards stay within the workspace bound (the arena throws past it).
+TEST_F(CudaV41Fast, SharedExpertStreamKeepsTheBits) {
+    for (bool graphs : {true, false}) {
+        const auto own = gpu(cuda::GemmMode::kFast, graphs, /*fp8_native=*/false, /*fp8_twins=*/true, /*shared_stream=*/true);
+        const auto one = gpu(cuda::GemmMode::kFast, graphs, /*fp8_native=*/false, /*fp8_twins=*/true, /*shared_stream=*/false);
+        const std::vector<float> a = run_script(*own), b = run_script(*one);
+        ASSERT_EQ(a.size(), b.size());
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "prefill + decode, graphs " << graphs;
+        const std::vector<float> ba = three_side_by_side(*own), bb = three_side_by_side(*one);
+        ASSERT_EQ(ba.size(), bb.size());
+        EXPECT_EQ(0, std::memcmp(ba.data(), bb.data(), ba.size() * 4)) << "three rows per step, graphs " << graphs;
+        if (graphs) {
+            EXPECT_GT(cuda::cuda_model_stats(*own).graph_replays, 0) << "decode steps replayed graphs";
+        }
+    }
 }
 
 TEST_F(CudaV41Fast, BatchInvariantBitForBit) {

@@ -94,13 +94,15 @@ private:
 // normal path disarms it and resets the arena itself.
 class ArenaRollback {
 public:
-    ArenaRollback(DeviceArena& arena, size_t mark, const OwnedStream& stream, const OwnedStream* side = nullptr)
-        : arena_(arena), mark_(mark), stream_(stream), side_(side) {}
+    ArenaRollback(DeviceArena& arena, size_t mark, const OwnedStream& stream, const OwnedStream* side = nullptr,
+                  const OwnedStream* side2 = nullptr)
+        : arena_(arena), mark_(mark), stream_(stream), side_(side), side2_(side2) {}
     ~ArenaRollback() {
         if (!armed_) return;
         try {
             stream_.synchronize();
             if (side_) side_->synchronize();
+            if (side2_) side2_->synchronize();
         } catch (...) {
         }
         arena_.reset(mark_);
@@ -114,6 +116,7 @@ private:
     size_t mark_;
     const OwnedStream& stream_;
     const OwnedStream* side_;
+    const OwnedStream* side2_;
     bool armed_ = true;
 };
 

@@ -51,6 +51,11 @@ struct CudaModelOptions {
     // SinkAttentionParams::tc_split_rows: a launch of score CTAs per 64 keys, then one of softmax + P·V CTAs
     // per 64 output columns, instead of one CTA (pair) per 16 heads; the same bits); 0: never.
     int64_t v41_attention_split_rows = 16;
+    // kFast, V4.1, one GPU: the shared expert runs on its own stream, beside the router's rows' routed experts (a fork
+    // after the router, a join before the combine; inside a graph capture a branch of the graph): the same bits,
+    // its launches in the routed experts' shadow where those leave SMs idle (decode batches). false: after them on
+    // the model's stream.
+    bool v41_shared_expert_stream = true;
     // Expert parallelism (cuda_ep_model.h): this model is rank `expert_rank` of the exchange's ranks,
     // on the exchange's device of that rank, holding that rank's slice of the routed experts; its
     // forwards must run in step with the other ranks' (one host thread per rank), with the row counts

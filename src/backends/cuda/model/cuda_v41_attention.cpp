@@ -77,7 +77,7 @@ void CudaV41Model::index(int64_t layer, const Batch& b, const float* a, const fl
     const int64_t S = b.rows, IH = c.index_n_heads, ID = c.index_head_dim;
     float* qi = workspace_.alloc_n<float>(S * IH * ID);
     float* hw = workspace_.alloc_n<float>(S * IH);
-    project(lw.indexer_wq_b, qr, S, qi, {}, false, fq);
+    project(lw.indexer_wq_b, qr, S, qi, {}, Scratch::kRelease, fq);
     project_bf16(lw.indexer_weights_proj, a, S, hw, fa);
     rope_rows({.x = qi, .rows = S, .heads = IH, .dim = ID, .positions = b.at<int32_t>(b.positions), .cos_sin = rope_comp_,
                .rope_dim = c.qk_rope_head_dim, .round_rope_dims = off},
@@ -130,11 +130,11 @@ void CudaV41Model::attention(int64_t layer, const Batch& b, const float* a, floa
     // (a's QAT form from the site's norm when it made one; qr's from q_norm's pass where wq_b reads it)
     InputForms fa{.x = a, .rows = S, .cols = c.hidden_size, .quant = a_quant},
         fq{.x = qr, .rows = S, .cols = QL, .quant = qat_form(lw.wq_b, S, QL, lw.q_norm, qr)};
-    project(lw.wq_a, a, S, qr, {}, false, &fa);
+    project(lw.wq_a, a, S, qr, {}, Scratch::kRelease, &fa);
     rms_norm({.x = qr, .weight = lw.q_norm, .out = qr, .rows = S, .n = QL, .eps = eps, .round_bf16 = off, .out_bf16_qat = fq.quant,
               .tree_sum = fast_},
              s);
-    project(lw.wq_b, qr, S, q, {}, false, &fq);
+    project(lw.wq_b, qr, S, q, {}, Scratch::kRelease, &fq);
     // The attention's launch (q and the outputs set below). Fast mode at prefill sizes, where the 64-head tensor-core
     // kernel runs (sink_attention_bf16_io): q in bf16 from the RoPE launch and the output in bf16, each group of wo_a's
     // input rows together ([G][S, gin]), so no f32 output and no conversions before wo_a's dense launches (the same
@@ -157,7 +157,7 @@ void CudaV41Model::attention(int64_t layer, const Batch& b, const float* a, floa
                .round_rope_dims = off, .round_all = bf16_io, .out_bf16 = q16},
               s);
     float* kv = workspace_.alloc_n<float>(S * hd);
-    project(lw.wkv, a, S, kv, {}, false, &fa);
+    project(lw.wkv, a, S, kv, {}, Scratch::kRelease, &fa);
     rms_norm({.x = kv, .weight = lw.kv_norm, .out = kv, .rows = S, .n = hd, .eps = eps, .round_bf16 = off, .tree_sum = fast_},
              s);
     rope_rows({.x = kv, .rows = S, .heads = 1, .dim = hd, .positions = positions, .cos_sin = rope, .rope_dim = R,
@@ -220,7 +220,7 @@ void CudaV41Model::attention(int64_t layer, const Batch& b, const float* a, floa
     }
     for (int64_t g = 0; g < G; ++g) {
         const DeviceLinear wg = lw.wo_a.rows(g * OR, (g + 1) * OR);
-        if (!project_fast(wg, o + g * gin, H * hd, S, u + g * OR, G * OR, false, off, s, false))
+        if (!project_fast(wg, o + g * gin, H * hd, S, u + g * OR, G * OR, false, off, s, Scratch::kRelease))
             linear({.x = o + g * gin, .x_ld = H * hd, .weight = wg, .y = u + g * OR, .y_ld = G * OR, .rows = S,
                     .round_output_bf16 = off},
                    s);

@@ -65,7 +65,7 @@ void CudaV41Model::dspark_stage_attention(const V41DeviceLayer& lw, int64_t requ
     float* u = workspace_.alloc_n<float>(S * Go * OR);
     for (int64_t g = 0; g < Go; ++g) {
         const DeviceLinear wg = lw.wo_a.rows(g * OR, (g + 1) * OR);
-        if (!project_fast(wg, o + g * gin, H * hd, S, u + g * OR, Go * OR, false, off, s, false))
+        if (!project_fast(wg, o + g * gin, H * hd, S, u + g * OR, Go * OR, false, off, s, Scratch::kRelease))
             linear({.x = o + g * gin, .x_ld = H * hd, .weight = wg, .y = u + g * OR, .y_ld = Go * OR, .rows = S,
                     .round_output_bf16 = off},
                    s);
@@ -143,7 +143,7 @@ std::vector<Draft> CudaV41Model::dspark_draft(std::span<const DraftRequest> requ
     const DraftBuffers hb = draft_graphs_.buffers(shape, probs_mode, G, V, limits_.max_seqs, pinned_out_, pinned_probs_);
 
     const size_t mark = workspace_.mark();
-    ArenaRollback release(workspace_, mark, stream_);  // (on an exception)
+    ArenaRollback release(workspace_, mark, stream_, &shared_stream_);  // (on an exception)
     auto* d_in = static_cast<uint8_t*>(workspace_.alloc(in_bytes));
     copy_to_device(d_in, pinned_in_->host(), in_bytes, s);
     auto at = [&](size_t off_) { return d_in + off_; };
@@ -196,7 +196,7 @@ std::vector<Draft> CudaV41Model::dspark_draft(std::span<const DraftRequest> requ
         hc_collapse({.x = x, .pre = pre_mix, .out = y, .rows = S, .hc = hc, .hidden = D, .round_bf16 = off}, s);
         rms_norm({.x = y, .weight = ds.norm, .out = yn, .rows = S, .n = D, .eps = eps, .round_bf16 = off}, s);
         float* U = workspace_.alloc_n<float>(S * V);
-        if (!project_fast(weights_.head, yn, D, S, U, V, false, false, s, false))
+        if (!project_fast(weights_.head, yn, D, S, U, V, false, false, s, Scratch::kRelease))
             linear({.x = yn, .x_ld = D, .weight = weights_.head, .y = U, .y_ld = V, .rows = S}, s);
 
         // The Markov head, left to right (dspark_markov.h).

@@ -101,7 +101,7 @@ float* CudaV41Model::compute(const Batch& b) const {
             engram_gather({.table = lw.engram.table, .rows = d_rows + e * S * cols, .tokens = S, .cols = cols, .out = emb},
                           side);
             engram_kv[size_t(e)] = workspace_.alloc_n<float>(S * (hc + 1) * D);
-            project(lw.engram.wkv, emb, S, engram_kv[size_t(e)], side, /*keep_scratch=*/true);
+            project(lw.engram.wkv, emb, S, engram_kv[size_t(e)], side, Scratch::kKeep);
         }
         engram_ready_.record(side);
     }
@@ -188,7 +188,7 @@ float* CudaV41Model::compute(const Batch& b) const {
     rms_norm({.x = y, .weight = weights_.norm, .out = y, .rows = R, .n = D, .eps = eps, .round_bf16 = off, .tree_sum = fast_},
              s);
     float* logits = workspace_.alloc_n<float>(R * V);
-    if (!project_fast(weights_.head, y, D, R, logits, V, false, false, s, false))
+    if (!project_fast(weights_.head, y, D, R, logits, V, false, false, s, Scratch::kRelease))
         linear({.x = y, .x_ld = D, .weight = weights_.head, .y = logits, .y_ld = V, .rows = R}, s);
     return logits;
 }
@@ -291,7 +291,7 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
 
     const size_t mark = workspace_.mark();
     // On an exception the streams are drained and the scratch returned, so the next forward starts clean.
-    ArenaRollback release(workspace_, mark, stream_, &side_stream_);  // (on an exception)
+    ArenaRollback release(workspace_, mark, stream_, &side_stream_, &shared_stream_);  // (on an exception)
 
     // The scratch every layer reuses, then the plan: its tables point into that scratch, the
     // sequences' state and the pending rings; one transfer puts them in the workspace.

@@ -191,10 +191,16 @@ private:
         uint16_t* quant = nullptr;
         uint16_t* plain = nullptr;
     };
+    // What a projection does with its scratch (act_quant / bf16 conversions, split-K partials). kRelease: returned to
+    // the arena after the launch (stream-ordered: later work on the same stream reuses it). kKeep: left allocated
+    // for the caller's mark, the launch unsplit (Engram's projection on the side stream, kept for the whole
+    // forward). kKeepSplit: left allocated, split-K partials included (the shared expert on its stream: released
+    // after the join).
+    enum class Scratch : uint8_t { kRelease, kKeep, kKeepSplit };
     // y = x · Wᵀ with V4.1's rounding points: official = act_quant per 32 before FP8/FP4 weights, bf16 output.
-    // `keep_scratch`: the act_quant scratch stays allocated (work on the side stream). `forms`: x's
-    // converted forms, taken or kept there (when they describe x).
-    void project(const DeviceLinear& w, const float* x, int64_t rows, float* y, Stream s = {}, bool keep_scratch = false,
+    // `scratch`: see Scratch (anything but kRelease for work on another stream). `forms`: x's converted forms,
+    // taken or kept there (when they describe x; with kept scratch only taken, never made).
+    void project(const DeviceLinear& w, const float* x, int64_t rows, float* y, Stream s = {}, Scratch scratch = Scratch::kRelease,
                  InputForms* forms = nullptr) const;
     // A linear the reference runs in bf16 (no activation quantization; bf16 output in official numerics).
     void project_bf16(const DeviceLinear& w, const float* x, int64_t rows, float* y, InputForms* forms = nullptr) const;
@@ -208,7 +214,7 @@ private:
     // FP8 with 32x32 blocks (kept FP8 on Hopper) per 32.
     // False (nothing enqueued) when the mode is off or the weight is not supported.
     bool project_fast(const DeviceLinear& w, const float* x, int64_t x_ld, int64_t rows, float* y, int64_t y_ld,
-                      bool act_quant, bool round_bf16, Stream s, bool keep_scratch, InputForms* forms = nullptr) const;
+                      bool act_quant, bool round_bf16, Stream s, Scratch scratch, InputForms* forms = nullptr) const;
 
     // The plan (cuda_v41_plan.cpp): every layer's tables in `in`, the segments' SharedState walked.
     void plan(Batch& b, InputBlock& in) const;
@@ -283,6 +289,8 @@ private:
     // Upper bound of the workspace one forward takes (cuda_v41_workspace.cpp): S rows in N segments,
     // R rows of logits, positions below P, D device draws.
     size_t workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int64_t D) const;
+    // The shared expert's scratch kept on its own stream through an MoE site of S rows (cuda_v41_workspace.cpp).
+    size_t shared_expert_kept(int64_t S) const;
 
     int device_;  // made current first (the streams, events, buffers below live there) and by every forward
     ExpertExchange* ep_ = nullptr;  // expert parallelism (cuda_model.h CudaModelOptions), else null
@@ -296,6 +304,7 @@ private:
     bool fast_ = false;  // CudaModelOptions::gemm == kFast
     bool bf16_attention_io_ = true;  // CudaModelOptions::v41_bf16_attention_io
     int64_t attention_split_rows_ = 0;  // CudaModelOptions::v41_attention_split_rows
+    bool shared_expert_stream_ = true;  // CudaModelOptions::v41_shared_expert_stream
     EngramTokenMap token_map_;
     EngramLayout engram_layout_;
     int64_t engram_pad_ = 0;
@@ -312,6 +321,10 @@ private:
     const float* rope_comp_ = nullptr;
     OwnedStream stream_, side_stream_;
     mutable OwnedEvent engram_fork_, engram_ready_;
+    // The shared expert's stream (CudaModelOptions::v41_shared_expert_stream): forked after the router, joined before
+    // the combine.
+    OwnedStream shared_stream_;
+    mutable OwnedEvent shared_fork_, shared_done_;
     mutable std::mutex mutex_;  // one forward at a time (workspace, pinned inputs, streams are shared)
     // Guarded by mutex_:
     mutable DeviceDraws draws_;

@@ -51,6 +51,7 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
       fast_(o.gemm == GemmMode::kFast),
       bf16_attention_io_(o.v41_bf16_attention_io),
       attention_split_rows_(o.v41_attention_split_rows),
+      shared_expert_stream_(o.v41_shared_expert_stream),
       host_(std::make_unique<const v41::Weights>(dir, config_.text)),
       // The DSpark drafter runs on one GPU only (no expert parallelism), like V4's MTP.
       dspark_stages_(o.expert_exchange == nullptr && host_->dspark ? int64_t(host_->dspark->stages.size()) : 0),
@@ -70,6 +71,7 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
     replay_layer_ = replay_layer(config_.text, options, o, dir);
     stream_.set_pdl(options.cuda_pdl);
     side_stream_.set_pdl(options.cuda_pdl);
+    shared_stream_.set_pdl(options.cuda_pdl);
     DI_CHECK(!fast_ || fast_fp8_available(), "fast GEMM mode needs FP8 tensor cores (compute capability 8.9+)");
     const V41TextConfig& c = config_.text;
     info_ = {"deepseek_v41", c.vocab_size, config_.eos_token_ids, c.max_position_embeddings};
@@ -183,12 +185,14 @@ std::vector<float> CudaV41Model::forward(Sequence& seq, std::span<const int32_t>
 }
 
 bool CudaV41Model::project_fast(const DeviceLinear& w, const float* x, int64_t x_ld, int64_t rows, float* y, int64_t y_ld,
-                                bool act_quant, bool round_bf16, Stream s, bool keep, InputForms* forms) const {
+                                bool act_quant, bool round_bf16, Stream s, Scratch scratch, InputForms* forms) const {
     if (!fast_ || !fast_linear_supported(w)) return false;
     const int64_t K = w.in_features;
-    // A bf16 form kept in `forms` (allocated before this call's scratch mark, so it outlives the call).
-    const bool cached = w.kind == WeightKind::kBF16 && forms && !keep && forms->x == x && forms->rows == rows &&
-                        forms->cols == K && x_ld == K;
+    const bool keep = scratch != Scratch::kRelease;
+    // A bf16 form kept in `forms` (allocated before this call's scratch mark, so it outlives the call). Work on
+    // another stream (kept scratch) only takes a form made before its fork, never makes one.
+    const bool cached = w.kind == WeightKind::kBF16 && forms && forms->x == x && forms->rows == rows && forms->cols == K &&
+                        x_ld == K && (!keep || (act_quant ? forms->quant : forms->plain) != nullptr);
     uint16_t** form = cached ? (act_quant ? &forms->quant : &forms->plain) : nullptr;
     uint16_t* made = nullptr;
     if (form && !*form) *form = made = workspace_.alloc_n<uint16_t>(rows * K);
@@ -239,19 +243,20 @@ bool CudaV41Model::project_fast(const DeviceLinear& w, const float* x, int64_t x
         f.a = q;
         f.a_scale = qs;
     }
-    // Split-K partials (not for scratch kept past the call: a side stream's GEMM runs unsplit, same bits).
-    if (const int64_t n = keep ? 0 : fast_linear_split_floats(w, rows)) f.split_scratch = workspace_.alloc_n<float>(n);
+    // Split-K partials (not for kKeep's scratch kept for the whole forward: that GEMM runs unsplit, same bits).
+    if (const int64_t n = scratch == Scratch::kKeep ? 0 : fast_linear_split_floats(w, rows)) f.split_scratch = workspace_.alloc_n<float>(n);
     fast_linear(f, s);
     if (!keep) workspace_.reset(mark);  // stream-ordered
     return true;
 }
 
-void CudaV41Model::project(const DeviceLinear& w, const float* x, int64_t rows, float* y, Stream s, bool keep,
+void CudaV41Model::project(const DeviceLinear& w, const float* x, int64_t rows, float* y, Stream s, Scratch scratch,
                            InputForms* forms) const {
     if (!s.handle) s = stream_.get();
     if (project_fast(w, x, w.in_features, rows, y, w.out_features, official() && (quantized(w) || weights_.from_fp8(w)),
-                     official(), s, keep, forms))
+                     official(), s, scratch, forms))
         return;
+    const bool keep = scratch != Scratch::kRelease;
     if (official() && quantized(w)) {
         const size_t mark = workspace_.mark();
         float* xq = workspace_.alloc_n<float>(rows * w.in_features);
@@ -268,7 +273,7 @@ void CudaV41Model::project(const DeviceLinear& w, const float* x, int64_t rows, 
 }
 
 void CudaV41Model::project_bf16(const DeviceLinear& w, const float* x, int64_t rows, float* y, InputForms* forms) const {
-    if (project_fast(w, x, w.in_features, rows, y, w.out_features, false, official(), stream_.get(), false, forms)) return;
+    if (project_fast(w, x, w.in_features, rows, y, w.out_features, false, official(), stream_.get(), Scratch::kRelease, forms)) return;
     linear({.x = x, .x_ld = w.in_features, .weight = w, .y = y, .y_ld = w.out_features, .rows = rows,
             .round_output_bf16 = official()},
            stream_.get());
@@ -277,7 +282,7 @@ void CudaV41Model::project_bf16(const DeviceLinear& w, const float* x, int64_t r
 void CudaV41Model::project_f32(const DeviceLinear& w, const float* x, int64_t rows, float* y, InputForms* forms) const {
     const Stream s = stream_.get();
     if (official() && w.kind == WeightKind::kBF16 &&
-        project_fast(w, x, w.in_features, rows, y, w.out_features, false, false, s, false, forms))
+        project_fast(w, x, w.in_features, rows, y, w.out_features, false, false, s, Scratch::kRelease, forms))
         return;
     linear({.x = x, .x_ld = w.in_features, .weight = w, .y = y, .y_ld = w.out_features, .rows = rows}, s);
 }
@@ -319,24 +324,39 @@ void CudaV41Model::moe_rows(const V41DeviceLayer& lw, int64_t E, int64_t K, int6
            .weights = wts},
           s);
     bench_routing_.route(ids, S, K, E, exchange, static_cast<int>(ep_rank_), s);  // benchmarks only
-    // Shared expert (no routing weight): on the stream while the routed experts' rows travel.
+    // Shared expert (no routing weight). One GPU (CudaModelOptions::v41_shared_expert_stream): on its own stream,
+    // forked here (a and its forms are ready, the router is done with them) and joined before the combine; its
+    // scratch stays allocated until the layer's mark is released, after the join (Scratch::kKeepSplit), so the
+    // routed experts' scratch on this stream never overlaps it. Under expert parallelism: on this stream while the
+    // routed experts' rows travel.
     const int64_t SI = lw.shared_w1.out_features;
     float* ys = workspace_.alloc_n<float>(S * D);
+    const bool own_stream = fast_ && shared_expert_stream_ && exchange == nullptr;
+    const Stream ss = own_stream ? shared_stream_.get() : s;
+    const Scratch kept = own_stream ? Scratch::kKeepSplit : Scratch::kRelease;
     auto shared_expert = [&] {
         float* sg = workspace_.alloc_n<float>(S * SI);
         float* su = workspace_.alloc_n<float>(S * SI);
-        project(lw.shared_w1, a, S, sg, {}, false, &fa);
-        project(lw.shared_w3, a, S, su, {}, false, &fa);
-        swiglu({.g = sg, .u = su, .rows = S, .width = SI, .limit = L, .round_bf16 = off}, s);
-        project(lw.shared_w2, sg, S, ys);
+        project(lw.shared_w1, a, S, sg, ss, kept, &fa);
+        project(lw.shared_w3, a, S, su, ss, kept, &fa);
+        swiglu({.g = sg, .u = su, .rows = S, .width = SI, .limit = L, .round_bf16 = off}, ss);
+        project(lw.shared_w2, sg, S, ys, ss, kept);
     };
+    if (own_stream) {
+        shared_fork_.record(s);
+        shared_fork_.wait(ss);
+        shared_expert();
+        shared_done_.record(ss);
+    }
     // The routing weight multiplies the activation before w2 in both numerics (spec §6).
     const float* y_slot = routed_experts({.experts = &lw.experts, .x = a, .ids = ids, .weights = wts, .rows = S,
                                           .hidden = D, .top_k = K, .experts_total = E, .swiglu_limit = L,
                                           .official = off, .act_block = kActivationBlock, .weight_before_w2 = true,
                                           .fast = fast_, .expert_load = bench_routing_.counters(), .exchange = exchange,
-                                          .rank = static_cast<int>(ep_rank_), .overlap = shared_expert},
+                                          .rank = static_cast<int>(ep_rank_),
+                                          .overlap = own_stream ? std::function<void()>() : std::function<void()>(shared_expert)},
                                          workspace_, s);
+    if (own_stream) shared_done_.wait(s);  // (a capture must end joined)
     moe_combine({.expert_out = y_slot, .ids = ids, .weights = wts, .shared = ys, .out = out, .rows = S, .top_k = K,
                  .hidden = D, .scale_outputs = false, .round_bf16 = off},
                 s);

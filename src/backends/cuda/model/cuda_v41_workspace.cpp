@@ -14,6 +14,18 @@
 
 namespace deepinfer::cuda {
 
+// The shared expert's scratch kept on its own stream until the join (Scratch::kKeepSplit; none under expert
+// parallelism or off the fast mode): the bf16 forms of a that w1 and w3 make where the norm made none, w2's input
+// form, act_quant's f32 scratch where a width is not a multiple of 128, and the three launches' split-K partials.
+size_t CudaV41Model::shared_expert_kept(int64_t S) const {
+    if (!fast_ || !shared_expert_stream_ || ep_) return 0;
+    const V41TextConfig& c = config_.text;
+    const int64_t Dm = c.hidden_size, I = c.moe_intermediate_size;
+    auto bytes = [](int64_t n) { return ((static_cast<size_t>(std::max<int64_t>(n, 0)) + 255) & ~size_t(255)) + 256; };
+    return 2 * (bytes(S * Dm * 2) + bytes(S * Dm * 4)) + bytes(S * I * 2) + bytes(S * I * 4) +
+           3 * bytes(fast_linear_split_floats_bound(S) * 4);
+}
+
 size_t CudaV41Model::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int64_t D) const {
     const V41TextConfig& c = config_.text;
     const int64_t Dm = c.hidden_size, hc = c.hc_mult, V = c.vocab_size, L = c.num_hidden_layers;
@@ -74,6 +86,7 @@ size_t CudaV41Model::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, 
             mo += bytes(S * Dm * 4) + bytes(S * Dm) + bytes(S * (Dm / 128 + 1) * 4) + bytes(NT * I) + bytes(NT * (I / 128 + 1) * 4) +
                   bytes((E + 1) * 4) + bytes(T * Dm) + bytes(T * (Dm / 128 + 1) * 4) + bytes(S * std::max(Dm, I) * 2);
         if (fast_) mo += 2 * bytes(S * Dm * 2);  // a's kept bf16 forms (router, shared expert)
+        mo += shared_expert_kept(S);
         if (ep_)
             mo += bytes(T * Dm * 4) + 3 * bytes(T * KE * 4) + bytes(ranks * S * KE * Dm * 4) + bytes(S * KE * 4) +
                   bytes(S * KE * Dm * 4) + ep_staging_bytes(ranks, S, T, KE, Dm);
@@ -119,6 +132,7 @@ size_t CudaV41Model::dspark_workspace_need(int64_t R) const {
     if (fast_)
         mo += bytes(S * Dm * 4) + bytes(S * Dm) + bytes(S * (Dm / 128 + 1) * 4) + bytes(NT * I) + bytes(NT * (I / 128 + 1) * 4) +
               bytes((E + 1) * 4) + bytes(S * Dm) + bytes(S * (Dm / 128 + 1) * 4) + bytes(S * std::max(Dm, I) * 2);
+    mo += shared_expert_kept(S);
     const int64_t mix_outputs = (2 + hc) * hc + 1;  // the fast mode's mHC mixing partials (hc_site)
     const size_t mix = fast_ ? bytes(hc_mix_splits(hc * Dm) * S * mix_outputs * 4) + bytes(S * mix_outputs * 4) : 0;
     total += std::max({at, mo, mix});
