@@ -17,12 +17,14 @@
 //   cuda_engine_bench [--family v4 | v41] [--layers flash:N | flash | csa,hca,... | v41:N] [--dir D | --model D] [--keep 1] [--gemm fast | fast-fp8]
 //                     [--prefill-prompt 8192] [--prefill-requests 4] [--context 4096] [--tail 64]
 //                     [--batches 1,32,128,256,512] [--decode 16] [--batch-tokens 8192] [--gpus 1] [--prefixes G] [--digest 1]
-//                     [--fp8-twins 0|1] [--attn-split-rows N] [--shared-stream 0|1]
+//                     [--fp8-twins 0|1] [--attn-split-rows N] [--shared-stream 0|1] [--bf16-keys N]
 // --fp8-twins 0: V4.1's bf16 dense linears without their FP8 twins (CudaModelOptions::v41_fp8_twins).
 // --attn-split-rows N: V4.1's attention launches of up to N rows in the split form (CudaModelOptions::
 // v41_attention_split_rows; 0: never; default the option's).
 // --shared-stream 0: V4.1's shared expert after the routed experts on the model's stream, not on its own
 // (CudaModelOptions::v41_shared_expert_stream).
+// --bf16-keys N: V4.1's attention keys pre-decoded to bf16 rows for segments with many rows, up to N decoded rows
+// per layer (CudaModelOptions::v41_bf16_key_rows; 0: never).
 // --profile prefill | decode | 1 (both): cudaProfilerStart/Stop around the prefill's first step and / or one
 // decode step per batch after the timed ones (ncu / nsys capturing from the API; the warm-up left out).
 // --digest 1: every request also asks for its sampled tokens' logprobs (so it is sampled on the host), runs
@@ -254,6 +256,7 @@ int main(int argc, char** argv) {
     int64_t prefill_prompt = 8192, prefill_requests = 4, context = 4096, tail = 64, decode = 16, batch_tokens = 8192, gpus = 1, prefixes = 0;
     bool keep = false, digest = false, fp8_twins = true, shared_stream = cuda::CudaModelOptions{}.v41_shared_expert_stream;
     int64_t attn_split_rows = cuda::CudaModelOptions{}.v41_attention_split_rows;
+    int64_t bf16_keys = cuda::CudaModelOptions{}.v41_bf16_key_rows;
     std::string profile;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
@@ -278,6 +281,7 @@ int main(int argc, char** argv) {
         else if (k == "--fp8-twins") fp8_twins = v == "1";
         else if (k == "--attn-split-rows") attn_split_rows = std::stoll(v);
         else if (k == "--shared-stream") shared_stream = v == "1";
+        else if (k == "--bf16-keys") bf16_keys = std::stoll(v);
         else {
             std::fprintf(stderr, "unknown option %s\n", k.c_str());
             return 2;
@@ -343,6 +347,7 @@ int main(int argc, char** argv) {
         co.v41_fp8_twins = fp8_twins;            // (the bf16 form's FP8 twins for decode-sized launches)
         co.v41_attention_split_rows = attn_split_rows;
         co.v41_shared_expert_stream = shared_stream;
+        co.v41_bf16_key_rows = bf16_keys;
         std::vector<std::string> routings;
         {
             std::stringstream rs(routing);
@@ -386,6 +391,7 @@ int main(int argc, char** argv) {
             b.base["fp8_twins"] = fp8_twins;
             b.base["attn_split_rows"] = attn_split_rows;
             b.base["shared_stream"] = shared_stream;
+            b.base["bf16_keys"] = bf16_keys;
         }
         // Warm-up: module load, graph captures of the small buckets.
         if (prefixes <= 0) prefixes = gpus;

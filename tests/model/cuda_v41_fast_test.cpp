@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <unistd.h>
@@ -24,6 +25,7 @@
 #include "backends/cuda/gemm_fast.h"
 #include "backends/cuda/model/cuda_model.h"
 #include "backends/cuda/model/cuda_v41_model.h"
+#include "backends/cuda/ops.h"
 #include "deepinfer/model.h"
 #include "deepinfer/model_v41.h"
 #include "model/v41_flash_fixture.h"
@@ -68,6 +70,15 @@ protected:
         co.v41_fp8_twins = fp8_twins;
         co.v41_shared_expert_stream = shared_stream;
         return cuda::load_cuda_v41_model(dir_, options(graphs), co);
+    }
+    // A fast-mode model of this fixture with max_model_len 4096, one option changed by `set` (the tests that compare
+    // an option's two settings bit for bit).
+    static std::unique_ptr<Model> fast_4k(const ModelOptions& o, const std::function<void(cuda::CudaModelOptions&)>& set) {
+        cuda::CudaModelOptions co;
+        co.max_model_len = 4096;
+        co.gemm = cuda::GemmMode::kFast;
+        set(co);
+        return cuda::load_cuda_v41_model(dir_, o, co);
     }
     static std::string dir_;
 };
@@ -265,11 +276,7 @@ TEST_F(CudaV41Fast, PrefillBf16AttentionIoBitIdenticalToF32) {
     std::vector<float> got[2];
     int64_t io_layers[2] = {0, 0};
     for (int io = 0; io < 2; ++io) {
-        cuda::CudaModelOptions co;
-        co.max_model_len = 4096;
-        co.gemm = cuda::GemmMode::kFast;
-        co.v41_bf16_attention_io = io == 1;
-        const auto m = cuda::load_cuda_v41_model(dir_, o, co);
+        const auto m = fast_4k(o, [&](cuda::CudaModelOptions& co) { co.v41_bf16_attention_io = io == 1; });
         Sequence s = m->new_sequence();
         got[io] = m->forward(s, prompt, true);
         const int32_t t = 42;
@@ -281,6 +288,39 @@ TEST_F(CudaV41Fast, PrefillBf16AttentionIoBitIdenticalToF32) {
     EXPECT_GT(io_layers[1], 0) << "the 2,200-row prefill took the bf16 I/O";
     ASSERT_EQ(got[0].size(), got[1].size());
     ASSERT_EQ(got[0].size(), size_t(2201 * kVocab));
+    EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), got[0].size() * 4));
+}
+
+// Keys pre-decoded to bf16 rows for segments with many rows (CudaModelOptions::v41_bf16_key_rows; the 64-head
+// kernel's pipelined form reads them): the same logits bit for bit as every row decoding its own keys. A 300-row
+// prompt (no older keys), its next 200 rows (the ring's older rows and the first chunk's entries), a decode step,
+// then a batch of a 90-row prompt (pre-decoded) beside a 5-row one (decoded in place: both forms launched).
+TEST_F(CudaV41Fast, PreDecodedKeysBitIdentical) {
+    ModelOptions o = options(false);
+    o.max_model_len = 4096;
+    o.max_batch_tokens = 1024;
+    const auto a = random_tokens(500, 31), b = random_tokens(90, 32), c = random_tokens(5, 33);
+    std::vector<float> got[2];
+    int64_t layers[2] = {0, 0};
+    for (int v = 0; v < 2; ++v) {
+        const auto m = fast_4k(o, [&](cuda::CudaModelOptions& co) { co.v41_bf16_key_rows = v == 0 ? 0 : 32768; });
+        Sequence s = m->new_sequence();
+        auto add = [&](const std::vector<float>& x) { got[v].insert(got[v].end(), x.begin(), x.end()); };
+        add(m->forward(s, std::span<const int32_t>(a.data(), 300), true));
+        add(m->forward(s, std::span<const int32_t>(a.data() + 300, 200), true));
+        const int32_t t = 42;
+        add(m->forward(s, std::span<const int32_t>(&t, 1), false));
+        Sequence sb = m->new_sequence(), sc = m->new_sequence();
+        std::vector<SequenceChunk> chunks = {{&sb, b, true, {}}, {&sc, c, true, {}}};
+        for (const auto& x : m->forward_batch(chunks)) add(x);
+        layers[v] = cuda::cuda_model_stats(*m).attention_bf16_key_layers;
+    }
+    EXPECT_EQ(layers[0], 0);
+    if (cuda::sink_attention_async_keys_fit(512)) {
+        EXPECT_GT(layers[1], 0) << "the prompts' layers took pre-decoded keys";
+    }
+    ASSERT_EQ(got[0].size(), size_t((300 + 200 + 1 + 90 + 5) * kVocab));
+    ASSERT_EQ(got[0].size(), got[1].size());
     EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), got[0].size() * 4));
 }
 

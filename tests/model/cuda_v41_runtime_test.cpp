@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/model/bf16_key_plan.h"
 #include "backends/cuda/model/cuda_model.h"
 #include "backends/cuda/model/cuda_v41_model.h"
 #include "backends/cuda/model/decode_graphs.h"
@@ -210,6 +211,58 @@ TEST_P(CudaV41Runtime, WorkspaceSizedFromLimitsAndNeverExceeded) {
         EXPECT_GT(st.workspace_high_water, 0u);
         EXPECT_GT(double(st.workspace_high_water), 0.1 * double(max_bound)) << "the bound is loose";
     }
+}
+
+// Which segments get pre-decoded keys (bf16_key_plan.h): host code, no GPU needed.
+TEST(CudaV41Bf16Keys, PlanTakesSegmentsThatPayWithinTheBudget) {
+    using cuda::Bf16KeySegment;
+    const int64_t W = 128, K = 512, S = 9000;
+    // A decode row; an 8192-row prompt from 0 (2,048 entries); a 64-row chunk at 5,000 (1,266 entries, 127 ring rows);
+    // the same with a bounded-replay floor at 4,950; a 16-row chunk at 100,000 whose 25,004 entries cost more than its
+    // rows' 16 x 640 keys; a 20-row window-only chunk at 40 (39 ring rows).
+    const std::vector<Bf16KeySegment> segs = {{4000, 1, 0, 1000}, {0, 8192, 0, 2048},   {5000, 64, 0, 1266},
+                                              {5000, 64, 4950, 1266}, {100000, 16, 0, 25004}, {40, 20, 0, 0}};
+    const auto plan = cuda::plan_bf16_keys(segs, S, W, K, 1 << 20);
+    ASSERT_EQ(plan.keys.size(), segs.size());
+    EXPECT_LT(plan.keys[0].ring_row, 0) << "one row: decoded in place";
+    EXPECT_LT(plan.keys[4].ring_row, 0) << "its entries cost more than its rows' keys";
+    const cuda::SinkBf16Keys& a = plan.keys[1];
+    EXPECT_EQ(a.ring_row, S);
+    EXPECT_EQ(a.ring_n, 0);
+    EXPECT_EQ(a.entry_row, S);
+    EXPECT_EQ(a.entries, 2048);
+    const cuda::SinkBf16Keys& b = plan.keys[2];
+    EXPECT_EQ(b.ring_lo, 5000 - W + 1);
+    EXPECT_EQ(b.ring_n, W - 1);
+    EXPECT_EQ(b.ring_row, S + 2048);
+    EXPECT_EQ(b.entry_row, S + 2048 + W - 1);
+    EXPECT_EQ(b.entries, 1266);
+    const cuda::SinkBf16Keys& c = plan.keys[3];
+    EXPECT_EQ(c.ring_lo, 4950);
+    EXPECT_EQ(c.ring_n, 50);
+    EXPECT_EQ(c.ring_row, b.entry_row + 1266);
+    const cuda::SinkBf16Keys& d = plan.keys[5];
+    EXPECT_EQ(d.ring_lo, 0);
+    EXPECT_EQ(d.ring_n, 40);
+    EXPECT_EQ(d.entries, 0);
+    EXPECT_EQ(d.ring_row, c.entry_row + 1266);
+    EXPECT_EQ(plan.key_rows, d.ring_row + 40);
+    EXPECT_EQ(plan.max_rows, 2048);
+    EXPECT_TRUE(plan.any());
+
+    // A budget that holds the prompt's 2,048 rows and the window-only chunk's 39 but not a 64-row chunk's 1,393:
+    // later segments that fit are still taken.
+    const auto tight = cuda::plan_bf16_keys(segs, S, W, K, 2048 + 40);
+    EXPECT_GE(tight.keys[1].ring_row, 0);
+    EXPECT_LT(tight.keys[2].ring_row, 0);
+    EXPECT_LT(tight.keys[3].ring_row, 0);
+    EXPECT_EQ(tight.keys[5].ring_row, S + 2048);
+    EXPECT_EQ(tight.key_rows, S + 2048 + 40);
+
+    const auto off = cuda::plan_bf16_keys(segs, S, W, K, 0);
+    EXPECT_FALSE(off.any());
+    EXPECT_EQ(off.key_rows, 0);
+    for (const auto& k : off.keys) EXPECT_LT(k.ring_row, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaV41Runtime,

@@ -22,6 +22,7 @@
 #include "backends/cpu/linear.h"
 #include "backends/cpu/primitives.h"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/gemm_fast.h"
 #include "ops/cuda_test_util.h"
 #include "backends/cuda/model/cuda_weights.h"
 #include "deepinfer/float_formats.h"
@@ -791,6 +792,77 @@ TEST_F(CudaV41Ops, SinkAttentionOverCompactCachesBitIdentical) {
             }
             if (pairs) expect_equal(by_heads[0], by_heads[2], "tensor-core sink attention: CTA pairs per 16 heads = 64");
             expect_equal(by_heads[0], by_heads[3], "tensor-core sink attention: the split form = 64");
+            {
+                // Keys pre-decoded to bf16 rows (ops.h SinkBf16Keys): the chunk's rows (to_bf16), the ring's rows below
+                // P0 that the window reads and every entry (key_rows_bf16), checked against the CPU's decoded values
+                // rounded to bf16; then every kernel reading them (the 64-head one synchronous and pipelined, 16 heads,
+                // pairs, the split form) gives the bits of the 64-head kernel decoding in place.
+                const int64_t lo = std::max<int64_t>({0, P0 - W + 1, floor}), ring_n = P0 - lo, key_rows = S + ring_n + E;
+                std::vector<uint16_t> want(size_t(key_rows * Dh));
+                auto put = [&](int64_t kr, const float* v) {
+                    for (int64_t d = 0; d < Dh; ++d) {
+                        const float x = cpu::round_bf16(v[d]);
+                        uint32_t u;
+                        std::memcpy(&u, &x, 4);
+                        want[size_t(kr * Dh + d)] = static_cast<uint16_t>(u >> 16);
+                    }
+                };
+                for (int64_t t = 0; t < S; ++t) put(t, kv.data() + t * Dh);
+                for (int64_t j = 0; j < ring_n; ++j) put(S + j, window.data() + ((lo + j) % ring) * Dh);
+                for (int64_t e = 0; e < E; ++e) put(S + ring_n + e, entries.data() + e * Dh);
+                Dev<uint16_t> keys16(want.size());
+                cuda::to_bf16({.x = dkv.ptr(), .x_ld = Dh, .rows = S, .cols = Dh, .out = keys16.ptr()}, Stream{});
+                const std::vector<cuda::SinkBf16Keys> bk = {{.ring_row = S, .ring_lo = lo, .ring_n = ring_n, .entry_row = S + ring_n, .entries = E}};
+                Dev<cuda::SinkBf16Keys> dbk(bk);
+                cuda::key_rows_bf16({.segments = dsegs.ptr(), .keys = dbk.ptr(), .num_segments = 1, .max_rows = ring_n + E, .head_dim = Dh,
+                                     .window_rows = ring, .out = keys16.ptr()},
+                                    Stream{});
+                expect_equal(want, keys16.host(want.size()), "key_rows_bf16 = the CPU's decoded keys in bf16");
+                const cuda::SinkAttentionParams base{.segments = dsegs.ptr(), .row_segment = rowseg.ptr(), .positions = pos.ptr(),
+                                                     .rows = n, .heads = H, .head_dim = Dh, .q = dq.ptr(), .kv = dkv.ptr(),
+                                                     .sink = dsink.ptr(), .window = W, .window_rows = ring, .selected = dsel.ptr(),
+                                                     .topk = K, .max_candidates = W + K, .scratch = scratch.ptr(),
+                                                     .cos_sin = dcs.ptr(), .rope_dim = R, .softmax_scale = 1.0f / std::sqrt(float(Dh)),
+                                                     .official = true, .tensor_cores = true};
+                for (int v = 0; v < 5; ++v) {
+                    if (v == 3 && !pairs) continue;
+                    Dev<float> tc(ref.size());
+                    cuda::SinkAttentionParams a = base;
+                    a.tc_heads_per_cta = v <= 1 ? 64 : v == 2 ? 16 : v == 3 ? 8 : 0;
+                    a.tc_split_rows = v == 4 ? n : 0;
+                    a.out = tc.ptr();
+                    a.keys_bf16 = keys16.ptr();
+                    a.bf16_keys = dbk.ptr();
+                    a.keys_bf16_all = v == 0;  // (v = 1: the decoding form launched too, its CTAs leaving)
+                    cuda::sink_attention(a, Stream{});
+                    const char* what[5] = {"64 heads", "64 heads, both forms launched", "16 heads", "CTA pairs", "split form"};
+                    expect_equal(by_heads[0], tc.host(size_t(n * H * Dh)), std::string("pre-decoded keys: ") + what[v]);
+                }
+                if (n == S) {
+                    // A launch mixing a segment with pre-decoded keys (rows 0-1) and one without (row 2, its own segment
+                    // from P0 + 2): both forms run, each on its rows; the bits of the same launch without them.
+                    const std::vector<cuda::SinkSegment> two = {{0, 2, P0, dw.ptr(), de.ptr(), floor}, {2, 1, P0 + 2, dw.ptr(), de.ptr(), floor}};
+                    Dev<cuda::SinkSegment> dtwo(two);
+                    Dev<int32_t> rowseg2(std::vector<int32_t>{0, 0, 1});
+                    const std::vector<cuda::SinkBf16Keys> bk2 = {bk[0], cuda::SinkBf16Keys{}};
+                    Dev<cuda::SinkBf16Keys> dbk2(bk2);
+                    Dev<float> plain(ref.size()), mixed(ref.size());
+                    cuda::SinkAttentionParams a = base;
+                    a.segments = dtwo.ptr();
+                    a.row_segment = rowseg2.ptr();
+                    a.tc_heads_per_cta = 64;
+                    a.out = plain.ptr();
+                    cuda::sink_attention(a, Stream{});
+                    a.out = mixed.ptr();
+                    a.keys_bf16 = keys16.ptr();
+                    a.bf16_keys = dbk2.ptr();
+                    cuda::sink_attention(a, Stream{});
+                    const std::vector<float> want2 = plain.host(ref.size());
+                    expect_equal(want2, mixed.host(ref.size()), "pre-decoded keys: a launch of both forms");
+                    expect_equal(std::vector<float>(by_heads[0].begin(), by_heads[0].begin() + 2 * H * Dh),
+                                 std::vector<float>(want2.begin(), want2.begin() + 2 * H * Dh), "rows 0-1: their segment's bits");
+                }
+            }
             const std::vector<float>& got = by_heads[0];
             double max_ref = 0, max_err = 0, sum_ref = 0, sum_err = 0;
             for (size_t i = 0; i < got.size(); ++i) {

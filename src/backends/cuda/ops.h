@@ -836,6 +836,15 @@ struct SinkSegment {
     int64_t window_begin = 0;  // window keys start no earlier than this position (bounded replay; 0: the full window)
 };
 
+// A segment's keys pre-decoded to bf16 rows (SinkAttentionParams::keys_bf16, made by key_rows_bf16): the window
+// ring's positions ring_lo .. ring_lo + ring_n - 1 (those below first_position that the segment's rows read) at
+// key rows ring_row .., its KV source's entries 0 .. entries - 1 at key rows entry_row ..; this chunk's rows are
+// key rows row_begin .. (their bf16 form). ring_row < 0: the segment's keys are decoded by the attention itself.
+struct SinkBf16Keys {
+    int64_t ring_row = -1, ring_lo = 0, ring_n = 0;
+    int64_t entry_row = 0, entries = 0;
+};
+
 // V4.1 sink attention (model/v41/attention.cpp): keys = window positions max(0, P-W+1, window_begin)..P (this
 // chunk's rows from kv, older ones decoded from the ring), then the published top-k entries (>= 0);
 // logits = dot·scale; max starts at the sink; p = exp(l - max) / den (bf16 in official numerics);
@@ -887,8 +896,41 @@ struct SinkAttentionParams {
     const uint16_t* q_bf16 = nullptr;
     uint16_t* out_bf16 = nullptr;
     int64_t bf16_group_heads = 0, bf16_group_stride = 0;
+    // Keys pre-decoded once per launch (key_rows_bf16): keys_bf16 [key rows, head_dim] bf16 bits, bf16_keys
+    // [segments]; a segment with bf16_keys[s].ring_row >= 0 reads every key of its rows from there (16-byte copies
+    // instead of a decode per row and pass: the same values, so the same bits). Null: every key decoded in place.
+    // The 64-head kernel reads them (its pipelined form: a block's keys copied by cp.async into a second buffer
+    // while the block before runs its MMAs, where the device's shared memory holds it: sink_attention_async_keys_fit);
+    // the other kernels decode in place. keys_bf16_all: every segment has them (one launch; else one per form).
+    const uint16_t* keys_bf16 = nullptr;
+    const SinkBf16Keys* bf16_keys = nullptr;
+    bool keys_bf16_all = false;
 };
 void sink_attention(const SinkAttentionParams& p, Stream s);
+
+// The pre-decoded keys of sink attention's segments (SinkBf16Keys): for every segment with ring_row >= 0, its
+// ring positions' and entries' values (the attention's own decode of them, rounded to bf16: exact for the
+// compact formats) into out's key rows. A launch of ceil(max_rows / 8) x segments blocks of 8 rows.
+struct KeyRowsBf16Params {
+    const SinkSegment* segments = nullptr;  // [num_segments]
+    const SinkBf16Keys* keys = nullptr;     // [num_segments]
+    int64_t num_segments = 0;
+    int64_t max_rows = 0;  // the largest ring_n + entries of a segment
+    int64_t head_dim = 0;  // a multiple of 16
+    int64_t window_rows = 0;
+    CacheFormat window_format = CacheFormat::kFp8Ue8m0;
+    int64_t window_block = 32;
+    CacheFormat entry_format = CacheFormat::kFp4E4m3;
+    int64_t entry_block = 16;
+    PagedCacheRows paged_entries = {};
+    uint16_t* out = nullptr;  // [key rows, head_dim] bf16 bits
+};
+void key_rows_bf16(const KeyRowsBf16Params& p, Stream s);
+// Whether the 64-head kernel's pipelined form fits this device's shared memory at head_dim kd.
+bool sink_attention_async_keys_fit(int64_t kd);
+// Whether sink_attention(p) reads pre-decoded keys: it runs the 64-head kernel (its choice depends on p's shapes, row
+// count, alignment and the device, as for sink_attention_bf16_io) and that kernel's pipelined form fits.
+bool sink_attention_reads_bf16_keys(const SinkAttentionParams& p);
 // Whether sink_attention(p) runs the 64-head tensor-core kernel on this device, the one kernel that reads q_bf16
 // and writes out_bf16 (its choice depends on p's shapes, row count, alignment and the device, not on its data).
 // sink_attention rejects q_bf16 or out_bf16 (or a null q / out) where this is false.

@@ -16,6 +16,7 @@
 
 #include <cuda_bf16.h>
 
+#include "backends/cuda/common/cp_async.cuh"
 #include "backends/cuda/kernels/attention_tc_common.cuh"
 #include "backends/cuda/kernels/v41_attention.cuh"
 #include "backends/cuda/kernels/v41_cache.cuh"
@@ -50,7 +51,9 @@ __device__ __forceinline__ SinkKeys v41_row_keys(const SinkAttentionParams& p, i
 
 // A row's keys for a CTA of kThreads threads. Construct with every thread of the CTA (it ends with a
 // barrier that publishes the table, when there is one), then stage<kRows>() blocks of keys.
-template <int kD, int kThreads, int kCols = kD>
+// kBf16: the row's keys are pre-decoded bf16 rows (SinkAttentionParams::keys_bf16; the caller checked that the row's
+// segment has them): the table holds their addresses and stage_async copies them.
+template <int kD, int kThreads, int kCols = kD, bool kBf16 = false>
 struct V41KeyStaging {
     static constexpr int kLanesPerKey = kCols / 16, kKeyStep = kThreads / kLanesPerKey;
     static_assert(kD % 16 == 0 && kCols % 16 == 0 && kD % kCols == 0 && kThreads % kLanesPerKey == 0,
@@ -67,7 +70,23 @@ struct V41KeyStaging {
                              int64_t first_key = 0, int col0 = 0)
         : rows(reinterpret_cast<const uint8_t**>(table)), kind(table + 8 * kV41KeyTable), by16(key.by16()), tid(thread),
           c0(col0), d0(col0 + (thread % kLanesPerKey) * 16), jt(thread / kLanesPerKey), first(first_key) {
-        if (by16) {
+        if constexpr (kBf16) {
+            // Key rows (SinkBf16Keys): this chunk's rows at their batch row, older window positions from the
+            // ring's rows, picks at entry_row + the entry.
+            const SinkBf16Keys bk = p.bf16_keys[key.segment];
+            const uint16_t* base = p.keys_bf16;
+            for (int64_t j = first + tid; j < end; j += kThreads) {
+                int64_t kr;
+                if (j < key.num_window) {
+                    const int64_t q = key.lo + j;
+                    kr = q >= key.seg->first_position ? key.seg->row_begin + (q - key.seg->first_position) : bk.ring_row + (q - bk.ring_lo);
+                } else {
+                    kr = bk.entry_row + key.selected[j - key.num_window];
+                }
+                rows[j - first] = reinterpret_cast<const uint8_t*>(base + kr * kD);
+            }
+            __syncthreads();
+        } else if (by16) {
             for (int64_t j = first + tid; j < end; j += kThreads) {
                 CacheFormat f;
                 int64_t blk;
@@ -164,6 +183,25 @@ struct V41KeyStaging {
                 const int i = i0 + u * kThreads;
                 kv[(i / kCols) * kP + i % kCols] = __float2bfloat16_rn(v[u]);
             }
+        }
+    }
+
+    // stage()'s result for a row whose keys are bf16 rows (kBf16), by asynchronous copies (cp.async, 16 bytes;
+    // rows n .. kRows - 1 zero-filled, reading nothing from `any`, a valid global address). The caller commits the
+    // group and waits for it (and a barrier) before reading kv.
+    template <int kRows, int kP>
+    __device__ __forceinline__ void stage_async(__nv_bfloat16* kv, int64_t j0, int64_t n, const void* any) const {
+        static_assert(kBf16, "asynchronous copies of pre-decoded keys only");
+        constexpr int kPer = (kRows + kKeyStep - 1) / kKeyStep;
+#pragma unroll
+        for (int u = 0; u < kPer; ++u) {
+            const int j = jt + u * kKeyStep;
+            if (j >= kRows) continue;
+            const bool on = j < n;
+            const uint8_t* src = on ? rows[j0 - first + j] + 2 * d0 : static_cast<const uint8_t*>(any);
+            __nv_bfloat16* dst = kv + j * kP + (d0 - c0);
+            dev::cp_async16(dst, src, on ? 16 : 0);
+            dev::cp_async16(dst + 8, on ? src + 16 : src, on ? 16 : 0);
         }
     }
 };

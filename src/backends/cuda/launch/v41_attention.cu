@@ -10,6 +10,7 @@
 #include "backends/cuda/kernels/v41_attention_tc_split.cuh"
 #include "backends/cuda/kernels/v41_indexer_tc.cuh"
 #include "backends/cuda/kernels/v41_indexer_tc_gemm.cuh"
+#include "backends/cuda/kernels/v41_key_rows.cuh"
 #include "backends/cuda/launch/attention_tc_launch.cuh"
 
 namespace deepinfer::cuda {
@@ -220,12 +221,53 @@ void launch_split(const SinkAttentionParams& p, Stream s) {
 
 template <int kD>
 void launch_tca_kernel(const SinkAttentionParams& p, Stream s) {
+    // Pre-decoded keys: the pipelined form (its own shared memory size, one CTA per row: kTcaSplit is 1) takes the
+    // rows of segments that have them, where its second key buffer fits the device; then, unless every segment has
+    // them, the decoding form takes the others (each form's CTAs leave the other's rows at once). Where the pipelined
+    // form does not fit, the decoding form takes every row and ignores the pre-decoded keys.
+    SinkAttentionParams rest = p;
+    if constexpr (kernels::kTcaSplit == 1) {
+        if (p.keys_bf16 && p.bf16_keys && sink_attention_async_keys_fit(kD)) {
+            constexpr int64_t smem = kernels::v41_tca_async_smem_bytes(kD);
+            const bool launched = launch_tca<kD, smem>(kernels::v41_tc_attention_kernel<kD, 1, true>,
+                                                       kernels::v41_tc_attention_kernel<kD, 1, true>, p, p.rows, p.heads, raw(s));
+            DI_CHECK(launched, "sink_attention: the pipelined 64-head tensor-core kernel did not launch");
+            if (p.keys_bf16_all) return;
+        } else {
+            rest.keys_bf16 = nullptr;
+            rest.bf16_keys = nullptr;
+        }
+    } else {
+        rest.keys_bf16 = nullptr;
+        rest.bf16_keys = nullptr;
+    }
     const bool launched = launch_tca<kD, kernels::v41_tca_smem_bytes(kD)>(kernels::v41_tc_attention_kernel<kD, kernels::kTcaSplit>,
-                                                                          kernels::v41_tc_attention_kernel<kD, 1>, p, p.rows,
-                                                                          p.heads, raw(s));
+                                                                          kernels::v41_tc_attention_kernel<kD, 1>, rest, rest.rows,
+                                                                          rest.heads, raw(s));
     DI_CHECK(launched, "sink_attention: the 64-head tensor-core kernel did not launch");
 }
 }  // namespace
+
+bool sink_attention_async_keys_fit(int64_t kd) {
+    return kernels::v41_tca_async_smem_bytes(kd) <= max_shared_memory_per_block();
+}
+
+bool sink_attention_reads_bf16_keys(const SinkAttentionParams& p) {
+    // (launch_tca_kernel's condition for the pipelined form, on the launch's kernel choice)
+    return p.rows > 0 && p.heads > 0 && path_of(p) == V41Path::kTca && kernels::kTcaSplit == 1 && sink_attention_async_keys_fit(p.head_dim);
+}
+
+void key_rows_bf16(const KeyRowsBf16Params& p, Stream s) {
+    if (p.num_segments == 0 || p.max_rows == 0) return;
+    DI_CHECK(p.segments && p.keys && p.out, "key_rows_bf16: missing pointer");
+    DI_CHECK(p.head_dim % 16 == 0 && p.window_rows > 0, "key_rows_bf16: head_dim ", p.head_dim, " (a multiple of 16), window rows ",
+             p.window_rows);
+    DI_CHECK(p.window_format == CacheFormat::kF32 || p.window_block % 16 == 0, "key_rows_bf16: window block ", p.window_block);
+    DI_CHECK(p.entry_format == CacheFormat::kF32 || p.entry_block % 16 == 0, "key_rows_bf16: entry block ", p.entry_block);
+    const dim3 grid(static_cast<unsigned>((p.max_rows + kernels::kKeyRowsPerBlock - 1) / kernels::kKeyRowsPerBlock),
+                    static_cast<unsigned>(p.num_segments));
+    launch_pdl(kernels::key_rows_bf16_kernel, grid, kernels::kKeyRowsThreads, 0, s, p);
+}
 
 bool sink_attention_bf16_io(const SinkAttentionParams& p) {
     return p.rows > 0 && p.heads > 0 && path_of(p) == V41Path::kTca;

@@ -51,6 +51,13 @@ struct CudaModelOptions {
     // SinkAttentionParams::tc_split_rows: a launch of score CTAs per 64 keys, then one of softmax + P·V CTAs
     // per 64 output columns, instead of one CTA (pair) per 16 heads; the same bits); 0: never.
     int64_t v41_attention_split_rows = 16;
+    // kFast, V4.1, eager forwards, where the 64-head attention's pipelined form fits the device: the keys of a
+    // segment with many rows in the forward (bf16_key_plan.h: at least 16, and paying) are decoded to bf16 rows once
+    // per attention layer (its window ring's older rows and its KV source's entries, up to this many rows per layer in
+    // all, 64 MiB at head_dim 512: a segment of 256K positions at ratio 4; the forward's own rows too), and the
+    // 64-head kernel copies them (cp.async, the next key block during this one's MMAs) instead of decoding them once
+    // per query row and pass: the same values, so the same bits. 0: never.
+    int64_t v41_bf16_key_rows = 65536;
     // kFast, V4.1, one GPU: the shared expert runs on its own stream, beside the router's rows' routed experts (a fork
     // after the router, a join before the combine; inside a graph capture a branch of the graph): the same bits,
     // its launches in the routed experts' shadow where those leave SMs idle (decode batches). false: after them on
@@ -96,6 +103,8 @@ struct CudaModelStats {
     int64_t moe_layer_forwards = 0, experts_touched = 0, expert_pairs_max = 0, expert_pairs = 0, experts_here = 0;
     // CudaV41Model: attention layers run with bf16 I/O (CudaModelOptions::v41_bf16_attention_io).
     int64_t attention_bf16_io_layers = 0;
+    // CudaV41Model: attention layers run with pre-decoded bf16 keys (CudaModelOptions::v41_bf16_key_rows).
+    int64_t attention_bf16_key_layers = 0;
 };
 
 // The engine-facing measurements and limits of a one-GPU CUDA model (the V4 CudaModel and the V4.1

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backends/cuda/gemm_fast.h"
 #include "backends/cuda/model/cuda_v41_impl.h"
 #include "backends/cuda/model/grouped_wo_a.h"
 #include "deepinfer/check.h"
@@ -186,6 +187,22 @@ void CudaV41Model::attention(int64_t layer, const Batch& b, const float* a, floa
         ap.bf16_group_stride = S * gin;
     } else {
         ap.out = o = workspace_.alloc_n<float>(S * H * hd);
+    }
+    if (plan.bf16_key_rows > 0) {
+        // The keys of the segments with many rows, decoded once (bf16_key_plan.h): the forward's rows (kv holds
+        // their QAT values), then those segments' older window rows and entries.
+        ++stats_.attention_bf16_key_layers;
+        uint16_t* keys16 = workspace_.alloc_n<uint16_t>(plan.bf16_key_rows * hd);
+        to_bf16({.x = kv, .x_ld = hd, .rows = S, .cols = hd, .out = keys16}, s);
+        const SinkBf16Keys* bk = b.at<SinkBf16Keys>(plan.bf16_keys);
+        key_rows_bf16({.segments = ap.segments, .keys = bk, .num_segments = static_cast<int64_t>(b.states.size()),
+                       .max_rows = plan.bf16_max_rows, .head_dim = hd, .window_rows = window_rows, .window_format = formats_.window,
+                       .window_block = V41CacheFormats::kWindowBlock, .entry_format = formats_.entry,
+                       .entry_block = V41CacheFormats::kEntryBlock, .paged_entries = ap.paged_entries, .out = keys16},
+                      s);
+        ap.keys_bf16 = keys16;
+        ap.bf16_keys = bk;
+        ap.keys_bf16_all = plan.bf16_all;
     }
     sink_attention(ap, s);
     copy_rows({.src = b.codes, .dst = b.at<void*>(plan.ring_dst), .rows = S, .row_bytes = formats_.window_bytes}, s);

@@ -124,6 +124,11 @@ public:
         IndexPlan index;
         size_t sink_segments = 0, ring_dst = 0;
         int64_t kv_source = -1;  // the layer whose entries the attention reads (the same for every segment)
+        // Keys pre-decoded to bf16 rows (bf16_key_plan.h; key_rows 0: none): the segments' SinkBf16Keys in the
+        // input block, the key buffer's rows and key_rows_bf16's largest segment.
+        size_t bf16_keys = 0;
+        int64_t bf16_key_rows = 0, bf16_max_rows = 0;
+        bool bf16_all = false;  // every segment's keys are pre-decoded
     };
     struct Replay;
     struct Batch {
@@ -304,6 +309,7 @@ private:
     bool fast_ = false;  // CudaModelOptions::gemm == kFast
     bool bf16_attention_io_ = true;  // CudaModelOptions::v41_bf16_attention_io
     int64_t attention_split_rows_ = 0;  // CudaModelOptions::v41_attention_split_rows
+    int64_t bf16_key_rows_ = 0;         // CudaModelOptions::v41_bf16_key_rows
     bool shared_expert_stream_ = true;  // CudaModelOptions::v41_shared_expert_stream
     EngramTokenMap token_map_;
     EngramLayout engram_layout_;

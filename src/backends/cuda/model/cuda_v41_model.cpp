@@ -51,6 +51,7 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
       fast_(o.gemm == GemmMode::kFast),
       bf16_attention_io_(o.v41_bf16_attention_io),
       attention_split_rows_(o.v41_attention_split_rows),
+      bf16_key_rows_(o.v41_bf16_key_rows),
       shared_expert_stream_(o.v41_shared_expert_stream),
       host_(std::make_unique<const v41::Weights>(dir, config_.text)),
       // The DSpark drafter runs on one GPU only (no expert parallelism), like V4's MTP.

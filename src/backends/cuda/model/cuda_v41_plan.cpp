@@ -13,6 +13,7 @@
 // each row alone, so the rows that exist get the eager path's values bit for bit.
 #include <algorithm>
 
+#include "backends/cuda/model/bf16_key_plan.h"
 #include "backends/cuda/model/cuda_v41_impl.h"
 #include "deepinfer/check.h"
 #include "model/state.h"
@@ -235,15 +236,17 @@ void CudaV41Model::plan_attention(int64_t layer, Batch& b, InputBlock& in) const
     const int64_t ratio = c.compress_ratio(layer), window_rows = c.sliding_window + kRingHeadroom;
     // Sink attention over the window and the published top-k of the segment's KV source.
     std::vector<SinkSegment> segs;
+    std::vector<Bf16KeySegment> key_segs;
     std::vector<void*> ring_dst;
     for (size_t i = 0; i < b.states.size(); ++i) {
         const Shared& sh = b.shared[i];
         const V41DeviceState& st = *b.states[i];
         const int64_t P0 = b.first_position[i], n = b.num_rows[i];
-        const bool use_compressed = ratio > 0 && sh.kv_source >= 0 && sh.has_topk &&
-                                    (P0 + n) / c.compress_ratio(sh.kv_source) > 0;
+        const int64_t entries = ratio > 0 && sh.kv_source >= 0 ? (P0 + n) / c.compress_ratio(sh.kv_source) : 0;
+        const bool use_compressed = sh.has_topk && entries > 0;
         uint8_t* window = st.ring(layout_->layers[size_t(layer)].window);
         segs.push_back({b.row_begin[i], n, P0, window, use_compressed ? st.entry(sh.kv_source, 0) : nullptr, b.window_begin_of(i)});
+        key_segs.push_back({P0, n, b.window_begin_of(i), use_compressed ? entries : 0});
         for (int64_t t = 0; t < n; ++t)
             ring_dst.push_back(t >= n - window_rows ? window + ((P0 + t) % window_rows) * formats_.window_bytes : nullptr);
     }
@@ -252,6 +255,25 @@ void CudaV41Model::plan_attention(int64_t layer, Batch& b, InputBlock& in) const
     p.kv_source = ratio > 0 ? uniform_kv_source(b) : -1;
     p.sink_segments = in.add(segs);
     p.ring_dst = in.add(ring_dst);
+    // Keys decoded once per layer where segments have many rows (eager forwards of the fast mode where the 64-head
+    // kernel runs; graph steps are decode steps, whose rows each read their own keys once).
+    p.bf16_key_rows = p.bf16_max_rows = 0;
+    p.bf16_all = false;
+    // (the launch's shape as attention() sets it, for the kernel choice; the top-k buffer comes after the plan, so
+    // `selected` only says whether the layer has picks: its address is not read)
+    static const int32_t kHasPicks = 0;
+    const SinkAttentionParams shape{.rows = b.rows, .heads = c.num_attention_heads, .head_dim = c.head_dim,
+                                    .window = c.sliding_window, .selected = ratio > 0 ? &kHasPicks : nullptr, .topk = c.index_topk,
+                                    .official = true, .tensor_cores = true, .tc_split_rows = attention_split_rows_};
+    if (fast_ && official() && !b.graph && bf16_key_rows_ > 0 && sink_attention_reads_bf16_keys(shape)) {
+        const Bf16KeyPlan kp = plan_bf16_keys(key_segs, b.rows, c.sliding_window, ratio > 0 ? c.index_topk : 0, bf16_key_rows_);
+        if (kp.any()) {
+            p.bf16_keys = in.add(kp.keys);
+            p.bf16_key_rows = kp.key_rows;
+            p.bf16_max_rows = kp.max_rows;
+            p.bf16_all = std::all_of(kp.keys.begin(), kp.keys.end(), [](const SinkBf16Keys& k) { return k.ring_row >= 0; });
+        }
+    }
 }
 
 PagedCacheRows CudaV41Model::paged_rows(const Batch& b, int64_t layer, bool keys) const {

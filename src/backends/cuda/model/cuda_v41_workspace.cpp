@@ -49,6 +49,7 @@ size_t CudaV41Model::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, 
             in += 2 * bytes(S * r * 8) + bytes(S * 4) + 4 * bytes(S * 8);
         if (r > 0 && c.is_index_source(l)) in += bytes(S * int64_t(sizeof(IndexRow))) + bytes(S * 4);
         in += bytes(N * int64_t(sizeof(SinkSegment))) + bytes(S * 8);
+        if (fast_ && bf16_key_rows_ > 0) in += bytes(N * int64_t(sizeof(SinkBf16Keys)));
     }
     total += in + bytes((S + 1) * K * 4) + bytes((S + 1) * P);  // input block, top-k, candidate mask
 
@@ -74,6 +75,7 @@ size_t CudaV41Model::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, 
         if (fast_) at += bytes(S * std::max({Dm, QL, G * OR, H * hd / G, IH * ID}) * 2) + 512;  // bf16 / FP8 copies
         if (fast_) at += bytes(S * H * hd * 2) + 2 * bytes((G + 1) * 4) + bytes(G * S * 4);  // grouped wo_a's input, tables
         if (fast_) at += 2 * bytes(S * Dm * 2) + 2 * bytes(S * QL * 2);  // a's and qr's kept bf16 forms (InputForms)
+        if (fast_ && bf16_key_rows_ > 0) at += bytes((S + bf16_key_rows_) * hd * 2);  // pre-decoded keys (bf16_key_plan.h)
         // MoE: under expert parallelism the experts here run the pairs of every rank's rows (each
         // rank's forward holds at most S rows — the engine gives each rank its share of a step — so at
         // most ranks · S) and the outputs come back per rank.
