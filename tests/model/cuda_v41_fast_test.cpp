@@ -62,13 +62,14 @@ protected:
     // fp8_native: the batch-invariance and graph tests below run the native FP8 form (the bf16 form's
     // kernels are the V4 fast mode's, covered there and in cuda_gemm_tests).
     static std::unique_ptr<Model> gpu(cuda::GemmMode mode, bool graphs = true, bool fp8_native = true, bool fp8_twins = true,
-                                      bool shared_stream = true) {
+                                      bool shared_stream = true, bool attention_stream = true) {
         cuda::CudaModelOptions co;
         co.max_model_len = 1024;
         co.gemm = mode;
         co.v41_fp8_native = fp8_native;
         co.v41_fp8_twins = fp8_twins;
         co.v41_shared_expert_stream = shared_stream;
+        co.v41_attention_side_stream = attention_stream;
         return cuda::load_cuda_v41_model(dir_, options(graphs), co);
     }
     // A fast-mode model of this fixture with max_model_len 4096, one option changed by `set` (the tests that compare
@@ -228,6 +229,29 @@ TEST_F(CudaV41Fast, SharedExpertStreamKeepsTheBits) {
             EXPECT_GT(cuda::cuda_model_stats(*own).graph_replays, 0) << "decode steps replayed graphs";
         }
     }
+}
+
+// The attention site's window K=V path and compressor on the side stream (CudaModelOptions::
+// v41_attention_side_stream) against everything on the model's stream: the same bits, eager and with graphs (the
+// fork and join captured as a branch), prefill + decode and three rows per step; the bf16 form and the native FP8
+// form (whose projections take no bf16 forms of a).
+TEST_F(CudaV41Fast, AttentionSideStreamKeepsTheBits) {
+    for (bool native : {false, true})
+        for (bool graphs : {true, false}) {
+            const auto own = gpu(cuda::GemmMode::kFast, graphs, native, /*fp8_twins=*/true, /*shared_stream=*/true, /*attention_stream=*/true);
+            const auto one = gpu(cuda::GemmMode::kFast, graphs, native, /*fp8_twins=*/true, /*shared_stream=*/true, /*attention_stream=*/false);
+            const std::vector<float> a = run_script(*own), b = run_script(*one);
+            ASSERT_EQ(a.size(), b.size());
+            EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "prefill + decode, graphs " << graphs << " native " << native;
+            const std::vector<float> ba = three_side_by_side(*own), bb = three_side_by_side(*one);
+            ASSERT_EQ(ba.size(), bb.size());
+            EXPECT_EQ(0, std::memcmp(ba.data(), bb.data(), ba.size() * 4)) << "three rows per step, graphs " << graphs << " native " << native;
+            EXPECT_GT(cuda::cuda_model_stats(*own).attention_side_stream_sites, 0) << "the side stream ran";
+            EXPECT_EQ(cuda::cuda_model_stats(*one).attention_side_stream_sites, 0);
+            if (graphs) {
+                EXPECT_GT(cuda::cuda_model_stats(*own).graph_replays, 0) << "decode steps replayed graphs";
+            }
+        }
 }
 
 TEST_F(CudaV41Fast, BatchInvariantBitForBit) {

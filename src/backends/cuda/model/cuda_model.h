@@ -63,6 +63,11 @@ struct CudaModelOptions {
     // its launches in the routed experts' shadow where those leave SMs idle (decode batches). false: after them on
     // the model's stream.
     bool v41_shared_expert_stream = true;
+    // kFast, V4.1, one GPU: the attention site's window K=V path (wkv, norm, RoPE, QAT) and its compressor (pooling,
+    // index keys, entries) run on a second stream, forked after wq_a and joined before the indexer's scores read the
+    // index keys (or before the attention): beside the query path (q_norm, wq_b, RoPE) and the indexer's queries
+    // instead of after them. The same bits (independent launches reordered); false: all on the model's stream.
+    bool v41_attention_side_stream = true;
     // Expert parallelism (cuda_ep_model.h): this model is rank `expert_rank` of the exchange's ranks,
     // on the exchange's device of that rank, holding that rank's slice of the routed experts; its
     // forwards must run in step with the other ranks' (one host thread per rank), with the row counts
@@ -105,6 +110,9 @@ struct CudaModelStats {
     int64_t attention_bf16_io_layers = 0;
     // CudaV41Model: attention layers run with pre-decoded bf16 keys (CudaModelOptions::v41_bf16_key_rows).
     int64_t attention_bf16_key_layers = 0;
+    // CudaV41Model: attention sites whose window K=V path and compressor ran on the side stream
+    // (CudaModelOptions::v41_attention_side_stream; counted when enqueued, so graph replays do not count).
+    int64_t attention_side_stream_sites = 0;
 };
 
 // The engine-facing measurements and limits of a one-GPU CUDA model (the V4 CudaModel and the V4.1

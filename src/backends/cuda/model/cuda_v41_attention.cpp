@@ -17,20 +17,20 @@
 
 namespace deepinfer::cuda {
 
-void CudaV41Model::compress(int64_t layer, const Batch& b, const float* a, InputForms* fa) const {
+void CudaV41Model::compress(int64_t layer, const Batch& b, const float* a, InputForms* fa, Stream s, Scratch scratch) const {
     const V41TextConfig& c = config_.text;
     const V41DeviceLayer& lw = weights_.layers[size_t(layer)];
     const CompressPlan& p = b.layers[size_t(layer)].compress;
-    const Stream s = stream_.get();
+    if (!s.handle) s = stream_.get();
     const bool off = official();
     const int64_t S = b.rows, hd = c.head_dim, ID = c.index_head_dim, r = c.compress_ratio(layer), R = c.qk_rope_head_dim;
     const float eps = static_cast<float>(c.rms_norm_eps);
     // Ratio 2: fp32 projections (spec §3.4); ratio 1: a bf16 linear with a bf16 output.
     if (r > 1) {
-        project_f32(lw.compressor_wkv, a, S, b.ckv, fa);
-        project_f32(lw.compressor_wgate, a, S, b.cg, fa);
+        project_f32(lw.compressor_wkv, a, S, b.ckv, fa, s, scratch);
+        project_f32(lw.compressor_wgate, a, S, b.cg, fa, s, scratch);
     } else {
-        project_bf16(lw.compressor_wkv, a, S, b.ckv, fa);
+        project_bf16(lw.compressor_wkv, a, S, b.ckv, fa, s, scratch);
     }
     // The groups the chunk completes (the plan's row pointers: this chunk's rows or the pending ring).
     const int64_t G = p.groups;
@@ -45,7 +45,7 @@ void CudaV41Model::compress(int64_t layer, const Batch& b, const float* a, Input
         const int32_t* d_pos = b.at<int32_t>(p.group_pos);
         if (lw.has_index_keys) {
             float* keys = workspace_.alloc_n<float>(G * ID);
-            project_bf16(lw.indexer_wk, latent, G, keys);
+            project_bf16(lw.indexer_wk, latent, G, keys, nullptr, s, scratch);
             rms_norm({.x = keys, .weight = lw.indexer_k_norm, .out = keys, .rows = G, .n = ID, .eps = eps, .round_bf16 = off,
                       .tree_sum = fast_},
                      s);
@@ -69,7 +69,8 @@ void CudaV41Model::compress(int64_t layer, const Batch& b, const float* a, Input
     }
 }
 
-void CudaV41Model::index(int64_t layer, const Batch& b, const float* a, const float* qr, InputForms* fa, InputForms* fq) const {
+void CudaV41Model::index(int64_t layer, const Batch& b, const float* a, const float* qr, InputForms* fa, InputForms* fq,
+                         const std::function<void()>* before_scores) const {
     const V41TextConfig& c = config_.text;
     const V41DeviceLayer& lw = weights_.layers[size_t(layer)];
     const IndexPlan& p = b.layers[size_t(layer)].index;
@@ -84,6 +85,7 @@ void CudaV41Model::index(int64_t layer, const Batch& b, const float* a, const fl
                .rope_dim = c.qk_rope_head_dim, .round_rope_dims = off},
               s);
     qat_rows({.x = qi, .rows = S * IH, .n = ID, .block = V41CacheFormats::kKeyBlock, .format = formats_.key}, s);
+    if (before_scores) (*before_scores)();
     // The plan's rows: those of segments whose KV source has entries (graph steps: every row).
     if (p.rows == 0) return;
     const int64_t NR = p.rows, K = c.index_topk, max_entries = p.max_entries;
@@ -132,6 +134,40 @@ void CudaV41Model::attention(int64_t layer, const Batch& b, const float* a, floa
     InputForms fa{.x = a, .rows = S, .cols = c.hidden_size, .quant = a_quant},
         fq{.x = qr, .rows = S, .cols = QL, .quant = qat_form(lw.wq_b, S, QL, lw.q_norm, qr)};
     project(lw.wq_a, a, S, qr, {}, Scratch::kRelease, &fa);
+    // The window K=V path and the compressor (CudaModelOptions::v41_attention_side_stream): on the side stream, forked
+    // here and joined before the indexer's scores (or the attention). Enqueued first, so their scratch (kept until the
+    // layer's mark is released, after the join) lies below every allocation of the query path on this stream, which
+    // releases its own as it goes. The forms of a they take are made before the fork (wq_a made the QAT one).
+    const bool side = fast_ && attention_side_stream_ && ep_ == nullptr && replay_layer_ < 0;
+    const Stream ks = side ? shared_stream_.get() : s;
+    const Scratch kept = side ? Scratch::kKeepSplit : Scratch::kRelease;
+    const bool compressing = ratio > 0 && lw.has_compressor;
+    if (side) {
+        auto bf16_fast = [&](const DeviceLinear& w) { return w.kind == WeightKind::kBF16 && fast_linear_supported(w); };
+        if (bf16_fast(lw.wkv)) make_form(fa, off && weights_.from_fp8(lw.wkv), s);
+        if (compressing && off && bf16_fast(lw.compressor_wkv)) make_form(fa, false, s);
+        ++stats_.attention_side_stream_sites;
+        attn_fork_.record(s);
+        attn_fork_.wait(ks);
+    }
+    float* kv = workspace_.alloc_n<float>(S * hd);
+    project(lw.wkv, a, S, kv, ks, kept, &fa);
+    rms_norm({.x = kv, .weight = lw.kv_norm, .out = kv, .rows = S, .n = hd, .eps = eps, .round_bf16 = off, .tree_sum = fast_},
+             ks);
+    rope_rows({.x = kv, .rows = S, .heads = 1, .dim = hd, .positions = positions, .cos_sin = rope, .rope_dim = R,
+               .round_rope_dims = off},
+              ks);
+    qat_rows({.x = kv, .rows = S, .n = hd, .block = V41CacheFormats::kWindowBlock, .format = formats_.window,
+              .fake_quant = true, .dst = b.at<uint8_t*>(b.code_rows)},
+             ks);
+    if (compressing) compress(layer, b, a, &fa, ks, kept);
+    bool joined = !side;
+    if (side) attn_done_.record(ks);
+    const std::function<void()> join = [&] {
+        if (!joined) attn_done_.wait(s);  // (a capture must end joined)
+        joined = true;
+    };
+
     rms_norm({.x = qr, .weight = lw.q_norm, .out = qr, .rows = S, .n = QL, .eps = eps, .round_bf16 = off, .out_bf16_qat = fq.quant,
               .tree_sum = fast_},
              s);
@@ -157,21 +193,8 @@ void CudaV41Model::attention(int64_t layer, const Batch& b, const float* a, floa
     rope_rows({.x = q, .rows = S, .heads = H, .dim = hd, .positions = positions, .cos_sin = rope, .rope_dim = R,
                .round_rope_dims = off, .round_all = bf16_io, .out_bf16 = q16},
               s);
-    float* kv = workspace_.alloc_n<float>(S * hd);
-    project(lw.wkv, a, S, kv, {}, Scratch::kRelease, &fa);
-    rms_norm({.x = kv, .weight = lw.kv_norm, .out = kv, .rows = S, .n = hd, .eps = eps, .round_bf16 = off, .tree_sum = fast_},
-             s);
-    rope_rows({.x = kv, .rows = S, .heads = 1, .dim = hd, .positions = positions, .cos_sin = rope, .rope_dim = R,
-               .round_rope_dims = off},
-              s);
-    qat_rows({.x = kv, .rows = S, .n = hd, .block = V41CacheFormats::kWindowBlock, .format = formats_.window,
-              .fake_quant = true, .dst = b.at<uint8_t*>(b.code_rows)},
-             s);
-
-    if (ratio > 0) {
-        if (lw.has_compressor) compress(layer, b, a, &fa);
-        if (lw.has_indexer) index(layer, b, a, qr, &fa, &fq);
-    }
+    if (ratio > 0 && lw.has_indexer) index(layer, b, a, qr, &fa, &fq, &join);
+    join();
 
     // Sink attention over the window and the published top-k of the segment's KV source.
     ap.kv = kv;

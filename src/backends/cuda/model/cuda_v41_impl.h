@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -208,11 +209,17 @@ private:
     void project(const DeviceLinear& w, const float* x, int64_t rows, float* y, Stream s = {}, Scratch scratch = Scratch::kRelease,
                  InputForms* forms = nullptr) const;
     // A linear the reference runs in bf16 (no activation quantization; bf16 output in official numerics).
-    void project_bf16(const DeviceLinear& w, const float* x, int64_t rows, float* y, InputForms* forms = nullptr) const;
+    void project_bf16(const DeviceLinear& w, const float* x, int64_t rows, float* y, InputForms* forms = nullptr, Stream s = {},
+                      Scratch scratch = Scratch::kRelease) const;
     // The reference's fp32 linear of a bf16 weight (ratio-2 compressor projections, router): f32 output.
     // Fast GEMM mode with official numerics: bf16 tensor cores (the activations hold bf16 values, so
     // the products are exact in f32; only the order of the sums differs); otherwise the reference kernel.
-    void project_f32(const DeviceLinear& w, const float* x, int64_t rows, float* y, InputForms* forms = nullptr) const;
+    void project_f32(const DeviceLinear& w, const float* x, int64_t rows, float* y, InputForms* forms = nullptr, Stream s = {},
+                     Scratch scratch = Scratch::kRelease) const;
+    // The form of forms.x that project_fast converts for a bf16 weight (act_quant: the QAT form, else the plain bf16
+    // values) into forms, where the fast mode has none yet: made on stream s before work on another stream takes it.
+    void make_form(InputForms& forms, bool act_quant, Stream s) const;
+    void bf16_form(const float* x, int64_t x_ld, int64_t rows, int64_t K, bool act_quant, uint16_t* xb, Stream s) const;
     // The fast GEMM mode's form of a linear (tensor cores, gemm_fast.h): y[rows, y_ld] = x[rows, x_ld] · Wᵀ.
     // BF16 weights (also the FP8 ones dequantized at load) take bf16 activations, act_quant'ed per 32
     // first with `act_quant`; FP8 (128x128 blocks) / FP4 weights take FP8 activations quantized per 128,
@@ -253,9 +260,14 @@ private:
     float* compute(const Batch& b) const;
     // a_quant: a's QAT bf16 form made by the site's norm (qat_form), or null.
     void attention(int64_t layer, const Batch& b, const float* a, float* out, uint16_t* a_quant = nullptr) const;
-    void compress(int64_t layer, const Batch& b, const float* a, InputForms* fa = nullptr) const;
+    // compress: on stream s (the model's by default) with the projections' scratch as `scratch` says (work on the
+    // attention's side stream keeps it until the join).
+    void compress(int64_t layer, const Batch& b, const float* a, InputForms* fa = nullptr, Stream s = {},
+                  Scratch scratch = Scratch::kRelease) const;
+    // index: before_scores (when given) runs after the indexer's queries are made and before their scores read the
+    // KV source's index keys (the join of the attention's side stream, which wrote them).
     void index(int64_t layer, const Batch& b, const float* a, const float* qr, InputForms* fa = nullptr,
-               InputForms* fq = nullptr) const;
+               InputForms* fq = nullptr, const std::function<void()>* before_scores = nullptr) const;
     void moe(int64_t layer, const Batch& b, const float* a, float* out, uint16_t* a_quant = nullptr) const;
     // One mHC site's mixes of the streams x [rows, hc, D] (HcMixesParams): pre [rows, hc], post, comb, and
     // the collapse of x with collapse_pre into collapsed [rows, D]. The fast mode: the split-K tensor-core
@@ -296,6 +308,8 @@ private:
     size_t workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int64_t D) const;
     // The shared expert's scratch kept on its own stream through an MoE site of S rows (cuda_v41_workspace.cpp).
     size_t shared_expert_kept(int64_t S) const;
+    // The attention site's side-stream scratch kept until its join, for S rows (cuda_v41_workspace.cpp).
+    size_t attention_side_kept(int64_t S) const;
 
     int device_;  // made current first (the streams, events, buffers below live there) and by every forward
     ExpertExchange* ep_ = nullptr;  // expert parallelism (cuda_model.h CudaModelOptions), else null
@@ -311,6 +325,7 @@ private:
     int64_t attention_split_rows_ = 0;  // CudaModelOptions::v41_attention_split_rows
     int64_t bf16_key_rows_ = 0;         // CudaModelOptions::v41_bf16_key_rows
     bool shared_expert_stream_ = true;  // CudaModelOptions::v41_shared_expert_stream
+    bool attention_side_stream_ = true;  // CudaModelOptions::v41_attention_side_stream
     EngramTokenMap token_map_;
     EngramLayout engram_layout_;
     int64_t engram_pad_ = 0;
@@ -331,6 +346,9 @@ private:
     // the combine.
     OwnedStream shared_stream_;
     mutable OwnedEvent shared_fork_, shared_done_;
+    // The attention site's window K=V path and compressor on the same stream (CudaModelOptions::
+    // v41_attention_side_stream): forked after wq_a, joined before the indexer's scores (or the attention).
+    mutable OwnedEvent attn_fork_, attn_done_;
     mutable std::mutex mutex_;  // one forward at a time (workspace, pinned inputs, streams are shared)
     // Guarded by mutex_:
     mutable DeviceDraws draws_;

@@ -53,6 +53,7 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
       attention_split_rows_(o.v41_attention_split_rows),
       bf16_key_rows_(o.v41_bf16_key_rows),
       shared_expert_stream_(o.v41_shared_expert_stream),
+      attention_side_stream_(o.v41_attention_side_stream),
       host_(std::make_unique<const v41::Weights>(dir, config_.text)),
       // The DSpark drafter runs on one GPU only (no expert parallelism), like V4's MTP.
       dspark_stages_(o.expert_exchange == nullptr && host_->dspark ? int64_t(host_->dspark->stages.size()) : 0),
@@ -185,6 +186,33 @@ std::vector<float> CudaV41Model::forward(Sequence& seq, std::span<const int32_t>
     return std::move(forward_batch(std::span<const SequenceChunk>(&chunk, 1))[0]);
 }
 
+// x's bf16 form for a bf16 weight into xb. The reference's act_quant per 32 (official numerics, FP8 weights) gives
+// values bf16 holds exactly, and so do the FP8 weights dequantized at load: only the f32 summation order differs.
+// act_quant: one pass (to_bf16's quant_block) where K allows it, the same bits as the two (the two passes' f32
+// scratch taken from the arena and left to the caller's mark).
+void CudaV41Model::bf16_form(const float* x, int64_t x_ld, int64_t rows, int64_t K, bool act_quant, uint16_t* xb, Stream s) const {
+    const float* xin = x;
+    int64_t ld = x_ld;
+    const bool fused = act_quant && K % 128 == 0;
+    if (act_quant && !fused) {
+        DI_ICHECK(x_ld == K);
+        float* xq = workspace_.alloc_n<float>(rows * K);
+        act_quant_dequant({.x = x, .out = xq, .rows = rows, .cols = K, .block = kActivationBlock}, s);
+        xin = xq;
+        ld = K;
+    }
+    to_bf16({.x = xin, .x_ld = ld, .rows = rows, .cols = K, .out = xb, .quant_block = fused ? kActivationBlock : 0}, s);
+}
+
+void CudaV41Model::make_form(InputForms& forms, bool act_quant, Stream s) const {
+    uint16_t*& form = act_quant ? forms.quant : forms.plain;
+    if (!fast_ || form) return;
+    form = workspace_.alloc_n<uint16_t>(forms.rows * forms.cols);  // (before the mark: kept with the forms)
+    const size_t mark = workspace_.mark();
+    bf16_form(forms.x, forms.cols, forms.rows, forms.cols, act_quant, form, s);
+    workspace_.reset(mark);  // stream-ordered: later work on s, or after an event recorded on s, may reuse it
+}
+
 bool CudaV41Model::project_fast(const DeviceLinear& w, const float* x, int64_t x_ld, int64_t rows, float* y, int64_t y_ld,
                                 bool act_quant, bool round_bf16, Stream s, Scratch scratch, InputForms* forms) const {
     if (!fast_ || !fast_linear_supported(w)) return false;
@@ -203,21 +231,8 @@ bool CudaV41Model::project_fast(const DeviceLinear& w, const float* x, int64_t x
     if (form && !made) {
         f.a = *form;  // made by an earlier projection of x
     } else if (w.kind == WeightKind::kBF16) {
-        // The reference's act_quant per 32 (official numerics, FP8 weights) gives values bf16 holds
-        // exactly, and so do the FP8 weights dequantized at load: only the f32 summation order differs.
-        // act_quant: one pass (to_bf16's quant_block) where K allows it, the same bits as the two.
-        const float* xin = x;
-        int64_t ld = x_ld;
-        const bool fused = act_quant && K % 128 == 0;
-        if (act_quant && !fused) {
-            DI_ICHECK(x_ld == K);
-            float* xq = workspace_.alloc_n<float>(rows * K);
-            act_quant_dequant({.x = x, .out = xq, .rows = rows, .cols = K, .block = kActivationBlock}, s);
-            xin = xq;
-            ld = K;
-        }
         uint16_t* xb = made ? made : workspace_.alloc_n<uint16_t>(rows * K);
-        to_bf16({.x = xin, .x_ld = ld, .rows = rows, .cols = K, .out = xb, .quant_block = fused ? kActivationBlock : 0}, s);
+        bf16_form(x, x_ld, rows, K, act_quant, xb, s);
         f.a = xb;
     } else if (w.kind == WeightKind::kFp8Block && w.block_cols == 32) {
         // FP8 with 32x32 blocks: e4m3 activations with a scale per 32, the reference's act_quant itself
@@ -273,17 +288,20 @@ void CudaV41Model::project(const DeviceLinear& w, const float* x, int64_t rows, 
            s);
 }
 
-void CudaV41Model::project_bf16(const DeviceLinear& w, const float* x, int64_t rows, float* y, InputForms* forms) const {
-    if (project_fast(w, x, w.in_features, rows, y, w.out_features, false, official(), stream_.get(), Scratch::kRelease, forms)) return;
+void CudaV41Model::project_bf16(const DeviceLinear& w, const float* x, int64_t rows, float* y, InputForms* forms, Stream s,
+                                Scratch scratch) const {
+    if (!s.handle) s = stream_.get();
+    if (project_fast(w, x, w.in_features, rows, y, w.out_features, false, official(), s, scratch, forms)) return;
     linear({.x = x, .x_ld = w.in_features, .weight = w, .y = y, .y_ld = w.out_features, .rows = rows,
             .round_output_bf16 = official()},
-           stream_.get());
+           s);
 }
 
-void CudaV41Model::project_f32(const DeviceLinear& w, const float* x, int64_t rows, float* y, InputForms* forms) const {
-    const Stream s = stream_.get();
+void CudaV41Model::project_f32(const DeviceLinear& w, const float* x, int64_t rows, float* y, InputForms* forms, Stream s,
+                               Scratch scratch) const {
+    if (!s.handle) s = stream_.get();
     if (official() && w.kind == WeightKind::kBF16 &&
-        project_fast(w, x, w.in_features, rows, y, w.out_features, false, false, s, Scratch::kRelease, forms))
+        project_fast(w, x, w.in_features, rows, y, w.out_features, false, false, s, scratch, forms))
         return;
     linear({.x = x, .x_ld = w.in_features, .weight = w, .y = y, .y_ld = w.out_features, .rows = rows}, s);
 }

@@ -26,6 +26,18 @@ size_t CudaV41Model::shared_expert_kept(int64_t S) const {
            3 * bytes(fast_linear_split_floats_bound(S) * 4);
 }
 
+// The attention site's side-stream scratch kept until the join (Scratch::kKeepSplit; one GPU, the fast mode): the
+// split-K partials of wkv, the compressor's two projections and the index keys' projection, the bf16 form of the
+// pooled rows the index keys' projection converts (at most S groups), and one form of a in case a projection there
+// converts its own (the forms it takes are made before the fork where they apply).
+size_t CudaV41Model::attention_side_kept(int64_t S) const {
+    if (!fast_ || !attention_side_stream_ || ep_) return 0;
+    const V41TextConfig& c = config_.text;
+    auto bytes = [](int64_t n) { return ((static_cast<size_t>(std::max<int64_t>(n, 0)) + 255) & ~size_t(255)) + 256; };
+    return 4 * bytes(fast_linear_split_floats_bound(S) * 4) + bytes(S * c.head_dim * 2) + bytes(S * c.hidden_size * 2) +
+           bytes(S * std::max(c.hidden_size, c.head_dim) * 4);
+}
+
 size_t CudaV41Model::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, int64_t D) const {
     const V41TextConfig& c = config_.text;
     const int64_t Dm = c.hidden_size, hc = c.hc_mult, V = c.vocab_size, L = c.num_hidden_layers;
@@ -76,6 +88,7 @@ size_t CudaV41Model::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, 
         if (fast_) at += bytes(S * H * hd * 2) + 2 * bytes((G + 1) * 4) + bytes(G * S * 4);  // grouped wo_a's input, tables
         if (fast_) at += 2 * bytes(S * Dm * 2) + 2 * bytes(S * QL * 2);  // a's and qr's kept bf16 forms (InputForms)
         if (fast_ && bf16_key_rows_ > 0) at += bytes((S + bf16_key_rows_) * hd * 2);  // pre-decoded keys (bf16_key_plan.h)
+        at += attention_side_kept(S);
         // MoE: under expert parallelism the experts here run the pairs of every rank's rows (each
         // rank's forward holds at most S rows — the engine gives each rank its share of a step — so at
         // most ranks · S) and the outputs come back per rank.
