@@ -17,7 +17,7 @@
 //   cuda_engine_bench [--family v4 | v41] [--layers flash:N | flash | csa,hca,... | v41:N] [--dir D | --model D] [--keep 1] [--gemm fast | fast-fp8]
 //                     [--prefill-prompt 8192] [--prefill-requests 4] [--context 4096] [--tail 64]
 //                     [--batches 1,32,128,256,512] [--decode 16] [--batch-tokens 8192] [--gpus 1] [--prefixes G] [--digest 1]
-//                     [--fp8-twins 0|1] [--attn-split-rows N] [--shared-stream 0|1] [--bf16-keys N] [--attn-stream 0|1]
+//                     [--fp8-twins 0|1] [--attn-split-rows N] [--shared-stream 0|1] [--bf16-keys N] [--attn-stream 0|1] [--hc-stream 0|1]
 // --fp8-twins 0: V4.1's bf16 dense linears without their FP8 twins (CudaModelOptions::v41_fp8_twins).
 // --attn-split-rows N: V4.1's attention launches of up to N rows in the split form (CudaModelOptions::
 // v41_attention_split_rows; 0: never; default the option's).
@@ -27,6 +27,8 @@
 // per layer (CudaModelOptions::v41_bf16_key_rows; 0: never).
 // --attn-stream 0: V4.1's window K=V path and compressor on the model's stream, not beside the query path
 // (CudaModelOptions::v41_attention_side_stream).
+// --hc-stream 0: V4.1's mHC mixes of a site before its norm and block on the model's stream, not beside them
+// (CudaModelOptions::v41_hc_side_stream).
 // --profile prefill | decode | 1 (both): cudaProfilerStart/Stop around the prefill's first step and / or one
 // decode step per batch after the timed ones (ncu / nsys capturing from the API; the warm-up left out).
 // --digest 1: every request also asks for its sampled tokens' logprobs (so it is sampled on the host), runs
@@ -260,6 +262,7 @@ int main(int argc, char** argv) {
     int64_t attn_split_rows = cuda::CudaModelOptions{}.v41_attention_split_rows;
     int64_t bf16_keys = cuda::CudaModelOptions{}.v41_bf16_key_rows;
     bool attn_stream = cuda::CudaModelOptions{}.v41_attention_side_stream;
+    bool hc_stream = cuda::CudaModelOptions{}.v41_hc_side_stream;
     std::string profile;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
@@ -286,6 +289,7 @@ int main(int argc, char** argv) {
         else if (k == "--shared-stream") shared_stream = v == "1";
         else if (k == "--bf16-keys") bf16_keys = std::stoll(v);
         else if (k == "--attn-stream") attn_stream = v == "1";
+        else if (k == "--hc-stream") hc_stream = v == "1";
         else {
             std::fprintf(stderr, "unknown option %s\n", k.c_str());
             return 2;
@@ -353,6 +357,7 @@ int main(int argc, char** argv) {
         co.v41_shared_expert_stream = shared_stream;
         co.v41_bf16_key_rows = bf16_keys;
         co.v41_attention_side_stream = attn_stream;
+        co.v41_hc_side_stream = hc_stream;
         std::vector<std::string> routings;
         {
             std::stringstream rs(routing);
@@ -398,6 +403,7 @@ int main(int argc, char** argv) {
             b.base["shared_stream"] = shared_stream;
             b.base["bf16_keys"] = bf16_keys;
             b.base["attn_stream"] = attn_stream;
+            b.base["hc_stream"] = hc_stream;
         }
         // Warm-up: module load, graph captures of the small buckets.
         if (prefixes <= 0) prefixes = gpus;

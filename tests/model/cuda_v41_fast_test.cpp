@@ -62,7 +62,7 @@ protected:
     // fp8_native: the batch-invariance and graph tests below run the native FP8 form (the bf16 form's
     // kernels are the V4 fast mode's, covered there and in cuda_gemm_tests).
     static std::unique_ptr<Model> gpu(cuda::GemmMode mode, bool graphs = true, bool fp8_native = true, bool fp8_twins = true,
-                                      bool shared_stream = true, bool attention_stream = true) {
+                                      bool shared_stream = true, bool attention_stream = true, bool hc_stream = true) {
         cuda::CudaModelOptions co;
         co.max_model_len = 1024;
         co.gemm = mode;
@@ -70,6 +70,7 @@ protected:
         co.v41_fp8_twins = fp8_twins;
         co.v41_shared_expert_stream = shared_stream;
         co.v41_attention_side_stream = attention_stream;
+        co.v41_hc_side_stream = hc_stream;
         return cuda::load_cuda_v41_model(dir_, options(graphs), co);
     }
     // A fast-mode model of this fixture with max_model_len 4096, one option changed by `set` (the tests that compare
@@ -105,6 +106,18 @@ std::vector<float> run_script(const Model& m) {
 }
 
 // Three prompts in one forward, then three decode steps of one row each: the logits of every forward, in order.
+std::vector<float> three_side_by_side(const Model& m);
+
+// Two models that differ in one option that must keep the bits: run_script's and three_side_by_side's logits bit for bit.
+void expect_same_bits(const Model& a, const Model& b, const std::string& what) {
+    const std::vector<float> ra = run_script(a), rb = run_script(b);
+    ASSERT_EQ(ra.size(), rb.size());
+    EXPECT_EQ(0, std::memcmp(ra.data(), rb.data(), ra.size() * 4)) << "prefill + decode, " << what;
+    const std::vector<float> ta = three_side_by_side(a), tb = three_side_by_side(b);
+    ASSERT_EQ(ta.size(), tb.size());
+    EXPECT_EQ(0, std::memcmp(ta.data(), tb.data(), ta.size() * 4)) << "three rows per step, " << what;
+}
+
 std::vector<float> three_side_by_side(const Model& m) {
     std::vector<Sequence> seqs;
     std::vector<std::vector<int32_t>> prompts;
@@ -219,12 +232,7 @@ TEST_F(CudaV41Fast, SharedExpertStreamKeepsTheBits) {
     for (bool graphs : {true, false}) {
         const auto own = gpu(cuda::GemmMode::kFast, graphs, /*fp8_native=*/false, /*fp8_twins=*/true, /*shared_stream=*/true);
         const auto one = gpu(cuda::GemmMode::kFast, graphs, /*fp8_native=*/false, /*fp8_twins=*/true, /*shared_stream=*/false);
-        const std::vector<float> a = run_script(*own), b = run_script(*one);
-        ASSERT_EQ(a.size(), b.size());
-        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "prefill + decode, graphs " << graphs;
-        const std::vector<float> ba = three_side_by_side(*own), bb = three_side_by_side(*one);
-        ASSERT_EQ(ba.size(), bb.size());
-        EXPECT_EQ(0, std::memcmp(ba.data(), bb.data(), ba.size() * 4)) << "three rows per step, graphs " << graphs;
+        expect_same_bits(*own, *one, "graphs " + std::to_string(graphs));
         if (graphs) {
             EXPECT_GT(cuda::cuda_model_stats(*own).graph_replays, 0) << "decode steps replayed graphs";
         }
@@ -240,18 +248,40 @@ TEST_F(CudaV41Fast, AttentionSideStreamKeepsTheBits) {
         for (bool graphs : {true, false}) {
             const auto own = gpu(cuda::GemmMode::kFast, graphs, native, /*fp8_twins=*/true, /*shared_stream=*/true, /*attention_stream=*/true);
             const auto one = gpu(cuda::GemmMode::kFast, graphs, native, /*fp8_twins=*/true, /*shared_stream=*/true, /*attention_stream=*/false);
-            const std::vector<float> a = run_script(*own), b = run_script(*one);
-            ASSERT_EQ(a.size(), b.size());
-            EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "prefill + decode, graphs " << graphs << " native " << native;
-            const std::vector<float> ba = three_side_by_side(*own), bb = three_side_by_side(*one);
-            ASSERT_EQ(ba.size(), bb.size());
-            EXPECT_EQ(0, std::memcmp(ba.data(), bb.data(), ba.size() * 4)) << "three rows per step, graphs " << graphs << " native " << native;
+            expect_same_bits(*own, *one, "graphs " + std::to_string(graphs) + " native " + std::to_string(native));
             EXPECT_GT(cuda::cuda_model_stats(*own).attention_side_stream_sites, 0) << "the side stream ran";
             EXPECT_EQ(cuda::cuda_model_stats(*one).attention_side_stream_sites, 0);
             if (graphs) {
                 EXPECT_GT(cuda::cuda_model_stats(*own).graph_replays, 0) << "decode steps replayed graphs";
             }
         }
+}
+
+// A site's mHC mixes on their own stream (CudaModelOptions::v41_hc_side_stream) against the model's stream: the same
+// bits, eager and with graphs, a 160-row prefill + decode and three prompts then three rows per step (every site
+// after the first on the mHC stream), and eagerly a 600-row prefill (over kHcSideRows: on the model's stream) + decode.
+TEST_F(CudaV41Fast, HcSideStreamKeepsTheBits) {
+    for (bool graphs : {true, false}) {
+        const auto own = gpu(cuda::GemmMode::kFast, graphs, /*fp8_native=*/false, true, true, true, /*hc_stream=*/true);
+        const auto one = gpu(cuda::GemmMode::kFast, graphs, /*fp8_native=*/false, true, true, true, /*hc_stream=*/false);
+        expect_same_bits(*own, *one, "graphs " + std::to_string(graphs));
+        EXPECT_GT(cuda::cuda_model_stats(*own).hc_side_stream_sites, 0) << "the mHC stream ran";
+        EXPECT_EQ(cuda::cuda_model_stats(*one).hc_side_stream_sites, 0);
+    }
+    ModelOptions o = options(false);
+    o.max_batch_tokens = 1024;
+    std::vector<float> big[2];
+    for (int v = 0; v < 2; ++v) {
+        const auto m = fast_4k(o, [&](cuda::CudaModelOptions& co) { co.v41_hc_side_stream = v == 0; });
+        Sequence s = m->new_sequence();
+        big[v] = m->forward(s, random_tokens(600, 77), false);
+        EXPECT_EQ(cuda::cuda_model_stats(*m).hc_side_stream_sites, 0) << "over kHcSideRows: the model's stream";
+        const int32_t t = 5;
+        const auto d = m->forward(s, std::span<const int32_t>(&t, 1), false);
+        big[v].insert(big[v].end(), d.begin(), d.end());
+    }
+    ASSERT_EQ(big[0].size(), big[1].size());
+    EXPECT_EQ(0, std::memcmp(big[0].data(), big[1].data(), big[0].size() * 4)) << "600-row prefill, then decode";
 }
 
 TEST_F(CudaV41Fast, BatchInvariantBitForBit) {

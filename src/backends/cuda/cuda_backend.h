@@ -3,10 +3,13 @@
 // memory (Device::kCuda) and run on the default stream unless a stream handle is given.
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <initializer_list>
 #include <string>
 
 #include "backends/cuda/ops.h"
+#include "deepinfer/check.h"
 #include "deepinfer/dequant.h"
 
 namespace deepinfer::cuda {
@@ -90,19 +93,21 @@ private:
 };
 
 // The scratch one call takes from an arena from `mark` on: if the call throws (this is destroyed armed),
-// drains the streams, so no enqueued work still uses the scratch, and returns the arena to `mark`. The
-// normal path disarms it and resets the arena itself.
+// drains the stream and the side streams the call enqueues on (up to kMaxSides), so no enqueued work still
+// uses the scratch, and returns the arena to `mark`. The normal path disarms it and resets the arena itself.
 class ArenaRollback {
 public:
-    ArenaRollback(DeviceArena& arena, size_t mark, const OwnedStream& stream, const OwnedStream* side = nullptr,
-                  const OwnedStream* side2 = nullptr)
-        : arena_(arena), mark_(mark), stream_(stream), side_(side), side2_(side2) {}
+    static constexpr size_t kMaxSides = 4;
+    ArenaRollback(DeviceArena& arena, size_t mark, const OwnedStream& stream, std::initializer_list<const OwnedStream*> sides = {})
+        : arena_(arena), mark_(mark), stream_(stream) {
+        DI_CHECK(sides.size() <= kMaxSides, "ArenaRollback: ", sides.size(), " side streams (at most ", kMaxSides, ")");
+        for (const OwnedStream* side : sides) sides_[num_sides_++] = side;
+    }
     ~ArenaRollback() {
         if (!armed_) return;
         try {
             stream_.synchronize();
-            if (side_) side_->synchronize();
-            if (side2_) side2_->synchronize();
+            for (size_t i = 0; i < num_sides_; ++i) sides_[i]->synchronize();
         } catch (...) {
         }
         arena_.reset(mark_);
@@ -115,8 +120,8 @@ private:
     DeviceArena& arena_;
     size_t mark_;
     const OwnedStream& stream_;
-    const OwnedStream* side_;
-    const OwnedStream* side2_;
+    std::array<const OwnedStream*, kMaxSides> sides_{};
+    size_t num_sides_ = 0;
     bool armed_ = true;
 };
 

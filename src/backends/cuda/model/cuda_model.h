@@ -68,6 +68,12 @@ struct CudaModelOptions {
     // index keys (or before the attention): beside the query path (q_norm, wq_b, RoPE) and the indexer's queries
     // instead of after them. The same bits (independent launches reordered); false: all on the model's stream.
     bool v41_attention_side_stream = true;
+    // kFast, V4.1: a site's mHC mixes (the mixing logits' split-K launch and hc_pre: pre, post, comb) on a stream of
+    // their own where the site's input is already collapsed (the delayed pre-mix: everywhere but the first site, an
+    // Engram layer's and a replay cut's) and the forward has at most 512 rows, forked after the previous site's hc_post
+    // and joined before this site's: beside the site's norm and block instead of before them. The same bits; false:
+    // on the model's stream.
+    bool v41_hc_side_stream = true;
     // Expert parallelism (cuda_ep_model.h): this model is rank `expert_rank` of the exchange's ranks,
     // on the exchange's device of that rank, holding that rank's slice of the routed experts; its
     // forwards must run in step with the other ranks' (one host thread per rank), with the row counts
@@ -113,6 +119,8 @@ struct CudaModelStats {
     // CudaV41Model: attention sites whose window K=V path and compressor ran on the side stream
     // (CudaModelOptions::v41_attention_side_stream; counted when enqueued, so graph replays do not count).
     int64_t attention_side_stream_sites = 0;
+    // CudaV41Model: mHC sites whose mixes ran on the mHC stream (CudaModelOptions::v41_hc_side_stream; as above).
+    int64_t hc_side_stream_sites = 0;
 };
 
 // The engine-facing measurements and limits of a one-GPU CUDA model (the V4 CudaModel and the V4.1

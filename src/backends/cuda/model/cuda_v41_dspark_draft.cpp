@@ -143,7 +143,7 @@ std::vector<Draft> CudaV41Model::dspark_draft(std::span<const DraftRequest> requ
     const DraftBuffers hb = draft_graphs_.buffers(shape, probs_mode, G, V, limits_.max_seqs, pinned_out_, pinned_probs_);
 
     const size_t mark = workspace_.mark();
-    ArenaRollback release(workspace_, mark, stream_, &shared_stream_);  // (on an exception)
+    ArenaRollback release(workspace_, mark, stream_, {&shared_stream_});  // (on an exception)
     auto* d_in = static_cast<uint8_t*>(workspace_.alloc(in_bytes));
     copy_to_device(d_in, pinned_in_->host(), in_bytes, s);
     auto at = [&](size_t off_) { return d_in + off_; };

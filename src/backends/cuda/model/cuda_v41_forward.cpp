@@ -47,7 +47,7 @@ void CudaV41Model::set_even_routing(bool on) const {
 }
 
 void CudaV41Model::hc_site(const DeviceHc& hw, const float* x, int64_t rows, float* pre, float* post, float* comb,
-                          const float* collapse_pre, float* collapsed, Stream s) const {
+                          const float* collapse_pre, float* collapsed, Stream s, bool keep) const {
     const V41TextConfig& c = config_.text;
     const int64_t hc = c.hc_mult, D = c.hidden_size;
     const float eps = static_cast<float>(c.rms_norm_eps), hc_eps = static_cast<float>(c.hc_eps);
@@ -73,7 +73,7 @@ void CudaV41Model::hc_site(const DeviceHc& hw, const float* x, int64_t rows, flo
             .collapsed = collapsed, .round_bf16 = official(), .mix = mix, .mix_given = true, .mix_partial = partial,
             .mix_splits = splits, .pre_out = pre, .collapse_pre = collapse_pre},
            s);
-    workspace_.reset(mark);  // stream-ordered
+    if (!keep) workspace_.reset(mark);  // stream-ordered
 }
 
 float* CudaV41Model::compute(const Batch& b) const {
@@ -142,7 +142,21 @@ float* CudaV41Model::compute(const Batch& b) const {
         tap_layer(l, *lb, x, taps);  // the stream entering the layer (after its Engram)
         for (int site = 0; site < 2; ++site) {
             const DeviceHc& hw = site == 0 ? lw.hc_attn : lw.hc_ffn;
-            hc_site(hw, x, SL, site == 0 ? pre_a : pre_f, post, comb, site == 0 ? pre_mix : pre_a, a_collapsed ? nullptr : a, s);
+            // Where a already holds this site's collapse, the norm and the block need nothing of the mixes (pre, post,
+            // comb: this site's hc_post reads them): the mixes run on the mHC stream (CudaModelOptions::
+            // v41_hc_side_stream), forked here after the previous site's hc_post and joined before this site's; their
+            // scratch stays allocated until then (below the site's own).
+            const bool hc_side = fast_ && hc_side_stream_ && a_collapsed && SL <= kHcSideRows;
+            const size_t site_mark = workspace_.mark();
+            if (hc_side) {
+                ++stats_.hc_side_stream_sites;
+                hc_fork_.record(s);
+                hc_fork_.wait(hc_stream_.get());
+                hc_site(hw, x, SL, site == 0 ? pre_a : pre_f, post, comb, site == 0 ? pre_mix : pre_a, nullptr, hc_stream_.get(), true);
+                hc_done_.record(hc_stream_.get());
+            } else {
+                hc_site(hw, x, SL, site == 0 ? pre_a : pre_f, post, comb, site == 0 ? pre_mix : pre_a, a_collapsed ? nullptr : a, s);
+            }
             const size_t inner = workspace_.mark();
             // The norm also writes a's QAT bf16 form where the site's first projection reads it (the same bits as
             // act_quant_dequant then to_bf16 in that projection).
@@ -154,6 +168,10 @@ float* CudaV41Model::compute(const Batch& b) const {
             if (site == 0) attention(l, *lb, a, o, a_quant);
             else moe(l, *lb, a, o, a_quant);
             workspace_.reset(inner);
+            if (hc_side) {
+                hc_done_.wait(s);  // (a capture must end joined)
+                workspace_.reset(site_mark);
+            }
             // The next site's collapse in this pass where its coefficients are known: the FFN site's (this
             // layer's attention pre) or the next layer's attention site's (this FFN pre), not across an
             // Engram layer or a replay cut.
@@ -291,7 +309,7 @@ ForwardOutputs CudaV41Model::forward_sampled(std::span<const SequenceChunk> chun
 
     const size_t mark = workspace_.mark();
     // On an exception the streams are drained and the scratch returned, so the next forward starts clean.
-    ArenaRollback release(workspace_, mark, stream_, &side_stream_, &shared_stream_);  // (on an exception)
+    ArenaRollback release(workspace_, mark, stream_, {&side_stream_, &shared_stream_, &hc_stream_});  // (on an exception)
 
     // The scratch every layer reuses, then the plan: its tables point into that scratch, the
     // sequences' state and the pending rings; one transfer puts them in the workspace.

@@ -39,6 +39,10 @@
 
 namespace deepinfer::cuda {
 
+// Forwards of at most this many rows run a site's mHC mixes on their own stream (CudaModelOptions::v41_hc_side_stream):
+// decode batches, whose sites are chains of short launches; at prefill sizes each launch fills the GPU alone.
+constexpr int64_t kHcSideRows = 512;
+
 // The host side of a forward's input block: tables appended at 256-byte aligned offsets.
 class InputBlock {
 public:
@@ -274,8 +278,9 @@ private:
     // mixing logits then hc_pre (f32-accurate, not the CPU's order); else the reference kernel (the CPU's
     // bits). Every site of the model, the bounded replay's head rows and the DSpark stages take this.
     // collapsed = null (fast mode only): no collapse (the previous site's hc_post wrote it, HcPostParams::collapse_pre).
+    // keep: the mixing partials stay allocated (work on the mHC stream: the caller releases them after the join).
     void hc_site(const DeviceHc& hw, const float* x, int64_t rows, float* pre, float* post, float* comb,
-                 const float* collapse_pre, float* collapsed, Stream s) const;
+                 const float* collapse_pre, float* collapsed, Stream s, bool keep = false) const;
     // The MoE of one block over S rows with E routed experts, top K (a target layer or a drafter stage).
     // `image_rows` ([S] device, or null): rows inside an image span select experts with bias_vl.
     void moe_rows(const V41DeviceLayer& lw, int64_t E, int64_t K, int64_t S, const float* a, float* out,
@@ -326,6 +331,7 @@ private:
     int64_t bf16_key_rows_ = 0;         // CudaModelOptions::v41_bf16_key_rows
     bool shared_expert_stream_ = true;  // CudaModelOptions::v41_shared_expert_stream
     bool attention_side_stream_ = true;  // CudaModelOptions::v41_attention_side_stream
+    bool hc_side_stream_ = true;         // CudaModelOptions::v41_hc_side_stream
     EngramTokenMap token_map_;
     EngramLayout engram_layout_;
     int64_t engram_pad_ = 0;
@@ -349,6 +355,10 @@ private:
     // The attention site's window K=V path and compressor on the same stream (CudaModelOptions::
     // v41_attention_side_stream): forked after wq_a, joined before the indexer's scores (or the attention).
     mutable OwnedEvent attn_fork_, attn_done_;
+    // A site's mHC mixes (hc_site) on their own stream (CudaModelOptions::v41_hc_side_stream), beside its norm and
+    // block, joined before its hc_post.
+    OwnedStream hc_stream_;
+    mutable OwnedEvent hc_fork_, hc_done_;
     mutable std::mutex mutex_;  // one forward at a time (workspace, pinned inputs, streams are shared)
     // Guarded by mutex_:
     mutable DeviceDraws draws_;

@@ -54,6 +54,7 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
       bf16_key_rows_(o.v41_bf16_key_rows),
       shared_expert_stream_(o.v41_shared_expert_stream),
       attention_side_stream_(o.v41_attention_side_stream),
+      hc_side_stream_(o.v41_hc_side_stream),
       host_(std::make_unique<const v41::Weights>(dir, config_.text)),
       // The DSpark drafter runs on one GPU only (no expert parallelism), like V4's MTP.
       dspark_stages_(o.expert_exchange == nullptr && host_->dspark ? int64_t(host_->dspark->stages.size()) : 0),
@@ -74,6 +75,7 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
     stream_.set_pdl(options.cuda_pdl);
     side_stream_.set_pdl(options.cuda_pdl);
     shared_stream_.set_pdl(options.cuda_pdl);
+    hc_stream_.set_pdl(options.cuda_pdl);
     DI_CHECK(!fast_ || fast_fp8_available(), "fast GEMM mode needs FP8 tensor cores (compute capability 8.9+)");
     const V41TextConfig& c = config_.text;
     info_ = {"deepseek_v41", c.vocab_size, config_.eos_token_ids, c.max_position_embeddings};

@@ -107,9 +107,11 @@ size_t CudaV41Model::workspace_need(int64_t S, int64_t N, int64_t R, int64_t P, 
                   bytes(S * KE * Dm * 4) + ep_staging_bytes(ranks, S, T, KE, Dm);
         site = std::max(site, std::max(at, mo));
     }
-    // The fast mode's mHC mixing partials (hc_site), released before the site's own scratch.
+    // The fast mode's mHC mixing partials (hc_site), released before the site's own scratch; on the mHC stream
+    // (v41_hc_side_stream, up to kHcSideRows rows) kept beside it until the join.
     const int64_t mix_outputs = (2 + hc) * hc + 1;
-    if (fast_) site = std::max(site, bytes(hc_mix_splits(hc * Dm) * S * mix_outputs * 4) + bytes(S * mix_outputs * 4));
+    const size_t mixes = bytes(hc_mix_splits(hc * Dm) * S * mix_outputs * 4) + bytes(S * mix_outputs * 4);
+    if (fast_) site = hc_side_stream_ && S <= kHcSideRows ? site + mixes : std::max(site, mixes);
     total += site;
     // split-K partials (one GEMM's at a time; the grouped wo_a's: S·G rows)
     if (fast_) total += bytes(fast_linear_split_floats_bound(S * std::max<int64_t>(c.o_groups, 1)) * 4);
