@@ -69,17 +69,23 @@ void expect_same(const std::vector<float>& a, const std::vector<float>& b, const
                           << ")";
 }
 
+// Random token ids of a model's vocabulary from one seeded stream.
+struct RandomTokens {
+    int64_t vocab;
+    std::mt19937 rng;
+    RandomTokens(const Model& m, uint32_t seed) : vocab(m.info().vocab_size), rng(seed) {}
+    std::vector<int32_t> operator()(size_t n) {
+        std::vector<int32_t> t(n);
+        for (int32_t& x : t) x = int32_t(rng() % uint32_t(vocab));
+        return t;
+    }
+};
+
 // One script run on a model: four sequences of different lengths prefilled together (all logits),
 // then two of them prefilled further in chunks while the other two decode, then batched decode of
 // all four, then one sequence alone (the other ranks idle). Returns every logits block in order.
 std::vector<std::vector<float>> run_script(const Model& m, uint32_t seed) {
-    const int64_t V = m.info().vocab_size;
-    std::mt19937 rng(seed);
-    auto tokens = [&](size_t n) {
-        std::vector<int32_t> t(n);
-        for (int32_t& x : t) x = int32_t(rng() % uint32_t(V));
-        return t;
-    };
+    RandomTokens tokens(m, seed);
     std::vector<Sequence> seqs;
     for (int i = 0; i < 4; ++i) seqs.push_back(m.new_sequence());
     std::vector<std::vector<float>> out;
@@ -110,8 +116,9 @@ std::vector<std::vector<float>> run_script(const Model& m, uint32_t seed) {
     return out;
 }
 
-void expect_script_equal(const Model& one, const Model& ep, const std::string& what) {
-    const auto a = run_script(one, 5), b = run_script(ep, 5);
+using Script = std::vector<std::vector<float>> (*)(const Model&, uint32_t);
+void expect_script_equal(const Model& one, const Model& ep, const std::string& what, Script script = run_script, uint32_t seed = 5) {
+    const auto a = script(one, seed), b = script(ep, seed);
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) expect_same(a[i], b[i], what + ", logits block " + std::to_string(i));
 }
@@ -236,27 +243,72 @@ TEST_P(CudaEpV41, TwoGpuLogitsEqualOneGpu) {
     EXPECT_GT(st.layers_all_gather, 0);
 }
 
-// V4.1's bounded replay (ModelOptions::v41_bounded_replay) is refused under expert parallelism with an
-// error that names it (the exchange's row counts are per step, a replayed chunk's decoder runs fewer rows).
-TEST_P(CudaEpV41, BoundedReplayIsRefusedClearly) {
+// V4.1's bounded replay under expert parallelism: which chunks replay (host rule, no GPU): a chunk that wants only
+// its last logits, has no verify draw and more than W rows.
+TEST(CudaV41ReplayRule, ChunksThatReplay) {
+    const int64_t W = 16;
+    EXPECT_TRUE(cuda::v41_replays_chunk(false, 0, W + 1, W));
+    EXPECT_TRUE(cuda::v41_replays_chunk(false, 1, 100, W)) << "a draw from the last row";
+    EXPECT_FALSE(cuda::v41_replays_chunk(false, 2, 100, W)) << "a verify draw (rows before the last)";
+    EXPECT_FALSE(cuda::v41_replays_chunk(true, 0, 100, W)) << "every row's logits";
+    EXPECT_FALSE(cuda::v41_replays_chunk(false, 0, W, W)) << "at most W rows";
+}
+
+// A script for bounded replay: prompts longer than the window (last logits only: they replay) beside short ones and
+// decode rows, then further chunks and decode steps; every logits block in order.
+std::vector<std::vector<float>> replay_script(const Model& m, uint32_t seed) {
+    RandomTokens tokens(m, seed);
+    std::vector<Sequence> seqs;
+    for (int i = 0; i < 3; ++i) seqs.push_back(m.new_sequence());
+    std::vector<std::vector<float>> out;
+    const std::vector<std::vector<int32_t>> prompts = {tokens(90), tokens(5), tokens(41)};
+    std::vector<SequenceChunk> chunks;
+    for (int i = 0; i < 3; ++i) chunks.push_back({&seqs[size_t(i)], prompts[size_t(i)], i == 1});
+    for (auto& l : m.forward_batch(chunks)) out.push_back(std::move(l));
+    for (int step = 0; step < 3; ++step) {
+        const std::vector<std::vector<int32_t>> parts = {tokens(1), tokens(step == 1 ? 37 : 1), tokens(1)};
+        chunks.clear();
+        for (int i = 0; i < 3; ++i) chunks.push_back({&seqs[size_t(i)], parts[size_t(i)], false});
+        for (auto& l : m.forward_batch(chunks)) out.push_back(std::move(l));
+    }
+    out.push_back(m.forward(seqs[0], tokens(60), false));  // one sequence alone (other ranks idle)
+    return out;
+}
+
+// V4.1's bounded replay (ModelOptions::v41_bounded_replay) under expert parallelism: the exchange's tail counts from
+// the cut on. One rank (any GPU) against the plain model, bit for bit.
+TEST_P(CudaEpV41, OneRankBoundedReplayEqualsPlainModel) {
     if (auto why = skip_reason(1); !why.empty()) GTEST_SKIP() << why;
     const std::string dir = test::data_path(std::string("v41/") + GetParam().model);
     ModelOptions mo = with_numerics(GetParam().numerics);
     mo.device = Device::kCuda;
     mo.tokenizer_json = DI_TOKENIZER_JSON;  // the Engram token map
     mo.v41_bounded_replay = true;
-    try {
-        cuda::load_cuda_ep_model(
-            [&](const cuda::CudaModelOptions& co) {
-                auto m = cuda::load_cuda_v41_model(dir, mo, co);
-                const int64_t len = cuda::cuda_v41_model_max_len(*m);
-                return cuda::CudaRank{std::move(m), len};
-            },
-            {}, {0});
-        ADD_FAILURE() << "an expert-parallel model loaded with bounded replay on";
-    } catch (const std::exception& e) {
-        EXPECT_NE(std::string(e.what()).find("bounded replay with expert parallelism"), std::string::npos) << e.what();
-    }
+    auto one = cuda::load_cuda_v41_model(dir, mo, {});
+    auto ep = cuda::load_cuda_ep_model(
+        [&](const cuda::CudaModelOptions& co) {
+            auto m = cuda::load_cuda_v41_model(dir, mo, co);
+            const int64_t len = cuda::cuda_v41_model_max_len(*m);
+            return cuda::CudaRank{std::move(m), len};
+        },
+        {}, {0});
+    expect_script_equal(*one, *ep, std::string(GetParam().model) + " replay, 1 rank", replay_script, 11);
+}
+
+// Two GPUs with bounded replay against one: ranks whose chunks replay beside ranks whose chunks do not (and idle ranks)
+// switch to the tail counts at the same layer.
+TEST_P(CudaEpV41, TwoGpuBoundedReplayEqualsOneGpu) {
+    if (auto why = skip_reason(2); !why.empty()) GTEST_SKIP() << why;
+    const std::string dir = test::data_path(std::string("v41/") + GetParam().model);
+    ModelOptions mo = with_numerics(GetParam().numerics);
+    mo.device = Device::kCuda;
+    mo.tokenizer_json = DI_TOKENIZER_JSON;
+    mo.v41_bounded_replay = true;
+    auto one = Model::load(dir, mo);
+    mo.gpus = 2;
+    auto ep = Model::load(dir, mo);
+    ASSERT_EQ(cuda::cuda_ep_ranks(*ep).size(), 2u);
+    expect_script_equal(*one, *ep, std::string(GetParam().model) + " replay, 2 GPUs", replay_script, 11);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaEpV41,

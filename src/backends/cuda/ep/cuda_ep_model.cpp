@@ -196,7 +196,17 @@ ForwardOutputs CudaEpModel::forward_sampled(std::span<const SequenceChunk> chunk
         }
     }
     const std::vector<int64_t>& rows = split.rows;
-    exchange_->set_rows(rows);
+    // V4.1's bounded replay: the rows each rank's layers run from the cut on (every rank's model answers for its own
+    // chunks; the same for all without a cut), set before any rank starts.
+    std::vector<int64_t> tails(static_cast<size_t>(G));
+    bool cut = false;
+    for (int r = 0; r < G; ++r) {
+        const auto* rt = dynamic_cast<const CudaModelRuntime*>(ranks_[size_t(r)].get());
+        DI_CHECK(rt != nullptr, "expert parallelism: rank ", r, " is not a CUDA model");
+        tails[size_t(r)] = rt->replay_tail_rows(sub[size_t(r)], sub_draws[size_t(r)]);
+        cut |= tails[size_t(r)] != rows[size_t(r)];
+    }
+    exchange_->set_rows(rows, cut ? std::span<const int64_t>(tails) : std::span<const int64_t>());
     std::vector<ForwardOutputs> outs(static_cast<size_t>(G));
     threads_.run_all([&](int r) {
         outs[size_t(r)] = ranks_[size_t(r)]->forward_sampled(sub[size_t(r)], sub_want[size_t(r)], sub_draws[size_t(r)]);

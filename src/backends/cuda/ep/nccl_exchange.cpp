@@ -71,8 +71,10 @@ public:
         DI_CUDART_CHECK(cudaGetDevice(&prev));
         DI_NCCL_CHECK(ncclCommInitAll(comms_.data(), static_cast<int>(devices.size()), devices.data()));
         DI_CUDART_CHECK(cudaSetDevice(prev));
-        rows_.assign(devices.size(), 0);
-        first_.assign(devices.size(), 0);
+        for (int k = 0; k < 2; ++k) {
+            rows_[k].assign(devices.size(), 0);
+            first_[k].assign(devices.size(), 0);
+        }
         for (auto& t : table_) t.assign(devices.size() * kMaxCounts, 0);
     }
     ~NcclExchange() override {
@@ -92,26 +94,31 @@ public:
 
     int ranks() const override { return static_cast<int>(devices_.size()); }
     int device(int rank) const override { return devices_[size_t(rank)]; }
-    void set_rows(std::span<const int64_t> rows) override {
+    void set_rows(std::span<const int64_t> rows, std::span<const int64_t> tail) override {
         DI_CHECK(rows.size() == devices_.size(), "set_rows: ", rows.size(), " counts for ", devices_.size(), " ranks");
-        int64_t at = 0;
-        for (size_t r = 0; r < rows.size(); ++r) {
-            DI_CHECK(rows[r] >= 0, "set_rows: negative count");
-            rows_[r] = rows[r];
-            first_[r] = at;
-            at += rows[r];
+        DI_CHECK(tail.empty() || tail.size() == rows.size(), "set_rows: ", tail.size(), " replay tail counts for ", rows.size(),
+                 " ranks");
+        for (int k = 0; k < 2; ++k) {
+            const std::span<const int64_t> n = k == 1 && !tail.empty() ? tail : rows;
+            int64_t at = 0;
+            for (size_t r = 0; r < n.size(); ++r) {
+                DI_CHECK(n[r] >= 0 && (k == 0 || n[r] <= rows[r]), "set_rows: count ", n[r], " of rank ", r);
+                rows_[k][r] = n[r];
+                first_[k][r] = at;
+                at += n[r];
+            }
+            total_[k] = at;
         }
-        total_ = at;
     }
-    int64_t rows(int rank) const override { return rows_[size_t(rank)]; }
-    int64_t first_row(int rank) const override { return first_[size_t(rank)]; }
-    int64_t total_rows() const override { return total_; }
+    int64_t rows(int rank, bool tail) const override { return rows_[tail][size_t(rank)]; }
+    int64_t first_row(int rank, bool tail) const override { return first_[tail][size_t(rank)]; }
+    int64_t total_rows(bool tail) const override { return total_[tail]; }
     bool routed() const override {
         if (ranks() > kMaxEpRanks) return false;
         switch (dispatch_) {
             case EpDispatch::kRouted: return true;
             case EpDispatch::kAllGather: return false;
-            case EpDispatch::kAuto: return ranks() > 1 && total_ >= routed_min_rows_;
+            case EpDispatch::kAuto: return ranks() > 1 && total_[0] >= routed_min_rows_;
         }
         return false;
     }
@@ -187,23 +194,23 @@ public:
         for (Side& d : side_) d.stats = {};
     }
 
-    void return_rows(int rank, const void* src, void* dst, size_t row_bytes, int64_t per_row, Stream s) override {
+    void return_rows(int rank, const void* src, void* dst, size_t row_bytes, int64_t per_row, Stream s, bool tail) override {
         const auto st = static_cast<cudaStream_t>(s.handle);
         const auto* in = static_cast<const uint8_t*>(src);
         auto* out = static_cast<uint8_t*>(dst);
-        const size_t block = size_t(rows(rank) * per_row) * row_bytes;  // what each rank sends this one
+        const size_t block = size_t(rows(rank, tail) * per_row) * row_bytes;  // what each rank sends this one
         DI_NCCL_CHECK(ncclGroupStart());
         for (int p = 0; p < ranks(); ++p) {
             if (p == rank) continue;
-            const size_t theirs = size_t(rows(p) * per_row) * row_bytes;
+            const size_t theirs = size_t(rows(p, tail) * per_row) * row_bytes;
             if (theirs > 0)
-                DI_NCCL_CHECK(ncclSend(in + size_t(first_row(p) * per_row) * row_bytes, theirs, ncclUint8, p,
+                DI_NCCL_CHECK(ncclSend(in + size_t(first_row(p, tail) * per_row) * row_bytes, theirs, ncclUint8, p,
                                        comms_[size_t(rank)], st));
             if (block > 0) DI_NCCL_CHECK(ncclRecv(out + size_t(p) * block, block, ncclUint8, p, comms_[size_t(rank)], st));
         }
         DI_NCCL_CHECK(ncclGroupEnd());
         if (block > 0)
-            DI_CUDART_CHECK(cudaMemcpyAsync(out + size_t(rank) * block, in + size_t(first_row(rank) * per_row) * row_bytes,
+            DI_CUDART_CHECK(cudaMemcpyAsync(out + size_t(rank) * block, in + size_t(first_row(rank, tail) * per_row) * row_bytes,
                                             block, cudaMemcpyDeviceToDevice, st));
     }
 
@@ -235,8 +242,9 @@ private:
     std::vector<int> devices_;
     std::vector<ncclComm_t> comms_;
     std::vector<Side> side_;  // each touched only by its rank's thread (stats: between forwards)
-    std::vector<int64_t> rows_, first_;
-    int64_t total_ = 0;
+    // [0]: the forward's rows per rank, [1]: from the bounded replay's cut on (the same without a cut).
+    std::vector<int64_t> rows_[2], first_[2];
+    int64_t total_[2] = {0, 0};
     EpDispatch dispatch_;
     int64_t routed_min_rows_;
     std::vector<int32_t> table_[2];  // [ranks · kMaxCounts] the shared counts, in turn

@@ -22,10 +22,10 @@ unsigned long long* BenchRouting::counters() const {
 }
 
 void BenchRouting::route(int32_t* ids, int64_t rows, int64_t top_k, int64_t experts, const ExpertExchange* exchange,
-                         int rank, Stream s) const {
+                         int rank, Stream s, bool replay_tail) const {
     if (!even_) return;
     even_routing({.ids = ids, .rows = rows, .top_k = top_k, .experts = experts,
-                  .first_row = exchange ? exchange->first_row(rank) : 0, .stride = even_routing_stride(experts)},
+                  .first_row = exchange ? exchange->first_row(rank, replay_tail) : 0, .stride = even_routing_stride(experts)},
                  s);
 }
 

@@ -21,9 +21,9 @@ public:
     // The counters routed_experts adds to (RoutedExpertsParams::expert_load), or null when off.
     unsigned long long* counters() const;
     // Overwrites the router's picks ids [rows, top_k] on s when even routing is on (the rows' global
-    // index from the exchange under expert parallelism).
+    // index from the exchange under expert parallelism; replay_tail: its counts from the bounded replay's cut on).
     void route(int32_t* ids, int64_t rows, int64_t top_k, int64_t experts, const ExpertExchange* exchange, int rank,
-               Stream s) const;
+               Stream s, bool replay_tail = false) const;
     bool even() const { return even_; }
     // Returns whether it changed (the caller drops its captured graphs).
     bool set_even(bool on);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "backends/cuda/gemm_fast.h"
@@ -137,6 +138,9 @@ public:
     // rows of logits, positions below `positions` and `draws` device draws.
     virtual size_t workspace_bound(int64_t rows, int64_t sequences, int64_t logit_rows, int64_t positions,
                                    int64_t draws) const = 0;
+    // The rows a forward of these chunks and draws runs from V4.1's bounded-replay cut on (the decoder's layers;
+    // every chunk's rows without a cut): host arithmetic, for the expert-parallel driver's exchange counts.
+    virtual int64_t replay_tail_rows(std::span<const SequenceChunk> chunks, std::span<const DeviceDraw> draws) const = 0;
 };
 
 // The device a model built with `o` runs on (the exchange's device of the expert rank, else o.device),

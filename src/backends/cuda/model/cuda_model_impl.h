@@ -179,6 +179,11 @@ public:
     size_t workspace_bound(int64_t rows, int64_t segments, int64_t logit_rows, int64_t positions, int64_t draws) const override {
         return workspace_need(rows, segments, logit_rows, positions, draws);
     }
+    int64_t replay_tail_rows(std::span<const SequenceChunk> chunks, std::span<const DeviceDraw>) const override {
+        int64_t n = 0;  // (no bounded replay in V4)
+        for (const SequenceChunk& c : chunks) n += static_cast<int64_t>(c.tokens.size());
+        return n;
+    }
 
 private:
     struct Batch;

@@ -100,6 +100,7 @@ public:
                            int64_t draws) const override {
         return workspace_need(rows, sequences, logit_rows, positions, draws);
     }
+    int64_t replay_tail_rows(std::span<const SequenceChunk> chunks, std::span<const DeviceDraw> draws) const override;
 
     // Engram table bytes read in place from the checkpoint's mapping (shared by every process on the
     // host) and bytes copied into this process's pinned buffers (devices without read-only mapping).
@@ -240,8 +241,7 @@ private:
     // Bounded replay (cuda_v41_replay.cpp): which chunks replay (their cut set in b.replay), the head's and
     // tail's tables, their device pointers after the input copy, and at the cut the head's compressor and
     // the kept rows compacted (returns the batch the decoder runs).
-    static int64_t replay_layer(const V41TextConfig& c, const ModelOptions& options, const CudaModelOptions& o,
-                                const std::string& dir);
+    static int64_t replay_layer(const V41TextConfig& c, const ModelOptions& options, const std::string& dir);
     void mark_replay(Batch& b, std::span<const SequenceChunk> chunks, std::span<const uint8_t> drawn) const;
     void plan_replay(Batch& b, InputBlock& in) const;
     void bind_replay(Batch& b) const;
@@ -283,8 +283,11 @@ private:
                  const float* collapse_pre, float* collapsed, Stream s, bool keep = false) const;
     // The MoE of one block over S rows with E routed experts, top K (a target layer or a drafter stage).
     // `image_rows` ([S] device, or null): rows inside an image span select experts with bias_vl.
+    // replay_tail: a layer from the bounded replay's cut on: the exchange's tail counts (every rank's from the same
+    // layer, whether or not its own chunks replay: a rank without a replayed chunk has the same count in both).
     void moe_rows(const V41DeviceLayer& lw, int64_t E, int64_t K, int64_t S, const float* a, float* out,
-                  ExpertExchange* exchange, const uint8_t* image_rows = nullptr, uint16_t* a_quant = nullptr) const;
+                  ExpertExchange* exchange, const uint8_t* image_rows = nullptr, uint16_t* a_quant = nullptr,
+                  bool replay_tail = false) const;
     // A [rows, cols] buffer (workspace) for the QAT bf16 form (InputForms::quant) of a norm's output x that
     // `w` will read, for the norm to write (RmsNormParams::out_bf16_qat); null where w's projection would not
     // take that form (not the fast mode's bf16 weights from FP8 under official numerics) or the norm cannot

@@ -71,7 +71,7 @@ CudaV41Model::CudaV41Model(const std::string& dir, const ModelOptions& options, 
       draft_graphs_(options.cuda_graphs && o.expert_exchange == nullptr),
       verify_graphs_(options.cuda_verify_graphs),
       bench_routing_(o.expert_load_stats, o.even_routing) {
-    replay_layer_ = replay_layer(config_.text, options, o, dir);
+    replay_layer_ = replay_layer(config_.text, options, dir);
     stream_.set_pdl(options.cuda_pdl);
     side_stream_.set_pdl(options.cuda_pdl);
     shared_stream_.set_pdl(options.cuda_pdl);
@@ -322,11 +322,11 @@ uint16_t* CudaV41Model::qat_form(const DeviceLinear& w, int64_t rows, int64_t co
 void CudaV41Model::moe(int64_t layer, const Batch& b, const float* a, float* out, uint16_t* a_quant) const {
     const V41TextConfig& c = config_.text;
     moe_rows(weights_.layers[size_t(layer)], c.n_routed_experts, c.num_experts_per_tok, b.rows, a, out, ep_,
-             b.any_image ? b.at<uint8_t>(b.image_rows) : nullptr, a_quant);
+             b.any_image ? b.at<uint8_t>(b.image_rows) : nullptr, a_quant, replay_layer_ >= 0 && layer >= replay_layer_);
 }
 
 void CudaV41Model::moe_rows(const V41DeviceLayer& lw, int64_t E, int64_t K, int64_t S, const float* a, float* out,
-                            ExpertExchange* exchange, const uint8_t* image_rows, uint16_t* a_quant) const {
+                            ExpertExchange* exchange, const uint8_t* image_rows, uint16_t* a_quant, bool replay_tail) const {
     const V41TextConfig& c = config_.text;
     const Stream s = stream_.get();
     const bool off = official();
@@ -344,7 +344,7 @@ void CudaV41Model::moe_rows(const V41DeviceLayer& lw, int64_t E, int64_t K, int6
            .temperature = static_cast<float>(c.gate_temp), .sum_in_selection_order = true, .biased = biased, .ids = ids,
            .weights = wts},
           s);
-    bench_routing_.route(ids, S, K, E, exchange, static_cast<int>(ep_rank_), s);  // benchmarks only
+    bench_routing_.route(ids, S, K, E, exchange, static_cast<int>(ep_rank_), s, replay_tail);  // benchmarks only
     // Shared expert (no routing weight). One GPU (CudaModelOptions::v41_shared_expert_stream): on its own stream,
     // forked here (a and its forms are ready, the router is done with them) and joined before the combine; its
     // scratch stays allocated until the layer's mark is released, after the join (Scratch::kKeepSplit), so the
@@ -374,7 +374,7 @@ void CudaV41Model::moe_rows(const V41DeviceLayer& lw, int64_t E, int64_t K, int6
                                           .hidden = D, .top_k = K, .experts_total = E, .swiglu_limit = L,
                                           .official = off, .act_block = kActivationBlock, .weight_before_w2 = true,
                                           .fast = fast_, .expert_load = bench_routing_.counters(), .exchange = exchange,
-                                          .rank = static_cast<int>(ep_rank_),
+                                          .rank = static_cast<int>(ep_rank_), .replay_tail = replay_tail,
                                           .overlap = own_stream ? std::function<void()>() : std::function<void()>(shared_expert)},
                                          workspace_, s);
     if (own_stream) shared_done_.wait(s);  // (a capture must end joined)

@@ -14,17 +14,15 @@
 #include <algorithm>
 
 #include "backends/cuda/model/cuda_v41_impl.h"
+#include "backends/cuda/model/cuda_v41_model.h"
+#include "backends/cuda/model/device_draws.h"
 #include "deepinfer/check.h"
 
 namespace deepinfer::cuda {
 
-int64_t CudaV41Model::replay_layer(const V41TextConfig& c, const ModelOptions& options, const CudaModelOptions& o,
-                                   const std::string& dir) {
+// (Under expert parallelism the driver sets every rank's tail counts before the forward: replay_tail_rows.)
+int64_t CudaV41Model::replay_layer(const V41TextConfig& c, const ModelOptions& options, const std::string& dir) {
     if (!options.v41_bounded_replay) return -1;
-    // (The exchange's per-rank row counts are set once per step for every MoE layer, and a replayed chunk
-    // runs fewer rows from the decoder on: per-layer counts are not built yet.)
-    DI_CHECK(o.expert_exchange == nullptr, dir,
-             ": bounded replay with expert parallelism is not supported yet (one GPU, or --device cpu)");
     int64_t first = -1;  // the decoder's first layer, as the CPU model finds it
     for (int64_t l = 0; l < c.num_hidden_layers && first < 0; ++l)
         if (c.compress_ratio(l) == 1 && c.is_kv_source(l)) first = l;
@@ -41,7 +39,7 @@ void CudaV41Model::mark_replay(Batch& b, std::span<const SequenceChunk> chunks, 
     bool any = false;
     for (size_t i = 0; i < chunks.size(); ++i) {
         // (as the CPU: a chunk that wants every row's logits runs the exact path; so do verify draws)
-        on[i] = !chunks[i].all_logits && (drawn.empty() || drawn[i] != 2) && b.num_rows[i] > W;
+        on[i] = v41_replays_chunk(chunks[i].all_logits, drawn.empty() ? 0 : drawn[i], b.num_rows[i], W);
         any |= on[i] != 0;
     }
     if (!any) return;
@@ -72,7 +70,21 @@ void CudaV41Model::mark_replay(Batch& b, std::span<const SequenceChunk> chunks, 
     }
     h.max_position = t.max_position = b.max_position;
     t.drafter_taps = b.drafter_taps;
+    // Expert parallelism: the driver set every rank's tail count from the same chunks (replay_tail_rows).
+    DI_CHECK(ep_ == nullptr || ep_->rows(static_cast<int>(ep_rank_), true) == t.rows, "bounded replay: rank ", ep_rank_,
+             "'s tail runs ", t.rows, " rows, the expert exchange counts ", ep_ ? ep_->rows(static_cast<int>(ep_rank_), true) : 0);
     b.replay = std::move(r);
+}
+
+int64_t CudaV41Model::replay_tail_rows(std::span<const SequenceChunk> chunks, std::span<const DeviceDraw> draws) const {
+    const int64_t W = config_.text.sliding_window;
+    const std::vector<uint8_t> drawn = replay_layer_ >= 0 ? check_device_draws(draws, chunks) : std::vector<uint8_t>{};
+    int64_t n = 0;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+        const int64_t rows = static_cast<int64_t>(chunks[i].tokens.size());
+        n += replay_layer_ >= 0 && v41_replays_chunk(chunks[i].all_logits, drawn[i], rows, W) ? W : rows;
+    }
+    return n;
 }
 
 void CudaV41Model::plan_replay(Batch& b, InputBlock& in) const {

@@ -55,11 +55,13 @@ public:
     virtual int ranks() const = 0;
     // The CUDA device of each rank.
     virtual int device(int rank) const = 0;
-    // The rows each rank runs in the next forward (called by the driver before it starts the ranks).
-    virtual void set_rows(std::span<const int64_t> rows) = 0;
-    virtual int64_t rows(int rank) const = 0;
-    virtual int64_t first_row(int rank) const = 0;  // Σ rows of the ranks before it
-    virtual int64_t total_rows() const = 0;
+    // The rows each rank runs in the next forward (called by the driver before it starts the ranks), and with
+    // V4.1's bounded replay the rows each rank's layers run from the replay cut on (`tail`: empty = the same rows;
+    // every rank reaches the cut at the same layer). The queries below take `tail`: the cut's counts.
+    virtual void set_rows(std::span<const int64_t> rows, std::span<const int64_t> tail) = 0;
+    virtual int64_t rows(int rank, bool tail) const = 0;
+    virtual int64_t first_row(int rank, bool tail) const = 0;  // Σ rows of the ranks before it
+    virtual int64_t total_rows(bool tail) const = 0;
     // Whether this forward's MoE layers use the routed dispatch (the same answer on every rank).
     virtual bool routed() const = 0;
 
@@ -71,9 +73,9 @@ public:
     virtual void join(int rank, Stream s) = 0;
 
     // Enqueues on s: src holds [total_rows · per_row, row_bytes] (every rank's rows, per_row rows each);
-    // rank q receives the block of its own rows from every rank p at dst + p · rows(q) · per_row rows.
-    // Every rank must call it, in the same order of calls.
-    virtual void return_rows(int rank, const void* src, void* dst, size_t row_bytes, int64_t per_row, Stream s) = 0;
+    // rank q receives the block of its own rows from every rank p at dst + p · rows(q) · per_row rows (the
+    // counts of `tail` as above). Every rank must call it, in the same order of calls.
+    virtual void return_rows(int rank, const void* src, void* dst, size_t row_bytes, int64_t per_row, Stream s, bool tail) = 0;
 
     // The routed dispatch's count exchange: share_counts_begin enqueues on s the copy of the rank's
     // `n` device counts to the host; share_counts_end waits for them, waits until every rank has

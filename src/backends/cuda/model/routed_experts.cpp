@@ -138,7 +138,8 @@ void run_experts(const RoutedExpertsParams& p, const Setup& u, const ExpertRows&
 float* all_gather_experts(const RoutedExpertsParams& p, const Setup& u, const ExpertRows& own, DeviceArena& ws, Stream s) {
     ExpertExchange* ep = p.exchange;
     const int me = p.rank, G = ep->ranks();
-    const int64_t S = p.rows, D = u.D, K = u.K, El = u.E / G, T = ep->total_rows();
+    const bool tail = p.replay_tail;
+    const int64_t S = p.rows, D = u.D, K = u.K, El = u.E / G, T = ep->total_rows(tail);
     const Stream c = ep->comm_stream(me);
     // Every rank's rows here, in one group of transfers: each plane of this rank's rows (FP8 row +
     // scales, or f32 row; ids; weights when they scale before w2) to every peer, the peers' into
@@ -148,11 +149,11 @@ float* all_gather_experts(const RoutedExpertsParams& p, const Setup& u, const Ex
     ep->fork(me, s);
     auto gather = [&](const void* src, int64_t width) {
         auto* dst = ws.alloc_n<uint8_t>(T * width);
-        copy_on_device(dst + ep->first_row(me) * width, src, size_t(S * width), c);
+        copy_on_device(dst + ep->first_row(me, tail) * width, src, size_t(S * width), c);
         for (int r = 0; r < G; ++r)
             if (r != me) {
                 sends.push_back({r, const_cast<void*>(src), size_t(S * width)});
-                recvs.push_back({r, dst + ep->first_row(r) * width, size_t(ep->rows(r) * width)});
+                recvs.push_back({r, dst + ep->first_row(r, tail) * width, size_t(ep->rows(r, tail) * width)});
             }
         return dst;
     };
@@ -181,7 +182,7 @@ float* all_gather_experts(const RoutedExpertsParams& p, const Setup& u, const Ex
     }
     auto* back = ws.alloc_n<uint8_t>(G * S * K * D * elem);
     ep->fork(me, s);
-    ep->return_rows(me, out, back, size_t(D * elem), K, c);
+    ep->return_rows(me, out, back, size_t(D * elem), K, c, tail);
     ep->join(me, s);
     int32_t* src_row = ws.alloc_n<int32_t>(S * K);
     expert_source_rows({.ids = p.ids, .n = S * K, .experts_per_rank = static_cast<int32_t>(El), .index = src_row}, s);
@@ -223,7 +224,7 @@ float* routed_dispatch_experts(const RoutedExpertsParams& p, const Setup& u, con
         uint8_t* staged[kMaxEpRanks];
     };
     std::vector<Plane> planes;
-    const int64_t T_most = ep->total_rows();
+    const int64_t T_most = ep->total_rows(p.replay_tail);
     auto plane = [&](const void* src, int64_t width) {
         Plane pl{src, width, ws.alloc_n<uint8_t>(T_most * width), {}};
         for (int r = 0; r < G; ++r)
@@ -373,7 +374,8 @@ float* routed_experts(const RoutedExpertsParams& p, DeviceArena& ws, Stream s) {
         own.x = aq;
     }
     if (ExpertExchange* ep = p.exchange) {
-        DI_ICHECK(ep->rows(p.rank) == S);
+        DI_CHECK(ep->rows(p.rank, p.replay_tail) == S, "expert parallelism: rank ", p.rank, " runs ", S, " rows, the exchange counts ",
+                 ep->rows(p.rank, p.replay_tail), p.replay_tail ? " (bounded replay's tail)" : "");
         DI_CHECK(u.E % ep->ranks() == 0, "expert parallelism: ", u.E, " experts over ", ep->ranks(), " ranks");
         return ep->routed() ? routed_dispatch_experts(p, u, own, ws, s) : all_gather_experts(p, u, own, ws, s);
     }

@@ -47,6 +47,7 @@ struct RoutedExpertsParams {
     unsigned long long* expert_load = nullptr;
     ExpertExchange* exchange = nullptr;      // expert parallelism, else null
     int rank = 0;                            // this GPU's rank in `exchange`
+    bool replay_tail = false;                // a layer from V4.1's bounded-replay cut on: the exchange's tail counts
     // Work independent of the routed experts (the shared expert), enqueued on `s` exactly once: under
     // expert parallelism while the rows travel (and, routed, while the host waits for the counts);
     // on one GPU after the experts. May allocate from `ws` and release its scratch in stream order on
